@@ -1,0 +1,284 @@
+// libmsmemscope_agent.so: the one library loaded into the target. It owns the
+// channel, the options the host passed, collection on/off, fork handling and
+// the record encoders behind sdk/include/msmemscope/agent.h.
+//
+// Links libc, libdl and pthread only.
+#include <msmemscope/agent.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "channel.h"
+#include "options.h"
+#include "stacks.h"
+
+using namespace msms;
+using namespace msms::agent;
+
+namespace {
+
+std::atomic<bool> g_collecting{false};
+std::atomic<uint64_t> g_step{0};
+std::atomic<msms_stack_provider> g_py_provider{nullptr};
+char g_session_dir[4096];
+bool g_follow_fork = true;
+
+struct Guard {
+    Tls& t;
+    explicit Guard(Tls& tl) : t(tl) { ++t.depth; }
+    ~Guard() { --t.depth; }
+};
+
+inline uint8_t* begin_record(ThreadWriter* w, uint8_t tag, uint64_t ts) {
+    uint8_t* p = w->cur;
+    *p++ = tag;
+    p = capture::put_varint(p, ts - w->last_ts);
+    w->last_ts = ts;
+    return p;
+}
+
+// Interns the current C / Python stack if the user asked for it.
+inline void stacks_for(ThreadWriter*& w, uint64_t& cstack, uint64_t& pystack) {
+    cstack = 0;
+    pystack = 0;
+    if (options().c_depth > 0) cstack = capture_c_stack(w, options().c_depth);
+    msms_stack_provider prov = g_py_provider.load(std::memory_order_relaxed);
+    if (prov && options().py_depth > 0) pystack = capture_py_stack(w, prov, options().py_depth);
+}
+
+inline bool want_stacks() { return options().c_depth > 0 || (options().py_depth > 0 && g_py_provider.load(std::memory_order_relaxed)); }
+
+void at_exit() {
+    Tls& t = tls();
+    ++t.depth;
+    g_collecting.store(false, std::memory_order_release);
+    channel_close(0);
+}
+
+void child_after_fork() {
+    Tls& t = tls();
+    ++t.depth;
+    bool was_open = channel_is_open();
+    channel_forget_after_fork();
+    if (was_open && g_follow_fork && g_session_dir[0]) {
+        if (channel_open(g_session_dir) != 0) g_collecting.store(false);
+    } else {
+        g_collecting.store(false);
+    }
+    --t.depth;
+}
+
+int attach_impl(const char* dir, const char* opts) {
+    Tls& t = tls();
+    Guard g(t);
+    if (channel_is_open()) return EALREADY;
+    parse_options(opts ? opts : "");
+    g_follow_fork = options().follow_fork;
+    strncpy(g_session_dir, dir, sizeof(g_session_dir) - 1);
+    int rc = channel_open(dir);
+    if (rc != 0) return rc;
+    static bool registered = false;
+    if (!registered) {
+        registered = true;
+        atexit(at_exit);
+        pthread_atfork(nullptr, nullptr, child_after_fork);
+    }
+    return 0;
+}
+
+__attribute__((constructor(101))) void agent_init() {
+    const char* dir = getenv("MSMEMSCOPE_SESSION");
+    if (!dir || !*dir) return;  // loaded without a host: wait for msms_agent_attach
+    const char* opts = getenv("MSMEMSCOPE_AGENT_OPTS");
+    parse_options(opts ? opts : "");
+    if (!options().follow_fork) {
+        // Only the program the CLI started is profiled.
+        const char* root = getenv("MSMEMSCOPE_ROOT_PID");
+        if (root && atoi(root) != getpid()) return;
+    }
+    int rc = attach_impl(dir, opts);
+    if (rc != 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "[msmemscope] warning: cannot open the capture in %s (%s); not profiling pid %d\n",
+                 dir, strerror(rc), getpid());
+        ssize_t r = write(2, msg, strlen(msg));
+        (void)r;
+        return;
+    }
+    if (!options().deferred) msms_agent_start();
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int msms_agent_enter(void) {
+    Tls& t = tls();
+    if (t.depth != 0 || !g_collecting.load(std::memory_order_relaxed)) return 0;
+    ++t.depth;
+    return 1;
+}
+
+__attribute__((visibility("default"))) void msms_agent_leave(void) { --tls().depth; }
+
+__attribute__((visibility("default"))) int msms_agent_collecting(void) {
+    return g_collecting.load(std::memory_order_relaxed) ? 1 : 0;
+}
+
+__attribute__((visibility("default"))) int msms_agent_wants(const char* cls) { return wants(cls) ? 1 : 0; }
+
+__attribute__((visibility("default"))) size_t msms_agent_option(const char* key, char* buf, size_t n) {
+    return option_text(key, buf, n);
+}
+
+__attribute__((visibility("default"))) uint64_t msms_agent_now(void) { return now_ns(); }
+
+__attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id,
+                                                             uint64_t ptr, uint64_t size, uint64_t aux0,
+                                                             const char* attrs) {
+    if (type == MSMS_T_HOST && aux0 == 0 && !attrs) {
+        // Compact heap record (the hot path).
+        ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+        if (!w) return;
+        uint64_t cs = 0, ps = 0;
+        bool st = want_stacks();
+        if (st) {
+            stacks_for(w, cs, ps);
+            w = writer_for(capture::kMaxFixedRecord);
+            if (!w) return;
+        }
+        uint64_t ts = now_ns();
+        uint8_t* p = begin_record(w, st ? capture::kHeapMallocS : capture::kHeapMalloc, ts);
+        p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
+        w->last_ptr = ptr;
+        p = capture::put_varint(p, size);
+        if (st) {
+            p = capture::put_varint(p, cs);
+            p = capture::put_varint(p, ps);
+        }
+        commit(w, p);
+        return;
+    }
+    msms_agent_event(MSMS_EV_MALLOC, type, dev_kind, dev_id, ptr, size, aux0, 0, nullptr, attrs);
+}
+
+__attribute__((visibility("default"))) void msms_agent_free(uint16_t type, uint16_t dev_kind, int16_t dev_id,
+                                                            uint64_t ptr) {
+    if (type == MSMS_T_HOST) {
+        ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+        if (!w) return;
+        uint64_t cs = 0, ps = 0;
+        bool st = want_stacks();
+        if (st) {
+            stacks_for(w, cs, ps);
+            w = writer_for(capture::kMaxFixedRecord);
+            if (!w) return;
+        }
+        uint64_t ts = now_ns();
+        uint8_t* p = begin_record(w, st ? capture::kHeapFreeS : capture::kHeapFree, ts);
+        p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
+        w->last_ptr = ptr;
+        if (st) {
+            p = capture::put_varint(p, cs);
+            p = capture::put_varint(p, ps);
+        }
+        commit(w, p);
+        return;
+    }
+    msms_agent_event(MSMS_EV_FREE, type, dev_kind, dev_id, ptr, 0, 0, 0, nullptr, nullptr);
+}
+
+__attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint16_t type, uint16_t dev_kind,
+                                                             int16_t dev_id, uint64_t ptr, uint64_t size,
+                                                             uint64_t aux0, uint64_t aux1, const char* name,
+                                                             const char* attrs) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t name_id = name && *name ? intern(w, name, strlen(name)) : 0;
+    uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
+    uint64_t cs = 0, ps = 0;
+    if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
+        stacks_for(w, cs, ps);
+    w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t ts = now_ns();
+    uint8_t* p = begin_record(w, capture::kGeneric, ts);
+    p = capture::put_varint(p, kind);
+    p = capture::put_varint(p, type);
+    p = capture::put_varint(p, dev_kind);
+    p = capture::put_varint(p, capture::zigzag(dev_id));
+    p = capture::put_varint(p, ptr);
+    p = capture::put_varint(p, size);
+    p = capture::put_varint(p, aux0);
+    p = capture::put_varint(p, aux1);
+    p = capture::put_varint(p, name_id);
+    p = capture::put_varint(p, attrs_id);
+    p = capture::put_varint(p, cs);
+    p = capture::put_varint(p, ps);
+    commit(w, p);
+}
+
+__attribute__((visibility("default"))) void msms_agent_start(void) {
+    if (!channel_is_open()) return;
+    if (g_collecting.exchange(true)) return;
+    Tls& t = tls();
+    Guard g(t);
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
+}
+
+__attribute__((visibility("default"))) void msms_agent_stop(void) {
+    if (!channel_is_open()) return;
+    Tls& t = tls();
+    Guard g(t);
+    if (!g_collecting.load()) return;
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
+    g_collecting.store(false);
+}
+
+__attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
+    uint64_t n = g_step.fetch_add(1) + 1;
+    if (!channel_is_open()) return n;
+    Tls& t = tls();
+    Guard g(t);
+    char name[24];
+    snprintf(name, sizeof(name), "%llu", static_cast<unsigned long long>(n));
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STEP, MSMS_DEV_NA, -1, 0, 0, n, 0, name, nullptr);
+    return n;
+}
+
+__attribute__((visibility("default"))) void msms_agent_set_python_stack_provider(msms_stack_provider fn) {
+    g_py_provider.store(fn);
+}
+
+__attribute__((visibility("default"))) uint64_t msms_agent_intern(const char* s) {
+    if (!s) return 0;
+    Tls& t = tls();
+    Guard g(t);
+    ThreadWriter* w = writer_for(1);
+    if (!w) return 0;
+    return intern(w, s, strlen(s));
+}
+
+__attribute__((visibility("default"))) int msms_agent_attach(const char* session_dir, const char* opts) {
+    if (!session_dir || !*session_dir) return EINVAL;
+    return attach_impl(session_dir, opts);
+}
+
+__attribute__((visibility("default"))) void msms_agent_detach(void) {
+    Tls& t = tls();
+    Guard g(t);
+    msms_agent_stop();
+    g_collecting.store(false);
+    channel_close(0);
+}
+
+__attribute__((visibility("default"))) int msms_agent_attached(void) { return channel_is_open() ? 1 : 0; }
+
+}  // extern "C"

@@ -1,0 +1,106 @@
+#include "options.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace msms::agent {
+namespace {
+
+Options g_options;
+char g_text[8192];
+
+// Finds "key=" at the start of an item; returns the value and its length.
+const char* find_value(const char* key, size_t& len) {
+    size_t klen = strlen(key);
+    const char* p = g_text;
+    while (*p) {
+        const char* item_end = strchr(p, ';');
+        if (!item_end) item_end = p + strlen(p);
+        if (static_cast<size_t>(item_end - p) > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            len = static_cast<size_t>(item_end - (p + klen + 1));
+            return p + klen + 1;
+        }
+        p = *item_end ? item_end + 1 : item_end;
+    }
+    len = 0;
+    return nullptr;
+}
+
+bool list_has(const char* value, size_t len, const char* item) {
+    size_t ilen = strlen(item);
+    const char* p = value;
+    const char* end = value + len;
+    while (p < end) {
+        const char* comma = static_cast<const char*>(memchr(p, ',', static_cast<size_t>(end - p)));
+        if (!comma) comma = end;
+        if (static_cast<size_t>(comma - p) == ilen && strncmp(p, item, ilen) == 0) return true;
+        p = comma + 1;
+    }
+    return false;
+}
+
+// "c:20,python:10" -> depth of `which` (0 when absent; default depth 50).
+uint32_t stack_depth(const char* value, size_t len, const char* which) {
+    size_t wlen = strlen(which);
+    const char* p = value;
+    const char* end = value + len;
+    while (p < end) {
+        const char* comma = static_cast<const char*>(memchr(p, ',', static_cast<size_t>(end - p)));
+        if (!comma) comma = end;
+        if (static_cast<size_t>(comma - p) >= wlen && strncmp(p, which, wlen) == 0 &&
+            (p + wlen == comma || p[wlen] == ':')) {
+            if (p + wlen == comma) return 50;
+            return static_cast<uint32_t>(strtoul(p + wlen + 1, nullptr, 10));
+        }
+        p = comma + 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+const Options& options() { return g_options; }
+
+void parse_options(const char* text) {
+    strncpy(g_text, text, sizeof(g_text) - 1);
+    g_text[sizeof(g_text) - 1] = 0;
+    Options o;
+    size_t len;
+    if (const char* v = find_value("events", len)) {
+        o.alloc = list_has(v, len, "alloc");
+        o.free = list_has(v, len, "free");
+        o.launch = list_has(v, len, "launch");
+        o.access = list_has(v, len, "access");
+        o.traceback = list_has(v, len, "traceback");
+    }
+    if (const char* v = find_value("collect_mode", len)) o.deferred = len == 8 && strncmp(v, "deferred", 8) == 0;
+    if (const char* v = find_value("follow_fork", len)) o.follow_fork = !(len >= 1 && (v[0] == '0' || v[0] == 'f'));
+    if (const char* v = find_value("call_stack", len)) {
+        o.c_depth = stack_depth(v, len, "c");
+        o.py_depth = stack_depth(v, len, "python");
+    }
+    g_options = o;
+}
+
+bool wants(const char* cls) {
+    if (!cls) return false;
+    if (!strcmp(cls, "alloc")) return g_options.alloc;
+    if (!strcmp(cls, "free")) return g_options.free;
+    if (!strcmp(cls, "launch")) return g_options.launch;
+    if (!strcmp(cls, "access")) return g_options.access;
+    if (!strcmp(cls, "traceback")) return g_options.traceback;
+    return false;
+}
+
+size_t option_text(const char* key, char* buf, size_t n) {
+    size_t len = 0;
+    const char* v = key ? find_value(key, len) : nullptr;
+    if (!buf || n == 0) return len;
+    if (!v) len = 0;
+    if (len >= n) len = n - 1;
+    if (len) memcpy(buf, v, len);
+    buf[len] = 0;
+    return len;
+}
+
+}  // namespace msms::agent

@@ -1,0 +1,24 @@
+// Collection options the host passes to the agent (MSMEMSCOPE_AGENT_OPTS, a
+// "key=value;key=value" text). Parsed once into static storage: no heap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace msms::agent {
+
+struct Options {
+    bool alloc = true, free = true, launch = true, access = false, traceback = false;
+    bool deferred = false;
+    bool follow_fork = true;
+    uint32_t c_depth = 0;   // 0: no C stacks
+    uint32_t py_depth = 0;  // 0: no Python stacks
+};
+
+const Options& options();
+void parse_options(const char* text);
+bool wants(const char* event_class);
+// Raw value of key ("" if absent).
+size_t option_text(const char* key, char* buf, size_t n);
+
+}  // namespace msms::agent

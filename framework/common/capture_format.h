@@ -1,0 +1,113 @@
+// The capture format (.msmcap): what the agent writes and the host reads.
+// Header-only and dependency-free so that the agent (libc only) and the host
+// share one definition. Versioned: the host refuses a different major.
+//
+// File layout
+//   [0, kHeaderSize)              CaptureHeader
+//   [kHeaderSize + i*kChunkSize)  chunk i: ChunkHeader + records
+// A thread owns one chunk at a time (taken with an atomic counter), writes
+// records into it and publishes its fill level with a release store, so the
+// host can read while the program runs and nothing is lost if it dies.
+//
+// Records: one tag byte, then LEB128 varints. Timestamps are deltas from the
+// previous record of the same chunk (the first one is absolute).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace msms::capture {
+
+constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
+constexpr uint32_t kFormatMajor = 1;
+constexpr uint32_t kFormatMinor = 0;
+constexpr uint32_t kHeaderSize = 4096;
+constexpr uint32_t kChunkSize = 64 * 1024;
+constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
+constexpr uint64_t kChunksPerSegment = 512;   // file grows by 32 MiB at a time
+constexpr uint64_t kMaxSegments = 8192;       // 256 GiB per process
+
+enum class State : uint32_t { Running = 0, Finished = 1 };
+
+struct CaptureHeader {
+    char magic[8];
+    uint32_t format_major;
+    uint32_t format_minor;
+    uint32_t header_size;
+    uint32_t chunk_size;
+    uint32_t pid;
+    uint32_t ppid;
+    uint64_t wall_start_ns;  // CLOCK_REALTIME at start
+    uint64_t mono_start_ns;  // CLOCK_MONOTONIC at the same moment
+    std::atomic<uint64_t> chunks_taken;   // chunk indices handed out
+    std::atomic<uint64_t> chunks_mapped;  // chunks backed by the file
+    std::atomic<uint32_t> state;          // State
+    std::atomic<uint32_t> disabled_reason;  // non-zero: agent turned itself off
+    std::atomic<uint64_t> dropped;        // events that could not be recorded
+    std::atomic<uint64_t> waits;          // back-off waits when space ran out
+    int32_t exit_code;                    // from exit(), when known
+    uint32_t fork_generation;
+    char rank[32];          // RANK / LOCAL_RANK of the process, when set
+    char cmdline[1024];     // NUL-separated argv, truncated
+    char exe[512];
+};
+static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
+
+struct ChunkHeader {
+    std::atomic<uint32_t> magic;  // set last (release) when the chunk is set up
+    uint32_t tid;
+    std::atomic<uint32_t> used;    // bytes of records published
+    std::atomic<uint32_t> sealed;  // 1: the thread moved on, no more writes
+    uint64_t reserved[2];
+};
+constexpr uint32_t kChunkPayload = kChunkSize - sizeof(ChunkHeader);
+
+inline uint64_t chunk_offset(uint64_t index) { return kHeaderSize + index * kChunkSize; }
+
+// Record tags.
+enum Tag : uint8_t {
+    kPad = 0,          // rest of chunk unused
+    kHeapMalloc = 1,   // ts, ptr(zigzag delta), size
+    kHeapFree = 2,     // ts, ptr(zigzag delta)
+    kHeapMallocS = 3,  // ts, ptr, size, cstack, pystack
+    kHeapFreeS = 4,    // ts, ptr, cstack, pystack
+    kGeneric = 5,      // ts, kind, type, devkind, devid(zigzag), ptr, size,
+                       // aux0, aux1, name, attrs, cstack, pystack
+    kString = 6,       // id, len, bytes
+    kStack = 7,        // id, kind(0 c,1 py), n, frames (c: addresses; py: string ids)
+    kModule = 8,       // ts, base, path string id  (a loaded ELF object)
+    kEnd = 9,          // ts, exit code (zigzag): the process finished normally
+    kThreadName = 10,  // string id
+};
+
+inline uint8_t* put_varint(uint8_t* p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = static_cast<uint8_t>(v) | 0x80;
+        v >>= 7;
+    }
+    *p++ = static_cast<uint8_t>(v);
+    return p;
+}
+inline uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+inline int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+// Returns false on truncated input.
+inline bool get_varint(const uint8_t*& p, const uint8_t* end, uint64_t& out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (p >= end) return false;
+        uint8_t b = *p++;
+        v |= static_cast<uint64_t>(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+constexpr size_t kMaxFixedRecord = 1 + 10 * 13;  // tag + 13 varints
+
+}  // namespace msms::capture

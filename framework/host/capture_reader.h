@@ -1,0 +1,114 @@
+// Host side of the channel: reads one process's capture file while it is
+// being written (or after), decodes records and hands them out in timestamp
+// order across the process's threads.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/capture_format.h"
+
+namespace msms {
+
+struct RawEvent {
+    uint64_t ts = 0;  // monotonic ns of the target
+    uint32_t tid = 0;
+    uint16_t kind = 0, type = 0;
+    uint16_t dev_kind = 0;
+    int16_t dev_id = -1;
+    uint64_t ptr = 0, size = 0, aux0 = 0, aux1 = 0;
+    uint64_t name_id = 0, attrs_id = 0, cstack = 0, pystack = 0;
+};
+
+struct StackDef {
+    uint8_t kind = 0;  // 0 C addresses, 1 Python string ids
+    std::vector<uint64_t> frames;
+};
+
+struct ModuleDef {
+    uint64_t base = 0;
+    uint64_t path_id = 0;
+    uint64_t ts = 0;
+};
+
+class CaptureReader {
+public:
+    CaptureReader();
+    ~CaptureReader();
+    CaptureReader(const CaptureReader&) = delete;
+    CaptureReader& operator=(const CaptureReader&) = delete;
+
+    // Opens and checks the header. The error names the file and the problem.
+    bool open(const std::string& path, std::string& error);
+    // Decodes what was published since the last call. Returns records decoded.
+    size_t poll();
+    // True once the writing process is gone (its lock was released).
+    bool writer_gone();
+    // Next event in timestamp order whose ts <= watermark.
+    bool pop(RawEvent& out, uint64_t watermark);
+    bool empty() const { return heap_.empty(); }
+
+    const std::string* string(uint64_t id) const;
+    const StackDef* stack(uint64_t id) const;
+    const std::vector<ModuleDef>& modules() const { return modules_; }
+
+    const std::string& path() const { return path_; }
+    uint32_t pid() const { return header_copy_.pid; }
+    uint32_t ppid() const { return header_copy_.ppid; }
+    int64_t wall_offset() const { return static_cast<int64_t>(header_copy_.wall_start_ns - header_copy_.mono_start_ns); }
+    uint64_t wall_start() const { return header_copy_.wall_start_ns; }
+    std::string rank() const { return header_copy_.rank; }
+    std::vector<std::string> cmdline() const;
+    bool ended_normally() const { return saw_end_; }
+    int64_t end_exit_code() const { return end_code_; }
+    uint64_t dropped() const;
+    bool agent_disabled() const;
+    uint64_t stragglers() const { return stragglers_; }
+    uint64_t corrupt_records() const { return corrupt_; }
+    uint64_t events_decoded() const { return decoded_; }
+
+private:
+    struct ChunkState {
+        uint64_t index;
+        uint32_t tid;
+        uint32_t read = 0;
+        uint64_t last_ts = 0;   // delta decoding state (starts at 0 per chunk)
+        uint64_t last_ptr = 0;
+    };
+    const uint8_t* chunk_ptr(uint64_t index);
+    void decode(ChunkState& c, const uint8_t* payload, uint32_t used);
+    void push(const RawEvent& e);
+    bool map_upto(uint64_t chunks);
+
+    std::string path_;
+    int fd_ = -1;
+    capture::CaptureHeader header_copy_{};
+    const capture::CaptureHeader* header_ = nullptr;
+    std::vector<const uint8_t*> segments_;
+    uint64_t next_chunk_ = 0;             // next chunk index not yet assigned to a thread
+    std::vector<uint64_t> uninitialized_; // taken but not set up yet
+    std::map<uint32_t, std::deque<ChunkState>> thread_chunks_;
+    std::unordered_map<uint32_t, std::deque<RawEvent>> queues_;
+    struct HeapItem {
+        uint64_t ts;
+        uint32_t tid;
+        bool operator>(const HeapItem& o) const { return ts != o.ts ? ts > o.ts : tid > o.tid; }
+    };
+    std::priority_queue<HeapItem, std::vector<HeapItem>, std::greater<HeapItem>> heap_;
+    std::unordered_map<uint64_t, std::string> strings_;
+    std::unordered_map<uint64_t, StackDef> stacks_;
+    std::vector<ModuleDef> modules_;
+    uint64_t last_popped_ = 0;
+    uint64_t stragglers_ = 0, corrupt_ = 0, decoded_ = 0;
+    bool saw_end_ = false;
+    int64_t end_code_ = 0;
+    bool gone_ = false;
+};
+
+}  // namespace msms

@@ -1,0 +1,113 @@
+// The effective configuration of a run: every option of spec/COMPAT.md §1
+// plus ours, from YAML (--config) and the command line (which wins), all
+// validated before anything starts. Errors name the option (or YAML file,
+// line and key) and the allowed values.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace msms {
+
+// What the config needs to know of the plugins that were found.
+struct PluginInfo {
+    std::string name;
+    int kind = 0;  // msms_plugin_kind
+    std::vector<std::string> events;  // needs (analyzers, sinks) / produces (collectors)
+    std::vector<std::string> devices; // collectors
+    struct Option {
+        std::string name;
+        int type = 0;
+        std::string default_value;
+        bool has_default = false;
+        std::string allowed;
+        long long min = 0, max = 0;
+        std::string description;
+    };
+    std::vector<Option> options;
+};
+using Catalog = std::vector<PluginInfo>;
+
+struct WatchSpec {
+    std::string start;  // empty: from the beginning
+    int out_index = -1; // outN, -1 = all outputs
+    std::string end;
+    bool full_content = false;
+    std::string text;
+};
+
+struct Config {
+    std::vector<long long> steps;
+    std::vector<std::string> devices{"npu"};
+    int level = 0;                   // 0 op, 1 kernel
+    std::set<std::string> events{"alloc", "free", "launch"};
+    int c_depth = 0, py_depth = 0;   // 0: off
+    bool c_stack = false, py_stack = false;
+    std::string collect_mode = "immediate";
+    std::vector<std::string> analyzers{"leaks"};
+    std::string data_format = "csv";
+    std::vector<std::string> sinks;  // all sinks, data format first
+    std::optional<WatchSpec> watch;
+    std::string output = "memscopeDumpResults";
+    std::string log_level = "warn";
+    bool compare = false;
+    std::vector<std::string> inputs;
+    bool follow_fork = true;
+    std::string replay;              // replay a saved capture instead of running
+    bool save_capture = false;       // keep the raw .msmcap next to the output
+    std::string serve_session;       // Python mode: serve this session folder
+    int parent_pid = 0;              // ... until this process exits
+    std::vector<std::string> plugin_search_paths;
+    std::map<std::string, std::map<std::string, std::string>> plugin_options;
+    std::vector<std::string> collectors;  // resolved at validation
+    std::vector<std::string> program;
+
+    // "events=...;call_stack=...;..." for the agent in the target.
+    std::string agent_options() const;
+    std::string to_json() const;
+    // The backend name for folder names: cpu, npu, cuda.
+    std::string backend() const;
+    bool wants_device_kind(const std::string& kind) const;
+};
+
+// One raw setting before validation, with where it came from.
+struct RawValue {
+    std::string value;
+    std::string origin;  // "--device" or "profile.yaml:3: device"
+    bool is_list = false;
+};
+
+struct RawConfig {
+    std::map<std::string, RawValue> values;  // canonical key (with '-')
+    std::vector<std::string> search_paths;
+    std::map<std::string, std::map<std::string, std::string>> plugin_options;
+    std::map<std::string, std::string> plugin_option_origin;
+    std::vector<std::string> program;
+    std::string config_file;
+    bool help = false, version = false, list_plugins = false;
+};
+
+// The long option names (canonical, with '-') and whether each takes a value.
+const std::vector<std::string>& option_names();
+bool option_takes_value(const std::string& name);
+
+// Splits argv into options and the program; parses the options with
+// Boost.Program_options. Appends errors; returns false on any.
+bool parse_command_line(int argc, const char* const* argv, RawConfig& raw, std::vector<std::string>& errors);
+// Loads --config YAML into raw (CLI values already in raw win).
+bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>& errors);
+// Validates everything. Catalog: the plugins found (for analyzer/sink names,
+// implied events and plugin options).
+bool validate(const RawConfig& raw, const Catalog& catalog, Config& out, std::vector<std::string>& errors);
+
+// Validates one plugin's options against its schema, filling defaults.
+bool validate_plugin_options(const PluginInfo& plugin, const std::map<std::string, std::string>& given,
+                             const std::string& origin, std::map<std::string, std::string>& out,
+                             std::vector<std::string>& errors);
+
+std::string help_text();
+
+}  // namespace msms

@@ -1,0 +1,318 @@
+#include "pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/dll/shared_library.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+namespace msms {
+
+std::string device_label(const msms_event& ev) {
+    switch (ev.device_kind) {
+    case MSMS_DEV_CPU: return "cpu";
+    case MSMS_DEV_NPU:
+    case MSMS_DEV_CUDA: return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
+    default: return "N/A";
+    }
+}
+
+bool is_driver_pool(uint16_t type) {
+    return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED;
+}
+
+namespace {
+std::string to_s(msms_str s) { return std::string(s.data ? s.data : "", s.size); }
+}  // namespace
+
+Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {
+    api_.struct_size = sizeof(api_);
+    api_.host = this;
+    api_.log = &api_log;
+    api_.add_attr = &api_add_attr;
+    api_.annotate = &api_annotate;
+    api_.emit = &api_emit;
+    api_.add_finding = &api_add_finding;
+    api_.report = &api_report;
+}
+
+Pipeline::~Pipeline() {
+    for (auto* list : {&analyzers_, &sinks_})
+        for (auto& i : *list)
+            if (i.obj) i.d->destroy(i.obj);
+}
+
+void Pipeline::log(int level, const std::string& msg) {
+    if (run_.log) {
+        if (level == 0) run_.log->info(msg);
+        else if (level == 1) run_.log->warn(msg);
+        else run_.log->error(msg);
+    }
+    int threshold = cfg_.log_level == "info" ? 0 : cfg_.log_level == "warn" ? 1 : 2;
+    if (level >= threshold) std::cerr << "[msmemscope] " << (level >= 2 ? "error: " : level == 1 ? "warning: " : "") << msg << "\n";
+}
+
+void Pipeline::plugin_failed(Instance& inst, const std::string& what) {
+    inst.alive = false;
+    std::string msg = "plugin '" + inst.name + "': " + what + "; continuing without it";
+    plugin_errors_.push_back(msg);
+    log(2, msg);
+}
+
+void Pipeline::start(const RunContext& run) {
+    run_ = run;
+    auto make = [&](const std::string& name, int kind, std::vector<Instance>& into) {
+        const LoadedPlugin* p = registry_.find(name, kind);
+        if (!p) return;
+        Instance inst;
+        inst.name = name;
+        inst.d = p->descriptor;
+        inst.keep_library = p->library;
+        std::vector<std::pair<std::string, std::string>> opts;
+        auto it = cfg_.plugin_options.find(name);
+        if (it != cfg_.plugin_options.end())
+            for (auto& kv : it->second) opts.emplace_back(kv.first, kv.second);
+        std::vector<msms_kv> kv;
+        for (auto& o : opts)
+            kv.push_back({{o.first.data(), static_cast<uint32_t>(o.first.size())},
+                          {o.second.data(), static_cast<uint32_t>(o.second.size())}});
+        msms_error err{};
+        int rc = inst.d->create(&api_, kv.data(), static_cast<uint32_t>(kv.size()), &inst.obj, &err);
+        if (rc != MSMS_OK || !inst.obj) {
+            inst.obj = nullptr;
+            inst.alive = false;
+            plugin_failed(inst, std::string("create failed: ") + (err.message[0] ? err.message : "no reason given"));
+            return;
+        }
+        into.push_back(std::move(inst));
+    };
+    for (auto& a : cfg_.analyzers) make(a, MSMS_KIND_ANALYZER, analyzers_);
+    for (auto& s : cfg_.sinks) make(s, MSMS_KIND_SINK, sinks_);
+
+    msms_run_info info{};
+    info.struct_size = sizeof(info);
+    info.pid = run_.pid;
+    info.output_dir = {run_.output_dir.data(), static_cast<uint32_t>(run_.output_dir.size())};
+    info.timestamp = {run_.timestamp.data(), static_cast<uint32_t>(run_.timestamp.size())};
+    info.config_json = {run_.config_json.data(), static_cast<uint32_t>(run_.config_json.size())};
+    info.command_line = {run_.command_line.data(), static_cast<uint32_t>(run_.command_line.size())};
+    info.level = static_cast<uint32_t>(cfg_.level);
+    // Downstream first: sinks are ready before any analyzer can emit.
+    for (auto* list : {&sinks_, &analyzers_}) {
+        for (auto& i : *list) {
+            if (!i.alive || !i.d->begin) continue;
+            msms_error err{};
+            if (i.d->begin(i.obj, &info, &err) != MSMS_OK)
+                plugin_failed(i, std::string("begin failed: ") + (err.message[0] ? err.message : "no reason given"));
+        }
+    }
+}
+
+void Pipeline::account(Record& r) {
+    msms_event& ev = r.ev;
+    if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return;
+    PoolKey key{ev.device_kind, ev.device_id, ev.type};
+    auto& live = live_[key];
+    int64_t delta = 0;
+    if (ev.kind == MSMS_EV_MALLOC) {
+        ev.allocation_id = ++next_alloc_id_;
+        auto [it, inserted] = live.emplace(ev.ptr, LiveBlock{ev.allocation_id, ev.size});
+        if (!inserted) {
+            // The same address again without a FREE in between: the earlier
+            // block was released where we could not see it.
+            delta -= static_cast<int64_t>(it->second.size);
+            it->second = LiveBlock{ev.allocation_id, ev.size};
+        }
+        delta += static_cast<int64_t>(ev.size);
+    } else {
+        auto it = live.find(ev.ptr);
+        if (it != live.end()) {
+            ev.allocation_id = it->second.allocation_id;
+            ev.size = it->second.size;
+            delta = -static_cast<int64_t>(it->second.size);
+            live.erase(it);
+        } else {
+            ev.allocation_id = 0;  // allocated before collection started
+            ev.size = 0;
+        }
+    }
+    int64_t& used = pool_used_[key];
+    used += delta;
+    ev.pool_used = used;
+    if (is_driver_pool(ev.type)) {
+        device_used_[{ev.device_kind, ev.device_id}] += delta;
+        process_used_ += delta;
+    }
+    ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
+    ev.process_used = process_used_;
+    auto& t = device_totals_[device_label(ev) + "/" + msms_event_type_name(ev.type)];
+    t.used = used;
+    t.peak = std::max(t.peak, used);
+}
+
+void Pipeline::build_views(Record& r) {
+    // Attr entries: the numbers of the event, then the source's extras.
+    auto& a = r.attrs;
+    if (!r.complete_attrs) {
+        std::vector<std::pair<std::string, std::string>> base;
+        auto has = [&](const char* k) {
+            for (auto& kv : a)
+                if (kv.first == k) return true;
+            return false;
+        };
+        const msms_event& ev = r.ev;
+        auto add = [&](const char* k, std::string v) {
+            if (!has(k)) base.emplace_back(k, std::move(v));
+        };
+        char buf[32];
+        if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
+            add("allocation_id", std::to_string(ev.allocation_id));
+            std::snprintf(buf, sizeof(buf), "0x%016llx", static_cast<unsigned long long>(ev.ptr));
+            add("addr", buf);
+            add("size", std::to_string(ev.size));
+            if (ev.pool_used >= 0) add("used", std::to_string(ev.pool_used));
+            if (ev.pool_total >= 0) add("total", std::to_string(ev.pool_total));
+            if (ev.process_used >= 0) add("process_used", std::to_string(ev.process_used));
+            if (ev.device_used >= 0) add("device_used", std::to_string(ev.device_used));
+        } else if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
+            add("func", r.name);
+            add("req_size", std::to_string(ev.size));
+            add("flag", std::to_string(ev.aux0));
+            add("ret", std::to_string(ev.aux1));
+        } else if (ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.aux0) {
+            add("streamId", std::to_string(ev.aux0));
+            add("taskId", std::to_string(ev.aux1));
+        }
+        a.insert(a.begin(), base.begin(), base.end());
+        r.complete_attrs = true;
+    }
+    kv_.clear();
+    for (auto& kv : a)
+        kv_.push_back({{kv.first.data(), static_cast<uint32_t>(kv.first.size())},
+                       {kv.second.data(), static_cast<uint32_t>(kv.second.size())}});
+    r.ev.attrs = kv_.data();
+    r.ev.attr_count = static_cast<uint32_t>(kv_.size());
+    r.ev.name = {r.name.data(), static_cast<uint32_t>(r.name.size())};
+    r.ev.py_stack = {r.py_stack.data(), static_cast<uint32_t>(r.py_stack.size())};
+    r.ev.c_stack = {r.c_stack.data(), static_cast<uint32_t>(r.c_stack.size())};
+}
+
+void Pipeline::dispatch(Record& r, size_t first_analyzer) {
+    Record* saved = current_;
+    current_ = &r;
+    build_views(r);
+    for (size_t i = first_analyzer; i < analyzers_.size(); ++i) {
+        Instance& a = analyzers_[i];
+        if (!a.alive) continue;
+        current_analyzer_ = i;
+        if (a.d->on_event(a.obj, &r.ev) != MSMS_OK) plugin_failed(a, "failed on event " + std::to_string(r.ev.id));
+        // add_attr may have grown the list: refresh the views
+        build_views(r);
+    }
+    for (auto& s : sinks_) {
+        if (!s.alive) continue;
+        if (s.d->on_event(s.obj, &r.ev) != MSMS_OK) plugin_failed(s, "failed on event " + std::to_string(r.ev.id));
+    }
+    current_ = saved;
+}
+
+void Pipeline::feed(Record& r) {
+    if (finished_) return;
+    if (r.ev.timestamp_ns < last_ts_) r.ev.timestamp_ns = last_ts_;  // keep the output ordered
+    last_ts_ = r.ev.timestamp_ns;
+    if (accounting_ && !r.complete_attrs) account(r);
+    if (r.ev.id == 0 || accounting_) r.ev.id = ++next_id_;
+    ++events_;
+    dispatch(r, 0);
+    while (!emitted_.empty()) {
+        auto item = std::move(emitted_.front());
+        emitted_.pop_front();
+        ++events_;
+        dispatch(item.first, item.second);
+    }
+}
+
+void Pipeline::finish() {
+    if (finished_) return;
+    for (size_t i = 0; i < analyzers_.size(); ++i) {
+        Instance& a = analyzers_[i];
+        if (!a.alive || !a.d->finish) continue;
+        current_analyzer_ = i;
+        msms_error err{};
+        if (a.d->finish(a.obj, &err) != MSMS_OK)
+            plugin_failed(a, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+        while (!emitted_.empty()) {
+            auto item = std::move(emitted_.front());
+            emitted_.pop_front();
+            ++events_;
+            dispatch(item.first, item.second);
+        }
+    }
+    finished_ = true;
+    for (auto& s : sinks_) {
+        if (!s.alive || !s.d->finish) continue;
+        msms_error err{};
+        if (s.d->finish(s.obj, &err) != MSMS_OK)
+            plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+    }
+}
+
+// ---------------------------------------------------------------- host API
+
+void Pipeline::api_log(void* h, int level, msms_str m) { static_cast<Pipeline*>(h)->log(level, to_s(m)); }
+
+int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
+    auto* p = static_cast<Pipeline*>(h);
+    if (!p->current_) return MSMS_ERR_INVALID_ARGUMENT;
+    std::string key = to_s(k);
+    for (auto& kv : p->current_->attrs)
+        if (kv.first == key) {
+            kv.second = to_s(v);
+            return MSMS_OK;
+        }
+    p->current_->attrs.emplace_back(std::move(key), to_s(v));
+    return MSMS_OK;
+}
+
+int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
+    auto* p = static_cast<Pipeline*>(h);
+    if (id == 0 || id > p->next_id_) return MSMS_ERR_INVALID_ARGUMENT;
+    for (auto& s : p->sinks_) {
+        if (!s.alive || !s.d->on_annotation) continue;
+        if (s.d->on_annotation(s.obj, id, k, v) != MSMS_OK) p->plugin_failed(s, "failed on an annotation");
+    }
+    return MSMS_OK;
+}
+
+int Pipeline::api_emit(void* h, const msms_event* ev) {
+    auto* p = static_cast<Pipeline*>(h);
+    if (!ev || ev->struct_size < offsetof(msms_event, c_stack_id)) return MSMS_ERR_INVALID_ARGUMENT;
+    Record r;
+    std::memcpy(&r.ev, ev, std::min<size_t>(sizeof(msms_event), ev->struct_size));
+    r.ev.struct_size = sizeof(msms_event);
+    r.name = to_s(ev->name);
+    for (uint32_t i = 0; i < ev->attr_count; ++i) r.attrs.emplace_back(to_s(ev->attrs[i].key), to_s(ev->attrs[i].value));
+    r.complete_attrs = true;
+    r.py_stack = to_s(ev->py_stack);
+    r.c_stack = to_s(ev->c_stack);
+    if (r.ev.timestamp_ns == 0 || r.ev.timestamp_ns < p->last_ts_) r.ev.timestamp_ns = p->last_ts_;
+    r.ev.id = ++p->next_id_;
+    if (r.ev.pid == 0) r.ev.pid = p->run_.pid;
+    p->emitted_.emplace_back(std::move(r), p->current_analyzer_ + 1);
+    return MSMS_OK;
+}
+
+int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n) {
+    auto* p = static_cast<Pipeline*>(h);
+    for (auto& s : p->sinks_) {
+        if (!s.alive || !s.d->on_finding) continue;
+        if (s.d->on_finding(s.obj, table, cols, n) != MSMS_OK) p->plugin_failed(s, "failed on a finding");
+    }
+    return MSMS_OK;
+}
+
+void Pipeline::api_report(void* h, msms_str line) { static_cast<Pipeline*>(h)->report_.push_back(to_s(line)); }
+
+}  // namespace msms

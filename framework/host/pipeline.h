@@ -1,0 +1,126 @@
+// One process's pipeline: pool accounting (allocation ids, running totals),
+// then every analyzer, then every sink, in timestamp order, with IDs that
+// increase with time. Also the host API that plugins call back into.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <msmemscope/abi.h>
+
+#include "config.h"
+#include "record.h"
+#include "registry.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace msms {
+
+struct RunContext {
+    uint32_t pid = 0;
+    std::string output_dir;   // this process's folder
+    std::string timestamp;    // YYYYmmddHHMMSS
+    std::string config_json;
+    std::string command_line;
+    std::shared_ptr<spdlog::logger> log;  // may be null
+};
+
+class Pipeline {
+public:
+    Pipeline(const Config& cfg, const Registry& registry);
+    ~Pipeline();
+    Pipeline(const Pipeline&) = delete;
+    Pipeline& operator=(const Pipeline&) = delete;
+
+    // Creates the analyzers and sinks of the config (a plugin that fails to
+    // create is reported and left out) and begins them, sinks first.
+    void start(const RunContext& run);
+    // One event, in timestamp order.
+    void feed(Record& r);
+    // Ends the stream: analyzers finish (they may still emit), then sinks.
+    void finish();
+
+    struct DeviceTotals {
+        int64_t used = 0, peak = 0;
+    };
+    uint64_t events() const { return events_; }
+    const std::map<std::string, DeviceTotals>& device_totals() const { return device_totals_; }
+    const std::vector<std::string>& report_lines() const { return report_; }
+    const std::vector<std::string>& plugin_errors() const { return plugin_errors_; }
+    uint64_t last_timestamp() const { return last_ts_; }
+    // Disable pool accounting (input already carries allocation ids and totals).
+    void set_accounting(bool on) { accounting_ = on; }
+
+private:
+    struct Instance {
+        std::string name;
+        const msms_plugin_descriptor* d = nullptr;
+        void* obj = nullptr;
+        bool alive = true;
+        std::shared_ptr<void> keep_library;
+    };
+    struct LiveBlock {
+        uint64_t allocation_id;
+        uint64_t size;
+    };
+    struct PoolKey {
+        uint16_t dev_kind;
+        int16_t dev_id;
+        uint16_t type;
+        bool operator<(const PoolKey& o) const {
+            return std::tie(dev_kind, dev_id, type) < std::tie(o.dev_kind, o.dev_id, o.type);
+        }
+    };
+
+    void account(Record& r);
+    void dispatch(Record& r, size_t first_analyzer);
+    void build_views(Record& r);
+    void plugin_failed(Instance& inst, const std::string& what);
+    void log(int level, const std::string& msg);
+
+    // host API trampolines
+    static void api_log(void* h, int level, msms_str m);
+    static int api_add_attr(void* h, msms_str k, msms_str v);
+    static int api_annotate(void* h, uint64_t id, msms_str k, msms_str v);
+    static int api_emit(void* h, const msms_event* ev);
+    static int api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n);
+    static void api_report(void* h, msms_str line);
+
+    const Config& cfg_;
+    const Registry& registry_;
+    RunContext run_;
+    msms_host_api api_{};
+    std::vector<Instance> analyzers_, sinks_;
+    bool accounting_ = true;
+    bool finished_ = false;
+
+    // current event (for add_attr)
+    Record* current_ = nullptr;
+    std::vector<msms_kv> kv_;
+    size_t current_analyzer_ = 0;
+    std::deque<std::pair<Record, size_t>> emitted_;  // event, first analyzer to see it
+
+    uint64_t next_id_ = 0;
+    uint64_t next_alloc_id_ = 0;
+    uint64_t events_ = 0;
+    uint64_t last_ts_ = 0;
+    std::map<PoolKey, std::unordered_map<uint64_t, LiveBlock>> live_;
+    std::map<PoolKey, int64_t> pool_used_;
+    std::map<std::pair<uint16_t, int16_t>, int64_t> device_used_;
+    int64_t process_used_ = 0;
+    std::map<std::string, DeviceTotals> device_totals_;
+    std::vector<std::string> report_;
+    std::vector<std::string> plugin_errors_;
+};
+
+bool is_driver_pool(uint16_t type);
+
+}  // namespace msms

@@ -1,0 +1,166 @@
+#include "process_run.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <time.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "symbolizer.h"
+#include "util/text.h"
+
+namespace fs = std::filesystem;
+
+namespace msms {
+
+std::string timestamp_string(uint64_t wall_ns) {
+    time_t secs = static_cast<time_t>(wall_ns / 1000000000ull);
+    struct tm tm;
+    localtime_r(&secs, &tm);
+    char buf[32];
+    strftime(buf, sizeof(buf), "%Y%m%d%H%M%S", &tm);
+    return buf;
+}
+
+std::string make_dirs(const std::string& path) {
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    if (ec) return ec.message();
+    if (access(path.c_str(), W_OK) != 0) return "not writable";
+    return "";
+}
+
+ProcessRun::ProcessRun(const Config& cfg, const Registry& registry, std::string capture_path)
+    : cfg_(cfg), registry_(registry), capture_path_(std::move(capture_path)) {}
+
+std::string ProcessRun::folder_name(const std::string& ts) const {
+    std::string name = "msmemscope_" + std::to_string(reader_.pid()) + "_" + ts + "_" + cfg_.backend();
+    std::string rank = reader_.rank();
+    if (!rank.empty()) name += "_rank" + rank;
+    return name;
+}
+
+bool ProcessRun::keep(const RawEvent& e) const {
+    if (e.dev_kind == MSMS_DEV_CPU) return cfg_.wants_device_kind("cpu");
+    if (e.dev_kind == MSMS_DEV_NPU || e.dev_kind == MSMS_DEV_CUDA) {
+        std::string kind = e.dev_kind == MSMS_DEV_NPU ? "npu" : "cuda";
+        for (auto& d : cfg_.devices) {
+            if (d == kind) return true;
+            if (d == kind + ":" + std::to_string(e.dev_id)) return true;
+        }
+        return false;
+    }
+    return true;
+}
+
+void ProcessRun::convert(const RawEvent& e, Record& r, Symbolizer& sym) {
+    msms_event& ev = r.ev;
+    ev.kind = e.kind;
+    ev.type = e.type;
+    ev.timestamp_ns = static_cast<uint64_t>(static_cast<int64_t>(e.ts) + reader_.wall_offset());
+    ev.pid = reader_.pid();
+    ev.tid = e.tid;
+    ev.device_kind = e.dev_kind;
+    ev.device_id = e.dev_id;
+    ev.ptr = e.ptr;
+    ev.size = e.size;
+    ev.aux0 = e.aux0;
+    ev.aux1 = e.aux1;
+    if (e.kind == MSMS_EV_PY_TRACE && e.aux0)
+        ev.aux0 = static_cast<uint64_t>(static_cast<int64_t>(e.aux0) + reader_.wall_offset());
+    if (e.name_id) {
+        const std::string* s = reader_.string(e.name_id);
+        r.name = s ? *s : std::string();
+    }
+    if (e.attrs_id) {
+        if (const std::string* s = reader_.string(e.attrs_id)) r.attrs = parse_attr_list(*s);
+    }
+    ev.c_stack_id = e.cstack;
+    ev.py_stack_id = e.pystack;
+    if (e.cstack) r.c_stack = sym.text(e.cstack);
+    if (e.pystack) r.py_stack = sym.text(e.pystack);
+}
+
+void ProcessRun::run() {
+    std::string err;
+    if (!reader_.open(capture_path_, err)) {
+        summary_.error = err;
+        return;
+    }
+    summary_.pid = reader_.pid();
+    summary_.command = join(reader_.cmdline(), " ");
+    std::string ts = timestamp_string(reader_.wall_start());
+    std::string dir = cfg_.output + "/" + folder_name(ts);
+    summary_.output_dir = dir;
+    if (std::string why = make_dirs(dir + "/msmemscope_logs"); !why.empty()) {
+        summary_.error = dir + ": cannot create the output folder: " + why;
+        return;
+    }
+    {
+        std::ofstream cj(dir + "/config.json");
+        cj << cfg_.to_json() << "\n";
+    }
+    RunContext run;
+    run.pid = reader_.pid();
+    run.output_dir = dir;
+    run.timestamp = ts;
+    run.config_json = cfg_.to_json();
+    run.command_line = summary_.command;
+    try {
+        auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/msmemscope_logs/msmemscope_" + ts + ".log");
+        run.log = std::make_shared<spdlog::logger>("msmemscope", sink);
+        run.log->set_level(cfg_.log_level == "info" ? spdlog::level::info
+                           : cfg_.log_level == "warn" ? spdlog::level::warn
+                                                      : spdlog::level::err);
+        run.log->flush_on(spdlog::level::info);
+    } catch (const std::exception& e) {
+        summary_.error = dir + ": cannot create the log file: " + e.what();
+        return;
+    }
+    run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
+
+    Pipeline pipeline(cfg_, registry_);
+    pipeline.start(run);
+    Symbolizer sym(reader_);
+    RawEvent raw;
+    for (;;) {
+        bool gone = reader_.writer_gone();
+        size_t n = reader_.poll();
+        uint64_t watermark = UINT64_MAX;
+        if (!gone) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            uint64_t now = static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+            watermark = now > kWindowNs ? now - kWindowNs : 0;
+        }
+        while (reader_.pop(raw, watermark)) {
+            if (!keep(raw)) continue;
+            Record r;
+            convert(raw, r, sym);
+            pipeline.feed(r);
+        }
+        if (gone) break;
+        if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    pipeline.finish();
+    summary_.events = pipeline.events();
+    summary_.dropped = reader_.dropped();
+    summary_.stragglers = reader_.stragglers();
+    summary_.corrupt = reader_.corrupt_records();
+    summary_.ended_normally = reader_.ended_normally();
+    summary_.agent_disabled = reader_.agent_disabled();
+    summary_.totals = pipeline.device_totals();
+    summary_.report = pipeline.report_lines();
+    summary_.plugin_errors = pipeline.plugin_errors();
+    if (summary_.dropped) run.log->error("{} events could not be recorded (dropped)", summary_.dropped);
+    if (summary_.stragglers) run.log->warn("{} events arrived later than the reorder window", summary_.stragglers);
+    if (summary_.corrupt) run.log->error("{} corrupt records skipped", summary_.corrupt);
+    run.log->info("done: {} events", summary_.events);
+    run.log->flush();
+}
+
+}  // namespace msms

@@ -1,0 +1,57 @@
+// Drives one target process's capture through its pipeline: reads the
+// capture while the process runs, orders events, filters by the chosen
+// devices, and writes that process's output folder.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "capture_reader.h"
+#include "config.h"
+#include "pipeline.h"
+#include "registry.h"
+
+namespace msms {
+
+struct ProcessSummary {
+    uint32_t pid = 0;
+    std::string command;
+    std::string output_dir;
+    uint64_t events = 0, dropped = 0, stragglers = 0, corrupt = 0;
+    bool ended_normally = false;
+    bool agent_disabled = false;
+    std::string error;  // a capture that could not be read
+    std::map<std::string, Pipeline::DeviceTotals> totals;
+    std::vector<std::string> report;
+    std::vector<std::string> plugin_errors;
+};
+
+class ProcessRun {
+public:
+    ProcessRun(const Config& cfg, const Registry& registry, std::string capture_path);
+    // Runs to the end of the stream (the writer gone and everything read).
+    void run();
+    const ProcessSummary& summary() const { return summary_; }
+    // Milliseconds of reorder window: events are delivered once they are this
+    // old, so that records of all threads can be merged in time order.
+    static constexpr uint64_t kWindowNs = 50'000'000;
+
+private:
+    bool keep(const RawEvent& e) const;
+    void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
+    std::string folder_name(const std::string& ts) const;
+
+    const Config& cfg_;
+    const Registry& registry_;
+    std::string capture_path_;
+    CaptureReader reader_;
+    ProcessSummary summary_;
+};
+
+// Local time as YYYYmmddHHMMSS.
+std::string timestamp_string(uint64_t wall_ns);
+// Creates a folder and its parents; "" on success, else the reason.
+std::string make_dirs(const std::string& path);
+
+}  // namespace msms

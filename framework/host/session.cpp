@@ -1,0 +1,248 @@
+#include "session.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include "launcher.h"
+#include "util/text.h"
+
+namespace fs = std::filesystem;
+
+namespace msms {
+namespace {
+
+volatile sig_atomic_t g_forward_pid = 0;
+
+void forward_signal(int sig) {
+    if (g_forward_pid > 0) kill(static_cast<pid_t>(g_forward_pid), sig);
+}
+
+std::string human(int64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (std::abs(v) >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    char buf[64];
+    if (u == 0) snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+    else snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+    return buf;
+}
+
+}  // namespace
+
+Session::Session(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {}
+
+Session::~Session() {
+    join_all();
+    if (own_dir_ && !dir_.empty()) {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+}
+
+void Session::scan() {
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (auto& e : fs::directory_iterator(dir_, ec)) {
+        std::string p = e.path().string();
+        if (p.size() > 7 && p.compare(p.size() - 7, 7, ".msmcap") == 0 && !seen_.count(p)) found.push_back(p);
+    }
+    std::sort(found.begin(), found.end());
+    for (auto& p : found) {
+        // The header is written right after the file is created; a file whose
+        // header is not complete yet is picked up at the next scan.
+        std::error_code ec2;
+        if (fs::file_size(p, ec2) < capture::kHeaderSize || ec2) continue;
+        seen_.insert(p);
+        Running r;
+        r.capture = p;
+        r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
+        ProcessRun* raw = r.run.get();
+        r.thread = std::thread([raw] { raw->run(); });
+        running_.push_back(std::move(r));
+    }
+}
+
+void Session::join_all() {
+    for (auto& r : running_) {
+        if (r.thread.joinable()) r.thread.join();
+        summaries_.push_back(r.run->summary());
+        std::error_code ec;
+        if (cfg_.save_capture && !r.run->summary().output_dir.empty()) {
+            fs::rename(r.capture, r.run->summary().output_dir + "/capture_" + std::to_string(r.run->summary().pid) + ".msmcap", ec);
+            if (ec) fs::copy_file(r.capture, r.run->summary().output_dir + "/capture.msmcap", ec);
+        }
+        if (own_dir_) fs::remove(r.capture, ec);
+    }
+    running_.clear();
+    std::stable_sort(summaries_.begin(), summaries_.end(), [&](const ProcessSummary& a, const ProcessSummary& b) {
+        if ((a.pid == static_cast<uint32_t>(root_pid_)) != (b.pid == static_cast<uint32_t>(root_pid_)))
+            return a.pid == static_cast<uint32_t>(root_pid_);
+        return a.pid < b.pid;
+    });
+}
+
+std::string Session::agent_library_paths(std::vector<std::string>& out, std::string& error) const {
+    std::string agent = Registry::agent_dir() + "/libmsmemscope_agent.so";
+    if (access(agent.c_str(), R_OK) != 0) {
+        error = "the agent library is missing: " + agent;
+        return "";
+    }
+    out.push_back(agent);
+    for (auto& name : cfg_.collectors) {
+        const LoadedPlugin* p = registry_.find(name, MSMS_KIND_COLLECTOR);
+        if (!p || !p->descriptor->agent_library) continue;
+        fs::path plugin_dir = fs::path(p->path).parent_path();
+        std::string lib = p->descriptor->agent_library;
+        std::vector<fs::path> candidates{plugin_dir / lib, plugin_dir.parent_path() / "agent" / lib, plugin_dir / "agent" / lib};
+        bool found = false;
+        for (auto& c : candidates) {
+            if (access(c.c_str(), R_OK) == 0) {
+                out.push_back(fs::absolute(c).lexically_normal().string());
+                found = true;
+                break;
+            }
+        }
+        if (!found) {
+            error = "collector '" + name + "': its target library " + lib + " was not found next to " + p->path;
+            return "";
+        }
+    }
+    return "";
+}
+
+int Session::run_program() {
+    // Profiled processes that outlive their parents are re-parented to us,
+    // so we know when the whole tree is gone.
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    std::string err;
+    std::string prog = resolve_program(cfg_.program[0], err);
+    if (prog.empty()) {
+        std::cerr << "msmemscope: error: " << err << "\n";
+        return 2;
+    }
+    std::vector<std::string> preload;
+    agent_library_paths(preload, err);
+    if (!err.empty()) {
+        std::cerr << "msmemscope: error: " << err << "\n";
+        return 2;
+    }
+    if (std::string why = make_dirs(cfg_.output); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
+        return 2;
+    }
+    dir_ = cfg_.output + "/.msmemscope_session_" + std::to_string(getpid());
+    if (std::string why = make_dirs(dir_); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: cannot create '" << dir_ << "': " << why << "\n";
+        return 2;
+    }
+    own_dir_ = true;
+    LaunchSpec spec;
+    spec.argv = cfg_.program;
+    spec.argv[0] = prog;
+    spec.preload = preload;
+    spec.env = {{"MSMEMSCOPE_SESSION", fs::absolute(dir_).string()},
+                {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options()},
+                {"MSMEMSCOPE_HOME", fs::path(Registry::agent_dir()).parent_path().parent_path().string()}};
+    struct sigaction ign{}, old_int{}, old_term{};
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &ign, &old_int);  // Ctrl-C reaches the program; we keep draining
+    pid_t pid = launch(spec, err);
+    if (pid < 0) {
+        sigaction(SIGINT, &old_int, nullptr);
+        std::cerr << "msmemscope: error: " << err << "\n";
+        return 2;
+    }
+    root_pid_ = pid;
+    g_forward_pid = pid;
+    struct sigaction fwd{};
+    fwd.sa_handler = forward_signal;
+    sigaction(SIGTERM, &fwd, &old_term);
+    sigaction(SIGHUP, &fwd, nullptr);
+
+    int root_code = 0;
+    bool children_left = true;
+    while (children_left) {
+        int st = 0;
+        pid_t w = waitpid(-1, &st, WNOHANG);
+        if (w == root_pid_) {
+            root_code = exit_code_of(st);
+            root_status_ = describe_status(st);
+        } else if (w < 0 && errno == ECHILD) {
+            children_left = false;
+        } else if (w == 0) {
+            scan();
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    }
+    scan();  // captures created just before the last exit
+    join_all();
+    g_forward_pid = 0;
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    return root_code;
+}
+
+int Session::serve(const std::string& dir, pid_t parent) {
+    dir_ = dir;
+    own_dir_ = true;
+    signal(SIGINT, SIG_IGN);
+    while (kill(parent, 0) == 0 || errno == EPERM) {
+        scan();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    scan();
+    join_all();
+    return 0;
+}
+
+int Session::replay(const std::string& capture) {
+    if (std::string why = make_dirs(cfg_.output); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
+        return 2;
+    }
+    ProcessRun run(cfg_, registry_, capture);
+    run.run();
+    summaries_.push_back(run.summary());
+    if (!run.summary().error.empty()) {
+        std::cerr << "msmemscope: error: --replay: " << run.summary().error << "\n";
+        return 2;
+    }
+    return 0;
+}
+
+void Session::print_summary(std::ostream& out) const {
+    for (auto& s : summaries_) {
+        if (!s.error.empty()) {
+            out << "msmemscope: error: " << s.error << "\n";
+            continue;
+        }
+        std::string how;
+        if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty()) how = root_status_;
+        else if (s.ended_normally) how = "exited normally";
+        else how = "ended without finishing (killed, crashed or replaced by exec)";
+        out << "msmemscope: pid " << s.pid << " (" << s.command << ") " << how << "\n";
+        out << "  output: " << s.output_dir << "\n";
+        out << "  events: " << s.events << ", dropped: " << s.dropped;
+        if (s.stragglers) out << ", late: " << s.stragglers;
+        if (s.corrupt) out << ", corrupt records: " << s.corrupt;
+        out << "\n";
+        for (auto& [dev, t] : s.totals)
+            out << "  " << dev << ": peak " << human(t.peak) << ", final " << human(t.used) << "\n";
+        for (auto& line : s.report) out << "  " << line << "\n";
+        for (auto& e : s.plugin_errors) out << "  error: " << e << "\n";
+        if (s.agent_disabled) out << "  warning: the agent turned collection off during the run (see stderr)\n";
+    }
+}
+
+}  // namespace msms

@@ -1,0 +1,61 @@
+// A profiling session: the folder where targets create their captures, the
+// watcher that starts a ProcessRun for each new one, and the end of the
+// session (every profiled process gone and every capture read).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.h"
+#include "process_run.h"
+#include "registry.h"
+
+namespace msms {
+
+class Session {
+public:
+    Session(const Config& cfg, const Registry& registry);
+    ~Session();
+
+    // Runs cfg.program under the profiler; returns its exit code (128+N
+    // when a signal killed it), or 2 when it could not be started.
+    int run_program();
+    // Serves captures created in `dir` (Python mode) until `parent` exits.
+    int serve(const std::string& dir, pid_t parent);
+    // Re-runs analyzers and sinks on a saved capture.
+    int replay(const std::string& capture);
+
+    void print_summary(std::ostream& out) const;
+    const std::vector<ProcessSummary>& summaries() const { return summaries_; }
+    std::string root_status() const { return root_status_; }
+
+private:
+    void scan();
+    void join_all();
+    bool all_done();
+    std::string agent_library_paths(std::vector<std::string>& out, std::string& error) const;
+
+    const Config& cfg_;
+    const Registry& registry_;
+    std::string dir_;
+    bool own_dir_ = false;
+    std::set<std::string> seen_;
+    struct Running {
+        std::unique_ptr<ProcessRun> run;
+        std::thread thread;
+        std::string capture;
+    };
+    std::vector<Running> running_;
+    std::vector<ProcessSummary> summaries_;
+    pid_t root_pid_ = -1;
+    std::string root_status_;
+};
+
+}  // namespace msms

@@ -1,0 +1,110 @@
+#include "text.h"
+
+#include <algorithm>
+
+namespace msms {
+
+std::string trim(std::string_view s) {
+    size_t b = 0, e = s.size();
+    while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\n' || s[b] == '\r')) ++b;
+    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\n' || s[e - 1] == '\r')) --e;
+    return std::string(s.substr(b, e - b));
+}
+
+std::vector<std::string> split_list(std::string_view s, bool drop_empty) {
+    static const std::string_view kFullWidthComma = "\xEF\xBC\x8C";  // U+FF0C
+    std::vector<std::string> out;
+    std::string cur;
+    for (size_t i = 0; i < s.size();) {
+        if (s[i] == ',') {
+            out.push_back(trim(cur));
+            cur.clear();
+            ++i;
+        } else if (s.substr(i, 3) == kFullWidthComma) {
+            out.push_back(trim(cur));
+            cur.clear();
+            i += 3;
+        } else {
+            cur += s[i++];
+        }
+    }
+    out.push_back(trim(cur));
+    if (drop_empty) out.erase(std::remove(out.begin(), out.end(), std::string()), out.end());
+    return out;
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += sep;
+        out += items[i];
+    }
+    return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+        }
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+    std::string best;
+    size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+    for (auto& c : candidates) {
+        size_t d = edit_distance(word, c);
+        if (d < best_d) {
+            best_d = d;
+            best = c;
+        }
+    }
+    return best;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_attr_list(std::string_view s) {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!s.empty() && s.front() == '{' && s.back() == '}') s = s.substr(1, s.size() - 2);
+    int depth = 0;
+    size_t start = 0;
+    auto flush = [&](size_t end) {
+        std::string_view item = s.substr(start, end - start);
+        if (item.empty()) return;
+        size_t colon = item.find(':');
+        if (colon == std::string_view::npos)
+            out.emplace_back(trim(item), "");
+        else
+            out.emplace_back(trim(item.substr(0, colon)), std::string(item.substr(colon + 1)));
+    };
+    for (size_t i = 0; i < s.size(); ++i) {
+        char c = s[i];
+        if (c == '[' || c == '{' || c == '(') ++depth;
+        else if ((c == ']' || c == '}' || c == ')') && depth > 0) --depth;
+        else if (c == ',' && depth == 0) {
+            flush(i);
+            start = i + 1;
+        }
+    }
+    flush(s.size());
+    return out;
+}
+
+bool parse_uint(std::string_view s, unsigned long long& out) {
+    if (s.empty() || s.size() > 19) return false;
+    unsigned long long v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + static_cast<unsigned>(c - '0');
+    }
+    out = v;
+    return true;
+}
+
+}  // namespace msms

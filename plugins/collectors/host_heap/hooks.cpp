@@ -1,0 +1,210 @@
+// libmsms_host_heap_hook.so — interposes the malloc family in the target.
+// Preloaded by the CLI after the agent. Every hook: real call first (record
+// after), except free-like calls which record before the real call so that a
+// reused address is never seen allocated before it was freed.
+#include <msmemscope/agent.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <atomic>
+
+namespace {
+
+using malloc_fn = void* (*)(size_t);
+using free_fn = void (*)(void*);
+using calloc_fn = void* (*)(size_t, size_t);
+using realloc_fn = void* (*)(void*, size_t);
+using reallocarray_fn = void* (*)(void*, size_t, size_t);
+using posix_memalign_fn = int (*)(void**, size_t, size_t);
+using aligned_fn = void* (*)(size_t, size_t);
+using valloc_fn = void* (*)(size_t);
+
+struct Real {
+    malloc_fn malloc;
+    free_fn free;
+    calloc_fn calloc;
+    realloc_fn realloc;
+    reallocarray_fn reallocarray;
+    posix_memalign_fn posix_memalign;
+    aligned_fn aligned_alloc;
+    aligned_fn memalign;
+    valloc_fn valloc;
+    valloc_fn pvalloc;
+};
+Real g_real;
+std::atomic<int> g_resolved{0};  // 0 no, 1 in progress, 2 done
+
+// dlsym may allocate (calloc) before the real functions are known: serve those
+// requests from a static pool that is never freed.
+alignas(64) char g_pool[64 * 1024];
+std::atomic<size_t> g_pool_used{0};
+
+bool in_pool(const void* p) { return p >= g_pool && p < g_pool + sizeof(g_pool); }
+
+void* pool_alloc(size_t n, size_t align = 16) {
+    size_t off = g_pool_used.load();
+    for (;;) {
+        size_t start = (off + align - 1) & ~(align - 1);
+        if (start + n > sizeof(g_pool)) return nullptr;
+        if (g_pool_used.compare_exchange_weak(off, start + n)) return g_pool + start;
+    }
+}
+
+void resolve() {
+    int expected = 0;
+    if (!g_resolved.compare_exchange_strong(expected, 1)) {
+        while (g_resolved.load() != 2) {
+        }
+        return;
+    }
+    Real r;
+    r.malloc = reinterpret_cast<malloc_fn>(dlsym(RTLD_NEXT, "malloc"));
+    r.free = reinterpret_cast<free_fn>(dlsym(RTLD_NEXT, "free"));
+    r.calloc = reinterpret_cast<calloc_fn>(dlsym(RTLD_NEXT, "calloc"));
+    r.realloc = reinterpret_cast<realloc_fn>(dlsym(RTLD_NEXT, "realloc"));
+    r.reallocarray = reinterpret_cast<reallocarray_fn>(dlsym(RTLD_NEXT, "reallocarray"));
+    r.posix_memalign = reinterpret_cast<posix_memalign_fn>(dlsym(RTLD_NEXT, "posix_memalign"));
+    r.aligned_alloc = reinterpret_cast<aligned_fn>(dlsym(RTLD_NEXT, "aligned_alloc"));
+    r.memalign = reinterpret_cast<aligned_fn>(dlsym(RTLD_NEXT, "memalign"));
+    r.valloc = reinterpret_cast<valloc_fn>(dlsym(RTLD_NEXT, "valloc"));
+    r.pvalloc = reinterpret_cast<valloc_fn>(dlsym(RTLD_NEXT, "pvalloc"));
+    g_real = r;
+    g_resolved.store(2);
+}
+
+inline bool ready() {
+    if (__builtin_expect(g_resolved.load(std::memory_order_acquire) == 2, 1)) return true;
+    if (g_resolved.load() == 1) return false;  // inside dlsym: use the pool
+    resolve();
+    return true;
+}
+
+inline void record_alloc(void* p, size_t n) {
+    if (msms_agent_enter()) {
+        msms_agent_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0, nullptr);
+        msms_agent_leave();
+    }
+}
+
+inline void record_free(void* p) {
+    if (msms_agent_enter()) {
+        msms_agent_free(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p));
+        msms_agent_leave();
+    }
+}
+
+// An allocation of n > 0 bytes failed: feeds the oom analysis.
+void record_failure(const char* func, size_t n, int err) {
+    if (msms_agent_enter()) {
+        msms_agent_event(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER, MSMS_DEV_CPU, -1, 0, n, 0,
+                         static_cast<uint64_t>(err), func, nullptr);
+        msms_agent_leave();
+    }
+}
+
+inline void* after(void* p, size_t n, const char* func) {
+    if (__builtin_expect(p != nullptr, 1))
+        record_alloc(p, n);
+    else if (n)
+        record_failure(func, n, ENOMEM);
+    return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) void* malloc(size_t n) {
+    if (!ready()) return pool_alloc(n);
+    return after(g_real.malloc(n), n, "malloc");
+}
+
+__attribute__((visibility("default"))) void free(void* p) {
+    if (!p || in_pool(p)) return;
+    if (!ready()) return;  // cannot happen for a real block
+    record_free(p);
+    g_real.free(p);
+}
+
+__attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
+    if (!ready()) {
+        void* p = pool_alloc(n * size);
+        if (p) memset(p, 0, n * size);
+        return p;
+    }
+    return after(g_real.calloc(n, size), n * size, "calloc");
+}
+
+__attribute__((visibility("default"))) void* realloc(void* old, size_t n) {
+    if (!ready() || in_pool(old)) {
+        void* p = ready() ? malloc(n) : pool_alloc(n);
+        if (p && old) {
+            size_t avail = static_cast<size_t>(g_pool + sizeof(g_pool) - static_cast<char*>(old));
+            memcpy(p, old, n < avail ? n : avail);
+        }
+        return p;
+    }
+    if (!old) return after(g_real.realloc(nullptr, n), n, "realloc");
+    if (n == 0) {
+        record_free(old);
+        return g_real.realloc(old, 0);
+    }
+    size_t old_size = malloc_usable_size(old);
+    record_free(old);
+    void* p = g_real.realloc(old, n);
+    if (!p) {
+        record_alloc(old, old_size);  // the old block lives on
+        record_failure("realloc", n, ENOMEM);
+        return nullptr;
+    }
+    record_alloc(p, n);
+    return p;
+}
+
+__attribute__((visibility("default"))) void* reallocarray(void* old, size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+    return realloc(old, total);
+}
+
+__attribute__((visibility("default"))) int posix_memalign(void** out, size_t align, size_t n) {
+    if (!ready()) {
+        *out = pool_alloc(n, align);
+        return *out ? 0 : ENOMEM;
+    }
+    int rc = g_real.posix_memalign(out, align, n);
+    if (rc == 0)
+        record_alloc(*out, n);
+    else if (rc == ENOMEM)
+        record_failure("posix_memalign", n, rc);
+    return rc;
+}
+
+__attribute__((visibility("default"))) void* aligned_alloc(size_t align, size_t n) {
+    if (!ready()) return pool_alloc(n, align);
+    return after(g_real.aligned_alloc(align, n), n, "aligned_alloc");
+}
+
+__attribute__((visibility("default"))) void* memalign(size_t align, size_t n) {
+    if (!ready()) return pool_alloc(n, align);
+    return after(g_real.memalign(align, n), n, "memalign");
+}
+
+__attribute__((visibility("default"))) void* valloc(size_t n) {
+    if (!ready()) return pool_alloc(n, 4096);
+    return after(g_real.valloc(n), n, "valloc");
+}
+
+__attribute__((visibility("default"))) void* pvalloc(size_t n) {
+    if (!ready()) return pool_alloc(n, 4096);
+    return after(g_real.pvalloc ? g_real.pvalloc(n) : g_real.valloc(n), n, "pvalloc");
+}
+
+}  // extern "C"

@@ -1,0 +1,202 @@
+// Sink `csv`: memscope_dump_{ts}.csv per device (COMPAT §3, §4) and the
+// python_trace CSV (§5). Rows arrive in time order and are written as they
+// come, through a large buffer. Attr changes that analyzers make later
+// (annotations, e.g. inefficient) are applied in one pass at the end.
+#include <msmemscope/plugin.hpp>
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "dump_row.h"
+#include "util/csv.h"
+#include "util/text.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using msmemscope::view;
+
+class File {
+public:
+    File(const std::string& path, const char* header) : path_(path) {
+        std::error_code ec;
+        fs::create_directories(fs::path(path).parent_path(), ec);
+        f_ = std::fopen(path.c_str(), "w");
+        if (!f_) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+        buf_.reserve(kFlushAt + 4096);
+        buf_ += header;
+        buf_ += '\n';
+    }
+    ~File() { close(); }
+    std::string& buffer() { return buf_; }
+    void maybe_flush() {
+        if (buf_.size() >= kFlushAt) flush();
+    }
+    void flush() {
+        if (f_ && !buf_.empty()) {
+            if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
+                throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+            buf_.clear();
+        }
+    }
+    void close() {
+        if (!f_) return;
+        try {
+            flush();
+        } catch (...) {
+        }
+        std::fclose(f_);
+        f_ = nullptr;
+    }
+    const std::string& path() const { return path_; }
+
+private:
+    static constexpr size_t kFlushAt = 1 << 20;
+    std::string path_;
+    std::FILE* f_ = nullptr;
+    std::string buf_;
+};
+
+class CsvSink : public msmemscope::ISink {
+public:
+    static constexpr const char* kTypeName = "csv";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription =
+        "memscope_dump_{ts}.csv per device and python_trace CSV, compatible with msMemScope";
+
+    CsvSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+
+    void begin(const msmemscope::RunInfo& run) override {
+        dir_ = run.output_dir;
+        ts_ = run.timestamp;
+    }
+
+    void on_event(const msms_event& ev) override {
+        if (ev.kind == MSMS_EV_PY_TRACE) {
+            if (!trace_) {
+                std::string dev = first_device_.empty() ? "cpu" : first_device_;
+                trace_ = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/python_trace_" + ts_ + ".csv",
+                                                msms::kPythonTraceHeader);
+            }
+            msms::append_python_trace_row(trace_->buffer(), ev);
+            trace_->maybe_flush();
+            return;
+        }
+        if (ev.device_kind == MSMS_DEV_NA) {
+            if (files_.empty()) {
+                // Before the first device row: keep, write into the first file.
+                pending_.emplace_back();
+                msms::append_dump_row(pending_.back(), ev);
+                if (pending_.size() > kMaxPending) open(ev.device_kind == MSMS_DEV_NA ? "cpu" : label(ev));
+                return;
+            }
+            for (auto& [dev, f] : files_) {
+                msms::append_dump_row(f->buffer(), ev);
+                f->maybe_flush();
+            }
+            return;
+        }
+        File& f = open(label(ev));
+        msms::append_dump_row(f.buffer(), ev);
+        f.maybe_flush();
+    }
+
+    void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
+        patches_[id].emplace_back(std::string(key), std::string(value));
+    }
+
+    void finish() override {
+        if (files_.empty() && !pending_.empty()) open("cpu");
+        if (files_.empty()) open("cpu");  // an empty run still leaves a valid file
+        for (auto& [dev, f] : files_) f->close();
+        if (trace_) trace_->close();
+        if (!patches_.empty())
+            for (auto& [dev, f] : files_) apply_patches(f->path());
+    }
+
+private:
+    static constexpr size_t kMaxPending = 100000;
+
+    static std::string label(const msms_event& ev) {
+        if (ev.device_kind == MSMS_DEV_CPU) return "cpu";
+        return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
+    }
+
+    File& open(const std::string& dev) {
+        auto it = files_.find(dev);
+        if (it != files_.end()) return *it->second;
+        auto f = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv", msms::kDumpHeader);
+        if (first_device_.empty()) {
+            first_device_ = dev;
+            for (auto& row : pending_) f->buffer() += row;
+            pending_.clear();
+        }
+        return *files_.emplace(dev, std::move(f)).first->second;
+    }
+
+    void apply_patches(const std::string& path) {
+        std::FILE* in = std::fopen(path.c_str(), "r");
+        if (!in) throw std::runtime_error("cannot reread " + path);
+        std::string tmp = path + ".tmp";
+        std::FILE* out = std::fopen(tmp.c_str(), "w");
+        if (!out) {
+            std::fclose(in);
+            throw std::runtime_error("cannot write " + tmp);
+        }
+        msms::CsvReader reader(in);
+        std::vector<std::string> fields;
+        std::string line;
+        bool header = true;
+        while (reader.next(fields)) {
+            line = reader.raw();
+            if (!header && fields.size() == 12) {
+                unsigned long long id = 0;
+                auto it = msms::parse_uint(fields[0], id) ? patches_.find(id) : patches_.end();
+                if (it != patches_.end()) {
+                    auto attrs = msms::parse_attr_list(fields[9]);
+                    for (auto& [k, v] : it->second) {
+                        bool set = false;
+                        for (auto& a : attrs)
+                            if (a.first == k) {
+                                a.second = v;
+                                set = true;
+                            }
+                        if (!set) attrs.emplace_back(k, v);
+                    }
+                    fields[9] = msms::render_attr(attrs);
+                    line.clear();
+                    for (size_t i = 0; i < fields.size(); ++i) {
+                        if (i) line += ',';
+                        msms::csv_field(line, fields[i], i >= 9 && !fields[i].empty());
+                    }
+                }
+            }
+            header = false;
+            line += '\n';
+            std::fwrite(line.data(), 1, line.size(), out);
+        }
+        std::fclose(in);
+        if (std::fclose(out) != 0) throw std::runtime_error("cannot write " + tmp);
+        std::rename(tmp.c_str(), path.c_str());
+    }
+
+    msmemscope::Host host_;
+    std::string dir_, ts_, first_device_;
+    std::map<std::string, std::unique_ptr<File>> files_;
+    std::unique_ptr<File> trace_;
+    std::vector<std::string> pending_;
+    std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> patches_;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(CsvSink)

@@ -1,0 +1,86 @@
+#include "dump_row.h"
+
+#include <msmemscope/plugin.hpp>
+
+#include "util/csv.h"
+
+namespace msms {
+
+const char* const kDumpHeader =
+    "ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,Call Stack(Python),Call Stack(C)";
+const char* const kPythonTraceHeader = "FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id";
+
+std::string render_attr(const msms_kv* attrs, uint32_t n) {
+    std::string s = "{";
+    for (uint32_t i = 0; i < n; ++i) {
+        if (i) s += ',';
+        s.append(attrs[i].key.data, attrs[i].key.size);
+        s += ':';
+        s.append(attrs[i].value.data, attrs[i].value.size);
+    }
+    s += '}';
+    return s;
+}
+
+std::string render_attr(const std::vector<std::pair<std::string, std::string>>& attrs) {
+    std::string s = "{";
+    for (size_t i = 0; i < attrs.size(); ++i) {
+        if (i) s += ',';
+        s += attrs[i].first;
+        s += ':';
+        s += attrs[i].second;
+    }
+    s += '}';
+    return s;
+}
+
+void append_dump_row(std::string& out, const msms_event& ev) {
+    csv_uint(out, ev.id);
+    out += ',';
+    const char* kind = msms_event_kind_name(ev.kind);
+    out += kind ? kind : "N/A";
+    out += ',';
+    const char* type = msms_event_type_name(ev.type);
+    out += type ? type : "N/A";
+    out += ',';
+    if (ev.name.size) csv_field(out, msmemscope::view(ev.name));
+    else out += "N/A";
+    out += ',';
+    csv_uint(out, ev.timestamp_ns);
+    out += ',';
+    csv_uint(out, ev.pid);
+    out += ',';
+    csv_uint(out, ev.tid);
+    out += ',';
+    switch (ev.device_kind) {
+    case MSMS_DEV_CPU: out += "cpu"; break;
+    case MSMS_DEV_NPU:
+    case MSMS_DEV_CUDA: csv_uint(out, static_cast<uint64_t>(ev.device_id < 0 ? 0 : ev.device_id)); break;
+    default: out += "N/A";
+    }
+    out += ',';
+    if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS) csv_hex_ptr(out, ev.ptr);
+    else out += "N/A";
+    out += ',';
+    csv_field(out, render_attr(ev.attrs, ev.attr_count), true);
+    out += ',';
+    if (ev.py_stack.size) csv_field(out, msmemscope::view(ev.py_stack), true);
+    out += ',';
+    if (ev.c_stack.size) csv_field(out, msmemscope::view(ev.c_stack), true);
+    out += '\n';
+}
+
+void append_python_trace_row(std::string& out, const msms_event& ev) {
+    csv_field(out, msmemscope::view(ev.name));
+    out += ',';
+    csv_uint(out, ev.aux0);
+    out += ',';
+    csv_uint(out, ev.timestamp_ns);
+    out += ',';
+    csv_uint(out, ev.tid);
+    out += ',';
+    csv_uint(out, ev.pid);
+    out += '\n';
+}
+
+}  // namespace msms

@@ -1,0 +1,101 @@
+/*
+ * The target-side API: what collector code running inside the profiled
+ * program calls to record events. Exported by libmsmemscope_agent.so, which
+ * the CLI preloads (or the Python package loads) into the target.
+ *
+ * Every function is safe to call from any thread, at any time, including
+ * before the agent is set up and after it shut down (then it records nothing).
+ * None of them allocates through malloc, takes a lock on the common path,
+ * logs, or throws.
+ *
+ * Typical hook:
+ *
+ *     void* my_pool_alloc(size_t n) {
+ *         void* p = real_alloc(n);
+ *         if (msms_agent_enter()) {            // reentrancy guard + "on" flag
+ *             msms_agent_alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, (uint64_t)p, n, 0, 0);
+ *             msms_agent_leave();
+ *         }
+ *         return p;
+ *     }
+ */
+#ifndef MSMEMSCOPE_AGENT_H
+#define MSMEMSCOPE_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this thread may record now (collection on, not inside the agent on
+ * this thread); the caller must then call msms_agent_leave(). 0 otherwise. */
+int msms_agent_enter(void);
+void msms_agent_leave(void);
+
+/* 1 when collection is on (no guard taken). */
+int msms_agent_collecting(void);
+
+/* 1 when the user asked for this event class: "alloc", "free", "launch",
+ * "access", "traceback". */
+int msms_agent_wants(const char* event_class);
+
+/* Value of a collection option as text ("" when unset): "device", "level",
+ * "call_stack", "collect_mode", "steps", "watch" and collector options
+ * "<collector>.<key>". Returns the length written (without NUL). */
+size_t msms_agent_option(const char* key, char* buf, size_t buf_size);
+
+/* Monotonic clock of the capture (ns). */
+uint64_t msms_agent_now(void);
+
+/* A block was allocated (record after the real call). `attrs` is NULL or a
+ * "key:value,key:value" list of extra Attr entries; `aux0` is kind-specific
+ * (HAL: the flag word). */
+void msms_agent_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr,
+                      uint64_t size, uint64_t aux0, const char* attrs);
+/* A block is about to be freed (record before the real call). */
+void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
+
+/* Any other event. `name` and `attrs` may be NULL. */
+void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_t device_id,
+                      uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1, const char* name,
+                      const char* attrs);
+
+/* The Python side's collection range: start()/stop() (also used by
+ * --collect-mode=deferred). Emits SYSTEM START_TRACE / STOP_TRACE. */
+void msms_agent_start(void);
+void msms_agent_stop(void);
+
+/* Marks the end of a step: SYSTEM STEP with an increasing step number
+ * (returned). */
+uint64_t msms_agent_step(void);
+
+/* Stack providers. A provider writes up to max interned-frame values of the
+ * calling thread's current stack into out and returns how many. Python
+ * collectors install one for Python frames; each value must be a string id
+ * from msms_agent_intern(). */
+typedef uint32_t (*msms_stack_provider)(uint64_t* out, uint32_t max);
+void msms_agent_set_python_stack_provider(msms_stack_provider fn);
+
+/* Interns a NUL-terminated string; returns its id (0 on failure). */
+uint64_t msms_agent_intern(const char* s);
+
+/* ---- control (used by the CLI's environment and the Python package) ----
+ * The agent activates itself when loaded with MSMEMSCOPE_SESSION set (the CLI
+ * does that). A process that loaded the agent without it (Python started
+ * without the CLI) attaches explicitly: session_dir is the folder the host
+ * watches, options is the same "key=value;key=value" text the CLI passes in
+ * MSMEMSCOPE_AGENT_OPTS. Returns 0 on success, else an errno-like code. */
+int msms_agent_attach(const char* session_dir, const char* options);
+/* Ends this process's stream now (as at exit): writes the end record. */
+void msms_agent_detach(void);
+/* 1 when a capture stream is open in this process. */
+int msms_agent_attached(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
