@@ -1,0 +1,90 @@
+"""Shared fixtures for the pytest suites.
+
+MSMEMSCOPE_BUILD points at the CMake build tree (ctest sets it); the CLI is
+build/bin/msmemscope, test programs are in build/tests/bin.
+"""
+import csv
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BUILD = Path(os.environ.get("MSMEMSCOPE_BUILD", Path(__file__).resolve().parents[2] / "build")).resolve()
+SOURCE = Path(os.environ.get("MSMEMSCOPE_SOURCE", Path(__file__).resolve().parents[2])).resolve()
+CLI = BUILD / "bin" / "msmemscope"
+TEST_BIN = BUILD / "tests" / "bin"
+
+DUMP_HEADER = ["ID", "Event", "Event Type", "Name", "Timestamp(ns)", "Process Id", "Thread Id",
+               "Device Id", "Ptr", "Attr", "Call Stack(Python)", "Call Stack(C)"]
+
+
+def run_cli(args, cwd, env=None, timeout=600, check_rc=None):
+    """Runs msmemscope with args (a list); returns CompletedProcess (text)."""
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=e,
+                       capture_output=True, text=True, timeout=timeout)
+    if check_rc is not None:
+        assert p.returncode == check_rc, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def parse_attr(text):
+    """'{k:v,k:[1, 2]}' -> dict; commas inside brackets stay in values."""
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    out, depth, start = {}, 0, 0
+    items = []
+    for i, c in enumerate(text):
+        if c in "[{(":
+            depth += 1
+        elif c in "]})" and depth:
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    for it in items:
+        if not it:
+            continue
+        k, _, v = it.partition(":")
+        out[k.strip()] = v
+    return out
+
+
+def read_dump(path):
+    """Reads a memscope_dump CSV; returns a list of dict rows with 'attr' parsed."""
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r)
+        assert header == DUMP_HEADER, header
+        rows = []
+        for rec in r:
+            d = dict(zip(header, rec))
+            d["attr"] = parse_attr(d["Attr"])
+            rows.append(d)
+        return rows
+
+
+def process_dirs(out):
+    return sorted(p for p in Path(out).iterdir() if p.is_dir() and p.name.startswith("msmemscope_"))
+
+
+def dump_files(procdir, device="cpu", kind="memscope_dump"):
+    return sorted((Path(procdir) / f"device_{device}" / "dump").glob(f"{kind}_*.csv"))
+
+
+@pytest.fixture
+def cli():
+    assert CLI.exists(), f"build first: {CLI} is missing"
+    return run_cli
+
+
+@pytest.fixture
+def test_bin():
+    return TEST_BIN
