@@ -633,7 +633,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         } else {
             errors.push_back(bad_value(v->origin, v->value, "[start[:outN],]end[,full-content]"));
         }
-        if (w.end.empty()) errors.push_back(v->origin + ": the end op is required ([start[:outN],]end[,full-content])");
+        if (w.end.empty() && items.size() <= 2) errors.push_back(v->origin + ": the end op is required ([start[:outN],]end[,full-content])");
         cfg.watch = w;
     }
 

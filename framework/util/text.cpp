@@ -57,6 +57,10 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+    // A candidate that starts with the word ("idle" -> "idle_threshold") wins.
+    if (word.size() >= 3)
+        for (auto& c : candidates)
+            if (c.size() > word.size() && c.compare(0, word.size(), word) == 0) return c;
     std::string best;
     size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
     for (auto& c : candidates) {

@@ -1,0 +1,280 @@
+// Config validation: every bad input gets one exact message naming the option
+// and what is allowed; good inputs give the documented effective config.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <msmemscope/abi.h>
+
+#include "config.h"
+
+using namespace msms;
+
+namespace {
+
+Catalog catalog() {
+    Catalog c;
+    PluginInfo leaks;
+    leaks.name = "leaks";
+    leaks.kind = MSMS_KIND_ANALYZER;
+    leaks.events = {"alloc", "free"};
+    c.push_back(leaks);
+    PluginInfo ineff;
+    ineff.name = "inefficient";
+    ineff.kind = MSMS_KIND_ANALYZER;
+    ineff.events = {"alloc", "free", "access", "launch"};
+    PluginInfo::Option thr;
+    thr.name = "idle_threshold";
+    thr.type = MSMS_OPT_INT;
+    thr.default_value = "3000";
+    thr.has_default = true;
+    thr.min = 1;
+    thr.max = 1000000;
+    ineff.options.push_back(thr);
+    c.push_back(ineff);
+    PluginInfo oom;
+    oom.name = "oom";
+    oom.kind = MSMS_KIND_ANALYZER;
+    PluginInfo::Option k;
+    k.name = "k";
+    k.type = MSMS_OPT_INT;
+    k.default_value = "10";
+    k.has_default = true;
+    k.min = 1;
+    k.max = 1000;
+    oom.options.push_back(k);
+    c.push_back(oom);
+    for (const char* s : {"csv", "db", "trace"}) {
+        PluginInfo p;
+        p.name = s;
+        p.kind = MSMS_KIND_SINK;
+        c.push_back(p);
+    }
+    PluginInfo heap;
+    heap.name = "host_heap";
+    heap.kind = MSMS_KIND_COLLECTOR;
+    heap.events = {"alloc", "free"};
+    heap.devices = {"cpu"};
+    c.push_back(heap);
+    return c;
+}
+
+struct Result {
+    bool ok;
+    Config cfg;
+    std::vector<std::string> errors;
+};
+
+Result run(std::vector<std::string> args, const std::string& yaml = "") {
+    std::vector<const char*> argv{"msmemscope"};
+    for (auto& a : args) argv.push_back(a.c_str());
+    RawConfig raw;
+    Result r;
+    parse_command_line(static_cast<int>(argv.size()), argv.data(), raw, r.errors);
+    if (!yaml.empty()) {
+        std::string path = "/tmp/msmemscope_test_config_" + std::to_string(getpid()) + ".yaml";
+        std::ofstream(path) << yaml;
+        raw.config_file = path;
+        load_yaml(path, raw, r.errors);
+        std::remove(path.c_str());
+    }
+    if (r.errors.empty()) validate(raw, catalog(), r.cfg, r.errors);
+    r.ok = r.errors.empty();
+    return r;
+}
+
+std::string only_error(const Result& r) {
+    REQUIRE(r.errors.size() == 1);
+    return r.errors[0];
+}
+
+}  // namespace
+
+TEST_CASE("defaults follow COMPAT §1") {
+    auto r = run({"--", "prog"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.devices == std::vector<std::string>{"npu"});
+    CHECK(r.cfg.level == 0);
+    CHECK(r.cfg.events == std::set<std::string>{"alloc", "free", "launch"});
+    CHECK(r.cfg.analyzers == std::vector<std::string>{"leaks"});
+    CHECK(r.cfg.sinks == std::vector<std::string>{"csv"});
+    CHECK(r.cfg.output == "memscopeDumpResults");
+    CHECK(r.cfg.log_level == "warn");
+    CHECK(r.cfg.collect_mode == "immediate");
+    CHECK(r.cfg.program == std::vector<std::string>{"prog"});
+}
+
+TEST_CASE("the program starts at the first word that is not an option") {
+    auto r = run({"--device=cpu", "bash", "user.sh", "--device=npu"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.devices == std::vector<std::string>{"cpu"});
+    CHECK(r.cfg.program == std::vector<std::string>{"bash", "user.sh", "--device=npu"});
+}
+
+TEST_CASE("options also take their value as the next word") {
+    auto r = run({"--output", "/tmp/x", "--", "prog"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.output == "/tmp/x");
+}
+
+TEST_CASE("unknown options suggest the closest one") {
+    CHECK(only_error(run({"--devce=cpu", "--", "p"})) == "unknown option '--devce'; did you mean '--device'?");
+    CHECK(only_error(run({"--zzzzzzzz", "--", "p"})) == "unknown option '--zzzzzzzz'");
+    CHECK(only_error(run({"-x", "--", "p"})) == "unknown option '-x' (see --help)");
+}
+
+TEST_CASE("device values") {
+    CHECK(only_error(run({"--device=gpu", "--", "p"})) ==
+          "--device: invalid value 'gpu' (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})");
+    CHECK(only_error(run({"--device=npu:32", "--", "p"})) ==
+          "--device: invalid value 'npu:32' (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})");
+    CHECK(only_error(run({"--device=", "--", "p"})) ==
+          "--device: empty value (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})");
+    auto r = run({"--device=npu:1\xEF\xBC\x8C" "cpu,npu:7", "--", "p"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.devices == std::vector<std::string>{"npu:1", "cpu", "npu:7"});
+    auto all = run({"--device=npu:1,npu", "--", "p"});
+    REQUIRE(all.ok);
+    CHECK(all.cfg.devices == std::vector<std::string>{"npu"});
+    CHECK(run({"--device=cuda:3", "--", "p"}).cfg.backend() == "cuda");
+}
+
+TEST_CASE("steps") {
+    CHECK(only_error(run({"--steps=1,2,3,4,5,6", "--", "p"})) == "--steps: at most 5 steps, got 6");
+    CHECK(only_error(run({"--steps=1,x", "--", "p"})) ==
+          "--steps: invalid value 'x' (allowed: non-negative integers, e.g. --steps=1,2,3)");
+    CHECK(run({"--steps=1,3", "--", "p"}).cfg.steps == std::vector<long long>{1, 3});
+}
+
+TEST_CASE("level, events and their implications") {
+    CHECK(only_error(run({"--level=2", "--", "p"})) == "--level: invalid value '2' (allowed: 0, op, 1, kernel)");
+    CHECK(run({"--level=kernel", "--", "p"}).cfg.level == 1);
+    CHECK(only_error(run({"--events=alloc,foo", "--", "p"})) ==
+          "--events: invalid value 'foo' (allowed: alloc, free, launch, access, traceback)");
+    // alloc implies free; access implies alloc and free
+    CHECK(run({"--events=alloc", "--analysis=", "--", "p"}).cfg.events == std::set<std::string>{"alloc", "free"});
+    CHECK(run({"--events=access", "--analysis=", "--", "p"}).cfg.events ==
+          std::set<std::string>{"access", "alloc", "free"});
+    CHECK(run({"--events=launch", "--analysis=", "--", "p"}).cfg.events == std::set<std::string>{"launch"});
+    // analyzers turn on what they declare
+    CHECK(run({"--events=launch", "--analysis=leaks", "--", "p"}).cfg.events ==
+          std::set<std::string>{"alloc", "free", "launch"});
+    CHECK(run({"--events=traceback", "--analysis=inefficient", "--", "p"}).cfg.events ==
+          std::set<std::string>{"access", "alloc", "free", "launch", "traceback"});
+}
+
+TEST_CASE("call stacks") {
+    auto r = run({"--call-stack=c:20,python", "--", "p"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.c_depth == 20);
+    CHECK(r.cfg.py_depth == 50);
+    CHECK(only_error(run({"--call-stack=c:2000", "--", "p"})) ==
+          "--call-stack: depth '2000' of c out of range (allowed: 0..1000)");
+    CHECK(only_error(run({"--call-stack=java", "--", "p"})) ==
+          "--call-stack: invalid value 'java' (allowed: c, python, each with an optional :depth 0..1000, e.g. "
+          "c:20,python:10)");
+}
+
+TEST_CASE("analysis names, empty analysis and the oom:K argument") {
+    CHECK(run({"--analysis=", "--", "p"}).cfg.analyzers.empty());
+    CHECK(only_error(run({"--analysis=leak", "--", "p"})) ==
+          "--analysis: unknown analyzer 'leak'; did you mean 'leaks'? (available: inefficient, leaks, oom)");
+    auto r = run({"--analysis=oom:25", "--", "p"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.plugin_options["oom"]["k"] == "25");
+    CHECK(only_error(run({"--analysis=oom:0", "--", "p"})) ==
+          "--analysis: oom.k: value 0 out of range (allowed: 1..1000)");
+    CHECK(only_error(run({"--analysis=leaks:3", "--", "p"})) == "--analysis: analyzer 'leaks' takes no ':' argument");
+}
+
+TEST_CASE("data format, sinks, output, log level, collect mode") {
+    CHECK(only_error(run({"--data-format=json", "--", "p"})) == "--data-format: invalid value 'json' (allowed: csv, db)");
+    CHECK(run({"--data-format=db", "--sinks=trace", "--", "p"}).cfg.sinks == std::vector<std::string>{"db", "trace"});
+    CHECK(only_error(run({"--sinks=htm", "--", "p"})) ==
+          "--sinks: unknown sink 'htm' (available: csv, db, trace)");
+    CHECK(only_error(run({"--output=" + std::string(4097, 'a'), "--", "p"})) ==
+          "--output: path longer than 4096 characters");
+    CHECK(only_error(run({"--log-level=debug", "--", "p"})) ==
+          "--log-level: invalid value 'debug' (allowed: info, warn, error)");
+    CHECK(only_error(run({"--collect-mode=later", "--", "p"})) ==
+          "--collect-mode: invalid value 'later' (allowed: immediate, deferred)");
+}
+
+TEST_CASE("watch") {
+    auto r = run({"--watch=op0:out1,op1,full-content", "--", "p"});
+    REQUIRE(r.ok);
+    REQUIRE(r.cfg.watch.has_value());
+    CHECK(r.cfg.watch->start == "op0");
+    CHECK(r.cfg.watch->out_index == 1);
+    CHECK(r.cfg.watch->end == "op1");
+    CHECK(r.cfg.watch->full_content);
+    CHECK(run({"--watch=op9", "--", "p"}).cfg.watch->end == "op9");
+    CHECK(only_error(run({"--watch=a,b,c", "--", "p"})) ==
+          "--watch: invalid value 'a,b,c' (allowed: [start[:outN],]end[,full-content])");
+}
+
+TEST_CASE("compare and missing program") {
+    CHECK(only_error(run({})) == "no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
+    CHECK(only_error(run({"--compare", "--input=a"})) ==
+          "--input: --compare needs exactly two inputs, --input=<base>,<compare>");
+    CHECK(run({"--compare", "--input=a\xEF\xBC\x8C" "b"}).ok);
+    CHECK(only_error(run({"--input=a,b", "--", "p"})) == "--input: only valid together with --compare");
+}
+
+TEST_CASE("plugin options are checked against the plugin's schema") {
+    CHECK(only_error(run({"--plugin-option=inefficient.idle=5", "--", "p"})) ==
+          "--plugin-option: plugin 'inefficient' has no option 'idle'; did you mean 'idle_threshold'? (options: "
+          "idle_threshold)");
+    CHECK(only_error(run({"--plugin-option=inefficient.idle_threshold=abc", "--", "p"})) ==
+          "--plugin-option: inefficient.idle_threshold: invalid value 'abc' (allowed: an integer in 1..1000000)");
+    CHECK(only_error(run({"--plugin-option=nosuch.x=1", "--", "p"})) ==
+          "--plugin-option: options for unknown plugin 'nosuch'");
+    auto r = run({"--", "p"});
+    CHECK(r.cfg.plugin_options["inefficient"]["idle_threshold"] == "3000");
+}
+
+TEST_CASE("YAML: keys with - or _, lists, the command line wins, unknown keys") {
+    auto r = run({"--device=cpu", "--", "p"}, "device: npu\ncall_stack: c:5\nevents: [alloc, launch]\nanalysis: \"\"\n");
+    REQUIRE(r.ok);
+    CHECK(r.cfg.devices == std::vector<std::string>{"cpu"});
+    CHECK(r.cfg.c_depth == 5);
+    CHECK(r.cfg.events == std::set<std::string>{"alloc", "free", "launch"});
+    CHECK(r.cfg.analyzers.empty());
+
+    auto bad = run({"--", "p"}, "device: cpu\ndevce: npu\n");
+    REQUIRE(bad.errors.size() == 1);
+    CHECK(bad.errors[0].find(":2: unknown key 'devce'; did you mean 'device'?") != std::string::npos);
+
+    auto val = run({"--", "p"}, "level: 7\n");
+    REQUIRE(val.errors.size() == 1);
+    CHECK(val.errors[0].find(":1: level: invalid value '7' (allowed: 0, op, 1, kernel)") != std::string::npos);
+
+    auto plug = run({"--", "p"}, "plugins:\n  search_paths: [/opt/x]\n  options:\n    oom: {k: 5}\n");
+    REQUIRE(plug.ok);
+    CHECK(plug.cfg.plugin_search_paths == std::vector<std::string>{"/opt/x"});
+    CHECK(plug.cfg.plugin_options["oom"]["k"] == "5");
+
+    auto pk = run({"--", "p"}, "plugins:\n  serch_paths: [a]\n");
+    REQUIRE(pk.errors.size() == 1);
+    CHECK(pk.errors[0].find(":2: plugins.serch_paths: unknown key; did you mean 'search-paths'? (allowed: search_paths, options)") !=
+          std::string::npos);
+}
+
+TEST_CASE("every error is reported, not just the first") {
+    auto r = run({"--device=gpu", "--level=9", "--data-format=xml", "--", "p"});
+    CHECK(r.errors.size() == 3);
+}
+
+TEST_CASE("agent options carry what the target needs") {
+    auto r = run({"--device=cpu", "--events=alloc", "--call-stack=c:8", "--analysis=", "--", "p"});
+    REQUIRE(r.ok);
+    std::string s = r.cfg.agent_options();
+    CHECK(s.find("events=alloc,free;") == 0);
+    CHECK(s.find(";call_stack=c:8;") != std::string::npos);
+    CHECK(s.find(";collectors=host_heap") != std::string::npos);
+}
