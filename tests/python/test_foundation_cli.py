@@ -1,0 +1,152 @@
+"""Foundation: the CLI runs real programs on the cpu device and writes the
+memscope_dump CSV of COMPAT §4 in the layout of §3."""
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from conftest import TEST_BIN, dump_files, process_dirs, read_dump, run_cli
+
+KNOWN_SIZES = [1001, 3006, 1003, 1004, 1005, 1024, 1006, 1007, 4032, 1009, 1010]
+
+
+def profile(tmp_path, prog_args, extra=(), rc=None):
+    out = tmp_path / "out"
+    p = run_cli(["--device=cpu", "--events=alloc,free", "--analysis=", f"--output={out}", *extra, "--", *prog_args],
+                cwd=tmp_path, check_rc=rc)
+    return p, out
+
+
+def test_known_allocations_give_exactly_those_rows(tmp_path):
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+    dirs = process_dirs(out)
+    assert len(dirs) == 1
+    d = dirs[0]
+    assert re.fullmatch(r"msmemscope_(\d+)_(\d{14})_cpu", d.name)
+    pid, ts = re.fullmatch(r"msmemscope_(\d+)_(\d{14})_cpu", d.name).groups()
+    files = dump_files(d)
+    assert [f.name for f in files] == [f"memscope_dump_{ts}.csv"]
+    assert json.loads((d / "config.json").read_text())["device"] == ["cpu"]
+    assert (d / "msmemscope_logs" / f"msmemscope_{ts}.log").exists()
+
+    rows = read_dump(files[0])
+    mallocs = [r for r in rows if r["Event"] == "MALLOC"]
+    frees = [r for r in rows if r["Event"] == "FREE"]
+    assert [int(r["attr"]["size"]) for r in mallocs] == KNOWN_SIZES
+    assert all(r["Event Type"] == "HOST" and r["Device Id"] == "cpu" for r in mallocs + frees)
+    assert all(r["Process Id"] == pid for r in rows)
+    # every free pairs with its malloc by allocation_id, with the malloc's size
+    by_id = {r["attr"]["allocation_id"]: r for r in mallocs}
+    assert len(by_id) == len(mallocs)
+    for f in frees:
+        m = by_id[f["attr"]["allocation_id"]]
+        assert f["Ptr"] == m["Ptr"]
+        assert f["attr"]["size"] == m["attr"]["size"]
+        assert int(f["Timestamp(ns)"]) >= int(m["Timestamp(ns)"])
+    freed = {f["attr"]["allocation_id"] for f in frees}
+    assert [int(m["attr"]["size"]) for m in mallocs if m["attr"]["allocation_id"] not in freed] == [1010]
+    # realloc: a FREE of the 1003 block comes before the 1004 block's MALLOC
+    order = [(r["Event"], int(r["attr"]["size"])) for r in rows if r["Event"] in ("MALLOC", "FREE")]
+    assert order.index(("FREE", 1003)) == order.index(("MALLOC", 1004)) - 1
+    # rows in time order, IDs increasing
+    assert [int(r["ID"]) for r in rows] == sorted(int(r["ID"]) for r in rows)
+    ts_list = [int(r["Timestamp(ns)"]) for r in rows]
+    assert ts_list == sorted(ts_list)
+    # running total of live host bytes
+    used = 0
+    for r in rows:
+        if r["Event"] == "MALLOC":
+            used += int(r["attr"]["size"])
+        elif r["Event"] == "FREE":
+            used -= int(r["attr"]["size"])
+        if r["Event"] in ("MALLOC", "FREE"):
+            assert int(r["attr"]["used"]) == used
+    assert used == 1010
+    assert rows[0]["Event"] == "SYSTEM" and rows[0]["Event Type"] == "START_TRACE"
+    assert f"pid {pid} (" in p.stdout and "exited with code 7" in p.stdout
+    assert f"output: {out}/{d.name}" in p.stdout
+    assert "cpu/HOST: peak 14.8 KiB, final 1010 B" in p.stdout
+
+
+def test_exit_codes_and_signals_pass_through(tmp_path):
+    for args, rc, how in [(["code", "5"], 5, "exited with code 5"),
+                          (["signal", "9"], 137, "killed by signal 9 (SIGKILL)"),
+                          (["signal", "15"], 143, "killed by signal 15 (SIGTERM)"),
+                          (["abort"], 134, "killed by signal 6 (SIGABRT)")]:
+        sub = tmp_path / "_".join(args)
+        sub.mkdir()
+        p, out = profile(sub, [TEST_BIN / "exit_kinds", *args], rc=rc)
+        assert how in p.stdout, p.stdout
+        rows = read_dump(dump_files(process_dirs(out)[0])[0])
+        assert [int(r["attr"]["size"]) for r in rows if r["Event"] == "MALLOC" and r["attr"]["size"] == "2024"] == [2024]
+
+
+def test_missing_or_non_executable_program(tmp_path):
+    p = run_cli(["--device=cpu", f"--output={tmp_path}/o", "--", "./nope"], cwd=tmp_path, check_rc=2)
+    assert "msmemscope: error: program './nope' not found\n" in p.stderr
+    p = run_cli(["--device=cpu", f"--output={tmp_path}/o", "--", "no_such_program_xyz"], cwd=tmp_path, check_rc=2)
+    assert "msmemscope: error: program 'no_such_program_xyz' not found in PATH\n" in p.stderr
+    f = tmp_path / "plain.txt"
+    f.write_text("x")
+    f.chmod(0o644)
+    p = run_cli(["--device=cpu", f"--output={tmp_path}/o", "--", "./plain.txt"], cwd=tmp_path, check_rc=2)
+    assert "msmemscope: error: program './plain.txt' is not executable\n" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_options_write_nothing(tmp_path):
+    cases = [
+        (["--device=gpu"], "msmemscope: error: --device: invalid value 'gpu' (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})\n"),
+        (["--evnts=alloc"], "msmemscope: error: unknown option '--evnts'; did you mean '--events'?\n"),
+        (["--data-format=xml"], "msmemscope: error: --data-format: invalid value 'xml' (allowed: csv, db)\n"),
+        (["--steps=1,2,3,4,5,6"], "msmemscope: error: --steps: at most 5 steps, got 6\n"),
+    ]
+    for opts, msg in cases:
+        p = run_cli([*opts, f"--output={tmp_path}/o", "--", str(TEST_BIN / "known_allocs")], cwd=tmp_path, check_rc=2)
+        assert msg in p.stderr, p.stderr
+        assert not (tmp_path / "o").exists()
+
+
+def test_unwritable_output_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    p = run_cli(["--device=cpu", f"--output={blocker}/sub", "--", str(TEST_BIN / "known_allocs")], cwd=tmp_path,
+                check_rc=2)
+    assert f"msmemscope: error: --output: cannot create or write '{blocker}/sub': Not a directory\n" in p.stderr
+
+
+def test_help_version_and_plugins(tmp_path):
+    p = run_cli(["--help"], cwd=tmp_path, check_rc=0)
+    for opt in ["--steps", "--device", "--level", "--events", "--call-stack", "--collect-mode", "--analysis",
+                "--data-format", "--watch", "--output", "--log-level", "--compare", "--input", "--config",
+                "--list-plugins", "--sinks", "--replay"]:
+        assert opt in p.stdout
+    assert "npu, npu:{0..31}, cpu" in p.stdout
+    p = run_cli(["-v"], cwd=tmp_path, check_rc=0)
+    assert re.fullmatch(r"msmemscope \d+\.\d+\.\d+\n", p.stdout)
+    p = run_cli(["--list-plugins"], cwd=tmp_path, check_rc=0)
+    assert re.search(r"^csv +sink +1\.0\.0 +/\S+/libmsmemscope_plugin_csv\.so$", p.stdout, re.M)
+    assert re.search(r"^host_heap +collector +1\.0\.0 +/\S+libmsmemscope_plugin_host_heap\.so$", p.stdout, re.M)
+
+
+def test_root_warning(tmp_path):
+    p, _ = profile(tmp_path, [TEST_BIN / "known_allocs"], rc=0)
+    if os.geteuid() == 0:
+        assert "msmemscope: warning: running as root: file permission checks are skipped" in p.stderr
+    else:
+        assert "running as root" not in p.stderr
+
+
+def test_bash_user_script_form(tmp_path):
+    script = tmp_path / "user.sh"
+    script.write_text(f"{TEST_BIN / 'known_allocs'}\n{TEST_BIN / 'known_allocs'} 3\nexit 4\n")
+    out = tmp_path / "out"
+    p = run_cli(["--device=cpu", "--analysis=", f"--output={out}", "bash", str(script)], cwd=tmp_path, check_rc=4)
+    with_known = []
+    for d in process_dirs(out):
+        rows = read_dump(dump_files(d)[0])
+        sizes = [int(r["attr"]["size"]) for r in rows if r["Event"] == "MALLOC"]
+        if 1001 in sizes and 4032 in sizes:
+            with_known.append(d)
+    assert len(with_known) == 2

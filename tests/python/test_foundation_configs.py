@@ -1,0 +1,39 @@
+"""Every YAML profile in configs/ loads and validates (run against /bin/true)."""
+from pathlib import Path
+
+import pytest
+
+from conftest import SOURCE, run_cli
+
+CONFIGS = sorted((SOURCE / "configs").glob("*.yaml"))
+
+
+def test_there_are_profiles():
+    assert len(CONFIGS) >= 5
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_profile_loads_and_runs(path, tmp_path):
+    p = run_cli(["--config", path, f"--output={tmp_path}/out", "--", "/bin/true"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "error" not in p.stderr.replace("log_level: error", ""), p.stderr
+
+
+def test_yaml_errors_name_file_line_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("device: cpu\nevnts: [alloc]\nlevel: 3\n")
+    p = run_cli(["--config", bad, "--", "/bin/true"], cwd=tmp_path, check_rc=2)
+    assert p.stderr.splitlines()[0] == f"msmemscope: error: {bad}:2: unknown key 'evnts'; did you mean 'events'?"
+    p = run_cli(["--config", tmp_path / "missing.yaml", "--", "/bin/true"], cwd=tmp_path, check_rc=2)
+    assert f"msmemscope: error: {tmp_path}/missing.yaml: cannot read the file\n" in p.stderr
+    bad.write_text("level: 3\n")
+    p = run_cli(["--config", bad, "--", "/bin/true"], cwd=tmp_path, check_rc=2)
+    assert f"msmemscope: error: {bad}:1: level: invalid value '3' (allowed: 0, op, 1, kernel)\n" in p.stderr
+
+
+def test_command_line_overrides_yaml(tmp_path):
+    y = tmp_path / "p.yaml"
+    y.write_text("device: gpu\n")
+    # the bad YAML value is overridden by the command line, so no error
+    p = run_cli(["--config", y, "--device=cpu", "--analysis=", f"--output={tmp_path}/o", "--", "/bin/true"],
+                cwd=tmp_path, check_rc=0)
