@@ -1,0 +1,401 @@
+// Sink `db` (--data-format=db): one SQLite file per device,
+// device_{id}/dump/memscope_dump_{ts}.db (COMPAT §3, §5).
+//
+// Tables readers of upstream's DB expect (MindStudio Insight):
+//   memscope_dump          the 12 columns of the CSV; Attr is real JSON
+//   python_trace_{PID}     FuncInfo, StartTime(ns), EndTime(ns), Thread Id, Process Id
+// Ours, for fast queries (schema version in PRAGMA user_version):
+//   msms_meta              key/value: schema version, pid, command line, config, state
+//   msms_blocks            one row per allocation: ids, device, pool, size, times, stacks
+//   msms_stacks            interned call stacks (kind, id) -> text
+//   msms_findings          analyzer findings: table name, sequence, columns as JSON
+// Rows are written through prepared statements inside large transactions,
+// committed every kBatch rows (WAL), so that the file is consistent at every
+// commit; indexes are built at the end, and the file is switched back to a
+// plain rollback journal so that it is one self-contained file.
+#include <msmemscope/plugin.hpp>
+
+#include <sqlite3.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "util/json.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using msmemscope::view;
+
+constexpr int kSchemaVersion = 1;
+constexpr uint64_t kBatch = 200000;
+
+std::string device_label(const msms_event& ev) {
+    switch (ev.device_kind) {
+    case MSMS_DEV_CPU: return "cpu";
+    case MSMS_DEV_NPU:
+    case MSMS_DEV_CUDA: return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
+    default: return "N/A";
+    }
+}
+
+// {"key":value,...}: numbers and numeric lists stay numbers (util/json.h).
+void attr_json(std::string& out, const msms_kv* kv, uint32_t n) {
+    out += '{';
+    for (uint32_t i = 0; i < n; ++i) {
+        if (i) out += ',';
+        msms::json_quote(out, view(kv[i].key));
+        out += ':';
+        msms::json_attr_value(out, view(kv[i].value));
+    }
+    out += '}';
+}
+
+class Stmt {
+public:
+    Stmt() = default;
+    Stmt(sqlite3* db, const std::string& sql) {
+        if (sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK)
+            throw std::runtime_error("SQLite: cannot prepare '" + sql + "': " + sqlite3_errmsg(db));
+    }
+    Stmt(const Stmt&) = delete;
+    Stmt& operator=(const Stmt&) = delete;
+    Stmt(Stmt&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+    Stmt& operator=(Stmt&& o) noexcept {
+        std::swap(s_, o.s_);
+        return *this;
+    }
+    ~Stmt() {
+        if (s_) sqlite3_finalize(s_);
+    }
+    Stmt& i64(int col, int64_t v) {
+        sqlite3_bind_int64(s_, col, v);
+        return *this;
+    }
+    Stmt& text(int col, std::string_view v) {
+        sqlite3_bind_text(s_, col, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_STATIC);
+        return *this;
+    }
+    Stmt& null(int col) {
+        sqlite3_bind_null(s_, col);
+        return *this;
+    }
+    void run(sqlite3* db) {
+        int rc = sqlite3_step(s_);
+        sqlite3_reset(s_);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            throw std::runtime_error(std::string("SQLite: ") + sqlite3_errmsg(db));
+    }
+
+private:
+    sqlite3_stmt* s_ = nullptr;
+};
+
+class Database {
+public:
+    Database(const std::string& path, const msmemscope::RunInfo& run, const std::string& device) : path_(path) {
+        std::error_code ec;
+        fs::create_directories(fs::path(path).parent_path(), ec);
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
+        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+            std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw std::runtime_error("cannot create " + path + ": " + why);
+        }
+        exec("PRAGMA journal_mode=WAL");
+        exec("PRAGMA synchronous=NORMAL");
+        exec("PRAGMA cache_size=-65536");
+        exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
+        exec("CREATE TABLE memscope_dump (\"ID\" INTEGER PRIMARY KEY, \"Event\" TEXT, \"Event Type\" TEXT, "
+             "\"Name\" TEXT, \"Timestamp(ns)\" INTEGER, \"Process Id\" INTEGER, \"Thread Id\" INTEGER, "
+             "\"Device Id\" TEXT, \"Ptr\" TEXT, \"Attr\" TEXT, \"Call Stack(Python)\" TEXT, \"Call Stack(C)\" TEXT)");
+        exec("CREATE TABLE msms_meta (key TEXT PRIMARY KEY, value TEXT)");
+        exec("CREATE TABLE msms_blocks (allocation_id INTEGER PRIMARY KEY, device TEXT, pool TEXT, ptr INTEGER, "
+             "size INTEGER, malloc_id INTEGER, malloc_ts INTEGER, free_id INTEGER, free_ts INTEGER, "
+             "thread_id INTEGER, owner TEXT, c_stack_id INTEGER, py_stack_id INTEGER)");
+        exec("CREATE TABLE msms_stacks (kind TEXT, id INTEGER, text TEXT, PRIMARY KEY (kind, id)) WITHOUT ROWID");
+        exec("CREATE TABLE msms_findings (\"table\" TEXT, seq INTEGER, cols TEXT)");
+        ins_dump_ = Stmt(db_, "INSERT OR REPLACE INTO memscope_dump VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+        ins_block_ = Stmt(db_, "INSERT OR REPLACE INTO msms_blocks VALUES (?,?,?,?,?,?,?,NULL,NULL,?,?,?,?)");
+        upd_block_ = Stmt(db_, "UPDATE msms_blocks SET free_id=?, free_ts=? WHERE allocation_id=?");
+        ins_stack_ = Stmt(db_, "INSERT OR IGNORE INTO msms_stacks VALUES (?,?,?)");
+        upd_attr_ = Stmt(db_, "UPDATE memscope_dump SET \"Attr\"=json_set(\"Attr\", ?, json(?)) WHERE \"ID\"=?");
+        upd_owner_ = Stmt(db_,
+                          "UPDATE msms_blocks SET owner=? WHERE allocation_id=(SELECT json_extract(\"Attr\", "
+                          "'$.allocation_id') FROM memscope_dump WHERE \"ID\"=? AND \"Event\"='MALLOC')");
+        ins_finding_ = Stmt(db_, "INSERT INTO msms_findings VALUES (?,?,?)");
+        ins_meta_ = Stmt(db_, "INSERT OR REPLACE INTO msms_meta VALUES (?,?)");
+        meta("schema_version", std::to_string(kSchemaVersion));
+        meta("tool", "msmemscope");
+        meta("pid", std::to_string(run.pid));
+        meta("timestamp", run.timestamp);
+        meta("device", device);
+        meta("command_line", run.command_line);
+        meta("config", run.config_json);
+        meta("complete", "false");
+        exec("BEGIN");
+    }
+    ~Database() {
+        if (db_) {
+            sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+            ins_dump_ = Stmt();
+            ins_block_ = Stmt();
+            upd_block_ = Stmt();
+            ins_stack_ = Stmt();
+            upd_attr_ = Stmt();
+            upd_owner_ = Stmt();
+            ins_finding_ = Stmt();
+            ins_meta_ = Stmt();
+            for (auto& [k, s] : ins_py_) s = Stmt();
+            sqlite3_close(db_);
+        }
+    }
+
+    void row(const msms_event& ev) {
+        attr_.clear();
+        attr_json(attr_, ev.attrs, ev.attr_count);
+        const char* kind = msms_event_kind_name(ev.kind);
+        const char* type = msms_event_type_name(ev.type);
+        bool has_ptr = ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS;
+        char ptr[24];
+        if (has_ptr) std::snprintf(ptr, sizeof(ptr), "0x%016llx", static_cast<unsigned long long>(ev.ptr));
+        else std::memcpy(ptr, "N/A", 4);
+        std::string dev = device_label(ev);
+        ins_dump_.i64(1, static_cast<int64_t>(ev.id))
+            .text(2, kind ? kind : "N/A")
+            .text(3, type ? type : "N/A")
+            .text(4, ev.name.size ? view(ev.name) : std::string_view("N/A"))
+            .i64(5, static_cast<int64_t>(ev.timestamp_ns))
+            .i64(6, ev.pid)
+            .i64(7, ev.tid)
+            .text(8, dev)
+            .text(9, ptr)
+            .text(10, attr_)
+            .text(11, view(ev.py_stack))
+            .text(12, view(ev.c_stack))
+            .run(db_);
+        if (ev.kind == MSMS_EV_MALLOC && ev.allocation_id) {
+            stack("c", ev.c_stack_id, ev.c_stack);
+            stack("python", ev.py_stack_id, ev.py_stack);
+            std::string_view owner = msmemscope::attr(ev, "owner");
+            ins_block_.i64(1, static_cast<int64_t>(ev.allocation_id))
+                .text(2, dev)
+                .text(3, type ? type : "N/A")
+                .i64(4, static_cast<int64_t>(ev.ptr))
+                .i64(5, static_cast<int64_t>(ev.size))
+                .i64(6, static_cast<int64_t>(ev.id))
+                .i64(7, static_cast<int64_t>(ev.timestamp_ns))
+                .i64(8, ev.tid);
+            if (owner.empty()) ins_block_.null(9);
+            else ins_block_.text(9, owner);
+            if (ev.c_stack_id) ins_block_.i64(10, static_cast<int64_t>(ev.c_stack_id));
+            else ins_block_.null(10);
+            if (ev.py_stack_id) ins_block_.i64(11, static_cast<int64_t>(ev.py_stack_id));
+            else ins_block_.null(11);
+            ins_block_.run(db_);
+        } else if (ev.kind == MSMS_EV_FREE && ev.allocation_id) {
+            upd_block_.i64(1, static_cast<int64_t>(ev.id))
+                .i64(2, static_cast<int64_t>(ev.timestamp_ns))
+                .i64(3, static_cast<int64_t>(ev.allocation_id))
+                .run(db_);
+        }
+        ++rows_;
+        tick();
+    }
+
+    void python_trace(const msms_event& ev, uint32_t pid) {
+        auto it = ins_py_.find(pid);
+        if (it == ins_py_.end()) {
+            std::string table = "python_trace_" + std::to_string(pid);
+            exec("CREATE TABLE IF NOT EXISTS " + table +
+                 " (\"FuncInfo\" TEXT, \"StartTime(ns)\" INTEGER, \"EndTime(ns)\" INTEGER, \"Thread Id\" INTEGER, "
+                 "\"Process Id\" INTEGER)");
+            it = ins_py_.emplace(pid, Stmt(db_, "INSERT INTO " + table + " VALUES (?,?,?,?,?)")).first;
+        }
+        it->second.text(1, view(ev.name))
+            .i64(2, static_cast<int64_t>(ev.aux0))
+            .i64(3, static_cast<int64_t>(ev.timestamp_ns))
+            .i64(4, ev.tid)
+            .i64(5, ev.pid)
+            .run(db_);
+        tick();
+    }
+
+    void annotate(uint64_t id, std::string_view key, std::string_view value) {
+        std::string path = "$.";
+        msms::json_quote(path, key);  // $."key" handles any characters
+        std::string v;
+        msms::json_attr_value(v, value);
+        upd_attr_.text(1, path).text(2, v).i64(3, static_cast<int64_t>(id)).run(db_);
+        if (key == "owner") upd_owner_.text(1, value).i64(2, static_cast<int64_t>(id)).run(db_);
+        tick();
+    }
+
+    void finding(std::string_view table, const msms_kv* cols, uint32_t n) {
+        std::string j = "{";
+        for (uint32_t i = 0; i < n; ++i) {
+            if (i) j += ',';
+            msms::json_quote(j, view(cols[i].key));
+            j += ':';
+            msms::json_attr_value(j, view(cols[i].value));
+        }
+        j += '}';
+        ins_finding_.text(1, table).i64(2, static_cast<int64_t>(++findings_)).text(3, j).run(db_);
+        tick();
+    }
+
+    void finish() {
+        meta("rows", std::to_string(rows_));
+        meta("complete", "true");
+        exec("COMMIT");
+        exec("CREATE INDEX IF NOT EXISTS memscope_dump_time ON memscope_dump (\"Timestamp(ns)\")");
+        exec("CREATE INDEX IF NOT EXISTS msms_blocks_time ON msms_blocks (device, malloc_ts)");
+        exec("CREATE INDEX IF NOT EXISTS msms_blocks_malloc ON msms_blocks (malloc_id)");
+        exec("CREATE INDEX IF NOT EXISTS msms_findings_table ON msms_findings (\"table\", seq)");
+        exec("CREATE VIEW IF NOT EXISTS msms_leaks AS SELECT seq, cols FROM msms_findings WHERE \"table\"='leaks'");
+        exec("PRAGMA wal_checkpoint(TRUNCATE)");
+        exec("PRAGMA journal_mode=DELETE");
+        exec("BEGIN");  // the destructor commits this empty one
+    }
+
+    uint64_t rows() const { return rows_; }
+    const std::string& path() const { return path_; }
+
+private:
+    void exec(const std::string& sql) {
+        char* msg = nullptr;
+        if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+            std::string why = msg ? msg : "unknown error";
+            sqlite3_free(msg);
+            throw std::runtime_error(path_ + ": SQLite: " + why + " (in: " + sql + ")");
+        }
+    }
+    void meta(const std::string& k, const std::string& v) { ins_meta_.text(1, k).text(2, v).run(db_); }
+    void stack(const char* kind, uint64_t id, msms_str text) {
+        if (!id || !text.size) return;
+        auto& seen = kind[0] == 'c' ? c_seen_ : py_seen_;
+        if (!seen.insert(id).second) return;
+        ins_stack_.text(1, kind).i64(2, static_cast<int64_t>(id)).text(3, view(text)).run(db_);
+    }
+    // Commit every kBatch changes: the file on disk is always a consistent
+    // database holding everything up to the last commit.
+    void tick() {
+        if (++since_commit_ < kBatch) return;
+        since_commit_ = 0;
+        exec("COMMIT");
+        exec("BEGIN");
+    }
+
+    std::string path_;
+    sqlite3* db_ = nullptr;
+    Stmt ins_dump_, ins_block_, upd_block_, ins_stack_, upd_attr_, upd_owner_, ins_finding_, ins_meta_;
+    std::map<uint32_t, Stmt> ins_py_;
+    std::unordered_set<uint64_t> c_seen_, py_seen_;
+    std::string attr_;
+    uint64_t rows_ = 0, since_commit_ = 0, findings_ = 0;
+};
+
+class DbSink : public msmemscope::ISink {
+public:
+    static constexpr const char* kTypeName = "db";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription =
+        "memscope_dump_{ts}.db per device (SQLite, msMemScope-compatible memscope_dump and python_trace tables, "
+        "plus indexed blocks, stacks and findings)";
+
+    DbSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+
+    void begin(const msmemscope::RunInfo& run) override { run_ = run; }
+
+    void on_event(const msms_event& ev) override {
+        if (ev.kind == MSMS_EV_PY_TRACE) {
+            Database& d = first_device_.empty() ? open("cpu") : *dbs_.at(first_device_);
+            d.python_trace(ev, run_.pid ? run_.pid : ev.pid);
+            return;
+        }
+        if (ev.device_kind == MSMS_DEV_NA) {
+            // System rows (steps, marks...) belong to every device's file;
+            // before the first device row they wait (as in the csv sink).
+            if (dbs_.empty()) {
+                pending_.emplace_back(ev);
+                if (pending_.size() > kMaxPending) open("cpu");
+                return;
+            }
+            for (auto& [dev, d] : dbs_) d->row(ev);
+            return;
+        }
+        open(device_label(ev)).row(ev);
+    }
+
+    void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
+        for (auto& [dev, d] : dbs_) d->annotate(id, key, value);
+    }
+
+    void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
+        if (dbs_.empty()) open("cpu");
+        for (auto& [dev, d] : dbs_) d->finding(table, cols, n);
+    }
+
+    void finish() override {
+        if (dbs_.empty()) open("cpu");  // an empty run still leaves a valid file
+        for (auto& [dev, d] : dbs_) d->finish();
+        dbs_.clear();
+    }
+
+private:
+    Database& open(const std::string& dev) {
+        auto it = dbs_.find(dev);
+        if (it != dbs_.end()) return *it->second;
+        auto d = std::make_unique<Database>(
+            run_.output_dir + "/device_" + dev + "/dump/memscope_dump_" + run_.timestamp + ".db", run_, dev);
+        Database& db = *dbs_.emplace(dev, std::move(d)).first->second;
+        if (first_device_.empty()) {
+            first_device_ = dev;
+            for (auto& p : pending_) db.row(p.get());
+            pending_.clear();
+        }
+        return db;
+    }
+
+    // An event kept until the first device file exists.
+    struct Pending {
+        msms_event ev;
+        std::string name, py, c;
+        std::vector<std::pair<std::string, std::string>> attrs;
+        std::vector<msms_kv> kv;
+        explicit Pending(const msms_event& e) : ev(e), name(view(e.name)), py(view(e.py_stack)), c(view(e.c_stack)) {
+            for (uint32_t i = 0; i < e.attr_count; ++i)
+                attrs.emplace_back(std::string(view(e.attrs[i].key)), std::string(view(e.attrs[i].value)));
+        }
+        const msms_event& get() {
+            kv.clear();
+            for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
+            ev.attrs = kv.data();
+            ev.attr_count = static_cast<uint32_t>(kv.size());
+            ev.name = msmemscope::str(name);
+            ev.py_stack = msmemscope::str(py);
+            ev.c_stack = msmemscope::str(c);
+            return ev;
+        }
+    };
+    static constexpr size_t kMaxPending = 100000;
+
+    msmemscope::Host host_;
+    msmemscope::RunInfo run_;
+    std::vector<Pending> pending_;
+    std::string first_device_;
+    std::map<std::string, std::unique_ptr<Database>> dbs_;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(DbSink)
