@@ -152,44 +152,81 @@ void Pipeline::account(Record& r) {
     t.peak = std::max(t.peak, used);
 }
 
+namespace {
+// Appends the decimal digits of v.
+void put_uint(std::string& out, uint64_t v) {
+    char buf[24];
+    char* p = buf + sizeof(buf);
+    do {
+        *--p = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v);
+    out.append(p, static_cast<size_t>(buf + sizeof(buf) - p));
+}
+void put_int(std::string& out, int64_t v) {
+    if (v < 0) {
+        out += '-';
+        put_uint(out, static_cast<uint64_t>(-v));
+    } else {
+        put_uint(out, static_cast<uint64_t>(v));
+    }
+}
+void put_hex(std::string& out, uint64_t v) {
+    static const char* digits = "0123456789abcdef";
+    char buf[18] = {'0', 'x'};
+    for (int i = 17; i >= 2; --i) {
+        buf[i] = digits[v & 15];
+        v >>= 4;
+    }
+    out.append(buf, 18);
+}
+}  // namespace
+
+// Builds the Attr entries of the event into one text buffer (no allocation
+// per event once the buffers have grown): the numbers of the event first,
+// then the source's extras and analyzers' additions, a key given by the
+// source overriding the computed one.
 void Pipeline::build_views(Record& r) {
-    // Attr entries: the numbers of the event, then the source's extras.
-    auto& a = r.attrs;
+    attr_text_.clear();
+    attr_spans_.clear();
+    auto has_extra = [&](std::string_view k) {
+        for (auto& kv : r.attrs)
+            if (kv.first == k) return true;
+        return false;
+    };
+    auto begin_entry = [&](std::string_view k) -> bool {
+        if (!r.complete_attrs && has_extra(k)) return false;
+        attr_spans_.push_back({attr_text_.size(), k.size(), 0, 0});
+        attr_text_.append(k.data(), k.size());
+        attr_spans_.back().value_off = attr_text_.size();
+        return true;
+    };
+    auto end_entry = [&]() { attr_spans_.back().value_len = attr_text_.size() - attr_spans_.back().value_off; };
+    const msms_event& ev = r.ev;
     if (!r.complete_attrs) {
-        std::vector<std::pair<std::string, std::string>> base;
-        auto has = [&](const char* k) {
-            for (auto& kv : a)
-                if (kv.first == k) return true;
-            return false;
-        };
-        const msms_event& ev = r.ev;
-        auto add = [&](const char* k, std::string v) {
-            if (!has(k)) base.emplace_back(k, std::move(v));
-        };
-        char buf[32];
         if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
-            add("allocation_id", std::to_string(ev.allocation_id));
-            std::snprintf(buf, sizeof(buf), "0x%016llx", static_cast<unsigned long long>(ev.ptr));
-            add("addr", buf);
-            add("size", std::to_string(ev.size));
-            if (ev.pool_used >= 0) add("used", std::to_string(ev.pool_used));
-            if (ev.pool_total >= 0) add("total", std::to_string(ev.pool_total));
-            if (ev.process_used >= 0) add("process_used", std::to_string(ev.process_used));
-            if (ev.device_used >= 0) add("device_used", std::to_string(ev.device_used));
+            if (begin_entry("allocation_id")) { put_uint(attr_text_, ev.allocation_id); end_entry(); }
+            if (begin_entry("addr")) { put_hex(attr_text_, ev.ptr); end_entry(); }
+            if (begin_entry("size")) { put_uint(attr_text_, ev.size); end_entry(); }
+            if (ev.pool_used >= 0 && begin_entry("used")) { put_int(attr_text_, ev.pool_used); end_entry(); }
+            if (ev.pool_total >= 0 && begin_entry("total")) { put_int(attr_text_, ev.pool_total); end_entry(); }
+            if (ev.process_used >= 0 && begin_entry("process_used")) { put_int(attr_text_, ev.process_used); end_entry(); }
+            if (ev.device_used >= 0 && begin_entry("device_used")) { put_int(attr_text_, ev.device_used); end_entry(); }
         } else if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
-            add("func", r.name);
-            add("req_size", std::to_string(ev.size));
-            add("flag", std::to_string(ev.aux0));
-            add("ret", std::to_string(ev.aux1));
+            if (begin_entry("func")) { attr_text_ += r.name; end_entry(); }
+            if (begin_entry("req_size")) { put_uint(attr_text_, ev.size); end_entry(); }
+            if (begin_entry("flag")) { put_uint(attr_text_, ev.aux0); end_entry(); }
+            if (begin_entry("ret")) { put_uint(attr_text_, ev.aux1); end_entry(); }
         } else if (ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.aux0) {
-            add("streamId", std::to_string(ev.aux0));
-            add("taskId", std::to_string(ev.aux1));
+            if (begin_entry("streamId")) { put_uint(attr_text_, ev.aux0); end_entry(); }
+            if (begin_entry("taskId")) { put_uint(attr_text_, ev.aux1); end_entry(); }
         }
-        a.insert(a.begin(), base.begin(), base.end());
-        r.complete_attrs = true;
     }
     kv_.clear();
-    for (auto& kv : a)
+    for (auto& sp : attr_spans_)
+        kv_.push_back({{attr_text_.data() + sp.key_off, static_cast<uint32_t>(sp.key_len)},
+                       {attr_text_.data() + sp.value_off, static_cast<uint32_t>(sp.value_len)}});
+    for (auto& kv : r.attrs)
         kv_.push_back({{kv.first.data(), static_cast<uint32_t>(kv.first.size())},
                        {kv.second.data(), static_cast<uint32_t>(kv.second.size())}});
     r.ev.attrs = kv_.data();
@@ -197,6 +234,7 @@ void Pipeline::build_views(Record& r) {
     r.ev.name = {r.name.data(), static_cast<uint32_t>(r.name.size())};
     r.ev.py_stack = {r.py_stack.data(), static_cast<uint32_t>(r.py_stack.size())};
     r.ev.c_stack = {r.c_stack.data(), static_cast<uint32_t>(r.c_stack.size())};
+    attrs_dirty_ = false;
 }
 
 void Pipeline::dispatch(Record& r, size_t first_analyzer) {
@@ -208,8 +246,8 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer) {
         if (!a.alive) continue;
         current_analyzer_ = i;
         if (a.d->on_event(a.obj, &r.ev) != MSMS_OK) plugin_failed(a, "failed on event " + std::to_string(r.ev.id));
-        // add_attr may have grown the list: refresh the views
-        build_views(r);
+        // add_attr changed the list: refresh the views
+        if (attrs_dirty_) build_views(r);
     }
     for (auto& s : sinks_) {
         if (!s.alive) continue;
@@ -267,11 +305,13 @@ int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
     auto* p = static_cast<Pipeline*>(h);
     if (!p->current_) return MSMS_ERR_INVALID_ARGUMENT;
     std::string key = to_s(k);
+    p->attrs_dirty_ = true;
     for (auto& kv : p->current_->attrs)
         if (kv.first == key) {
             kv.second = to_s(v);
             return MSMS_OK;
         }
+    // A computed entry of the same key (e.g. "size") is replaced, not repeated.
     p->current_->attrs.emplace_back(std::move(key), to_s(v));
     return MSMS_OK;
 }

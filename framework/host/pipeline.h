@@ -105,6 +105,12 @@ private:
     // current event (for add_attr)
     Record* current_ = nullptr;
     std::vector<msms_kv> kv_;
+    struct AttrSpan {
+        size_t key_off, key_len, value_off, value_len;
+    };
+    std::string attr_text_;
+    std::vector<AttrSpan> attr_spans_;
+    bool attrs_dirty_ = false;
     size_t current_analyzer_ = 0;
     std::deque<std::pair<Record, size_t>> emitted_;  // event, first analyzer to see it
 

@@ -1,6 +1,9 @@
 #include "session.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +41,32 @@ std::string human(int64_t bytes) {
     return buf;
 }
 
+enum class CaptureState { NotReady, Ready, Abandoned };
+
+// The agent takes its lock, then sizes the file, then writes the header with
+// the magic last. A file without the magic is not ready yet — or abandoned,
+// when its writer (the lock holder) is already gone.
+CaptureState capture_state(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return CaptureState::NotReady;
+    char magic[sizeof(capture::kMagic)] = {};
+    bool has_magic = pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+                     memcmp(magic, capture::kMagic, sizeof(magic)) == 0;
+    CaptureState st = CaptureState::Ready;
+    if (!has_magic) {
+        st = CaptureState::NotReady;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            // Re-check: the header may have been completed just before exit.
+            has_magic = pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+                        memcmp(magic, capture::kMagic, sizeof(magic)) == 0;
+            st = has_magic ? CaptureState::Ready : CaptureState::Abandoned;
+            flock(fd, LOCK_UN);
+        }
+    }
+    close(fd);
+    return st;
+}
+
 }  // namespace
 
 Session::Session(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {}
@@ -61,8 +90,19 @@ void Session::scan() {
     for (auto& p : found) {
         // The header is written right after the file is created; a file whose
         // header is not complete yet is picked up at the next scan.
-        std::error_code ec2;
-        if (fs::file_size(p, ec2) < capture::kHeaderSize || ec2) continue;
+        switch (capture_state(p)) {
+        case CaptureState::NotReady:
+            continue;
+        case CaptureState::Abandoned: {
+            seen_.insert(p);
+            ProcessSummary s;
+            s.error = p + ": the process ended before its capture was set up";
+            summaries_.push_back(s);
+            continue;
+        }
+        case CaptureState::Ready:
+            break;
+        }
         seen_.insert(p);
         Running r;
         r.capture = p;
