@@ -1,0 +1,412 @@
+// Sink `trace`: one Chrome/Perfetto trace-event JSON file per process,
+// trace_{ts}.json in the process folder (opens in ui.perfetto.dev and
+// chrome://tracing).
+//
+//   counters  "C"  allocated bytes per pool ("<device> <pool>") after every
+//                  MALLOC/FREE, and bytes in use per device when known
+//   spans     "X"  operators (OP_LAUNCH start/end pairs), kernels
+//                  (KERNEL_START/END pairs), mstx ranges, Python calls and
+//                  RecordFunction ranges (PY_TRACE)
+//   instants  "i"  kernel launches, mstx marks, steps, snapshots, OOM rows,
+//                  and leaks (findings table "leaks") at their allocation
+//
+// Timestamps are microseconds since the first event (the absolute start is
+// in otherData.start_ns), written with nanosecond digits. The file is
+// streamed; the only state kept is open spans and live blocks. Past
+// `max_events` (default 2,000,000) nothing but leaks is added: the log and
+// the end-of-run report say so and point to the full data (--data-format=db).
+#include <msmemscope/plugin.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "util/json.h"
+
+namespace {
+
+using msmemscope::view;
+
+std::string device_label(uint16_t kind, int16_t id) {
+    switch (kind) {
+    case MSMS_DEV_CPU: return "cpu";
+    case MSMS_DEV_NPU: return "npu:" + std::to_string(id < 0 ? 0 : id);
+    case MSMS_DEV_CUDA: return "cuda:" + std::to_string(id < 0 ? 0 : id);
+    default: return "N/A";
+    }
+}
+
+class TraceSink : public msmemscope::ISink {
+public:
+    static constexpr const char* kTypeName = "trace";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription =
+        "trace_{ts}.json: Chrome/Perfetto trace events (memory counters, op/kernel/Python spans, marks, leaks)";
+
+    static const msms_option_spec* options(uint32_t& n) {
+        static const msms_option_spec specs[] = {
+            {"max_events", MSMS_OPT_INT, "2000000", nullptr, 1000, 1000000000,
+             "trace events written before the trace stops growing (use the db sink for everything)"},
+        };
+        n = 1;
+        return specs;
+    }
+
+    TraceSink(msmemscope::Host host, const msmemscope::Options& opts)
+        : host_(host), max_events_(static_cast<uint64_t>(opts.get_int("max_events", 2000000))) {}
+    ~TraceSink() override {
+        if (f_) std::fclose(f_);
+    }
+
+    void begin(const msmemscope::RunInfo& run) override {
+        run_ = run;
+        path_ = run.output_dir + "/trace_" + run.timestamp + ".json";
+        f_ = std::fopen(path_.c_str(), "w");
+        if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        buf_.reserve(kFlushAt + 65536);
+        buf_ += "{\"traceEvents\":[\n";
+        std::string name = run.command_line.empty() ? "process" : run.command_line;
+        if (name.size() > 200) name = name.substr(0, 200) + "...";
+        head("M", "process_name", run.pid, 0);
+        buf_ += ",\"args\":{\"name\":";
+        msms::json_quote(buf_, name + " (pid " + std::to_string(run.pid) + ")");
+        buf_ += "}}";
+    }
+
+    void on_event(const msms_event& ev) override {
+        if (!base_set_) {
+            base_ = ev.kind == MSMS_EV_PY_TRACE && ev.aux0 && ev.aux0 < ev.timestamp_ns ? ev.aux0 : ev.timestamp_ns;
+            base_set_ = true;
+        }
+        last_ts_ = std::max(last_ts_, ev.timestamp_ns);
+        switch (ev.kind) {
+        case MSMS_EV_MALLOC:
+        case MSMS_EV_FREE: memory(ev); break;
+        case MSMS_EV_OP_LAUNCH:
+            if (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START) open_span(ev, "op", ev.tid);
+            else close_span(ev, "op", ev.tid);
+            break;
+        case MSMS_EV_KERNEL_LAUNCH:
+            if (ev.type == MSMS_T_KERNEL_START) open_span(ev, "kernel", ev.tid);
+            else if (ev.type == MSMS_T_KERNEL_END) close_span(ev, "kernel", ev.tid);
+            else instant(ev, "kernel", name_or(ev, "kernel"), 't');
+            break;
+        case MSMS_EV_MSTX:
+            if (ev.type == MSMS_T_RANGE_START) open_span(ev, "mstx", ev.aux0 ? ev.aux0 | kRangeKey : ev.tid);
+            else if (ev.type == MSMS_T_RANGE_END) close_span(ev, "mstx", ev.aux0 ? ev.aux0 | kRangeKey : ev.tid);
+            else instant(ev, "mstx", name_or(ev, "mark"), 't');
+            break;
+        case MSMS_EV_PY_TRACE: python(ev); break;
+        case MSMS_EV_SYSTEM:
+            if (ev.type == MSMS_T_STEP) instant(ev, "step", "step " + std::string(view(ev.name)), 'g');
+            else instant(ev, "system", msms_event_type_name(ev.type) ? msms_event_type_name(ev.type) : "SYSTEM", 'p');
+            break;
+        case MSMS_EV_SNAPSHOT: instant(ev, "memory", name_or(ev, "SNAPSHOT"), 'p'); break;
+        case MSMS_EV_OOM_DETAIL:
+            instant(ev, "oom", msms_event_type_name(ev.type) ? msms_event_type_name(ev.type) : "OOM", 'p');
+            break;
+        default: break;  // ACCESS: too many to draw; the dump has them
+        }
+        maybe_flush();
+    }
+
+    void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
+        if (table != "leaks" || !f_) return;
+        if (leaks_ >= kMaxLeaks) return;
+        ++leaks_;
+        uint64_t alloc = 0, ts = 0, size = 0;
+        uint32_t tid = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            std::string_view k = view(cols[i].key), v = view(cols[i].value);
+            if (k == "allocation_id") alloc = num(v);
+            else if (k == "timestamp" || k == "malloc_ts" || k == "alloc_timestamp") ts = num(v);
+            else if (k == "size") size = num(v);
+        }
+        auto it = alloc ? live_.find(alloc) : live_.end();
+        if (it != live_.end()) {
+            if (!ts) ts = it->second.ts;
+            if (!size) size = it->second.size;
+            tid = it->second.tid;
+        }
+        if (!ts || ts < base_) ts = last_ts_ ? last_ts_ : base_;
+        if (!tid) tid = run_.pid;
+        head("i", "leak " + std::to_string(size) + " B", run_.pid, tid);
+        buf_ += ",\"cat\":\"leak\",\"s\":\"t\",\"ts\":";
+        time(ts);
+        buf_ += ",\"args\":{";
+        for (uint32_t i = 0; i < n; ++i) {
+            if (i) buf_ += ',';
+            msms::json_quote(buf_, view(cols[i].key));
+            buf_ += ':';
+            msms::json_attr_value(buf_, view(cols[i].value));
+        }
+        buf_ += "}}";
+        maybe_flush();
+    }
+
+    void finish() override {
+        if (!f_) return;
+        // Spans still open at the end: drawn up to the last event.
+        for (auto& [key, stack] : open_)
+            for (auto& s : stack) span(s.name, s.cat, s.tid, s.start, last_ts_, s.args, true);
+        open_.clear();
+        // The last value of every counter, so that a truncated trace still
+        // ends at the right level.
+        if (truncated_)
+            for (auto& [key, c] : counters_)
+                if (c.pending) counter_event(c.name, last_ts_, c.value, true);
+        buf_ += "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"msmemscope\",\"pid\":";
+        buf_ += std::to_string(run_.pid);
+        buf_ += ",\"start_ns\":";
+        buf_ += std::to_string(base_);
+        buf_ += ",\"events\":";
+        buf_ += std::to_string(written_);
+        buf_ += ",\"truncated\":";
+        buf_ += truncated_ ? "true" : "false";
+        if (truncated_) {
+            buf_ += ",\"truncated_note\":";
+            msms::json_quote(buf_, note());
+        }
+        buf_ += "}}\n";
+        flush();
+        if (std::fclose(f_) != 0) {
+            f_ = nullptr;
+            throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        }
+        f_ = nullptr;
+        if (truncated_) host_.report("trace: " + note());
+    }
+
+private:
+    static constexpr size_t kFlushAt = 1 << 20;
+    static constexpr uint64_t kMaxLeaks = 100000;
+    static constexpr uint64_t kRangeKey = 1ull << 63;
+
+    struct Span {
+        std::string name, cat, args;
+        uint64_t start;
+        uint32_t tid;
+    };
+    struct Block {
+        uint64_t ts, size;
+        uint32_t tid;
+    };
+    struct Counter {
+        std::string name;
+        int64_t value = -1;
+        bool pending = false;  // a change not written (after truncation)
+    };
+
+    static uint64_t num(std::string_view v) {
+        uint64_t x = 0;
+        for (char c : v) {
+            if (c < '0' || c > '9') return x;
+            x = x * 10 + static_cast<uint64_t>(c - '0');
+        }
+        return x;
+    }
+    static std::string name_or(const msms_event& ev, const char* fallback) {
+        return ev.name.size ? std::string(view(ev.name)) : std::string(fallback);
+    }
+    std::string note() const {
+        return "the capture has more than " + std::to_string(max_events_) +
+               " trace events; the trace stopped growing there (later spans, marks and counter changes are not in " +
+               path_ + "); every event is in the dump (--data-format=db for indexed queries)";
+    }
+
+    // Room for one more event? Past the limit, note it once.
+    bool room() {
+        if (written_ < max_events_) return true;
+        if (!truncated_) {
+            truncated_ = true;
+            host_.warn("trace: " + note());
+        }
+        return false;
+    }
+
+    void head(const char* ph, std::string_view name, uint32_t pid, uint32_t tid) {
+        buf_ += first_ ? "{\"ph\":\"" : ",\n{\"ph\":\"";
+        first_ = false;
+        buf_ += ph;
+        buf_ += "\",\"name\":";
+        msms::json_quote(buf_, name);
+        buf_ += ",\"pid\":";
+        buf_ += std::to_string(pid);
+        buf_ += ",\"tid\":";
+        buf_ += std::to_string(tid);
+        ++written_;
+    }
+
+    // Microseconds since base_, with three decimals (nanoseconds).
+    void time(uint64_t ts) {
+        uint64_t d = ts > base_ ? ts - base_ : 0;
+        char b[32];
+        int n = std::snprintf(b, sizeof(b), "%llu.%03llu", static_cast<unsigned long long>(d / 1000),
+                              static_cast<unsigned long long>(d % 1000));
+        buf_.append(b, static_cast<size_t>(n));
+    }
+
+    void counter_event(const std::string& name, uint64_t ts, int64_t value, bool force = false) {
+        if (!force && !room()) return;
+        head("C", name, run_.pid, 0);
+        buf_ += ",\"cat\":\"memory\",\"ts\":";
+        time(ts);
+        buf_ += ",\"args\":{\"bytes\":";
+        buf_ += std::to_string(value);
+        buf_ += "}}";
+    }
+
+    // key: device kind, device id, pool type (0x10000 = the device total)
+    void counter(uint64_t key, const msms_event& ev, int64_t value) {
+        auto it = counters_.find(key);
+        if (it == counters_.end()) {
+            std::string name = device_label(ev.device_kind, ev.device_id);
+            const char* pool = msms_event_type_name(ev.type);
+            name += key & 0x10000 ? std::string(" in use") : std::string(" ") + (pool ? pool : "pool") + " allocated";
+            it = counters_.emplace(key, Counter{}).first;
+            it->second.name = std::move(name);
+        }
+        Counter& c = it->second;
+        uint64_t ts = ev.timestamp_ns;
+        const std::string& name = c.name;
+        if (c.value == value) return;
+        c.value = value;
+        if (truncated_ || !room()) {
+            c.pending = true;
+            return;
+        }
+        c.pending = false;
+        counter_event(name, ts, value);
+    }
+
+    void memory(const msms_event& ev) {
+        uint64_t dev = (static_cast<uint64_t>(ev.device_kind) << 32) | (static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 17);
+        if (ev.pool_used >= 0) counter(dev | ev.type, ev, ev.pool_used);
+        if (ev.device_used >= 0) counter(dev | 0x10000, ev, ev.device_used);
+        if (ev.kind == MSMS_EV_MALLOC) {
+            if (ev.allocation_id) live_[ev.allocation_id] = Block{ev.timestamp_ns, ev.size, ev.tid};
+        } else if (ev.allocation_id) {
+            live_.erase(ev.allocation_id);
+        }
+    }
+
+    void args_of(std::string& out, const msms_event& ev) {
+        for (uint32_t i = 0; i < ev.attr_count; ++i) {
+            if (!out.empty()) out += ',';
+            msms::json_quote(out, view(ev.attrs[i].key));
+            out += ':';
+            msms::json_attr_value(out, view(ev.attrs[i].value));
+        }
+    }
+
+    void open_span(const msms_event& ev, const char* cat, uint64_t key) {
+        Span s;
+        s.name = name_or(ev, cat);
+        s.cat = cat;
+        s.start = ev.timestamp_ns;
+        s.tid = ev.tid;
+        args_of(s.args, ev);
+        auto& stack = open_[{cat[0], key}];
+        if (stack.size() >= 10000) return;  // runaway nesting: no end will come
+        stack.push_back(std::move(s));
+    }
+
+    void close_span(const msms_event& ev, const char* cat, uint64_t key) {
+        auto it = open_.find({cat[0], key});
+        if (it == open_.end() || it->second.empty()) {
+            // an end without a start: a zero-length mark at the end
+            if (room()) span(name_or(ev, cat), cat, ev.tid, ev.timestamp_ns, ev.timestamp_ns, "", false);
+            return;
+        }
+        auto& stack = it->second;
+        // The innermost span of the same name (names may be empty on ends).
+        size_t i = stack.size();
+        if (ev.name.size) {
+            while (i > 0 && stack[i - 1].name != view(ev.name)) --i;
+            if (i == 0) i = stack.size();
+        }
+        Span s = std::move(stack[i - 1]);
+        stack.erase(stack.begin() + static_cast<long>(i - 1));
+        if (stack.empty()) open_.erase(it);
+        if (room()) span(s.name, s.cat, s.tid, s.start, ev.timestamp_ns, s.args, false);
+    }
+
+    void span(const std::string& name, const std::string& cat, uint32_t tid, uint64_t start, uint64_t end,
+              const std::string& args, bool unfinished) {
+        head("X", name, run_.pid, tid);
+        buf_ += ",\"cat\":\"";
+        buf_ += cat;
+        buf_ += "\",\"ts\":";
+        time(start);
+        buf_ += ",\"dur\":";
+        uint64_t d = end > start ? end - start : 0;
+        char b[32];
+        int n = std::snprintf(b, sizeof(b), "%llu.%03llu", static_cast<unsigned long long>(d / 1000),
+                              static_cast<unsigned long long>(d % 1000));
+        buf_.append(b, static_cast<size_t>(n));
+        if (!args.empty() || unfinished) {
+            buf_ += ",\"args\":{";
+            buf_ += args;
+            if (unfinished) buf_ += args.empty() ? "\"unfinished\":true" : ",\"unfinished\":true";
+            buf_ += '}';
+        }
+        buf_ += '}';
+    }
+
+    void python(const msms_event& ev) {
+        if (!room()) return;
+        uint64_t start = ev.aux0 && ev.aux0 <= ev.timestamp_ns ? ev.aux0 : ev.timestamp_ns;
+        span(name_or(ev, "python"), ev.type == MSMS_T_PY_RECORD_FUNCTION ? "record_function" : "python", ev.tid, start,
+             ev.timestamp_ns, "", false);
+    }
+
+    void instant(const msms_event& ev, const char* cat, const std::string& name, char scope) {
+        if (!room()) return;
+        head("i", name, run_.pid, ev.tid);
+        buf_ += ",\"cat\":\"";
+        buf_ += cat;
+        buf_ += "\",\"s\":\"";
+        buf_ += scope;
+        buf_ += "\",\"ts\":";
+        time(ev.timestamp_ns);
+        if (ev.attr_count) {
+            std::string a;
+            args_of(a, ev);
+            buf_ += ",\"args\":{";
+            buf_ += a;
+            buf_ += '}';
+        }
+        buf_ += '}';
+    }
+
+    void maybe_flush() {
+        if (buf_.size() >= kFlushAt) flush();
+    }
+    void flush() {
+        if (!f_ || buf_.empty()) return;
+        if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
+            throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        buf_.clear();
+    }
+
+    msmemscope::Host host_;
+    msmemscope::RunInfo run_;
+    uint64_t max_events_;
+    std::string path_;
+    std::FILE* f_ = nullptr;
+    std::string buf_;
+    uint64_t base_ = 0, last_ts_ = 0, written_ = 0, leaks_ = 0;
+    bool base_set_ = false, truncated_ = false, first_ = true;
+    std::map<std::pair<char, uint64_t>, std::vector<Span>> open_;
+    std::unordered_map<uint64_t, Block> live_;
+    std::map<uint64_t, Counter> counters_;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(TraceSink)
