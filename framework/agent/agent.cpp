@@ -5,12 +5,14 @@
 // Links libc, libdl and pthread only.
 #include <msmemscope/agent.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,6 +38,7 @@ struct Guard {
     ~Guard() { --t.depth; }
 };
 
+// ts must come from stamp(w) (taken after the last writer_for of the record).
 inline uint8_t* begin_record(ThreadWriter* w, uint8_t tag, uint64_t ts) {
     uint8_t* p = w->cur;
     *p++ = tag;
@@ -55,11 +58,44 @@ inline void stacks_for(ThreadWriter*& w, uint64_t& cstack, uint64_t& pystack) {
 
 inline bool want_stacks() { return options().c_depth > 0 || (options().py_depth > 0 && g_py_provider.load(std::memory_order_relaxed)); }
 
+std::atomic<int> g_exit_status{-1};  // from an explicit exit(): the status
+
 void at_exit() {
     Tls& t = tls();
     ++t.depth;
     g_collecting.store(false, std::memory_order_release);
-    channel_close(0);
+    int st = g_exit_status.load();
+    if (st >= 0) channel_close(st, capture::EndKind::Exit);
+    else channel_close(0, capture::EndKind::Returned);
+}
+
+// Fatal signals: note which one ended the process (in the header, async-signal
+// safe), then let the default action happen. Installed only where the program
+// kept the default disposition; a handler it installs later replaces ours.
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+
+void on_fatal_signal(int sig) {
+    int saved = errno;
+    channel_note_signal(sig);
+    // SA_RESETHAND restored the default; the signal is blocked while we run,
+    // so this one is delivered (and kills) as soon as we return. A fault
+    // re-executes the faulting instruction anyway.
+    raise(sig);
+    errno = saved;
+}
+
+void install_fatal_handlers() {
+    for (int sig : kFatalSignals) {
+        struct sigaction old{};
+        if (sigaction(sig, nullptr, &old) != 0) continue;
+        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL) continue;
+        if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction != nullptr) continue;
+        struct sigaction sa{};
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
+        sigaction(sig, &sa, nullptr);
+    }
 }
 
 void child_after_fork() {
@@ -69,6 +105,7 @@ void child_after_fork() {
     channel_forget_after_fork();
     if (was_open && g_follow_fork && g_session_dir[0]) {
         if (channel_open(g_session_dir) != 0) g_collecting.store(false);
+        else if (options().c_depth > 0) stacks_init();
     } else {
         g_collecting.store(false);
     }
@@ -89,7 +126,9 @@ int attach_impl(const char* dir, const char* opts) {
         registered = true;
         atexit(at_exit);
         pthread_atfork(nullptr, nullptr, child_after_fork);
+        install_fatal_handlers();
     }
+    if (options().c_depth > 0) stacks_init();
     return 0;
 }
 
@@ -154,7 +193,7 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
             w = writer_for(capture::kMaxFixedRecord);
             if (!w) return;
         }
-        uint64_t ts = now_ns();
+        uint64_t ts = stamp(w);
         uint8_t* p = begin_record(w, st ? capture::kHeapMallocS : capture::kHeapMalloc, ts);
         p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
         w->last_ptr = ptr;
@@ -181,7 +220,7 @@ __attribute__((visibility("default"))) void msms_agent_free(uint16_t type, uint1
             w = writer_for(capture::kMaxFixedRecord);
             if (!w) return;
         }
-        uint64_t ts = now_ns();
+        uint64_t ts = stamp(w);
         uint8_t* p = begin_record(w, st ? capture::kHeapFreeS : capture::kHeapFree, ts);
         p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
         w->last_ptr = ptr;
@@ -208,7 +247,7 @@ __attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint
         stacks_for(w, cs, ps);
     w = writer_for(capture::kMaxFixedRecord);
     if (!w) return;
-    uint64_t ts = now_ns();
+    uint64_t ts = stamp(w);
     uint8_t* p = begin_record(w, capture::kGeneric, ts);
     p = capture::put_varint(p, kind);
     p = capture::put_varint(p, type);
@@ -276,9 +315,46 @@ __attribute__((visibility("default"))) void msms_agent_detach(void) {
     Guard g(t);
     msms_agent_stop();
     g_collecting.store(false);
-    channel_close(0);
+    channel_close(0, capture::EndKind::Returned);
 }
 
 __attribute__((visibility("default"))) int msms_agent_attached(void) { return channel_is_open() ? 1 : 0; }
+
+}  // extern "C"
+
+// ---- how the process ends ---------------------------------------------------
+// exit() and _exit()/_Exit() called by the program (through the PLT) are seen
+// here when the agent is preloaded, so the summary can give the status of
+// every process, not only the one the CLI started. _exit skips atexit: the
+// end record is written here. (glibc's own internal calls, e.g. returning
+// from main, do not come through here: atexit covers those.)
+extern "C" {
+
+__attribute__((visibility("default"))) void exit(int status) noexcept {
+    using exit_fn = void (*)(int);
+    static exit_fn real = nullptr;
+    if (!real) real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, "exit"));
+    g_exit_status.store(status & 0xff);
+    real(status);
+    __builtin_unreachable();
+}
+
+[[noreturn]] static void quick_exit_common(const char* name, int status) {
+    using exit_fn = void (*)(int);
+    Tls& t = tls();
+    ++t.depth;
+    capture::CaptureHeader* h = channel_header();
+    if (h && h->pid == static_cast<uint32_t>(getpid())) {  // not a vfork child
+        g_collecting.store(false, std::memory_order_release);
+        channel_close(status & 0xff, capture::EndKind::QuickExit);
+    }
+    exit_fn real = reinterpret_cast<exit_fn>(dlsym(RTLD_NEXT, name));
+    if (real) real(status);
+    syscall(SYS_exit_group, status);
+    __builtin_unreachable();
+}
+
+__attribute__((visibility("default"))) void _exit(int status) { quick_exit_common("_exit", status); }
+__attribute__((visibility("default"))) void _Exit(int status) noexcept { quick_exit_common("_Exit", status); }
 
 }  // extern "C"

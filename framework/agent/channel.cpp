@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <linux/membarrier.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -113,6 +114,7 @@ ThreadWriter* new_writer() {
     auto* w = static_cast<ThreadWriter*>(p);  // zero-filled
     w->tid = static_cast<uint32_t>(syscall(SYS_gettid));
     w->generation = g_generation.load(std::memory_order_relaxed);
+    w->last_abs = now_ns();
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_thread_key, w);
     return w;
@@ -163,6 +165,7 @@ ThreadWriter* writer_for(size_t need) {
         memset(w, 0, sizeof(*w));
         w->tid = tid;
         w->generation = g_generation.load(std::memory_order_relaxed);
+        w->last_abs = now_ns();
     }
     if (__builtin_expect(w->chunk == nullptr || w->cur + need > w->end, 0)) {
         if (need > capture::kChunkPayload) return nullptr;
@@ -176,6 +179,7 @@ ThreadWriter* writer_for(size_t need) {
         c->tid = w->tid;
         c->used.store(0, std::memory_order_relaxed);
         c->sealed.store(0, std::memory_order_relaxed);
+        c->pending.store(0, std::memory_order_relaxed);
         c->magic.store(capture::kChunkMagic, std::memory_order_release);
         w->chunk = c;
         w->cur = reinterpret_cast<uint8_t*>(c + 1);
@@ -228,12 +232,17 @@ static void fill_cmdline(CaptureHeader* h) {
 
 int channel_open(const char* session_dir) {
     if (channel_is_open()) return EALREADY;
-    char path[4096];
+    // The file is set up under a ".part" name (locked, header complete) and
+    // only then renamed to its .msmcap name: the host never sees a capture
+    // whose lock is not yet held or whose header is not yet written.
+    char path[4096], part[4200];
     int fd = -1;
     pid_t pid = getpid();
     for (int n = 0; n < 1000 && fd < 0; ++n) {
         snprintf(path, sizeof(path), "%s/%d.%d.msmcap", session_dir, static_cast<int>(pid), n);
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (access(path, F_OK) == 0) continue;  // an earlier image of this pid (exec)
+        snprintf(part, sizeof(part), "%s.part", path);
+        fd = open(part, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST) return errno;
     }
     if (fd < 0) return EEXIST;
@@ -268,35 +277,64 @@ int channel_open(const char* session_dir) {
     h->wall_start_ns = static_cast<uint64_t>(rt.tv_sec) * 1000000000ull + rt.tv_nsec;
     h->mono_start_ns = static_cast<uint64_t>(mt.tv_sec) * 1000000000ull + mt.tv_nsec;
     fill_cmdline(h);
+    // Exact cross-thread ordering (capture_format.h): the host may issue
+    // global expedited barriers that reach this process.
+    h->ordering = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 ? 1 : 0;
     g_fd = fd;
     for (auto& s : g_segments) s.store(nullptr, std::memory_order_relaxed);
     g_next_string_id.store(1, std::memory_order_relaxed);
     g_generation.fetch_add(1, std::memory_order_relaxed);
     memcpy(h->magic, capture::kMagic, sizeof(h->magic));  // last: marks the header valid
     std::atomic_thread_fence(std::memory_order_release);
+    if (rename(part, path) != 0) {
+        int e = errno;
+        munmap(p, capture::kHeaderSize);
+        unlink(part);
+        close(fd);
+        g_fd = -1;
+        return e;
+    }
     g_header.store(h, std::memory_order_release);
     return 0;
 }
 
-void channel_close(int exit_code) {
+std::atomic<bool> g_closed{false};
+
+void channel_close(int code, capture::EndKind kind) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
     if (!h) return;
+    // A vfork child shares our memory but is another process: not ours to end.
+    if (h->pid != static_cast<uint32_t>(getpid())) return;
+    if (g_closed.exchange(true)) return;
     ThreadWriter* w = writer_for(1 + 20);
     if (w) {
-        uint64_t ts = now_ns();
+        uint64_t ts = stamp(w);
         uint8_t* p = w->cur;
         *p++ = capture::kEnd;
         p = capture::put_varint(p, ts - w->last_ts);
         w->last_ts = ts;
-        p = capture::put_varint(p, capture::zigzag(exit_code));
+        p = capture::put_varint(p, capture::zigzag(code));
         commit(w, p);
         seal(w);
     }
-    h->exit_code = exit_code;
+    h->exit_code = code;
+    uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
+    if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(kind)))
+        h->end_code.store(code, std::memory_order_relaxed);
     h->state.store(static_cast<uint32_t>(capture::State::Finished), std::memory_order_release);
     // Mappings stay: other threads may still be inside a hook. The lock goes
     // with the process.
 }
+
+void channel_note_signal(int sig) {
+    CaptureHeader* h = g_header.load(std::memory_order_acquire);
+    if (!h || h->pid != static_cast<uint32_t>(getpid())) return;
+    uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
+    if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(capture::EndKind::Signal)))
+        h->end_code.store(sig, std::memory_order_release);
+}
+
+CaptureHeader* channel_header() { return g_header.load(std::memory_order_acquire); }
 
 void channel_forget_after_fork() {
     CaptureHeader* h = g_header.load(std::memory_order_relaxed);
@@ -312,6 +350,7 @@ void channel_forget_after_fork() {
     // description, which stays locked while the parent lives.
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
+    g_closed.store(false);
     g_generation.fetch_add(1, std::memory_order_relaxed);
     if (t_tls.writer) t_tls.writer->chunk = nullptr;
 }

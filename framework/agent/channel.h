@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 
 #include "../common/capture_format.h"
 
@@ -16,8 +17,10 @@ struct ThreadWriter {
     capture::ChunkHeader* chunk;
     uint8_t* cur;
     uint8_t* end;
-    uint64_t last_ts;
+    uint64_t last_ts;   // delta base of the current chunk (0 at its start)
     uint64_t last_ptr;
+    uint64_t last_abs;  // this thread's last timestamp (absolute)
+    uintptr_t stack_lo, stack_hi;  // the thread's stack (C stacks only)
     uint32_t tid;
     uint32_t generation;  // channel generation this writer belongs to
     static constexpr uint32_t kCacheSize = 512;
@@ -34,21 +37,39 @@ Tls& tls();
 
 // Opens <dir>/<pid>.<n>.msmcap and starts writing into it.
 int channel_open(const char* session_dir);
-// Writes the end record, publishes the state and closes the mapping.
-void channel_close(int exit_code);
+// Writes the end record and publishes how the process ended (once; later
+// calls do nothing). The mappings stay.
+void channel_close(int code, capture::EndKind kind);
+// Async-signal-safe: notes a fatal signal in the header (no record).
+void channel_note_signal(int sig);
+// Header of the open stream (nullptr when none).
+capture::CaptureHeader* channel_header();
 // After fork in the child: forget the parent's stream (do not touch it).
 void channel_forget_after_fork();
 bool channel_is_open();
-uint64_t now_ns();
 
 // Returns the writer of this thread with at least `need` bytes free in its
 // chunk, or nullptr (event dropped and counted).
 ThreadWriter* writer_for(size_t need);
+uint64_t now_ns();
+// Takes the timestamp of the record about to be written into w's chunk (call
+// it after the last writer_for() of the record): marks the record in flight
+// first, so the host never delivers a later event ahead of it (see the
+// ordering protocol in capture_format.h).
+inline uint64_t stamp(ThreadWriter* w) {
+    w->chunk->pending.store(w->last_abs + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    uint64_t ts = now_ns();
+    if (__builtin_expect(ts < w->last_abs, 0)) ts = w->last_abs;  // never backwards per thread
+    w->last_abs = ts;
+    return ts;
+}
 // Publishes what was written up to p.
 inline void commit(ThreadWriter* w, uint8_t* p) {
     w->cur = p;
     w->chunk->used.store(static_cast<uint32_t>(p - reinterpret_cast<uint8_t*>(w->chunk + 1)),
                          std::memory_order_release);
+    w->chunk->pending.store(0, std::memory_order_release);
 }
 // Interns a string into this thread's stream, returns its id (0 on failure).
 uint64_t intern(ThreadWriter*& w, const char* s, size_t len);

@@ -1,32 +1,169 @@
+// C stacks: a frame-pointer walk (a few ns per frame) bounded by the thread's
+// stack, falling back to unwind tables when the chain is broken (code built
+// without frame pointers). The fallback is libunwind's unw_backtrace when
+// libunwind.so.8 can be loaded at start (no link-time dependency), else
+// libgcc's _Unwind_Backtrace. bench/capture measures the three.
+//
+// Modules: every loaded ELF object is written once as a kModule record (load
+// bias, extent, path) so that the host can symbolize; objects loaded later
+// (dlopen) are found when a new stack holds an address outside every known
+// module, which triggers one rescan.
 #include "stacks.h"
 
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <unwind.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace msms::agent {
 namespace {
 
 constexpr uint32_t kMaxFrames = 1000;
+constexpr uint32_t kMaxModules = 4096;
+
+struct Module {
+    uintptr_t lo, hi;
+    bool tool;  // the agent or a collector's hook library: skipped at the top
+};
+Module g_modules[kMaxModules];
+std::atomic<uint32_t> g_module_count{0};
+std::atomic_flag g_scan_lock = ATOMIC_FLAG_INIT;
+std::atomic<uint64_t> g_last_scan_ns{0};
+std::atomic<uint32_t> g_generation_seen{0};
+int g_mode = 0;
+using unw_backtrace_fn = int (*)(void**, int);
+unw_backtrace_fn g_unw_backtrace = nullptr;
 
 struct UnwindState {
     uint64_t* frames;
     uint32_t n;
     uint32_t max;
-    uint32_t skip;
 };
 
 _Unwind_Reason_Code on_frame(struct _Unwind_Context* ctx, void* arg) {
     auto* s = static_cast<UnwindState*>(arg);
     uintptr_t ip = _Unwind_GetIP(ctx);
     if (ip == 0) return _URC_END_OF_STACK;
-    if (s->skip) {
-        --s->skip;
-        return _URC_NO_REASON;
-    }
     if (s->n >= s->max) return _URC_END_OF_STACK;
     s->frames[s->n++] = ip;
     return _URC_NO_REASON;
+}
+
+bool is_tool_name(const char* name) {
+    const char* base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    return strncmp(base, "libmsmemscope_agent", 19) == 0 || strncmp(base, "libmsms_", 8) == 0;
+}
+
+struct ScanCtx {
+    ThreadWriter** w;
+    uint64_t ts;
+};
+
+bool known(uintptr_t lo) {
+    uint32_t n = g_module_count.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < n; ++i)
+        if (g_modules[i].lo == lo) return true;
+    return false;
+}
+
+int on_module(struct dl_phdr_info* info, size_t, void* arg) {
+    auto* ctx = static_cast<ScanCtx*>(arg);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type != PT_LOAD) continue;
+        uintptr_t a = info->dlpi_addr + ph.p_vaddr, b = a + ph.p_memsz;
+        if (a < lo) lo = a;
+        if (b > hi) hi = b;
+    }
+    if (hi == 0 || known(lo)) return 0;
+    uint32_t n = g_module_count.load(std::memory_order_relaxed);
+    if (n >= kMaxModules) return 1;
+    const char* name = info->dlpi_name;
+    char exe[1024];
+    if (!name || !*name) {
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        exe[len > 0 ? len : 0] = 0;
+        name = exe;
+    }
+    g_modules[n] = Module{lo, hi, is_tool_name(name)};
+    g_module_count.store(n + 1, std::memory_order_release);
+    ThreadWriter*& w = *ctx->w;
+    if (!w) return 0;
+    uint64_t path_id = intern(w, name, strlen(name));
+    ThreadWriter* ww = writer_for(1 + 40);
+    if (!ww) return 0;
+    w = ww;
+    uint64_t ts = stamp(w);
+    uint8_t* p = w->cur;
+    *p++ = capture::kModule;
+    p = capture::put_varint(p, ts - w->last_ts);
+    w->last_ts = ts;
+    p = capture::put_varint(p, info->dlpi_addr);
+    p = capture::put_varint(p, hi - info->dlpi_addr);
+    p = capture::put_varint(p, path_id);
+    commit(w, p);
+    return 0;
+}
+
+// Reports modules not reported yet. Never waits: another thread scanning
+// reports them.
+void scan_modules(ThreadWriter*& w) {
+    if (g_scan_lock.test_and_set(std::memory_order_acquire)) return;
+    ScanCtx ctx{&w, 0};
+    dl_iterate_phdr(on_module, &ctx);
+    g_scan_lock.clear(std::memory_order_release);
+}
+
+bool in_module(uintptr_t a, bool* tool) {
+    uint32_t n = g_module_count.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < n; ++i) {
+        if (a >= g_modules[i].lo && a < g_modules[i].hi) {
+            if (tool) *tool = g_modules[i].tool;
+            return true;
+        }
+    }
+    return false;
+}
+
+// The calling thread's stack, for bounding the frame-pointer walk.
+void stack_bounds(ThreadWriter* w) {
+    if (w->stack_hi) return;
+    pthread_attr_t attr;
+    void* addr = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        pthread_attr_getstack(&attr, &addr, &size);
+        pthread_attr_destroy(&attr);
+    }
+    w->stack_lo = reinterpret_cast<uintptr_t>(addr);
+    w->stack_hi = reinterpret_cast<uintptr_t>(addr) + size;
+    if (!w->stack_hi) w->stack_hi = 1;  // unknown: always use unwind tables
+}
+
+// Returns false when the chain is broken before its end (no frame pointers).
+__attribute__((noinline)) bool fp_walk(ThreadWriter* w, uint64_t* out, uint32_t max, uint32_t& n) {
+    uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    uintptr_t lo = w->stack_lo, hi = w->stack_hi;
+    if (fp < lo || fp >= hi) return false;
+    n = 0;
+    while (n < max) {
+        if (fp < lo || fp + 16 > hi || (fp & 7)) return false;
+        const uintptr_t* f = reinterpret_cast<const uintptr_t*>(fp);
+        uintptr_t next = f[0], ret = f[1];
+        if (ret < 4096) return next == 0;
+        out[n++] = ret;
+        if (next == 0) return true;  // outermost frame
+        if (next <= fp) return false;
+        fp = next;
+    }
+    return true;
 }
 
 // Writes a kStack record (kind 0 = C addresses, 1 = Python string ids) unless
@@ -35,10 +172,21 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
     if (n == 0) return 0;
     uint64_t hash = 1469598103934665603ull ^ kind;
     for (uint32_t i = 0; i < n; ++i) hash = (hash ^ frames[i]) * 1099511628211ull;
+    hash = (hash ^ n) * 1099511628211ull;
     hash |= 1;
     uint32_t slot = static_cast<uint32_t>(hash >> 40) % ThreadWriter::kCacheSize;
     // Stacks share the string cache (ids come from the same counter).
     if (w->string_hash[slot] == hash) return w->string_id[slot];
+    if (kind == 0) {
+        // A new stack: make sure the host can map its addresses.
+        for (uint32_t i = 0; i < n; ++i) {
+            if (!in_module(frames[i], nullptr)) {
+                uint64_t now = now_ns(), last = g_last_scan_ns.load(std::memory_order_relaxed);
+                if (now - last > 1000000 && g_last_scan_ns.compare_exchange_strong(last, now)) scan_modules(w);
+                break;
+            }
+        }
+    }
     size_t need = 1 + 10 * 3 + 10 * static_cast<size_t>(n);
     ThreadWriter* ww = writer_for(need);
     if (!ww) return 0;
@@ -58,19 +206,67 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
 
 }  // namespace
 
+int unwind_mode() { return g_mode; }
+
+void stacks_init() {
+    const char* m = getenv("MSMEMSCOPE_UNWIND");
+    if (m && !strcmp(m, "libgcc")) g_mode = 1;
+    else if (m && !strcmp(m, "libunwind")) g_mode = 2;
+    else g_mode = 0;
+    if (!(m && !strcmp(m, "libgcc"))) {
+        void* h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+        if (h) g_unw_backtrace = reinterpret_cast<unw_backtrace_fn>(dlsym(h, "unw_backtrace"));
+    }
+    if (g_mode == 2 && !g_unw_backtrace) g_mode = 1;
+    // The stream changed (attach, or a child after fork): report everything
+    // again into it.
+    uint32_t gen = static_cast<uint32_t>(g_module_count.load());
+    (void)gen;
+    g_module_count.store(0);
+    ThreadWriter* w = writer_for(64);
+    scan_modules(w);
+}
+
 uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth) {
-    uint64_t frames[kMaxFrames];
+    uint64_t frames[kMaxFrames + 16];
     if (depth > kMaxFrames) depth = kMaxFrames;
-    // Skip this function, stacks_for and the msms_agent_* entry.
-    UnwindState s{frames, 0, depth, 3};
-    _Unwind_Backtrace(on_frame, &s);
-    return intern_stack(w, 0, frames, s.n);
+    // Room for the agent's and the hook library's own frames, skipped below.
+    uint32_t max = depth + 8, n = 0;
+    bool ok = false;
+    if (g_mode == 0) {
+        stack_bounds(w);
+        ok = fp_walk(w, frames, max, n);
+        // A chain that ends before the user's code is as bad as a broken one.
+        if (ok && n < 3) ok = false;
+    }
+    if (!ok) {
+        n = 0;
+        if (g_unw_backtrace && g_mode != 1) {
+            int r = g_unw_backtrace(reinterpret_cast<void**>(frames), static_cast<int>(max));
+            n = r > 0 ? static_cast<uint32_t>(r) : 0;
+        } else {
+            UnwindState s{frames, 0, max};
+            _Unwind_Backtrace(on_frame, &s);
+            n = s.n;
+        }
+    }
+    // Drop the frames of the agent and of the hook libraries at the top.
+    uint32_t first = 0;
+    while (first < n) {
+        bool tool = false;
+        if (!in_module(frames[first], &tool) || !tool) break;
+        ++first;
+    }
+    n -= first;
+    if (n > depth) n = depth;
+    return intern_stack(w, 0, frames + first, n);
 }
 
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth) {
     uint64_t frames[kMaxFrames];
     if (depth > kMaxFrames) depth = kMaxFrames;
     uint32_t n = provider(frames, depth);
+    if (n > depth) n = depth;
     return intern_stack(w, 1, frames, n);
 }
 

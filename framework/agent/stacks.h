@@ -1,5 +1,6 @@
 // Stack capture in the target: walk, intern (a stack is an id), write the
-// definition once per thread. Symbolization happens in the host.
+// definition once per thread. Symbolization happens in the host, which maps
+// addresses to modules with the kModule records written here.
 #pragma once
 
 #include <msmemscope/agent.h>
@@ -10,10 +11,17 @@
 
 namespace msms::agent {
 
+// Learns the agent's and the collectors' own code ranges (frames skipped at
+// the top of every stack) and reports the loaded modules.
+void stacks_init();
 // Returns the interned id of the current C stack (0 when none), at most
-// `depth` frames, skipping the agent's own frames.
+// `depth` frames, skipping the agent's and the hook libraries' frames.
 uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth);
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
+
+// Which walker: 0 frame pointers with unwind-table fallback (default),
+// 1 unwind tables only (MSMEMSCOPE_UNWIND=tables; for measurements).
+int unwind_mode();
 
 }  // namespace msms::agent

@@ -11,6 +11,19 @@
 //
 // Records: one tag byte, then LEB128 varints. Timestamps are deltas from the
 // previous record of the same chunk (the first one is absolute).
+//
+// Exact ordering across threads (no reorder window): while a thread is
+// between reading the clock and publishing its record it keeps
+// ChunkHeader::pending non-zero (its previous timestamp + 1, a lower bound of
+// the one in flight). The host reads the clock (T), issues
+// membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) (the agent registered for it,
+// header.ordering = 1), then reads every thread's pending word, then the
+// records. Any clock read that is not yet published either happened after the
+// barrier (so its timestamp is >= T) or its pending store is visible; so
+// every event below min(T, pending - 1) is already readable and can be
+// delivered in final order. The hot path pays two plain stores, the host one
+// system call per poll. Without membarrier the host falls back to a time
+// window and counts late events ("stragglers").
 #pragma once
 
 #include <atomic>
@@ -22,7 +35,7 @@ namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
 constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 0;
+constexpr uint32_t kFormatMinor = 1;
 constexpr uint32_t kHeaderSize = 4096;
 constexpr uint32_t kChunkSize = 64 * 1024;
 constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
@@ -30,6 +43,15 @@ constexpr uint64_t kChunksPerSegment = 512;   // file grows by 32 MiB at a time
 constexpr uint64_t kMaxSegments = 8192;       // 256 GiB per process
 
 enum class State : uint32_t { Running = 0, Finished = 1 };
+
+// How the process ended, as far as the agent could see it.
+enum class EndKind : uint32_t {
+    Unknown = 0,  // no end seen: SIGKILL, OOM kill, exec, or still running
+    Exit = 1,     // exit() / return from main: end_code = status
+    QuickExit = 2,  // _exit() / _Exit(): end_code = status
+    Signal = 3,   // a fatal signal: end_code = signal number
+    Returned = 4, // atexit ran without a known status (return from main)
+};
 
 struct CaptureHeader {
     char magic[8];
@@ -52,6 +74,11 @@ struct CaptureHeader {
     char rank[32];          // RANK / LOCAL_RANK of the process, when set
     char cmdline[1024];     // NUL-separated argv, truncated
     char exe[512];
+    // ---- minor 1
+    std::atomic<uint32_t> end_kind;   // EndKind
+    std::atomic<int32_t> end_code;    // status or signal number
+    uint32_t ordering;                // 1: membarrier protocol available (see top)
+    uint32_t reserved_u32;
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 
@@ -60,7 +87,9 @@ struct ChunkHeader {
     uint32_t tid;
     std::atomic<uint32_t> used;    // bytes of records published
     std::atomic<uint32_t> sealed;  // 1: the thread moved on, no more writes
-    uint64_t reserved[2];
+    std::atomic<uint64_t> pending; // non-zero: a record is in flight whose
+                                   // timestamp is >= pending - 1
+    uint64_t reserved;
 };
 constexpr uint32_t kChunkPayload = kChunkSize - sizeof(ChunkHeader);
 
@@ -77,7 +106,7 @@ enum Tag : uint8_t {
                        // aux0, aux1, name, attrs, cstack, pystack
     kString = 6,       // id, len, bytes
     kStack = 7,        // id, kind(0 c,1 py), n, frames (c: addresses; py: string ids)
-    kModule = 8,       // ts, base, path string id  (a loaded ELF object)
+    kModule = 8,       // ts, load bias, extent (end of the highest PT_LOAD), path string id
     kEnd = 9,          // ts, exit code (zigzag): the process finished normally
     kThreadName = 10,  // string id
 };

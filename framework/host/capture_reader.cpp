@@ -1,6 +1,9 @@
 #include "capture_reader.h"
 
 #include <fcntl.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -33,8 +36,12 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
         return false;
     }
     struct stat st;
-    if (fstat(fd_, &st) != 0 || st.st_size < static_cast<off_t>(kHeaderSize)) {
-        error = path + ": not a msmemscope capture (file too short)";
+    if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+        error = path + ": not a msmemscope capture (not a regular file)";
+        return false;
+    }
+    if (st.st_size < static_cast<off_t>(kHeaderSize)) {
+        error = path + ": not a msmemscope capture (file too short: " + std::to_string(st.st_size) + " bytes)";
         return false;
     }
     void* p = mmap(nullptr, kHeaderSize, PROT_READ, MAP_SHARED, fd_, 0);
@@ -58,6 +65,19 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
         return false;
     }
     memcpy(static_cast<void*>(&header_copy_), header_, sizeof(CaptureHeader));
+    uint64_t mapped = header_->chunks_mapped.load();
+    uint64_t taken = header_->chunks_taken.load();
+    if (mapped > kChunksPerSegment * kMaxSegments || mapped % kChunksPerSegment != 0) {
+        error = path + ": corrupt capture (bad chunk count " + std::to_string(mapped) + " in the header)";
+        return false;
+    }
+    uint64_t want = kHeaderSize + mapped * static_cast<uint64_t>(kChunkSize);
+    if (static_cast<uint64_t>(st.st_size) < want) {
+        error = path + ": truncated capture (the header describes " + std::to_string(want) +
+                " bytes, the file has " + std::to_string(st.st_size) + ")";
+        return false;
+    }
+    (void)taken;
     return true;
 }
 
@@ -71,6 +91,30 @@ std::vector<std::string> CaptureReader::cmdline() const {
         p += n + 1;
     }
     return out;
+}
+
+uint32_t CaptureReader::end_kind() const { return header_ ? header_->end_kind.load() : 0; }
+int32_t CaptureReader::end_code() const { return header_ ? header_->end_code.load() : 0; }
+
+void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char* what) {
+    ++corrupt_;
+    if (first_corruption_.empty())
+        first_corruption_ = std::string(what) + " in chunk " + std::to_string(chunk) + " at offset " + std::to_string(offset);
+}
+
+uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
+    bool gone = writer_gone();
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t now = static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+    bool exact = !gone && header_->ordering != 0 &&
+                 syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+    decoded = poll();
+    if (gone) return UINT64_MAX;
+    if (!exact) return now > window_ns ? now - window_ns : 0;
+    uint64_t w = now - 1;
+    if (pending_bound_ < w) w = pending_bound_;
+    return w;
 }
 
 uint64_t CaptureReader::dropped() const { return header_ ? header_->dropped.load() : 0; }
@@ -122,11 +166,25 @@ size_t CaptureReader::poll() {
     for (; next_chunk_ < taken; ++next_chunk_) pending.push_back(next_chunk_);
     for (uint64_t idx : pending) {
         auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(idx));
-        if (!ch || ch->magic.load(std::memory_order_acquire) != kChunkMagic) {
-            uninitialized_.push_back(idx);
+        uint32_t magic = ch ? ch->magic.load(std::memory_order_acquire) : 0;
+        if (magic != kChunkMagic) {
+            // Taken but never set up (the writer died in between) is
+            // harmless when all zero; anything else is damage.
+            if (ch && gone_ && magic != 0) note_corruption(idx, 0, "bad chunk magic");
+            else if (!gone_ || !ch) uninitialized_.push_back(idx);
             continue;
         }
         thread_chunks_[ch->tid].push_back(ChunkState{idx, ch->tid, 0});
+    }
+    // In-flight records (read before the records themselves: a record
+    // published after this point has its pending mark visible here).
+    ++poll_gen_;
+    pending_bound_ = UINT64_MAX;
+    for (auto& [tid, chunks] : thread_chunks_) {
+        if (chunks.empty()) continue;
+        auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(chunks.back().index));
+        uint64_t pend = ch->pending.load(std::memory_order_acquire);
+        if (pend && pend - 1 < pending_bound_) pending_bound_ = pend - 1;
     }
     // Per thread: read the oldest chunk; move on only once it is sealed and
     // read to its end, so a thread's records stay in order.
@@ -137,7 +195,7 @@ size_t CaptureReader::poll() {
             bool sealed = ch->sealed.load(std::memory_order_acquire) != 0;
             uint32_t used = ch->used.load(std::memory_order_acquire);
             if (used > kChunkPayload) {
-                ++corrupt_;
+                note_corruption(c.index, 0, "bad fill level");
                 used = kChunkPayload;
             }
             if (used > c.read) decode(c, reinterpret_cast<const uint8_t*>(ch + 1), used);
@@ -156,6 +214,7 @@ void CaptureReader::push(const RawEvent& e) {
     auto& q = queues_[e.tid];
     if (q.empty()) heap_.push(HeapItem{e.ts, e.tid});
     q.push_back(e);
+    q.back().gen = static_cast<uint32_t>(poll_gen_);
     ++decoded_;
 }
 
@@ -253,10 +312,10 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used)
             break;
         }
         case kModule: {
-            rd(3);
+            rd(4);
             if (!ok) break;
             last_ts += v[0];
-            modules_.push_back(ModuleDef{v[1], v[2], last_ts});
+            modules_.push_back(ModuleDef{v[1], v[2], v[3], last_ts});
             break;
         }
         case kEnd: {
@@ -274,20 +333,40 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used)
             ok = false;
         }
         if (!ok) {
-            // A record cut short can only be the last one of a chunk whose
-            // writer died mid-write; anything else is corruption.
-            ++corrupt_;
+            // Records are published whole, so a record that does not decode
+            // is damage: skip the rest of the chunk.
+            note_corruption(c.index, static_cast<uint64_t>(rec - payload), "undecodable record");
             p = end;
-            (void)rec;
         }
     }
     c.read = used;
+}
+
+// Definitions are published before the events that use them, but possibly by
+// another thread whose chunk this poll read first: an event decoded in the
+// current poll whose strings or stacks are not known yet waits one poll.
+bool CaptureReader::resolvable(const RawEvent& e) const {
+    if (e.name_id && !strings_.count(e.name_id)) return false;
+    if (e.attrs_id && !strings_.count(e.attrs_id)) return false;
+    for (uint64_t sid : {e.cstack, e.pystack}) {
+        if (!sid) continue;
+        auto it = stacks_.find(sid);
+        if (it == stacks_.end()) return false;
+        if (it->second.kind == 1)
+            for (uint64_t f : it->second.frames)
+                if (!strings_.count(f)) return false;
+    }
+    return true;
 }
 
 bool CaptureReader::pop(RawEvent& out, uint64_t watermark) {
     if (heap_.empty()) return false;
     HeapItem top = heap_.top();
     if (top.ts > watermark) return false;
+    if (!gone_) {
+        const RawEvent& front = queues_[top.tid].front();
+        if (front.gen == static_cast<uint32_t>(poll_gen_) && !resolvable(front)) return false;
+    }
     heap_.pop();
     auto& q = queues_[top.tid];
     out = q.front();

@@ -19,6 +19,7 @@ namespace msms {
 struct RawEvent {
     uint64_t ts = 0;  // monotonic ns of the target
     uint32_t tid = 0;
+    uint32_t gen = 0;  // reader's poll generation that decoded it
     uint16_t kind = 0, type = 0;
     uint16_t dev_kind = 0;
     int16_t dev_id = -1;
@@ -32,7 +33,8 @@ struct StackDef {
 };
 
 struct ModuleDef {
-    uint64_t base = 0;
+    uint64_t base = 0;    // load bias
+    uint64_t extent = 0;  // end of the highest PT_LOAD, relative to base
     uint64_t path_id = 0;
     uint64_t ts = 0;
 };
@@ -48,6 +50,12 @@ public:
     bool open(const std::string& path, std::string& error);
     // Decodes what was published since the last call. Returns records decoded.
     size_t poll();
+    // The live-capture step: reads the clock, makes every in-flight write of
+    // the target visible (membarrier, see capture_format.h), polls, and
+    // returns the watermark below which events may be popped in final order
+    // (UINT64_MAX once the writer is gone; now - window_ns when the target
+    // could not register for membarrier). `decoded` gets poll()'s result.
+    uint64_t poll_ordered(uint64_t window_ns, size_t& decoded);
     // True once the writing process is gone (its lock was released).
     bool writer_gone();
     // Next event in timestamp order whose ts <= watermark.
@@ -66,6 +74,12 @@ public:
     std::string rank() const { return header_copy_.rank; }
     std::vector<std::string> cmdline() const;
     bool ended_normally() const { return saw_end_; }
+    // How the process ended (capture::EndKind) and its status or signal.
+    uint32_t end_kind() const;
+    int32_t end_code() const;
+    bool exact_order() const { return header_copy_.ordering != 0; }
+    // Set when open() saw damage it can read around; "" otherwise.
+    const std::string& first_corruption() const { return first_corruption_; }
     int64_t end_exit_code() const { return end_code_; }
     uint64_t dropped() const;
     bool agent_disabled() const;
@@ -83,6 +97,8 @@ private:
     };
     const uint8_t* chunk_ptr(uint64_t index);
     void decode(ChunkState& c, const uint8_t* payload, uint32_t used);
+    bool resolvable(const RawEvent& e) const;
+    void note_corruption(uint64_t chunk, uint64_t offset, const char* what);
     void push(const RawEvent& e);
     bool map_upto(uint64_t chunks);
 
@@ -95,6 +111,9 @@ private:
     std::vector<uint64_t> uninitialized_; // taken but not set up yet
     std::map<uint32_t, std::deque<ChunkState>> thread_chunks_;
     std::unordered_map<uint32_t, std::deque<RawEvent>> queues_;
+    uint64_t pending_bound_ = UINT64_MAX;  // min in-flight lower bound at the last poll
+    uint64_t poll_gen_ = 0;
+    std::string first_corruption_;
     struct HeapItem {
         uint64_t ts;
         uint32_t tid;

@@ -128,15 +128,11 @@ void ProcessRun::run() {
     Symbolizer sym(reader_);
     RawEvent raw;
     for (;;) {
-        bool gone = reader_.writer_gone();
-        size_t n = reader_.poll();
-        uint64_t watermark = UINT64_MAX;
-        if (!gone) {
-            struct timespec t;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            uint64_t now = static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-            watermark = now > kWindowNs ? now - kWindowNs : 0;
-        }
+        // Exact order across threads when the target registered for
+        // membarrier (capture_format.h), else a kWindowNs reorder window.
+        size_t n = 0;
+        uint64_t watermark = reader_.poll_ordered(kWindowNs, n);
+        bool gone = watermark == UINT64_MAX;
         while (reader_.pop(raw, watermark)) {
             if (!keep(raw)) continue;
             Record r;

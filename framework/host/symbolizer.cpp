@@ -1,8 +1,91 @@
 #include "symbolizer.h"
 
+#include <cxxabi.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+
+#ifdef MSMEMSCOPE_HAVE_LIBDW
+#include <elfutils/libdwfl.h>
+#endif
 
 namespace msms {
+
+std::string demangle(const char* name) {
+    if (!name) return "";
+    if (name[0] == '_' && name[1] == 'Z') {
+        int status = 0;
+        char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+        if (d && status == 0) {
+            std::string out = d;
+            std::free(d);
+            return out;
+        }
+        std::free(d);
+    }
+    return name;
+}
+
+struct Symbolizer::Impl {
+    struct Mod {
+        uint64_t lo, hi, bias;
+        std::string path;
+    };
+    std::vector<Mod> mods;  // sorted by lo
+    size_t reported = 0;
+#ifdef MSMEMSCOPE_HAVE_LIBDW
+    Dwfl_Callbacks callbacks{};
+    char* debuginfo_path = nullptr;
+    Dwfl* dwfl = nullptr;
+    Impl() {
+        callbacks.find_elf = dwfl_build_id_find_elf;
+        callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+        callbacks.section_address = dwfl_offline_section_address;
+        callbacks.debuginfo_path = &debuginfo_path;
+        dwfl = dwfl_begin(&callbacks);
+    }
+    ~Impl() {
+        if (dwfl) dwfl_end(dwfl);
+    }
+#endif
+    const Mod* find(uint64_t a) const {
+        auto it = std::upper_bound(mods.begin(), mods.end(), a, [](uint64_t x, const Mod& m) { return x < m.lo; });
+        if (it == mods.begin()) return nullptr;
+        --it;
+        return a < it->hi ? &*it : nullptr;
+    }
+};
+
+Symbolizer::Symbolizer(const CaptureReader& reader) : reader_(reader), impl_(std::make_unique<Impl>()) {}
+Symbolizer::~Symbolizer() = default;
+
+void Symbolizer::sync_modules() {
+    const auto& mods = reader_.modules();
+    if (impl_->reported >= mods.size()) return;
+#ifdef MSMEMSCOPE_HAVE_LIBDW
+    if (impl_->dwfl) dwfl_report_begin_add(impl_->dwfl);
+#endif
+    for (; impl_->reported < mods.size(); ++impl_->reported) {
+        const ModuleDef& m = mods[impl_->reported];
+        const std::string* path = reader_.string(m.path_id);
+        if (!path) continue;
+        Impl::Mod mod{m.base, m.base + m.extent, m.base, *path};
+        // lo: the lowest mapped address is at least the bias.
+        auto pos = std::upper_bound(impl_->mods.begin(), impl_->mods.end(), mod.lo,
+                                    [](uint64_t x, const Impl::Mod& o) { return x < o.lo; });
+        impl_->mods.insert(pos, mod);
+#ifdef MSMEMSCOPE_HAVE_LIBDW
+        if (impl_->dwfl && access(path->c_str(), R_OK) == 0)
+            dwfl_report_elf(impl_->dwfl, path->c_str(), path->c_str(), -1, m.base, false);
+#endif
+    }
+#ifdef MSMEMSCOPE_HAVE_LIBDW
+    if (impl_->dwfl) dwfl_report_end(impl_->dwfl, nullptr, nullptr);
+#endif
+    frame_cache_.clear();  // frames that were unknown may be known now
+}
 
 const std::string& Symbolizer::text(uint64_t id) {
     static const std::string kEmpty;
@@ -11,6 +94,7 @@ const std::string& Symbolizer::text(uint64_t id) {
     if (it != cache_.end()) return it->second;
     const StackDef* s = reader_.stack(id);
     if (!s) return kEmpty;  // definition not read yet: not cached, retried later
+    if (s->kind == 0) sync_modules();
     std::string out;
     for (size_t i = 0; i < s->frames.size(); ++i) {
         if (i) out += '\n';
@@ -18,16 +102,46 @@ const std::string& Symbolizer::text(uint64_t id) {
             const std::string* f = reader_.string(s->frames[i]);
             out += f ? *f : std::string("?");
         } else {
-            out += c_frame(s->frames[i]);
+            auto fc = frame_cache_.find(s->frames[i]);
+            if (fc == frame_cache_.end()) fc = frame_cache_.emplace(s->frames[i], c_frame(s->frames[i])).first;
+            out += fc->second;
         }
     }
     return cache_.emplace(id, std::move(out)).first->second;
 }
 
 std::string Symbolizer::c_frame(uint64_t address) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(address));
-    return buf;
+    char buf[64];
+    const Impl::Mod* mod = impl_->find(address);
+    if (!mod) {
+        std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(address));
+        return buf;
+    }
+    std::string out;
+#ifdef MSMEMSCOPE_HAVE_LIBDW
+    if (impl_->dwfl) {
+        Dwfl_Module* m = dwfl_addrmodule(impl_->dwfl, address - 1);
+        if (m) {
+            GElf_Off off = 0;
+            GElf_Sym sym;
+            const char* name = dwfl_module_addrinfo(m, address, &off, &sym, nullptr, nullptr, nullptr);
+            if (name) {
+                std::snprintf(buf, sizeof(buf), "+0x%llx", static_cast<unsigned long long>(off));
+                out = demangle(name) + buf;
+                if (Dwfl_Line* line = dwfl_module_getsrc(m, address - 1)) {
+                    int lineno = 0;
+                    const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);
+                    if (file && lineno > 0) out += " at " + std::string(file) + ":" + std::to_string(lineno);
+                }
+            }
+        }
+    }
+#endif
+    if (out.empty()) {
+        std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(address - mod->bias));
+        out = buf;
+    }
+    return out + " in " + mod->path;
 }
 
 }  // namespace msms

@@ -1,11 +1,18 @@
 // Turns interned stacks into text, one frame per line, cached per stack id.
-// C frames: "function+0xoff (module)" from the ELF symbol tables of the
-// modules the target reported; Python frames are already text.
+// C frames are symbolized in the host from the kModule records the agent
+// wrote (load bias and path of every ELF object) with elfutils (libdw): ELF
+// symbol tables give the function, DWARF line tables (where present) the
+// source line. A frame reads
+//     function+0xOFF at /src/file.c:LINE in /path/module
+// dropping what is unknown: "0xOFF in /path/module" (no symbol), "0xADDR"
+// (no module). Python frames are already text ("file(line): func").
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "capture_reader.h"
 
@@ -13,17 +20,27 @@ namespace msms {
 
 class Symbolizer {
 public:
-    explicit Symbolizer(const CaptureReader& reader) : reader_(reader) {}
-    virtual ~Symbolizer() = default;
+    explicit Symbolizer(const CaptureReader& reader);
+    virtual ~Symbolizer();
+    Symbolizer(const Symbolizer&) = delete;
+    Symbolizer& operator=(const Symbolizer&) = delete;
     // "" for id 0 or an unknown stack.
     const std::string& text(uint64_t stack_id);
 
 protected:
+    // One C frame: a return address (the call site is address - 1).
     virtual std::string c_frame(uint64_t address);
 
 private:
+    void sync_modules();
     const CaptureReader& reader_;
     std::unordered_map<uint64_t, std::string> cache_;
+    std::unordered_map<uint64_t, std::string> frame_cache_;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
 };
+
+// "_ZN3foo3barEv" -> "foo::bar()"; other names unchanged.
+std::string demangle(const char* name);
 
 }  // namespace msms
