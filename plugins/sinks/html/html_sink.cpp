@@ -1,0 +1,499 @@
+// Sink `html`: report_{ts}.html in the process folder, one self-contained
+// page (inline CSS and script, no network): per device, memory over time
+// stacked by owner category (Attr `owner`, first two levels, else the pool
+// type) with the peak marked; the live blocks at the peak grouped by stack;
+// the top allocation sites; and the findings tables (leaks, inefficient...).
+//
+// Everything is aggregated while the events stream by, so that a capture of
+// tens of millions of events gives a page of a few hundred kilobytes:
+//   - curves: buckets of adaptive width, at most kMaxPoints per device; a
+//     bucket keeps the state at its highest total, so peaks survive;
+//   - live blocks: state per live block only; the blocks live at the peak
+//     are the live ones allocated before it plus those freed since (a list
+//     bounded by the number of blocks live at the peak);
+//   - sites: one entry per distinct stack.
+#include <msmemscope/plugin.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "report_template.h"
+#include "util/json.h"
+
+namespace {
+
+using msmemscope::view;
+
+constexpr size_t kMaxPoints = 4000;      // per device, after downsampling
+constexpr size_t kMaxCategories = 12;    // per device, then "other"
+constexpr size_t kMaxSites = 200000;     // distinct stacks, then "(other sites)"
+constexpr size_t kMaxFindingRows = 5000;  // per table
+constexpr size_t kTopRows = 100;          // rows in the peak / site tables
+constexpr size_t kMaxMarks = 1000;        // steps drawn on the charts
+
+std::string device_label(const msms_event& ev) {
+    switch (ev.device_kind) {
+    case MSMS_DEV_CPU: return "cpu";
+    case MSMS_DEV_NPU: return "npu:" + std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
+    case MSMS_DEV_CUDA: return "cuda:" + std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
+    default: return "N/A";
+    }
+}
+
+// JSON string safe inside <script>: no "</" can close the element.
+void jstr(std::string& out, std::string_view s) {
+    size_t at = out.size();
+    msms::json_quote(out, s);
+    for (size_t i = at; i < out.size(); ++i)
+        if (out[i] == '<') out.replace(i, 1, "\\u003c");
+}
+
+struct Site {
+    std::string text;  // stack text (Python frames first), or "(no stack) POOL"
+    uint64_t count = 0, bytes = 0, live_bytes = 0, live_count = 0;
+};
+
+struct Block {
+    uint64_t size, ts, seq;
+    uint32_t site;
+    uint16_t cat;
+};
+
+struct Point {
+    uint64_t ts;
+    int64_t total;
+    std::vector<int64_t> v;
+};
+
+struct Device {
+    std::string label;
+    std::vector<std::string> cats;
+    std::map<std::string, uint16_t> cat_index;
+    std::vector<int64_t> cur;
+    int64_t total = 0;
+    // curve
+    std::vector<Point> points;
+    bool have_bucket = false;
+    uint64_t width = 1000, bucket = 0;  // bucket index = (ts - base) / width
+    Point best;                         // the bucket's state at its highest total
+    // peak
+    int64_t peak = 0;
+    uint64_t peak_ts = 0, peak_seq = 0;
+    std::vector<Block> freed_since_peak;
+    std::unordered_map<uint64_t, Block> live;
+    uint64_t mallocs = 0, frees = 0;
+};
+
+class HtmlSink : public msmemscope::ISink {
+public:
+    static constexpr const char* kTypeName = "html";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription =
+        "report_{ts}.html: self-contained page with memory over time by owner, peak blocks, top sites, findings";
+
+    HtmlSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+
+    void begin(const msmemscope::RunInfo& run) override { run_ = run; }
+
+    void on_event(const msms_event& ev) override {
+        ++events_;
+        if (!base_set_) {
+            base_ = ev.timestamp_ns;
+            base_set_ = true;
+        }
+        last_ts_ = std::max(last_ts_, ev.timestamp_ns);
+        ++kinds_[ev.kind < MSMS_EV_KIND_COUNT ? ev.kind : 0];
+        if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
+            memory(ev);
+        } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
+            if (marks_.size() < kMaxMarks) marks_.emplace_back(ev.timestamp_ns, "step " + std::string(view(ev.name)));
+        }
+    }
+
+    void on_annotation(uint64_t, std::string_view key, std::string_view value) override {
+        if (key == "inefficient") ++annotations_[std::string(value)];
+    }
+
+    void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
+        auto& t = findings_[std::string(table)];
+        ++t.total;
+        if (t.rows.size() >= kMaxFindingRows) return;
+        std::vector<std::string> row(t.cols.size());
+        for (uint32_t i = 0; i < n; ++i) {
+            std::string k(view(cols[i].key));
+            auto it = std::find(t.cols.begin(), t.cols.end(), k);
+            size_t at = static_cast<size_t>(it - t.cols.begin());
+            if (it == t.cols.end()) {
+                t.cols.push_back(k);
+                row.emplace_back();
+            }
+            row[at] = std::string(view(cols[i].value));
+        }
+        t.rows.push_back(std::move(row));
+    }
+
+    void finish() override {
+        std::string path = run_.output_dir + "/report_" + run_.timestamp + ".html";
+        std::string data = render_data();
+        std::string page;
+        page.reserve(data.size() + 32768);
+        std::string_view tpl = msms_html::kReportTemplate;
+        size_t at = tpl.find("@DATA@");
+        std::string title = "msmemscope report: pid " + std::to_string(run_.pid);
+        size_t t_at = tpl.find("@TITLE@");
+        page.append(tpl.substr(0, t_at));
+        page += html_escape(title);
+        page.append(tpl.substr(t_at + 7, at - t_at - 7));
+        page += data;
+        page.append(tpl.substr(at + 6));
+        std::FILE* f = std::fopen(path.c_str(), "w");
+        if (!f) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+        size_t w = std::fwrite(page.data(), 1, page.size(), f);
+        if (std::fclose(f) != 0 || w != page.size()) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+    }
+
+private:
+    struct Findings {
+        std::vector<std::string> cols;
+        std::vector<std::vector<std::string>> rows;
+        uint64_t total = 0;
+    };
+
+    static std::string html_escape(std::string_view s) {
+        std::string o;
+        for (char c : s) {
+            if (c == '<') o += "&lt;";
+            else if (c == '>') o += "&gt;";
+            else if (c == '&') o += "&amp;";
+            else if (c == '"') o += "&quot;";
+            else o += c;
+        }
+        return o;
+    }
+
+    // A device's driver memory (HAL, host heap, pinned) and its framework
+    // pools (PTA, ATB, MindSpore: carved out of driver memory) are charted
+    // apart, so that no byte is counted twice.
+    Device& device(const msms_event& ev) {
+        bool framework = msms_is_framework_pool(ev.type);
+        uint64_t key = (static_cast<uint64_t>(ev.device_kind) << 17) | (static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 1) |
+                       (framework ? 1u : 0u);
+        auto it = dev_index_.find(key);
+        if (it != dev_index_.end()) return *devices_[it->second];
+        devices_.push_back(std::make_unique<Device>());
+        std::string label = device_label(ev);
+        if (framework) label += " framework pools";
+        else if (ev.device_kind == MSMS_DEV_CPU) label += " host memory";
+        else label += " device memory (driver)";
+        devices_.back()->label = label;
+        dev_index_.emplace(key, devices_.size() - 1);
+        return *devices_.back();
+    }
+
+    uint16_t category(Device& d, const msms_event& ev) {
+        std::string_view owner = msmemscope::attr(ev, "owner");
+        std::string name;
+        if (!owner.empty()) {
+            size_t a = owner.find('@');
+            size_t b = a == std::string_view::npos ? a : owner.find('@', a + 1);
+            name = std::string(owner.substr(0, b));
+        } else {
+            const char* t = msms_event_type_name(ev.type);
+            name = t ? t : "N/A";
+        }
+        auto it = d.cat_index.find(name);
+        if (it != d.cat_index.end()) return it->second;
+        if (d.cats.size() >= kMaxCategories) {
+            name = "other";
+            it = d.cat_index.find(name);
+            if (it != d.cat_index.end()) return it->second;
+        }
+        uint16_t i = static_cast<uint16_t>(d.cats.size());
+        d.cats.push_back(name);
+        d.cat_index.emplace(name, i);
+        d.cur.push_back(0);
+        return i;
+    }
+
+    uint32_t site(const msms_event& ev) {
+        uint64_t key;
+        if (ev.c_stack_id || ev.py_stack_id) key = (ev.c_stack_id * 0x9E3779B97F4A7C15ull) ^ (ev.py_stack_id << 1) ^ 1;
+        else if (ev.c_stack.size || ev.py_stack.size) key = std::hash<std::string_view>()(view(ev.c_stack)) ^
+                                                           (std::hash<std::string_view>()(view(ev.py_stack)) << 1);
+        else key = 0x1000 + ev.type;  // no stack: one site per pool
+        auto it = site_index_.find(key);
+        if (it != site_index_.end()) return it->second;
+        if (sites_.size() >= kMaxSites) {
+            auto o = site_index_.find(~0ull);
+            if (o != site_index_.end()) return o->second;
+            key = ~0ull;
+        }
+        Site s;
+        if (key == ~0ull) s.text = "(other sites)";
+        else if (!ev.c_stack.size && !ev.py_stack.size) {
+            const char* t = msms_event_type_name(ev.type);
+            s.text = std::string("(no stack) ") + (t ? t : "");
+        } else {
+            s.text = std::string(view(ev.py_stack));
+            if (ev.py_stack.size && ev.c_stack.size) s.text += "\n";
+            s.text += std::string(view(ev.c_stack));
+        }
+        sites_.push_back(std::move(s));
+        uint32_t i = static_cast<uint32_t>(sites_.size() - 1);
+        site_index_.emplace(key, i);
+        return i;
+    }
+
+    void memory(const msms_event& ev) {
+        Device& d = device(ev);
+        ++seq_;
+        if (ev.kind == MSMS_EV_MALLOC) {
+            ++d.mallocs;
+            uint16_t c = category(d, ev);
+            uint32_t s = site(ev);
+            Block b{ev.size, ev.timestamp_ns, seq_, s, c};
+            auto key = ev.allocation_id ? ev.allocation_id : (ev.ptr | (1ull << 63));
+            auto [it, inserted] = d.live.emplace(key, b);
+            if (!inserted) {  // an id seen twice: replace the old state
+                release(d, it->second);
+                it->second = b;
+            }
+            d.cur[c] += static_cast<int64_t>(ev.size);
+            d.total += static_cast<int64_t>(ev.size);
+            sites_[s].count++;
+            sites_[s].bytes += ev.size;
+            sites_[s].live_bytes += ev.size;
+            sites_[s].live_count++;
+        } else {
+            ++d.frees;
+            auto key = ev.allocation_id ? ev.allocation_id : (ev.ptr | (1ull << 63));
+            auto it = d.live.find(key);
+            if (it == d.live.end()) return;  // allocated before collection started
+            Block b = it->second;
+            d.live.erase(it);
+            release(d, b);
+            if (b.seq <= d.peak_seq) d.freed_since_peak.push_back(b);
+        }
+        if (d.total > d.peak) {
+            d.peak = d.total;
+            d.peak_ts = ev.timestamp_ns;
+            d.peak_seq = seq_;
+            d.freed_since_peak.clear();
+        }
+        sample(d, ev.timestamp_ns);
+    }
+
+    void release(Device& d, const Block& b) {
+        d.cur[b.cat] -= static_cast<int64_t>(b.size);
+        d.total -= static_cast<int64_t>(b.size);
+        sites_[b.site].live_bytes -= b.size;
+        sites_[b.site].live_count--;
+    }
+
+    void sample(Device& d, uint64_t ts) {
+        uint64_t rel = ts > base_ ? ts - base_ : 0;
+        uint64_t bucket = rel / d.width;
+        if (d.have_bucket && bucket == d.bucket) {
+            if (d.total > d.best.total) keep(d, ts);
+            return;
+        }
+        if (d.have_bucket) {
+            push(d);
+            bucket = rel / d.width;  // the width may have doubled
+        }
+        d.bucket = bucket;
+        d.have_bucket = true;
+        keep(d, ts);
+    }
+    void keep(Device& d, uint64_t ts) {
+        d.best.ts = ts;
+        d.best.total = d.total;
+        d.best.v = d.cur;
+    }
+    void push(Device& d) {
+        d.points.push_back(d.best);
+        if (d.points.size() < 2 * kMaxPoints) return;
+        // Twice the width: merge pairs of buckets, keeping the higher state.
+        d.width *= 2;
+        std::vector<Point> merged;
+        merged.reserve(kMaxPoints + 1);
+        for (size_t i = 0; i < d.points.size();) {
+            uint64_t b = (d.points[i].ts - std::min(d.points[i].ts, base_)) / d.width;
+            Point p = std::move(d.points[i++]);
+            while (i < d.points.size() && (d.points[i].ts - std::min(d.points[i].ts, base_)) / d.width == b) {
+                if (d.points[i].total > p.total) p = std::move(d.points[i]);
+                ++i;
+            }
+            merged.push_back(std::move(p));
+        }
+        d.points.swap(merged);
+    }
+
+    // The blocks live at the device's peak, grouped by (site, category).
+    void peak_groups(const Device& d, std::string& out) {
+        std::map<std::pair<uint32_t, uint16_t>, std::pair<uint64_t, uint64_t>> groups;  // bytes, count
+        uint64_t n = 0;
+        auto add = [&](const Block& b) {
+            if (b.seq > d.peak_seq) return;
+            auto& g = groups[{b.site, b.cat}];
+            g.first += b.size;
+            g.second++;
+            ++n;
+        };
+        for (auto& [id, b] : d.live) add(b);
+        for (auto& b : d.freed_since_peak) add(b);
+        std::vector<std::pair<std::pair<uint32_t, uint16_t>, std::pair<uint64_t, uint64_t>>> v(groups.begin(), groups.end());
+        std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+        out += "\"peak_blocks\":";
+        out += std::to_string(n);
+        out += ",\"peak_groups\":";
+        out += std::to_string(v.size());
+        out += ",\"at_peak\":[";
+        for (size_t i = 0; i < v.size() && i < kTopRows; ++i) {
+            if (i) out += ',';
+            out += "{\"bytes\":" + std::to_string(v[i].second.first) + ",\"count\":" + std::to_string(v[i].second.second) +
+                   ",\"cat\":";
+            jstr(out, d.cats[v[i].first.second]);
+            out += ",\"stack\":";
+            jstr(out, sites_[v[i].first.first].text);
+            out += '}';
+        }
+        out += ']';
+    }
+
+    std::string render_data() {
+        for (auto& dp : devices_) {
+            Device& d = *dp;
+            if (d.have_bucket) {
+                push(d);
+                d.have_bucket = false;
+            }
+        }
+        std::string o = "{\"pid\":" + std::to_string(run_.pid) + ",\"command\":";
+        jstr(o, run_.command_line);
+        o += ",\"timestamp\":";
+        jstr(o, run_.timestamp);
+        o += ",\"start_ns\":" + std::to_string(base_) + ",\"end_ns\":" + std::to_string(last_ts_) +
+             ",\"events\":" + std::to_string(events_) + ",\"kinds\":{";
+        bool first = true;
+        for (uint16_t k = 0; k < MSMS_EV_KIND_COUNT; ++k) {
+            if (!kinds_[k]) continue;
+            if (!first) o += ',';
+            first = false;
+            jstr(o, msms_event_kind_name(k));
+            o += ':' + std::to_string(kinds_[k]);
+        }
+        o += "},\"marks\":[";
+        for (size_t i = 0; i < marks_.size(); ++i) {
+            if (i) o += ',';
+            o += "[" + std::to_string(marks_[i].first - std::min(marks_[i].first, base_)) + ",";
+            jstr(o, marks_[i].second);
+            o += ']';
+        }
+        o += "],\"devices\":[";
+        for (size_t di = 0; di < devices_.size(); ++di) {
+            Device& d = *devices_[di];
+            if (di) o += ',';
+            o += "{\"label\":";
+            jstr(o, d.label);
+            o += ",\"peak\":" + std::to_string(d.peak) + ",\"peak_t\":" + std::to_string(d.peak_ts - std::min(d.peak_ts, base_)) +
+                 ",\"final\":" + std::to_string(d.total) + ",\"live\":" + std::to_string(d.live.size()) +
+                 ",\"mallocs\":" + std::to_string(d.mallocs) + ",\"frees\":" + std::to_string(d.frees) + ",\"cats\":[";
+            for (size_t c = 0; c < d.cats.size(); ++c) {
+                if (c) o += ',';
+                jstr(o, d.cats[c]);
+            }
+            o += "],\"t\":[";
+            for (size_t i = 0; i < d.points.size(); ++i) {
+                if (i) o += ',';
+                o += std::to_string(d.points[i].ts - std::min(d.points[i].ts, base_));
+            }
+            o += "],\"v\":[";
+            for (size_t c = 0; c < d.cats.size(); ++c) {
+                if (c) o += ',';
+                o += '[';
+                for (size_t i = 0; i < d.points.size(); ++i) {
+                    if (i) o += ',';
+                    o += std::to_string(c < d.points[i].v.size() ? d.points[i].v[c] : 0);
+                }
+                o += ']';
+            }
+            o += "],";
+            peak_groups(d, o);
+            o += '}';
+        }
+        o += "],\"sites\":[";
+        std::vector<uint32_t> order(sites_.size());
+        for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+        size_t top = std::min(order.size(), kTopRows);
+        std::partial_sort(order.begin(), order.begin() + static_cast<long>(top), order.end(),
+                          [&](uint32_t a, uint32_t b) { return sites_[a].bytes > sites_[b].bytes; });
+        for (size_t i = 0; i < top; ++i) {
+            const Site& s = sites_[order[i]];
+            if (i) o += ',';
+            o += "{\"bytes\":" + std::to_string(s.bytes) + ",\"count\":" + std::to_string(s.count) +
+                 ",\"live_bytes\":" + std::to_string(s.live_bytes) + ",\"live_count\":" + std::to_string(s.live_count) +
+                 ",\"stack\":";
+            jstr(o, s.text);
+            o += '}';
+        }
+        o += "],\"site_count\":" + std::to_string(sites_.size()) + ",\"findings\":{";
+        first = true;
+        for (auto& [name, t] : findings_) {
+            if (!first) o += ',';
+            first = false;
+            jstr(o, name);
+            o += ":{\"total\":" + std::to_string(t.total) + ",\"cols\":[";
+            for (size_t c = 0; c < t.cols.size(); ++c) {
+                if (c) o += ',';
+                jstr(o, t.cols[c]);
+            }
+            o += "],\"rows\":[";
+            for (size_t r = 0; r < t.rows.size(); ++r) {
+                if (r) o += ',';
+                o += '[';
+                for (size_t c = 0; c < t.cols.size(); ++c) {
+                    if (c) o += ',';
+                    jstr(o, c < t.rows[r].size() ? t.rows[r][c] : std::string());
+                }
+                o += ']';
+            }
+            o += "]}";
+        }
+        o += "},\"inefficient_marks\":{";
+        first = true;
+        for (auto& [k, n] : annotations_) {
+            if (!first) o += ',';
+            first = false;
+            jstr(o, k);
+            o += ':' + std::to_string(n);
+        }
+        o += "}}";
+        return o;
+    }
+
+    msmemscope::Host host_;
+    msmemscope::RunInfo run_;
+    bool base_set_ = false;
+    uint64_t base_ = 0, last_ts_ = 0, events_ = 0, seq_ = 0;
+    uint64_t kinds_[MSMS_EV_KIND_COUNT] = {};
+    std::vector<std::unique_ptr<Device>> devices_;
+    std::unordered_map<uint64_t, size_t> dev_index_;
+    std::vector<Site> sites_;
+    std::unordered_map<uint64_t, uint32_t> site_index_;
+    std::map<std::string, Findings> findings_;
+    std::map<std::string, uint64_t> annotations_;
+    std::vector<std::pair<uint64_t, std::string>> marks_;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(HtmlSink)
