@@ -1,0 +1,195 @@
+// Analyzer `decompose` (COMPAT §6): every MALLOC gets Attr `owner` = the
+// non-empty owner levels joined by '@': framework (HOST, HOST_PINNED,
+// CANN@<module> for HAL, PTA, PTA_WORKSPACE, ATB, MINDSPORE), then what the
+// collector already put in the MALLOC's `owner` (the Python collector: weight,
+// gradient, optimizer_state, ops@aten, the user's describer labels).
+// A later event that carries an `owner` Attr for a live block's address (an
+// ACCESS of an aten op, or a describer tag) relabels the block: its MALLOC
+// row is annotated and its bytes move to the new owner.
+// At exit: a table of live and peak bytes per owner and device (report lines
+// and findings "owners").
+#include <msmemscope/plugin.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/analyzer_util.h"
+
+namespace {
+
+using namespace msms_an;
+using msmemscope::attr;
+
+// Module ids of the Ascend driver's module table (flag bits 56-63).
+const char* module_name(unsigned id) {
+    static const char* const kNames[] = {
+        "SLOG", "IDEDD", "IDEDH", "HCCL", "FMK", "HIAIENGINE", "DVPP", "RUNTIME", "CCE", "HDC", "DRV",
+        "MDCFUSION", "MDCLOCATION", "MDCPERCEPTION", "MDCFSM", "MDCCOMMON", "MDCMONITOR", "MDCBSWP",
+        "MDCDEFAULT", "MDCSC", "MDCPNC", "MLL", "DEVMM", "KERNEL", "LIBMEDIA", "CCECPU", "ASCENDDK", "ROS",
+        "HCCP", "ROCE", "TEFUSION", "PROFILING", "DP", "APP", "TS", "TSDUMP", "AICPU", "LP", "TDT", "FE", "MD",
+        "MB", "ME", "IMU", "IMP", "GE", "MDCFUSA", "CAMERA", "ASCENDCL", "TEEOS", "ISP", "SIS", "HSM", "DSS",
+        "PROCMGR", "BBOX", "AIVECTOR", "TBE", "FV", "MDCMAP", "TUNE", "HSS", "FFTS", "OP", "UDF", "HICAID",
+        "TSYNC", "AUDIO", "TPRT", "ASCENDCKERNEL", "ASYS", "ATRACE", "RTC", "SYSMONITOR", "AML"};
+    return id < sizeof(kNames) / sizeof(kNames[0]) ? kNames[id] : nullptr;
+}
+
+std::string framework_of(const msms_event& ev) {
+    switch (ev.type) {
+    case MSMS_T_HAL: {
+        const char* m = module_name(static_cast<unsigned>(ev.aux0 >> 56));
+        return std::string("CANN@") + (m ? m : "UNKNOWN");
+    }
+    case MSMS_T_PTA: return "PTA";
+    case MSMS_T_PTA_WORKSPACE: return "PTA_WORKSPACE";
+    case MSMS_T_ATB: return "ATB";
+    case MSMS_T_MINDSPORE: return "MINDSPORE";
+    case MSMS_T_HOST: return "HOST";
+    case MSMS_T_HOST_PINNED: return "HOST_PINNED";
+    default: return pool_name(ev.type);
+    }
+}
+
+bool starts_with_level(const std::string& s, const std::string& prefix) {
+    return s == prefix || (s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 && s[prefix.size()] == '@');
+}
+
+// framework + the given levels, without empty levels and without repeating
+// the framework when the collector already wrote it.
+std::string owner_of(const msms_event& ev, std::string_view given) {
+    std::string fw = framework_of(ev);
+    std::string g(given);
+    if (ev.type == MSMS_T_HAL && (starts_with_level(g, "CANN") || starts_with_level(g, "HAL"))) return g;
+    if (starts_with_level(g, fw)) return g;
+    std::string out = fw;
+    size_t start = 0;
+    while (start <= g.size() && !g.empty()) {
+        size_t at = g.find('@', start);
+        if (at == std::string::npos) at = g.size();
+        if (at > start) out += "@" + g.substr(start, at - start);
+        start = at + 1;
+    }
+    return out;
+}
+
+class DecomposeAnalyzer : public msmemscope::IAnalyzer {
+public:
+    static constexpr const char* kTypeName = "decompose";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription = "memory decomposition: owner of every allocation, live/peak per owner";
+    static constexpr const char* kEvents = "alloc,free";
+
+    DecomposeAnalyzer(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+
+    void on_event(const msms_event& ev) override {
+        if (ev.kind == MSMS_EV_MALLOC) {
+            std::string owner = owner_of(ev, attr(ev, "owner"));
+            host_.add_attr("owner", owner);
+            BlockKey k = block_key(ev);
+            auto old = live_.find(k);
+            if (old != live_.end()) release(old->second);
+            Block b{ev.size, ev.id, owner_index(dev_key(ev), owner)};
+            acquire(b);
+            live_[k] = b;
+            by_ptr_[DevPtr{ev.device_kind, ev.device_id, ev.ptr}] = k;
+        } else if (ev.kind == MSMS_EV_FREE) {
+            auto it = live_.find(block_key(ev));
+            if (it == live_.end()) return;
+            release(it->second);
+            by_ptr_.erase(DevPtr{ev.device_kind, ev.device_id, ev.ptr});
+            live_.erase(it);
+        } else {
+            std::string_view label = attr(ev, "owner");
+            if (label.empty() || ev.ptr == 0) return;
+            auto p = by_ptr_.find(DevPtr{ev.device_kind, ev.device_id, ev.ptr});
+            if (p == by_ptr_.end()) return;
+            auto it = live_.find(p->second);
+            if (it == live_.end()) return;
+            msms_event as_malloc = ev;
+            as_malloc.type = p->second.type;
+            std::string owner = owner_of(as_malloc, label);
+            Block& b = it->second;
+            if (owners_[b.owner].name == owner) return;
+            release(b);
+            b.owner = owner_index(DevKey{p->second.dev_kind, p->second.dev_id}, owner);
+            acquire(b, false);
+            host_.annotate(b.malloc_id, "owner", owner);
+        }
+    }
+
+    void finish() override {
+        std::map<DevKey, std::vector<const Owner*>> by_dev;
+        for (auto& o : owners_) by_dev[o.dev].push_back(&o);
+        for (auto& [dk, list] : by_dev) {
+            std::sort(list.begin(), list.end(), [](const Owner* a, const Owner* b) {
+                return a->peak != b->peak ? a->peak > b->peak : a->name < b->name;
+            });
+            host_.report("====== Memory decomposition of device " + dev_name(dk) + " ======");
+            char buf[512];
+            std::snprintf(buf, sizeof(buf), "%-40s %16s %16s %12s", "Owner", "Live(bytes)", "Peak(bytes)", "Allocations");
+            host_.report(buf);
+            for (const Owner* o : list) {
+                std::snprintf(buf, sizeof(buf), "%-40s %16lld %16lld %12llu", o->name.c_str(),
+                              static_cast<long long>(o->live), static_cast<long long>(o->peak),
+                              static_cast<unsigned long long>(o->allocations));
+                host_.report(buf);
+                host_.add_finding("owners", {{"device", dev_name(dk)},
+                                             {"owner", o->name},
+                                             {"live_bytes", std::to_string(o->live)},
+                                             {"peak_bytes", std::to_string(o->peak)},
+                                             {"allocations", std::to_string(o->allocations)}});
+            }
+        }
+    }
+
+private:
+    struct Owner {
+        DevKey dev;
+        std::string name;
+        int64_t live = 0, peak = 0;
+        uint64_t allocations = 0;
+    };
+    struct Block {
+        uint64_t size, malloc_id;
+        uint32_t owner;
+    };
+    struct DevPtr {
+        uint16_t kind;
+        int16_t id;
+        uint64_t ptr;
+        bool operator==(const DevPtr& o) const { return kind == o.kind && id == o.id && ptr == o.ptr; }
+    };
+    struct DevPtrHash {
+        size_t operator()(const DevPtr& k) const { return std::hash<uint64_t>()(k.ptr ^ (uint64_t(k.kind) << 56) ^ (uint64_t(uint16_t(k.id)) << 40)); }
+    };
+
+    uint32_t owner_index(const DevKey& dev, const std::string& name) {
+        auto key = std::make_pair(dev, name);
+        auto it = owner_ids_.find(key);
+        if (it != owner_ids_.end()) return it->second;
+        owners_.push_back(Owner{dev, name});
+        uint32_t id = static_cast<uint32_t>(owners_.size() - 1);
+        owner_ids_.emplace(key, id);
+        return id;
+    }
+    void acquire(const Block& b, bool new_block = true) {
+        Owner& o = owners_[b.owner];
+        o.live += static_cast<int64_t>(b.size);
+        o.peak = std::max(o.peak, o.live);
+        if (new_block) ++o.allocations;
+    }
+    void release(const Block& b) { owners_[b.owner].live -= static_cast<int64_t>(b.size); }
+
+    msmemscope::Host host_;
+    std::vector<Owner> owners_;
+    std::map<std::pair<DevKey, std::string>, uint32_t> owner_ids_;
+    std::unordered_map<BlockKey, Block, BlockKeyHash> live_;
+    std::unordered_map<DevPtr, BlockKey, DevPtrHash> by_ptr_;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(DecomposeAnalyzer)

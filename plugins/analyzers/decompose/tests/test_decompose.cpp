@@ -1,0 +1,74 @@
+// Unit tests of the decompose analyzer on synthetic event streams.
+#include <doctest/doctest.h>
+
+#include <msmemscope/testing.hpp>
+
+using namespace msmemscope::testing;
+
+namespace {
+const msms_plugin_descriptor* plugin() {
+    std::string err;
+    auto* d = load_descriptor(PLUGIN_PATH, &err);
+    REQUIRE_MESSAGE(d != nullptr, err);
+    return d;
+}
+}  // namespace
+
+TEST_CASE("owner levels: HOST, CANN@module from the HAL flag word, PTA prefixed to the collector's category") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x1, 10));
+    h.feed(EventBuilder::malloc(0x2, 20, MSMS_T_HAL).device(MSMS_DEV_NPU, 0).aux(3ull << 56));
+    h.feed(EventBuilder::malloc(0x3, 30, MSMS_T_HAL).device(MSMS_DEV_NPU, 0).aux((33ull << 56) | 5));
+    h.feed(EventBuilder::malloc(0x4, 40, MSMS_T_HAL).device(MSMS_DEV_NPU, 0).aux(200ull << 56));
+    h.feed(EventBuilder::malloc(0x5, 50, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "weight"));
+    h.feed(EventBuilder::malloc(0x6, 60, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "ops@aten"));
+    h.feed(EventBuilder::malloc(0x7, 70, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "PTA@gradient"));
+    h.feed(EventBuilder::malloc(0x8, 80, MSMS_T_ATB).device(MSMS_DEV_NPU, 0));
+    CHECK(h.delivered[0].attr("owner") == "HOST");
+    CHECK(h.delivered[1].attr("owner") == "CANN@HCCL");
+    CHECK(h.delivered[2].attr("owner") == "CANN@APP");
+    CHECK(h.delivered[3].attr("owner") == "CANN@UNKNOWN");
+    CHECK(h.delivered[4].attr("owner") == "PTA@weight");
+    CHECK(h.delivered[5].attr("owner") == "PTA@ops@aten");
+    CHECK(h.delivered[6].attr("owner") == "PTA@gradient");
+    CHECK(h.delivered[7].attr("owner") == "ATB");
+}
+
+TEST_CASE("live and peak bytes per owner at exit") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x1, 100, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "weight"));
+    h.feed(EventBuilder::malloc(0x2, 300, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "ops@aten"));
+    h.feed(EventBuilder::free(0x2, MSMS_T_PTA).device(MSMS_DEV_NPU, 0));
+    h.feed(EventBuilder::malloc(0x2, 50, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "ops@aten"));
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.reports.size() == 4);
+    CHECK(h.reports[0] == "====== Memory decomposition of device 0 ======");
+    CHECK(h.reports[1].find("Owner") == 0);
+    CHECK(h.reports[2] == "PTA@ops@aten                                           50              300            2");
+    CHECK(h.reports[3] == "PTA@weight                                            100              100            1");
+    REQUIRE(h.findings["owners"].size() == 2);
+    CHECK(h.findings["owners"][0]["owner"] == "PTA@ops@aten");
+    CHECK(h.findings["owners"][0]["live_bytes"] == "50");
+    CHECK(h.findings["owners"][0]["peak_bytes"] == "300");
+}
+
+TEST_CASE("an owner label arriving later relabels the block and annotates its MALLOC row") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 64, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).id(5));
+    h.feed(EventBuilder::access(0x10).device(MSMS_DEV_NPU, 0).attr("owner", "optimizer_state").id(6));
+    CHECK(h.annotations[5]["owner"] == "PTA@optimizer_state");
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.findings["owners"].size() == 2);
+    CHECK(h.findings["owners"][0]["owner"] == "PTA");
+    CHECK(h.findings["owners"][0]["live_bytes"] == "0");
+    CHECK(h.findings["owners"][0]["allocations"] == "1");
+    CHECK(h.findings["owners"][1]["owner"] == "PTA@optimizer_state");
+    CHECK(h.findings["owners"][1]["live_bytes"] == "64");
+    CHECK(h.findings["owners"][1]["allocations"] == "0");
+}

@@ -1,0 +1,146 @@
+// Unit tests of the inefficient analyzer: each rule and its edge cases.
+#include <doctest/doctest.h>
+
+#include <msmemscope/testing.hpp>
+
+using namespace msmemscope::testing;
+
+namespace {
+const msms_plugin_descriptor* plugin() {
+    std::string err;
+    auto* d = load_descriptor(PLUGIN_PATH, &err);
+    REQUIRE_MESSAGE(d != nullptr, err);
+    return d;
+}
+EventBuilder m(uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_PTA).device(MSMS_DEV_NPU, 0); }
+EventBuilder f(uint64_t p) { return EventBuilder::free(p, MSMS_T_PTA).device(MSMS_DEV_NPU, 0); }
+EventBuilder a(uint64_t p) { return EventBuilder::access(p, MSMS_T_READ).device(MSMS_DEV_NPU, 0); }
+EventBuilder start(const char* n = "aten::add") { return EventBuilder::op(n, true); }
+EventBuilder end(const char* n = "aten::add") { return EventBuilder::op(n, false); }
+
+using Opts = std::vector<std::pair<std::string, std::string>>;
+struct Run {
+    PluginHarness h{plugin()};
+    Run() : Run(std::vector<std::pair<std::string, std::string>>{}) {}
+    explicit Run(const std::vector<std::pair<std::string, std::string>>& opts) {
+        REQUIRE(h.create(opts) == MSMS_OK);
+        REQUIRE(h.begin() == MSMS_OK);
+    }
+    std::string mark(uint64_t id) {
+        auto it = h.annotations.find(id);
+        if (it == h.annotations.end()) return "";
+        return it->second["inefficient"];
+    }
+};
+}  // namespace
+
+TEST_CASE("early_allocation: a freeing API lies between the MALLOC API and the first access API") {
+    Run r;
+    r.h.feed(m(0x100, 64).id(1));      // API 1: block A allocated
+    r.h.feed(m(0x200, 64).id(2));      // API 2
+    r.h.feed(f(0x200).id(3));          // API 3 frees
+    r.h.feed(start().id(4));           // API 4
+    r.h.feed(a(0x100).id(5));          // first access of A
+    r.h.feed(end().id(6));
+    r.h.finish();
+    CHECK(r.mark(1) == "early_allocation");
+    CHECK(r.mark(2) == "");
+}
+
+TEST_CASE("early_allocation: no freeing API in between, or the free in the MALLOC's own API, is fine") {
+    Run r;
+    r.h.feed(start().id(1));
+    r.h.feed(m(0x100, 64).id(2));      // API 1 allocates A and frees B
+    r.h.feed(m(0x200, 64).id(3));
+    r.h.feed(f(0x200).id(4));
+    r.h.feed(end().id(5));
+    r.h.feed(start().id(6));           // API 2 accesses A
+    r.h.feed(a(0x100).id(7));
+    r.h.feed(end().id(8));
+    r.h.finish();
+    CHECK(r.mark(2) == "");
+}
+
+TEST_CASE("late_deallocation: an allocating API lies between the last access and the FREE") {
+    Run r;
+    r.h.feed(m(0x100, 64).id(1));      // API 1
+    r.h.feed(start().id(2));           // API 2 accesses A
+    r.h.feed(a(0x100).id(3));
+    r.h.feed(end().id(4));
+    r.h.feed(m(0x300, 64).id(5));      // API 3 allocates
+    r.h.feed(f(0x100).id(6));          // API 4 frees A
+    r.h.finish();
+    CHECK(r.mark(1) == "late_deallocation");
+    CHECK(r.mark(5) == "");
+}
+
+TEST_CASE("late_deallocation: a free right after the last access is fine") {
+    Run r;
+    r.h.feed(m(0x300, 8).id(1));
+    r.h.feed(m(0x100, 64).id(2));
+    r.h.feed(start().id(3));
+    r.h.feed(a(0x100).id(4));
+    r.h.feed(end().id(5));
+    r.h.feed(f(0x100).id(6));
+    r.h.finish();
+    CHECK(r.mark(2) == "");
+}
+
+TEST_CASE("temporary_idleness: consecutive accesses more than idle_threshold APIs apart") {
+    Run r(Opts{{"idle_threshold", "3"}});
+    r.h.feed(m(0x100, 64).id(1));
+    r.h.feed(a(0x100).id(2));               // API 2
+    for (int i = 0; i < 3; ++i) {            // APIs 3..5
+        r.h.feed(start());
+        r.h.feed(end());
+    }
+    r.h.feed(a(0x100).id(20));              // API 6: 4 apart, not more than 3? 6-2 = 4 > 3
+    r.h.finish();
+    CHECK(r.mark(1) == "temporary_idleness");
+
+    Run q(Opts{{"idle_threshold", "3"}});
+    q.h.feed(m(0x100, 64).id(1));
+    q.h.feed(a(0x100).id(2));               // API 2
+    for (int i = 0; i < 2; ++i) {
+        q.h.feed(start());
+        q.h.feed(end());
+    }
+    q.h.feed(a(0x100).id(20));              // API 5: exactly 3 apart
+    q.h.finish();
+    CHECK(q.mark(1) == "");
+}
+
+TEST_CASE("mem_size, inefficient_type and pools filter what is marked") {
+    auto scenario = [](Run& r, uint16_t pool) {
+        r.h.feed(EventBuilder::malloc(0x100, 64, pool).device(MSMS_DEV_NPU, 0).id(1));
+        r.h.feed(EventBuilder::malloc(0x200, 64, pool).device(MSMS_DEV_NPU, 0).id(2));
+        r.h.feed(EventBuilder::free(0x200, pool).device(MSMS_DEV_NPU, 0).id(3));
+        r.h.feed(a(0x100).id(4));
+        r.h.finish();
+    };
+    Run big(Opts{{"mem_size", "65"}});
+    scenario(big, MSMS_T_PTA);
+    CHECK(big.mark(1) == "");
+    Run other(Opts{{"inefficient_type", "late_deallocation"}});
+    scenario(other, MSMS_T_PTA);
+    CHECK(other.mark(1) == "");
+    Run host_default;
+    scenario(host_default, MSMS_T_HOST);
+    CHECK(host_default.mark(1) == "");
+    Run host(Opts{{"pools", "HOST"}});
+    scenario(host, MSMS_T_HOST);
+    CHECK(host.mark(1) == "early_allocation");
+}
+
+TEST_CASE("an access is matched by allocation_id or by an address inside the block; several kinds join") {
+    Run r(Opts{{"idle_threshold", "1"}});
+    r.h.feed(m(0x1000, 256).id(1).allocation_id(7));
+    r.h.feed(m(0x5000, 8).id(2));
+    r.h.feed(f(0x5000).id(3));                            // API 3 frees
+    r.h.feed(a(0x1080).id(4));                            // API 4: inside block 0x1000: early
+    r.h.feed(a(0x9999).attr("allocation_id", "7").id(5)); // API 5
+    r.h.feed(m(0x6000, 8).id(6));                         // API 6
+    r.h.feed(a(0x1000).id(7));                            // API 7: 2 apart > 1: idleness
+    r.h.finish();
+    CHECK(r.mark(1) == "early_allocation,temporary_idleness");
+}

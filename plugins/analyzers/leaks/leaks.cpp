@@ -1,0 +1,520 @@
+// Analyzer `leaks` (COMPAT §6).
+//
+// Online rule (upstream's step-inner analysis): a framework-pool block (PTA,
+// PTA_WORKSPACE, ATB, MINDSPORE) allocated in step S > 1 and still live at
+// the end of step S+1 is a suspected leak (steps 0 and 1 are warm-up).
+// Driver (HAL, HOST_PINNED) and host heap (HOST) blocks still live at process
+// exit are leaks too; host ones are reported grouped by allocation site.
+// From step 2 on, the min/max ratio of a pool's usage within a step reaching
+// a new extreme is warned about ("memory fluctuation").
+//
+// Offline mark rule (check_leaks): with option mstx_info set, marks A, B, C =
+// the mstx marks named mstx_info number start_index, +1, +2 (per device); HAL
+// blocks allocated between A and B and not freed by C are leaks.
+//
+// State is proportional to the live blocks (plus distinct stacks and the
+// leaks found), never to the history.
+#include <msmemscope/plugin.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/analyzer_util.h"
+
+namespace {
+
+using namespace msms_an;
+using msmemscope::attr;
+
+// Interned stack texts (ids given by the capture are not available offline).
+class Stacks {
+public:
+    uint32_t intern(std::string_view text) {
+        if (text.empty()) return 0;
+        auto it = index_.find(std::string(text));
+        if (it != index_.end()) return it->second;
+        texts_.emplace_back(text);
+        uint32_t id = static_cast<uint32_t>(texts_.size());
+        index_.emplace(texts_.back(), id);
+        return id;
+    }
+    const std::string& text(uint32_t id) const {
+        static const std::string empty;
+        return id == 0 || id > texts_.size() ? empty : texts_[id - 1];
+    }
+
+private:
+    std::vector<std::string> texts_;
+    std::unordered_map<std::string, uint32_t> index_;
+};
+
+// The first frame of a stack that is not the profiler's own hook.
+std::string site_of(const std::string& stack) {
+    size_t start = 0;
+    while (start < stack.size()) {
+        size_t nl = stack.find('\n', start);
+        std::string line = first_frame(stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+        if (!line.empty() && line.find("libmsms_") == std::string::npos &&
+            line.find("libmsmemscope_agent") == std::string::npos)
+            return line;
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+    }
+    return first_frame(stack);
+}
+
+// Shortest decimal that reads back as the same double (Python's repr).
+std::string py_float(double v) {
+    char buf[64];
+    for (int p = 1; p <= 17; ++p) {
+        std::snprintf(buf, sizeof(buf), "%.*g", p, v);
+        if (std::strtod(buf, nullptr) == v) break;
+    }
+    std::string s = buf;
+    if (s.find_first_of(".en") == std::string::npos) s += ".0";
+    // Python writes 1e-06 as 1e-06 too; %g does the same.
+    return s;
+}
+
+class LeaksAnalyzer : public msmemscope::IAnalyzer {
+public:
+    static constexpr const char* kTypeName = "leaks";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription =
+        "memory leaks: framework-pool blocks that outlive a step, driver and host blocks live at exit; "
+        "offline mark rule with mstx_info";
+    static constexpr const char* kEvents = "alloc,free";
+
+    static const msms_option_spec* options(uint32_t& count) {
+        static const msms_option_spec specs[] = {
+            {"mstx_info", MSMS_OPT_STRING, "", nullptr, 0, 0,
+             "offline check_leaks: name of the mstx marks A, B, C (empty: the step rule)"},
+            {"start_index", MSMS_OPT_INT, "0", nullptr, 0, 1000000000, "check_leaks: index of mark A"},
+            {"max_lines", MSMS_OPT_INT, "50", nullptr, 1, 100000,
+             "most report lines per device for blocks live at exit (the rest are summed up)"},
+        };
+        count = sizeof(specs) / sizeof(specs[0]);
+        return specs;
+    }
+
+    LeaksAnalyzer(msmemscope::Host host, const msmemscope::Options& opts) : host_(host) {
+        mstx_info_ = opts.get("mstx_info");
+        start_index_ = static_cast<uint64_t>(opts.get_int("start_index", 0));
+        max_lines_ = static_cast<size_t>(opts.get_int("max_lines", 50));
+    }
+
+    void begin(const msmemscope::RunInfo& run) override {
+        if (steps_selected(run.config_json)) {
+            disabled_ = true;
+            host_.warn("leaks: the leak analysis is off when --steps selects steps (only some events are collected)");
+        }
+    }
+
+    void on_event(const msms_event& ev) override {
+        if (disabled_) return;
+        if (!mstx_info_.empty()) return marks_event(ev);
+        uint64_t ended = 0;
+        if (steps_.conflicting(ev)) {
+            if (!warned_sources_) {
+                host_.error("leaks: 'mstx' step ranges and 'msmemscope.step()' cannot be used simultaneously to "
+                            "update the step; the later source is ignored");
+                warned_sources_ = true;
+            }
+        }
+        switch (steps_.feed(ev, ended)) {
+        case StepTracker::Boundary::End: step_end(ended); break;
+        case StepTracker::Boundary::Start: step_start(); break;
+        case StepTracker::Boundary::EndAndStart:
+            step_end(ended);
+            step_start();
+            break;
+        default: break;
+        }
+        if (ev.kind == MSMS_EV_KERNEL_LAUNCH || (ev.kind == MSMS_EV_OP_LAUNCH &&
+                                                 (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
+            ++launches_[dev_key(ev)];
+            return;
+        }
+        if (ev.kind == MSMS_EV_MALLOC) on_malloc(ev);
+        else if (ev.kind == MSMS_EV_FREE) on_free(ev);
+    }
+
+    void finish() override {
+        if (disabled_) return;
+        if (!mstx_info_.empty()) return marks_finish();
+        report_online();
+    }
+
+private:
+    // ------------------------------------------------------------ step rule
+    struct PoolBlock {
+        uint64_t size, step, kernel, duration, malloc_id;
+        uint32_t stack;
+    };
+    struct LeakKey {
+        uint64_t ptr;
+        uint16_t type;
+        uint64_t step;
+        bool operator<(const LeakKey& o) const {
+            return std::tie(step, ptr, type) < std::tie(o.step, o.ptr, o.type);
+        }
+    };
+    struct LeakInfo {
+        uint64_t size, kernel, duration, malloc_id;
+        uint32_t stack;
+    };
+    struct Gap {
+        double ratio = 0;
+        uint64_t step = 0;
+        int64_t min_alloc = 0;
+    };
+    struct PoolStatus {
+        int64_t step_max = 0, step_min = 0, allocated = 0;
+        Gap max_gap, min_gap;
+    };
+    struct ExitBlock {
+        uint64_t size, step, kernel, malloc_id, ts;
+        uint32_t stack;
+    };
+    struct Device {
+        std::unordered_map<BlockKey, PoolBlock, BlockKeyHash> pool;
+        std::map<LeakKey, LeakInfo> leaks;
+        std::map<uint16_t, PoolStatus> status;
+        std::unordered_map<BlockKey, ExitBlock, BlockKeyHash> exit;
+    };
+
+    uint32_t stack_of(const msms_event& ev) {
+        if (ev.c_stack.size) return stacks_.intern(view(ev.c_stack));
+        if (ev.py_stack.size) return stacks_.intern(view(ev.py_stack));
+        return 0;
+    }
+    uint64_t kernel_of(const msms_event& ev) {
+        auto it = launches_.find(dev_key(ev));
+        return it == launches_.end() ? 0 : it->second;
+    }
+
+    void on_malloc(const msms_event& ev) {
+        Device& d = devices_[dev_key(ev)];
+        if (msms_is_framework_pool(ev.type)) {
+            BlockKey k = block_key(ev);
+            if (d.pool.count(k))
+                host_.warn("leaks: [device " + device_label(ev) + "] double malloc in " + pool_name(ev.type) +
+                           ", ptr: " + hex(ev.ptr));
+            d.pool[k] = PoolBlock{ev.size, steps_.current(), kernel_of(ev), 0, ev.id, stack_of(ev)};
+            update_allocated(d, ev);
+        } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
+            d.exit[block_key(ev)] = ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
+                                              stack_of(ev)};
+        }
+    }
+
+    void on_free(const msms_event& ev) {
+        auto dit = devices_.find(dev_key(ev));
+        if (msms_is_framework_pool(ev.type)) {
+            if (dit == devices_.end()) dit = devices_.emplace(dev_key(ev), Device{}).first;
+            dit->second.pool.erase(block_key(ev));
+            update_allocated(dit->second, ev);
+        } else if (dit != devices_.end()) {
+            dit->second.exit.erase(block_key(ev));
+        }
+    }
+
+    void update_allocated(Device& d, const msms_event& ev) {
+        if (ev.pool_used < 0) return;
+        PoolStatus& s = d.status[ev.type];
+        s.allocated = ev.pool_used;
+        if (steps_.current() <= kSkipSteps) return;  // not stable yet
+        if (s.step_max == 0) {
+            s.step_max = s.step_min = ev.pool_used;
+            return;
+        }
+        s.step_max = std::max(s.step_max, ev.pool_used);
+        s.step_min = std::min(s.step_min, ev.pool_used);
+    }
+
+    void step_start() {
+        for (auto& [dk, d] : devices_)
+            for (auto& [k, b] : d.pool) ++b.duration;
+    }
+
+    void step_end(uint64_t step) {
+        for (auto& [dk, d] : devices_) {
+            for (auto& [k, b] : d.pool) {
+                if (b.step <= kSkipSteps || b.duration < kDurationThreshold) continue;
+                LeakKey lk{k.ptr, k.type, b.step};
+                if (!d.leaks.count(lk))
+                    host_.warn("leaks: [device " + dev_name(dk) + "][step " + std::to_string(step) + "]: ptr: " +
+                               hex(k.ptr) + " has lasted for " + std::to_string(b.duration) +
+                               " steps. Please check if there is leaks in " + pool_name(k.type) + ".");
+                d.leaks[lk] = LeakInfo{b.size, b.kernel, b.duration, b.malloc_id, b.stack};
+            }
+            check_gap(dk, d, step);
+        }
+    }
+
+    void check_gap(const DevKey& dk, Device& d, uint64_t step) {
+        if (step <= kSkipSteps) return;
+        for (auto& [type, s] : d.status) {
+            if (s.step_max == 0) continue;
+            double gap = static_cast<double>(s.step_min) / static_cast<double>(s.step_max);
+            if (s.max_gap.ratio == 0) {
+                s.max_gap = s.min_gap = Gap{gap, step, s.step_min};
+            } else {
+                char buf[256];
+                if (gap > s.max_gap.ratio) {
+                    std::snprintf(buf, sizeof(buf),
+                                  "leaks: memory fluctuation: [device %s]: %s Min/Max Allocated memory largest gap "
+                                  "increases to %f, last is %f",
+                                  dev_name(dk).c_str(), pool_name(type).c_str(), gap, s.max_gap.ratio);
+                    host_.warn(buf);
+                    s.max_gap = Gap{gap, step, s.step_min};
+                }
+                if (gap < s.min_gap.ratio) {
+                    std::snprintf(buf, sizeof(buf),
+                                  "leaks: memory fluctuation: [device %s]: %s Min/Max Allocated memory smallest gap "
+                                  "decreases to %f, last is %f",
+                                  dev_name(dk).c_str(), pool_name(type).c_str(), gap, s.min_gap.ratio);
+                    host_.warn(buf);
+                    s.min_gap = Gap{gap, step, s.step_min};
+                }
+            }
+            s.step_max = s.step_min = 0;
+        }
+    }
+
+    void finding(const DevKey& dk, uint16_t type, const char* kind, const std::vector<std::pair<std::string, std::string>>& extra) {
+        std::vector<std::pair<std::string, std::string>> cols{{"device", dev_name(dk)}, {"pool", pool_name(type)},
+                                                              {"kind", kind}};
+        cols.insert(cols.end(), extra.begin(), extra.end());
+        host_.add_finding("leaks", cols);
+    }
+
+    void report_online() {
+        for (auto& [dk, d] : devices_) {
+            std::vector<std::string> lines;
+            long double bytes = 0;
+            uint64_t count = 0;
+            // 1. framework-pool blocks that outlived their step
+            for (auto& [k, l] : d.leaks) {
+                lines.push_back("Direct " + pool_name(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) +
+                                " in kernel_" + std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".");
+                const std::string& st = stacks_.text(l.stack);
+                if (!st.empty()) lines.push_back("    allocated at: " + site_of(st));
+                bytes += l.size;
+                ++count;
+                finding(dk, k.type, "step",
+                        {{"ptr", hex(k.ptr)}, {"size", std::to_string(l.size)}, {"step", std::to_string(k.step)},
+                         {"kernel", std::to_string(l.kernel)}, {"lasted_steps", std::to_string(l.duration)},
+                         {"event_id", std::to_string(l.malloc_id)}, {"stack", st}});
+            }
+            // 2. driver blocks live at exit, one line each (up to max_lines)
+            std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
+            for (auto& [k, b] : d.exit) (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
+            auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
+            std::sort(driver.begin(), driver.end(), by_time);
+            size_t shown = 0;
+            uint64_t rest_n = 0, rest_bytes = 0;
+            for (auto& [k, b] : driver) {
+                const std::string& st = stacks_.text(b->stack);
+                if (shown < max_lines_) {
+                    lines.push_back("Direct " + pool_name(k->type) + " leak of " + mb(b->size) + " Mb(s) at " +
+                                    hex(k->ptr) + " in kernel_" + std::to_string(b->kernel) + " at step " +
+                                    std::to_string(b->step) + ", still allocated at exit.");
+                    if (!st.empty()) lines.push_back("    allocated at: " + site_of(st));
+                    ++shown;
+                } else {
+                    ++rest_n;
+                    rest_bytes += b->size;
+                }
+                bytes += b->size;
+                ++count;
+                finding(dk, k->type, "exit",
+                        {{"ptr", hex(k->ptr)}, {"size", std::to_string(b->size)}, {"step", std::to_string(b->step)},
+                         {"kernel", std::to_string(b->kernel)}, {"event_id", std::to_string(b->malloc_id)},
+                         {"stack", st}});
+            }
+            if (rest_n)
+                lines.push_back("... and " + std::to_string(rest_n) + " more driver block(s), " +
+                                std::to_string(rest_bytes) + " bytes, still allocated at exit.");
+            // 3. host heap blocks live at exit, grouped by allocation site
+            if (!host.empty()) {
+                struct Group {
+                    uint64_t n = 0, bytes = 0, first_id = UINT64_MAX;
+                    uint32_t stack = 0;
+                };
+                std::map<std::string, Group> groups;
+                uint64_t host_bytes = 0;
+                for (auto& [k, b] : host) {
+                    const std::string& st = stacks_.text(b->stack);
+                    std::string site = st.empty() ? std::string() : site_of(st);
+                    Group& g = groups[site];
+                    ++g.n;
+                    g.bytes += b->size;
+                    if (b->malloc_id < g.first_id) {
+                        g.first_id = b->malloc_id;
+                        g.stack = b->stack;
+                    }
+                    host_bytes += b->size;
+                }
+                std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
+                std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) {
+                    return a.second.bytes != b.second.bytes ? a.second.bytes > b.second.bytes : a.first < b.first;
+                });
+                lines.push_back("Host memory still allocated at exit: " + std::to_string(host.size()) + " block(s), " +
+                                std::to_string(host_bytes) + " bytes, from " + std::to_string(sorted.size()) +
+                                " allocation site(s):");
+                size_t g_shown = 0;
+                uint64_t more_sites = 0, more_n = 0, more_bytes = 0;
+                for (auto& [site, g] : sorted) {
+                    std::string where = site.empty() ? "an unknown site (collect stacks with --call-stack=c)" : site;
+                    if (g_shown < max_lines_) {
+                        lines.push_back("    " + std::to_string(g.n) + " block(s), " + std::to_string(g.bytes) +
+                                        " bytes, allocated at: " + where);
+                        ++g_shown;
+                    } else {
+                        ++more_sites;
+                        more_n += g.n;
+                        more_bytes += g.bytes;
+                    }
+                    finding(dk, MSMS_T_HOST, "exit",
+                            {{"count", std::to_string(g.n)}, {"size", std::to_string(g.bytes)}, {"site", site},
+                             {"stack", stacks_.text(g.stack)}});
+                }
+                if (more_sites)
+                    lines.push_back("    ... and " + std::to_string(more_sites) + " more site(s): " +
+                                    std::to_string(more_n) + " block(s), " + std::to_string(more_bytes) + " bytes");
+                bytes += host_bytes;
+                count += host.size();
+            }
+            if (count) {
+                host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
+                for (auto& l : lines) host_.report(l);
+                std::ostringstream os;
+                os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << count
+                   << " allocation(s) ======";
+                host_.report(os.str());
+            }
+            report_gap(dk, d);
+        }
+    }
+
+    void report_gap(const DevKey& dk, const Device& d) {
+        for (auto& [type, s] : d.status) {
+            if (s.max_gap.ratio == 0 && s.min_gap.ratio == 0) continue;
+            host_.report("======= " + pool_name(type) + " Gap Analysis of Device " + dev_name(dk) + " =======");
+            char buf[256];
+            std::snprintf(buf, sizeof(buf), "\t%-25s%-25s%-25s", "MinAlloc/MaxAlloc(%)", "MinAllocMem(MB)", "StepId");
+            host_.report(buf);
+            std::snprintf(buf, sizeof(buf), "MinGap\t%-25.4f%-25.4f%-25llu", s.min_gap.ratio * 100,
+                          s.min_gap.min_alloc / (1024.0 * 1024.0), static_cast<unsigned long long>(s.min_gap.step));
+            host_.report(buf);
+            std::snprintf(buf, sizeof(buf), "MaxGap\t%-25.4f%-25.4f%-25llu", s.max_gap.ratio * 100,
+                          s.max_gap.min_alloc / (1024.0 * 1024.0), static_cast<unsigned long long>(s.max_gap.step));
+            host_.report(buf);
+        }
+    }
+
+    // ------------------------------------------------------------ mark rule
+    struct MarkAlloc {
+        uint64_t id, size;
+        std::string addr;
+    };
+    struct MarkDevice {
+        uint64_t marks = 0;
+        bool has_marks = false;
+        std::map<uint64_t, MarkAlloc> allocs;  // by event id
+        std::unordered_map<uint64_t, std::vector<uint64_t>> by_ptr;
+    };
+
+    static std::string addr_text(uint64_t ptr) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "0x%016llx", static_cast<unsigned long long>(ptr));
+        return buf;
+    }
+
+    void marks_event(const msms_event& ev) {
+        if (ev.kind == MSMS_EV_MSTX && ev.type == MSMS_T_MARK && view(ev.name) == mstx_info_) {
+            if (ev.device_kind == MSMS_DEV_NA) {
+                ++na_marks_;
+            } else {
+                MarkDevice& d = marks_[dev_key(ev)];
+                ++d.marks;
+                d.has_marks = true;
+            }
+            return;
+        }
+        if (ev.type != MSMS_T_HAL || ev.device_kind == MSMS_DEV_NA) return;
+        if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return;
+        MarkDevice& d = marks_[dev_key(ev)];
+        uint64_t seen = d.marks + na_marks_;
+        // seen == start_index+1: between A and B; +2: between B and C.
+        if (seen < start_index_ + 1 || seen > start_index_ + 2) return;
+        if (ev.kind == MSMS_EV_MALLOC) {
+            if (seen == start_index_ + 1) {
+                d.allocs[ev.id] = MarkAlloc{ev.id, ev.size, addr_text(ev.ptr)};
+                d.by_ptr[ev.ptr].push_back(ev.id);
+            }
+        } else {
+            auto it = d.by_ptr.find(ev.ptr);
+            if (it == d.by_ptr.end()) return;
+            for (uint64_t id : it->second) d.allocs.erase(id);
+            d.by_ptr.erase(it);
+        }
+    }
+
+    void marks_finish() {
+        host_.report("Leak Analysis Results for the Custom Range:");
+        for (auto& [dk, d] : marks_) {
+            uint64_t total = d.marks + na_marks_;
+            if (total < 3) {
+                host_.report("ERROR: Device " + dev_name(dk) +
+                             " has fewer than 3 data points. Please re-collect the data points.");
+                continue;
+            }
+            if (start_index_ + 2 >= total) {
+                host_.report("INFO: Start index " + std::to_string(start_index_) +
+                             " is out of bounds. Device " + dev_name(dk) + " has a total of " + std::to_string(total) +
+                             " MSTX events.");
+                continue;
+            }
+            if (d.allocs.empty()) {
+                host_.report("No hal memory leaks detected on device " + dev_name(dk) + ".");
+                continue;
+            }
+            host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
+            for (auto& [id, a] : d.allocs) {
+                host_.report("Direct Hal memory leak of " + py_float(a.size / (1024.0 * 1024.0)) + " Mb(s) at " +
+                             a.addr + " in Index " + std::to_string(id) + ".");
+                host_.annotate(id, "leak", "hal");
+                host_.add_finding("leaks", {{"device", dev_name(dk)}, {"pool", "HAL"}, {"kind", "mark"},
+                                            {"ptr", a.addr}, {"size", std::to_string(a.size)},
+                                            {"event_id", std::to_string(id)}});
+            }
+        }
+    }
+
+    static constexpr uint64_t kSkipSteps = 1;          // steps 0 and 1 are warm-up
+    static constexpr uint64_t kDurationThreshold = 1;  // whole steps lived
+
+    msmemscope::Host host_;
+    std::string mstx_info_;
+    uint64_t start_index_ = 0;
+    size_t max_lines_ = 50;
+    bool disabled_ = false, warned_sources_ = false;
+    StepTracker steps_;
+    Stacks stacks_;
+    std::map<DevKey, uint64_t> launches_;
+    std::map<DevKey, Device> devices_;
+    std::map<DevKey, MarkDevice> marks_;
+    uint64_t na_marks_ = 0;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(LeaksAnalyzer)

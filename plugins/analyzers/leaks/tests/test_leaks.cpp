@@ -1,0 +1,197 @@
+// Unit tests of the leaks analyzer on synthetic event streams.
+#include <doctest/doctest.h>
+
+#include <msmemscope/testing.hpp>
+
+#include <algorithm>
+
+using namespace msmemscope::testing;
+
+namespace {
+
+const msms_plugin_descriptor* plugin() {
+    std::string err;
+    auto* d = load_descriptor(PLUGIN_PATH, &err);
+    REQUIRE_MESSAGE(d != nullptr, err);
+    return d;
+}
+
+EventBuilder pta_malloc(uint64_t ptr, uint64_t size, int64_t used) {
+    return EventBuilder::malloc(ptr, size, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).used(used);
+}
+EventBuilder pta_free(uint64_t ptr, int64_t used) {
+    return EventBuilder::free(ptr, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).used(used);
+}
+
+bool has_line(const std::vector<std::string>& lines, const std::string& l) {
+    return std::find(lines.begin(), lines.end(), l) != lines.end();
+}
+
+}  // namespace
+
+TEST_CASE("a training loop that keeps one tensor per step is reported with its steps and sizes") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    int64_t used = 0;
+    for (uint64_t step = 1; step <= 5; ++step) {
+        // a temporary that is freed within the step
+        h.feed(pta_malloc(0x1000, 4096, used + 4096));
+        h.feed(EventBuilder::kernel("k").device(MSMS_DEV_NPU, 0));
+        h.feed(pta_free(0x1000, used));
+        // one tensor kept per step
+        used += 1048576;
+        h.feed(pta_malloc(0x100000 * (step + 1), 1048576, used));
+        h.feed(EventBuilder::step(step));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    // kept in step 2 (after step(1)) .. step 4: lived a whole step more by step(5);
+    // step 0 (before the first step()) is warm-up; the one of step 5 did not outlive a step yet.
+    CHECK(has_line(h.reports, "====== ERROR: Detected memory leaks on device 0 ======"));
+    CHECK(has_line(h.reports, "Direct PTA leak of 1.000000 Mb(s) at 0x300000 in kernel_2 at step 2."));
+    CHECK(has_line(h.reports, "Direct PTA leak of 1.000000 Mb(s) at 0x400000 in kernel_3 at step 3."));
+    CHECK(has_line(h.reports, "Direct PTA leak of 1.000000 Mb(s) at 0x500000 in kernel_4 at step 4."));
+    CHECK(has_line(h.reports, "====== SUMMARY: 3 Mb(s) leaked in 3 allocation(s) ======"));
+    REQUIRE(h.findings["leaks"].size() == 3);
+    CHECK(h.findings["leaks"][0]["pool"] == "PTA");
+    CHECK(h.findings["leaks"][0]["step"] == "2");
+    CHECK(h.findings["leaks"][0]["size"] == "1048576");
+    CHECK(h.findings["leaks"][0]["kind"] == "step");
+}
+
+TEST_CASE("the same loop without the kept tensor reports nothing") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    for (uint64_t step = 1; step <= 5; ++step) {
+        h.feed(pta_malloc(0x1000, 4096, 4096));
+        h.feed(pta_free(0x1000, 0));
+        h.feed(EventBuilder::step(step));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports.empty());
+    CHECK(h.findings["leaks"].empty());
+}
+
+TEST_CASE("mstx 'step start' ranges are steps; a block freed in the next step is no leak") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    for (uint64_t step = 1; step <= 4; ++step) {
+        h.feed(EventBuilder::mark("step start", MSMS_T_RANGE_START).aux(step));
+        if (step == 2) h.feed(pta_malloc(0xa000, 100, 100));   // lives through step 3: leak
+        if (step == 3) h.feed(pta_malloc(0xb000, 200, 300));   // freed in step 4: fine
+        if (step == 4) h.feed(pta_free(0xb000, 100));
+        h.feed(EventBuilder::mark("other", MSMS_T_RANGE_END).aux(99));
+        h.feed(EventBuilder::mark("step start", MSMS_T_RANGE_END).aux(step));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "Direct PTA leak of 0.000095 Mb(s) at 0xa000 in kernel_0 at step 2."));
+    CHECK(h.findings["leaks"].size() == 1);
+}
+
+TEST_CASE("warm-up steps 0 and 1 are skipped with mstx ranges") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(pta_malloc(0x1, 10, 10));  // step 0
+    for (uint64_t step = 1; step <= 4; ++step) {
+        h.feed(EventBuilder::mark("step start", MSMS_T_RANGE_START).aux(step));
+        if (step == 1) h.feed(pta_malloc(0x2, 10, 20));
+        h.feed(EventBuilder::mark("step start", MSMS_T_RANGE_END).aux(step));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.findings["leaks"].empty());
+}
+
+TEST_CASE("HAL blocks live at exit are leaks, freed ones are not") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10000, 2097152, MSMS_T_HAL).device(MSMS_DEV_NPU, 1));
+    h.feed(EventBuilder::malloc(0x20000, 4096, MSMS_T_HAL).device(MSMS_DEV_NPU, 1));
+    h.feed(EventBuilder::free(0x20000, MSMS_T_HAL).device(MSMS_DEV_NPU, 1));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{
+                           "====== ERROR: Detected memory leaks on device 1 ======",
+                           "Direct HAL leak of 2.000000 Mb(s) at 0x10000 in kernel_0 at step 0, still allocated at exit.",
+                           "====== SUMMARY: 2 Mb(s) leaked in 1 allocation(s) ======"});
+}
+
+TEST_CASE("host blocks live at exit are grouped by allocation site and all counted") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"max_lines", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    for (int i = 0; i < 100; ++i)
+        h.feed(EventBuilder::malloc(0x1000 + i * 64, 64).c_stack("libmsms_host_heap_hook.so malloc\nleaky_a (prog+0x10)\nmain"));
+    for (int i = 0; i < 3; ++i) h.feed(EventBuilder::malloc(0x9000 + i * 16, 16).c_stack("leaky_b (prog+0x20)\nmain"));
+    h.feed(EventBuilder::malloc(0xf000, 1));
+    h.feed(EventBuilder::free(0xf000));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{
+                           "====== ERROR: Detected memory leaks on device cpu ======",
+                           "Host memory still allocated at exit: 103 block(s), 6448 bytes, from 2 allocation site(s):",
+                           "    100 block(s), 6400 bytes, allocated at: leaky_a (prog+0x10)",
+                           "    ... and 1 more site(s): 3 block(s), 48 bytes",
+                           "====== SUMMARY: 0.00614929 Mb(s) leaked in 103 allocation(s) ======"});
+    REQUIRE(h.findings["leaks"].size() == 2);
+    CHECK(h.findings["leaks"][0]["count"] == "100");
+}
+
+TEST_CASE("memory fluctuation: a new extreme of min/max within a step is warned about") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::step(1));  // now in step 2
+    h.feed(pta_malloc(0x1, 100, 100));
+    h.feed(pta_malloc(0x2, 300, 400));
+    h.feed(pta_free(0x2, 100));
+    h.feed(EventBuilder::step(2));  // min/max = 100/400 = 0.25: the first measure
+    h.feed(pta_malloc(0x2, 100, 200));
+    h.feed(pta_free(0x2, 100));
+    h.feed(EventBuilder::step(3));  // 100/200 = 0.5: largest gap increases
+    REQUIRE(h.finish() == MSMS_OK);
+    bool warned = false;
+    for (auto& [level, m] : h.logs)
+        if (m == "leaks: memory fluctuation: [device 0]: PTA Min/Max Allocated memory largest gap increases to "
+                 "0.500000, last is 0.250000")
+            warned = level == 1;
+    CHECK(warned);
+}
+
+TEST_CASE("offline mark rule: HAL blocks allocated between A and B and not freed by C") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"mstx_info", "leak_check"}, {"start_index", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    auto hal = [](uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_HAL).device(MSMS_DEV_NPU, 0); };
+    auto hfree = [](uint64_t p) { return EventBuilder::free(p, MSMS_T_HAL).device(MSMS_DEV_NPU, 0); };
+    auto mark = [] { return EventBuilder::mark("leak_check").device(MSMS_DEV_NPU, 0); };
+    h.feed(mark().id(1));          // index 0
+    h.feed(hal(0x1, 1).id(2));     // before A
+    h.feed(mark().id(3));          // A (index 1)
+    h.feed(hal(0x2, 1048576).id(4));
+    h.feed(hal(0x3, 10).id(5));
+    h.feed(mark().id(6));          // B
+    h.feed(hal(0x4, 10).id(7));    // after B: not counted
+    h.feed(hfree(0x3).id(8));
+    h.feed(mark().id(9));          // C
+    h.feed(hfree(0x2).id(10));     // after C: does not count
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{"Leak Analysis Results for the Custom Range:",
+                                                "====== ERROR: Detected memory leaks on device 0 ======",
+                                                "Direct Hal memory leak of 1.0 Mb(s) at 0x0000000000000002 in Index 4."});
+    CHECK(h.annotations[4]["leak"] == "hal");
+}
+
+TEST_CASE("offline mark rule: too few marks and an index out of range are told") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"mstx_info", "m"}, {"start_index", "2"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    for (int i = 0; i < 3; ++i) h.feed(EventBuilder::mark("m").device(MSMS_DEV_NPU, 0));
+    for (int i = 0; i < 2; ++i) h.feed(EventBuilder::mark("m").device(MSMS_DEV_NPU, 1));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{
+                           "Leak Analysis Results for the Custom Range:",
+                           "INFO: Start index 2 is out of bounds. Device 0 has a total of 3 MSTX events.",
+                           "ERROR: Device 1 has fewer than 3 data points. Please re-collect the data points."});
+}

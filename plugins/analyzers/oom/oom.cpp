@@ -1,0 +1,208 @@
+// Analyzer `oom[:K]` (COMPAT §2, §4, §6). Collectors report a failed
+// allocation as OOM_DETAIL/OOM_TRIGGER (size = requested bytes, name = the
+// function, aux1 = the error code). On one, this analyzer emits, on the
+// trigger's device:
+//   SNAPSHOT "OOM Snapshot Before"  the device's numbers just before the failure
+//   OOM_RECENT_ALLOC x K            the K most recently allocated live blocks
+//   OOM_TOP_ALLOC x K               the K largest live blocks
+//   SNAPSHOT "OOM Snapshot After"   at the next memory event of that device
+//                                   (or at the end of the run)
+// OOM_RECENT/TOP_ALLOC carry Attr pool, ptr, size, timestamp, step, kernel,
+// client and the block's stacks. A failing loop does not flood the output:
+// details are written at most once per `interval_ms` of event time per device.
+#include <msmemscope/plugin.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/analyzer_util.h"
+
+namespace {
+
+using namespace msms_an;
+
+class OomAnalyzer : public msmemscope::IAnalyzer {
+public:
+    static constexpr const char* kTypeName = "oom";
+    static constexpr const char* kVersion = "1.0.0";
+    static constexpr const char* kDescription =
+        "out-of-memory details: the K most recent and K largest live blocks and snapshots around the failure";
+    static constexpr const char* kEvents = "alloc,free";
+
+    static const msms_option_spec* options(uint32_t& count) {
+        static const msms_option_spec specs[] = {
+            {"K", MSMS_OPT_INT, "10", nullptr, 1, 1000, "how many recent and largest live blocks to write"},
+            {"interval_ms", MSMS_OPT_INT, "1000", nullptr, 0, 3600000,
+             "at most one detail dump per device in this much event time"},
+        };
+        count = sizeof(specs) / sizeof(specs[0]);
+        return specs;
+    }
+
+    OomAnalyzer(msmemscope::Host host, const msmemscope::Options& opts) : host_(host) {
+        k_ = static_cast<size_t>(opts.get_int("K", 10));
+        interval_ns_ = static_cast<uint64_t>(opts.get_int("interval_ms", 1000)) * 1000000ull;
+    }
+
+    void on_event(const msms_event& ev) override {
+        uint64_t ended = 0;
+        steps_.feed(ev, ended);
+        if (ev.kind == MSMS_EV_KERNEL_LAUNCH ||
+            (ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
+            ++launches_[dev_key(ev)];
+            return;
+        }
+        if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
+            Device& d = devices_[dev_key(ev)];
+            if (d.after_pending) {
+                d.after_pending = false;
+                snapshot(dev_key(ev), d, "OOM Snapshot After", ev.timestamp_ns);
+            }
+            BlockKey k = block_key(ev);
+            if (ev.kind == MSMS_EV_MALLOC) {
+                auto old = d.live.find(k);
+                if (old != d.live.end()) d.allocated -= static_cast<int64_t>(old->second.size);
+                Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
+                        std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
+                d.live[k] = std::move(b);
+                d.allocated += static_cast<int64_t>(ev.size);
+                d.peak = std::max(d.peak, d.allocated);
+                if (ev.pool_total >= 0) d.reserved[ev.type] = ev.pool_total;
+            } else {
+                auto it = d.live.find(k);
+                if (it != d.live.end()) {
+                    d.allocated -= static_cast<int64_t>(it->second.size);
+                    d.live.erase(it);
+                }
+                if (ev.pool_total >= 0) d.reserved[ev.type] = ev.pool_total;
+            }
+            if (ev.device_used >= 0) d.device_used = ev.device_used;
+            return;
+        }
+        if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) on_trigger(ev);
+    }
+
+    void finish() override {
+        for (auto& [dk, d] : devices_)
+            if (d.after_pending) {
+                d.after_pending = false;
+                snapshot(dk, d, "OOM Snapshot After", 0);
+            }
+        if (triggers_)
+            host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
+                         std::to_string(dumps_) + " detail dump(s) written (OOM_DETAIL rows)");
+    }
+
+private:
+    struct Block {
+        uint64_t size, ts, id, step, kernel;
+        uint32_t pid;
+        std::string py_stack, c_stack;
+    };
+    struct Device {
+        std::unordered_map<BlockKey, Block, BlockKeyHash> live;
+        int64_t allocated = 0, peak = 0, device_used = -1;
+        std::map<uint16_t, int64_t> reserved;
+        int64_t peak_reserved = 0;
+        bool after_pending = false;
+        bool dumped = false;
+        uint64_t last_dump_ts = 0;
+    };
+
+    msms_event base(const DevKey& dk, uint16_t kind, uint16_t type, uint64_t ts) {
+        msms_event e{};
+        e.struct_size = sizeof(e);
+        e.kind = kind;
+        e.type = type;
+        e.timestamp_ns = ts;
+        e.device_kind = dk.kind;
+        e.device_id = dk.id;
+        e.pool_used = e.pool_total = e.process_used = e.device_used = -1;
+        return e;
+    }
+
+    void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts) {
+        int64_t reserved = 0;
+        for (auto& [t, r] : d.reserved) reserved += r;
+        d.peak_reserved = std::max(d.peak_reserved, reserved);
+        auto num_or_na = [](int64_t v, bool known) { return known ? std::to_string(v) : std::string("N/A"); };
+        bool have_reserved = !d.reserved.empty();
+        std::vector<std::pair<std::string, std::string>> attrs{
+            {"total_mem", "N/A"},
+            {"free_mem", "N/A"},
+            {"reserved", num_or_na(reserved, have_reserved)},
+            {"peak_reserved", num_or_na(d.peak_reserved, have_reserved)},
+            {"allocated", std::to_string(d.allocated)},
+            {"peak_allocated", std::to_string(d.peak)},
+            {"device_utilization", "N/A"},
+            {"pt_utilization", have_reserved && reserved > 0
+                                   ? std::to_string(static_cast<double>(d.allocated) / static_cast<double>(reserved))
+                                   : std::string("N/A")}};
+        std::vector<msms_kv> kv;
+        for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
+        msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts);
+        e.name = msmemscope::str(name);
+        e.attrs = kv.data();
+        e.attr_count = static_cast<uint32_t>(kv.size());
+        host_.emit(e);
+    }
+
+    void detail(const DevKey& dk, uint16_t type, const BlockKey& k, const Block& b, uint64_t ts) {
+        std::vector<std::pair<std::string, std::string>> attrs{
+            {"pool", pool_name(k.type)},      {"ptr", hex(k.ptr)},
+            {"size", std::to_string(b.size)}, {"timestamp", std::to_string(b.ts)},
+            {"step", std::to_string(b.step)}, {"kernel", std::to_string(b.kernel)},
+            {"client", std::to_string(b.pid)}};
+        std::vector<msms_kv> kv;
+        for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
+        msms_event e = base(dk, MSMS_EV_OOM_DETAIL, type, ts);
+        e.attrs = kv.data();
+        e.attr_count = static_cast<uint32_t>(kv.size());
+        e.py_stack = msmemscope::str(b.py_stack);
+        e.c_stack = msmemscope::str(b.c_stack);
+        host_.emit(e);
+    }
+
+    void on_trigger(const msms_event& ev) {
+        ++triggers_;
+        DevKey dk = dev_key(ev);
+        Device& d = devices_[dk];
+        if (d.dumped && ev.timestamp_ns - d.last_dump_ts < interval_ns_) return;
+        d.dumped = true;
+        d.last_dump_ts = ev.timestamp_ns;
+        ++dumps_;
+        host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
+                   std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
+                   std::to_string(d.live.size()) + " live block(s), " + std::to_string(d.allocated) + " bytes");
+        snapshot(dk, d, "OOM Snapshot Before", ev.timestamp_ns);
+        using Item = std::pair<const BlockKey*, const Block*>;
+        std::vector<Item> all;
+        all.reserve(d.live.size());
+        for (auto& [k, b] : d.live) all.emplace_back(&k, &b);
+        size_t n = std::min(k_, all.size());
+        std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
+            return a.second->ts != b.second->ts ? a.second->ts > b.second->ts : a.second->id > b.second->id;
+        });
+        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_RECENT_ALLOC, *all[i].first, *all[i].second, ev.timestamp_ns);
+        std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
+            return a.second->size != b.second->size ? a.second->size > b.second->size : a.second->id < b.second->id;
+        });
+        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_TOP_ALLOC, *all[i].first, *all[i].second, ev.timestamp_ns);
+        d.after_pending = true;
+    }
+
+    msmemscope::Host host_;
+    size_t k_ = 10;
+    uint64_t interval_ns_ = 0;
+    uint64_t triggers_ = 0, dumps_ = 0;
+    StepTracker steps_;
+    std::map<DevKey, uint64_t> launches_;
+    std::map<DevKey, Device> devices_;
+};
+
+}  // namespace
+
+MSMEMSCOPE_PLUGIN(OomAnalyzer)

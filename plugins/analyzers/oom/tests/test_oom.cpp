@@ -1,0 +1,83 @@
+// Unit tests of the oom analyzer.
+#include <doctest/doctest.h>
+
+#include <msmemscope/testing.hpp>
+
+using namespace msmemscope::testing;
+
+namespace {
+const msms_plugin_descriptor* plugin() {
+    std::string err;
+    auto* d = load_descriptor(PLUGIN_PATH, &err);
+    REQUIRE_MESSAGE(d != nullptr, err);
+    return d;
+}
+EventBuilder trigger(uint64_t size) {
+    EventBuilder b(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER);
+    b.device(MSMS_DEV_CPU, -1).size(size).name("malloc").aux(0, 12);
+    return b;
+}
+std::vector<OwnedEvent> of_type(const PluginHarness& h, uint16_t type) {
+    std::vector<OwnedEvent> out;
+    for (auto& e : h.emitted)
+        if (e.ev.type == type) out.push_back(e);
+    return out;
+}
+}  // namespace
+
+TEST_CASE("an OOM trigger writes the K most recent and K largest live blocks between two snapshots") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "2"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 1000).c_stack("big_site"));
+    h.feed(EventBuilder::malloc(0x20, 10));
+    h.feed(EventBuilder::step(1));
+    h.feed(EventBuilder::malloc(0x30, 500));
+    h.feed(EventBuilder::malloc(0x40, 20).py_stack("a.py(3): f"));
+    h.feed(EventBuilder::free(0x30));
+    h.feed(trigger(1 << 30));
+    h.feed(EventBuilder::malloc(0x50, 1));  // the next memory event: snapshot after
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.emitted.size() == 6);
+    CHECK(h.emitted[0].ev.kind == MSMS_EV_SNAPSHOT);
+    CHECK(h.emitted[0].name == "OOM Snapshot Before");
+    CHECK(h.emitted[0].attr("allocated") == "1030");
+    CHECK(h.emitted[0].attr("peak_allocated") == "1530");
+    auto recent = of_type(h, MSMS_T_OOM_RECENT_ALLOC);
+    REQUIRE(recent.size() == 2);
+    CHECK(recent[0].attr("ptr") == "0x40");
+    CHECK(recent[0].attr("size") == "20");
+    CHECK(recent[0].attr("step") == "2");
+    CHECK(recent[0].attr("pool") == "HOST");
+    CHECK(recent[0].attr("client") == "1");
+    CHECK(recent[0].py_stack == "a.py(3): f");
+    CHECK(recent[1].attr("ptr") == "0x20");
+    auto top = of_type(h, MSMS_T_OOM_TOP_ALLOC);
+    REQUIRE(top.size() == 2);
+    CHECK(top[0].attr("ptr") == "0x10");
+    CHECK(top[0].attr("size") == "1000");
+    CHECK(top[0].c_stack == "big_site");
+    CHECK(top[1].attr("ptr") == "0x40");
+    CHECK(h.emitted[5].name == "OOM Snapshot After");
+    CHECK(h.emitted[5].attr("allocated") == "1030");  // taken before the next event applies
+    CHECK(h.reports == std::vector<std::string>{"oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)"});
+}
+
+TEST_CASE("a failing loop gets one detail dump per interval; the after snapshot comes at the end if nothing follows") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "10"}, {"interval_ms", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 100).at(1000));
+    h.feed(trigger(1 << 30).at(2000));
+    h.feed(trigger(1 << 30).at(3000));        // within 1 ms: no second dump
+    h.feed(trigger(1 << 30).at(5000000));     // later: dumped again
+    REQUIRE(h.finish() == MSMS_OK);
+    size_t before = 0, after = 0;
+    for (auto& e : h.emitted) {
+        if (e.name == "OOM Snapshot Before") ++before;
+        if (e.name == "OOM Snapshot After") ++after;
+    }
+    CHECK(before == 2);
+    CHECK(after == 1);
+    CHECK(of_type(h, MSMS_T_OOM_TOP_ALLOC).size() == 2);
+}
