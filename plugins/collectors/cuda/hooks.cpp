@@ -1,0 +1,818 @@
+// libmsms_cuda_hook.so — the target side of the cuda collector.
+//
+// Interposes the CUDA driver API's memory and launch entry points. A program
+// reaches the driver in three ways, and all three end in the wrappers below:
+//   1. linked against libcuda.so.1: our exported cu* symbols come first
+//      (LD_PRELOAD) and call the real ones found with dlsym(RTLD_NEXT);
+//   2. dlopen("libcuda.so.1") + dlsym(handle, "cu...") : we interpose dlsym
+//      and hand back our wrapper for the names we hook;
+//   3. cuGetProcAddress / cuGetProcAddress_v2, which is how the CUDA runtime
+//      (cudaMalloc, kernel launches) finds every driver function: we wrap it
+//      and replace the returned pointer for the names and ABI versions we hook.
+// The driver's own types are declared in cuda_driver_api.h, so neither the
+// build nor the tests need the CUDA toolkit.
+//
+// Events: device memory as MALLOC/FREE type HAL (Attr driver:cuda,
+// alloc_type:alloc|pitch|managed|async|create|map), pinned host memory as
+// HOST_PINNED on device cpu, CUDA_ERROR_OUT_OF_MEMORY as OOM_DETAIL/
+// OOM_TRIGGER, kernel launches as KERNEL_LAUNCH (only with --events=launch).
+// msms_cuda_snapshot() (exported, for the Python package) writes SNAPSHOT rows.
+#include <msmemscope/agent.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <atomic>
+#include <map>
+#include <unordered_map>
+
+#include "cuda_driver_api.h"
+#include "cuda_hooks_internal.h"
+
+#define MSMS_EXPORT extern "C" __attribute__((visibility("default")))
+
+using dlsym_fn = void* (*)(void*, const char*);
+
+extern "C" {
+// Read by the dlsym trampoline below.
+__attribute__((visibility("hidden"))) dlsym_fn msms_cuda_real_dlsym = nullptr;
+__attribute__((visibility("hidden"))) void* msms_cuda_dlsym_pre(void* handle, const char* name);
+}
+
+// ---------------------------------------------------------------------------
+// dlsym interposer. glibc's dlsym(RTLD_NEXT, ...) searches after the object
+// that *called* it (the return address), so a C wrapper that forwarded the
+// call would make every RTLD_NEXT lookup of the other preloaded hook libraries
+// start after us — wrong, and for malloc hooks endless recursion. The
+// trampoline therefore asks msms_cuda_dlsym_pre() whether to substitute, and
+// otherwise tail-jumps into the real dlsym with the caller's return address
+// untouched.
+#if defined(__x86_64__)
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, @function
+    .p2align 4
+dlsym:
+    .cfi_startproc
+    pushq %rdi
+    .cfi_adjust_cfa_offset 8
+    pushq %rsi
+    .cfi_adjust_cfa_offset 8
+    subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
+    call msms_cuda_dlsym_pre
+    addq $8, %rsp
+    .cfi_adjust_cfa_offset -8
+    popq %rsi
+    .cfi_adjust_cfa_offset -8
+    popq %rdi
+    .cfi_adjust_cfa_offset -8
+    testq %rax, %rax
+    jz 1f
+    ret
+1:
+    jmp *msms_cuda_real_dlsym(%rip)
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");
+#define MSMS_CUDA_HAS_DLSYM_HOOK 1
+#elif defined(__aarch64__)
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, %function
+    .p2align 2
+dlsym:
+    .cfi_startproc
+    stp x29, x30, [sp, #-32]!
+    .cfi_def_cfa_offset 32
+    .cfi_offset 29, -32
+    .cfi_offset 30, -24
+    mov x29, sp
+    stp x0, x1, [sp, #16]
+    bl msms_cuda_dlsym_pre
+    mov x9, x0
+    ldp x0, x1, [sp, #16]
+    ldp x29, x30, [sp], #32
+    .cfi_restore 30
+    .cfi_restore 29
+    .cfi_def_cfa_offset 0
+    cbz x9, 1f
+    mov x0, x9
+    ret
+1:
+    adrp x16, msms_cuda_real_dlsym
+    ldr x16, [x16, #:lo12:msms_cuda_real_dlsym]
+    br x16
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");
+#define MSMS_CUDA_HAS_DLSYM_HOOK 1
+#endif
+
+namespace {
+
+void init_real_dlsym() {
+    if (msms_cuda_real_dlsym) return;
+    // dlsym moved into libc in glibc 2.34; older versions per architecture.
+    for (const char* v : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"}) {
+        if (void* p = dlvsym(RTLD_NEXT, "dlsym", v)) {
+            msms_cuda_real_dlsym = reinterpret_cast<dlsym_fn>(p);
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- slots
+// One slot per hooked export: the real function behind our wrapper.
+enum SlotId {
+    S_GPA_V1, S_GPA_V2,
+    S_MemAlloc, S_MemAllocPitch, S_MemAllocManaged, S_MemFree,
+    S_MemAllocAsync, S_MemAllocAsync_ptsz, S_MemAllocFromPoolAsync, S_MemAllocFromPoolAsync_ptsz,
+    S_MemFreeAsync, S_MemFreeAsync_ptsz,
+    S_MemCreate, S_MemRelease, S_MemMap, S_MemUnmap,
+    S_MemAllocHost, S_MemHostAlloc, S_MemFreeHost, S_MemHostRegister_v1, S_MemHostRegister_v2, S_MemHostUnregister,
+    S_LaunchKernel, S_LaunchKernel_ptsz, S_LaunchKernelEx, S_LaunchKernelEx_ptsz,
+    S_LaunchCooperativeKernel, S_LaunchCooperativeKernel_ptsz,
+    S_COUNT
+};
+
+// Driver functions we call but do not wrap.
+enum AuxId { A_CtxGetDevice, A_FuncGetName, A_MemGetInfo, A_PrimaryCtxGetState, A_PrimaryCtxRetain,
+             A_PrimaryCtxRelease, A_CtxPushCurrent, A_CtxPopCurrent, A_COUNT };
+const char* const kAuxNames[A_COUNT] = {"cuCtxGetDevice", "cuFuncGetName", "cuMemGetInfo_v2",
+                                        "cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxRetain",
+                                        "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2",
+                                        "cuCtxPopCurrent_v2"};
+
+std::atomic<void*> g_real[S_COUNT];
+std::atomic<void*> g_aux[A_COUNT];
+
+struct Export {
+    const char* symbol;   // the exported name (dlsym, direct linking)
+    const char* base;     // the name cuGetProcAddress is asked for
+    int min_version;      // the ABI version this export implements ...
+    int max_version;      // ... up to (exclusive); a newer ABI has its own row
+    bool ptsz;            // per-thread default stream variant
+    SlotId slot;
+    void* wrapper;
+};
+extern const Export kExports[];
+extern const size_t kExportCount;
+
+void* driver_handle() {
+    static std::atomic<void*> h{nullptr};
+    void* p = h.load(std::memory_order_acquire);
+    if (p) return p;
+    p = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!p) p = dlopen("libcuda.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (p) h.store(p, std::memory_order_release);
+    return p;
+}
+
+// The next definition after us (direct linking), else the one in an already
+// loaded libcuda (loaded with RTLD_LOCAL by a runtime).
+void* lookup_real(const char* symbol) {
+    init_real_dlsym();
+    if (!msms_cuda_real_dlsym) return nullptr;
+    void* p = msms_cuda_real_dlsym(RTLD_NEXT, symbol);
+    if (!p) {
+        if (void* h = driver_handle()) p = msms_cuda_real_dlsym(h, symbol);
+    }
+    return p;
+}
+
+const Export* export_by_slot(SlotId s) {
+    for (size_t i = 0; i < kExportCount; ++i)
+        if (kExports[i].slot == s) return &kExports[i];
+    return nullptr;
+}
+
+void* resolve_slot(SlotId s) {
+    const Export* e = export_by_slot(s);
+    void* p = e ? lookup_real(e->symbol) : nullptr;
+    if (p && p != e->wrapper) {
+        g_real[s].store(p, std::memory_order_release);
+        return p;
+    }
+    return nullptr;
+}
+
+template <class F>
+inline F real(SlotId s) {
+    void* p = g_real[s].load(std::memory_order_acquire);
+    if (__builtin_expect(p == nullptr, 0)) p = resolve_slot(s);
+    return reinterpret_cast<F>(p);
+}
+
+template <class F>
+inline F aux(AuxId a) {
+    void* p = g_aux[a].load(std::memory_order_acquire);
+    if (!p) {
+        p = lookup_real(kAuxNames[a]);
+        if (p) g_aux[a].store(p, std::memory_order_release);
+    }
+    return reinterpret_cast<F>(p);
+}
+
+int16_t current_device() {
+    auto f = aux<PFN_cuCtxGetDevice>(A_CtxGetDevice);
+    CUdevice d = 0;
+    if (f && f(&d) == MSMS_CUDA_SUCCESS && d >= 0) return static_cast<int16_t>(d);
+    return 0;
+}
+
+// ---------------------------------------------------------------- block table
+// Where each live block was recorded, so that its FREE names the same device
+// (and kind) even when another context is current at free time.
+struct Place {
+    int16_t dev;   // device id, -1 for host memory
+    uint64_t size; // VMM mappings: mapped length
+};
+
+class SpinLock {
+public:
+    void lock() {
+        while (f_.test_and_set(std::memory_order_acquire)) {
+        }
+    }
+    void unlock() { f_.clear(std::memory_order_release); }
+
+private:
+    std::atomic_flag f_ = ATOMIC_FLAG_INIT;
+};
+
+SpinLock g_lock;
+// Never destroyed: frees may arrive from atexit handlers after static
+// destructors would have run.
+std::unordered_map<uint64_t, Place>* g_blocks;   // device pointers
+std::unordered_map<uint64_t, Place>* g_handles;  // VMM physical handles
+std::map<uint64_t, Place>* g_maps;               // VMM mappings by address
+
+void remember(std::unordered_map<uint64_t, Place>*& m, uint64_t key, Place p) {
+    g_lock.lock();
+    if (!m) m = new std::unordered_map<uint64_t, Place>();
+    (*m)[key] = p;
+    g_lock.unlock();
+}
+
+bool forget(std::unordered_map<uint64_t, Place>* m, uint64_t key, Place& out) {
+    g_lock.lock();
+    bool found = false;
+    if (m) {
+        auto it = m->find(key);
+        if (it != m->end()) {
+            out = it->second;
+            m->erase(it);
+            found = true;
+        }
+    }
+    g_lock.unlock();
+    return found;
+}
+
+bool peek(std::unordered_map<uint64_t, Place>* m, uint64_t key, Place& out) {
+    g_lock.lock();
+    bool found = false;
+    if (m) {
+        auto it = m->find(key);
+        if (it != m->end()) {
+            out = it->second;
+            found = true;
+        }
+    }
+    g_lock.unlock();
+    return found;
+}
+
+// ---------------------------------------------------------------- recording
+inline bool want_memory() { return msms_agent_wants("alloc") || msms_agent_wants("free"); }
+
+// Holds the agent's reentrancy guard for one recording.
+struct Recording {
+    bool on;
+    explicit Recording(bool wanted) : on(wanted && msms_agent_enter()) {}
+    ~Recording() {
+        if (on) msms_agent_leave();
+    }
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+};
+
+const char* const kAttrAlloc = "driver:cuda,alloc_type:alloc";
+const char* const kAttrPitch = "driver:cuda,alloc_type:pitch";
+const char* const kAttrManaged = "driver:cuda,alloc_type:managed";
+const char* const kAttrAsync = "driver:cuda,alloc_type:async";
+const char* const kAttrCreate = "driver:cuda,alloc_type:create";
+const char* const kAttrMap = "driver:cuda,alloc_type:map";
+const char* const kAttrPinned = "pinned:true,driver:cuda,alloc_type:alloc";
+const char* const kAttrPinnedRegister = "pinned:true,driver:cuda,alloc_type:register";
+const char* const kAttrPinnedCreate = "pinned:true,driver:cuda,alloc_type:create";
+const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map";
+
+void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
+    Recording r(want_memory());
+    if (!r.on) return;
+    int16_t dev = current_device();
+    remember(g_blocks, ptr, Place{dev, size});
+    msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size, 0, attrs);
+}
+
+void record_device_free(uint64_t ptr) {
+    if (!ptr) return;
+    Recording r(want_memory());
+    if (!r.on) return;
+    Place p{0, 0};
+    if (!forget(g_blocks, ptr, p)) p.dev = current_device();
+    msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr);
+}
+
+void record_pinned_alloc(const void* ptr, uint64_t size, const char* attrs) {
+    Recording r(want_memory());
+    if (!r.on) return;
+    msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size, 0, attrs);
+}
+
+void record_pinned_free(const void* ptr) {
+    if (!ptr) return;
+    Recording r(want_memory());
+    if (!r.on) return;
+    msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
+}
+
+// A failed allocation: only out-of-memory feeds the oom analysis.
+void record_failure(CUresult rc, const char* func, int16_t dev_kind_cpu, uint64_t size, uint64_t flags) {
+    if (rc != MSMS_CUDA_ERROR_OUT_OF_MEMORY) return;
+    Recording r(want_memory());
+    if (!r.on) return;
+    if (dev_kind_cpu)
+        msms_agent_event(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER, MSMS_DEV_CPU, -1, 0, size, flags,
+                         static_cast<uint64_t>(rc), func, "driver:cuda");
+    else
+        msms_agent_event(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER, MSMS_DEV_CUDA, current_device(), 0, size, flags,
+                         static_cast<uint64_t>(rc), func, "driver:cuda");
+}
+
+std::atomic<uint64_t> g_task_id{0};
+
+void record_launch(CUfunction f, CUstream stream) {
+    if (!msms_agent_wants("launch")) return;
+    Recording r(true);
+    if (!r.on) return;
+    const char* name = nullptr;
+    if (f) {
+        auto get_name = aux<PFN_cuFuncGetName>(A_FuncGetName);
+        if (!get_name || get_name(&name, f) != MSMS_CUDA_SUCCESS) name = nullptr;
+    }
+    uint64_t task = g_task_id.fetch_add(1, std::memory_order_relaxed) + 1;
+    msms_agent_event(MSMS_EV_KERNEL_LAUNCH, MSMS_T_KERNEL_LAUNCH, MSMS_DEV_CUDA, current_device(), 0, 0,
+                     reinterpret_cast<uint64_t>(stream), task, name, nullptr);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- wrappers
+extern "C" {
+
+MSMS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+    auto f = real<PFN_cuMemAlloc_v2>(S_MemAlloc);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(dptr, bytesize);
+    if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrAlloc);
+    else record_failure(rc, "cuMemAlloc_v2", 0, bytesize, 0);
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                        unsigned int elem) {
+    auto f = real<PFN_cuMemAllocPitch_v2>(S_MemAllocPitch);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(dptr, pitch, width, height, elem);
+    if (rc == MSMS_CUDA_SUCCESS && dptr && pitch) record_device_alloc(*dptr, *pitch * height, kAttrPitch);
+    else record_failure(rc, "cuMemAllocPitch_v2", 0, width * height, 0);
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+    auto f = real<PFN_cuMemAllocManaged>(S_MemAllocManaged);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(dptr, bytesize, flags);
+    if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrManaged);
+    else record_failure(rc, "cuMemAllocManaged", 0, bytesize, flags);
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    auto f = real<PFN_cuMemFree_v2>(S_MemFree);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    record_device_free(dptr);
+    return f(dptr);
+}
+
+#define MSMS_ALLOC_ASYNC(NAME, SLOT)                                                          \
+    MSMS_EXPORT CUresult NAME(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {          \
+        auto f = real<PFN_cuMemAllocAsync>(SLOT);                                             \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                       \
+        CUresult rc = f(dptr, bytesize, stream);                                              \
+        if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrAsync); \
+        else record_failure(rc, #NAME, 0, bytesize, 0);                                       \
+        return rc;                                                                            \
+    }
+MSMS_ALLOC_ASYNC(cuMemAllocAsync, S_MemAllocAsync)
+MSMS_ALLOC_ASYNC(cuMemAllocAsync_ptsz, S_MemAllocAsync_ptsz)
+
+#define MSMS_ALLOC_FROM_POOL(NAME, SLOT)                                                                \
+    MSMS_EXPORT CUresult NAME(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
+        auto f = real<PFN_cuMemAllocFromPoolAsync>(SLOT);                                               \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                                 \
+        CUresult rc = f(dptr, bytesize, pool, stream);                                                  \
+        if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrAsync);           \
+        else record_failure(rc, #NAME, 0, bytesize, 0);                                                 \
+        return rc;                                                                                      \
+    }
+MSMS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync, S_MemAllocFromPoolAsync)
+MSMS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz, S_MemAllocFromPoolAsync_ptsz)
+
+#define MSMS_FREE_ASYNC(NAME, SLOT)                                    \
+    MSMS_EXPORT CUresult NAME(CUdeviceptr dptr, CUstream stream) {     \
+        auto f = real<PFN_cuMemFreeAsync>(SLOT);                       \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                \
+        record_device_free(dptr);                                      \
+        return f(dptr, stream);                                        \
+    }
+MSMS_FREE_ASYNC(cuMemFreeAsync, S_MemFreeAsync)
+MSMS_FREE_ASYNC(cuMemFreeAsync_ptsz, S_MemFreeAsync_ptsz)
+
+// ---- virtual memory management (PyTorch's expandable segments)
+MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                                 unsigned long long flags) {
+    auto f = real<PFN_cuMemCreate>(S_MemCreate);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(handle, size, prop, flags);
+    bool host = prop && prop->location.type >= MSMS_CU_MEM_LOCATION_TYPE_HOST;
+    if (rc == MSMS_CUDA_SUCCESS && handle) {
+        Recording r(want_memory());
+        if (r.on) {
+            if (host) {
+                remember(g_handles, *handle, Place{-1, size});
+                msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size, 0, kAttrPinnedCreate);
+            } else {
+                int16_t dev = prop && prop->location.type == MSMS_CU_MEM_LOCATION_TYPE_DEVICE
+                                  ? static_cast<int16_t>(prop->location.id)
+                                  : current_device();
+                remember(g_handles, *handle, Place{dev, size});
+                msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, *handle, size, 0, kAttrCreate);
+            }
+        }
+    } else {
+        record_failure(rc, "cuMemCreate", host ? 1 : 0, size, flags);
+    }
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    auto f = real<PFN_cuMemRelease>(S_MemRelease);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    {
+        Recording r(want_memory());
+        if (r.on) {
+            Place p{0, 0};
+            if (!forget(g_handles, handle, p)) p.dev = current_device();
+            if (p.dev < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, handle);
+            else msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, handle);
+        }
+    }
+    return f(handle);
+}
+
+MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                              unsigned long long flags) {
+    auto f = real<PFN_cuMemMap>(S_MemMap);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(ptr, size, offset, handle, flags);
+    if (rc == MSMS_CUDA_SUCCESS) {
+        Recording r(want_memory());
+        if (r.on) {
+            Place p{0, 0};
+            if (!peek(g_handles, handle, p)) p.dev = current_device();
+            g_lock.lock();
+            if (!g_maps) g_maps = new std::map<uint64_t, Place>();
+            (*g_maps)[ptr] = Place{p.dev, size};
+            g_lock.unlock();
+            if (p.dev < 0) msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, 0, kAttrPinnedMap);
+            else msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr, size, 0, kAttrMap);
+        }
+    }
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    auto f = real<PFN_cuMemUnmap>(S_MemUnmap);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    {
+        Recording r(want_memory());
+        if (r.on) {
+            // One unmap may cover several mappings: free each of them.
+            constexpr int kMax = 64;
+            uint64_t starts[kMax];
+            int16_t devs[kMax];
+            int n = 0;
+            g_lock.lock();
+            if (g_maps) {
+                auto it = g_maps->lower_bound(ptr);
+                while (it != g_maps->end() && it->first < ptr + size && n < kMax) {
+                    starts[n] = it->first;
+                    devs[n] = it->second.dev;
+                    ++n;
+                    it = g_maps->erase(it);
+                }
+            }
+            g_lock.unlock();
+            if (n == 0) {
+                starts[0] = ptr;
+                devs[0] = current_device();
+                n = 1;
+            }
+            for (int i = 0; i < n; ++i) {
+                if (devs[i] < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, starts[i]);
+                else msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, devs[i], starts[i]);
+            }
+        }
+    }
+    return f(ptr, size);
+}
+
+// ---- pinned host memory
+MSMS_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+    auto f = real<PFN_cuMemAllocHost_v2>(S_MemAllocHost);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(pp, bytesize);
+    if (rc == MSMS_CUDA_SUCCESS && pp) record_pinned_alloc(*pp, bytesize, kAttrPinned);
+    else record_failure(rc, "cuMemAllocHost_v2", 1, bytesize, 0);
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
+    auto f = real<PFN_cuMemHostAlloc>(S_MemHostAlloc);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(pp, bytesize, flags);
+    if (rc == MSMS_CUDA_SUCCESS && pp) record_pinned_alloc(*pp, bytesize, kAttrPinned);
+    else record_failure(rc, "cuMemHostAlloc", 1, bytesize, flags);
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuMemFreeHost(void* p) {
+    auto f = real<PFN_cuMemFreeHost>(S_MemFreeHost);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    record_pinned_free(p);
+    return f(p);
+}
+
+#define MSMS_HOST_REGISTER(NAME, SLOT)                                                           \
+    MSMS_EXPORT CUresult NAME(void* p, size_t bytesize, unsigned int flags) {                    \
+        auto f = real<PFN_cuMemHostRegister>(SLOT);                                              \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                          \
+        CUresult rc = f(p, bytesize, flags);                                                     \
+        if (rc == MSMS_CUDA_SUCCESS) record_pinned_alloc(p, bytesize, kAttrPinnedRegister);      \
+        else record_failure(rc, #NAME, 1, bytesize, flags);                                      \
+        return rc;                                                                               \
+    }
+MSMS_HOST_REGISTER(cuMemHostRegister, S_MemHostRegister_v1)
+MSMS_HOST_REGISTER(cuMemHostRegister_v2, S_MemHostRegister_v2)
+
+MSMS_EXPORT CUresult cuMemHostUnregister(void* p) {
+    auto f = real<PFN_cuMemHostUnregister>(S_MemHostUnregister);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    record_pinned_free(p);
+    return f(p);
+}
+
+// ---- kernel launch
+#define MSMS_LAUNCH(NAME, SLOT)                                                                                 \
+    MSMS_EXPORT CUresult NAME(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+                              unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,            \
+                              void** params, void** extra) {                                                    \
+        auto f = real<PFN_cuLaunchKernel>(SLOT);                                                                \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                                         \
+        record_launch(fn, stream);                                                                              \
+        return f(fn, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                                     \
+    }
+MSMS_LAUNCH(cuLaunchKernel, S_LaunchKernel)
+MSMS_LAUNCH(cuLaunchKernel_ptsz, S_LaunchKernel_ptsz)
+
+#define MSMS_LAUNCH_EX(NAME, SLOT)                                                                       \
+    MSMS_EXPORT CUresult NAME(const CUlaunchConfig* config, CUfunction fn, void** params, void** extra) { \
+        auto f = real<PFN_cuLaunchKernelEx>(SLOT);                                                       \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                                  \
+        record_launch(fn, config ? config->hStream : nullptr);                                           \
+        return f(config, fn, params, extra);                                                             \
+    }
+MSMS_LAUNCH_EX(cuLaunchKernelEx, S_LaunchKernelEx)
+MSMS_LAUNCH_EX(cuLaunchKernelEx_ptsz, S_LaunchKernelEx_ptsz)
+
+#define MSMS_LAUNCH_COOP(NAME, SLOT)                                                                            \
+    MSMS_EXPORT CUresult NAME(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+                              unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,            \
+                              void** params) {                                                                  \
+        auto f = real<PFN_cuLaunchCooperativeKernel>(SLOT);                                                     \
+        if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                                         \
+        record_launch(fn, stream);                                                                              \
+        return f(fn, gx, gy, gz, bx, by, bz, shmem, stream, params);                                            \
+    }
+MSMS_LAUNCH_COOP(cuLaunchCooperativeKernel, S_LaunchCooperativeKernel)
+MSMS_LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz, S_LaunchCooperativeKernel_ptsz)
+
+// ---- cuGetProcAddress
+MSMS_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+MSMS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult* status);
+
+}  // extern "C"
+
+namespace {
+
+// Replaces *pfn (the real function for symbol/version/flags) by our wrapper
+// when we hook that name at that ABI version.
+void substitute(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+    if (!symbol || !pfn || !*pfn || symbol[0] != 'c' || symbol[1] != 'u') return;
+    bool want_ptsz = (flags & MSMS_CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    const Export* best = nullptr;
+    for (size_t i = 0; i < kExportCount; ++i) {
+        const Export& e = kExports[i];
+        if (strcmp(e.base, symbol) != 0 || version < e.min_version || version >= e.max_version) continue;
+        if (e.ptsz == want_ptsz) {
+            best = &e;
+            break;
+        }
+        if (!e.ptsz && !best) best = &e;  // no per-thread variant: the plain one
+    }
+    if (!best || *pfn == best->wrapper) return;
+    g_real[best->slot].store(*pfn, std::memory_order_release);
+    *pfn = best->wrapper;
+}
+
+}  // namespace
+
+extern "C" {
+
+MSMS_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+    auto f = real<PFN_cuGetProcAddress_v11030>(S_GPA_V1);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(symbol, pfn, version, flags);
+    if (rc == MSMS_CUDA_SUCCESS) substitute(symbol, pfn, version, flags);
+    return rc;
+}
+
+MSMS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult* status) {
+    auto f = real<PFN_cuGetProcAddress_v12000>(S_GPA_V2);
+    if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = f(symbol, pfn, version, flags, status);
+    if (rc == MSMS_CUDA_SUCCESS) substitute(symbol, pfn, version, flags);
+    return rc;
+}
+
+}  // extern "C"
+
+namespace {
+
+#define W(fn) reinterpret_cast<void*>(&fn)
+constexpr int kMaxVersion = 1 << 30;
+const Export kExports[] = {
+    {"cuGetProcAddress", "cuGetProcAddress", 11030, 12000, false, S_GPA_V1, W(cuGetProcAddress)},
+    {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, kMaxVersion, false, S_GPA_V2, W(cuGetProcAddress_v2)},
+    {"cuMemAlloc_v2", "cuMemAlloc", 3020, kMaxVersion, false, S_MemAlloc, W(cuMemAlloc_v2)},
+    {"cuMemAllocPitch_v2", "cuMemAllocPitch", 3020, kMaxVersion, false, S_MemAllocPitch, W(cuMemAllocPitch_v2)},
+    {"cuMemAllocManaged", "cuMemAllocManaged", 6000, kMaxVersion, false, S_MemAllocManaged, W(cuMemAllocManaged)},
+    {"cuMemFree_v2", "cuMemFree", 3020, kMaxVersion, false, S_MemFree, W(cuMemFree_v2)},
+    {"cuMemAllocAsync", "cuMemAllocAsync", 11020, kMaxVersion, false, S_MemAllocAsync, W(cuMemAllocAsync)},
+    {"cuMemAllocAsync_ptsz", "cuMemAllocAsync", 11020, kMaxVersion, true, S_MemAllocAsync_ptsz,
+     W(cuMemAllocAsync_ptsz)},
+    {"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 11020, kMaxVersion, false, S_MemAllocFromPoolAsync,
+     W(cuMemAllocFromPoolAsync)},
+    {"cuMemAllocFromPoolAsync_ptsz", "cuMemAllocFromPoolAsync", 11020, kMaxVersion, true,
+     S_MemAllocFromPoolAsync_ptsz, W(cuMemAllocFromPoolAsync_ptsz)},
+    {"cuMemFreeAsync", "cuMemFreeAsync", 11020, kMaxVersion, false, S_MemFreeAsync, W(cuMemFreeAsync)},
+    {"cuMemFreeAsync_ptsz", "cuMemFreeAsync", 11020, kMaxVersion, true, S_MemFreeAsync_ptsz, W(cuMemFreeAsync_ptsz)},
+    {"cuMemCreate", "cuMemCreate", 10020, kMaxVersion, false, S_MemCreate, W(cuMemCreate)},
+    {"cuMemRelease", "cuMemRelease", 10020, kMaxVersion, false, S_MemRelease, W(cuMemRelease)},
+    {"cuMemMap", "cuMemMap", 10020, kMaxVersion, false, S_MemMap, W(cuMemMap)},
+    {"cuMemUnmap", "cuMemUnmap", 10020, kMaxVersion, false, S_MemUnmap, W(cuMemUnmap)},
+    {"cuMemAllocHost_v2", "cuMemAllocHost", 3020, kMaxVersion, false, S_MemAllocHost, W(cuMemAllocHost_v2)},
+    {"cuMemHostAlloc", "cuMemHostAlloc", 2020, kMaxVersion, false, S_MemHostAlloc, W(cuMemHostAlloc)},
+    {"cuMemFreeHost", "cuMemFreeHost", 2000, kMaxVersion, false, S_MemFreeHost, W(cuMemFreeHost)},
+    {"cuMemHostRegister", "cuMemHostRegister", 4000, 6050, false, S_MemHostRegister_v1, W(cuMemHostRegister)},
+    {"cuMemHostRegister_v2", "cuMemHostRegister", 6050, kMaxVersion, false, S_MemHostRegister_v2,
+     W(cuMemHostRegister_v2)},
+    {"cuMemHostUnregister", "cuMemHostUnregister", 4000, kMaxVersion, false, S_MemHostUnregister,
+     W(cuMemHostUnregister)},
+    {"cuLaunchKernel", "cuLaunchKernel", 4000, kMaxVersion, false, S_LaunchKernel, W(cuLaunchKernel)},
+    {"cuLaunchKernel_ptsz", "cuLaunchKernel", 7000, kMaxVersion, true, S_LaunchKernel_ptsz, W(cuLaunchKernel_ptsz)},
+    {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, kMaxVersion, false, S_LaunchKernelEx, W(cuLaunchKernelEx)},
+    {"cuLaunchKernelEx_ptsz", "cuLaunchKernelEx", 11060, kMaxVersion, true, S_LaunchKernelEx_ptsz,
+     W(cuLaunchKernelEx_ptsz)},
+    {"cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", 9000, kMaxVersion, false, S_LaunchCooperativeKernel,
+     W(cuLaunchCooperativeKernel)},
+    {"cuLaunchCooperativeKernel_ptsz", "cuLaunchCooperativeKernel", 9000, kMaxVersion, true,
+     S_LaunchCooperativeKernel_ptsz, W(cuLaunchCooperativeKernel_ptsz)},
+};
+#undef W
+const size_t kExportCount = sizeof(kExports) / sizeof(kExports[0]);
+
+const Export* export_by_symbol(const char* name) {
+    for (size_t i = 0; i < kExportCount; ++i)
+        if (strcmp(kExports[i].symbol, name) == 0) return &kExports[i];
+    return nullptr;
+}
+
+}  // namespace
+
+// dlsym(handle, name) for a specific handle and one of our names: our wrapper
+// (remembering the real function); anything else: 0, and the trampoline goes
+// on to the real dlsym.
+extern "C" void* msms_cuda_dlsym_pre(void* handle, const char* name) {
+    init_real_dlsym();
+    if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name || name[0] != 'c' || name[1] != 'u') return nullptr;
+    const Export* e = export_by_symbol(name);
+    if (!e || !msms_cuda_real_dlsym) return nullptr;
+    void* p = msms_cuda_real_dlsym(handle, name);
+    if (!p || p == e->wrapper) return nullptr;
+    g_real[e->slot].store(p, std::memory_order_release);
+    return e->wrapper;
+}
+
+namespace msms_cuda {
+
+int current_device_or_none() {
+    auto f = aux<PFN_cuCtxGetDevice>(A_CtxGetDevice);
+    CUdevice d = 0;
+    if (f && f(&d) == MSMS_CUDA_SUCCESS && d >= 0) return d;
+    return -1;
+}
+
+}  // namespace msms_cuda
+
+// ---------------------------------------------------------------- snapshot
+namespace {
+
+bool mem_info(int dev, size_t& free_b, size_t& total_b) {
+    auto get_info = aux<PFN_cuMemGetInfo_v2>(A_MemGetInfo);
+    if (!get_info) return false;
+    if (msms_cuda::current_device_or_none() == dev) return get_info(&free_b, &total_b) == MSMS_CUDA_SUCCESS;
+    // Another device: only if its primary context already exists (never
+    // create one: that would cost the device memory).
+    auto state = aux<PFN_cuDevicePrimaryCtxGetState>(A_PrimaryCtxGetState);
+    auto retain = aux<PFN_cuDevicePrimaryCtxRetain>(A_PrimaryCtxRetain);
+    auto release = aux<PFN_cuDevicePrimaryCtxRelease_v2>(A_PrimaryCtxRelease);
+    auto push = aux<PFN_cuCtxPushCurrent_v2>(A_CtxPushCurrent);
+    auto pop = aux<PFN_cuCtxPopCurrent_v2>(A_CtxPopCurrent);
+    if (!state || !retain || !release || !push || !pop) return false;
+    unsigned int flags = 0;
+    int active = 0;
+    if (state(dev, &flags, &active) != MSMS_CUDA_SUCCESS || !active) return false;
+    CUcontext ctx = nullptr;
+    if (retain(&ctx, dev) != MSMS_CUDA_SUCCESS) return false;
+    bool ok = false;
+    if (push(ctx) == MSMS_CUDA_SUCCESS) {
+        ok = get_info(&free_b, &total_b) == MSMS_CUDA_SUCCESS;
+        CUcontext popped = nullptr;
+        pop(&popped);
+    }
+    release(dev);
+    return ok;
+}
+
+}  // namespace
+
+// Writes one SNAPSHOT row per device in device_mask (bit N = device N; 0 = the
+// current device): Attr total_mem, free_mem, device_utilization from
+// cuMemGetInfo, then extra_attrs ("key:value,..." e.g. the PyTorch allocator's
+// reserved/allocated numbers) if given. name NULL = "Memory Snapshot".
+// Works with or without an active collection range. Returns the number of
+// rows written (0 when no device could be asked).
+MSMS_EXPORT int msms_cuda_snapshot(uint64_t device_mask, const char* name, const char* extra_attrs) {
+    if (!msms_agent_attached()) return 0;
+    int guard = msms_agent_enter();
+    int rows = 0;
+    if (device_mask == 0) {
+        int cur = msms_cuda::current_device_or_none();
+        device_mask = cur >= 0 && cur < 64 ? (1ull << cur) : 0;
+    }
+    for (int dev = 0; dev < 64; ++dev) {
+        if (!(device_mask & (1ull << dev))) continue;
+        size_t free_b = 0, total_b = 0;
+        if (!mem_info(dev, free_b, total_b)) continue;
+        double util = total_b ? 100.0 * static_cast<double>(total_b - free_b) / static_cast<double>(total_b) : 0.0;
+        char attrs[1024];
+        int n = snprintf(attrs, sizeof(attrs), "total_mem:%zu,free_mem:%zu,device_utilization:%.2f%%%s%s", total_b,
+                         free_b, util, extra_attrs && *extra_attrs ? "," : "", extra_attrs ? extra_attrs : "");
+        if (n < 0) continue;
+        msms_agent_event(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, MSMS_DEV_CUDA, static_cast<int16_t>(dev), 0, 0, 0, 0,
+                         name && *name ? name : "Memory Snapshot", attrs);
+        ++rows;
+    }
+    if (guard) msms_agent_leave();
+    return rows;
+}
