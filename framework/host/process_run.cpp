@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "step_filter.h"
 #include "symbolizer.h"
 #include "util/text.h"
 
@@ -41,6 +42,8 @@ std::string ProcessRun::folder_name(const std::string& ts) const {
     std::string name = "msmemscope_" + std::to_string(reader_.pid()) + "_" + ts + "_" + cfg_.backend();
     std::string rank = reader_.rank();
     if (!rank.empty()) name += "_rank" + rank;
+    // The same pid again after exec: its own folder, never shared files.
+    if (summary_.capture_index > 0) name += "_exec" + std::to_string(summary_.capture_index);
     return name;
 }
 
@@ -93,6 +96,13 @@ void ProcessRun::run() {
     }
     summary_.pid = reader_.pid();
     summary_.command = join(reader_.cmdline(), " ");
+    {
+        // <dir>/<pid>.<n>.msmcap
+        std::string base = fs::path(capture_path_).filename().string();
+        size_t a = base.find('.'), b = base.find('.', a + 1);
+        if (a != std::string::npos && b != std::string::npos && base.compare(b, std::string::npos, ".msmcap") == 0)
+            summary_.capture_index = static_cast<uint32_t>(std::strtoul(base.substr(a + 1, b - a - 1).c_str(), nullptr, 10));
+    }
     std::string ts = timestamp_string(reader_.wall_start());
     std::string dir = cfg_.output + "/" + folder_name(ts);
     summary_.output_dir = dir;
@@ -126,6 +136,7 @@ void ProcessRun::run() {
     Pipeline pipeline(cfg_, registry_);
     pipeline.start(run);
     Symbolizer sym(reader_);
+    StepFilter steps(cfg_.steps);
     RawEvent raw;
     for (;;) {
         // Exact order across threads when the target registered for
@@ -137,6 +148,7 @@ void ProcessRun::run() {
             if (!keep(raw)) continue;
             Record r;
             convert(raw, r, sym);
+            if (!steps.keep(r.ev, r.name)) continue;  // --steps
             pipeline.feed(r);
         }
         if (gone) break;
@@ -149,6 +161,11 @@ void ProcessRun::run() {
     summary_.corrupt = reader_.corrupt_records();
     summary_.ended_normally = reader_.ended_normally();
     summary_.agent_disabled = reader_.agent_disabled();
+    summary_.end_kind = reader_.end_kind();
+    summary_.end_code = reader_.end_code();
+    summary_.exact_order = reader_.exact_order();
+    summary_.damage = reader_.first_corruption();
+    if (!summary_.damage.empty()) run.log->error("first damage: {}", summary_.damage);
     summary_.totals = pipeline.device_totals();
     summary_.report = pipeline.report_lines();
     summary_.plugin_errors = pipeline.plugin_errors();

@@ -21,6 +21,12 @@ struct ProcessSummary {
     uint64_t events = 0, dropped = 0, stragglers = 0, corrupt = 0;
     bool ended_normally = false;
     bool agent_disabled = false;
+    uint32_t end_kind = 0;    // capture::EndKind as the agent saw it
+    int32_t end_code = 0;     // status or signal number
+    uint32_t capture_index = 0;  // n of <pid>.<n>.msmcap: > 0 after exec
+    bool exact_order = false;    // membarrier ordering (no reorder window)
+    bool replaced_by_exec = false;
+    std::string damage;          // first damaged place in the capture, "" if none  // set by the session: a later capture has this pid
     std::string error;  // a capture that could not be read
     std::map<std::string, Pipeline::DeviceTotals> totals;
     std::vector<std::string> report;

@@ -113,6 +113,24 @@ void Session::scan() {
     }
 }
 
+// How a profiled process ended, from what its agent recorded (the CLI knows
+// the exact status only of the process it started).
+static std::string describe_end(const ProcessSummary& s) {
+    if (s.replaced_by_exec) return "replaced by exec (continued in the next capture of this pid)";
+    switch (static_cast<capture::EndKind>(s.end_kind)) {
+    case capture::EndKind::Exit: return "exited with code " + std::to_string(s.end_code);
+    case capture::EndKind::QuickExit: return "exited with code " + std::to_string(s.end_code) + " (_exit)";
+    case capture::EndKind::Signal: {
+        const char* name = sigabbrev_np(s.end_code);
+        return "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
+    }
+    case capture::EndKind::Returned: return "exited normally";
+    default: break;
+    }
+    if (s.ended_normally) return "detached";
+    return "ended without an end record (killed by SIGKILL or the OOM killer)";
+}
+
 void Session::join_all() {
     for (auto& r : running_) {
         if (r.thread.joinable()) r.thread.join();
@@ -125,6 +143,9 @@ void Session::join_all() {
         if (own_dir_) fs::remove(r.capture, ec);
     }
     running_.clear();
+    for (auto& a : summaries_)
+        for (auto& b : summaries_)
+            if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty()) a.replaced_by_exec = true;
     std::stable_sort(summaries_.begin(), summaries_.end(), [&](const ProcessSummary& a, const ProcessSummary& b) {
         if ((a.pid == static_cast<uint32_t>(root_pid_)) != (b.pid == static_cast<uint32_t>(root_pid_)))
             return a.pid == static_cast<uint32_t>(root_pid_);
@@ -258,6 +279,11 @@ int Session::replay(const std::string& capture) {
         std::cerr << "msmemscope: error: --replay: " << run.summary().error << "\n";
         return 2;
     }
+    if (run.summary().corrupt) {
+        std::cerr << "msmemscope: error: --replay: " << capture << ": corrupt capture: " << run.summary().corrupt
+                  << " damaged record(s) skipped (first: " << run.summary().damage << ")\n";
+        return 2;
+    }
     return 0;
 }
 
@@ -268,9 +294,8 @@ void Session::print_summary(std::ostream& out) const {
             continue;
         }
         std::string how;
-        if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty()) how = root_status_;
-        else if (s.ended_normally) how = "exited normally";
-        else how = "ended without finishing (killed, crashed or replaced by exec)";
+        if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
+        else how = describe_end(s);
         out << "msmemscope: pid " << s.pid << " (" << s.command << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";
         out << "  events: " << s.events << ", dropped: " << s.dropped;

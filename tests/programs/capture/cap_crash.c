@@ -1,5 +1,5 @@
 /* cap_crash MODE N [CGROUP_DIR]
- * Allocates N blocks of 1000 + i bytes (kept), then ends as MODE says:
+ * Allocates N blocks of 10000 + i bytes (kept), then ends as MODE says:
  *   sigkill  raise(SIGKILL)           segv   writes through a null pointer
  *   _exit    _exit(7)                 exit   exit(5)
  *   abort    abort()
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "exit";
     long n = argc > 2 ? atol(argv[2]) : 100;
     for (long i = 0; i < n; ++i) {
-        void* volatile p = malloc((size_t)(1000 + i));
+        void* volatile p = malloc((size_t)(10000 + i));
         (void)p;
     }
     printf("ready\n");

@@ -1,0 +1,81 @@
+"""Issue 3 §5: fork, exec, bash scripts and torchrun-like launchers: one
+folder per process, nothing shared or interleaved; --follow-fork=false."""
+import re
+from collections import Counter
+
+from capture_util import assert_nothing_lost, iter_rows, only_dump, sizes, summary_blocks
+from conftest import process_dirs
+
+PAIRS = 2000
+
+
+def test_forked_workers_each_own_folder(cli, test_bin, tmp_path):
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", f"--output={tmp_path}/out", "--",
+             test_bin / "cap_fork", 4, PAIRS], tmp_path, check_rc=0)
+    assert_nothing_lost(p.stdout)
+    dirs = process_dirs(tmp_path / "out")
+    assert len(dirs) == 5
+    by_sizes = {}
+    for d in dirs:
+        rows = list(iter_rows(only_dump(d)))
+        pids = {r[5] for r in rows}
+        assert pids == {d.name.split("_")[1]}  # no stream shared
+        m = sorted(s for s in sizes(d) if 50 <= s < 110)
+        by_sizes[tuple(sorted(set(m)))] = (d, len(m), len([r for r in rows if r[1] == "FREE"]))
+    assert set(by_sizes) == {(50,), (100,), (101,), (102,), (103,)}
+    assert by_sizes[(50,)][1] == 3
+    for k in range(4):
+        d, n, _ = by_sizes[(100 + k,)]
+        assert n == PAIRS
+        assert sizes(d, "FREE").count(100 + k) == PAIRS
+    blocks = summary_blocks(p.stdout)
+    for k in range(4):
+        pid = int(by_sizes[(100 + k,)][0].name.split("_")[1])
+        assert blocks[pid][0].endswith(f") exited with code {k}")
+
+
+def test_follow_fork_false_profiles_only_the_program(cli, test_bin, tmp_path):
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--follow-fork=false",
+             f"--output={tmp_path}/out", "--", test_bin / "cap_fork", 4, PAIRS], tmp_path, check_rc=0)
+    dirs = process_dirs(tmp_path / "out")
+    assert len(dirs) == 1
+    assert sorted(set(s for s in sizes(dirs[0]) if 50 <= s < 110)) == [50]
+
+
+def test_launcher_ranks(cli, test_bin, tmp_path):
+    """A launcher that forks and execs 4 workers with RANK/LOCAL_RANK set, the
+    way torchrun and mpirun do: each worker's folder carries _rank{R}."""
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", f"--output={tmp_path}/out", "--",
+             test_bin / "cap_launcher", 4, PAIRS, test_bin / "cap_worker"], tmp_path, check_rc=0)
+    assert_nothing_lost(p.stdout)
+    ranked = {}
+    for d in process_dirs(tmp_path / "out"):
+        m = re.search(r"_rank(\d+)", d.name)
+        if m:
+            ranked[int(m.group(1))] = d
+    assert sorted(ranked) == [0, 1, 2, 3]
+    for r, d in ranked.items():
+        s = sizes(d)
+        assert s.count(200 + r) == PAIRS
+        assert [x for x in s if 200 <= x < 204 and x != 200 + r] == []
+        assert sizes(d, "FREE").count(200 + r) == PAIRS
+
+
+def test_bash_script_runs_several_programs(cli, test_bin, tmp_path):
+    script = tmp_path / "user.sh"
+    script.write_text(f"{test_bin}/cap_worker {PAIRS}\nRANK=1 {test_bin}/cap_worker {PAIRS}\n"
+                      f"{test_bin}/cap_fork 2 {PAIRS}\n")
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", f"--output={tmp_path}/out", "--",
+             "bash", script], tmp_path, check_rc=0)
+    assert_nothing_lost(p.stdout)
+    found = {}
+    want = {200: PAIRS, 201: PAIRS, 100: PAIRS, 101: PAIRS, 50: 3}
+    for d in process_dirs(tmp_path / "out"):
+        c = Counter(sizes(d))
+        for s, n in want.items():
+            if c[s] == n:  # bash's own small blocks are not counted as ours
+                found.setdefault(s, []).append(d)
+    assert {k: len(v) for k, v in found.items()} == {200: 1, 201: 1, 100: 1, 101: 1, 50: 1}
+    assert found[201][0].name.endswith("_rank1_exec1")
+    assert sizes(found[200][0]).count(200) == PAIRS
+    assert sizes(found[201][0]).count(201) == PAIRS

@@ -1,0 +1,44 @@
+"""Issue 3 §6: C call stacks, symbolized in the host, one frame per line."""
+from capture_util import iter_rows, only_dump, size_of
+from conftest import SOURCE, process_dirs
+
+SRC = "cap_stack.c"
+
+
+def run(cli, test_bin, tmp_path, stack):
+    args = ["--device=cpu", "--events=alloc,free", "--analysis=", f"--output={tmp_path}/out"]
+    if stack:
+        args.append(f"--call-stack={stack}")
+    cli(args + ["--", test_bin / "cap_stack"], tmp_path, check_rc=0)
+    dirs = process_dirs(tmp_path / "out")
+    assert len(dirs) == 1
+    return {(r[1], size_of(r[9])): r for r in iter_rows(only_dump(dirs[0])) if size_of(r[9]) in (4242, 4343)}
+
+
+def frames(row):
+    return row[11].split("\n")
+
+
+def test_c_stack_full(cli, test_bin, tmp_path):
+    rows = run(cli, test_bin, tmp_path, "c")
+    prog = str(test_bin / "cap_stack")
+    f = frames(rows[("MALLOC", 4242)])
+    want = [("leaf_alloc", 6), ("level_b", 7), ("level_a", 8), ("main", 16)]
+    for line, (fn, ln) in zip(f, want):
+        assert line.startswith(fn + "+0x"), f
+        assert line.endswith(f"/tests/programs/capture/{SRC}:{ln} in {prog}"), line
+    assert f[-1].startswith("_start+0x")
+    f = frames(rows[("FREE", 4343)])
+    assert [x.split("+")[0] for x in f[:3]] == ["leaf_alloc2", "other_path", "main"]
+    assert f[0].endswith(f"{SRC}:11 in {prog}")
+    assert rows[("MALLOC", 4242)][10] == ""  # no Python stack asked for
+
+
+def test_c_stack_depth(cli, test_bin, tmp_path):
+    rows = run(cli, test_bin, tmp_path, "c:2")
+    assert [x.split("+")[0] for x in frames(rows[("MALLOC", 4242)])] == ["leaf_alloc", "level_b"]
+
+
+def test_no_stacks_by_default(cli, test_bin, tmp_path):
+    rows = run(cli, test_bin, tmp_path, None)
+    assert rows[("MALLOC", 4242)][11] == "" and rows[("MALLOC", 4242)][10] == ""
