@@ -61,7 +61,7 @@ int main(void) {
         mstxMemVirtualRangeDesc_t range = {(uint32_t)dev, pool[dev], 64 * MiB};
         mstxMemHeapDesc_t desc = {MSTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR, MSTX_MEM_TYPE_VIRTUAL_ADDRESS, &range};
         heap[dev] = mstxMemHeapRegister(pta, &desc);
-        printf("device %d pool %p\n", dev, pool[dev]);
+        printf("device %d pool %p workspace %p\n", dev, pool[dev], (void*)ws[dev]);
     }
 
     for (int step = 1; step <= NSTEPS; ++step) {
@@ -80,6 +80,7 @@ int main(void) {
 
             void* tmp = NULL;
             check(halMemAlloc(&tmp, 1 * MiB, SIM_FLAG(dev, MEM_DEV_VAL, APP, 0)), "halMemAlloc");
+            printf("step %d device %d tmp %p\n", step, dev, tmp);
             check(halMemFree(tmp), "halMemFree");
 
             if (step == NSTEPS && dev == 1) {
@@ -116,6 +117,7 @@ int main(void) {
     check(aclrtHostUnregister(host_buf), "aclrtHostUnregister");
     void* host_block = NULL;
     check(halMemAlloc(&host_block, 1 * MiB, SIM_FLAG(0, MEM_HOST_VAL, APP, 0)), "halMemAlloc(host)");
+    printf("host block %p pinned %p\n", host_block, (void*)host_buf);
     check(halMemFree(host_block), "halMemFree(host)");
 
     for (int dev = 0; dev < NDEV; ++dev) {
