@@ -82,3 +82,32 @@ def test_injection_by_path_only(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["1", "0x1003"]
+
+
+def test_memory_pool_domains(cli, tmp_path):
+    from conftest import TEST_BIN
+    out = tmp_path / "out"
+    p = cli(["--device=npu:0", "--analysis=", f"--output={out}", "--", TEST_BIN / "npu_mstx_pools"], cwd=tmp_path,
+            check_rc=0)
+    blocks = {}
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == "block":
+            blocks[parts[0]] = "0x%016x" % int(parts[2], 16)
+    assert "tool 0x1003" in p.stdout.splitlines()
+    [d] = process_dirs(out)
+    rows = read_dump(dump_files(d, "0")[0])
+    got = [(r["Event"], r["Event Type"], r["Name"], r["Device Id"], r["Ptr"], r["attr"]) for r in rows[1:]]
+    expected = []
+    for i, (domain, pool) in enumerate([("atb", "ATB"), ("mindsporeMemPool", "MINDSPORE"),
+                                        ("ptaWorkspace", "PTA_WORKSPACE"), ("msleaks", "PTA")]):
+        ptr, size, aid = blocks[domain], str(1024 * (i + 1)), str(i + 1)
+        base = {"allocation_id": aid, "addr": ptr, "size": size}
+        expected.append(("MALLOC", pool, "N/A", "0", ptr,
+                         {**base, "used": size, "process_used": "0", "device_used": "0", "total": "65536"}))
+        expected.append(("FREE", pool, "N/A", "0", ptr, {**base, "used": "0", "process_used": "0", "device_used": "0"}))
+    expected += [("MSTX", "Mark", "domain mark", "N/A", "N/A", {}),
+                 ("MSTX", "Range_start", "domain range", "N/A", "N/A", {}),
+                 ("MSTX", "Range_end", "domain range", "N/A", "N/A", {})]
+    assert got == expected
+    assert (rows[0]["Event"], rows[0]["Event Type"]) == ("SYSTEM", "START_TRACE")
