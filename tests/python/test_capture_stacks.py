@@ -42,3 +42,16 @@ def test_c_stack_depth(cli, test_bin, tmp_path):
 def test_no_stacks_by_default(cli, test_bin, tmp_path):
     rows = run(cli, test_bin, tmp_path, None)
     assert rows[("MALLOC", 4242)][11] == "" and rows[("MALLOC", 4242)][10] == ""
+
+
+def test_python_stack_provider(cli, test_bin, tmp_path):
+    """The agent side of Python stacks: a provider installed through
+    msms_agent_set_python_stack_provider gives interned frame strings."""
+    args = ["--device=cpu", "--events=alloc,free", "--analysis=", "--call-stack=python:2", f"--output={tmp_path}/out"]
+    cli(args + ["--", test_bin / "cap_pystack"], tmp_path, check_rc=0)
+    dirs = process_dirs(tmp_path / "out")
+    rows = {(r[1], size_of(r[9])): r for r in iter_rows(only_dump(dirs[0]))}
+    assert rows[("MALLOC", 5151)][10] == "train.py(30): step\nmodel.py(12): forward"
+    assert rows[("MALLOC", 5252)][10] == "main.py(1): <module>"
+    assert rows[("FREE", 5151)][10] == "main.py(1): <module>"
+    assert rows[("MALLOC", 5151)][11] == ""  # no C stack asked for

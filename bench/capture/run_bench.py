@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Capture-path benchmark (issue 3 §8).
+
+Runs bench_capture_workload bare, under msmemscope without stacks, with C
+stacks (depth 32), and under heaptrack, in the same run; prints the ns added
+per malloc/free pair for each, the ratios, and the end-to-end wall time of
+each whole command; then 1, 2 and 4 threads under msmemscope (no stacks) to
+show the event rate scales. --smoke: tiny N, no targets checked (CI).
+"""
+import argparse
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run(cmd, cwd, env=None):
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    if env:
+        e.update(env)
+    t0 = time.perf_counter()
+    p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=e, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stdout}\n{p.stderr}")
+    m = re.search(r"loop_ns=(\d+)", p.stdout)
+    if not m:
+        sys.exit(f"no loop_ns in the output of {cmd}:\n{p.stdout}\n{p.stderr}")
+    dropped = re.findall(r"dropped: (\d+)", p.stdout)
+    if any(int(d) for d in dropped):
+        sys.exit(f"events dropped: {p.stdout}")
+    return int(m.group(1)), wall
+
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=str(Path(__file__).resolve().parents[2] / "build"))
+    ap.add_argument("--pairs", type=int, default=2_000_000, help="pairs per thread")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N for each configuration")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args()
+    if a.smoke:
+        a.pairs, a.repeat = 20000, 1
+    build = Path(a.build).resolve()
+    prog = build / "bench" / "bin" / "bench_capture_workload"
+    cli = build / "bin" / "msmemscope"
+    for f in (prog, cli):
+        if not f.exists():
+            sys.exit(f"build first: {f} is missing")
+    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="msms_bench_"))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    heaptrack = shutil.which("heaptrack")
+    base = ["--device=cpu", "--events=alloc,free", "--analysis="]
+
+    def configs(threads):
+        out = {
+            "bare": [prog, threads, a.pairs],
+            "msmemscope": [cli] + base + [f"--output={work}/o"] + ["--", prog, threads, a.pairs],
+            "msmemscope c:32": [cli] + base + ["--call-stack=c:32", f"--output={work}/o"] + ["--", prog, threads, a.pairs],
+        }
+        if heaptrack:
+            out["heaptrack"] = [heaptrack, "-o", f"{work}/ht/heaptrack.out", prog, threads, a.pairs]
+        return out
+
+    def measure(cmd):
+        best = None
+        for _ in range(a.repeat):
+            shutil.rmtree(work / "o", ignore_errors=True)
+            shutil.rmtree(work / "ht", ignore_errors=True)
+            (work / "ht").mkdir()
+            r = run(cmd, work)
+            if best is None or r[0] < best[0]:
+                best = r
+        return best
+
+    print(f"machine: {machine()}")
+    print(f"workload: {a.pairs} malloc/free pairs per thread, sizes 16..4096, 20 frames deep; best of {a.repeat}")
+    res = {name: measure(cmd) for name, cmd in configs(1).items()}
+    bare = res["bare"][0]
+    added = {k: max(0.0, (v[0] - bare) / a.pairs) for k, v in res.items()}
+    print(f"\n{'1 thread':<18}{'loop ms':>10}{'ns added/pair':>15}{'vs heaptrack':>14}{'wall s':>9}")
+    for k, (loop, wall) in res.items():
+        ratio = f"{added[k] / added['heaptrack']:.3f}" if heaptrack and k != "bare" and added["heaptrack"] else "-"
+        print(f"{k:<18}{loop / 1e6:>10.1f}{added[k]:>15.1f}{ratio:>14}{wall:>9.2f}")
+    print(f"\n{'threads':<10}{'loop ms':>10}{'Mevents/s':>11}{'vs 1 thread':>13}")
+    rate1 = None
+    for t in (1, 2, 4):
+        loop, _ = measure(configs(t)["msmemscope"])
+        rate = 2 * a.pairs * t / (loop / 1e9) / 1e6
+        rate1 = rate1 or rate
+        print(f"{t:<10}{loop / 1e6:>10.1f}{rate:>11.2f}{rate / rate1:>13.2f}")
+    if not a.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
