@@ -1,0 +1,277 @@
+"""Configuration and the collection session of this process.
+
+Two ways to run (DESIGN §1):
+
+* under the CLI (``msmemscope [options] python3 train.py``): the agent was
+  preloaded and attached by the CLI (``MSMEMSCOPE_SESSION`` is set); this
+  module only drives it (start/stop/step) and adds the Python-side
+  collectors (Python trace, PyTorch operators and CPU tensor storage);
+* plain ``python3 train.py``: the first call that needs a session spawns a
+  host process (``msmemscope --serve-session=DIR --parent-pid=PID ...``),
+  loads the agent into this process, attaches it, and installs the heap
+  hooks by GOT patching (no ``LD_PRELOAD`` needed; a ``LD_PRELOAD`` of the
+  hook libraries the upstream way is detected and used as is).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from typing import Dict, List, Optional
+
+from . import _paths
+
+try:
+    from . import _msmemscope as _ext
+except ImportError as e:  # pragma: no cover - a broken build
+    raise ImportError(f"msmemscope: the native extension is missing or was built for another Python ({e}); "
+                      f"rebuild with -DPython3_EXECUTABLE={sys.executable}") from e
+
+PREFIX = _paths.PREFIX
+CLI = os.path.join(PREFIX, "bin", "msmemscope")
+AGENT = os.path.join(PREFIX, "lib", "msmemscope", "libmsmemscope_agent.so")
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Python keyword -> CLI option (canonical name). Aliases as upstream.
+KEYS: Dict[str, str] = {
+    "device": "device",
+    "level": "level",
+    "events": "events",
+    "call_stack": "call-stack",
+    "analysis": "analysis",
+    "watch": "watch",
+    "data_format": "data-format",
+    "format": "data-format",
+    "output": "output",
+    "output_path": "output",
+    "sinks": "sinks",
+    "steps": "steps",
+    "collect_mode": "collect-mode",
+    "log_level": "log-level",
+}
+# What each key accepts (for type errors; value errors come from the C++
+# validator, word for word what the CLI says).
+ALLOWED: Dict[str, str] = {
+    "device": "npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; several separated by ','",
+    "level": "0, op, 1, kernel",
+    "events": "alloc, free, launch, access, traceback; several separated by ','",
+    "call-stack": "c, python, each with an optional :depth 0..1000, e.g. c:20,python:10",
+    "analysis": "analyzer names, e.g. leaks, inefficient, decompose, oom[:K]; '' for none",
+    "watch": "[start[:outN],]end[,full-content]",
+    "data-format": "csv, db",
+    "output": "a folder path",
+    "sinks": "sink names, e.g. trace,html",
+    "steps": "at most 5 step numbers, e.g. 1,2,3",
+    "collect-mode": "immediate, deferred",
+    "log-level": "info, warn, error",
+}
+ONCE = ("output", "data-format", "watch")
+
+_lock = threading.RLock()
+_values: Dict[str, str] = {}
+_origins: Dict[str, str] = {}
+_plugin_paths: List[str] = []
+_session: Optional["Session"] = None
+_warned_cli = False
+
+
+def _cli_options() -> List[str]:
+    return [f"--{k}={v}" for k, v in sorted(_values.items())] + [f"--plugin-path={p}" for p in _plugin_paths]
+
+
+def under_cli() -> bool:
+    """True when the msmemscope CLI started this process (its agent is attached)."""
+    return bool(os.environ.get("MSMEMSCOPE_SESSION")) and _agent_preloaded()
+
+
+def _agent_preloaded() -> bool:
+    try:
+        with open("/proc/self/maps") as f:
+            return "libmsmemscope_agent.so" in f.read()
+    except OSError:
+        return False
+
+
+def validate(values: Dict[str, str]) -> dict:
+    try:
+        return _ext.validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values}, PREFIX,
+                                    _plugin_paths)
+    except ValueError as e:
+        raise ValueError(f"msmemscope.config: {e}") from None
+
+
+def configure(kwargs: Dict[str, object]) -> None:
+    global _warned_cli
+    with _lock:
+        new = dict(_values)
+        origins = {}
+        for key, value in kwargs.items():
+            canon = KEYS.get(key)
+            if canon is None:
+                import difflib
+                guess = difflib.get_close_matches(key, list(KEYS), n=1)
+                hint = f"; did you mean '{guess[0]}'?" if guess else ""
+                raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
+                                f"(allowed: {', '.join(k for k in KEYS)})")
+            if not isinstance(value, str):
+                raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
+                                f"(allowed: {ALLOWED[canon]})")
+            if canon in ONCE and canon in _values:
+                if _values[canon] != value:
+                    warnings.warn(f"msmemscope.config: '{key}' was already set to '{_values[canon]}'; it takes "
+                                  f"effect only the first time it is set (ignored: '{value}')", stacklevel=3)
+                continue
+            new[canon] = value
+            origins[canon] = key
+        saved = dict(_origins)
+        _origins.update(origins)
+        try:
+            validate(new)
+        except ValueError:
+            _origins.clear()
+            _origins.update(saved)
+            raise
+        if _session is not None and not _session.cli:
+            changed = [k for k in new if _values.get(k) != new[k] and k not in ONCE]
+            if changed:
+                _origins.clear()
+                _origins.update(saved)
+                k = changed[0]
+                raise RuntimeError(f"msmemscope.config: '{k.replace('-', '_')}' cannot change once the collection "
+                                   f"session has started (call config() before the first start())")
+        _values.clear()
+        _values.update(new)
+        if under_cli() and not _warned_cli and kwargs:
+            _warned_cli = True
+            warnings.warn("msmemscope.config: running under the msmemscope command line, whose options apply; "
+                          "the values given here were checked but are not used", stacklevel=3)
+
+
+def current_config() -> dict:
+    """The effective configuration (validated), as the CLI would see it."""
+    with _lock:
+        return validate(dict(_values))
+
+
+class Session:
+    """This process's capture stream and, in Python mode, its host process."""
+
+    def __init__(self) -> None:
+        self.cli = under_cli()
+        self.host: Optional[subprocess.Popen] = None
+        self.lifeline: Optional[subprocess.Popen] = None
+        self.dir = ""
+        self.closed = False
+        if self.cli:
+            _ext.load_agent(AGENT)
+            if not _ext.attached():
+                raise RuntimeError("msmemscope: running under the CLI but its agent is not attached in this process")
+            self.config = None
+            return
+        cfg = current_config()
+        self.config = cfg
+        out = cfg["output"]
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as e:
+            raise RuntimeError(f"msmemscope: output: cannot create or write '{out}': {e.strerror}") from None
+        if not os.access(out, os.W_OK):
+            raise RuntimeError(f"msmemscope: output: cannot create or write '{out}': not writable")
+        self.dir = os.path.abspath(os.path.join(out, f".msmemscope_session_py_{os.getpid()}"))
+        os.makedirs(self.dir, exist_ok=True)
+        if not os.path.exists(CLI):
+            raise RuntimeError(f"msmemscope: the host binary is missing: {CLI}")
+        env = dict(os.environ)
+        for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_AGENT_OPTS"):
+            env.pop(k, None)
+        env["MSMEMSCOPE_HOME"] = PREFIX
+        # The host serves until its "parent" is gone. That parent is a
+        # lifeline process that ends when this process closes its pipe: at
+        # exit (then we wait for the host to finish every file) or when this
+        # process dies in any way (the pipe closes with it).
+        self.lifeline = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+                                         close_fds=True)
+        args = [CLI, f"--serve-session={self.dir}", f"--parent-pid={self.lifeline.pid}"] + _cli_options()
+        self.host = subprocess.Popen(args, env=env, close_fds=True, stdin=subprocess.DEVNULL)
+        # Spawned before the agent is loaded: the children inherit no hooks.
+        _ext.load_agent(AGENT)
+        rc = _ext.attach(self.dir, cfg["agent_options"])
+        if rc != 0:
+            self.shutdown()
+            raise RuntimeError(f"msmemscope: cannot open the capture in {self.dir}: {os.strerror(rc)}")
+        self._install_native_hooks(cfg)
+
+    def _install_native_hooks(self, cfg: dict) -> None:
+        preload = os.environ.get("LD_PRELOAD", "")
+        for lib in cfg["agent_libraries"]:
+            name = os.path.basename(lib)
+            if name in preload:
+                continue  # preloaded the upstream way: the hooks are already interposed
+            if "host_heap" in name:
+                _ext.install_heap_hooks(lib, "_msmemscope")
+            # Other collectors' target libraries interpose device runtimes that
+            # a CPU process does not have loaded; they need the CLI (LD_PRELOAD).
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.cli:
+            return
+        _ext.detach()
+        # The host sees the stream complete when this process's lock on the
+        # capture file goes (descriptor and mappings): release them now so
+        # that we can wait for the host to write every file.
+        _ext.release_capture(self.dir)
+        if self.lifeline is not None:
+            try:
+                self.lifeline.stdin.close()
+            except OSError:
+                pass
+            self.lifeline.wait()
+        if self.host is not None:
+            self.host.wait()
+
+
+def session() -> Session:
+    """The session of this process, created on first use."""
+    global _session
+    with _lock:
+        if _session is None:
+            _session = Session()
+        return _session
+
+
+def active_session() -> Optional[Session]:
+    return _session
+
+
+def _at_exit() -> None:
+    from . import _collect
+    try:
+        _collect.disable_all()
+    except Exception:  # never fail the user's exit
+        pass
+    s = _session
+    if s is not None:
+        s.shutdown()
+
+
+atexit.register(_at_exit)
+
+
+def on_import() -> None:
+    """Under the CLI in immediate mode collection is already on when the
+    package is imported: the Python-side collectors join at once."""
+    if not under_cli():
+        return
+    try:
+        session()
+        if _ext.collecting():
+            from . import _collect
+            _collect.enable_for_range()
+    except Exception as e:  # never break the user's import
+        warnings.warn(f"msmemscope: cannot join the CLI's session: {e}")

@@ -1,0 +1,245 @@
+"""PyTorch collector (CPU; torch 1.13 and later).
+
+* every aten operator: OP_LAUNCH ATEN_START / ATEN_END (Name = the operator,
+  e.g. ``aten::mm``) from a TorchDispatchMode, and with events "access"
+  ACCESS READ (inputs) / WRITE (outputs) with dtype, shape, size, format,
+  type; Ptr is the storage's base address, so the host can give the
+  allocation_id of the block;
+* tensor storage: c10's CPU allocator (alloc_cpu -> posix_memalign,
+  free_cpu -> free in libc10) is hooked by GOT patching and reported as the
+  framework pool, MALLOC/FREE with Event Type PTA, owner and total;
+* owners: a block allocated inside an operator is ``PTA@ops@aten``, inside
+  ``Optimizer.step`` ``PTA@optimizer_state``, inside a describer scope
+  ``PTA@<label>``. After each optimizer step the parameters, gradients and
+  optimizer state are tagged (once per storage and owner) by an ACCESS row
+  of type UNKNOWN, Name ``optimizer.step`` and Attr ``owner`` =
+  ``PTA@weight`` / ``PTA@gradient`` / ``PTA@optimizer_state``, which the
+  decompose analysis can carry back to the block's MALLOC row;
+* module calls (Python trace on): ``nn.Module: ClassName`` spans.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import watcher as _watcher
+from ._session import _ext
+
+EV = _ext.EV
+T = _ext.T
+CPU = _ext.DEV["CPU"]
+
+_names: Dict[object, str] = {}
+_tagged: Dict[int, str] = {}
+_mode: Optional["_OpMode"] = None
+_access = False
+_trace = False
+_hooks_installed = False
+_module_hooks = []
+_tls = threading.local()
+
+
+def _op_name(func) -> str:
+    name = _names.get(func)
+    if name is None:
+        try:
+            name = func._schema.name
+        except AttributeError:
+            name = str(func)
+        _names[func] = name
+    return name
+
+
+def _base_ptr(t: torch.Tensor) -> int:
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
+def _tensor_attrs(t: torch.Tensor, extra: str = "") -> str:
+    fmt = "contiguous" if t.is_contiguous() else "strided"
+    s = (f"dtype:{t.dtype},shape:{list(t.shape)},size:{t.numel() * t.element_size()},"
+         f"format:{fmt},type:{t.device.type}")
+    return extra + s if extra else s
+
+
+def _access_event(t, kind_type: int, op: str) -> None:
+    if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):
+        return
+    if t.device.type != "cpu" or t.is_sparse:
+        return
+    try:
+        ptr = _base_ptr(t)
+    except RuntimeError:
+        return
+    if not ptr:
+        return
+    _ext.event(EV["ACCESS"], kind_type, CPU, -1, ptr, t.numel() * t.element_size(), 0, 0, op, _tensor_attrs(t))
+
+
+def _each_tensor(values):
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    yield x
+
+
+class _OpMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = _op_name(func)
+        collecting = _ext.collecting()
+        _ext.op_begin(name)
+        try:
+            if collecting and _access:
+                for t in _each_tensor(args):
+                    _access_event(t, T["READ"], name)
+                if kwargs:
+                    for t in _each_tensor(kwargs.values()):
+                        _access_event(t, T["READ"], name)
+            out = func(*args, **(kwargs or {}))
+            if collecting and _access:
+                for t in _each_tensor(out if isinstance(out, (list, tuple)) else (out,)):
+                    _access_event(t, T["WRITE"], name)
+            if collecting and _watcher._watched:
+                _watcher.after_op(name)
+            return out
+        finally:
+            _ext.op_end(name)
+
+
+def tag(t: torch.Tensor, owner: str, where: str) -> None:
+    """Says which owner a tensor's storage has (ACCESS UNKNOWN with Attr owner)."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse:
+        return
+    try:
+        ptr = _base_ptr(t)
+    except RuntimeError:
+        return
+    if not ptr or _tagged.get(ptr) == owner:
+        return
+    _tagged[ptr] = owner
+    _ext.event(EV["ACCESS"], T["UNKNOWN"], CPU, -1, ptr, t.numel() * t.element_size(), 0, 0, where,
+               _tensor_attrs(t, f"owner:{owner},"))
+
+
+def _tag_optimizer(opt) -> None:
+    if not _ext.collecting():
+        return
+    for group in getattr(opt, "param_groups", ()):
+        for p in group.get("params", ()):
+            tag(p, "PTA@weight", "optimizer.step")
+            if p.grad is not None:
+                tag(p.grad, "PTA@gradient", "optimizer.step")
+    for st in getattr(opt, "state", {}).values():
+        if isinstance(st, dict):
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    tag(v, "PTA@optimizer_state", "optimizer.step")
+
+
+def _wrap_step(cls) -> None:
+    step = cls.__dict__.get("step")
+    if step is None or getattr(step, "_msmemscope_wrapped", False):
+        return
+
+    def step_wrapper(self, *args, **kwargs):
+        _ext.optimizer_enter()
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            _ext.optimizer_exit()
+            _tag_optimizer(self)
+
+    step_wrapper._msmemscope_wrapped = True
+    step_wrapper.__wrapped__ = step
+    step_wrapper.__name__ = getattr(step, "__name__", "step")
+    step_wrapper.__doc__ = getattr(step, "__doc__", None)
+    setattr(cls, "step", step_wrapper)
+
+
+def _patch_optimizers() -> None:
+    # torch 1.13 has no global optimizer hooks: wrap step() of every
+    # Optimizer class, now and for classes defined later.
+    base = torch.optim.Optimizer
+    todo = [base]
+    while todo:
+        c = todo.pop()
+        _wrap_step(c)
+        todo.extend(c.__subclasses__())
+    if not getattr(base, "_msmemscope_subclass_hook", False):
+        previous = base.__dict__.get("__init_subclass__")
+
+        def __init_subclass__(cls, **kwargs):
+            if previous is not None:
+                previous.__func__(cls, **kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)
+            _wrap_step(cls)
+
+        base.__init_subclass__ = classmethod(__init_subclass__)
+        base._msmemscope_subclass_hook = True
+
+
+def _stack():
+    s = getattr(_tls, "modules", None)
+    if s is None:
+        s = _tls.modules = []
+    return s
+
+
+def _module_pre(module, inputs):
+    if _trace:
+        _stack().append((id(module), _ext.now()))
+
+
+def _module_post(module, inputs, output):
+    if not _trace:
+        return
+    s = _stack()
+    key = id(module)
+    while s:
+        mid, start = s.pop()
+        if mid == key:
+            if _ext.collecting():
+                _ext.event(EV["PY_TRACE"], T["PY_CALL"], 0, -1, 0, 0, start, 0,
+                           f"nn.Module: {type(module).__name__}", "")
+            break
+
+
+def enable(trace: bool) -> None:
+    """Turns the PyTorch collector on (start())."""
+    global _mode, _access, _trace, _hooks_installed
+    _access = bool(_ext.wants("access"))
+    _trace = trace
+    if not _hooks_installed:
+        _hooks_installed = True
+        try:
+            _ext.install_torch_hooks("libc10.so")
+        except RuntimeError:
+            pass  # no GOT patcher: operators are still recorded
+        _patch_optimizers()
+    if trace and not _module_hooks:
+        from torch.nn.modules import module as m
+        _module_hooks.append(m.register_module_forward_pre_hook(_module_pre))
+        _module_hooks.append(m.register_module_forward_hook(_module_post))
+    if _mode is None:
+        _mode = _OpMode()
+        _mode.__enter__()
+
+
+def disable() -> None:
+    """Turns operator tracking off (stop()); storage tracking stays so that
+    the pool numbers remain right in the next range."""
+    global _mode, _trace
+    if _mode is not None:
+        try:
+            _mode.__exit__(None, None, None)
+        finally:
+            _mode = None
+    _trace = False
+    while _module_hooks:
+        _module_hooks.pop().remove()

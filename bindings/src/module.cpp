@@ -1,0 +1,630 @@
+// _msmemscope: the native half of the Python package.
+//
+//  - configuration: the CLI's own parser and validator (msmemscope::host), so
+//    that msmemscope.config() accepts and refuses exactly what the command
+//    line does, with the same messages;
+//  - the agent: loaded into this process (or found preloaded), attached to
+//    a session, driven (start/stop/step/events);
+//  - hooks without LD_PRELOAD: the host_heap collector's hooks installed by
+//    GOT patching (framework/agent/got_patch.h), and PyTorch's CPU allocator
+//    (c10::alloc_cpu -> posix_memalign, c10::free_cpu -> free in libc10)
+//    reported as the framework pool (MALLOC/FREE PTA);
+//  - Python trace: a C-level profile function (PyEval_SetProfile) with a
+//    per-thread shadow stack, which also serves --call-stack=python.
+#include <Python.h>
+#include <frameobject.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <msmemscope/abi.h>
+
+#include "config.h"
+#include "registry.h"
+#include "util/text.h"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---------------------------------------------------------------- agent API
+struct GotHook {
+    const char* name;
+    void* replacement;
+    void** previous;
+};
+
+struct AgentApi {
+    int (*enter)();
+    void (*leave)();
+    int (*collecting)();
+    int (*wants)(const char*);
+    size_t (*option)(const char*, char*, size_t);
+    uint64_t (*now)();
+    void (*alloc)(uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, const char*);
+    void (*free)(uint16_t, uint16_t, int16_t, uint64_t);
+    void (*event)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,
+                  const char*);
+    void (*start)();
+    void (*stop)();
+    uint64_t (*step)();
+    void (*set_py_provider)(uint32_t (*)(uint64_t*, uint32_t));
+    uint64_t (*intern)(const char*);
+    int (*attach)(const char*, const char*);
+    void (*detach)();
+    int (*attached)();
+    int (*got_install)(const char*, const GotHook*, uint32_t, const char*);
+    void (*got_refresh)();
+};
+AgentApi g_agent{};
+bool g_agent_loaded = false;
+std::string g_agent_origin;  // "preloaded" or the path we loaded
+
+template <class F>
+bool resolve(void* handle, const char* name, F& out) {
+    out = reinterpret_cast<F>(dlsym(handle, name));
+    return out != nullptr;
+}
+
+// Finds the agent already in the process (LD_PRELOAD, the CLI) or loads it.
+std::string load_agent(const std::string& path) {
+    if (g_agent_loaded) return g_agent_origin;
+    void* handle = RTLD_DEFAULT;
+    std::string origin = "preloaded";
+    if (!dlsym(RTLD_DEFAULT, "msms_agent_attach")) {
+        handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+        if (!handle) throw std::runtime_error(std::string("cannot load the msmemscope agent: ") + dlerror());
+        origin = path;
+    }
+    AgentApi a{};
+    bool ok = resolve(handle, "msms_agent_enter", a.enter) && resolve(handle, "msms_agent_leave", a.leave) &&
+              resolve(handle, "msms_agent_collecting", a.collecting) && resolve(handle, "msms_agent_wants", a.wants) &&
+              resolve(handle, "msms_agent_option", a.option) && resolve(handle, "msms_agent_now", a.now) &&
+              resolve(handle, "msms_agent_alloc", a.alloc) && resolve(handle, "msms_agent_free", a.free) &&
+              resolve(handle, "msms_agent_event", a.event) && resolve(handle, "msms_agent_start", a.start) &&
+              resolve(handle, "msms_agent_stop", a.stop) && resolve(handle, "msms_agent_step", a.step) &&
+              resolve(handle, "msms_agent_set_python_stack_provider", a.set_py_provider) &&
+              resolve(handle, "msms_agent_intern", a.intern) && resolve(handle, "msms_agent_attach", a.attach) &&
+              resolve(handle, "msms_agent_detach", a.detach) && resolve(handle, "msms_agent_attached", a.attached);
+    if (!ok) throw std::runtime_error("the msmemscope agent (" + origin + ") lacks an entry: " + dlerror());
+    resolve(handle, "msms_agent_got_install", a.got_install);
+    resolve(handle, "msms_agent_got_refresh", a.got_refresh);
+    g_agent = a;
+    g_agent_loaded = true;
+    g_agent_origin = origin;
+    return origin;
+}
+
+void need_agent() {
+    if (!g_agent_loaded) throw std::runtime_error("msmemscope: the agent is not loaded");
+}
+
+// ---------------------------------------------------------------- config
+struct Catalogs {
+    std::unique_ptr<msms::Registry> registry;
+    std::string key;
+};
+Catalogs g_catalog;
+
+msms::Registry& registry_for(const std::string& prefix, const std::vector<std::string>& extra) {
+    std::string key = prefix;
+    for (auto& e : extra) key += "\n" + e;
+    if (const char* env = getenv("MSMEMSCOPE_PLUGIN_PATH")) key += std::string("\n$") + env;
+    if (g_catalog.registry && g_catalog.key == key) return *g_catalog.registry;
+    auto reg = std::make_unique<msms::Registry>();
+    std::vector<std::string> dirs{prefix + "/lib/msmemscope/plugins"};
+    for (auto& e : extra) dirs.push_back(e);
+    if (const char* env = getenv("MSMEMSCOPE_PLUGIN_PATH")) {
+        std::string s = env;
+        size_t start = 0;
+        while (start <= s.size()) {
+            size_t colon = s.find(':', start);
+            if (colon == std::string::npos) colon = s.size();
+            if (colon > start) dirs.push_back(s.substr(start, colon - start));
+            start = colon + 1;
+        }
+    }
+    reg->discover(dirs);
+    g_catalog.registry = std::move(reg);
+    g_catalog.key = key;
+    return *g_catalog.registry;
+}
+
+// Validates the Python config (canonical CLI option names -> text values).
+py::dict validate_config(const std::map<std::string, std::string>& values,
+                         const std::map<std::string, std::string>& origins, const std::string& prefix,
+                         const std::vector<std::string>& plugin_paths) {
+    msms::RawConfig raw;
+    for (auto& [k, v] : values) {
+        auto it = origins.find(k);
+        raw.values[k] = msms::RawValue{v, it != origins.end() ? it->second : k};
+    }
+    raw.values["serve-session"] = msms::RawValue{"python", "serve_session"};
+    raw.search_paths = plugin_paths;
+    msms::Registry& reg = registry_for(prefix, plugin_paths);
+    msms::Config cfg;
+    std::vector<std::string> errors;
+    if (!msms::validate(raw, reg.catalog(), cfg, errors)) {
+        std::string msg;
+        for (auto& e : errors) msg += (msg.empty() ? "" : "\n") + e;
+        throw py::value_error(msg);
+    }
+    py::dict d;
+    d["agent_options"] = cfg.agent_options();
+    d["output"] = cfg.output;
+    d["data_format"] = cfg.data_format;
+    d["analysis"] = cfg.analyzers;
+    d["sinks"] = cfg.sinks;
+    d["events"] = std::vector<std::string>(cfg.events.begin(), cfg.events.end());
+    d["devices"] = cfg.devices;
+    d["collectors"] = cfg.collectors;
+    d["collect_mode"] = cfg.collect_mode;
+    d["json"] = cfg.to_json();
+    // The collectors' target-side libraries (what the CLI would preload).
+    std::vector<std::string> libs;
+    for (auto& name : cfg.collectors) {
+        const msms::LoadedPlugin* p = reg.find(name, MSMS_KIND_COLLECTOR);
+        if (!p || !p->descriptor->agent_library) continue;
+        fs::path dir = fs::path(p->path).parent_path();
+        std::string lib = p->descriptor->agent_library;
+        for (auto& c : {dir / lib, dir.parent_path() / "agent" / lib, dir / "agent" / lib}) {
+            if (access(c.c_str(), R_OK) == 0) {
+                libs.push_back(fs::absolute(c).lexically_normal().string());
+                break;
+            }
+        }
+    }
+    d["agent_libraries"] = libs;
+    return d;
+}
+
+py::list list_plugins(const std::string& prefix, const std::vector<std::string>& plugin_paths) {
+    msms::Registry& reg = registry_for(prefix, plugin_paths);
+    py::list out;
+    for (auto& p : reg.plugins()) {
+        py::dict d;
+        d["name"] = p.info.name;
+        d["kind"] = p.kind_name();
+        d["version"] = std::string(p.descriptor->version ? p.descriptor->version : "");
+        d["description"] = std::string(p.descriptor->description ? p.descriptor->description : "");
+        d["events"] = p.info.events;
+        d["path"] = p.path;
+        py::list opts;
+        for (auto& o : p.info.options) {
+            py::dict od;
+            static const char* types[] = {"string", "int", "bool", "enum", "list"};
+            od["name"] = o.name;
+            od["type"] = std::string(o.type >= 0 && o.type < 5 ? types[o.type] : "string");
+            od["default"] = o.has_default ? py::object(py::str(o.default_value)) : py::object(py::none());
+            od["allowed"] = o.allowed;
+            if (o.type == MSMS_OPT_INT) {
+                od["min"] = o.min;
+                od["max"] = o.max;
+            }
+            od["description"] = o.description;
+            opts.append(od);
+        }
+        d["options"] = opts;
+        out.append(d);
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------- heap hooks
+void* g_hook_handle = nullptr;
+
+int install_heap_hooks(const std::string& hook_library, const std::string& skip) {
+    need_agent();
+    if (!g_agent.got_install) throw std::runtime_error("the msmemscope agent has no GOT patcher");
+    if (g_hook_handle) return 0;
+    // RTLD_LOCAL: the hooks must not become the process's malloc for symbol
+    // lookups; only the GOT slots we patch call them.
+    void* h = dlopen(hook_library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw std::runtime_error(std::string("cannot load ") + hook_library + ": " + dlerror());
+    static const char* names[] = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
+                                  "aligned_alloc", "memalign", "valloc", "pvalloc"};
+    std::vector<GotHook> hooks;
+    for (const char* n : names) {
+        void* f = dlsym(h, n);
+        if (f) hooks.push_back({n, f, nullptr});
+    }
+    g_hook_handle = h;
+    std::string skip_all = skip + "\n" + fs::path(hook_library).filename().string();
+    return g_agent.got_install(nullptr, hooks.data(), static_cast<uint32_t>(hooks.size()), skip_all.c_str());
+}
+
+// ---------------------------------------------------------------- PTA (torch CPU allocator)
+using posix_memalign_fn = int (*)(void**, size_t, size_t);
+using free_fn = void (*)(void*);
+posix_memalign_fn g_prev_posix_memalign = nullptr;
+free_fn g_prev_free = nullptr;
+std::atomic<bool> g_pta_on{false};
+std::mutex g_pta_mu;
+std::unordered_map<uint64_t, uint64_t>* g_pta_live = nullptr;  // ptr -> size
+int64_t g_pta_used = 0, g_pta_peak = 0;
+
+// Per-thread context that decides the owner of a new block.
+thread_local int t_op_depth = 0;
+thread_local int t_optimizer_depth = 0;
+thread_local char t_owner_label[256];
+
+void owner_attr(char* buf, size_t n, uint64_t total) {
+    const char* owner = nullptr;
+    if (t_owner_label[0]) owner = t_owner_label;
+    else if (t_optimizer_depth > 0) owner = "optimizer_state";
+    else if (t_op_depth > 0) owner = "ops@aten";
+    if (owner)
+        snprintf(buf, n, "owner:PTA@%s,total:%llu", owner, static_cast<unsigned long long>(total));
+    else
+        snprintf(buf, n, "owner:PTA,total:%llu", static_cast<unsigned long long>(total));
+}
+
+int pta_posix_memalign(void** out, size_t align, size_t n) {
+    int rc = g_prev_posix_memalign(out, align, n);
+    if (rc != 0 || !g_pta_on.load(std::memory_order_relaxed)) return rc;
+    uint64_t total;
+    {
+        std::lock_guard<std::mutex> lock(g_pta_mu);
+        (*g_pta_live)[reinterpret_cast<uint64_t>(*out)] = n;
+        g_pta_used += static_cast<int64_t>(n);
+        if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
+        total = static_cast<uint64_t>(g_pta_used);
+    }
+    if (g_agent.enter()) {
+        char attrs[300];
+        owner_attr(attrs, sizeof(attrs), total);
+        g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(*out), n, 0, attrs);
+        g_agent.leave();
+    }
+    return rc;
+}
+
+void pta_free(void* p) {
+    if (p && g_pta_live) {
+        bool known = false;
+        uint64_t total = 0;
+        {
+            std::lock_guard<std::mutex> lock(g_pta_mu);
+            auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
+            if (it != g_pta_live->end()) {
+                g_pta_used -= static_cast<int64_t>(it->second);
+                total = static_cast<uint64_t>(g_pta_used);
+                g_pta_live->erase(it);
+                known = true;
+            }
+        }
+        if (known && g_agent.enter()) {
+            char attrs[64];
+            snprintf(attrs, sizeof(attrs), "total:%llu", static_cast<unsigned long long>(total));
+            g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0, nullptr,
+                          attrs);
+            g_agent.leave();
+        }
+    }
+    g_prev_free(p);
+}
+
+int install_torch_hooks(const std::string& library) {
+    need_agent();
+    if (!g_agent.got_install) throw std::runtime_error("the msmemscope agent has no GOT patcher");
+    static bool installed = false;
+    if (!g_pta_live) g_pta_live = new std::unordered_map<uint64_t, uint64_t>();
+    g_pta_on = true;
+    if (installed) return 0;
+    installed = true;
+    GotHook hooks[] = {{"posix_memalign", reinterpret_cast<void*>(&pta_posix_memalign),
+                        reinterpret_cast<void**>(&g_prev_posix_memalign)},
+                       {"free", reinterpret_cast<void*>(&pta_free), reinterpret_cast<void**>(&g_prev_free)}};
+    return g_agent.got_install(library.c_str(), hooks, 2, nullptr);
+}
+
+// ---------------------------------------------------------------- Python trace
+struct CodeInfo {
+    uint64_t id;        // interned "file(line): func" (0 = not traced)
+    const char* file;   // UTF-8, owned by the code object
+    const char* func;
+    int first_line;
+    bool skip;
+};
+
+struct ShadowFrame {
+    PyFrameObject* frame;
+    CodeInfo* info;
+    uint64_t start;
+};
+
+constexpr int kMaxShadow = 4096;
+struct Shadow {
+    ShadowFrame frames[kMaxShadow];
+    int depth = 0;       // may exceed kMaxShadow (frames not kept)
+};
+thread_local Shadow* t_shadow = nullptr;
+
+Py_ssize_t g_code_extra = -1;
+std::atomic<bool> g_trace_emit{false};   // PY_TRACE events wanted (traceback or tracer)
+std::atomic<bool> g_tracer_forced{false}; // tracer.start(): emit even when not collecting
+std::vector<std::string> g_skip_prefixes;
+
+void free_code_info(void* p) { delete static_cast<CodeInfo*>(p); }
+
+CodeInfo* code_info(PyCodeObject* code) {
+    void* extra = nullptr;
+    if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra)
+        return static_cast<CodeInfo*>(extra);
+    auto* ci = new CodeInfo{};
+    ci->file = PyUnicode_AsUTF8(code->co_filename);
+    ci->func = PyUnicode_AsUTF8(code->co_name);
+    if (!ci->file) ci->file = "?";
+    if (!ci->func) ci->func = "?";
+    PyErr_Clear();
+    ci->first_line = code->co_firstlineno;
+    for (auto& p : g_skip_prefixes)
+        if (strncmp(ci->file, p.c_str(), p.size()) == 0) ci->skip = true;
+    _PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, ci);
+    return ci;
+}
+
+int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
+    if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
+    Shadow* sh = t_shadow;
+    if (!sh) {
+        sh = new Shadow();
+        t_shadow = sh;
+    }
+    if (what == PyTrace_CALL) {
+        int d = sh->depth++;
+        if (d >= kMaxShadow) return 0;
+        PyCodeObject* code = PyFrame_GetCode(frame);
+        Py_DECREF(code);  // the frame keeps it alive
+        CodeInfo* ci = code_info(code);
+        sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? g_agent.now() : 0};
+        return 0;
+    }
+    if (sh->depth == 0) return 0;  // a frame entered before tracing began
+    int d = --sh->depth;
+    if (d >= kMaxShadow) return 0;
+    ShadowFrame& f = sh->frames[d];
+    if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
+        (g_tracer_forced.load(std::memory_order_relaxed) || g_agent.collecting())) {
+        // Names are interned ids; msms_agent_event takes text, so pass the
+        // cached string through the intern table once per code object.
+        char buf[1024];
+        snprintf(buf, sizeof(buf), "%s(%d): %s", f.info->file, f.info->first_line, f.info->func);
+        g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0, buf, nullptr);
+    }
+    return 0;
+}
+
+// --call-stack=python: the calling thread's frames, innermost first, from
+// the shadow stack (no Python API that allocates or needs the GIL).
+uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
+    Shadow* sh = t_shadow;
+    if (!sh) return 0;
+    int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
+    uint32_t n = 0;
+    char buf[1024];
+    for (int i = d - 1; i >= 0 && n < max; --i) {
+        ShadowFrame& f = sh->frames[i];
+        if (f.info->skip) continue;
+        int line = PyFrame_GetLineNumber(f.frame);
+        snprintf(buf, sizeof(buf), "%s(%d): %s", f.info->file, line, f.info->func);
+        uint64_t id = g_agent.intern(buf);
+        if (id) out[n++] = id;
+    }
+    return n;
+}
+
+bool g_profile_installed = false;
+
+void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
+    need_agent();
+    if (g_code_extra < 0) g_code_extra = _PyEval_RequestCodeExtraIndex(free_code_info);
+    if (g_skip_prefixes.empty()) g_skip_prefixes = skip_prefixes;
+    if (emit) g_trace_emit = true;
+    if (forced) g_tracer_forced = true;
+    if (!g_profile_installed) {
+        // Frames already running on this thread are not on the shadow stack.
+        PyEval_SetProfile(profile_func, nullptr);
+        g_profile_installed = true;
+        g_agent.set_py_provider(python_stack_provider);
+    }
+}
+
+void profile_stop_emit(bool forced_only) {
+    if (forced_only) {
+        g_tracer_forced = false;
+    } else {
+        g_trace_emit = false;
+        g_tracer_forced = false;
+    }
+}
+
+// ---------------------------------------------------------------- release
+// After msms_agent_detach() the stream is complete, but the host only knows
+// it when the writer's flock on the capture file goes, i.e. when no
+// descriptor and no mapping of it remains in this process (else at exit,
+// too late for this process to wait for the host). Replaces the mappings
+// with anonymous memory (a late write by another thread lands harmlessly)
+// and closes the descriptors. Returns how many mappings were replaced.
+int release_capture(const std::string& dir) {
+    int replaced = 0;
+    FILE* f = fopen("/proc/self/maps", "r");
+    if (f) {
+        char line[4096];
+        std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+        while (fgets(line, sizeof(line), f)) {
+            if (!strstr(line, dir.c_str()) || !strstr(line, ".msmcap")) continue;
+            unsigned long a, b;
+            if (sscanf(line, "%lx-%lx", &a, &b) == 2) ranges.emplace_back(a, b);
+        }
+        fclose(f);
+        for (auto& [a, b] : ranges) {
+            void* p = mmap(reinterpret_cast<void*>(a), b - a, PROT_READ | PROT_WRITE,
+                           MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED) ++replaced;
+        }
+    }
+    for (auto& e : fs::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        auto target = fs::read_symlink(e.path(), ec);
+        if (ec) continue;
+        std::string t = target.string();
+        if (t.rfind(dir + "/", 0) == 0 && t.find(".msmcap") != std::string::npos)
+            close(atoi(e.path().filename().c_str()));
+    }
+    return replaced;
+}
+
+// ---------------------------------------------------------------- misc
+uint64_t text_to_u64(const std::string& s) {
+    unsigned long long v = 0;
+    msms::parse_uint(s, v);
+    return v;
+}
+
+py::dict memory_info() {
+    py::dict d;
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof(line), f)) {
+            unsigned long long kb;
+            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) d["total"] = kb * 1024ull;
+            else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) d["free"] = kb * 1024ull;
+        }
+        fclose(f);
+    }
+    f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof(line), f)) {
+            unsigned long long kb;
+            if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) d["rss"] = kb * 1024ull;
+            else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1) d["peak_rss"] = kb * 1024ull;
+        }
+        fclose(f);
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_pta_mu);
+        d["pta_used"] = g_pta_used;
+        d["pta_peak"] = g_pta_peak;
+    }
+    return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_msmemscope, m) {
+    m.doc() = "native half of the msmemscope package (not a public API)";
+    m.def("load_agent", &load_agent, py::arg("path"));
+    m.def("agent_loaded", [] { return g_agent_loaded; });
+    m.def("validate_config", &validate_config, py::arg("values"), py::arg("origins"), py::arg("prefix"),
+          py::arg("plugin_paths"));
+    m.def("list_plugins", &list_plugins, py::arg("prefix"), py::arg("plugin_paths"));
+    m.def("attach", [](const std::string& dir, const std::string& opts) {
+        need_agent();
+        return g_agent.attach(dir.c_str(), opts.c_str());
+    });
+    m.def("attached", [] { return g_agent_loaded && g_agent.attached(); });
+    m.def("detach", [] {
+        if (g_agent_loaded) g_agent.detach();
+    });
+    m.def("start", [] {
+        need_agent();
+        g_agent.start();
+    });
+    m.def("stop", [] {
+        need_agent();
+        g_agent.stop();
+    });
+    m.def("step", [] {
+        need_agent();
+        return g_agent.step();
+    });
+    m.def("collecting", [] { return g_agent_loaded && g_agent.collecting(); });
+    m.def("wants", [](const std::string& cls) { return g_agent_loaded && g_agent.wants(cls.c_str()); });
+    m.def("option", [](const std::string& key) {
+        need_agent();
+        char buf[4096];
+        g_agent.option(key.c_str(), buf, sizeof(buf));
+        return std::string(buf);
+    });
+    m.def("now", [] {
+        need_agent();
+        return g_agent.now();
+    });
+    // Any event; recorded whenever a stream is open (callers decide).
+    m.def(
+        "event",
+        [](int kind, int type, int dev_kind, int dev_id, uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1,
+           const std::string& name, const std::string& attrs) {
+            need_agent();
+            g_agent.event(static_cast<uint16_t>(kind), static_cast<uint16_t>(type), static_cast<uint16_t>(dev_kind),
+                          static_cast<int16_t>(dev_id), ptr, size, aux0, aux1, name.empty() ? nullptr : name.c_str(),
+                          attrs.empty() ? nullptr : attrs.c_str());
+        },
+        py::arg("kind"), py::arg("type"), py::arg("dev_kind"), py::arg("dev_id"), py::arg("ptr") = 0,
+        py::arg("size") = 0, py::arg("aux0") = 0, py::arg("aux1") = 0, py::arg("name") = "", py::arg("attrs") = "");
+    // Operator boundaries (the dispatch mode): also the owner context.
+    m.def("op_begin", [](const std::string& name) {
+        ++t_op_depth;
+        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("launch"))
+            g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
+    });
+    m.def("op_end", [](const std::string& name) {
+        if (t_op_depth > 0) --t_op_depth;
+        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("launch"))
+            g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
+    });
+    m.def("optimizer_enter", [] { ++t_optimizer_depth; });
+    m.def("optimizer_exit", [] {
+        if (t_optimizer_depth > 0) --t_optimizer_depth;
+    });
+    m.def("set_owner_label", [](const std::string& label) {
+        size_t n = std::min(label.size(), sizeof(t_owner_label) - 1);
+        memcpy(t_owner_label, label.data(), n);
+        t_owner_label[n] = 0;
+    });
+    m.def("install_heap_hooks", &install_heap_hooks, py::arg("hook_library"), py::arg("skip"));
+    m.def("install_torch_hooks", &install_torch_hooks, py::arg("library"));
+    m.def("torch_hooks_off", [] { g_pta_on = false; });
+    m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
+    m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
+    m.def("profile_uninstall", [] {
+        if (g_profile_installed) {
+            PyEval_SetProfile(nullptr, nullptr);
+            g_profile_installed = false;
+            if (g_agent_loaded) g_agent.set_py_provider(nullptr);
+            delete t_shadow;
+            t_shadow = nullptr;
+        }
+        g_trace_emit = false;
+        g_tracer_forced = false;
+    });
+    m.def("memory_info", &memory_info);
+    m.def("release_capture", &release_capture, py::arg("dir"));
+    m.def("parse_uint", &text_to_u64);
+    m.attr("EV") = py::dict(py::arg("SYSTEM") = 0, py::arg("MALLOC") = 1, py::arg("FREE") = 2, py::arg("ACCESS") = 3,
+                            py::arg("OP_LAUNCH") = 4, py::arg("KERNEL_LAUNCH") = 5, py::arg("MSTX") = 6,
+                            py::arg("SNAPSHOT") = 7, py::arg("OOM_DETAIL") = 8, py::arg("PY_TRACE") = 9);
+    m.attr("T") = py::dict(py::arg("NONE") = 0, py::arg("PTA") = 11, py::arg("READ") = 20, py::arg("WRITE") = 21,
+                           py::arg("UNKNOWN") = 22, py::arg("ATEN_START") = 30, py::arg("ATEN_END") = 31,
+                           py::arg("MARK") = 50, py::arg("SNAPSHOT") = 60, py::arg("PY_CALL") = 80,
+                           py::arg("PY_RECORD_FUNCTION") = 81);
+    m.attr("DEV") = py::dict(py::arg("NA") = 0, py::arg("CPU") = 1, py::arg("NPU") = 2, py::arg("CUDA") = 3);
+}

@@ -1,0 +1,268 @@
+// GOT patching (see got_patch.h). Walks every loaded object with
+// dl_iterate_phdr, reads its dynamic section (symbol table, string table,
+// PLT and GLOB_DAT relocations) and overwrites the slots of the hooked
+// symbols. RELRO pages are made writable first. No malloc: fixed tables.
+#include "got_patch.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <link.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "channel.h"
+
+namespace {
+
+constexpr uint32_t kMaxSets = 8;
+constexpr uint32_t kMaxHooks = 32;
+constexpr uint32_t kMaxObjects = 4096;
+constexpr size_t kMaxText = 512;
+
+struct HookSet {
+    bool used;
+    bool global;
+    char library[kMaxText];  // only_library (library sets)
+    char skip[kMaxText];     // '\n'-separated substrings (global sets)
+    uint32_t n;
+    const char* names[kMaxHooks];
+    void* replacement[kMaxHooks];
+};
+
+struct Object {
+    uintptr_t base;
+    const void* phdr;
+    uint32_t applied;  // bit per set
+};
+
+HookSet g_sets[kMaxSets];
+uint32_t g_set_count = 0;
+Object g_objects[kMaxObjects];
+uint32_t g_object_count = 0;
+std::atomic_flag g_lock = ATOMIC_FLAG_INIT;
+
+struct Lock {
+    Lock() {
+        while (g_lock.test_and_set(std::memory_order_acquire)) {
+        }
+    }
+    ~Lock() { g_lock.clear(std::memory_order_release); }
+};
+
+using dlopen_fn = void* (*)(const char*, int);
+dlopen_fn g_real_dlopen = nullptr;
+
+bool contains(const char* hay, const char* needle) { return needle && *needle && strstr(hay, needle) != nullptr; }
+
+// Is `path` one of the objects no global set may touch?
+bool excluded(const char* path, const HookSet& s) {
+    if (!path) return true;
+    if (strstr(path, "linux-vdso") || strstr(path, "linux-gate")) return true;
+    if (strstr(path, "/ld-linux") || strstr(path, "/ld-2.") || strstr(path, "ld64.so")) return true;
+    if (strstr(path, "/libc.so") || strstr(path, "/libc-2.")) return true;
+    if (strstr(path, "libmsmemscope_agent")) return true;
+    const char* p = s.skip;
+    while (*p) {
+        const char* nl = strchr(p, '\n');
+        size_t len = nl ? static_cast<size_t>(nl - p) : strlen(p);
+        if (len) {
+            char item[kMaxText];
+            memcpy(item, p, len);
+            item[len] = 0;
+            if (strstr(path, item)) return true;
+        }
+        if (!nl) break;
+        p = nl + 1;
+    }
+    return false;
+}
+
+uintptr_t dyn_ptr(uintptr_t base, uintptr_t v) {
+    // glibc relocates the d_ptr entries of writable dynamic sections in
+    // place; others (and some loaders) keep the link-time value.
+    return v < base ? v + base : v;
+}
+
+bool make_writable(uintptr_t addr) {
+    static long page = 0;
+    if (!page) page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = addr & ~static_cast<uintptr_t>(page - 1);
+    return mprotect(reinterpret_cast<void*>(start), static_cast<size_t>(page), PROT_READ | PROT_WRITE) == 0;
+}
+
+bool is_slot_type(uint32_t t) {
+#if defined(__x86_64__)
+    return t == R_X86_64_JUMP_SLOT || t == R_X86_64_GLOB_DAT;
+#elif defined(__aarch64__)
+    return t == R_AARCH64_JUMP_SLOT || t == R_AARCH64_GLOB_DAT;
+#else
+    return false;
+#endif
+}
+
+// Patches one object with one set; returns the slots written.
+int patch_object(const struct dl_phdr_info* info, const HookSet& s) {
+    const ElfW(Dyn)* dyn = nullptr;
+    for (int i = 0; i < info->dlpi_phnum; ++i)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn) return 0;
+    uintptr_t base = info->dlpi_addr;
+    const ElfW(Sym)* symtab = nullptr;
+    const char* strtab = nullptr;
+    const ElfW(Rela)* jmprel = nullptr;
+    size_t jmprel_size = 0;
+    const ElfW(Rela)* rela = nullptr;
+    size_t rela_size = 0;
+    for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; ++d) {
+        switch (d->d_tag) {
+        case DT_SYMTAB: symtab = reinterpret_cast<const ElfW(Sym)*>(dyn_ptr(base, d->d_un.d_ptr)); break;
+        case DT_STRTAB: strtab = reinterpret_cast<const char*>(dyn_ptr(base, d->d_un.d_ptr)); break;
+        case DT_JMPREL: jmprel = reinterpret_cast<const ElfW(Rela)*>(dyn_ptr(base, d->d_un.d_ptr)); break;
+        case DT_PLTRELSZ: jmprel_size = d->d_un.d_val; break;
+        case DT_RELA: rela = reinterpret_cast<const ElfW(Rela)*>(dyn_ptr(base, d->d_un.d_ptr)); break;
+        case DT_RELASZ: rela_size = d->d_un.d_val; break;
+        default: break;
+        }
+    }
+    if (!symtab || !strtab) return 0;
+    int written = 0;
+    auto walk = [&](const ElfW(Rela)* r, size_t bytes) {
+        if (!r) return;
+        size_t count = bytes / sizeof(ElfW(Rela));
+        for (size_t i = 0; i < count; ++i) {
+            if (!is_slot_type(static_cast<uint32_t>(ELF64_R_TYPE(r[i].r_info)))) continue;
+            size_t sym = ELF64_R_SYM(r[i].r_info);
+            if (!sym) continue;
+            const char* name = strtab + symtab[sym].st_name;
+            for (uint32_t h = 0; h < s.n; ++h) {
+                if (strcmp(name, s.names[h]) != 0) continue;
+                void** slot = reinterpret_cast<void**>(base + r[i].r_offset);
+                if (*slot != s.replacement[h]) {
+                    if (!make_writable(reinterpret_cast<uintptr_t>(slot))) break;
+                    *slot = s.replacement[h];
+                    ++written;
+                }
+                break;
+            }
+        }
+    };
+    walk(jmprel, jmprel_size);
+    walk(rela, rela_size);
+    return written;
+}
+
+Object* object_for(const struct dl_phdr_info* info) {
+    for (uint32_t i = 0; i < g_object_count; ++i)
+        if (g_objects[i].base == info->dlpi_addr && g_objects[i].phdr == info->dlpi_phdr) return &g_objects[i];
+    if (g_object_count >= kMaxObjects) return nullptr;
+    Object* o = &g_objects[g_object_count++];
+    o->base = info->dlpi_addr;
+    o->phdr = info->dlpi_phdr;
+    o->applied = 0;
+    return o;
+}
+
+struct WalkState {
+    int written;
+};
+
+int on_object(struct dl_phdr_info* info, size_t, void* arg) {
+    auto* st = static_cast<WalkState*>(arg);
+    const char* path = info->dlpi_name ? info->dlpi_name : "";
+    Object* o = object_for(info);
+    if (!o) return 0;
+    for (uint32_t i = 0; i < g_set_count; ++i) {
+        const HookSet& s = g_sets[i];
+        if (!s.used || (o->applied & (1u << i))) continue;
+        o->applied |= 1u << i;
+        bool match = s.global ? !excluded(path, s) : contains(path, s.library);
+        if (!match) continue;
+        st->written += patch_object(info, s);
+    }
+    return 0;
+}
+
+int refresh_locked() {
+    WalkState st{0};
+    dl_iterate_phdr(on_object, &st);
+    return st.written;
+}
+
+void* dlopen_hook(const char* file, int mode) {
+    void* h = g_real_dlopen ? g_real_dlopen(file, mode) : nullptr;
+    if (h) msms_agent_got_refresh();
+    return h;
+}
+
+void copy_text(char* dst, const char* src) {
+    size_t len = src ? strlen(src) : 0;
+    if (len >= kMaxText) len = kMaxText - 1;
+    if (len) memcpy(dst, src, len);
+    dst[len] = 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int msms_agent_got_install(const char* only_library, const msms_got_hook* hooks,
+                                                                  uint32_t n, const char* skip) {
+    if (!hooks || n == 0 || n + 1 > kMaxHooks) return -EINVAL;
+    auto& t = msms::agent::tls();
+    ++t.depth;  // dlsym may allocate: not ours to record
+    int result;
+    {
+        Lock lock;
+        if (g_set_count >= kMaxSets) {
+            --t.depth;
+            return -ENOSPC;
+        }
+        HookSet& s = g_sets[g_set_count];
+        memset(&s, 0, sizeof(s));
+        s.global = only_library == nullptr;
+        copy_text(s.library, only_library);
+        copy_text(s.skip, skip);
+        for (uint32_t i = 0; i < n; ++i) {
+            void* prev = nullptr;
+            if (!s.global)
+                for (uint32_t k = 0; k < g_set_count && !prev; ++k)
+                    if (g_sets[k].global)
+                        for (uint32_t j = 0; j < g_sets[k].n; ++j)
+                            if (!strcmp(g_sets[k].names[j], hooks[i].name)) prev = g_sets[k].replacement[j];
+            if (!prev) prev = dlsym(RTLD_DEFAULT, hooks[i].name);
+            if (hooks[i].previous) *hooks[i].previous = prev;
+            s.names[s.n] = hooks[i].name;
+            s.replacement[s.n] = hooks[i].replacement;
+            ++s.n;
+        }
+        if (s.global) {
+            // Objects loaded later get the same hooks.
+            if (!g_real_dlopen) g_real_dlopen = reinterpret_cast<dlopen_fn>(dlsym(RTLD_DEFAULT, "dlopen"));
+            s.names[s.n] = "dlopen";
+            s.replacement[s.n] = reinterpret_cast<void*>(&dlopen_hook);
+            ++s.n;
+        }
+        s.used = true;
+        ++g_set_count;
+        result = refresh_locked();
+    }
+    --t.depth;
+    return result;
+}
+
+__attribute__((visibility("default"))) void msms_agent_got_refresh(void) {
+    auto& t = msms::agent::tls();
+    ++t.depth;
+    {
+        Lock lock;
+        refresh_locked();
+    }
+    --t.depth;
+}
+
+}  // extern "C"

@@ -1,0 +1,44 @@
+// GOT patching: installs hook functions into a process that is already
+// running (the Python package's mode, where nothing was preloaded), the way
+// memray attaches: the GOT slots (R_*_JUMP_SLOT / R_*_GLOB_DAT) that the
+// loaded objects use to call e.g. malloc are overwritten with the hook's
+// address. Objects loaded later are patched too: `dlopen` itself is hooked.
+//
+// Exported by libmsmemscope_agent.so as plain C (the Python extension finds
+// it with dlsym); links libc and libdl only, never allocates through malloc.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct msms_got_hook {
+    const char* name;   /* symbol whose GOT slots are replaced, e.g. "malloc" */
+    void* replacement;  /* the hook */
+    void** previous;    /* out (may be NULL): what the hook should call next */
+} msms_got_hook;
+
+/* Installs a set of hooks (kept for objects loaded later).
+ *   only_library: NULL = every loaded object except the agent, libc, the
+ *     dynamic loader, the vdso and the objects whose path contains one of
+ *     the `skip` substrings ('\n'-separated, may be NULL); otherwise only the
+ *     objects whose path contains this substring.
+ *   *previous gets, for a global set, the definition the process would use
+ *   without hooks (RTLD_DEFAULT, i.e. libc's); for a library set, the
+ *   replacement of an earlier global set for the same name if any, else the
+ *   RTLD_DEFAULT definition.
+ * Returns the number of GOT slots written (>= 0) or -errno. At most 8 sets. */
+int msms_agent_got_install(const char* only_library, const msms_got_hook* hooks, uint32_t n, const char* skip);
+
+/* Re-applies every installed set to objects not patched yet (called by the
+ * dlopen hook; also callable after a dlopen the hook could not see). */
+void msms_agent_got_refresh(void);
+
+/* Restores nothing: patches stay for the life of the process (collection
+ * is turned off by the agent's "on" flag instead). */
+
+#ifdef __cplusplus
+}
+#endif
