@@ -43,7 +43,10 @@ const OptionDef kOptions[] = {
     {"output", true, "output root, at most 4096 characters (default: memscopeDumpResults)"},
     {"log-level", true, "info, warn (default), error"},
     {"compare", false, "compare two runs offline: --compare --input=<base>,<compare>"},
-    {"input", true, "with --compare: the base and compare dump files or folders"},
+    {"input", true, "with --compare: the base and compare dump files or folders; with --analyze: the dump "
+                    "file (.csv/.db), folder or capture (.msmcap) to analyse"},
+    {"analyze", true, "offline: run these analyzers on --input instead of a program, e.g. "
+                      "--analyze=inefficient --input=memscope_dump_x.csv (results are written back into the file)"},
     {"follow-fork", true, "true (default): profile child processes too; false: only the program started"},
     {"replay", true, "re-run analyzers and sinks on a saved capture (.msmcap) instead of a program"},
     {"save-capture", true, "true: keep the raw capture (.msmcap) in each process folder (default false)"},
@@ -110,6 +113,8 @@ std::string help_text() {
           "  msmemscope [options] -- <prog> [prog args]\n"
           "  msmemscope --compare --input=<base>,<compare> [--level=op|kernel] [--output=DIR]\n"
           "  msmemscope --replay=<capture.msmcap> [--analysis=...] [--data-format=...]\n"
+          "  msmemscope --analyze=<analyzer>[,...] --input=<dump.csv|dump.db|folder|capture> "
+          "[--plugin-option=NAME.KEY=VALUE ...]\n"
           "\nOptions (values separated by ',' or '\xEF\xBC\x8C'):\n";
     for (auto& o : kOptions) {
         std::string head = std::string("  --") + o.name + (o.takes_value ? "=VALUE" : "");
@@ -640,7 +645,13 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     // Analyzers by name; "name:value" sets the analyzer's first option.
     auto analyzers = names_of_kind(catalog, MSMS_KIND_ANALYZER);
     std::map<std::string, std::map<std::string, std::string>> given = raw.plugin_options;
-    if (auto v = get("analysis")) {
+    const RawValue* analysis_value = get("analysis");
+    if (auto v = get("analyze")) {
+        if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: analyzer names)");
+        cfg.analyze = true;
+        analysis_value = v;  // the offline analyzers replace --analysis
+    }
+    if (auto v = analysis_value) {
         cfg.analyzers.clear();
         for (auto& item : split_list(v->value)) {
             std::string name = item, arg;
@@ -744,13 +755,21 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         if (device_ok && event_ok) cfg.collectors.push_back(p.name);
     }
 
+    // --watch turns the watch analyzer on (it writes watch_dump).
+    if (cfg.watch && !cfg.analyze && find_plugin(catalog, "watch", MSMS_KIND_ANALYZER) &&
+        std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "watch") == cfg.analyzers.end())
+        cfg.analyzers.push_back("watch");
+
     if (cfg.compare) {
         if (cfg.inputs.size() != 2)
             errors.push_back("--input: --compare needs exactly two inputs, --input=<base>,<compare>");
+    } else if (cfg.analyze) {
+        if (cfg.inputs.size() != 1)
+            errors.push_back("--input: --analyze needs exactly one input, --input=<dump.csv|dump.db|folder|capture>");
     } else if (get("input")) {
         errors.push_back("--input: only valid together with --compare");
     }
-    if (!cfg.compare && cfg.replay.empty() && cfg.serve_session.empty() && cfg.program.empty() && !raw.list_plugins)
+    if (!cfg.compare && !cfg.analyze && cfg.replay.empty() && cfg.serve_session.empty() && cfg.program.empty() && !raw.list_plugins)
         errors.push_back("no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
     return errors.size() == before;
 }

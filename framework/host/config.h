@@ -54,6 +54,7 @@ struct Config {
     std::string output = "memscopeDumpResults";
     std::string log_level = "warn";
     bool compare = false;
+    bool analyze = false;            // --analyze: offline analysis of --input
     std::vector<std::string> inputs;
     bool follow_fork = true;
     std::string replay;              // replay a saved capture instead of running

@@ -6,6 +6,7 @@
 
 #include "compare.h"
 #include "config.h"
+#include "offline/offline.h"
 #include "registry.h"
 #include "session.h"
 
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
                      "security risk; run as an ordinary user where possible\n";
 
     if (cfg.compare) return compare_main(cfg);
+    if (cfg.analyze) return offline_main(cfg, registry);
     Session session(cfg, registry);
     int code;
     if (!cfg.serve_session.empty()) {

@@ -262,6 +262,7 @@ void Pipeline::feed(Record& r) {
     last_ts_ = r.ev.timestamp_ns;
     if (accounting_ && !r.complete_attrs) account(r);
     if (r.ev.id == 0 || accounting_) r.ev.id = ++next_id_;
+    else if (r.ev.id > next_id_) next_id_ = r.ev.id;  // the source's own IDs (offline): annotate/emit stay valid
     ++events_;
     dispatch(r, 0);
     while (!emitted_.empty()) {

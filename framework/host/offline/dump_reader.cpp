@@ -1,0 +1,380 @@
+#include "offline/dump_reader.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "util/csv.h"
+#include "util/text.h"
+
+namespace fs = std::filesystem;
+
+namespace msms {
+namespace {
+
+const char* const kColumns[] = {"ID", "Event", "Event Type", "Name", "Timestamp(ns)", "Process Id",
+                                "Thread Id", "Device Id", "Ptr", "Attr", "Call Stack(Python)", "Call Stack(C)"};
+constexpr size_t kNumColumns = 12;
+
+bool ends_with(const std::string& s, const char* suffix) {
+    size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+std::string unquote(std::string s) {
+    s = trim(s);
+    if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
+    return s;
+}
+
+bool to_u64(const std::string& s, uint64_t& out) {
+    unsigned long long v;
+    if (!parse_uint(trim(s), v)) return false;
+    out = v;
+    return true;
+}
+
+int64_t to_i64(const std::string& s, int64_t fallback) {
+    std::string t = trim(s);
+    if (t.empty()) return fallback;
+    char* end = nullptr;
+    long long v = std::strtoll(t.c_str(), &end, 10);
+    return end && *end == '\0' ? v : fallback;
+}
+
+uint16_t kind_of(const std::string& s, bool& ok) {
+    for (uint16_t k = 0; k < MSMS_EV_KIND_COUNT; ++k)
+        if (const char* n = msms_event_kind_name(k); n && s == n) return ok = true, k;
+    ok = false;
+    return 0;
+}
+
+uint16_t type_of(const std::string& s) {
+    if (s == "PTA_CACHING") return MSMS_T_PTA;  // older upstream spelling
+    for (uint16_t t = 1; t < MSMS_T_TYPE_LIMIT; ++t)
+        if (const char* n = msms_event_type_name(t); n && s == n) return t;
+    return MSMS_T_NONE;
+}
+
+// Fills a Record from the 12 fields; false with `what` on a bad value.
+bool make_row(const std::vector<std::string>& f, DumpRow& row, std::string& what) {
+    Record& r = row.rec;
+    msms_event& ev = r.ev;
+    if (!to_u64(f[0], row.file_id)) return what = "invalid ID '" + f[0] + "' (expected a number)", false;
+    bool ok = false;
+    ev.kind = kind_of(trim(f[1]), ok);
+    if (!ok) return what = "unknown Event '" + f[1] + "'", false;
+    ev.type = type_of(trim(f[2]));
+    r.name = f[3] == "N/A" ? std::string() : f[3];
+    if (!to_u64(f[4], ev.timestamp_ns)) return what = "invalid Timestamp(ns) '" + f[4] + "'", false;
+    uint64_t v = 0;
+    ev.pid = to_u64(f[5], v) ? static_cast<uint32_t>(v) : 0;
+    ev.tid = to_u64(f[6], v) ? static_cast<uint32_t>(v) : 0;
+    row.device = trim(f[7]);
+    if (row.device == "cpu" || row.device == "host") {
+        ev.device_kind = MSMS_DEV_CPU;
+        ev.device_id = -1;
+    } else if (to_u64(row.device, v) && v < 4096) {
+        ev.device_kind = MSMS_DEV_NPU;
+        ev.device_id = static_cast<int16_t>(v);
+    } else {
+        ev.device_kind = MSMS_DEV_NA;
+        ev.device_id = -1;
+    }
+    std::string ptr = trim(f[8]);
+    if (!ptr.empty() && ptr != "N/A") ev.ptr = std::strtoull(ptr.c_str(), nullptr, 0);
+    for (auto& [k, val] : parse_attr_list(trim(f[9]))) r.attrs.emplace_back(unquote(k), unquote(val));
+    r.complete_attrs = true;
+    auto get = [&](const char* key) -> const std::string* {
+        for (auto& kv : r.attrs)
+            if (kv.first == key) return &kv.second;
+        return nullptr;
+    };
+    if (auto s = get("size")) ev.size = static_cast<uint64_t>(to_i64(*s, 0));
+    if (auto s = get("allocation_id")) ev.allocation_id = static_cast<uint64_t>(to_i64(*s, 0));
+    if (auto s = get("used")) ev.pool_used = to_i64(*s, -1);
+    if (auto s = get("total")) ev.pool_total = to_i64(*s, -1);
+    if (auto s = get("process_used")) ev.process_used = to_i64(*s, -1);
+    if (auto s = get("device_used")) ev.device_used = to_i64(*s, -1);
+    if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) ev.aux0 = static_cast<uint64_t>(to_i64(r.name, 0));
+    if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
+        if (auto s = get("req_size")) ev.size = static_cast<uint64_t>(to_i64(*s, 0));
+        if (auto s = get("flag")) ev.aux0 = static_cast<uint64_t>(to_i64(*s, 0));
+        if (auto s = get("ret")) ev.aux1 = static_cast<uint64_t>(to_i64(*s, 0));
+    }
+    if (ev.kind == MSMS_EV_KERNEL_LAUNCH) {
+        if (auto s = get("streamId")) ev.aux0 = static_cast<uint64_t>(to_i64(*s, 0));
+        if (auto s = get("taskId")) ev.aux1 = static_cast<uint64_t>(to_i64(*s, 0));
+    }
+    if (ev.kind == MSMS_EV_MSTX) {
+        for (const char* key : {"range_id", "rangeId", "id"})
+            if (auto s = get(key)) {
+                ev.aux0 = static_cast<uint64_t>(to_i64(*s, 0));
+                break;
+            }
+    }
+    r.py_stack = f[10];
+    r.c_stack = f[11];
+    return true;
+}
+
+std::string header_error(const std::vector<std::string>& header) {
+    std::vector<std::string> missing;
+    for (auto* c : kColumns)
+        if (std::find(header.begin(), header.end(), c) == header.end()) missing.push_back(c);
+    if (!missing.empty()) return "missing column(s) " + join(missing, ", ") + " in the header";
+    return "the header must be exactly: " + join(std::vector<std::string>(kColumns, kColumns + kNumColumns), ",");
+}
+
+std::string render_attrs(const std::vector<std::pair<std::string, std::string>>& attrs, bool json) {
+    std::string s = "{";
+    for (size_t i = 0; i < attrs.size(); ++i) {
+        if (i) s += ',';
+        if (json) {
+            s += '"' + attrs[i].first + "\":";
+            const std::string& v = attrs[i].second;
+            bool number = !v.empty() && v.find_first_not_of("0123456789-.") == std::string::npos;
+            s += number ? v : '"' + v + '"';
+        } else {
+            s += attrs[i].first + ':' + attrs[i].second;
+        }
+    }
+    return s + "}";
+}
+
+void apply(std::vector<std::pair<std::string, std::string>>& attrs, const std::string& key, const std::string& value) {
+    for (auto& a : attrs)
+        if (a.first == key) {
+            a.second = value;
+            return;
+        }
+    attrs.emplace_back(key, value);
+}
+
+}  // namespace
+
+bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) {
+        error = path + ": cannot read the file: " + std::strerror(errno);
+        return false;
+    }
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
+    CsvReader reader(f);
+    std::vector<std::string> fields;
+    if (!reader.next(fields)) {
+        error = path + ":1: empty file (expected the memscope_dump header)";
+        return false;
+    }
+    if (!fields.empty() && fields[0].rfind("\xEF\xBB\xBF", 0) == 0) fields[0] = fields[0].substr(3);
+    for (auto& h : fields) h = trim(h);
+    if (fields.size() != kNumColumns || !std::equal(fields.begin(), fields.end(), kColumns)) {
+        error = path + ":1: not a memscope_dump CSV: " + header_error(fields);
+        return false;
+    }
+    while (reader.next(fields)) {
+        if (fields.size() == 1 && trim(fields[0]).empty()) continue;  // blank line
+        if (reader.malformed()) {
+            error = path + ":" + std::to_string(reader.line()) + ": unterminated quoted field";
+            return false;
+        }
+        if (fields.size() != kNumColumns) {
+            error = path + ":" + std::to_string(reader.line()) + ": expected " + std::to_string(kNumColumns) +
+                    " fields, found " + std::to_string(fields.size());
+            return false;
+        }
+        DumpRow row;
+        row.line = reader.line();
+        std::string what;
+        if (!make_row(fields, row, what)) {
+            error = path + ":" + std::to_string(reader.line()) + ": " + what;
+            return false;
+        }
+        rows.push_back(std::move(row));
+    }
+    return true;
+}
+
+bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+        error = path + ": cannot open the database: " + (db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
+        return false;
+    }
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, &sqlite3_close);
+    std::string sql = "SELECT ";
+    for (size_t i = 0; i < kNumColumns; ++i) sql += std::string(i ? ", " : "") + "\"" + kColumns[i] + "\"";
+    sql += " FROM memscope_dump";
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+        error = path + ": not a memscope_dump database (" + sqlite3_errmsg(db) + ")";
+        return false;
+    }
+    size_t n = 0;
+    std::vector<std::string> fields(kNumColumns);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ++n;
+        for (size_t i = 0; i < kNumColumns; ++i) {
+            const unsigned char* t = sqlite3_column_text(st, static_cast<int>(i));
+            fields[i] = t ? reinterpret_cast<const char*>(t) : "";
+        }
+        DumpRow row;
+        row.line = n;
+        std::string what;
+        if (!make_row(fields, row, what)) {
+            sqlite3_finalize(st);
+            error = path + ": row " + std::to_string(n) + ": " + what;
+            return false;
+        }
+        rows.push_back(std::move(row));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        error = path + ": reading memscope_dump failed: " + sqlite3_errmsg(db);
+        return false;
+    }
+    return true;
+}
+
+bool read_dump(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+    if (ends_with(path, ".db")) return read_dump_db(path, rows, error);
+    return read_dump_csv(path, rows, error);
+}
+
+void sort_by_time(std::vector<DumpRow>& rows) {
+    std::stable_sort(rows.begin(), rows.end(), [](const DumpRow& a, const DumpRow& b) {
+        if (a.rec.ev.timestamp_ns != b.rec.ev.timestamp_ns) return a.rec.ev.timestamp_ns < b.rec.ev.timestamp_ns;
+        return a.file_id < b.file_id;
+    });
+}
+
+std::vector<std::string> dump_files(const std::string& path, std::string& error) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+        error = path + ": no such file or folder";
+        return out;
+    }
+    if (!fs::is_directory(path, ec)) {
+        out.push_back(path);
+        return out;
+    }
+    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (!it->is_regular_file()) continue;
+        std::string name = it->path().filename().string();
+        if (name.rfind("memscope_dump", 0) == 0 && (ends_with(name, ".csv") || ends_with(name, ".db")))
+            out.push_back(it->path().string());
+    }
+    std::sort(out.begin(), out.end());
+    if (out.empty()) error = path + ": no memscope_dump_*.csv or .db file in this folder";
+    return out;
+}
+
+bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, std::string& error) {
+    std::map<std::pair<uint64_t, uint32_t>, std::vector<const AttrPatch*>> by_row;
+    for (auto& p : patches) by_row[{p.id, p.pid}].push_back(&p);
+    if (by_row.empty()) return true;
+    if (ends_with(path, ".db")) {
+        sqlite3* db = nullptr;
+        if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+            error = path + ": cannot open the database for writing: " + (db ? sqlite3_errmsg(db) : "out of memory");
+            sqlite3_close(db);
+            return false;
+        }
+        std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, &sqlite3_close);
+        sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
+        sqlite3_stmt *sel = nullptr, *upd = nullptr;
+        sqlite3_prepare_v2(db, "SELECT \"Attr\" FROM memscope_dump WHERE \"ID\" = ? AND \"Process Id\" = ?", -1, &sel,
+                           nullptr);
+        sqlite3_prepare_v2(db, "UPDATE memscope_dump SET \"Attr\" = ? WHERE \"ID\" = ? AND \"Process Id\" = ?", -1,
+                           &upd, nullptr);
+        if (!sel || !upd) {
+            error = path + ": not a memscope_dump database (" + sqlite3_errmsg(db) + ")";
+            sqlite3_finalize(sel);
+            sqlite3_finalize(upd);
+            return false;
+        }
+        for (auto& [key, list] : by_row) {
+            sqlite3_reset(sel);
+            sqlite3_bind_int64(sel, 1, static_cast<sqlite3_int64>(key.first));
+            sqlite3_bind_int64(sel, 2, key.second);
+            if (sqlite3_step(sel) != SQLITE_ROW) continue;
+            const unsigned char* t = sqlite3_column_text(sel, 0);
+            std::vector<std::pair<std::string, std::string>> attrs;
+            for (auto& [k, v] : parse_attr_list(trim(t ? reinterpret_cast<const char*>(t) : "")))
+                attrs.emplace_back(unquote(k), unquote(v));
+            for (auto* p : list) apply(attrs, p->key, p->value);
+            std::string text = render_attrs(attrs, true);
+            sqlite3_reset(upd);
+            sqlite3_bind_text(upd, 1, text.c_str(), -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(upd, 2, static_cast<sqlite3_int64>(key.first));
+            sqlite3_bind_int64(upd, 3, key.second);
+            if (sqlite3_step(upd) != SQLITE_DONE) {
+                error = path + ": cannot update row ID " + std::to_string(key.first) + ": " + sqlite3_errmsg(db);
+                sqlite3_finalize(sel);
+                sqlite3_finalize(upd);
+                sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+                return false;
+            }
+        }
+        sqlite3_finalize(sel);
+        sqlite3_finalize(upd);
+        sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+        return true;
+    }
+    std::FILE* in = std::fopen(path.c_str(), "r");
+    if (!in) {
+        error = path + ": cannot read the file: " + std::strerror(errno);
+        return false;
+    }
+    std::string tmp = path + ".msmemscope.tmp";
+    std::FILE* out = std::fopen(tmp.c_str(), "w");
+    if (!out) {
+        std::fclose(in);
+        error = tmp + ": cannot write: " + std::strerror(errno);
+        return false;
+    }
+    CsvReader reader(in);
+    std::vector<std::string> fields;
+    bool header = true;
+    std::string line;
+    while (reader.next(fields)) {
+        line = reader.raw();
+        uint64_t id = 0, pid = 0;
+        if (!header && fields.size() == kNumColumns && to_u64(fields[0], id) && to_u64(fields[5], pid)) {
+            auto it = by_row.find({id, static_cast<uint32_t>(pid)});
+            if (it != by_row.end()) {
+                std::vector<std::pair<std::string, std::string>> attrs;
+                for (auto& [k, v] : parse_attr_list(trim(fields[9]))) attrs.emplace_back(k, v);
+                for (auto* p : it->second) apply(attrs, p->key, p->value);
+                fields[9] = render_attrs(attrs, false);
+                line.clear();
+                for (size_t i = 0; i < fields.size(); ++i) {
+                    if (i) line += ',';
+                    csv_field(line, fields[i], i >= 9 && !fields[i].empty());
+                }
+            }
+        }
+        header = false;
+        line += '\n';
+        std::fwrite(line.data(), 1, line.size(), out);
+    }
+    std::fclose(in);
+    if (std::fclose(out) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        error = path + ": cannot write the results back: " + std::strerror(errno);
+        std::remove(tmp.c_str());
+        return false;
+    }
+    return true;
+}
+
+}  // namespace msms

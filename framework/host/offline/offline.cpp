@@ -1,0 +1,129 @@
+#include "offline/offline.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <unordered_map>
+
+#include "offline/dump_reader.h"
+#include "pipeline.h"
+#include "process_run.h"
+#include "session.h"
+#include "util/text.h"
+
+namespace fs = std::filesystem;
+
+namespace msms {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int analyze_file(const Config& cfg, const Registry& registry, const std::string& path) {
+    std::vector<DumpRow> rows;
+    std::string err;
+    if (!read_dump(path, rows, err)) {
+        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        return 2;
+    }
+    sort_by_time(rows);
+
+    Config c = cfg;
+    c.sinks.clear();
+    std::string side;
+    if (registry.find("offline_writeback", MSMS_KIND_SINK)) {
+        side = (fs::temp_directory_path() / ("msmemscope_offline_" + std::to_string(getpid()) + ".tsv")).string();
+        c.sinks.push_back("offline_writeback");
+        c.plugin_options["offline_writeback"]["out"] = side;
+    }
+    RunContext run;
+    run.pid = rows.empty() ? 0 : rows.front().rec.ev.pid;
+    run.output_dir = cfg.output;
+    run.timestamp = timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull);
+    run.config_json = c.to_json();
+    run.command_line = "msmemscope --analyze " + path;
+
+    Pipeline pipeline(c, registry);
+    // The rows carry their own IDs, allocation ids and totals: keep them, so
+    // that analyzers report the file's IDs.
+    pipeline.set_accounting(false);
+    pipeline.start(run);
+    // Which row each delivered event is (by its ID).
+    std::unordered_map<uint64_t, size_t> row_of;
+    row_of.reserve(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        Record r = rows[i].rec;
+        r.ev.id = rows[i].file_id;
+        pipeline.feed(r);
+        row_of.emplace(r.ev.id, i);
+    }
+    pipeline.finish();
+
+    std::cout << "msmemscope: analysed " << path << " (" << rows.size() << " rows) with " << join(cfg.analyzers, ", ")
+              << "\n";
+    for (auto& line : pipeline.report_lines()) std::cout << line << "\n";
+    int code = 0;
+    for (auto& e : pipeline.plugin_errors()) {
+        std::cerr << "msmemscope: error: " << e << "\n";
+        code = 1;
+    }
+
+    if (!side.empty()) {
+        std::vector<AttrPatch> patches;
+        std::ifstream in(side);
+        std::string line;
+        while (std::getline(in, line)) {
+            size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+            if (t2 == std::string::npos) continue;
+            unsigned long long id = 0;
+            if (!parse_uint(line.substr(0, t1), id)) continue;
+            auto it = row_of.find(id);
+            if (it == row_of.end()) continue;  // an event an analyzer emitted: not in the file
+            const DumpRow& row = rows[it->second];
+            patches.push_back(AttrPatch{row.file_id, row.rec.ev.pid, line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
+        }
+        in.close();
+        std::error_code ec;
+        fs::remove(side, ec);
+        if (!patches.empty()) {
+            if (!patch_dump(path, patches, err)) {
+                std::cerr << "msmemscope: error: " << err << "\n";
+                return 2;
+            }
+            std::cout << "msmemscope: wrote " << patches.size() << " result(s) back into " << path << "\n";
+        }
+    }
+    return code;
+}
+
+}  // namespace
+
+int offline_main(const Config& cfg, const Registry& registry) {
+    const std::string& input = cfg.inputs.front();
+    if (ends_with(input, ".msmcap")) {
+        Config c = cfg;
+        c.replay = input;
+        Session session(c, registry);
+        int code = session.replay(input);
+        session.print_summary(std::cout);
+        return code;
+    }
+    std::string err;
+    auto files = dump_files(input, err);
+    if (files.empty()) {
+        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        return 2;
+    }
+    int code = 0;
+    for (auto& f : files) {
+        int rc = analyze_file(cfg, registry, f);
+        if (rc > code) code = rc;
+    }
+    return code;
+}
+
+}  // namespace msms

@@ -1,0 +1,44 @@
+#include "step_filter.h"
+
+#include <algorithm>
+
+namespace msms {
+
+bool StepFilter::selected() const {
+    return std::find(steps_.begin(), steps_.end(), static_cast<long long>(current_)) != steps_.end();
+}
+
+bool StepFilter::keep(const msms_event& ev, const std::string& name) {
+    if (steps_.empty()) return true;
+    if (ev.kind == MSMS_EV_SYSTEM) {
+        if (ev.type == MSMS_T_STEP && !mstx_) {
+            uint64_t n = ev.aux0;
+            if (n == 0) n = std::strtoull(name.c_str(), nullptr, 10);
+            current_ = n + 1;
+        }
+        return true;
+    }
+    if (ev.kind == MSMS_EV_MSTX && (name == "step start" || name == "\"step start\"") &&
+        ev.type == MSMS_T_RANGE_START) {
+        if (!mstx_) {
+            mstx_ = true;
+        }
+        current_ = ++mstx_count_;
+        range_id_ = ev.aux0;
+        in_range_ = true;
+        bool k = selected();
+        if (!k) ++dropped_;
+        return k;
+    }
+    if (mstx_ && ev.kind == MSMS_EV_MSTX && ev.type == MSMS_T_RANGE_END && in_range_ && ev.aux0 == range_id_) {
+        bool k = selected();
+        in_range_ = false;
+        if (!k) ++dropped_;
+        return k;
+    }
+    bool k = selected() && (!mstx_ || in_range_);
+    if (!k) ++dropped_;
+    return k;
+}
+
+}  // namespace msms

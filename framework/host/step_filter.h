@@ -1,0 +1,39 @@
+// --steps=1,2,3: collect only the listed steps (COMPAT §1), applied by the
+// host to each process's ordered event stream before the pipeline.
+//
+// Steps, as upstream numbers them for --steps: the k-th mstx range named
+// exactly "step start" is step k (events from its Range_start to its
+// Range_end). Without such ranges, msmemscope.step() marks the end of a step:
+// events before the first call are step 1, between the calls N and N+1 step
+// N+1. SYSTEM events (START/STOP_TRACE, STEP, ACL_INIT...) are always kept so
+// that the output still shows the boundaries. Upstream turns the leak and
+// driver analyses off when --steps is given (the leaks analyzer does too).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <msmemscope/abi.h>
+
+namespace msms {
+
+class StepFilter {
+public:
+    explicit StepFilter(std::vector<long long> steps) : steps_(std::move(steps)) {}
+    bool active() const { return !steps_.empty(); }
+    // True when the event is to be kept; call for every event in time order.
+    bool keep(const msms_event& ev, const std::string& name);
+    uint64_t current_step() const { return current_; }
+    uint64_t dropped() const { return dropped_; }
+
+private:
+    bool selected() const;
+    std::vector<long long> steps_;
+    bool mstx_ = false, in_range_ = false;
+    uint64_t current_ = 1;       // step() numbering until an mstx range is seen
+    uint64_t mstx_count_ = 0, range_id_ = 0;
+    uint64_t dropped_ = 0;
+};
+
+}  // namespace msms

@@ -1,0 +1,33 @@
+/* Keeps a few blocks, then asks for more than its address-space limit
+ * (setrlimit RLIMIT_AS) allows: malloc fails with ENOMEM. Exit code 3 when
+ * the failure happened as expected. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+__attribute__((noinline)) void* big_block(size_t n) { return malloc(n); }
+
+int main(void) {
+    static void* keep[8];
+    for (int i = 0; i < 8; ++i) {
+        keep[i] = big_block((size_t)(i + 1) << 20);
+        memset(keep[i], 0, (size_t)(i + 1) << 20);
+    }
+    struct rlimit lim;
+    getrlimit(RLIMIT_AS, &lim);
+    lim.rlim_cur = (rlim_t)4 << 30;
+    if (setrlimit(RLIMIT_AS, &lim) != 0) {
+        perror("setrlimit");
+        return 1;
+    }
+    void* p = malloc((size_t)64 << 30);
+    if (p == NULL && errno == ENOMEM) {
+        printf("malloc failed as expected\n");
+        for (int i = 0; i < 8; ++i) free(keep[i]);
+        return 3;
+    }
+    free(p);
+    return 0;
+}
