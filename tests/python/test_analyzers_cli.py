@@ -209,3 +209,29 @@ def test_compare_malformed_input(cli, tmp_path):
     b.write_text("not,a,dump\n")
     p = cli(["--compare", f"--input={a},{b}", f"--output={tmp_path}/out"], cwd=tmp_path, check_rc=2)
     assert f"msmemscope: error: --input: {b}:1: not a memscope_dump CSV" in p.stderr
+
+
+def test_watch_finds_the_op_that_overwrote_the_tensor(cli, tmp_path):
+    pytest.importorskip("torch", reason="python3-torch is needed for the watch end-to-end test")
+    from conftest import BUILD, SOURCE
+    lib = BUILD / "lib" / "msmemscope" / "agent" / "libmsms_watch.so"
+    assert lib.exists(), lib
+    p = cli(["--device=cpu", "--analysis=", "--events=launch", "--watch=aten::mul.Tensor,aten::sum.default",
+             f"--output={tmp_path}/out", "--", "/usr/bin/python3", SOURCE / "tests/programs/analyzers/watch_torch.py",
+             SOURCE / "plugins/analyzers/watch/python", lib], cwd=tmp_path, check_rc=0)
+    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
+    files = list((process_dirs(tmp_path / "out")[0] / "device_cpu" / "watch_dump").glob("watch_dump_data_check_sum_*.csv"))
+    assert len(files) == 1
+    lines = files[0].read_text().splitlines()
+    assert lines[0] == "Tensor info,Check data sum"
+    names = [l.split(",")[0].split(".", 1)[1] for l in lines[1:]]
+    assert names[0] == "aten::mul.Tensor_0-aten::mul.Tensor_0_after.bin"
+    assert "aten::fill_.Scalar_1-aten::mul.Tensor_0_before.bin" in names
+    assert names[-1] == "aten::sum.default_1-aten::mul.Tensor_0_after.bin"
+    import struct
+    import sys
+    sys.path.insert(0, str(SOURCE / "plugins/analyzers/watch/python"))
+    import msmemscope_watch
+    h = dict(l.split(",") for l in lines[1:])
+    after_fill = [v for k, v in h.items() if k.endswith("aten::fill_.Scalar_1-aten::mul.Tensor_0_after.bin")][0]
+    assert after_fill == "%016x" % msmemscope_watch.crc64_py(struct.pack("16f", *([7.0] * 16)))
