@@ -1,0 +1,89 @@
+"""Helpers shared by the test_sinks_*.py suites."""
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from conftest import BUILD, TEST_BIN
+
+PLUGINS = BUILD / "lib" / "msmemscope" / "plugins"
+DRIVER = TEST_BIN / "sinks_driver"
+THIRD_PARTY_DIR = BUILD / "tests" / "lib" / "sink_plugins"
+ARTIFACTS = BUILD / "tests" / "artifacts" / "sinks"
+TS = "20260101000000"
+
+DB_COLUMNS = [("ID", "INTEGER"), ("Event", "TEXT"), ("Event Type", "TEXT"), ("Name", "TEXT"),
+              ("Timestamp(ns)", "INTEGER"), ("Process Id", "INTEGER"), ("Thread Id", "INTEGER"),
+              ("Device Id", "TEXT"), ("Ptr", "TEXT"), ("Attr", "TEXT"), ("Call Stack(Python)", "TEXT"),
+              ("Call Stack(C)", "TEXT")]
+
+
+def plugin(name):
+    return PLUGINS / f"libmsmemscope_plugin_{name}.so"
+
+
+def drive(sink, out, scenario, *args):
+    """Runs the synthetic stream through one sink; returns the driver's stdout."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([str(DRIVER), str(plugin(sink)), str(out), scenario] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"driver failed:\n{p.stdout}\n{p.stderr}"
+    assert p.stdout.rstrip().endswith("ok"), p.stdout
+    return p.stdout
+
+
+def db_query(path, sql, args=()):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, args).fetchall()
+    finally:
+        con.close()
+
+
+def check_db(path):
+    """A complete, consistent msmemscope DB; returns the memscope_dump rows."""
+    assert Path(path).exists(), path
+    assert db_query(path, "PRAGMA integrity_check") == [("ok",)]
+    assert db_query(path, "SELECT name, type FROM pragma_table_info('memscope_dump') ORDER BY cid") == DB_COLUMNS
+    assert db_query(path, "PRAGMA user_version") == [(1,)]
+    assert db_query(path, "SELECT value FROM msms_meta WHERE key='complete'") == [("true",)]
+    rows = db_query(path, 'SELECT * FROM memscope_dump ORDER BY "ID"')
+    for r in rows:
+        json.loads(r[9])  # Attr is JSON
+    return rows
+
+
+def load_trace(path):
+    """Parses and validates a trace-event file; returns its dict."""
+    with open(path) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    assert isinstance(events, list)
+    last = {}
+    for e in events:
+        assert e["ph"] in ("M", "C", "X", "i"), e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        assert isinstance(e["name"], str), e
+        if e["ph"] == "M":
+            continue
+        assert e["ts"] >= 0, e
+        if e["ph"] == "X":
+            assert e["dur"] >= 0, e
+        if e["ph"] == "i":
+            assert e["s"] in ("t", "p", "g"), e
+        if e["ph"] == "C":
+            # counters of one track come in time order, with a byte value
+            assert set(e["args"]) == {"bytes"}, e
+            assert e["ts"] >= last.get(e["name"], 0), e
+            last[e["name"]] = e["ts"]
+    assert doc["displayTimeUnit"] == "ns"
+    assert doc["otherData"]["tool"] == "msmemscope"
+    return doc
+
+
+def only(paths):
+    paths = list(paths)
+    assert len(paths) == 1, paths
+    return paths[0]

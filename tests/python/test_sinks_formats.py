@@ -1,0 +1,146 @@
+"""db and trace sinks: schema, Attr JSON against the CSV of the same run,
+trace events and their limit, empty and crashed captures."""
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import read_dump, process_dirs
+from sinks_common import (TS, DB_COLUMNS, drive, db_query, check_db, load_trace, only)
+
+BASE = ["--device=cpu", "--events=alloc,free", "--analysis="]
+
+
+def test_db_and_csv_of_one_run_hold_the_same_rows(cli, test_bin, tmp_path):
+    p = cli(BASE + ["--data-format=db", "--sinks=csv", f"--output={tmp_path}", "--",
+                    test_bin / "sinks_alloc_loop", "3000"], cwd=tmp_path, check_rc=0)
+    proc = only(process_dirs(tmp_path))
+    db = only((proc / "device_cpu" / "dump").glob("memscope_dump_*.db"))
+    csvf = only((proc / "device_cpu" / "dump").glob("memscope_dump_*.csv"))
+    assert db.stem == csvf.stem
+    rows = check_db(db)
+    dump = read_dump(csvf)
+    assert len(rows) == len(dump) > 5000
+    for r, d in zip(rows, dump):
+        assert [str(x) for x in r[:9]] == [d[k] for k in ["ID", "Event", "Event Type", "Name", "Timestamp(ns)",
+                                                         "Process Id", "Thread Id", "Device Id", "Ptr"]]
+        attr = json.loads(r[9])
+        # same keys in the same order; numbers are JSON numbers
+        assert list(attr) == list(d["attr"])
+        for k, v in d["attr"].items():
+            assert str(attr[k]) == v, (k, attr[k], v)
+            if v.isdigit():
+                assert isinstance(attr[k], int)
+        assert r[10] == d["Call Stack(Python)"] and r[11] == d["Call Stack(C)"]
+    # our block table agrees with the MALLOC rows
+    mallocs = [d for d in dump if d["Event"] == "MALLOC"]
+    blocks = db_query(db, "SELECT allocation_id, size, malloc_id FROM msms_blocks ORDER BY allocation_id")
+    assert [(int(m["attr"]["allocation_id"]), int(m["attr"]["size"]), int(m["ID"])) for m in mallocs] == blocks
+    # the summary lists the files
+    assert f"  files (in {proc}):\n" in p.stdout
+    assert f"    {db.relative_to(proc)} (" in p.stdout and f"    {csvf.relative_to(proc)} (" in p.stdout
+
+
+@pytest.mark.parametrize("how,code", [("kill", 137), ("segv", 139)])
+def test_every_sink_after_a_crash(cli, test_bin, tmp_path, how, code):
+    p = cli(BASE + ["--data-format=db", "--sinks=csv,trace,html", f"--output={tmp_path}", "--",
+                    test_bin / "sinks_alloc_kill", how], cwd=tmp_path, check_rc=code)
+    proc = only(process_dirs(tmp_path))
+    rows = check_db(only((proc / "device_cpu" / "dump").glob("memscope_dump_*.db")))
+    mallocs = [r for r in rows if r[1] == "MALLOC" and json.loads(r[9])["size"] >= 1000]
+    assert len(mallocs) == 200
+    assert len(read_dump(only((proc / "device_cpu" / "dump").glob("memscope_dump_*.csv")))) == len(rows)
+    doc = load_trace(only(proc.glob("trace_*.json")))
+    assert any(e["ph"] == "C" for e in doc["traceEvents"])
+    html = only(proc.glob("report_*.html")).read_text()
+    assert html.rstrip().endswith("</html>")
+    assert "ended without finishing" in p.stdout or "killed" in p.stdout or "signal" in p.stdout
+
+
+@pytest.mark.parametrize("sink", ["csv", "db", "trace", "html"])
+def test_empty_capture(tmp_path, sink):
+    drive(sink, tmp_path, "empty")
+    if sink == "db":
+        assert check_db(tmp_path / "device_cpu" / "dump" / f"memscope_dump_{TS}.db") == []
+    elif sink == "csv":
+        text = (tmp_path / "device_cpu" / "dump" / f"memscope_dump_{TS}.csv").read_text()
+        assert text.splitlines() == ["ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,"
+                                     "Call Stack(Python),Call Stack(C)"]
+    elif sink == "trace":
+        doc = load_trace(tmp_path / f"trace_{TS}.json")
+        assert [e["ph"] for e in doc["traceEvents"]] == ["M"]
+        assert doc["otherData"]["truncated"] is False
+    else:
+        html = (tmp_path / f"report_{TS}.html").read_text()
+        data = html.split('<script type="application/json" id="msms-data">')[1].split("</script>")[0]
+        d = json.loads(data)
+        assert d["events"] == 0 and d["devices"] == [] and d["findings"] == {}
+
+
+def test_db_rich_stream(tmp_path):
+    drive("db", tmp_path, "rich")
+    npu = check_db(tmp_path / "device_0" / "dump" / f"memscope_dump_{TS}.db")
+    cpu = check_db(tmp_path / "device_cpu" / "dump" / f"memscope_dump_{TS}.db")
+    # rows without a device (steps, ops, marks) go to every device file open
+    # at the time (the first one gets those from before), device rows to their own
+    assert {r[7] for r in npu} == {"0", "N/A"} and {r[7] for r in cpu} == {"cpu", "N/A"}
+    first_cpu = min(r[0] for r in cpu)
+    assert [r[0] for r in npu if r[7] == "N/A" and r[0] > first_cpu] == [r[0] for r in cpu if r[7] == "N/A"]
+    assert [r[3] for r in cpu if r[1] == "SYSTEM"] == ["2", "3"]
+    assert npu[0][1:3] == ("SYSTEM", "START_TRACE")
+    # the annotation reached the row's Attr
+    act = [r for r in npu if r[1] == "MALLOC" and json.loads(r[9]).get("owner") == "PTA@ops@aten"][0]
+    assert json.loads(act[9])["inefficient"] == "early_allocation"
+    db = tmp_path / "device_0" / "dump" / f"memscope_dump_{TS}.db"
+    leaks = [json.loads(c) for (c,) in db_query(db, "SELECT cols FROM msms_leaks ORDER BY seq")]
+    assert [(l["allocation_id"], l["size"]) for l in leaks] == [(4, 2 << 20), (26, 3 << 20)]
+    assert db_query(db, "SELECT count(*) FROM msms_findings WHERE \"table\"='inefficient'") == [(1,)]
+    assert db_query(db, "SELECT owner, free_id IS NULL FROM msms_blocks WHERE pool='PTA' ORDER BY allocation_id LIMIT 3") == \
+        [("PTA@weight", 1), ("PTA@ops@aten", 0), ("PTA@gradient", 1)]
+    assert db_query(db, "SELECT text FROM msms_stacks WHERE kind='c' AND id=2") == [("model.py(10): __init__\ntrain.py(5): main",)]
+    # the Python trace table of COMPAT §5 is in the first device's file
+    assert db_query(db, "SELECT * FROM python_trace_4242 ORDER BY \"StartTime(ns)\"")[0][0] == "model.py(20): forward"
+    assert db_query(db, "SELECT name FROM pragma_table_info('python_trace_4242') ORDER BY cid") == \
+        [("FuncInfo",), ("StartTime(ns)",), ("EndTime(ns)",), ("Thread Id",), ("Process Id",)]
+
+
+def test_trace_rich_stream(tmp_path):
+    drive("trace", tmp_path, "rich")
+    doc = load_trace(tmp_path / f"trace_{TS}.json")
+    ev = doc["traceEvents"]
+    spans = {(e["cat"], e["name"]): e for e in ev if e["ph"] == "X"}
+    assert set(spans) == {("op", "aten::linear"), ("op", "aten::mm"), ("kernel", "MatMul_kernel"),
+                          ("python", "model.py(20): forward"), ("record_function", "backward_pass"),
+                          ("mstx", "step start")}
+    # nesting: mm inside linear
+    lin, mm = spans[("op", "aten::linear")], spans[("op", "aten::mm")]
+    assert lin["ts"] < mm["ts"] and mm["ts"] + mm["dur"] < lin["ts"] + lin["dur"]
+    instants = [(e["cat"], e["name"]) for e in ev if e["ph"] == "i"]
+    assert ("kernel", "MatMul_kernel") in instants and ("mstx", "checkpoint saved") in instants
+    assert [n for c, n in instants if c == "step"] == ["step 1", "step 2", "step 3"]
+    assert ("system", "START_TRACE") in instants and ("memory", "Memory Snapshot") in instants
+    tracks = {e["name"] for e in ev if e["ph"] == "C"}
+    assert tracks == {"npu:0 HAL allocated", "npu:0 PTA allocated", "npu:0 in use", "cpu HOST allocated", "cpu in use"}
+    pta = [e["args"]["bytes"] for e in ev if e["name"] == "npu:0 PTA allocated"]
+    assert pta[0] == 4 << 20 and max(pta) == (4 << 20) + (2 << 20) + sum((i + 1) << 16 for i in range(20))
+    # leaks: instants at their allocation, with the finding's columns
+    leaks = [e for e in ev if e["ph"] == "i" and e["cat"] == "leak"]
+    assert [l["name"] for l in leaks] == ["leak 2097152 B", "leak 3145728 B"]
+    grad = [e for e in ev if e["name"] == "npu:0 PTA allocated" and e["args"]["bytes"] == (4 << 20) + (8 << 20) + (2 << 20)][0]
+    assert leaks[0]["ts"] == grad["ts"] and leaks[0]["args"]["kernel"] == "MatMul_kernel"
+    assert doc["otherData"]["truncated"] is False
+
+
+def test_trace_stops_growing_at_its_limit(tmp_path):
+    out = drive("trace", tmp_path, "big", 20000, "max_events=1000")
+    doc = load_trace(tmp_path / f"trace_{TS}.json")
+    assert doc["otherData"]["truncated"] is True
+    assert len(doc["traceEvents"]) <= 1000 + 10  # + the last value of each counter, + leaks
+    note = doc["otherData"]["truncated_note"]
+    assert note.startswith("the capture has more than 1000 trace events; the trace stopped growing there")
+    assert "--data-format=db" in note
+    assert f"log: 1 trace: {note}" in out and f"report: trace: {note}" in out
+    # the counter still ends at its final value
+    last = [e for e in doc["traceEvents"] if e["ph"] == "C"][-1]
+    assert last["ts"] > 0
