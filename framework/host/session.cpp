@@ -307,6 +307,21 @@ void Session::print_summary(std::ostream& out) const {
         for (auto& line : s.report) out << "  " << line << "\n";
         for (auto& e : s.plugin_errors) out << "  error: " << e << "\n";
         if (s.agent_disabled) out << "  warning: the agent turned collection off during the run (see stderr)\n";
+        // What the sinks wrote: every file under the process folder (the
+        // sinks are plugins, so the folder is the one list they all share).
+        std::vector<std::pair<std::string, uintmax_t>> files;
+        std::error_code ec;
+        for (fs::recursive_directory_iterator it(s.output_dir, ec), end; !ec && it != end; it.increment(ec)) {
+            std::error_code ec2;
+            if (!it->is_regular_file(ec2)) continue;
+            files.emplace_back(fs::relative(it->path(), s.output_dir, ec2).string(), it->file_size(ec2));
+        }
+        std::sort(files.begin(), files.end());
+        if (!files.empty()) out << "  files (in " << s.output_dir << "):\n";
+        const size_t kMaxListed = 30;
+        for (size_t i = 0; i < files.size() && i < kMaxListed; ++i)
+            out << "    " << files[i].first << " (" << human(static_cast<int64_t>(files[i].second)) << ")\n";
+        if (files.size() > kMaxListed) out << "    ... and " << files.size() - kMaxListed << " more\n";
     }
 }
 
