@@ -387,12 +387,18 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
         t_shadow = sh;
     }
     if (what == PyTrace_CALL) {
-        int d = sh->depth++;
-        if (d >= kMaxShadow) return 0;
+        int d = sh->depth;
+        if (d >= kMaxShadow) {
+            ++sh->depth;
+            return 0;
+        }
         PyCodeObject* code = PyFrame_GetCode(frame);
         Py_DECREF(code);  // the frame keeps it alive
+        // code_info may allocate (recorded with a Python stack): the new
+        // frame joins the shadow stack only once it is complete.
         CodeInfo* ci = code_info(code);
         sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? g_agent.now() : 0};
+        sh->depth = d + 1;
         return 0;
     }
     if (sh->depth == 0) return 0;  // a frame entered before tracing began

@@ -1,0 +1,378 @@
+"""msmemscope Python API (COMPAT §2): config validation, the collection range,
+steps, snapshots, RecordFunction, tracer, describer, watcher and the offline
+functions' argument checks. Scripts run with plain /usr/bin/python3 (the
+package spawns its own host) unless noted."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, dump_files, process_dirs, read_dump
+
+PY = "/usr/bin/python3"
+sys.path.insert(0, str(BUILD / "python"))
+import msmemscope  # noqa: E402
+
+
+def run_script(tmp_path, body, args=(), env=None, cli=None):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.pop("MSMEMSCOPE_SESSION", None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    if env:
+        e.update(env)
+    cmd = [PY, str(script)] + list(args)
+    if cli is not None:
+        cmd = [str(BUILD / "bin" / "msmemscope")] + cli + ["--"] + cmd
+    # The host inherits stdout: run() returns once it has written every file.
+    p = subprocess.run(cmd, cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def rows_of(out):
+    dirs = process_dirs(out)
+    assert len(dirs) == 1, dirs
+    files = dump_files(dirs[0])
+    assert len(files) == 1, files
+    return dirs[0], read_dump(files[0])
+
+
+def kinds(rows):
+    return [(r["Event"], r["Event Type"]) for r in rows]
+
+
+# ---------------------------------------------------------------- config errors
+@pytest.mark.parametrize("kw,exc,msg", [
+    ({"devcie": "cpu"}, TypeError,
+     "msmemscope.config: unknown key 'devcie'; did you mean 'device'? (allowed: device, level, events, call_stack, "
+     "analysis, watch, data_format, format, output, output_path, sinks, steps, collect_mode, log_level)"),
+    ({"level": 0}, TypeError, "msmemscope.config: 'level' must be a string, got int (allowed: 0, op, 1, kernel)"),
+    ({"device": ["cpu"]}, TypeError,
+     "msmemscope.config: 'device' must be a string, got list (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; "
+     "several separated by ',')"),
+    ({"device": "gpu"}, ValueError,
+     "msmemscope.config: device: invalid value 'gpu' (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})"),
+    ({"device": ""}, ValueError,
+     "msmemscope.config: device: empty value (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})"),
+    ({"level": "2"}, ValueError, "msmemscope.config: level: invalid value '2' (allowed: 0, op, 1, kernel)"),
+    ({"events": "alloc,oops"}, ValueError,
+     "msmemscope.config: events: invalid value 'oops' (allowed: alloc, free, launch, access, traceback)"),
+    ({"call_stack": "c:1001"}, ValueError,
+     "msmemscope.config: call_stack: depth '1001' of c out of range (allowed: 0..1000)"),
+    ({"call_stack": "java"}, ValueError,
+     "msmemscope.config: call_stack: invalid value 'java' (allowed: c, python, each with an optional :depth "
+     "0..1000, e.g. c:20,python:10)"),
+    ({"format": "xml"}, ValueError, "msmemscope.config: format: invalid value 'xml' (allowed: csv, db)"),
+    ({"data_format": "xml"}, ValueError, "msmemscope.config: data_format: invalid value 'xml' (allowed: csv, db)"),
+    ({"collect_mode": "later"}, ValueError,
+     "msmemscope.config: collect_mode: invalid value 'later' (allowed: immediate, deferred)"),
+    ({"log_level": "debug"}, ValueError,
+     "msmemscope.config: log_level: invalid value 'debug' (allowed: info, warn, error)"),
+    ({"output": ""}, ValueError, "msmemscope.config: output: empty value (allowed: a folder path)"),
+    ({"output_path": "x" * 4097}, ValueError, "msmemscope.config: output_path: path longer than 4096 characters"),
+    ({"steps": "1,2,3,4,5,6"}, ValueError, "msmemscope.config: steps: at most 5 steps, got 6"),
+    ({"watch": "a:out1"}, ValueError,
+     "msmemscope.config: watch: outN needs a start op: --watch=start:outN,end"),
+])
+def test_config_rejects(kw, exc, msg):
+    with pytest.raises(exc) as e:
+        msmemscope.config(**kw)
+    assert str(e.value) == msg
+
+
+def test_config_unknown_analyzer_and_sink_name_the_plugins():
+    with pytest.raises(ValueError) as e:
+        msmemscope.config(analysis="leeks")
+    assert str(e.value).startswith("msmemscope.config: analysis: unknown analyzer 'leeks'")
+    assert "(available: " in str(e.value)
+    with pytest.raises(ValueError) as e:
+        msmemscope.config(sinks="nosuch")
+    assert str(e.value).startswith("msmemscope.config: sinks: unknown sink 'nosuch' (available: ")
+    assert "csv" in str(e.value)
+
+
+def test_config_is_keyword_only():
+    with pytest.raises(TypeError):
+        msmemscope.config("cpu")
+
+
+def test_config_accepts_plugin_names_from_list_plugins():
+    analyzers = msmemscope.list_analyzers()
+    if analyzers:
+        msmemscope.config(analysis=",".join(analyzers[:1]))
+    msmemscope.config(sinks="csv", analysis="")
+
+
+def test_help_of_config_lists_every_key():
+    doc = msmemscope.config.__doc__
+    for key in ("device", "level", "events", "call_stack", "analysis", "watch", "data_format", "output"):
+        assert key in doc
+
+
+def test_output_format_watch_take_effect_only_once(tmp_path):
+    run_script(tmp_path, """
+        import warnings, msmemscope
+        msmemscope.config(device="cpu", analysis="", output="first")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            msmemscope.config(output="second")
+        assert str(w[0].message) == ("msmemscope.config: 'output' was already set to 'first'; it takes effect "
+                                     "only the first time it is set (ignored: 'second')"), w[0].message
+        msmemscope.start(); msmemscope.stop()
+        try:
+            msmemscope.config(events="alloc")
+        except RuntimeError as e:
+            print(e)
+    """)
+    assert (tmp_path / "first").is_dir() and not (tmp_path / "second").exists()
+
+
+def test_config_change_after_start_is_refused(tmp_path):
+    p = run_script(tmp_path, """
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="", output="out")
+        msmemscope.start(); msmemscope.stop()
+        try:
+            msmemscope.config(events="alloc")
+        except RuntimeError as e:
+            print("ERR", e)
+    """)
+    assert ("ERR msmemscope.config: 'events' cannot change once the collection session has started "
+            "(call config() before the first start())") in p.stdout
+
+
+# ---------------------------------------------------------------- ranges, steps, snapshots
+def test_ranges_steps_and_snapshot_rows(tmp_path):
+    run_script(tmp_path, """
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
+        keep = []
+        keep.append(bytearray(1 << 16))          # before start: not recorded
+        msmemscope.start()
+        keep.append(bytearray(1 << 17))
+        msmemscope.step()
+        msmemscope.step()
+        msmemscope.stop()
+        keep.append(bytearray(1 << 18))          # between ranges: not recorded
+        msmemscope.take_snapshot(device_mask=[0], name="mid")
+        msmemscope.start()
+        keep.append(bytearray(1 << 19))
+        with msmemscope.take_snapshot(name="block"):
+            pass
+        @msmemscope.take_snapshot(name="deco")
+        def f():
+            return 1
+        f()
+        msmemscope.stop()
+    """)
+    _, rows = rows_of(tmp_path / "out")
+    system = [(r["Event Type"], r["Name"]) for r in rows if r["Event"] in ("SYSTEM", "SNAPSHOT")]
+    assert system == [("START_TRACE", "N/A"), ("STEP", "1"), ("STEP", "2"), ("STOP_TRACE", "N/A"),
+                      ("SNAPSHOT", "mid"), ("START_TRACE", "N/A"), ("SNAPSHOT", "block Start"),
+                      ("SNAPSHOT", "block End"), ("SNAPSHOT", "deco Start"), ("SNAPSHOT", "deco End"),
+                      ("STOP_TRACE", "N/A")]
+    sizes = {int(r["attr"]["size"]) for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "HOST"}
+    assert (1 << 17) + 57 in sizes or any(s >= 1 << 17 and s < (1 << 17) + 128 for s in sizes)
+    assert not any(s >= 1 << 16 and s < (1 << 16) + 128 for s in sizes)
+    assert not any(s >= 1 << 18 and s < (1 << 18) + 128 for s in sizes)
+    assert any(s >= 1 << 19 and s < (1 << 19) + 128 for s in sizes)
+    snap = [r for r in rows if r["Event"] == "SNAPSHOT"][0]
+    assert snap["Device Id"] == "cpu"
+    for key in ("total_mem", "free_mem", "reserved", "peak_reserved", "allocated", "peak_allocated",
+                "device_utilization", "pt_utilization", "rss"):
+        assert key in snap["attr"], key
+    assert int(snap["attr"]["total_mem"]) > int(snap["attr"]["free_mem"]) > 0
+    assert int(snap["attr"]["rss"]) > 0
+
+
+def test_snapshot_without_start_and_no_preload(tmp_path):
+    run_script(tmp_path, """
+        import os, msmemscope
+        assert "LD_PRELOAD" not in os.environ
+        msmemscope.config(device="cpu", analysis="", output="out")
+        msmemscope.take_snapshot()
+    """)
+    _, rows = rows_of(tmp_path / "out")
+    assert kinds(rows) == [("SNAPSHOT", "SNAPSHOT")]
+    assert rows[0]["Name"] == "Memory Snapshot"
+
+
+@pytest.mark.parametrize("args,exc,msg", [
+    ({"device_mask": "0"}, TypeError, "msmemscope.take_snapshot: 'device_mask' must be None, a device id 0..31, "
+                                      "or a list/tuple of device ids; got str '0'"),
+    ({"device_mask": [0, True]}, TypeError, "msmemscope.take_snapshot: 'device_mask' must be None, a device id "
+                                            "0..31, or a list/tuple of device ids; got bool True"),
+    ({"device_mask": 32}, ValueError, "msmemscope.take_snapshot: device id 32 out of range (allowed: None, a "
+                                      "device id 0..31, or a list/tuple of device ids)"),
+    ({"device_mask": ()}, ValueError, "msmemscope.take_snapshot: 'device_mask' is empty (allowed: None, a device "
+                                      "id 0..31, or a list/tuple of device ids)"),
+    ({"name": 3}, TypeError, "msmemscope.take_snapshot: 'name' must be a string, got int"),
+    ({"name": ""}, ValueError, "msmemscope.take_snapshot: 'name' must be a non-empty single-line string"),
+])
+def test_take_snapshot_rejects(args, exc, msg):
+    with pytest.raises(exc) as e:
+        msmemscope.take_snapshot(**args)
+    assert str(e.value) == msg
+
+
+# ---------------------------------------------------------------- trace
+def test_traceback_record_function_and_tracer(tmp_path):
+    run_script(tmp_path, """
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc,free,traceback", analysis="", output="out")
+        def leaf():
+            return [0] * 10
+        def outer():
+            return leaf()
+        @msmemscope.RecordFunction("deco")
+        def g():
+            return 1
+        msmemscope.start()
+        outer()
+        with msmemscope.RecordFunction("span"):
+            leaf()
+        g()
+        msmemscope.stop()
+        outer()                      # not traced
+        msmemscope.tracer.start()
+        leaf()
+        msmemscope.tracer.stop()
+        outer()                      # not traced
+    """)
+    d, _ = rows_of(tmp_path / "out")
+    trace = dump_files(d, kind="python_trace")
+    assert len(trace) == 1
+    lines = trace[0].read_text().splitlines()
+    assert lines[0] == "FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id"
+    names = [l.rsplit(",", 4)[0] for l in lines[1:]]
+    script = str(tmp_path / "script.py")
+    assert names == [f"{script}(4): leaf", f"{script}(6): outer", f"{script}(4): leaf", "span",
+                     f"{script}(8): g", "deco", f"{script}(4): leaf"], names
+    for l in lines[1:]:
+        _, s, e, tid, pid = l.rsplit(",", 4)
+        assert int(s) <= int(e)
+
+
+def test_python_call_stack(tmp_path):
+    run_script(tmp_path, """
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", call_stack="python:5", analysis="", output="out")
+        def make():
+            return bytearray(1 << 20)
+        msmemscope.start()
+        x = make()
+        msmemscope.stop()
+    """)
+    _, rows = rows_of(tmp_path / "out")
+    big = [r for r in rows if r["Event"] == "MALLOC" and int(r["attr"]["size"]) >= 1 << 20]
+    assert big, "no 1 MiB allocation recorded"
+    frames = big[0]["Call Stack(Python)"].splitlines()
+    script = str(tmp_path / "script.py")
+    assert frames[0] == f"{script}(5): make", frames
+
+
+@pytest.mark.parametrize("arg,exc,msg", [
+    (3, TypeError, "msmemscope.RecordFunction: 'name' must be a string, got int"),
+    ("", ValueError, "msmemscope.RecordFunction: 'name' must be a non-empty single-line string"),
+])
+def test_record_function_rejects(arg, exc, msg):
+    with pytest.raises(exc) as e:
+        msmemscope.RecordFunction(arg)
+    assert str(e.value) == msg
+
+
+# ---------------------------------------------------------------- describer, watcher
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: msmemscope.describe.describer(owner=3), TypeError,
+     "msmemscope.describe.describer: 'owner' must be a string, got int (allowed: 1..200 characters of letters, "
+     "digits, _ . - @ /)"),
+    (lambda: msmemscope.describe.describer(owner="a,b"), ValueError,
+     "msmemscope.describe.describer: invalid owner 'a,b' (allowed: 1..200 characters of letters, digits, "
+     "_ . - @ /)"),
+    (lambda: msmemscope.describe.describer(), TypeError, None),
+])
+def test_describer_rejects(call, exc, msg):
+    with pytest.raises(exc) as e:
+        call()
+    if msg:
+        assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: msmemscope.watcher.watch("x"), TypeError,
+     "msmemscope.watcher.watch: expected a torch.Tensor or an address (int), got str"),
+    (lambda: msmemscope.watcher.watch(4096), TypeError,
+     "msmemscope.watcher.watch: an address needs 'length' (bytes, > 0)"),
+    (lambda: msmemscope.watcher.watch(4096, length=0), ValueError,
+     "msmemscope.watcher.watch: 'length' must be > 0, got 0"),
+    (lambda: msmemscope.watcher.watch(-1, length=8), ValueError,
+     "msmemscope.watcher.watch: address -1 out of range (allowed: 1..2**64-1)"),
+    (lambda: msmemscope.watcher.watch(4096, length=8, dump_nums=0), ValueError,
+     "msmemscope.watcher.watch: 'dump_nums' must be -1 (no limit) or > 0, got 0"),
+    (lambda: msmemscope.watcher.remove(12345), KeyError, None),
+])
+def test_watcher_rejects(call, exc, msg):
+    with pytest.raises(exc) as e:
+        call()
+    if msg:
+        assert str(e.value) == msg
+
+
+def test_watcher_registers_and_removes():
+    import ctypes
+    buf = ctypes.create_string_buffer(64)
+    addr = ctypes.addressof(buf)
+    msmemscope.watcher.watch(addr, length=64, name="buf", dump_nums=2)
+    assert msmemscope.watcher.watched() == {addr: "buf"}
+    msmemscope.watcher.remove(addr)
+    assert msmemscope.watcher.watched() == {}
+
+
+# ---------------------------------------------------------------- offline
+def test_list_analyzers_and_config():
+    names = msmemscope.list_analyzers()
+    assert names == sorted(names)
+    for n in names:
+        assert isinstance(msmemscope.get_analyzer_config(n), dict)
+    with pytest.raises(ValueError) as e:
+        msmemscope.get_analyzer_config("nosuch")
+    assert str(e.value).startswith("msmemscope.get_analyzer_config: unknown analyzer 'nosuch' (available: ")
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda p: msmemscope.check_leaks(p / "missing.csv", "step", 0), FileNotFoundError, None),
+    (lambda p: msmemscope.check_leaks(p / "d.csv", 3, 0), TypeError,
+     "msmemscope.check_leaks: 'mstx_info' must be a string, got int"),
+    (lambda p: msmemscope.check_leaks(p / "d.csv", "", 0), ValueError,
+     "msmemscope.check_leaks: 'mstx_info' must be the non-empty name of an mstx mark"),
+    (lambda p: msmemscope.check_leaks(p / "d.csv", "m", -1), ValueError,
+     "msmemscope.check_leaks: 'start_index' must be >= 0, got -1"),
+    (lambda p: msmemscope.check_leaks(p / "d.csv", "m", "0"), TypeError,
+     "msmemscope.check_leaks: 'start_index' must be an int, got str"),
+    (lambda p: msmemscope.check_inefficient(p / "d.csv", mem_size=-1), ValueError,
+     "msmemscope.check_inefficient: 'mem_size' must be >= 0, got -1"),
+    (lambda p: msmemscope.check_inefficient(p / "d.csv", inefficient_type="early_allocation"), TypeError,
+     "msmemscope.check_inefficient: 'inefficient_type' must be a list of early_allocation, late_deallocation, "
+     "temporary_idleness; got str"),
+    (lambda p: msmemscope.check_inefficient(p / "d.csv", inefficient_type=["late"]), ValueError,
+     "msmemscope.check_inefficient: invalid inefficient_type 'late' (allowed: early_allocation, "
+     "late_deallocation, temporary_idleness)"),
+    (lambda p: msmemscope.check_inefficient(p / "d.csv", idle_threshold=0), ValueError,
+     "msmemscope.check_inefficient: 'idle_threshold' must be > 0, got 0"),
+    (lambda p: msmemscope.check_inefficient(p / "d.txt"), ValueError, None),
+    (lambda p: msmemscope.analyze(3, input_path=str(p / "d.csv")), TypeError,
+     "msmemscope.analyze: 'name' must be a string, got int"),
+])
+def test_offline_rejects(tmp_path, call, exc, msg):
+    (tmp_path / "d.csv").write_text("ID\n")
+    (tmp_path / "d.txt").write_text("x\n")
+    with pytest.raises(exc) as e:
+        call(tmp_path)
+    if msg:
+        assert str(e.value) == msg
