@@ -29,13 +29,13 @@ def run(cmd, cwd, env=None):
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stdout}\n{p.stderr}")
-    m = re.search(r"loop_ns=(\d+)", p.stdout)
+    m = re.search(r"loop_ns=(\d+) cpu_ns=(\d+)", p.stdout)
     if not m:
         sys.exit(f"no loop_ns in the output of {cmd}:\n{p.stdout}\n{p.stderr}")
     dropped = re.findall(r"dropped: (\d+)", p.stdout)
     if any(int(d) for d in dropped):
         sys.exit(f"events dropped: {p.stdout}")
-    return int(m.group(1)), wall
+    return int(m.group(1)), wall, int(m.group(2))
 
 
 def machine():
@@ -96,16 +96,21 @@ def main():
     print(f"machine: {machine()}")
     print(f"workload: {a.pairs} malloc/free pairs per thread, sizes 16..4096, 20 frames deep; best of {a.repeat}")
     res = {name: measure(cmd) for name, cmd in configs(1).items()}
-    bare = res["bare"][0]
+    bare, bare_cpu = res["bare"][0], res["bare"][2]
     added = {k: max(0.0, (v[0] - bare) / a.pairs) for k, v in res.items()}
-    print(f"\n{'1 thread':<18}{'loop ms':>10}{'ns added/pair':>15}{'vs heaptrack':>14}{'wall s':>9}")
-    for k, (loop, wall) in res.items():
+    # The target's own CPU time: what the hooks cost, without the time the
+    # target waited for a CPU while the profiler's other process ran.
+    added_cpu = {k: max(0.0, (v[2] - bare_cpu) / a.pairs) for k, v in res.items()}
+    print(f"\n{'1 thread':<18}{'loop ms':>9}{'ns added/pair':>15}{'vs heaptrack':>14}"
+          f"{'cpu ns added/pair':>19}{'vs heaptrack':>14}{'wall s':>9}")
+    for k, (loop, wall, cpu) in res.items():
         ratio = f"{added[k] / added['heaptrack']:.3f}" if heaptrack and k != "bare" and added["heaptrack"] else "-"
-        print(f"{k:<18}{loop / 1e6:>10.1f}{added[k]:>15.1f}{ratio:>14}{wall:>9.2f}")
+        rc = f"{added_cpu[k] / added_cpu['heaptrack']:.3f}" if heaptrack and k != "bare" and added_cpu["heaptrack"] else "-"
+        print(f"{k:<18}{loop / 1e6:>9.1f}{added[k]:>15.1f}{ratio:>14}{added_cpu[k]:>19.1f}{rc:>14}{wall:>9.2f}")
     print(f"\n{'threads':<10}{'loop ms':>10}{'Mevents/s':>11}{'vs 1 thread':>13}")
     rate1 = None
     for t in (1, 2, 4):
-        loop, _ = measure(configs(t)["msmemscope"])
+        loop, _, _ = measure(configs(t)["msmemscope"])
         rate = 2 * a.pairs * t / (loop / 1e9) / 1e6
         rate1 = rate1 or rate
         print(f"{t:<10}{loop / 1e6:>10.1f}{rate:>11.2f}{rate / rate1:>13.2f}")
