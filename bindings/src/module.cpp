@@ -340,6 +340,7 @@ struct CodeInfo {
     const char* func;
     int first_line;
     bool skip;
+    std::string label;  // "file(line): func", formatted once
 };
 
 struct ShadowFrame {
@@ -373,6 +374,7 @@ CodeInfo* code_info(PyCodeObject* code) {
     if (!ci->func) ci->func = "?";
     PyErr_Clear();
     ci->first_line = code->co_firstlineno;
+    ci->label = std::string(ci->file) + "(" + std::to_string(ci->first_line) + "): " + ci->func;
     for (auto& p : g_skip_prefixes)
         if (strncmp(ci->file, p.c_str(), p.size()) == 0) ci->skip = true;
     _PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, ci);
@@ -407,11 +409,8 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     ShadowFrame& f = sh->frames[d];
     if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
         (g_tracer_forced.load(std::memory_order_relaxed) || g_agent.collecting())) {
-        // Names are interned ids; msms_agent_event takes text, so pass the
-        // cached string through the intern table once per code object.
-        char buf[1024];
-        snprintf(buf, sizeof(buf), "%s(%d): %s", f.info->file, f.info->first_line, f.info->func);
-        g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0, buf, nullptr);
+        g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0, f.info->label.c_str(),
+                      nullptr);
     }
     return 0;
 }
