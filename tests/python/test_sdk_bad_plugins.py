@@ -1,0 +1,150 @@
+"""The host against misbehaving plugins (tests/fixtures/bad_plugins), through
+the CLI: each bad plugin is refused with its precise reason, and an analyzer
+that throws on an event is dropped while the run completes. Also the
+conformance program's verdicts on plugins that break its rules
+(tests/conformance/fixtures)."""
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from conftest import BUILD, dump_files, process_dirs, read_dump
+
+FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
+CONFORMANCE_FIXTURES = BUILD / "tests" / "lib" / "conformance_fixtures"
+BUILTIN = BUILD / "lib" / "msmemscope" / "plugins"
+CONFORMANCE = BUILD / "bin" / "msmemscope-conformance"
+
+# A short-lived program that allocates: /bin/ls (its heap goes through malloc).
+PROGRAM = ["/bin/ls", "/"]
+
+
+def fixture(name):
+    return f"{FIXTURES}/libmsmemscope_plugin_{name}.so"
+
+
+def test_list_plugins_names_each_refusal(cli, tmp_path):
+    assert FIXTURES.is_dir(), f"build the fixtures first: {FIXTURES}"
+    p = cli(["--plugin-path", str(FIXTURES), "--list-plugins"], cwd=tmp_path, check_rc=0)
+    refused = [line for line in p.stdout.splitlines() if line.startswith("refused: ")]
+    csv_path = os.path.realpath(BUILTIN / "libmsmemscope_plugin_csv.so")
+    # The built-in csv may be printed through the binary's real path.
+    dup = [line for line in refused if "duplicate_csv" in line]
+    assert len(dup) == 1, p.stdout
+    m = re.fullmatch(r"refused: (.*): duplicate type name 'csv' \(already provided by (.*)\)", dup[0])
+    assert m, dup[0]
+    assert m.group(1) == fixture("duplicate_csv")
+    assert os.path.realpath(m.group(2)) == csv_path
+    expected = [
+        f"refused: {fixture('bad_name')}: invalid type name 'Bad-Name' "
+        "(allowed: [a-z][a-z0-9_]*, at most 64 characters)",
+        f"refused: {fixture('no_entry')}: no entry symbol 'msmemscope_plugin'",
+        f"refused: {fixture('null_descriptor')}: the entry returned no descriptor",
+        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.0",
+    ]
+    assert [line for line in refused if "duplicate_csv" not in line] == expected
+    # The ones that only misbehave later load like any analyzer.
+    names = {line.split()[0]: line.split() for line in p.stdout.splitlines()[1:] if not line.startswith("refused")}
+    assert names["throws_in_create"][1] == "analyzer"
+    assert names["throws_in_event"][1] == "analyzer"
+    assert names["throws_in_event"][3] == fixture("throws_in_event")
+    # The built-in csv is still the one in use.
+    assert os.path.realpath(names["csv"][3]) == csv_path
+
+
+def test_refusals_are_warnings_on_a_normal_run(cli, tmp_path):
+    p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=",
+             "--output", str(tmp_path / "out"), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
+    assert (f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: "
+            "wrong ABI version: got 2.0, supported 1.0") in p.stderr.splitlines()
+    assert (f"msmemscope: warning: plugin {fixture('no_entry')} refused: "
+            "no entry symbol 'msmemscope_plugin'") in p.stderr.splitlines()
+
+
+def test_analyzer_throwing_on_an_event_is_dropped_and_the_run_completes(cli, tmp_path):
+    out = tmp_path / "out"
+    p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",
+             "--analysis=throws_in_event", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
+    m = re.search(r"plugin 'throws_in_event': failed on event (\d+); continuing without it", p.stderr)
+    assert m, p.stderr
+    assert len(re.findall(r"plugin 'throws_in_event': failed", p.stderr)) == 1, p.stderr
+    dirs = process_dirs(out)
+    assert dirs, f"no output in {out}"
+    files = dump_files(dirs[0])
+    assert len(files) == 1
+    rows = read_dump(files[0])
+    assert any(r["Event"] == "MALLOC" for r in rows)
+    # The event it failed on is the first it saw, and still reached the sink.
+    assert int(m.group(1)) == min(int(r["ID"]) for r in rows)
+
+
+def test_analyzer_throwing_in_create_is_left_out(cli, tmp_path):
+    out = tmp_path / "out"
+    p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",
+             "--analysis=throws_in_create", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
+    assert ("plugin 'throws_in_create': create failed: throws_in_create: constructor failed on purpose; "
+            "continuing without it") in p.stderr, p.stderr
+    assert dump_files(process_dirs(out)[0])
+
+
+def run_conformance(*args):
+    assert CONFORMANCE.exists(), f"build first: {CONFORMANCE}"
+    return subprocess.run([str(CONFORMANCE)] + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def verdicts(stdout):
+    """{plugin path: [its '  ok/FAIL/note' lines]} and {path: PASS|FAIL}."""
+    lines, result, current = {}, {}, None
+    for line in stdout.splitlines():
+        if line.startswith("PASS ") or line.startswith("FAIL "):
+            result[line[5:]] = line[:4]
+        elif line.startswith("  "):
+            lines[current].append(line.strip())
+        elif not re.match(r"\d+ plugin\(s\)|failed: ", line):
+            current = line
+            lines[current] = []
+    return lines, result
+
+
+def test_conformance_rejects_the_bad_fixtures_with_precise_reasons():
+    p = run_conformance("--pairs=20000", FIXTURES)
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines, result = verdicts(p.stdout)
+    assert result[fixture("wrong_abi")] == "FAIL"
+    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.0"]
+    assert lines[fixture("no_entry")] == ["FAIL  load: no entry symbol 'msmemscope_plugin'"]
+    assert lines[fixture("null_descriptor")] == ["FAIL  load: the entry returned no descriptor"]
+    assert lines[fixture("bad_name")] == [
+        "FAIL  load: invalid type name 'Bad-Name' (allowed: [a-z][a-z0-9_]*, at most 64 characters)"]
+    exc = "5 (MSMS_ERR_EXCEPTION: a C++ exception was caught at the boundary)"
+    assert (f"FAIL  create/destroy: create() returned status {exc}: throws_in_create: constructor failed on purpose"
+            in lines[fixture("throws_in_create")])
+    assert (f"FAIL  lifecycle: on_event() returned status {exc} for SYSTEM/ACL_INIT (id 1) "
+            "(the host would drop the plugin)" in lines[fixture("throws_in_event")])
+    # Alone, a sink named csv is a well-behaved plugin with a misleading file name.
+    assert result[fixture("duplicate_csv")] == "PASS"
+    assert ("note  file name libmsmemscope_plugin_duplicate_csv.so does not follow the rule "
+            "libmsmemscope_plugin_<type name>.so (libmsmemscope_plugin_csv.so)") in lines[fixture("duplicate_csv")]
+    assert p.stdout.splitlines()[-7] == "7 plugin(s): 1 passed, 6 failed"
+
+
+def test_conformance_catches_crash_second_finish_history_and_bad_schema():
+    p = run_conformance("--pairs=300000", CONFORMANCE_FIXTURES)
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines, result = verdicts(p.stdout)
+
+    def of(name):
+        return lines[f"{CONFORMANCE_FIXTURES}/libmsmemscope_plugin_{name}.so"]
+
+    assert of("crashes_in_event")[-1] == (
+        "FAIL  lifecycle (on_event MALLOC/HAL (id 7)): crashed with signal 11 (Segmentation fault)")
+    assert ("FAIL  finish twice: the second finish() called the host again (1 emit/report/finding/annotate calls)"
+            in of("finish_not_idempotent"))
+    bounded = [line for line in of("keeps_history") if "bounded state" in line]
+    assert len(bounded) == 1 and bounded[0].startswith("FAIL  bounded state: 300000 pairs, resident set grew by ")
+    assert "ok    options: bad options refused: 6 bad value(s)" in of("keeps_history")
+    assert "FAIL  options: schema: ENUM option 'style' lists no allowed values" in of("bad_option_schema")
+    assert ("FAIL  options: defaults valid: defaults: bad_option_schema.limit: value 500 out of range "
+            "(allowed: 1..100)") in of("bad_option_schema")
+    assert all(v == "FAIL" for v in result.values()), result
