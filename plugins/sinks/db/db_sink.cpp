@@ -101,37 +101,39 @@ private:
 
 class Database {
 public:
-    Database(const std::string& path, const msmemscope::RunInfo& run, const std::string& device) : path_(path) {
+    Database(const std::string& path, const msmemscope::RunInfo& run, const std::string& device)
+        : path_(path), dev_(device) {
         std::error_code ec;
         fs::create_directories(fs::path(path).parent_path(), ec);
         for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
-        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
             std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
             sqlite3_close(db_);
             db_ = nullptr;
             throw std::runtime_error("cannot create " + path + ": " + why);
         }
+        // 16 KiB pages, WAL (readers may open the file while it grows), no
+        // fsync: a killed host leaves a consistent file at the last commit;
+        // only an OS crash could lose more.
+        exec("PRAGMA page_size=16384");
         exec("PRAGMA journal_mode=WAL");
-        exec("PRAGMA synchronous=NORMAL");
+        exec("PRAGMA synchronous=OFF");
+        exec("PRAGMA wal_autocheckpoint=4096");
         exec("PRAGMA cache_size=-65536");
         exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
         exec("CREATE TABLE memscope_dump (\"ID\" INTEGER PRIMARY KEY, \"Event\" TEXT, \"Event Type\" TEXT, "
              "\"Name\" TEXT, \"Timestamp(ns)\" INTEGER, \"Process Id\" INTEGER, \"Thread Id\" INTEGER, "
              "\"Device Id\" TEXT, \"Ptr\" TEXT, \"Attr\" TEXT, \"Call Stack(Python)\" TEXT, \"Call Stack(C)\" TEXT)");
         exec("CREATE TABLE msms_meta (key TEXT PRIMARY KEY, value TEXT)");
-        exec("CREATE TABLE msms_blocks (allocation_id INTEGER PRIMARY KEY, device TEXT, pool TEXT, ptr INTEGER, "
+        exec("CREATE TABLE msms_blocks (allocation_id INTEGER, device TEXT, pool TEXT, ptr INTEGER, "
              "size INTEGER, malloc_id INTEGER, malloc_ts INTEGER, free_id INTEGER, free_ts INTEGER, "
              "thread_id INTEGER, owner TEXT, c_stack_id INTEGER, py_stack_id INTEGER)");
         exec("CREATE TABLE msms_stacks (kind TEXT, id INTEGER, text TEXT, PRIMARY KEY (kind, id)) WITHOUT ROWID");
         exec("CREATE TABLE msms_findings (\"table\" TEXT, seq INTEGER, cols TEXT)");
         ins_dump_ = Stmt(db_, "INSERT OR REPLACE INTO memscope_dump VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-        ins_block_ = Stmt(db_, "INSERT OR REPLACE INTO msms_blocks VALUES (?,?,?,?,?,?,?,NULL,NULL,?,?,?,?)");
-        upd_block_ = Stmt(db_, "UPDATE msms_blocks SET free_id=?, free_ts=? WHERE allocation_id=?");
+        ins_block_ = Stmt(db_, "INSERT INTO msms_blocks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
         ins_stack_ = Stmt(db_, "INSERT OR IGNORE INTO msms_stacks VALUES (?,?,?)");
         upd_attr_ = Stmt(db_, "UPDATE memscope_dump SET \"Attr\"=json_set(\"Attr\", ?, json(?)) WHERE \"ID\"=?");
-        upd_owner_ = Stmt(db_,
-                          "UPDATE msms_blocks SET owner=? WHERE allocation_id=(SELECT json_extract(\"Attr\", "
-                          "'$.allocation_id') FROM memscope_dump WHERE \"ID\"=? AND \"Event\"='MALLOC')");
         ins_finding_ = Stmt(db_, "INSERT INTO msms_findings VALUES (?,?,?)");
         ins_meta_ = Stmt(db_, "INSERT OR REPLACE INTO msms_meta VALUES (?,?)");
         meta("schema_version", std::to_string(kSchemaVersion));
@@ -149,10 +151,8 @@ public:
             sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
             ins_dump_ = Stmt();
             ins_block_ = Stmt();
-            upd_block_ = Stmt();
             ins_stack_ = Stmt();
             upd_attr_ = Stmt();
-            upd_owner_ = Stmt();
             ins_finding_ = Stmt();
             ins_meta_ = Stmt();
             for (auto& [k, s] : ins_py_) s = Stmt();
@@ -167,9 +167,20 @@ public:
         const char* type = msms_event_type_name(ev.type);
         bool has_ptr = ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS;
         char ptr[24];
-        if (has_ptr) std::snprintf(ptr, sizeof(ptr), "0x%016llx", static_cast<unsigned long long>(ev.ptr));
-        else std::memcpy(ptr, "N/A", 4);
-        std::string dev = device_label(ev);
+        if (has_ptr) {
+            static const char hex[] = "0123456789abcdef";
+            ptr[0] = '0';
+            ptr[1] = 'x';
+            for (int i = 0; i < 16; ++i) ptr[2 + i] = hex[(ev.ptr >> (60 - 4 * i)) & 0xf];
+            ptr[18] = 0;
+        } else {
+            std::memcpy(ptr, "N/A", 4);
+        }
+        std::string_view dev = ev.device_kind == MSMS_DEV_NA ? std::string_view("N/A") : std::string_view(dev_);
+        if (ev.device_kind != MSMS_DEV_NA && !own_device(ev)) {
+            other_dev_ = device_label(ev);
+            dev = other_dev_;
+        }
         ins_dump_.i64(1, static_cast<int64_t>(ev.id))
             .text(2, kind ? kind : "N/A")
             .text(3, type ? type : "N/A")
@@ -186,27 +197,24 @@ public:
         if (ev.kind == MSMS_EV_MALLOC && ev.allocation_id) {
             stack("c", ev.c_stack_id, ev.c_stack);
             stack("python", ev.py_stack_id, ev.py_stack);
-            std::string_view owner = msmemscope::attr(ev, "owner");
-            ins_block_.i64(1, static_cast<int64_t>(ev.allocation_id))
-                .text(2, dev)
-                .text(3, type ? type : "N/A")
-                .i64(4, static_cast<int64_t>(ev.ptr))
-                .i64(5, static_cast<int64_t>(ev.size))
-                .i64(6, static_cast<int64_t>(ev.id))
-                .i64(7, static_cast<int64_t>(ev.timestamp_ns))
-                .i64(8, ev.tid);
-            if (owner.empty()) ins_block_.null(9);
-            else ins_block_.text(9, owner);
-            if (ev.c_stack_id) ins_block_.i64(10, static_cast<int64_t>(ev.c_stack_id));
-            else ins_block_.null(10);
-            if (ev.py_stack_id) ins_block_.i64(11, static_cast<int64_t>(ev.py_stack_id));
-            else ins_block_.null(11);
-            ins_block_.run(db_);
+            Live& b = live_[ev.allocation_id];
+            b.malloc_id = ev.id;
+            b.ts = ev.timestamp_ns;
+            b.ptr = ev.ptr;
+            b.size = ev.size;
+            b.tid = ev.tid;
+            b.type = ev.type;
+            b.c_stack = ev.c_stack_id;
+            b.py_stack = ev.py_stack_id;
+            b.owner = std::string(msmemscope::attr(ev, "owner"));
+            b.device = dev_;
+            if (dev != dev_) b.device = std::string(dev);
         } else if (ev.kind == MSMS_EV_FREE && ev.allocation_id) {
-            upd_block_.i64(1, static_cast<int64_t>(ev.id))
-                .i64(2, static_cast<int64_t>(ev.timestamp_ns))
-                .i64(3, static_cast<int64_t>(ev.allocation_id))
-                .run(db_);
+            auto it = live_.find(ev.allocation_id);
+            if (it != live_.end()) {
+                block(ev.allocation_id, it->second, static_cast<int64_t>(ev.id), static_cast<int64_t>(ev.timestamp_ns));
+                live_.erase(it);
+            }
         }
         ++rows_;
         tick();
@@ -236,7 +244,9 @@ public:
         std::string v;
         msms::json_attr_value(v, value);
         upd_attr_.text(1, path).text(2, v).i64(3, static_cast<int64_t>(id)).run(db_);
-        if (key == "owner") upd_owner_.text(1, value).i64(2, static_cast<int64_t>(id)).run(db_);
+        if (key == "owner")
+            for (auto& [aid, b] : live_)
+                if (b.malloc_id == id) b.owner = std::string(value);
         tick();
     }
 
@@ -254,12 +264,16 @@ public:
     }
 
     void finish() {
+        // Blocks never freed: free_id and free_ts stay NULL.
+        for (auto& [id, b] : live_) block(id, b, -1, -1);
+        live_.clear();
         meta("rows", std::to_string(rows_));
         meta("complete", "true");
         exec("COMMIT");
         exec("CREATE INDEX IF NOT EXISTS memscope_dump_time ON memscope_dump (\"Timestamp(ns)\")");
         exec("CREATE INDEX IF NOT EXISTS msms_blocks_time ON msms_blocks (device, malloc_ts)");
         exec("CREATE INDEX IF NOT EXISTS msms_blocks_malloc ON msms_blocks (malloc_id)");
+        exec("CREATE INDEX IF NOT EXISTS msms_blocks_id ON msms_blocks (allocation_id)");
         exec("CREATE INDEX IF NOT EXISTS msms_findings_table ON msms_findings (\"table\", seq)");
         exec("CREATE VIEW IF NOT EXISTS msms_leaks AS SELECT seq, cols FROM msms_findings WHERE \"table\"='leaks'");
         exec("PRAGMA wal_checkpoint(TRUNCATE)");
@@ -280,6 +294,41 @@ private:
         }
     }
     void meta(const std::string& k, const std::string& v) { ins_meta_.text(1, k).text(2, v).run(db_); }
+    struct Live {
+        uint64_t malloc_id, ts, ptr, size, c_stack, py_stack;
+        uint32_t tid;
+        uint16_t type;
+        std::string owner, device;
+    };
+    // Whether the row is of this file's device (the common case, cached).
+    bool own_device(const msms_event& ev) {
+        if (ev.device_kind == own_kind_ && ev.device_id == own_id_) return true;
+        if (device_label(ev) != dev_) return false;
+        own_kind_ = ev.device_kind;
+        own_id_ = ev.device_id;
+        return true;
+    }
+    void block(uint64_t id, const Live& b, int64_t free_id, int64_t free_ts) {
+        const char* type = msms_event_type_name(b.type);
+        ins_block_.i64(1, static_cast<int64_t>(id))
+            .text(2, b.device)
+            .text(3, type ? type : "N/A")
+            .i64(4, static_cast<int64_t>(b.ptr))
+            .i64(5, static_cast<int64_t>(b.size))
+            .i64(6, static_cast<int64_t>(b.malloc_id))
+            .i64(7, static_cast<int64_t>(b.ts));
+        if (free_id >= 0) ins_block_.i64(8, free_id).i64(9, free_ts);
+        else ins_block_.null(8).null(9);
+        ins_block_.i64(10, b.tid);
+        if (b.owner.empty()) ins_block_.null(11);
+        else ins_block_.text(11, b.owner);
+        if (b.c_stack) ins_block_.i64(12, static_cast<int64_t>(b.c_stack));
+        else ins_block_.null(12);
+        if (b.py_stack) ins_block_.i64(13, static_cast<int64_t>(b.py_stack));
+        else ins_block_.null(13);
+        ins_block_.run(db_);
+        tick();
+    }
     void stack(const char* kind, uint64_t id, msms_str text) {
         if (!id || !text.size) return;
         auto& seen = kind[0] == 'c' ? c_seen_ : py_seen_;
@@ -297,7 +346,10 @@ private:
 
     std::string path_;
     sqlite3* db_ = nullptr;
-    Stmt ins_dump_, ins_block_, upd_block_, ins_stack_, upd_attr_, upd_owner_, ins_finding_, ins_meta_;
+    Stmt ins_dump_, ins_block_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
+    std::string dev_, other_dev_;
+    int32_t own_kind_ = -1, own_id_ = -1;
+    std::unordered_map<uint64_t, Live> live_;
     std::map<uint32_t, Stmt> ins_py_;
     std::unordered_set<uint64_t> c_seen_, py_seen_;
     std::string attr_;
