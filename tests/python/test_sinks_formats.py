@@ -144,3 +144,19 @@ def test_trace_stops_growing_at_its_limit(tmp_path):
     # the counter still ends at its final value
     last = [e for e in doc["traceEvents"] if e["ph"] == "C"][-1]
     assert last["ts"] > 0
+
+
+def test_csv_and_db_of_the_rich_stream_agree(tmp_path):
+    drive("csv", tmp_path / "csv", "rich")
+    drive("db", tmp_path / "db", "rich")
+    for dev in ("0", "cpu"):
+        dump = read_dump(tmp_path / "csv" / f"device_{dev}" / "dump" / f"memscope_dump_{TS}.csv")
+        rows = check_db(tmp_path / "db" / f"device_{dev}" / "dump" / f"memscope_dump_{TS}.db")
+        assert len(dump) == len(rows)
+        for d, r in zip(dump, rows):
+            attr = json.loads(r[9])
+            assert {k: str(v) if not isinstance(v, list) else v for k, v in attr.items()} == \
+                {k: v for k, v in d["attr"].items()}, d["ID"]
+    snap = [d for d in read_dump(tmp_path / "csv" / "device_0" / "dump" / f"memscope_dump_{TS}.csv")
+            if d["Event"] == "SNAPSHOT"][0]
+    assert snap["Attr"] == '{allocated:123,note:say "hi"}'

@@ -170,7 +170,7 @@ void rich(Driver& h) {
     for (int i = 0; i < 20; ++i) h.free_(0x1000000 + i * 0x100000, MSMS_T_PTA, NPU, 0);
     h.free_(0x20000, MSMS_T_HOST, CPU, -1, 8);
     h.malloc_(0x30000, 3 << 20, MSMS_T_HOST, CPU, -1, "", "malloc\nleaky_cache\nmain", 7, 8);
-    h.feed(EventBuilder(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT).name("Memory Snapshot").attr("allocated", "123"));
+    h.feed(EventBuilder(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT).name("Memory Snapshot").attr("allocated", "123").attr("note", "say \"hi\""));
     h.feed(EventBuilder::step(3));
     h.annotate(act, "inefficient", "early_allocation");
     h.finding("leaks", {{"device", "0"}, {"allocation_id", std::to_string(grad - grad + 4)}, {"addr", "0x0000000000900000"},
