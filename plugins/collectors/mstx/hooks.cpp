@@ -213,8 +213,12 @@ void install(mstxFuncTable table, unsigned int size, unsigned int id, F fn) {
 // Runs before the program's main (and before any mstx call can happen).
 __attribute__((constructor)) void name_ourselves() {
     Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&name_ourselves), &info) && info.dli_fname && info.dli_fname[0] == '/')
+    if (dladdr(reinterpret_cast<void*>(&name_ourselves), &info) && info.dli_fname && info.dli_fname[0] == '/') {
+        // setenv allocates: those blocks are ours, not the program's.
+        int guard = msms_agent_enter();
         setenv(MSTX_INJECTION_PATH_ENV, info.dli_fname, 1);
+        if (guard) msms_agent_leave();
+    }
 }
 
 }  // namespace
