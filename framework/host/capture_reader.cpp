@@ -186,28 +186,45 @@ size_t CaptureReader::poll() {
         uint64_t pend = ch->pending.load(std::memory_order_acquire);
         if (pend && pend - 1 < pending_bound_) pending_bound_ = pend - 1;
     }
-    // Per thread: read the oldest chunk; move on only once it is sealed and
-    // read to its end, so a thread's records stay in order.
+    // Snapshot what every chunk has published (sealed first: a sealed
+    // chunk's fill level read after it is final), then decode lazily.
     for (auto& [tid, chunks] : thread_chunks_) {
-        while (!chunks.empty()) {
-            ChunkState& c = chunks.front();
+        for (ChunkState& c : chunks) {
             auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(c.index));
             bool sealed = ch->sealed.load(std::memory_order_acquire) != 0;
             uint32_t used = ch->used.load(std::memory_order_acquire);
             if (used > kChunkPayload) {
-                note_corruption(c.index, 0, "bad fill level");
+                if (!c.final) note_corruption(c.index, 0, "bad fill level");
                 used = kChunkPayload;
             }
-            if (used > c.read) decode(c, reinterpret_cast<const uint8_t*>(ch + 1), used);
+            if (used > c.limit) c.limit = used;
             // Sealed: final. Writer gone: nothing more will come.
-            if (sealed || gone_) {
-                chunks.pop_front();
-                continue;
-            }
-            break;
+            c.final = sealed || gone_;
         }
     }
+    for (auto& [tid, chunks] : thread_chunks_) fill(tid);
     return decoded_ - before;
+}
+
+void CaptureReader::fill(uint32_t tid) {
+    auto it = thread_chunks_.find(tid);
+    if (it == thread_chunks_.end()) return;
+    auto& chunks = it->second;
+    auto& q = queues_[tid];
+    // A thread's chunks are read in order: the next one only once the
+    // current one is final and read to its end.
+    while (!chunks.empty() && q.size() < kQueueTarget) {
+        ChunkState& c = chunks.front();
+        if (c.read < c.limit) {
+            auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(c.index));
+            decode(c, reinterpret_cast<const uint8_t*>(ch + 1), c.limit, kQueueTarget - q.size());
+        }
+        if (c.read >= c.limit && c.final) {
+            chunks.pop_front();
+            continue;
+        }
+        if (c.read >= c.limit) break;  // wait for more to be published
+    }
 }
 
 void CaptureReader::push(const RawEvent& e) {
@@ -218,13 +235,14 @@ void CaptureReader::push(const RawEvent& e) {
     ++decoded_;
 }
 
-void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used) {
+void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used, size_t max_events) {
     const uint8_t* p = payload + c.read;
     const uint8_t* end = payload + used;
+    size_t stop_at = decoded_ + max_events;
     // A chunk's deltas start from 0 at its first record.
     uint64_t& last_ts = c.last_ts;
     uint64_t& last_ptr = c.last_ptr;
-    while (p < end) {
+    while (p < end && decoded_ < stop_at) {
         const uint8_t* rec = p;
         uint8_t tag = *p++;
         uint64_t v[16];
@@ -339,7 +357,7 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used)
             p = end;
         }
     }
-    c.read = used;
+    c.read = static_cast<uint32_t>(p - payload);
 }
 
 // Definitions are published before the events that use them, but possibly by
@@ -371,7 +389,10 @@ bool CaptureReader::pop(RawEvent& out, uint64_t watermark) {
     auto& q = queues_[top.tid];
     out = q.front();
     q.pop_front();
-    if (!q.empty()) heap_.push(HeapItem{q.front().ts, top.tid});
+    if (!q.empty())
+        heap_.push(HeapItem{q.front().ts, top.tid});
+    else
+        fill(top.tid);  // push() puts the thread back on the heap
     if (out.ts < last_popped_) ++stragglers_;
     else last_popped_ = out.ts;
     return true;

@@ -94,9 +94,19 @@ private:
         uint32_t read = 0;
         uint64_t last_ts = 0;   // delta decoding state (starts at 0 per chunk)
         uint64_t last_ptr = 0;
+        uint32_t limit = 0;     // bytes published as of the last poll
+        bool final = false;     // sealed (or writer gone) as of the last poll
     };
     const uint8_t* chunk_ptr(uint64_t index);
-    void decode(ChunkState& c, const uint8_t* payload, uint32_t used);
+    // Decodes c from c.read up to `limit`, stopping after max_events events.
+    void decode(ChunkState& c, const uint8_t* payload, uint32_t limit, size_t max_events);
+    // Decodes thread tid's published records until its queue holds
+    // kQueueTarget events or nothing published is left. Keeping every queue
+    // non-empty while its thread has published data is what makes the merge
+    // exact; decoding no further than that keeps the host's memory bounded
+    // (a replay never holds the whole capture).
+    void fill(uint32_t tid);
+    static constexpr size_t kQueueTarget = 4096;
     bool resolvable(const RawEvent& e) const;
     void note_corruption(uint64_t chunk, uint64_t offset, const char* what);
     void push(const RawEvent& e);
