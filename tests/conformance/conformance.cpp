@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +86,14 @@ uint64_t rss_bytes() {
     return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
+// Option names: what --plugin-option=NAME.KEY=VALUE and YAML keys carry.
+bool valid_option_name(const std::string& n) {
+    if (n.empty() || n.size() > 64 || !std::isalpha(static_cast<unsigned char>(n[0]))) return false;
+    for (char c : n)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+    return true;
+}
+
 // "5 (MSMS_ERR_EXCEPTION: a C++ exception was caught at the boundary)"
 std::string status(int rc) {
     const char* n = "unknown status";
@@ -97,13 +106,6 @@ std::string status(int rc) {
     case MSMS_ERR_EXCEPTION: n = "MSMS_ERR_EXCEPTION: a C++ exception was caught at the boundary"; break;
     }
     return std::to_string(rc) + " (" + n + ")";
-}
-
-bool valid_name(const std::string& n) {
-    if (n.empty() || n.size() > 64 || n[0] < 'a' || n[0] > 'z') return false;
-    for (char c : n)
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
-    return true;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -488,7 +490,8 @@ void Checker::check_options() {
     std::vector<std::string> problems;
     std::set<std::string> seen;
     for (auto& o : info.options) {
-        if (!valid_name(o.name)) problems.push_back("option name '" + o.name + "' is not [a-z][a-z0-9_]*");
+        if (!valid_option_name(o.name))
+            problems.push_back("option name '" + o.name + "' is not [A-Za-z][A-Za-z0-9_-]*");
         if (!seen.insert(o.name).second) problems.push_back("option '" + o.name + "' declared twice");
         if (o.type < MSMS_OPT_STRING || o.type > MSMS_OPT_LIST)
             problems.push_back("option '" + o.name + "' has unknown type " + std::to_string(o.type));

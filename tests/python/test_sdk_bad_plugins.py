@@ -138,7 +138,7 @@ def test_conformance_catches_crash_second_finish_history_and_bad_schema():
         return lines[f"{CONFORMANCE_FIXTURES}/libmsmemscope_plugin_{name}.so"]
 
     assert of("crashes_in_event")[-1] == (
-        "FAIL  lifecycle (on_event MALLOC/HAL (id 7)): crashed with signal 11 (Segmentation fault)")
+        "FAIL  lifecycle (on_event MALLOC/HAL (id 6)): crashed with signal 11 (Segmentation fault)")
     assert ("FAIL  finish twice: the second finish() called the host again (1 emit/report/finding/annotate calls)"
             in of("finish_not_idempotent"))
     bounded = [line for line in of("keeps_history") if "bounded state" in line]
