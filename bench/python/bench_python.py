@@ -4,7 +4,10 @@
          cProfile vs msmemscope events="traceback";
   torch: a CPU training loop (MLP, Adam), plain vs
          torch.profiler.profile(profile_memory=True) vs msmemscope
-         events="alloc,free,launch" (operators + PTA storage + host heap).
+         events="launch" (operators + CPU tensor storage as PTA rows: what
+         the peer records), and for information msmemscope+heap,
+         events="alloc,free,launch", which adds every host-heap
+         malloc/free of the process (no peer records those).
 
 Each measurement runs in its own fresh process (the profilers install hooks
 that cannot be taken back). Usage: PYTHONPATH=<build>/python /usr/bin/python3
@@ -57,9 +60,12 @@ def torch_setup():
 
 def child(workload, tool, out):
     work = trace_work if workload == "trace" else torch_setup()
-    if tool == "msmemscope":
+    if tool.startswith("msmemscope"):
         import msmemscope
-        events = "traceback" if workload == "trace" else "alloc,free,launch"
+        if workload == "trace":
+            events = "traceback"
+        else:
+            events = "alloc,free,launch" if tool == "msmemscope+heap" else "launch"
         msmemscope.config(device="cpu", events=events, analysis="", output=out)
         msmemscope.start()
         t = time.perf_counter()
@@ -112,7 +118,7 @@ def main():
         return
     print(f"{'workload':10} {'tool':16} {'time (s)':>10} {'overhead':>10}")
     for workload, tools in (("trace", ("plain", "cProfile", "msmemscope")),
-                            ("torch", ("plain", "torch.profiler", "msmemscope"))):
+                            ("torch", ("plain", "torch.profiler", "msmemscope", "msmemscope+heap"))):
         base = None
         for tool in tools:
             dt = measure(workload, tool, a.repeat)

@@ -1,7 +1,9 @@
 """PyTorch collector (CPU; torch 1.13 and later).
 
 * every aten operator: OP_LAUNCH ATEN_START / ATEN_END (Name = the operator,
-  e.g. ``aten::mm``) from a TorchDispatchMode, and with events "access"
+  e.g. ``aten::mm``) from a C++ RecordFunction callback (_torch_observer,
+  built where libtorch-dev is installed; no Python call per operator) or
+  else from a TorchDispatchMode, and with events "access"
   ACCESS READ (inputs) / WRITE (outputs) with dtype, shape, size, format,
   type; Ptr is the storage's base address, so the host can give the
   allocation_id of the block;
@@ -35,6 +37,7 @@ CPU = _ext.DEV["CPU"]
 _names: Dict[object, str] = {}
 _tagged: Dict[int, str] = {}
 _mode: Optional["_OpMode"] = None
+_observer = None  # the C++ observer module while it tracks operators
 _access = False
 _trace = False
 _hooks_installed = False
@@ -226,15 +229,35 @@ def enable(trace: bool) -> None:
         from torch.nn.modules import module as m
         _module_hooks.append(m.register_module_forward_pre_hook(_module_pre))
         _module_hooks.append(m.register_module_forward_hook(_module_post))
-    if _mode is None:
-        _mode = _OpMode()
-        _mode.__enter__()
+    if _mode is None and _observer is None:
+        _start_op_tracking()
+
+
+def _start_op_tracking() -> None:
+    global _mode, _observer
+    if not _watcher._watched:
+        try:
+            from . import _torch_observer as obs
+        except ImportError:
+            obs = None
+        if obs is not None:
+            try:
+                obs.enable(bool(_ext.wants("launch")), _access, _ext.op_depth_api)
+                _observer = obs
+                return
+            except RuntimeError:
+                pass
+    _mode = _OpMode()
+    _mode.__enter__()
 
 
 def disable() -> None:
     """Turns operator tracking off (stop()); storage tracking stays so that
     the pool numbers remain right in the next range."""
-    global _mode, _trace
+    global _mode, _trace, _observer
+    if _observer is not None:
+        _observer.disable()
+        _observer = None
     if _mode is not None:
         try:
             _mode.__exit__(None, None, None)

@@ -70,6 +70,10 @@ struct AgentApi {
     int (*attached)();
     int (*got_install)(const char*, const GotHook*, uint32_t, const char*);
     void (*got_refresh)();
+    // Optional (newer agents): compact Python-call record, cached name ids.
+    void (*py_call)(uint64_t, const char*, uint64_t*);
+    void (*event_cached)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,
+                         uint64_t*, const char*);
 };
 AgentApi g_agent{};
 bool g_agent_loaded = false;
@@ -104,6 +108,8 @@ std::string load_agent(const std::string& path) {
     if (!ok) throw std::runtime_error("the msmemscope agent (" + origin + ") lacks an entry: " + dlerror());
     resolve(handle, "msms_agent_got_install", a.got_install);
     resolve(handle, "msms_agent_got_refresh", a.got_refresh);
+    resolve(handle, "msms_agent_py_call", a.py_call);
+    resolve(handle, "msms_agent_event_cached", a.event_cached);
     g_agent = a;
     g_agent_loaded = true;
     g_agent_origin = origin;
@@ -263,6 +269,18 @@ thread_local int t_op_depth = 0;
 thread_local int t_optimizer_depth = 0;
 thread_local char t_owner_label[256];
 
+// The C++ operator observer (_torch_observer) keeps the depth through these
+// (capsule "msmemscope.op_depth").
+struct OpDepthApi {
+    void (*enter)();
+    void (*exit)();
+};
+void op_depth_enter() { ++t_op_depth; }
+void op_depth_exit() {
+    if (t_op_depth > 0) --t_op_depth;
+}
+OpDepthApi g_op_depth_api{&op_depth_enter, &op_depth_exit};
+
 void owner_attr(char* buf, size_t n, uint64_t total) {
     const char* owner = nullptr;
     if (t_owner_label[0]) owner = t_owner_label;
@@ -341,6 +359,7 @@ struct CodeInfo {
     int first_line;
     bool skip;
     std::string label;  // "file(line): func", formatted once
+    uint64_t name_cache[2] = {0, 0};  // the label's id in this thread's stream (agent)
 };
 
 struct ShadowFrame {
@@ -409,8 +428,11 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     ShadowFrame& f = sh->frames[d];
     if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
         (g_tracer_forced.load(std::memory_order_relaxed) || g_agent.collecting())) {
-        g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0, f.info->label.c_str(),
-                      nullptr);
+        if (g_agent.py_call)
+            g_agent.py_call(f.start, f.info->label.c_str(), f.info->name_cache);
+        else
+            g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0,
+                          f.info->label.c_str(), nullptr);
     }
     return 0;
 }
@@ -596,6 +618,7 @@ PYBIND11_MODULE(_msmemscope, m) {
         if (g_agent_loaded && g_agent.collecting() && g_agent.wants("launch"))
             g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
     });
+    m.attr("op_depth_api") = py::capsule(static_cast<void*>(&g_op_depth_api), "msmemscope.op_depth");
     m.def("optimizer_enter", [] { ++t_optimizer_depth; });
     m.def("optimizer_exit", [] {
         if (t_optimizer_depth > 0) --t_optimizer_depth;

@@ -264,6 +264,71 @@ __attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint
     commit(w, p);
 }
 
+}  // extern "C"
+
+// ---- fast paths for the Python package (agent.h, appended) ----
+namespace {
+// The name's id in this thread's stream, from the caller's two-word cache
+// (key: channel generation and thread; the key is never 0).
+inline uint64_t cached_name(ThreadWriter*& w, const char* name, uint64_t* cache) {
+    if (!name || !*name) return 0;
+    uint64_t key = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
+    if (cache && cache[0] == key) return cache[1];
+    uint64_t id = intern(w, name, strlen(name));
+    if (cache && id) {
+        cache[0] = key;
+        cache[1] = id;
+    }
+    return id;
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void msms_agent_py_call(uint64_t start, const char* name,
+                                                                         uint64_t cache[2]) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t name_id = cached_name(w, name, cache);
+    w = writer_for(1 + 3 * 10);
+    if (!w) return;
+    uint64_t ts = stamp(w);
+    if (start > ts) start = ts;
+    uint8_t* p = begin_record(w, capture::kPyCall, ts);
+    p = capture::put_varint(p, ts - start);
+    p = capture::put_varint(p, name_id);
+    commit(w, p);
+}
+
+extern "C" __attribute__((visibility("default"))) void msms_agent_event_cached(
+    uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, uint64_t aux0,
+    uint64_t aux1, const char* name, uint64_t name_cache[2], const char* attrs) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t name_id = cached_name(w, name, name_cache);
+    uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
+    uint64_t cs = 0, ps = 0;
+    if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
+        stacks_for(w, cs, ps);
+    w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t ts = stamp(w);
+    uint8_t* p = begin_record(w, capture::kGeneric, ts);
+    p = capture::put_varint(p, kind);
+    p = capture::put_varint(p, type);
+    p = capture::put_varint(p, dev_kind);
+    p = capture::put_varint(p, capture::zigzag(dev_id));
+    p = capture::put_varint(p, ptr);
+    p = capture::put_varint(p, size);
+    p = capture::put_varint(p, aux0);
+    p = capture::put_varint(p, aux1);
+    p = capture::put_varint(p, name_id);
+    p = capture::put_varint(p, attrs_id);
+    p = capture::put_varint(p, cs);
+    p = capture::put_varint(p, ps);
+    commit(w, p);
+}
+
+extern "C" {
+
 __attribute__((visibility("default"))) void msms_agent_start(void) {
     if (!channel_is_open()) return;
     if (g_collecting.exchange(true)) return;

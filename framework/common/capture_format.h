@@ -109,6 +109,8 @@ enum Tag : uint8_t {
     kModule = 8,       // ts, load bias, extent (end of the highest PT_LOAD), path string id
     kEnd = 9,          // ts, exit code (zigzag): the process finished normally
     kThreadName = 10,  // string id
+    kPyCall = 11,      // ts, ts - start, name: a returning Python call (PY_TRACE
+                       // PY_CALL, device NA, aux0 = start)
 };
 
 inline uint8_t* put_varint(uint8_t* p, uint64_t v) {

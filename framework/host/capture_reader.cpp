@@ -301,6 +301,20 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used,
             push(e);
             break;
         }
+        case kPyCall: {
+            rd(3);
+            if (!ok) break;
+            last_ts += v[0];
+            e.ts = last_ts;
+            e.kind = 9;      // MSMS_EV_PY_TRACE
+            e.type = 80;     // MSMS_T_PY_CALL
+            e.dev_kind = 0;  // MSMS_DEV_NA
+            e.dev_id = -1;
+            e.aux0 = last_ts - v[1];
+            e.name_id = v[2];
+            push(e);
+            break;
+        }
         case kString: {
             rd(2);
             if (!ok || v[1] > static_cast<uint64_t>(end - p)) {

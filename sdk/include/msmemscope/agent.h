@@ -95,6 +95,20 @@ void msms_agent_detach(void);
 /* 1 when a capture stream is open in this process. */
 int msms_agent_attached(void);
 
+/* ---- appended: fast paths for the Python package ----
+ * A Python call that returns now and began at start_ns (from
+ * msms_agent_now()): recorded as PY_TRACE PY_CALL, device NA, aux0 = start,
+ * Name = name, in a compact record. `cache` is two words the caller keeps per
+ * name (zero-initialised, never shared between names): the name's id in this
+ * thread's stream is kept there, so later calls skip interning. Records
+ * nothing when no stream is open; the caller checks collection. */
+void msms_agent_py_call(uint64_t start_ns, const char* name, uint64_t cache[2]);
+
+/* msms_agent_event() with an interned name: `name_cache` as above. */
+void msms_agent_event_cached(uint16_t kind, uint16_t type, uint16_t device_kind, int16_t device_id,
+                             uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1, const char* name,
+                             uint64_t name_cache[2], const char* attrs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,180 @@
+// _torch_observer: the PyTorch operator tracker in C++ (optional; built only
+// where the libtorch headers are found). A RecordFunction global callback for
+// aten operators (scope FUNCTION) emits, through the agent,
+//   OP_LAUNCH ATEN_START / ATEN_END (Name = the operator, device cpu), and
+//   with "access": ACCESS READ (tensor inputs) / WRITE (tensor outputs), Ptr
+//   the storage's base address, Attr dtype, shape, size, format, type,
+// the same rows as the Python TorchDispatchMode of _torch.py, without a
+// Python call per operator. It also keeps _msmemscope's per-thread operator
+// depth (the "ops@aten" owner of tensor storage allocated inside an op).
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <pybind11/pybind11.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <array>
+#include <atomic>
+#include <string>
+#include <unordered_map>
+
+#include <msmemscope/abi.h>
+
+namespace py = pybind11;
+
+namespace {
+
+using event_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                          const char*, const char*);
+using event_cached_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                                 const char*, uint64_t*, const char*);
+using collecting_fn = int (*)();
+
+// From _msmemscope (capsule "msmemscope.op_depth").
+struct OpDepthApi {
+    void (*enter)();
+    void (*exit)();
+};
+
+event_fn g_event = nullptr;
+event_cached_fn g_event_cached = nullptr;
+collecting_fn g_collecting = nullptr;
+OpDepthApi g_depth{nullptr, nullptr};
+std::atomic<bool> g_launch{false};
+std::atomic<bool> g_access{false};
+bool g_registered = false;
+at::CallbackHandle g_handle = 0;
+
+// Per thread: operator name (stable pointer from the schema) -> the agent's
+// cache of its interned id.
+thread_local std::unordered_map<const char*, std::array<uint64_t, 2>>* t_names = nullptr;
+
+uint64_t* name_cache(const char* name) {
+    if (!t_names) t_names = new std::unordered_map<const char*, std::array<uint64_t, 2>>();
+    return (*t_names)[name].data();
+}
+
+void emit(uint16_t kind, uint16_t type, uint64_t ptr, uint64_t size, const char* name, const char* attrs) {
+    if (g_event_cached)
+        g_event_cached(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, name, name_cache(name), attrs);
+    else
+        g_event(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, name, attrs);
+}
+
+const char* dtype_name(c10::ScalarType t) {
+    switch (t) {
+    case c10::ScalarType::Byte: return "torch.uint8";
+    case c10::ScalarType::Char: return "torch.int8";
+    case c10::ScalarType::Short: return "torch.int16";
+    case c10::ScalarType::Int: return "torch.int32";
+    case c10::ScalarType::Long: return "torch.int64";
+    case c10::ScalarType::Half: return "torch.float16";
+    case c10::ScalarType::Float: return "torch.float32";
+    case c10::ScalarType::Double: return "torch.float64";
+    case c10::ScalarType::ComplexHalf: return "torch.complex32";
+    case c10::ScalarType::ComplexFloat: return "torch.complex64";
+    case c10::ScalarType::ComplexDouble: return "torch.complex128";
+    case c10::ScalarType::Bool: return "torch.bool";
+    case c10::ScalarType::QInt8: return "torch.qint8";
+    case c10::ScalarType::QUInt8: return "torch.quint8";
+    case c10::ScalarType::QInt32: return "torch.qint32";
+    case c10::ScalarType::BFloat16: return "torch.bfloat16";
+    default: return nullptr;
+    }
+}
+
+// One ACCESS row for a CPU dense tensor (as _torch._access_event).
+void access_tensor(const at::Tensor& t, uint16_t type, const char* op) {
+    if (!t.defined() || !t.device().is_cpu() || t.is_sparse() || t.layout() != c10::kStrided) return;
+    if (!t.has_storage()) return;
+    const void* base = t.storage().data();
+    if (!base) return;
+    uint64_t size = static_cast<uint64_t>(t.numel()) * t.element_size();
+    char attrs[512];
+    size_t n = 0;
+    const char* dt = dtype_name(t.scalar_type());
+    std::string dts;
+    if (!dt) {
+        dts = std::string("torch.") + c10::toString(t.scalar_type());
+        dt = dts.c_str();
+    }
+    n += snprintf(attrs + n, sizeof(attrs) - n, "dtype:%s,shape:[", dt);
+    auto sizes = t.sizes();
+    for (size_t i = 0; i < sizes.size() && n < sizeof(attrs) - 64; ++i)
+        n += snprintf(attrs + n, sizeof(attrs) - n, i ? ", %lld" : "%lld", static_cast<long long>(sizes[i]));
+    snprintf(attrs + n, sizeof(attrs) - n, "],size:%llu,format:%s,type:cpu", static_cast<unsigned long long>(size),
+             t.is_contiguous() ? "contiguous" : "strided");
+    emit(MSMS_EV_ACCESS, type, reinterpret_cast<uint64_t>(base), size, op, attrs);
+}
+
+void access_value(const c10::IValue& v, uint16_t type, const char* op) {
+    if (v.isTensor()) {
+        access_tensor(v.toTensor(), type, op);
+    } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) access_tensor(t, type, op);
+    } else if (v.isList()) {
+        for (const c10::IValue& x : v.toListRef())
+            if (x.isTensor()) access_tensor(x.toTensor(), type, op);
+    }
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    if (g_depth.enter) g_depth.enter();
+    if (!g_collecting()) return nullptr;
+    const char* name = fn.name();
+    if (g_access.load(std::memory_order_relaxed) && fn.needsInputs())
+        for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name);
+    if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, 0, 0, name, nullptr);
+    return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+    if (g_collecting()) {
+        const char* name = fn.name();
+        if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
+            for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
+        if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, 0, 0, name, nullptr);
+    }
+    if (g_depth.exit) g_depth.exit();
+}
+
+// Turns the observer on: launch = ATEN_START/END rows, access = ACCESS rows
+// (needs the operators' inputs and outputs: costs a copy of them per op).
+void enable(bool launch, bool access, py::capsule depth) {
+    if (!g_event) {
+        g_event = reinterpret_cast<event_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event"));
+        g_event_cached = reinterpret_cast<event_cached_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event_cached"));
+        g_collecting = reinterpret_cast<collecting_fn>(dlsym(RTLD_DEFAULT, "msms_agent_collecting"));
+        if (!g_event || !g_collecting) {
+            g_event = nullptr;
+            throw std::runtime_error("msmemscope: the agent is not loaded in this process");
+        }
+    }
+    g_depth = *static_cast<OpDepthApi*>(depth.get_pointer());
+    g_launch = launch;
+    g_access = access;
+    if (g_registered) at::removeCallback(g_handle);
+    g_handle = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                         .needsInputs(access)
+                                         .needsOutputs(access)
+                                         .scopes({at::RecordScope::FUNCTION}));
+    g_registered = true;
+}
+
+void disable() {
+    if (g_registered) {
+        at::removeCallback(g_handle);
+        g_registered = false;
+    }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_torch_observer, m) {
+    m.doc() = "aten operator tracking by a RecordFunction callback (not a public API)";
+    m.def("enable", &enable, py::arg("launch"), py::arg("access"), py::arg("depth"));
+    m.def("disable", &disable);
+    m.def("enabled", [] { return g_registered; });
+}
