@@ -134,6 +134,11 @@ struct RunInfo {
           config_json(view(r.config_json)), command_line(view(r.command_line)), level(r.level) {}
 };
 
+namespace detail {
+template <class T>
+struct Adapter;
+}
+
 // Common base; the three kinds below fix the descriptor's kind.
 class PluginBase {
 public:
@@ -143,6 +148,13 @@ public:
     virtual void on_annotation(uint64_t /*event_id*/, std::string_view /*key*/, std::string_view /*value*/) {}
     virtual void on_finding(std::string_view /*table*/, const msms_kv* /*cols*/, uint32_t /*n*/) {}
     virtual void finish() {}
+
+private:
+    template <class T>
+    friend struct detail::Adapter;
+    // The finish rule (sdk/README.md): only the first finish() runs; later
+    // calls return MSMS_OK and do nothing. Enforced here for every C++ plugin.
+    bool finished_ = false;
 };
 
 class IAnalyzer : public PluginBase {
@@ -237,7 +249,10 @@ struct Adapter {
         return guarded(nullptr, [&] { static_cast<PluginBase*>(inst)->on_finding(view(table), cols, n); });
     }
     static int finish(void* inst, msms_error* err) {
-        return guarded(err, [&] { static_cast<PluginBase*>(inst)->finish(); });
+        auto* p = static_cast<PluginBase*>(inst);
+        if (p->finished_) return MSMS_OK;
+        p->finished_ = true;
+        return guarded(err, [&] { p->finish(); });
     }
     static const msms_plugin_descriptor* descriptor() {
         static const msms_plugin_descriptor d = [] {
