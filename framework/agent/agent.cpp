@@ -60,6 +60,30 @@ inline bool want_stacks() { return options().c_depth > 0 || (options().py_depth 
 
 std::atomic<int> g_exit_status{-1};  // from an explicit exit(): the status
 
+// The compact host-heap record (the hot path): tag, time delta, pointer
+// delta, size (mallocs only), and the interned stacks when asked for.
+inline void heap_record(uint8_t tag, uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t cs = 0, ps = 0;
+    bool st = want_stacks();
+    if (st) {
+        stacks_for(w, cs, ps);
+        w = writer_for(capture::kMaxFixedRecord);
+        if (!w) return;
+    }
+    uint64_t ts = stamp(w);
+    uint8_t* p = begin_record(w, st ? tag_with_stacks : tag, ts);
+    p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
+    w->last_ptr = ptr;
+    if (size) p = capture::put_varint(p, *size);
+    if (st) {
+        p = capture::put_varint(p, cs);
+        p = capture::put_varint(p, ps);
+    }
+    commit(w, p);
+}
+
 void at_exit() {
     Tls& t = tls();
     ++t.depth;
@@ -183,26 +207,7 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
                                                              uint64_t ptr, uint64_t size, uint64_t aux0,
                                                              const char* attrs) {
     if (type == MSMS_T_HOST && aux0 == 0 && !attrs) {
-        // Compact heap record (the hot path).
-        ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
-        if (!w) return;
-        uint64_t cs = 0, ps = 0;
-        bool st = want_stacks();
-        if (st) {
-            stacks_for(w, cs, ps);
-            w = writer_for(capture::kMaxFixedRecord);
-            if (!w) return;
-        }
-        uint64_t ts = stamp(w);
-        uint8_t* p = begin_record(w, st ? capture::kHeapMallocS : capture::kHeapMalloc, ts);
-        p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
-        w->last_ptr = ptr;
-        p = capture::put_varint(p, size);
-        if (st) {
-            p = capture::put_varint(p, cs);
-            p = capture::put_varint(p, ps);
-        }
-        commit(w, p);
+        heap_record(capture::kHeapMalloc, capture::kHeapMallocS, ptr, &size);
         return;
     }
     msms_agent_event(MSMS_EV_MALLOC, type, dev_kind, dev_id, ptr, size, aux0, 0, nullptr, attrs);
@@ -211,24 +216,7 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
 __attribute__((visibility("default"))) void msms_agent_free(uint16_t type, uint16_t dev_kind, int16_t dev_id,
                                                             uint64_t ptr) {
     if (type == MSMS_T_HOST) {
-        ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
-        if (!w) return;
-        uint64_t cs = 0, ps = 0;
-        bool st = want_stacks();
-        if (st) {
-            stacks_for(w, cs, ps);
-            w = writer_for(capture::kMaxFixedRecord);
-            if (!w) return;
-        }
-        uint64_t ts = stamp(w);
-        uint8_t* p = begin_record(w, st ? capture::kHeapFreeS : capture::kHeapFree, ts);
-        p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
-        w->last_ptr = ptr;
-        if (st) {
-            p = capture::put_varint(p, cs);
-            p = capture::put_varint(p, ps);
-        }
-        commit(w, p);
+        heap_record(capture::kHeapFree, capture::kHeapFreeS, ptr, nullptr);
         return;
     }
     msms_agent_event(MSMS_EV_FREE, type, dev_kind, dev_id, ptr, 0, 0, 0, nullptr, nullptr);
