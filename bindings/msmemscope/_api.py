@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
-from . import _collect, _session
+from . import _collect, _session, watcher
 from ._session import _ext
 
 __all__ = ["config", "start", "stop", "step", "take_snapshot", "RecordFunction", "list_analyzers",
@@ -57,12 +57,14 @@ def start() -> None:
     _session.session()
     _ext.start()
     _collect.enable_for_range()
+    watcher.range_started()
 
 
 def stop() -> None:
     """Stops collection (SYSTEM STOP_TRACE). start() may be called again."""
     if _session.active_session() is None and not _ext.agent_loaded():
         return
+    watcher.range_stopped()
     _collect.disable_for_range()
     _ext.stop()
 

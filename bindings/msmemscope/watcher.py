@@ -1,29 +1,308 @@
-"""Watching a block of memory (``watcher.watch`` / ``watcher.remove``).
+"""Watching tensors or memory (``--watch`` / ``config(watch=...)`` and
+``watcher.watch`` / ``watcher.remove``), COMPAT §5, §6.
 
-    msmemscope.watcher.watch(tensor, name="w1")             # a tensor
+    msmemscope.config(watch="aten::mul:out0,aten::sum")    # or --watch= on the command line
+    msmemscope.watcher.watch(tensor, name="w1")              # a tensor
     msmemscope.watcher.watch(addr, length=4096, name="buf")  # an address range
     msmemscope.watcher.remove(tensor)
 
-While the collection range is on and PyTorch operators are tracked, each
-watched block is checksummed (CRC-64, as --watch's hash mode) after every
-operator; when it changed, an ACCESS WRITE row is written with Name = the
-operator and Attr ``watch:<name>,crc:<hex>,dump:<n>``. ``dump_nums`` limits how
-many such rows a block gets (-1: no limit).
+While collection is on and something is watched, a TorchDispatchMode of
+this module runs around every aten operator on CPU tensors: before and after
+the operator each watched block is hashed with upstream's CRC-64 (or, in
+full-content mode, written whole to a .bin file) and sent to the host as one
+checkpoint event (MSTX Mark ``msmemscope.watch`` with Attr op, count,
+watched, idx, when, size, crc64|file: plugins/analyzers/watch/README.md).
+The host's ``watch`` analyzer writes ``device_cpu/watch_dump/`` and reports
+the operator that changed a watched tensor.
+
+The spec ``[start[:outN],]end[,full-content]``: after the start operator, its
+outputs (all, or output N) are watched until the end operator has run;
+without a start operator, the blocks given to ``watcher.watch()`` are
+checkpointed from then until the end operator. Operator names match with or
+without the overload (``aten::mul`` or ``aten::mul.Tensor``); files use the
+full name. ``dump_nums`` limits how many checkpoints a block gets (-1: no
+limit).
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import tempfile
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from . import _session
 
 __all__ = ["watch", "remove", "watched"]
 
-_lock = threading.Lock()
+_lock = threading.RLock()
+_user: List[dict] = []          # blocks given to watch(): {name, addr, size, keep, left, idx}
+_state: Dict[str, Any] = {"spec": None, "spec_read": False, "mode": None}
+# Kept for _torch.py, which calls after_op() when this is non-empty; the
+# checkpoints are taken by this module's own dispatch mode, so it stays empty.
 _watched: Dict[int, dict] = {}
 
+_POLY = 0x42F0E1EBA9EA3693
+_MASK = 0xFFFFFFFFFFFFFFFF
+_TABLE: List[int] = []
+_LIB: List[Any] = []
 
+
+# ---------------------------------------------------------------- hashing
+def _lib():
+    """libmsms_watch.so (next to the agent), for hashing in C; None if absent."""
+    if not _LIB:
+        path = os.path.join(_session.PREFIX, "lib", "msmemscope", "agent", "libmsms_watch.so")
+        lib = None
+        try:
+            lib = ctypes.CDLL(path)
+            lib.msms_watch_crc64.restype = ctypes.c_uint64
+            lib.msms_watch_crc64.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        except (OSError, AttributeError):
+            lib = None
+        _LIB.append(lib)
+    return _LIB[0]
+
+
+def crc64(addr: int, size: int) -> int:
+    """Upstream's CRC-64 (polynomial 0x42F0E1EBA9EA3693, right shifts, init
+    and final xor all ones) of the ``size`` bytes at ``addr``."""
+    lib = _lib()
+    if lib is not None:
+        return int(lib.msms_watch_crc64(ctypes.c_void_p(addr), size))
+    if not _TABLE:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ _POLY if c & 1 else c >> 1
+            _TABLE.append(c)
+    c = _MASK
+    for b in ctypes.string_at(addr, size):
+        c = (c >> 8) ^ _TABLE[(c ^ b) & 0xFF]
+    return c ^ _MASK
+
+
+# ---------------------------------------------------------------- spec
+def _parse_spec(text: str):
+    items = [s.strip() for s in text.replace("\uff0c", ",").split(",") if s.strip()]
+    full = bool(items) and items[-1] == "full-content"
+    if full:
+        items.pop()
+    start, out, end = None, None, None
+    if len(items) == 1:
+        end = items[0]
+    elif len(items) == 2:
+        start, end = items
+        head, sep, tail = start.rpartition(":")
+        if sep and tail.startswith("out") and tail[3:].isdigit():
+            start, out = head, int(tail[3:])
+    else:
+        return None
+    return {"start": start, "out": out, "end": end, "full": full, "active": False, "done": False,
+            "tensors": [], "first": 0}
+
+
+def _spec() -> Optional[dict]:
+    """The watch spec of this session (--watch or config(watch=...)), read once."""
+    if not _state["spec_read"]:
+        text = ""
+        try:
+            if _session._ext.agent_loaded() and _session._ext.attached():
+                text = _session._ext.option("watch")
+        except Exception:  # noqa: BLE001 - no agent: no spec
+            text = ""
+        if not text:
+            text = _session._values.get("watch", "")
+        _state["spec"] = _parse_spec(text) if text else None
+        _state["spec_read"] = _session._ext.agent_loaded() and _session._ext.attached()
+    return _state["spec"]
+
+
+def _matches(name: str, short: str, wanted: Optional[str]) -> bool:
+    return wanted is not None and (wanted == name or wanted == short)
+
+
+# ---------------------------------------------------------------- checkpoints
+_counts: Dict[str, int] = {}
+_tmpdir: List[str] = []
+
+
+def _span(t) -> tuple:
+    """(address, bytes) of the memory a CPU tensor's elements occupy."""
+    n = t.numel()
+    if n == 0:
+        return t.data_ptr(), 0
+    if t.is_contiguous():
+        return t.data_ptr(), n * t.element_size()
+    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    return t.data_ptr(), extent * t.element_size()
+
+
+def _bin_dir() -> str:
+    if not _tmpdir:
+        _tmpdir.append(tempfile.mkdtemp(prefix=f"msmemscope_watch_{os.getpid()}_"))
+    return _tmpdir[0]
+
+
+def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, size: int, full: bool) -> None:
+    ext = _session._ext
+    when = "after" if after else "before"
+    head = f"op:{op},count:{count},watched:{watched},idx:{idx},when:{when},size:{size},"
+    if full:
+        fd, path = tempfile.mkstemp(suffix=".bin", dir=_bin_dir())
+        with os.fdopen(fd, "wb") as f:
+            f.write(ctypes.string_at(addr, size) if size else b"")
+        attrs = head + "file:" + path
+    else:
+        attrs = head + f"crc64:{crc64(addr, size) if size else 0:016x}"
+    ext.event(ext.EV["MSTX"], ext.T["MARK"], ext.DEV["CPU"], -1, 0, size, 0, 0, "msmemscope.watch", attrs)
+
+
+def _checkpoint(op: str, count: int, after: bool) -> None:
+    spec = _spec()
+    full = bool(spec and spec["full"])
+    if spec and spec["active"]:
+        for idx, t in spec["tensors"]:
+            addr, size = _span(t)
+            _emit(op, count, spec["start"], idx, after, addr, size, full)
+    if _user and (spec is None or spec["start"] is not None or not spec["done"]):
+        for w in _user:
+            if w["left"] == 0:
+                continue
+            if w["keep"] is not None:
+                addr, size = _span(w["keep"])
+            else:
+                addr, size = w["addr"], w["size"]
+            _emit(op, count, w["name"], w["idx"], after, addr, size, full)
+            if w["left"] > 0:
+                w["left"] -= 1
+
+
+def _before(op: str, short: str) -> int:
+    count = _counts.get(op, 0) + 1
+    _counts[op] = count
+    _checkpoint(op, count, False)
+    return count
+
+
+def _after(op: str, short: str, count: int, out) -> None:
+    spec = _spec()
+    if spec is not None and spec["start"] is not None and not spec["active"] and not spec["done"] \
+            and _matches(op, short, spec["start"]):
+        import torch
+        outs = [t for t in (out if isinstance(out, (list, tuple)) else (out,))
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+        idx = list(range(len(outs)))
+        if spec["out"] is not None:
+            outs = outs[spec["out"]:spec["out"] + 1]
+            idx = [spec["out"]] if outs else []
+        spec["tensors"] = list(zip(idx, outs))
+        spec["active"] = True
+        spec["start"] = op
+        # the start op's own checkpoint is numbered from 0 (upstream)
+        _checkpoint(op, spec["first"], True)
+        spec["first"] += 1
+        return
+    _checkpoint(op, count, True)
+    if spec is not None and _matches(op, short, spec["end"]) and (spec["active"] or spec["start"] is None):
+        spec["active"] = False
+        spec["done"] = True
+        spec["tensors"] = []
+
+
+def _names(func) -> tuple:
+    try:
+        short = func._schema.name
+        overload = func._schema.overload_name
+    except AttributeError:
+        short, overload = str(func), ""
+    full = f"{short}.{overload}" if overload else short
+    return full, short
+
+
+def _mode_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _WatchMode(TorchDispatchMode):
+        """Checkpoints the watched blocks around every aten operator."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not _needed() or not _session._ext.collecting():
+                return func(*args, **(kwargs or {}))
+            op, short = _names(func)
+            with _lock:
+                count = _before(op, short)
+            out = func(*args, **(kwargs or {}))
+            with _lock:
+                _after(op, short, count, out)
+            return out
+
+    return _WatchMode
+
+
+def _needed() -> bool:
+    spec = _state["spec"]
+    return bool(_user) or (spec is not None and not spec["done"])
+
+
+def _push_bottom(mode) -> None:
+    """Puts the mode at the bottom of torch's mode stack, so that other modes
+    (the op tracker) pushed and popped around it stay last-in first-out."""
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+    from torch._C import _len_torch_dispatch_stack
+    above = []
+    while _len_torch_dispatch_stack() > 0:
+        above.append(_pop_mode())
+    _push_mode(mode)
+    for m in reversed(above):
+        _push_mode(m)
+
+
+def _remove_mode(mode) -> None:
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+    from torch._C import _len_torch_dispatch_stack
+    above = []
+    while _len_torch_dispatch_stack() > 0:
+        m = _pop_mode()
+        if m is mode:
+            break
+        above.append(m)
+    for m in reversed(above):
+        _push_mode(m)
+
+
+def _update_mode() -> None:
+    """Installs the dispatch mode while something is (or will be) watched and
+    collection is on; removes it otherwise. Called from user code only (never
+    inside an operator)."""
+    import sys
+    if "torch" not in sys.modules:
+        return
+    _spec()
+    want = _needed() and _session._ext.agent_loaded() and _session._ext.collecting()
+    if want and _state["mode"] is None:
+        _state["mode"] = _mode_class()()
+        _push_bottom(_state["mode"])
+    elif not want and _state["mode"] is not None:
+        _remove_mode(_state["mode"])
+        _state["mode"] = None
+
+
+def range_started() -> None:
+    """start(): watch with the session's spec, or the blocks given to watch()."""
+    with _lock:
+        _update_mode()
+
+
+def range_stopped() -> None:
+    """stop(): no checkpoints outside the collection range."""
+    with _lock:
+        if _state["mode"] is not None:
+            _remove_mode(_state["mode"])
+            _state["mode"] = None
+
+
+# ---------------------------------------------------------------- public API
 def _is_tensor(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
 
@@ -32,6 +311,9 @@ def _resolve(target: Any, length: Optional[int]):
     if _is_tensor(target):
         if length is not None:
             raise TypeError("msmemscope.watcher.watch: 'length' is only for addresses; a tensor's length is its size")
+        if target.device.type != "cpu":
+            raise ValueError(f"msmemscope.watcher.watch: only CPU tensors can be watched, got a "
+                             f"{target.device.type} tensor")
         return target.data_ptr(), target.numel() * target.element_size()
     if isinstance(target, bool) or not isinstance(target, int):
         raise TypeError(f"msmemscope.watcher.watch: expected a torch.Tensor or an address (int), got "
@@ -48,7 +330,9 @@ def _resolve(target: Any, length: Optional[int]):
 
 
 def watch(target: Any, length: Optional[int] = None, name: Optional[str] = None, dump_nums: int = -1) -> None:
-    """Watches a tensor or the ``length`` bytes at an address."""
+    """Watches a CPU tensor or the ``length`` bytes at an address: a checkpoint
+    (hash, or the whole block with full-content) before and after every aten
+    operator while collection is on (see the module's text)."""
     addr, size = _resolve(target, length)
     if name is None:
         name = f"0x{addr:016x}"
@@ -60,8 +344,14 @@ def watch(target: Any, length: Optional[int] = None, name: Optional[str] = None,
     if dump_nums < -1 or dump_nums == 0:
         raise ValueError(f"msmemscope.watcher.watch: 'dump_nums' must be -1 (no limit) or > 0, got {dump_nums}")
     with _lock:
-        _watched[addr] = {"name": name, "size": size, "left": dump_nums, "crc": _crc(addr, size),
-                          "keep": target if _is_tensor(target) else None}
+        for w in _user:
+            if w["addr"] == addr:
+                _user.remove(w)
+                break
+        idx = sum(1 for w in _user if w["name"] == name)
+        _user.append({"name": name, "addr": addr, "size": size, "left": dump_nums, "idx": idx,
+                      "keep": target if _is_tensor(target) else None})
+        _update_mode()
 
 
 def remove(target: Any) -> None:
@@ -71,50 +361,21 @@ def remove(target: Any) -> None:
         raise TypeError(f"msmemscope.watcher.remove: expected a torch.Tensor or an address (int), got "
                         f"{type(target).__name__}")
     with _lock:
-        if addr not in _watched:
+        for w in _user:
+            if w["addr"] == addr:
+                _user.remove(w)
+                break
+        else:
             raise KeyError(f"msmemscope.watcher.remove: 0x{addr:016x} is not watched")
-        del _watched[addr]
+        _update_mode()
 
 
 def watched() -> Dict[int, str]:
-    """Address -> name of every watched block."""
+    """Address -> name of every block given to watch()."""
     with _lock:
-        return {a: w["name"] for a, w in _watched.items()}
-
-
-_TABLE = []
-
-
-def _crc(addr: int, size: int) -> int:
-    # CRC-64/ECMA-182 (reflected, as --watch's hash); fine for small blocks.
-    if not _TABLE:
-        poly = 0xC96C5795D7870F42
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ poly if c & 1 else c >> 1
-            _TABLE.append(c)
-    data = ctypes.string_at(addr, size)
-    crc = 0xFFFFFFFFFFFFFFFF
-    for b in data:
-        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFFFFFFFFFF
+        return {w["addr"]: w["name"] for w in _user}
 
 
 def after_op(op: str) -> None:
-    """Called by the operator tracker after each operator."""
-    if not _watched:
-        return
-    ext = _session._ext
-    with _lock:
-        for addr, w in list(_watched.items()):
-            if w["left"] == 0:
-                continue
-            crc = _crc(addr, w["size"])
-            if crc == w["crc"]:
-                continue
-            w["crc"] = crc
-            if w["left"] > 0:
-                w["left"] -= 1
-            ext.event(ext.EV["ACCESS"], ext.T["WRITE"], ext.DEV["CPU"], -1, addr, w["size"], 0, 0, op,
-                      f"watch:{w['name']},crc:{crc:016x}")
+    """Kept for the operator tracker's old call; checkpoints come from this
+    module's own dispatch mode."""

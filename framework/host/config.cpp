@@ -620,7 +620,9 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             items.pop_back();
         }
         if (items.size() == 1) {
-            if (items[0].find(':') != std::string::npos)
+            size_t colon = items[0].rfind(':');  // "aten::sum" is an op name; "op:out0" is not an end op
+            if (colon != std::string::npos && items[0].compare(colon + 1, 3, "out") == 0 && colon + 4 < items[0].size() &&
+                items[0].find_first_not_of("0123456789", colon + 4) == std::string::npos)
                 errors.push_back(v->origin + ": outN needs a start op: " + std::string("--watch=start:outN,end"));
             w.end = items[0];
         } else if (items.size() == 2) {

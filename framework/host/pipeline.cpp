@@ -89,6 +89,11 @@ void Pipeline::start(const RunContext& run) {
         into.push_back(std::move(inst));
     };
     for (auto& a : cfg_.analyzers) make(a, MSMS_KIND_ANALYZER, analyzers_);
+    // watcher.watch() in the target sends checkpoints without --watch: the
+    // watch analyzer (passive: it only acts on "msmemscope.watch" marks) is
+    // always there in a live run to write them.
+    if (!cfg_.analyze && std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "watch") == cfg_.analyzers.end())
+        make("watch", MSMS_KIND_ANALYZER, analyzers_);
     for (auto& s : cfg_.sinks) make(s, MSMS_KIND_SINK, sinks_);
 
     msms_run_info info{};
@@ -112,7 +117,12 @@ void Pipeline::start(const RunContext& run) {
 
 void Pipeline::account(Record& r) {
     msms_event& ev = r.ev;
+    if (ev.kind == MSMS_EV_ACCESS) {
+        ev.allocation_id = framework_block_at(ev.device_kind, ev.device_id, ev.ptr);
+        return;
+    }
     if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return;
+    const bool framework = !is_driver_pool(ev.type);
     PoolKey key{ev.device_kind, ev.device_id, ev.type};
     auto& live = live_[key];
     int64_t delta = 0;
@@ -126,6 +136,7 @@ void Pipeline::account(Record& r) {
             it->second = LiveBlock{ev.allocation_id, ev.size};
         }
         delta += static_cast<int64_t>(ev.size);
+        if (framework) by_addr_[{ev.device_kind, ev.device_id}][ev.ptr] = LiveBlock{ev.allocation_id, ev.size};
     } else {
         auto it = live.find(ev.ptr);
         if (it != live.end()) {
@@ -133,6 +144,13 @@ void Pipeline::account(Record& r) {
             ev.size = it->second.size;
             delta = -static_cast<int64_t>(it->second.size);
             live.erase(it);
+            if (framework) {
+                auto d = by_addr_.find({ev.device_kind, ev.device_id});
+                if (d != by_addr_.end()) {
+                    auto b = d->second.find(ev.ptr);
+                    if (b != d->second.end() && b->second.allocation_id == ev.allocation_id) d->second.erase(b);
+                }
+            }
         } else {
             ev.allocation_id = 0;  // allocated before collection started
             ev.size = 0;
@@ -150,6 +168,20 @@ void Pipeline::account(Record& r) {
     auto& t = device_totals_[device_label(ev) + "/" + msms_event_type_name(ev.type)];
     t.used = used;
     t.peak = std::max(t.peak, used);
+}
+
+// The allocation id of the live framework-pool block (PTA, ATB, ...) on that
+// device whose range holds ptr, 0 when none (ACCESS rows: COMPAT §4).
+uint64_t Pipeline::framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const {
+    if (ptr == 0) return 0;
+    auto d = by_addr_.find({dev_kind, dev_id});
+    if (d == by_addr_.end() || d->second.empty()) return 0;
+    auto it = d->second.upper_bound(ptr);
+    if (it == d->second.begin()) return 0;
+    --it;
+    const uint64_t base = it->first, size = it->second.size;
+    if (ptr == base || ptr - base < size) return it->second.allocation_id;
+    return 0;
 }
 
 namespace {
@@ -212,6 +244,8 @@ void Pipeline::build_views(Record& r) {
             if (ev.pool_total >= 0 && begin_entry("total")) { put_int(attr_text_, ev.pool_total); end_entry(); }
             if (ev.process_used >= 0 && begin_entry("process_used")) { put_int(attr_text_, ev.process_used); end_entry(); }
             if (ev.device_used >= 0 && begin_entry("device_used")) { put_int(attr_text_, ev.device_used); end_entry(); }
+        } else if (ev.kind == MSMS_EV_ACCESS) {
+            if (ev.allocation_id && begin_entry("allocation_id")) { put_uint(attr_text_, ev.allocation_id); end_entry(); }
         } else if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
             if (begin_entry("func")) { attr_text_ += r.name; end_entry(); }
             if (begin_entry("req_size")) { put_uint(attr_text_, ev.size); end_entry(); }

@@ -81,6 +81,7 @@ private:
     };
 
     void account(Record& r);
+    uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
     void dispatch(Record& r, size_t first_analyzer);
     void build_views(Record& r);
     void plugin_failed(Instance& inst, const std::string& what);
@@ -119,6 +120,8 @@ private:
     uint64_t events_ = 0;
     uint64_t last_ts_ = 0;
     std::map<PoolKey, std::unordered_map<uint64_t, LiveBlock>> live_;
+    // Live framework-pool blocks per device by start address (ACCESS -> allocation_id).
+    std::map<std::pair<uint16_t, int16_t>, std::map<uint64_t, LiveBlock>> by_addr_;
     std::map<PoolKey, int64_t> pool_used_;
     std::map<std::pair<uint16_t, int16_t>, int64_t> device_used_;
     int64_t process_used_ = 0;

@@ -53,6 +53,8 @@ std::string framework_of(const msms_event& ev) {
     }
 }
 
+bool driver_pool(uint16_t type) { return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED; }
+
 bool starts_with_level(const std::string& s, const std::string& prefix) {
     return s == prefix || (s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0 && s[prefix.size()] == '@');
 }
@@ -94,12 +96,15 @@ public:
             Block b{ev.size, ev.id, owner_index(dev_key(ev), owner)};
             acquire(b);
             live_[k] = b;
-            by_ptr_[DevPtr{ev.device_kind, ev.device_id, ev.ptr}] = k;
+            // Relabels (below) reach framework-pool blocks only: the host heap
+            // block under a PTA block has the same address and keeps HOST.
+            if (!driver_pool(ev.type)) by_ptr_[DevPtr{ev.device_kind, ev.device_id, ev.ptr}] = k;
         } else if (ev.kind == MSMS_EV_FREE) {
             auto it = live_.find(block_key(ev));
             if (it == live_.end()) return;
             release(it->second);
-            by_ptr_.erase(DevPtr{ev.device_kind, ev.device_id, ev.ptr});
+            auto p = by_ptr_.find(DevPtr{ev.device_kind, ev.device_id, ev.ptr});
+            if (p != by_ptr_.end() && p->second == it->first) by_ptr_.erase(p);
             live_.erase(it);
         } else {
             std::string_view label = attr(ev, "owner");

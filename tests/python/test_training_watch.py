@@ -1,0 +1,86 @@
+"""End to end: watch on a real PyTorch CPU script (tests/programs/training/
+train.py "plant": c = a * b; d = a + 1; c.fill_(7); s = c.sum()). --watch
+(CLI), config(watch=...) (python mode) and watcher.watch(), in hash and
+full-content mode, write device_cpu/watch_dump (COMPAT §5) and find fill_."""
+import struct
+import sys
+
+import pytest
+
+from conftest import SOURCE
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(SOURCE / "tests" / "programs" / "training"))
+sys.path.insert(0, str(SOURCE / "plugins" / "analyzers" / "watch" / "python"))
+from harness import proc_dir, run_cli, run_python  # noqa: E402
+import msmemscope_watch  # noqa: E402
+
+SPEC = "aten::mul.Tensor,aten::sum"
+SEVENS = "%016x" % msmemscope_watch.crc64_py(struct.pack("16f", *([7.0] * 16)))
+TWOS = "%016x" % msmemscope_watch.crc64_py(struct.pack("16f", *([2.0] * 16)))
+
+
+def watch_dir(tmp_path):
+    return proc_dir(tmp_path) / "device_cpu" / "watch_dump"
+
+
+def hashes(tmp_path):
+    files = list(watch_dir(tmp_path).glob("watch_dump_data_check_sum_*.csv"))
+    assert len(files) == 1, files
+    lines = files[0].read_text().splitlines()
+    assert lines[0] == "Tensor info,Check data sum"
+    rows = [l.rsplit(",", 1) for l in lines[1:]]
+    for name, _ in rows:
+        assert name.startswith("cpu_") and name.endswith(".bin"), name
+    # names without the "cpu_{tid}." prefix
+    return [(n.split(".", 1)[1], h) for n, h in rows]
+
+
+def check_spec_hashes(h, watched):
+    names = [n for n, _ in h]
+    assert names[0] == f"aten::mul.Tensor_0-{watched}_0_after.bin", names
+    assert names[-1] == f"aten::sum_1-{watched}_0_after.bin", names
+    d = dict(h)
+    assert d[f"aten::mul.Tensor_0-{watched}_0_after.bin"] == TWOS
+    assert d[f"aten::fill_.Scalar_1-{watched}_0_before.bin"] == TWOS
+    assert d[f"aten::fill_.Scalar_1-{watched}_0_after.bin"] == SEVENS
+    assert d[f"aten::add.Tensor_1-{watched}_0_after.bin"] == TWOS
+
+
+def test_watch_cli_hash_mode(tmp_path):
+    p = run_cli(tmp_path, ["--analysis=", f"--watch={SPEC}"], "plant")
+    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
+    check_spec_hashes(hashes(tmp_path), "aten::mul.Tensor")
+
+
+def test_watch_python_mode_full_content(tmp_path):
+    p = run_python(tmp_path, {"analysis": "", "watch": SPEC + ",full-content"}, "plant")
+    files = sorted(f.name for f in watch_dir(tmp_path).glob("*.bin"))
+    assert files, list(watch_dir(tmp_path).iterdir())
+    names = {f.split(".", 1)[1]: f for f in files}
+    before = watch_dir(tmp_path) / names["aten::fill_.Scalar_1-aten::mul.Tensor_0_before.bin"]
+    after = watch_dir(tmp_path) / names["aten::fill_.Scalar_1-aten::mul.Tensor_0_after.bin"]
+    assert before.read_bytes() == struct.pack("16f", *([2.0] * 16))
+    assert after.read_bytes() == struct.pack("16f", *([7.0] * 16))
+    assert "aten::sum_1-aten::mul.Tensor_0_after.bin" in names
+    assert not list(watch_dir(tmp_path).glob("watch_dump_data_check_sum_*.csv"))
+
+
+def test_watcher_watch_python_mode_hash(tmp_path):
+    run_python(tmp_path, {"analysis": ""}, "user_watch")
+    h = hashes(tmp_path)
+    d = dict(h)
+    assert d["aten::fill_.Scalar_1-c_0_before.bin"] == TWOS
+    assert d["aten::fill_.Scalar_1-c_0_after.bin"] == SEVENS
+    assert d["aten::add.Tensor_1-c_0_after.bin"] == TWOS
+    assert d["aten::sum_1-c_0_after.bin"] == SEVENS
+    # remove() ends the checkpoints: the second sum ran after it
+    assert not any(n.startswith("aten::sum_2") for n, _ in h), h
+
+
+def test_watcher_watch_under_cli_full_content(tmp_path):
+    p = run_cli(tmp_path, ["--analysis=", "--watch=aten::fill_.Scalar,full-content"], "user_watch")
+    names = {f.name.split(".", 1)[1]: f for f in watch_dir(tmp_path).glob("*.bin")}
+    assert names["aten::fill_.Scalar_1-c_0_after.bin"].read_bytes() == struct.pack("16f", *([7.0] * 16))
+    assert names["aten::fill_.Scalar_1-c_0_before.bin"].read_bytes() == struct.pack("16f", *([2.0] * 16))
+    assert not any(n.startswith("aten::sum") for n in names), names  # after the end op
