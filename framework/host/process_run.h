@@ -23,6 +23,9 @@ struct ProcessSummary {
     bool agent_disabled = false;
     uint32_t end_kind = 0;    // capture::EndKind as the agent saw it
     int32_t end_code = 0;     // status or signal number
+    // The oom_kill count of a memory cgroup the process was seen in grew
+    // while it ran (read from /proc/<pid>/cgroup while it lives).
+    bool oom_kill_seen = false;
     uint32_t capture_index = 0;  // n of <pid>.<n>.msmcap: > 0 after exec
     bool exact_order = false;    // membarrier ordering (no reorder window)
     bool replaced_by_exec = false;

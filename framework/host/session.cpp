@@ -128,6 +128,7 @@ static std::string describe_end(const ProcessSummary& s) {
     default: break;
     }
     if (s.ended_normally) return "detached";
+    if (s.oom_kill_seen) return "killed by the OOM killer (SIGKILL)";
     return "ended without an end record (killed by SIGKILL or the OOM killer)";
 }
 
@@ -296,6 +297,8 @@ void Session::print_summary(std::ostream& out) const {
         std::string how;
         if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
         else how = describe_end(s);
+        // SIGKILL while a memory cgroup it was in counted an OOM kill.
+        if (s.oom_kill_seen && how == "killed by signal 9 (SIGKILL)") how = "killed by the OOM killer (SIGKILL)";
         out << "msmemscope: pid " << s.pid << " (" << s.command << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";
         out << "  events: " << s.events << ", dropped: " << s.dropped;

@@ -3,8 +3,8 @@
  *   sigkill  raise(SIGKILL)           segv   writes through a null pointer
  *   _exit    _exit(7)                 exit   exit(5)
  *   abort    abort()
- *   oom      moves itself into the memory cgroup CGROUP_DIR (if given), then
- *            allocates and touches 16 MiB blocks until the kernel kills it
+ *   oom      moves itself into the memory cgroup CGROUP_DIR (if given), waits
+ *            200 ms, then allocates and touches 16 MiB blocks until the kernel kills it
  *   rlimit   sets RLIMIT_AS to 256 MiB, allocates 16 MiB blocks until
  *            malloc fails, then abort()s (what a program does on OOM)
  * Before ending it writes "ready\n" to stdout. */
@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
             if (!f) return 3;
             fprintf(f, "%d\n", (int)getpid());
             if (fclose(f) != 0) return 3;
+            /* The host looks at a process's cgroups every 10 ms: let it see
+             * this one before the kill (a process that changes cgroup and is
+             * killed within 10 ms is reported as killed by SIGKILL). */
+            usleep(200000);
         }
         for (;;) {
             char* p = (char*)malloc(16 << 20);
