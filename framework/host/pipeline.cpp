@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "util/text.h"
+
 #include <boost/dll/shared_library.hpp>
 
 #include <algorithm>
@@ -184,35 +186,6 @@ uint64_t Pipeline::framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_
     return 0;
 }
 
-namespace {
-// Appends the decimal digits of v.
-void put_uint(std::string& out, uint64_t v) {
-    char buf[24];
-    char* p = buf + sizeof(buf);
-    do {
-        *--p = static_cast<char>('0' + v % 10);
-        v /= 10;
-    } while (v);
-    out.append(p, static_cast<size_t>(buf + sizeof(buf) - p));
-}
-void put_int(std::string& out, int64_t v) {
-    if (v < 0) {
-        out += '-';
-        put_uint(out, static_cast<uint64_t>(-v));
-    } else {
-        put_uint(out, static_cast<uint64_t>(v));
-    }
-}
-void put_hex(std::string& out, uint64_t v) {
-    static const char* digits = "0123456789abcdef";
-    char buf[18] = {'0', 'x'};
-    for (int i = 17; i >= 2; --i) {
-        buf[i] = digits[v & 15];
-        v >>= 4;
-    }
-    out.append(buf, 18);
-}
-}  // namespace
 
 // Builds the Attr entries of the event into one text buffer (no allocation
 // per event once the buffers have grown): the numbers of the event first,
@@ -237,23 +210,23 @@ void Pipeline::build_views(Record& r) {
     const msms_event& ev = r.ev;
     if (!r.complete_attrs) {
         if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
-            if (begin_entry("allocation_id")) { put_uint(attr_text_, ev.allocation_id); end_entry(); }
-            if (begin_entry("addr")) { put_hex(attr_text_, ev.ptr); end_entry(); }
-            if (begin_entry("size")) { put_uint(attr_text_, ev.size); end_entry(); }
-            if (ev.pool_used >= 0 && begin_entry("used")) { put_int(attr_text_, ev.pool_used); end_entry(); }
-            if (ev.pool_total >= 0 && begin_entry("total")) { put_int(attr_text_, ev.pool_total); end_entry(); }
-            if (ev.process_used >= 0 && begin_entry("process_used")) { put_int(attr_text_, ev.process_used); end_entry(); }
-            if (ev.device_used >= 0 && begin_entry("device_used")) { put_int(attr_text_, ev.device_used); end_entry(); }
+            if (begin_entry("allocation_id")) { append_uint(attr_text_, ev.allocation_id); end_entry(); }
+            if (begin_entry("addr")) { append_hex_ptr(attr_text_, ev.ptr); end_entry(); }
+            if (begin_entry("size")) { append_uint(attr_text_, ev.size); end_entry(); }
+            if (ev.pool_used >= 0 && begin_entry("used")) { append_int(attr_text_, ev.pool_used); end_entry(); }
+            if (ev.pool_total >= 0 && begin_entry("total")) { append_int(attr_text_, ev.pool_total); end_entry(); }
+            if (ev.process_used >= 0 && begin_entry("process_used")) { append_int(attr_text_, ev.process_used); end_entry(); }
+            if (ev.device_used >= 0 && begin_entry("device_used")) { append_int(attr_text_, ev.device_used); end_entry(); }
         } else if (ev.kind == MSMS_EV_ACCESS) {
-            if (ev.allocation_id && begin_entry("allocation_id")) { put_uint(attr_text_, ev.allocation_id); end_entry(); }
+            if (ev.allocation_id && begin_entry("allocation_id")) { append_uint(attr_text_, ev.allocation_id); end_entry(); }
         } else if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
             if (begin_entry("func")) { attr_text_ += r.name; end_entry(); }
-            if (begin_entry("req_size")) { put_uint(attr_text_, ev.size); end_entry(); }
-            if (begin_entry("flag")) { put_uint(attr_text_, ev.aux0); end_entry(); }
-            if (begin_entry("ret")) { put_uint(attr_text_, ev.aux1); end_entry(); }
+            if (begin_entry("req_size")) { append_uint(attr_text_, ev.size); end_entry(); }
+            if (begin_entry("flag")) { append_uint(attr_text_, ev.aux0); end_entry(); }
+            if (begin_entry("ret")) { append_uint(attr_text_, ev.aux1); end_entry(); }
         } else if (ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.aux0) {
-            if (begin_entry("streamId")) { put_uint(attr_text_, ev.aux0); end_entry(); }
-            if (begin_entry("taskId")) { put_uint(attr_text_, ev.aux1); end_entry(); }
+            if (begin_entry("streamId")) { append_uint(attr_text_, ev.aux0); end_entry(); }
+            if (begin_entry("taskId")) { append_uint(attr_text_, ev.aux1); end_entry(); }
         }
     }
     kv_.clear();

@@ -22,26 +22,6 @@ void csv_field(std::string& out, std::string_view v, bool force_quote) {
     out += '"';
 }
 
-void csv_uint(std::string& out, uint64_t v) {
-    char buf[24];
-    char* p = buf + sizeof(buf);
-    do {
-        *--p = static_cast<char>('0' + v % 10);
-        v /= 10;
-    } while (v);
-    out.append(p, static_cast<size_t>(buf + sizeof(buf) - p));
-}
-
-void csv_hex_ptr(std::string& out, uint64_t v) {
-    static const char* digits = "0123456789abcdef";
-    char buf[18] = {'0', 'x'};
-    for (int i = 17; i >= 2; --i) {
-        buf[i] = digits[v & 15];
-        v >>= 4;
-    }
-    out.append(buf, 18);
-}
-
 bool CsvReader::next(std::vector<std::string>& fields) {
     fields.clear();
     raw_.clear();

@@ -12,8 +12,6 @@ namespace msms {
 
 // Appends v as one CSV field (quoted only when needed, or when force_quote).
 void csv_field(std::string& out, std::string_view v, bool force_quote = false);
-void csv_uint(std::string& out, uint64_t v);
-void csv_hex_ptr(std::string& out, uint64_t v);  // 0x%016x
 
 // Reads records (a record may span lines inside quotes).
 class CsvReader {

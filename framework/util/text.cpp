@@ -111,4 +111,33 @@ bool parse_uint(std::string_view s, unsigned long long& out) {
     return true;
 }
 
+void append_uint(std::string& out, uint64_t v) {
+    char buf[24];
+    char* p = buf + sizeof(buf);
+    do {
+        *--p = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v);
+    out.append(p, static_cast<size_t>(buf + sizeof(buf) - p));
+}
+
+void append_int(std::string& out, int64_t v) {
+    if (v < 0) {
+        out += '-';
+        append_uint(out, static_cast<uint64_t>(0) - static_cast<uint64_t>(v));
+    } else {
+        append_uint(out, static_cast<uint64_t>(v));
+    }
+}
+
+void append_hex_ptr(std::string& out, uint64_t v) {
+    static const char* digits = "0123456789abcdef";
+    char buf[18] = {'0', 'x'};
+    for (int i = 17; i >= 2; --i) {
+        buf[i] = digits[v & 15];
+        v >>= 4;
+    }
+    out.append(buf, 18);
+}
+
 }  // namespace msms

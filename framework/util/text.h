@@ -2,6 +2,7 @@
 // "did you mean", Attr parsing.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,5 +21,10 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 // "k:v,k:[1, 2],k:v" -> pairs; commas inside brackets or braces stay in values.
 std::vector<std::pair<std::string, std::string>> parse_attr_list(std::string_view s);
 bool parse_uint(std::string_view s, unsigned long long& out);
+// Fast number formatting for output rows (no locale, no allocation beyond
+// the string's own growth).
+void append_uint(std::string& out, uint64_t v);
+void append_int(std::string& out, int64_t v);
+void append_hex_ptr(std::string& out, uint64_t v);  // 0x%016x
 
 }  // namespace msms

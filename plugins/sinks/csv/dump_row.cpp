@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/csv.h"
+#include "util/text.h"
 
 namespace msms {
 
@@ -55,7 +56,7 @@ inline void append_quoted_body(std::string& out, msms_str s) {
 }  // namespace
 
 void append_dump_row(std::string& out, const msms_event& ev) {
-    csv_uint(out, ev.id);
+    append_uint(out, ev.id);
     out += ',';
     const char* kind = msms_event_kind_name(ev.kind);
     out += kind ? kind : "N/A";
@@ -66,20 +67,20 @@ void append_dump_row(std::string& out, const msms_event& ev) {
     if (ev.name.size) csv_field(out, msmemscope::view(ev.name));
     else out += "N/A";
     out += ',';
-    csv_uint(out, ev.timestamp_ns);
+    append_uint(out, ev.timestamp_ns);
     out += ',';
-    csv_uint(out, ev.pid);
+    append_uint(out, ev.pid);
     out += ',';
-    csv_uint(out, ev.tid);
+    append_uint(out, ev.tid);
     out += ',';
     switch (ev.device_kind) {
     case MSMS_DEV_CPU: out += "cpu"; break;
     case MSMS_DEV_NPU:
-    case MSMS_DEV_CUDA: csv_uint(out, static_cast<uint64_t>(ev.device_id < 0 ? 0 : ev.device_id)); break;
+    case MSMS_DEV_CUDA: append_uint(out, static_cast<uint64_t>(ev.device_id < 0 ? 0 : ev.device_id)); break;
     default: out += "N/A";
     }
     out += ',';
-    if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS) csv_hex_ptr(out, ev.ptr);
+    if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS) append_hex_ptr(out, ev.ptr);
     else out += "N/A";
     out += ',';
     // The quoted "{k:v,...}" field, built in place (same bytes as
@@ -102,13 +103,13 @@ void append_dump_row(std::string& out, const msms_event& ev) {
 void append_python_trace_row(std::string& out, const msms_event& ev) {
     csv_field(out, msmemscope::view(ev.name));
     out += ',';
-    csv_uint(out, ev.aux0);
+    append_uint(out, ev.aux0);
     out += ',';
-    csv_uint(out, ev.timestamp_ns);
+    append_uint(out, ev.timestamp_ns);
     out += ',';
-    csv_uint(out, ev.tid);
+    append_uint(out, ev.tid);
     out += ',';
-    csv_uint(out, ev.pid);
+    append_uint(out, ev.pid);
     out += '\n';
 }
 

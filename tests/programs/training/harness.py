@@ -27,6 +27,11 @@ def run_python(tmp_path, cfg, *features, rc=0):
 
 
 def run_cli(tmp_path, options, *features, rc=0):
+    """Under the CLI. Deferred collection: the script's start()/stop() range
+    only, not the ~2 million heap events of importing torch (which would make
+    each dump hundreds of MB for nothing these tests look at)."""
+    if not any(o.startswith("--collect-mode") for o in options):
+        options = ["--collect-mode=deferred"] + list(options)
     cmd = [str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--output=out"] + list(options) + \
           ["--", PY, str(SCRIPT), "{}"] + list(features)
     p = subprocess.run(cmd, cwd=str(tmp_path), env=env(), capture_output=True, text=True, timeout=300)
