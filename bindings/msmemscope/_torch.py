@@ -27,7 +27,6 @@ from typing import Dict, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import watcher as _watcher
 from ._session import _ext
 
 EV = _ext.EV
@@ -107,8 +106,6 @@ class _OpMode(TorchDispatchMode):
             if collecting and _access:
                 for t in _each_tensor(out if isinstance(out, (list, tuple)) else (out,)):
                     _access_event(t, T["WRITE"], name)
-            if collecting and _watcher._watched:
-                _watcher.after_op(name)
             return out
         finally:
             _ext.op_end(name)
@@ -235,18 +232,19 @@ def enable(trace: bool) -> None:
 
 def _start_op_tracking() -> None:
     global _mode, _observer
-    if not _watcher._watched:
+    # watch checkpoints come from watcher.py's own dispatch mode, so the fast
+    # C++ observer serves whether or not something is watched.
+    try:
+        from . import _torch_observer as obs
+    except ImportError:
+        obs = None
+    if obs is not None:
         try:
-            from . import _torch_observer as obs
-        except ImportError:
-            obs = None
-        if obs is not None:
-            try:
-                obs.enable(bool(_ext.wants("launch")), _access, _ext.op_depth_api)
-                _observer = obs
-                return
-            except RuntimeError:
-                pass
+            obs.enable(bool(_ext.wants("launch")), _access, _ext.op_depth_api)
+            _observer = obs
+            return
+        except RuntimeError:
+            pass
     _mode = _OpMode()
     _mode.__enter__()
 

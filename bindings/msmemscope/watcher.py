@@ -374,8 +374,3 @@ def watched() -> Dict[int, str]:
     """Address -> name of every block given to watch()."""
     with _lock:
         return {w["addr"]: w["name"] for w in _user}
-
-
-def after_op(op: str) -> None:
-    """Kept for the operator tracker's old call; checkpoints come from this
-    module's own dispatch mode."""
