@@ -125,7 +125,17 @@ void Pipeline::account(Record& r) {
     }
     if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return;
     const bool framework = !is_driver_pool(ev.type);
-    PoolKey key{ev.device_kind, ev.device_id, ev.type};
+    bool virt = false;
+    if (ev.kind == MSMS_EV_MALLOC)
+        for (auto& a : r.attrs)
+            if (a.first == "virtual" && a.second == "true") virt = true;
+    PoolKey key{ev.device_kind, ev.device_id, ev.type, virt};
+    if (ev.kind == MSMS_EV_FREE) {
+        // A free names no pool flavour: a mapping is freed by its address.
+        PoolKey vkey{ev.device_kind, ev.device_id, ev.type, true};
+        auto v = live_.find(vkey);
+        if (v != live_.end() && v->second.count(ev.ptr)) key = vkey;
+    }
     auto& live = live_[key];
     int64_t delta = 0;
     if (ev.kind == MSMS_EV_MALLOC) {
@@ -161,13 +171,13 @@ void Pipeline::account(Record& r) {
     int64_t& used = pool_used_[key];
     used += delta;
     ev.pool_used = used;
-    if (is_driver_pool(ev.type)) {
+    if (is_driver_pool(ev.type) && !key.virt) {
         device_used_[{ev.device_kind, ev.device_id}] += delta;
         process_used_ += delta;
     }
     ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
     ev.process_used = process_used_;
-    auto& t = device_totals_[device_label(ev) + "/" + msms_event_type_name(ev.type)];
+    auto& t = device_totals_[device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "")];
     t.used = used;
     t.peak = std::max(t.peak, used);
 }

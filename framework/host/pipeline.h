@@ -75,8 +75,12 @@ private:
         uint16_t dev_kind;
         int16_t dev_id;
         uint16_t type;
+        // Mappings of memory another block already accounts for (collector
+        // Attr "virtual:true", e.g. cuMemMap of a cuMemCreate handle): kept
+        // in a pool of their own and not added to device/process totals.
+        bool virt;
         bool operator<(const PoolKey& o) const {
-            return std::tie(dev_kind, dev_id, type) < std::tie(o.dev_kind, o.dev_id, o.type);
+            return std::tie(dev_kind, dev_id, type, virt) < std::tie(o.dev_kind, o.dev_id, o.type, o.virt);
         }
     };
 

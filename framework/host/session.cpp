@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +40,17 @@ std::string human(int64_t bytes) {
     if (u == 0) snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
     else snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
     return buf;
+}
+
+// The host runs at a lower priority than the profiled program (set after the
+// program was started, so it does not inherit it): where cores are scarce the
+// program keeps its speed and the host catches up when it waits or ends —
+// nothing is lost, the capture file holds what the host has not read yet.
+// Threads created afterwards (one per profiled process) inherit it.
+void yield_to_target() {
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, 0);
+    if (errno == 0 && cur < 10) setpriority(PRIO_PROCESS, 0, 10);
 }
 
 enum class CaptureState { NotReady, Ready, Abandoned };
@@ -226,6 +238,7 @@ int Session::run_program() {
         return 2;
     }
     root_pid_ = pid;
+    yield_to_target();
     g_forward_pid = pid;
     struct sigaction fwd{};
     fwd.sa_handler = forward_signal;
@@ -259,6 +272,7 @@ int Session::serve(const std::string& dir, pid_t parent) {
     dir_ = dir;
     own_dir_ = true;
     signal(SIGINT, SIG_IGN);
+    yield_to_target();
     while (kill(parent, 0) == 0 || errno == EPERM) {
         scan();
         std::this_thread::sleep_for(std::chrono::milliseconds(10));

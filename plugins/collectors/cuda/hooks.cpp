@@ -306,11 +306,13 @@ const char* const kAttrPitch = "driver:cuda,alloc_type:pitch";
 const char* const kAttrManaged = "driver:cuda,alloc_type:managed";
 const char* const kAttrAsync = "driver:cuda,alloc_type:async";
 const char* const kAttrCreate = "driver:cuda,alloc_type:create";
-const char* const kAttrMap = "driver:cuda,alloc_type:map";
+// virtual:true: the mapped memory is the cuMemCreate block's; the host keeps
+// mappings out of device_used/process_used so it is not counted twice.
+const char* const kAttrMap = "driver:cuda,alloc_type:map,virtual:true";
 const char* const kAttrPinned = "pinned:true,driver:cuda,alloc_type:alloc";
 const char* const kAttrPinnedRegister = "pinned:true,driver:cuda,alloc_type:register";
 const char* const kAttrPinnedCreate = "pinned:true,driver:cuda,alloc_type:create";
-const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map";
+const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map,virtual:true";
 
 void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
