@@ -400,6 +400,14 @@ CodeInfo* code_info(PyCodeObject* code) {
     return ci;
 }
 
+// The capture's clock (the agent's msms_agent_now is CLOCK_MONOTONIC too),
+// read here directly: one call fewer through a pointer on every Python call.
+inline uint64_t trace_clock() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
     Shadow* sh = t_shadow;
@@ -418,7 +426,7 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
         // code_info may allocate (recorded with a Python stack): the new
         // frame joins the shadow stack only once it is complete.
         CodeInfo* ci = code_info(code);
-        sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? g_agent.now() : 0};
+        sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? trace_clock() : 0};
         sh->depth = d + 1;
         return 0;
     }
