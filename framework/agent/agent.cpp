@@ -84,6 +84,33 @@ inline void heap_record(uint8_t tag, uint8_t tag_with_stacks, uint64_t ptr, cons
     commit(w, p);
 }
 
+// The generic record (every event but the compact heap and Python-call
+// ones): interns attrs, takes stacks for memory events when asked for.
+void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr,
+                    uint64_t size, uint64_t aux0, uint64_t aux1, uint64_t name_id, const char* attrs) {
+    uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
+    uint64_t cs = 0, ps = 0;
+    if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
+        stacks_for(w, cs, ps);
+    w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return;
+    uint64_t ts = stamp(w);
+    uint8_t* p = begin_record(w, capture::kGeneric, ts);
+    p = capture::put_varint(p, kind);
+    p = capture::put_varint(p, type);
+    p = capture::put_varint(p, dev_kind);
+    p = capture::put_varint(p, capture::zigzag(dev_id));
+    p = capture::put_varint(p, ptr);
+    p = capture::put_varint(p, size);
+    p = capture::put_varint(p, aux0);
+    p = capture::put_varint(p, aux1);
+    p = capture::put_varint(p, name_id);
+    p = capture::put_varint(p, attrs_id);
+    p = capture::put_varint(p, cs);
+    p = capture::put_varint(p, ps);
+    commit(w, p);
+}
+
 void at_exit() {
     Tls& t = tls();
     ++t.depth;
@@ -229,27 +256,7 @@ __attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return;
     uint64_t name_id = name && *name ? intern(w, name, strlen(name)) : 0;
-    uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
-    uint64_t cs = 0, ps = 0;
-    if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
-        stacks_for(w, cs, ps);
-    w = writer_for(capture::kMaxFixedRecord);
-    if (!w) return;
-    uint64_t ts = stamp(w);
-    uint8_t* p = begin_record(w, capture::kGeneric, ts);
-    p = capture::put_varint(p, kind);
-    p = capture::put_varint(p, type);
-    p = capture::put_varint(p, dev_kind);
-    p = capture::put_varint(p, capture::zigzag(dev_id));
-    p = capture::put_varint(p, ptr);
-    p = capture::put_varint(p, size);
-    p = capture::put_varint(p, aux0);
-    p = capture::put_varint(p, aux1);
-    p = capture::put_varint(p, name_id);
-    p = capture::put_varint(p, attrs_id);
-    p = capture::put_varint(p, cs);
-    p = capture::put_varint(p, ps);
-    commit(w, p);
+    generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }
 
 }  // extern "C"
@@ -292,27 +299,7 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_event_cached(
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return;
     uint64_t name_id = cached_name(w, name, name_cache);
-    uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
-    uint64_t cs = 0, ps = 0;
-    if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
-        stacks_for(w, cs, ps);
-    w = writer_for(capture::kMaxFixedRecord);
-    if (!w) return;
-    uint64_t ts = stamp(w);
-    uint8_t* p = begin_record(w, capture::kGeneric, ts);
-    p = capture::put_varint(p, kind);
-    p = capture::put_varint(p, type);
-    p = capture::put_varint(p, dev_kind);
-    p = capture::put_varint(p, capture::zigzag(dev_id));
-    p = capture::put_varint(p, ptr);
-    p = capture::put_varint(p, size);
-    p = capture::put_varint(p, aux0);
-    p = capture::put_varint(p, aux1);
-    p = capture::put_varint(p, name_id);
-    p = capture::put_varint(p, attrs_id);
-    p = capture::put_varint(p, cs);
-    p = capture::put_varint(p, ps);
-    commit(w, p);
+    generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }
 
 extern "C" {
