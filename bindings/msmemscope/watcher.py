@@ -32,19 +32,14 @@ import threading
 from typing import Any, Dict, List, Optional
 
 from . import _session
+from . import _watch_protocol as _proto
 
 __all__ = ["watch", "remove", "watched"]
 
 _lock = threading.RLock()
 _user: List[dict] = []          # blocks given to watch(): {name, addr, size, keep, left, idx}
 _state: Dict[str, Any] = {"spec": None, "spec_read": False, "mode": None}
-# Kept for _torch.py, which calls after_op() when this is non-empty; the
-# checkpoints are taken by this module's own dispatch mode, so it stays empty.
-_watched: Dict[int, dict] = {}
 
-_POLY = 0x42F0E1EBA9EA3693
-_MASK = 0xFFFFFFFFFFFFFFFF
-_TABLE: List[int] = []
 _LIB: List[Any] = []
 
 
@@ -70,33 +65,16 @@ def crc64(addr: int, size: int) -> int:
     lib = _lib()
     if lib is not None:
         return int(lib.msms_watch_crc64(ctypes.c_void_p(addr), size))
-    if not _TABLE:
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ _POLY if c & 1 else c >> 1
-            _TABLE.append(c)
-    c = _MASK
-    for b in ctypes.string_at(addr, size):
-        c = (c >> 8) ^ _TABLE[(c ^ b) & 0xFF]
-    return c ^ _MASK
+    return _proto.crc64_py(ctypes.string_at(addr, size))
 
 
 # ---------------------------------------------------------------- spec
 def _parse_spec(text: str):
-    items = [s.strip() for s in text.replace("\uff0c", ",").split(",") if s.strip()]
-    full = bool(items) and items[-1] == "full-content"
-    if full:
-        items.pop()
-    start, out, end = None, None, None
-    if len(items) == 1:
-        end = items[0]
-    elif len(items) == 2:
-        start, end = items
-        head, sep, tail = start.rpartition(":")
-        if sep and tail.startswith("out") and tail[3:].isdigit():
-            start, out = head, int(tail[3:])
-    else:
+    """The watch spec as this module's state, None when it does not parse
+    (the command line and config() have validated it already)."""
+    try:
+        start, out, end, full = _proto.parse_spec(text)
+    except ValueError:
         return None
     return {"start": start, "out": out, "end": end, "full": full, "active": False, "done": False,
             "tensors": [], "first": 0}
