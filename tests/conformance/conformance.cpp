@@ -265,6 +265,8 @@ std::vector<Ev> every_event() {
         op.name = "aten::add";
         op.py = "train.py(12): step\nmodel.py(40): forward";
         op.c = "0x0000000000401000 main\n0x0000000000401100 run";
+        // `op` is a reference into `out`: later adds may move it.
+        const std::string op_c_stack = op.c;
         for (auto& p : pools) {
             uint64_t ptr = 0x10000000ull * (p.type + 1) + step * 0x1000;
             uint64_t size = 512 * step + p.type;
@@ -282,7 +284,7 @@ std::vector<Ev> every_event() {
             m.a("owner", p.pool ? "PTA@model@weight" : "HOST").a("used", std::to_string(size));
             if (p.pool) m.a("total", std::to_string(1 << 20));
             m.a("process_used", std::to_string(process_used));
-            m.c = op.c;
+            m.c = op_c_stack;
             Ev& acc = add(Ev(MSMS_EV_ACCESS, step == 1 ? MSMS_T_READ : step == 2 ? MSMS_T_WRITE : MSMS_T_UNKNOWN));
             acc.dev(p.dev, p.id);
             acc.ev.ptr = ptr;
