@@ -138,7 +138,12 @@ public:
         return ok;
     }
     // removes key; true (and *out) when it was there
-    bool take(uint64_t key, BlockInfo* out) {
+    bool take(uint64_t key, BlockInfo* out) { return lookup(key, out, true); }
+    bool get(uint64_t key, BlockInfo* out) { return lookup(key, out, false); }
+
+private:
+    // Probes for key under the lock; copies its value, and removes it when asked.
+    bool lookup(uint64_t key, BlockInfo* out, bool remove) {
         if (key == kEmpty || key == kTomb) return false;
         lock_.lock();
         uint32_t i = hash(key);
@@ -147,23 +152,7 @@ public:
             if (keys_[i] == kEmpty) break;
             if (keys_[i] == key) {
                 if (out) *out = vals_[i];
-                keys_[i] = kTomb;
-                found = true;
-                break;
-            }
-        }
-        lock_.unlock();
-        return found;
-    }
-    bool get(uint64_t key, BlockInfo* out) {
-        if (key == kEmpty || key == kTomb) return false;
-        lock_.lock();
-        uint32_t i = hash(key);
-        bool found = false;
-        for (uint32_t n = 0; n < kCapacity; ++n, i = (i + 1) & (kCapacity - 1)) {
-            if (keys_[i] == kEmpty) break;
-            if (keys_[i] == key) {
-                if (out) *out = vals_[i];
+                if (remove) keys_[i] = kTomb;
                 found = true;
                 break;
             }
@@ -172,7 +161,6 @@ public:
         return found;
     }
 
-private:
     static uint32_t hash(uint64_t k) {
         k ^= k >> 33;
         k *= 0xff51afd7ed558ccdull;

@@ -259,6 +259,13 @@ MSMS_EXPORT rtError_t rtAicpuKernelLaunchExWithArgs(const uint32_t kernelType, c
 }
 
 // ---------------------------------------------------------------- ACL
+// A launch by function handle: the kernel's name from the handle.
+static void record_handle_launch(aclrtFuncHandle funcHandle, aclrtStream stream) {
+    char name[kNameLen];
+    func_handle_name(funcHandle, name, sizeof(name));
+    record_launch(name, stream);
+}
+
 MSMS_EXPORT aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t blockDim, const void* argsData,
                                        size_t argsSize, aclrtStream stream) {
     using fn = decltype(&aclrtLaunchKernel);
@@ -266,11 +273,7 @@ MSMS_EXPORT aclError aclrtLaunchKernel(aclrtFuncHandle funcHandle, uint32_t bloc
     if (!real) return ACL_ERROR_RT_FAILURE;
     LaunchScope scope;
     aclError ret = real(funcHandle, blockDim, argsData, argsSize, stream);
-    if (ret == 0 && scope.outer) {
-        char name[kNameLen];
-        func_handle_name(funcHandle, name, sizeof(name));
-        record_launch(name, stream);
-    }
+    if (ret == 0 && scope.outer) record_handle_launch(funcHandle, stream);
     return ret;
 }
 
@@ -281,11 +284,7 @@ MSMS_EXPORT aclError aclrtLaunchKernelV2(aclrtFuncHandle funcHandle, uint32_t bl
     if (!real) return ACL_ERROR_RT_FAILURE;
     LaunchScope scope;
     aclError ret = real(funcHandle, blockDim, argsData, argsSize, cfg, stream);
-    if (ret == 0 && scope.outer) {
-        char name[kNameLen];
-        func_handle_name(funcHandle, name, sizeof(name));
-        record_launch(name, stream);
-    }
+    if (ret == 0 && scope.outer) record_handle_launch(funcHandle, stream);
     return ret;
 }
 
@@ -296,11 +295,7 @@ MSMS_EXPORT aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle funcHandle, uin
     if (!real) return ACL_ERROR_RT_FAILURE;
     LaunchScope scope;
     aclError ret = real(funcHandle, blockDim, stream, cfg, argsHandle, reserve);
-    if (ret == 0 && scope.outer) {
-        char name[kNameLen];
-        func_handle_name(funcHandle, name, sizeof(name));
-        record_launch(name, stream);
-    }
+    if (ret == 0 && scope.outer) record_handle_launch(funcHandle, stream);
     return ret;
 }
 
@@ -312,11 +307,7 @@ MSMS_EXPORT aclError aclrtLaunchKernelWithHostArgs(aclrtFuncHandle funcHandle, u
     if (!real) return ACL_ERROR_RT_FAILURE;
     LaunchScope scope;
     aclError ret = real(funcHandle, blockDim, stream, cfg, hostArgs, argsSize, placeHolderArray, placeHolderNum);
-    if (ret == 0 && scope.outer) {
-        char name[kNameLen];
-        func_handle_name(funcHandle, name, sizeof(name));
-        record_launch(name, stream);
-    }
+    if (ret == 0 && scope.outer) record_handle_launch(funcHandle, stream);
     return ret;
 }
 
