@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
+import shutil
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from typing import Dict, List, Optional
 
@@ -194,15 +197,65 @@ class Session:
         # process dies in any way (the pipe closes with it).
         self.lifeline = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
                                          close_fds=True)
-        args = [CLI, f"--serve-session={self.dir}", f"--parent-pid={self.lifeline.pid}"] + _cli_options()
-        self.host = subprocess.Popen(args, env=env, close_fds=True, stdin=subprocess.DEVNULL)
-        # Spawned before the agent is loaded: the children inherit no hooks.
-        _ext.load_agent(AGENT)
-        rc = _ext.attach(self.dir, cfg["agent_options"])
-        if rc != 0:
-            self.shutdown()
-            raise RuntimeError(f"msmemscope: cannot open the capture in {self.dir}: {os.strerror(rc)}")
+        # The host says on this pipe when it serves a capture (or why not).
+        ready_r, ready_w = os.pipe()
+        args = [CLI, f"--serve-session={self.dir}", f"--parent-pid={self.lifeline.pid}",
+                f"--ready-fd={ready_w}"] + _cli_options()
+        try:
+            self.host = subprocess.Popen(args, env=env, close_fds=True, stdin=subprocess.DEVNULL,
+                                         pass_fds=(ready_w,))
+        finally:
+            os.close(ready_w)
+        try:
+            # Spawned before the agent is loaded: the children inherit no hooks.
+            _ext.load_agent(AGENT)
+            rc = _ext.attach(self.dir, cfg["agent_options"])
+            if rc != 0:
+                self.shutdown()
+                raise RuntimeError(f"msmemscope: cannot open the capture in {self.dir}: {os.strerror(rc)}")
+            self._wait_until_served(ready_r)
+        finally:
+            os.close(ready_r)
         self._install_native_hooks(cfg)
+
+    # How long start() waits for the host to take this process's capture.
+    SERVE_TIMEOUT_S = 60.0
+
+    def _wait_until_served(self, fd: int) -> None:
+        """Waits until the host's pipeline runs for this process's capture
+        (plugins loaded, sinks open): the host's start-up then does not run
+        beside the user's first measured work, and a host that cannot serve
+        is reported here instead of losing the whole recording."""
+        prefix = f"{os.getpid()}."
+        deadline = time.monotonic() + self.SERVE_TIMEOUT_S
+        buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                warnings.warn(f"msmemscope: the host process has not taken this process's capture after "
+                              f"{self.SERVE_TIMEOUT_S:.0f} s; recording goes on and it reads the capture "
+                              f"when it can", stacklevel=4)
+                return
+            readable, _, _ = select.select([fd], [], [], left)
+            if not readable:
+                continue
+            data = os.read(fd, 4096)
+            if not data:
+                code = self.host.wait() if self.host is not None else None
+                self.shutdown()
+                shutil.rmtree(self.dir, ignore_errors=True)  # nobody else will
+                raise RuntimeError(f"msmemscope: the host process ended (exit code {code}) before it served this "
+                                   f"process; its messages are above")
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace")
+                if line.startswith("serving " + prefix):
+                    return
+                if line.startswith("failed " + prefix):
+                    why = line.split(": ", 1)[1] if ": " in line else line
+                    self.shutdown()
+                    raise RuntimeError(f"msmemscope: the host process cannot serve this process: {why}")
 
     def _install_native_hooks(self, cfg: dict) -> None:
         preload = os.environ.get("LD_PRELOAD", "")

@@ -55,6 +55,7 @@ const OptionDef kOptions[] = {
     {"plugin-path", true, "more folders to search for plugins (repeatable)"},
     {"serve-session", true, "(internal, used by the Python package) serve the captures created in this folder"},
     {"parent-pid", true, "(internal) with --serve-session: stop when this process has exited"},
+    {"ready-fd", true, "(internal) with --serve-session: write 'serving <capture>' to this descriptor once each capture's pipeline runs"},
 };
 
 const char* kDeviceAllowed = "npu, npu:{0..31}, cpu, cuda, cuda:{0..31}";
@@ -288,7 +289,8 @@ bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>
     std::vector<std::string> yaml_keys;
     for (auto& n : option_names())
         if (n != "help" && n != "version" && n != "config" && n != "list-plugins" && n != "plugin-option" &&
-            n != "plugin-path" && n != "serve-session" && n != "parent-pid")
+            n != "plugin-path" && n != "serve-session" && n != "parent-pid" &&
+            n != "ready-fd")
             yaml_keys.push_back(n);
     yaml_keys.push_back("plugins");
     bool ok = true;
@@ -610,6 +612,12 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         unsigned long long n;
         if (!parse_uint(v->value, n) || n == 0 || n > 0x7fffffff) errors.push_back(bad_value(v->origin, v->value, "a process id"));
         else cfg.parent_pid = static_cast<int>(n);
+    }
+    if (auto v = get("ready-fd")) {
+        unsigned long long n;
+        if (!parse_uint(v->value, n) || n < 3 || n > 0x7fffffff)
+            errors.push_back(bad_value(v->origin, v->value, "a descriptor number (3 or more)"));
+        else cfg.ready_fd = static_cast<int>(n);
     }
     if (auto v = get("watch")) {
         auto items = split_list(v->value);

@@ -61,6 +61,7 @@ struct Config {
     bool save_capture = false;       // keep the raw .msmcap next to the output
     std::string serve_session;       // Python mode: serve this session folder
     int parent_pid = 0;              // ... until this process exits
+    int ready_fd = -1;               // ... and say on it when a capture is served
     std::vector<std::string> plugin_search_paths;
     std::map<std::string, std::map<std::string, std::string>> plugin_options;
     std::vector<std::string> collectors;  // resolved at validation

@@ -169,7 +169,19 @@ void ProcessRun::convert(const RawEvent& e, Record& r, Symbolizer& sym) {
     if (e.pystack) r.py_stack = sym.text(e.pystack);
 }
 
+void ProcessRun::notify_started(const std::string& error) {
+    if (!started_) return;
+    auto fn = std::move(started_);
+    started_ = nullptr;
+    fn(error);
+}
+
 void ProcessRun::run() {
+    run_stream();
+    notify_started(summary_.error.empty() ? "the capture ended before its pipeline started" : summary_.error);
+}
+
+void ProcessRun::run_stream() {
     std::string err;
     if (!reader_.open(capture_path_, err)) {
         summary_.error = err;
@@ -216,6 +228,7 @@ void ProcessRun::run() {
 
     Pipeline pipeline(cfg_, registry_);
     pipeline.start(run);
+    notify_started("");
     Symbolizer sym(reader_);
     StepFilter steps(cfg_.steps);
     RawEvent raw;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,12 +42,17 @@ public:
     ProcessRun(const Config& cfg, const Registry& registry, std::string capture_path);
     // Runs to the end of the stream (the writer gone and everything read).
     void run();
+    // Called once from run(): with "" as soon as the pipeline runs (plugins
+    // loaded, sinks open), or with the reason it could not start.
+    void on_started(std::function<void(const std::string& error)> fn) { started_ = std::move(fn); }
     const ProcessSummary& summary() const { return summary_; }
     // Milliseconds of reorder window: events are delivered once they are this
     // old, so that records of all threads can be merged in time order.
     static constexpr uint64_t kWindowNs = 50'000'000;
 
 private:
+    void run_stream();
+    void notify_started(const std::string& error);
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     std::string folder_name(const std::string& ts) const;
@@ -56,6 +62,7 @@ private:
     std::string capture_path_;
     CaptureReader reader_;
     ProcessSummary summary_;
+    std::function<void(const std::string&)> started_;
 };
 
 // Local time as YYYYmmddHHMMSS.

@@ -120,6 +120,20 @@ void Session::scan() {
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
         ProcessRun* raw = r.run.get();
+        if (cfg_.ready_fd >= 0) {
+            // Python mode: start() waits for this line before it returns,
+            // so the host's own start-up does not run beside the first
+            // measured work, and a host that cannot serve is reported there.
+            std::string name = fs::path(p).filename().string();
+            int fd = cfg_.ready_fd;
+            raw->on_started([fd, name](const std::string& error) {
+                std::string line = error.empty() ? "serving " + name : "failed " + name + ": " + error;
+                std::replace(line.begin(), line.end(), '\n', ' ');
+                line += '\n';
+                ssize_t n = write(fd, line.data(), line.size());  // one write: lines never interleave
+                (void)n;
+            });
+        }
         r.thread = std::thread([raw] { raw->run(); });
         running_.push_back(std::move(r));
     }
@@ -272,6 +286,13 @@ int Session::serve(const std::string& dir, pid_t parent) {
     dir_ = dir;
     own_dir_ = true;
     signal(SIGINT, SIG_IGN);
+    if (cfg_.ready_fd >= 0) {
+        // Nobody may be reading any more (the Python process reads until its
+        // own line): a write must neither block nor kill the host.
+        signal(SIGPIPE, SIG_IGN);
+        fcntl(cfg_.ready_fd, F_SETFL, fcntl(cfg_.ready_fd, F_GETFL) | O_NONBLOCK);
+        fcntl(cfg_.ready_fd, F_SETFD, FD_CLOEXEC);
+    }
     yield_to_target();
     while (kill(parent, 0) == 0 || errno == EPERM) {
         scan();

@@ -147,6 +147,63 @@ def test_config_change_after_start_is_refused(tmp_path):
             "(call config() before the first start())") in p.stdout
 
 
+# ---------------------------------------------------------------- the host process (plain python)
+def test_start_returns_once_the_host_serves_this_process(tmp_path):
+    # start() waits until the host's pipeline runs for this process: its
+    # output folder is there when start() returns.
+    p = run_script(tmp_path, """
+        import glob, msmemscope
+        msmemscope.config(device="cpu", events="alloc", analysis="", output="out")
+        msmemscope.start()
+        print("FOLDERS", len(glob.glob("out/msmemscope_*_cpu/config.json")))
+        msmemscope.stop()
+    """)
+    assert "FOLDERS 1" in p.stdout
+
+
+def test_start_reports_a_host_that_ended(tmp_path):
+    host = tmp_path / "fake_host.sh"
+    host.write_text("#!/bin/sh\necho 'fake host: cannot start' >&2\nexit 3\n")
+    host.chmod(0o755)
+    p = run_script(tmp_path, f"""
+        import os, msmemscope
+        from msmemscope import _session
+        _session.CLI = {str(host)!r}
+        msmemscope.config(device="cpu", events="alloc", analysis="", output="out")
+        try:
+            msmemscope.start()
+        except RuntimeError as e:
+            print("ERR", e)
+        print("LEFT", sorted(os.listdir("out")))
+    """)
+    assert ("ERR msmemscope: the host process ended (exit code 3) before it served this process; "
+            "its messages are above") in p.stdout
+    assert "fake host: cannot start" in p.stderr
+    assert "LEFT []" in p.stdout
+
+
+def test_start_reports_why_the_host_cannot_serve(tmp_path):
+    # The process folder's name taken by a file for the next seconds: the
+    # host cannot create it and says so; start() raises with its reason.
+    p = run_script(tmp_path, """
+        import os, time, msmemscope
+        os.makedirs("out")
+        now = time.time()
+        for s in range(-1, 30):
+            ts = time.strftime("%Y%m%d%H%M%S", time.localtime(now + s))
+            open(f"out/msmemscope_{os.getpid()}_{ts}_cpu", "w").close()
+        msmemscope.config(device="cpu", events="alloc", analysis="", output="out")
+        try:
+            msmemscope.start()
+        except RuntimeError as e:
+            print("ERR", e)
+    """)
+    line = [l for l in p.stdout.splitlines() if l.startswith("ERR ")]
+    assert line, p.stdout + p.stderr
+    assert line[0].startswith("ERR msmemscope: the host process cannot serve this process: "), line[0]
+    assert line[0].endswith("_cpu: cannot create the output folder: Not a directory"), line[0]
+
+
 # ---------------------------------------------------------------- ranges, steps, snapshots
 def test_ranges_steps_and_snapshot_rows(tmp_path):
     run_script(tmp_path, """
