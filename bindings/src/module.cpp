@@ -74,9 +74,16 @@ struct AgentApi {
     void (*py_call)(uint64_t, const char*, uint64_t*);
     void (*event_cached)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,
                          uint64_t*, const char*);
+    const unsigned char* (*collecting_flag)();
 };
 AgentApi g_agent{};
 bool g_agent_loaded = false;
+// The agent's collecting byte: read on every Python call without a call into
+// the agent (nullptr with an older agent: ask it).
+const unsigned char* g_collecting_flag = nullptr;
+inline bool agent_collecting() {
+    return g_collecting_flag ? __atomic_load_n(g_collecting_flag, __ATOMIC_RELAXED) != 0 : g_agent.collecting() != 0;
+}
 std::string g_agent_origin;  // "preloaded" or the path we loaded
 
 template <class F>
@@ -110,6 +117,8 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_got_refresh", a.got_refresh);
     resolve(handle, "msms_agent_py_call", a.py_call);
     resolve(handle, "msms_agent_event_cached", a.event_cached);
+    resolve(handle, "msms_agent_collecting_flag", a.collecting_flag);
+    if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
     g_agent = a;
     g_agent_loaded = true;
     g_agent_origin = origin;
@@ -408,13 +417,29 @@ inline uint64_t trace_clock() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
+// The profile function's object: the installing thread's shadow stack, so
+// that the hook finds it with one load instead of a TLS lookup (the module
+// is dlopen'ed: its thread_locals go through __tls_get_addr).
+struct ProfileState {
+    PyObject_HEAD
+    Shadow* shadow;
+};
+
+PyObject* new_profile_state(Shadow* shadow) {
+    static PyObject* type = [] {
+        static PyType_Slot slots[] = {{0, nullptr}};
+        static PyType_Spec spec = {"msmemscope._ProfileState", sizeof(ProfileState), 0, Py_TPFLAGS_DEFAULT, slots};
+        return PyType_FromSpec(&spec);
+    }();
+    if (!type) return nullptr;
+    PyObject* o = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
+    if (o) reinterpret_cast<ProfileState*>(o)->shadow = shadow;
+    return o;
+}
+
+int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
-    Shadow* sh = t_shadow;
-    if (!sh) {
-        sh = new Shadow();
-        t_shadow = sh;
-    }
+    Shadow* sh = reinterpret_cast<ProfileState*>(state)->shadow;
     if (what == PyTrace_CALL) {
         int d = sh->depth;
         if (d >= kMaxShadow) {
@@ -435,7 +460,7 @@ int profile_func(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     if (d >= kMaxShadow) return 0;
     ShadowFrame& f = sh->frames[d];
     if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
-        (g_tracer_forced.load(std::memory_order_relaxed) || g_agent.collecting())) {
+        (agent_collecting() || g_tracer_forced.load(std::memory_order_relaxed))) {
         if (g_agent.py_call)
             g_agent.py_call(f.start, f.info->label.c_str(), f.info->name_cache);
         else
@@ -473,8 +498,12 @@ void profile_install(bool emit, bool forced, const std::vector<std::string>& ski
     if (emit) g_trace_emit = true;
     if (forced) g_tracer_forced = true;
     if (!g_profile_installed) {
+        if (!t_shadow) t_shadow = new Shadow();
+        PyObject* state = new_profile_state(t_shadow);
+        if (!state) throw py::error_already_set();
         // Frames already running on this thread are not on the shadow stack.
-        PyEval_SetProfile(profile_func, nullptr);
+        PyEval_SetProfile(profile_func, state);
+        Py_DECREF(state);  // the thread state holds it
         g_profile_installed = true;
         g_agent.set_py_provider(python_stack_provider);
     }

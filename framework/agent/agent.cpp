@@ -222,6 +222,12 @@ __attribute__((visibility("default"))) int msms_agent_collecting(void) {
     return g_collecting.load(std::memory_order_relaxed) ? 1 : 0;
 }
 
+static_assert(sizeof(std::atomic<bool>) == 1 && std::atomic<bool>::is_always_lock_free,
+              "msms_agent_collecting_flag hands out the flag's byte");
+__attribute__((visibility("default"))) const unsigned char* msms_agent_collecting_flag(void) {
+    return reinterpret_cast<const unsigned char*>(&g_collecting);
+}
+
 __attribute__((visibility("default"))) int msms_agent_wants(const char* cls) { return wants(cls) ? 1 : 0; }
 
 __attribute__((visibility("default"))) size_t msms_agent_option(const char* key, char* buf, size_t n) {
@@ -280,11 +286,20 @@ inline uint64_t cached_name(ThreadWriter*& w, const char* name, uint64_t* cache)
 
 extern "C" __attribute__((visibility("default"))) void msms_agent_py_call(uint64_t start, const char* name,
                                                                          uint64_t cache[2]) {
-    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    // Runs on every Python call: with the name's id cached (the usual case)
+    // it is one writer_for, one clock read and about ten bytes.
+    constexpr size_t kRecord = 1 + 3 * 10;  // tag, ts delta, duration, name id
+    ThreadWriter* w = writer_for(kRecord);
     if (!w) return;
-    uint64_t name_id = cached_name(w, name, cache);
-    w = writer_for(1 + 3 * 10);
-    if (!w) return;
+    uint64_t name_id;
+    if (cache && cache[0] == ((static_cast<uint64_t>(w->generation) << 32) | w->tid)) {
+        name_id = cache[1];
+    } else {
+        // Interning may seal the chunk and take another: ask again.
+        name_id = cached_name(w, name, cache);
+        w = writer_for(kRecord);
+        if (!w) return;
+    }
     uint64_t ts = stamp(w);
     if (start > ts) start = ts;
     uint8_t* p = begin_record(w, capture::kPyCall, ts);

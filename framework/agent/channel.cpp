@@ -19,19 +19,21 @@
 #include <cstring>
 
 namespace msms::agent {
+
+// Read by the inline fast paths in channel.h.
+__thread Tls t_tls __attribute__((tls_model("initial-exec"))) = {0, nullptr};
+std::atomic<capture::CaptureHeader*> g_header{nullptr};
+std::atomic<uint32_t> g_generation{1};
+std::atomic<bool> g_disabled{false};
+
 namespace {
 
 using capture::CaptureHeader;
 using capture::ChunkHeader;
 
-__thread Tls t_tls __attribute__((tls_model("initial-exec"))) = {0, nullptr};
-
-std::atomic<CaptureHeader*> g_header{nullptr};
 int g_fd = -1;
-std::atomic<uint32_t> g_generation{1};
 std::atomic<uint8_t*> g_segments[capture::kMaxSegments];
 std::atomic_flag g_grow_lock = ATOMIC_FLAG_INIT;
-std::atomic<bool> g_disabled{false};
 std::atomic<uint64_t> g_next_string_id{1};
 pthread_key_t g_thread_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
@@ -123,13 +125,6 @@ ThreadWriter* new_writer() {
 
 }  // namespace
 
-Tls& tls() { return t_tls; }
-
-uint64_t now_ns() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 bool channel_is_open() { return g_header.load(std::memory_order_acquire) != nullptr; }
 
@@ -149,7 +144,7 @@ void disable(const char* why) {
     }
 }
 
-ThreadWriter* writer_for(size_t need) {
+ThreadWriter* writer_for_slow(size_t need) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
     if (!h || g_disabled.load(std::memory_order_relaxed)) return nullptr;
     ThreadWriter* w = t_tls.writer;

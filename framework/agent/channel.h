@@ -2,6 +2,8 @@
 // writers. Internal to the agent (collectors use sdk/include/msmemscope/agent.h).
 #pragma once
 
+#include <time.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <atomic>
@@ -33,7 +35,13 @@ struct Tls {
     ThreadWriter* writer;  // nullptr until the thread first records
 };
 
-Tls& tls();
+// Channel state shared with the inline fast paths below (channel.cpp).
+extern __thread Tls t_tls __attribute__((tls_model("initial-exec")));
+extern std::atomic<capture::CaptureHeader*> g_header;
+extern std::atomic<uint32_t> g_generation;
+extern std::atomic<bool> g_disabled;
+
+inline Tls& tls() { return t_tls; }
 
 // Opens <dir>/<pid>.<n>.msmcap and starts writing into it.
 int channel_open(const char* session_dir);
@@ -50,8 +58,26 @@ bool channel_is_open();
 
 // Returns the writer of this thread with at least `need` bytes free in its
 // chunk, or nullptr (event dropped and counted).
-ThreadWriter* writer_for(size_t need);
-uint64_t now_ns();
+ThreadWriter* writer_for_slow(size_t need);
+// The same; inline for the usual case (an open stream, this thread's writer
+// current and room left in its chunk), which every record takes.
+inline ThreadWriter* writer_for(size_t need) {
+    ThreadWriter* w = t_tls.writer;
+    if (__builtin_expect(g_header.load(std::memory_order_acquire) != nullptr && w != nullptr &&
+                             !g_disabled.load(std::memory_order_relaxed) &&
+                             w->generation == g_generation.load(std::memory_order_relaxed) && w->chunk != nullptr &&
+                             w->cur + need <= w->end,
+                         1))
+        return w;
+    return writer_for_slow(need);
+}
+// The capture's clock (CLOCK_MONOTONIC, ns); inline: it is read once per
+// record, and a call through the PLT per read showed in profiles.
+inline uint64_t now_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
 // Takes the timestamp of the record about to be written into w's chunk (call
 // it after the last writer_for() of the record): marks the record in flight
 // first, so the host never delivers a later event ahead of it (see the

@@ -39,6 +39,11 @@ void msms_agent_leave(void);
 /* 1 when collection is on (no guard taken). */
 int msms_agent_collecting(void);
 
+/* The byte behind msms_agent_collecting(), for callers that test it on
+ * every event (the Python profile hook): non-zero while collecting; read it
+ * with a relaxed atomic load, e.g. __atomic_load_n(p, __ATOMIC_RELAXED). */
+const unsigned char* msms_agent_collecting_flag(void);
+
 /* 1 when the user asked for this event class: "alloc", "free", "launch",
  * "access", "traceback". */
 int msms_agent_wants(const char* event_class);
