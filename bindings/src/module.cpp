@@ -9,8 +9,7 @@
 //    GOT patching (framework/agent/got_patch.h), and PyTorch's CPU allocator
 //    (c10::alloc_cpu -> posix_memalign, c10::free_cpu -> free in libc10)
 //    reported as the framework pool (MALLOC/FREE PTA);
-//  - Python trace: a C-level profile function (PyEval_SetProfile) with a
-//    per-thread shadow stack, which also serves --call-stack=python.
+//  - Python trace: py_trace.cpp; the agent's entries: agent_api.cpp.
 #include <Python.h>
 #include <frameobject.h>
 #include <pybind11/pybind11.h>
@@ -33,101 +32,18 @@
 
 #include <msmemscope/abi.h>
 
+#include "agent_api.h"
 #include "config.h"
 #include "registry.h"
+#include "py_trace.h"
 #include "util/text.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
 
+using namespace msms_py;
+
 namespace {
-
-// ---------------------------------------------------------------- agent API
-struct GotHook {
-    const char* name;
-    void* replacement;
-    void** previous;
-};
-
-struct AgentApi {
-    int (*enter)();
-    void (*leave)();
-    int (*collecting)();
-    int (*wants)(const char*);
-    size_t (*option)(const char*, char*, size_t);
-    uint64_t (*now)();
-    void (*alloc)(uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, const char*);
-    void (*free)(uint16_t, uint16_t, int16_t, uint64_t);
-    void (*event)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,
-                  const char*);
-    void (*start)();
-    void (*stop)();
-    uint64_t (*step)();
-    void (*set_py_provider)(uint32_t (*)(uint64_t*, uint32_t));
-    uint64_t (*intern)(const char*);
-    int (*attach)(const char*, const char*);
-    void (*detach)();
-    int (*attached)();
-    int (*got_install)(const char*, const GotHook*, uint32_t, const char*);
-    void (*got_refresh)();
-    // Optional (newer agents): compact Python-call record, cached name ids.
-    void (*py_call)(uint64_t, const char*, uint64_t*);
-    void (*event_cached)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,
-                         uint64_t*, const char*);
-    const unsigned char* (*collecting_flag)();
-};
-AgentApi g_agent{};
-bool g_agent_loaded = false;
-// The agent's collecting byte: read on every Python call without a call into
-// the agent (nullptr with an older agent: ask it).
-const unsigned char* g_collecting_flag = nullptr;
-inline bool agent_collecting() {
-    return g_collecting_flag ? __atomic_load_n(g_collecting_flag, __ATOMIC_RELAXED) != 0 : g_agent.collecting() != 0;
-}
-std::string g_agent_origin;  // "preloaded" or the path we loaded
-
-template <class F>
-bool resolve(void* handle, const char* name, F& out) {
-    out = reinterpret_cast<F>(dlsym(handle, name));
-    return out != nullptr;
-}
-
-// Finds the agent already in the process (LD_PRELOAD, the CLI) or loads it.
-std::string load_agent(const std::string& path) {
-    if (g_agent_loaded) return g_agent_origin;
-    void* handle = RTLD_DEFAULT;
-    std::string origin = "preloaded";
-    if (!dlsym(RTLD_DEFAULT, "msms_agent_attach")) {
-        handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-        if (!handle) throw std::runtime_error(std::string("cannot load the msmemscope agent: ") + dlerror());
-        origin = path;
-    }
-    AgentApi a{};
-    bool ok = resolve(handle, "msms_agent_enter", a.enter) && resolve(handle, "msms_agent_leave", a.leave) &&
-              resolve(handle, "msms_agent_collecting", a.collecting) && resolve(handle, "msms_agent_wants", a.wants) &&
-              resolve(handle, "msms_agent_option", a.option) && resolve(handle, "msms_agent_now", a.now) &&
-              resolve(handle, "msms_agent_alloc", a.alloc) && resolve(handle, "msms_agent_free", a.free) &&
-              resolve(handle, "msms_agent_event", a.event) && resolve(handle, "msms_agent_start", a.start) &&
-              resolve(handle, "msms_agent_stop", a.stop) && resolve(handle, "msms_agent_step", a.step) &&
-              resolve(handle, "msms_agent_set_python_stack_provider", a.set_py_provider) &&
-              resolve(handle, "msms_agent_intern", a.intern) && resolve(handle, "msms_agent_attach", a.attach) &&
-              resolve(handle, "msms_agent_detach", a.detach) && resolve(handle, "msms_agent_attached", a.attached);
-    if (!ok) throw std::runtime_error("the msmemscope agent (" + origin + ") lacks an entry: " + dlerror());
-    resolve(handle, "msms_agent_got_install", a.got_install);
-    resolve(handle, "msms_agent_got_refresh", a.got_refresh);
-    resolve(handle, "msms_agent_py_call", a.py_call);
-    resolve(handle, "msms_agent_event_cached", a.event_cached);
-    resolve(handle, "msms_agent_collecting_flag", a.collecting_flag);
-    if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
-    g_agent = a;
-    g_agent_loaded = true;
-    g_agent_origin = origin;
-    return origin;
-}
-
-void need_agent() {
-    if (!g_agent_loaded) throw std::runtime_error("msmemscope: the agent is not loaded");
-}
 
 // ---------------------------------------------------------------- config
 struct Catalogs {
@@ -360,164 +276,6 @@ int install_torch_hooks(const std::string& library) {
     return g_agent.got_install(library.c_str(), hooks, 2, nullptr);
 }
 
-// ---------------------------------------------------------------- Python trace
-struct CodeInfo {
-    uint64_t id;        // interned "file(line): func" (0 = not traced)
-    const char* file;   // UTF-8, owned by the code object
-    const char* func;
-    int first_line;
-    bool skip;
-    std::string label;  // "file(line): func", formatted once
-    uint64_t name_cache[2] = {0, 0};  // the label's id in this thread's stream (agent)
-};
-
-struct ShadowFrame {
-    PyFrameObject* frame;
-    CodeInfo* info;
-    uint64_t start;
-};
-
-constexpr int kMaxShadow = 4096;
-struct Shadow {
-    ShadowFrame frames[kMaxShadow];
-    int depth = 0;       // may exceed kMaxShadow (frames not kept)
-};
-thread_local Shadow* t_shadow = nullptr;
-
-Py_ssize_t g_code_extra = -1;
-std::atomic<bool> g_trace_emit{false};   // PY_TRACE events wanted (traceback or tracer)
-std::atomic<bool> g_tracer_forced{false}; // tracer.start(): emit even when not collecting
-std::vector<std::string> g_skip_prefixes;
-
-void free_code_info(void* p) { delete static_cast<CodeInfo*>(p); }
-
-CodeInfo* code_info(PyCodeObject* code) {
-    void* extra = nullptr;
-    if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra)
-        return static_cast<CodeInfo*>(extra);
-    auto* ci = new CodeInfo{};
-    ci->file = PyUnicode_AsUTF8(code->co_filename);
-    ci->func = PyUnicode_AsUTF8(code->co_name);
-    if (!ci->file) ci->file = "?";
-    if (!ci->func) ci->func = "?";
-    PyErr_Clear();
-    ci->first_line = code->co_firstlineno;
-    ci->label = std::string(ci->file) + "(" + std::to_string(ci->first_line) + "): " + ci->func;
-    for (auto& p : g_skip_prefixes)
-        if (strncmp(ci->file, p.c_str(), p.size()) == 0) ci->skip = true;
-    _PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, ci);
-    return ci;
-}
-
-// The capture's clock (the agent's msms_agent_now is CLOCK_MONOTONIC too),
-// read here directly: one call fewer through a pointer on every Python call.
-inline uint64_t trace_clock() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// The profile function's object: the installing thread's shadow stack, so
-// that the hook finds it with one load instead of a TLS lookup (the module
-// is dlopen'ed: its thread_locals go through __tls_get_addr).
-struct ProfileState {
-    PyObject_HEAD
-    Shadow* shadow;
-};
-
-PyObject* new_profile_state(Shadow* shadow) {
-    static PyObject* type = [] {
-        static PyType_Slot slots[] = {{0, nullptr}};
-        static PyType_Spec spec = {"msmemscope._ProfileState", sizeof(ProfileState), 0, Py_TPFLAGS_DEFAULT, slots};
-        return PyType_FromSpec(&spec);
-    }();
-    if (!type) return nullptr;
-    PyObject* o = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
-    if (o) reinterpret_cast<ProfileState*>(o)->shadow = shadow;
-    return o;
-}
-
-int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
-    if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
-    Shadow* sh = reinterpret_cast<ProfileState*>(state)->shadow;
-    if (what == PyTrace_CALL) {
-        int d = sh->depth;
-        if (d >= kMaxShadow) {
-            ++sh->depth;
-            return 0;
-        }
-        PyCodeObject* code = PyFrame_GetCode(frame);
-        Py_DECREF(code);  // the frame keeps it alive
-        // code_info may allocate (recorded with a Python stack): the new
-        // frame joins the shadow stack only once it is complete.
-        CodeInfo* ci = code_info(code);
-        sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? trace_clock() : 0};
-        sh->depth = d + 1;
-        return 0;
-    }
-    if (sh->depth == 0) return 0;  // a frame entered before tracing began
-    int d = --sh->depth;
-    if (d >= kMaxShadow) return 0;
-    ShadowFrame& f = sh->frames[d];
-    if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
-        (agent_collecting() || g_tracer_forced.load(std::memory_order_relaxed))) {
-        if (g_agent.py_call)
-            g_agent.py_call(f.start, f.info->label.c_str(), f.info->name_cache);
-        else
-            g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0,
-                          f.info->label.c_str(), nullptr);
-    }
-    return 0;
-}
-
-// --call-stack=python: the calling thread's frames, innermost first, from
-// the shadow stack (no Python API that allocates or needs the GIL).
-uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
-    Shadow* sh = t_shadow;
-    if (!sh) return 0;
-    int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
-    uint32_t n = 0;
-    char buf[1024];
-    for (int i = d - 1; i >= 0 && n < max; --i) {
-        ShadowFrame& f = sh->frames[i];
-        if (f.info->skip) continue;
-        int line = PyFrame_GetLineNumber(f.frame);
-        snprintf(buf, sizeof(buf), "%s(%d): %s", f.info->file, line, f.info->func);
-        uint64_t id = g_agent.intern(buf);
-        if (id) out[n++] = id;
-    }
-    return n;
-}
-
-bool g_profile_installed = false;
-
-void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
-    need_agent();
-    if (g_code_extra < 0) g_code_extra = _PyEval_RequestCodeExtraIndex(free_code_info);
-    if (g_skip_prefixes.empty()) g_skip_prefixes = skip_prefixes;
-    if (emit) g_trace_emit = true;
-    if (forced) g_tracer_forced = true;
-    if (!g_profile_installed) {
-        if (!t_shadow) t_shadow = new Shadow();
-        PyObject* state = new_profile_state(t_shadow);
-        if (!state) throw py::error_already_set();
-        // Frames already running on this thread are not on the shadow stack.
-        PyEval_SetProfile(profile_func, state);
-        Py_DECREF(state);  // the thread state holds it
-        g_profile_installed = true;
-        g_agent.set_py_provider(python_stack_provider);
-    }
-}
-
-void profile_stop_emit(bool forced_only) {
-    if (forced_only) {
-        g_tracer_forced = false;
-    } else {
-        g_trace_emit = false;
-        g_tracer_forced = false;
-    }
-}
-
 // ---------------------------------------------------------------- release
 // After msms_agent_detach() the stream is complete, but the host only knows
 // it when the writer's flock on the capture file goes, i.e. when no
@@ -670,17 +428,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("torch_hooks_off", [] { g_pta_on = false; });
     m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
     m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
-    m.def("profile_uninstall", [] {
-        if (g_profile_installed) {
-            PyEval_SetProfile(nullptr, nullptr);
-            g_profile_installed = false;
-            if (g_agent_loaded) g_agent.set_py_provider(nullptr);
-            delete t_shadow;
-            t_shadow = nullptr;
-        }
-        g_trace_emit = false;
-        g_tracer_forced = false;
-    });
+    m.def("profile_uninstall", &profile_uninstall);
     m.def("memory_info", &memory_info);
     m.def("release_capture", &release_capture, py::arg("dir"));
     m.def("parse_uint", &text_to_u64);

@@ -1,0 +1,20 @@
+// Python trace (events "traceback", tracer.start()) and the
+// --call-stack=python provider: see py_trace.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace msms_py {
+
+// Installs the profile function on the calling thread (once) and turns on
+// PY_TRACE records when `emit`; `forced` records even outside start/stop
+// (tracer.start()). Frames of files under `skip_prefixes` are not recorded.
+void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes);
+// Stops the records (only the tracer's when `forced_only`); the hook stays
+// for --call-stack=python.
+void profile_stop_emit(bool forced_only);
+// Removes the profile function and the stack provider.
+void profile_uninstall();
+
+}  // namespace msms_py
