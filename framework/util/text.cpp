@@ -111,13 +111,34 @@ bool parse_uint(std::string_view s, unsigned long long& out) {
     return true;
 }
 
+namespace {
+// "00".."99": two digits per division (sinks print two 19-digit
+// timestamps per row; one digit per division showed as a fifth of the
+// host's time on the Python-trace benchmark).
+constexpr char kDigitPairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+}  // namespace
+
 void append_uint(std::string& out, uint64_t v) {
     char buf[24];
     char* p = buf + sizeof(buf);
-    do {
-        *--p = static_cast<char>('0' + v % 10);
-        v /= 10;
-    } while (v);
+    while (v >= 100) {
+        const char* d = kDigitPairs + (v % 100) * 2;
+        v /= 100;
+        p -= 2;
+        p[0] = d[0];
+        p[1] = d[1];
+    }
+    if (v >= 10) {
+        const char* d = kDigitPairs + v * 2;
+        p -= 2;
+        p[0] = d[0];
+        p[1] = d[1];
+    } else {
+        *--p = static_cast<char>('0' + v);
+    }
     out.append(p, static_cast<size_t>(buf + sizeof(buf) - p));
 }
 

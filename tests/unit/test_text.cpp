@@ -1,5 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "util/csv.h"
 #include "util/text.h"
 
 using namespace msms;
@@ -24,4 +29,39 @@ TEST_CASE("parse_attr_list keeps commas inside brackets") {
     REQUIRE(a.size() == 3);
     CHECK(a[1].first == "shape");
     CHECK(a[1].second == "[2, 3]");
+}
+
+TEST_CASE("append_uint and append_int write every digit count like printf") {
+    std::vector<uint64_t> values = {0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 65535, 1000000007ull,
+                                    1764480000123456789ull, UINT64_MAX};
+    for (uint64_t p = 1; p && p <= UINT64_MAX / 10; p *= 10) {
+        values.push_back(p - 1);
+        values.push_back(p);
+        values.push_back(p + 1);
+    }
+    for (uint64_t v : values) {
+        std::string out = "x";
+        append_uint(out, v);
+        CHECK(out == "x" + std::to_string(v));
+    }
+    std::string s;
+    append_int(s, -1234567);
+    s += ',';
+    append_int(s, INT64_MIN);
+    CHECK(s == "-1234567,-9223372036854775808");
+}
+
+TEST_CASE("csv_field quotes exactly the fields with a comma, quote or line break") {
+    auto field = [](std::string_view v) {
+        std::string out;
+        csv_field(out, v);
+        return out;
+    };
+    CHECK(field("bench.py(26): fib") == "bench.py(26): fib");
+    CHECK(field("a,b") == "\"a,b\"");
+    CHECK(field("say \"hi\"") == "\"say \"\"hi\"\"\"");
+    CHECK(field("two\nlines") == "\"two\nlines\"");
+    CHECK(field("cr\r") == "\"cr\r\"");
+    CHECK(field("") == "");
+    CHECK(field(std::string_view("nul\0byte", 8)) == std::string("nul\0byte", 8));
 }
