@@ -98,7 +98,7 @@ void free_code_info(void* p) {
     delete ci;
 }
 
-CodeInfo* code_info_slow(PyCodeObject* code) {
+__attribute__((noinline)) CodeInfo* code_info_slow(PyCodeObject* code) {
     void* extra = nullptr;
     if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra)
         return static_cast<CodeInfo*>(extra);
