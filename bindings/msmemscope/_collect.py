@@ -1,8 +1,10 @@
 """The Python-side collectors, switched with the collection range.
 
 * Python trace (events "traceback", or tracer.start()): a C profile function
-  (PyEval_SetProfile) records one PY_TRACE event per returning call; its
-  shadow stack also serves --call-stack=python;
+  (PyEval_SetProfile) on every thread records one PY_TRACE event per
+  returning call; its shadow stacks also serve --call-stack=python. Threads
+  running at start() get it at once, threads started later through
+  ``threading`` from a ``threading.setprofile`` hook at their first call;
 * PyTorch (when torch is imported): aten operators (OP_LAUNCH ATEN_START /
   ATEN_END, ACCESS READ/WRITE) through a TorchDispatchMode, CPU tensor
   storage as the framework pool (MALLOC/FREE PTA), module calls in the trace.
@@ -16,7 +18,7 @@ import threading
 from ._session import PACKAGE_DIR, _ext
 
 _lock = threading.RLock()
-_state = {"trace": False, "tracer": False, "torch": False}
+_state = {"trace": False, "tracer": False, "torch": False, "thread_hook": False}
 
 
 def _wants(cls: str) -> bool:
@@ -27,12 +29,35 @@ def _wants_python_stack() -> bool:
     return "python" in _ext.option("call_stack")
 
 
+def _thread_bootstrap(frame, event, arg):  # threading.setprofile hook
+    """First event of a thread started after tracing began: replaces this
+    Python-level hook with the C profile function on that thread."""
+    if not _ext.profile_install_thread():
+        sys.setprofile(None)
+
+
+def _install(emit: bool, forced: bool) -> None:
+    # threading.setprofile is a Python call: made while no trace is on, so
+    # that it is not in the trace itself.
+    if not _state["thread_hook"]:
+        threading.setprofile(_thread_bootstrap)
+        _state["thread_hook"] = True
+    _ext.profile_install(emit, forced, [PACKAGE_DIR + os.sep])
+
+
+def _uninstall() -> None:
+    _ext.profile_uninstall()
+    if _state["thread_hook"]:
+        threading.setprofile(None)
+        _state["thread_hook"] = False
+
+
 def enable_for_range() -> None:
     """Called at start(): turn on what the configuration asks for."""
     with _lock:
         trace = _wants("traceback")
         if trace or _wants_python_stack() or _state["tracer"]:
-            _ext.profile_install(trace or _state["tracer"], _state["tracer"], [PACKAGE_DIR + os.sep])
+            _install(trace or _state["tracer"], _state["tracer"])
             _state["trace"] = True
         if "torch" in sys.modules and (_wants("launch") or _wants("access") or _wants("alloc") or trace):
             from . import _torch
@@ -48,14 +73,14 @@ def disable_for_range() -> None:
             _torch.disable()
             _state["torch"] = False
         if _state["trace"] and not _state["tracer"]:
-            _ext.profile_uninstall()
+            _uninstall()
             _state["trace"] = False
 
 
 def tracer_start() -> None:
     with _lock:
         _state["tracer"] = True
-        _ext.profile_install(True, True, [PACKAGE_DIR + os.sep])
+        _install(True, True)
         _state["trace"] = True
 
 
@@ -63,12 +88,12 @@ def tracer_stop() -> None:
     with _lock:
         _state["tracer"] = False
         if _ext.collecting() and (_wants("traceback") or _wants_python_stack()):
-            _ext.profile_install(_wants("traceback"), False, [PACKAGE_DIR + os.sep])
+            _install(_wants("traceback"), False)
             _ext.profile_stop_emit(True)
             if not _wants("traceback"):
                 _ext.profile_stop_emit(False)
         else:
-            _ext.profile_uninstall()
+            _uninstall()
             _state["trace"] = False
 
 
@@ -81,5 +106,5 @@ def disable_all() -> None:
         _state["tracer"] = False
         disable_for_range()
         if _state["trace"]:
-            _ext.profile_uninstall()
+            _uninstall()
             _state["trace"] = False

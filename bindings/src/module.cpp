@@ -428,6 +428,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("torch_hooks_off", [] { g_pta_on = false; });
     m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
     m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
+    m.def("profile_install_thread", &profile_install_thread);
     m.def("profile_uninstall", &profile_uninstall);
     m.def("memory_info", &memory_info);
     m.def("release_capture", &release_capture, py::arg("dir"));

@@ -69,7 +69,6 @@ struct Shadow {
     ShadowFrame frames[kMaxShadow];
     int depth = 0;       // may exceed kMaxShadow (frames not kept)
 };
-thread_local Shadow* t_shadow = nullptr;
 
 Py_ssize_t g_code_extra = -1;
 std::atomic<bool> g_trace_emit{false};   // PY_TRACE events wanted (traceback or tracer)
@@ -137,29 +136,50 @@ inline uint64_t trace_clock() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// The profile function's object: the installing thread's shadow stack, so
-// that the hook finds it with one load instead of a TLS lookup (the module
-// is dlopen'ed: its thread_locals go through __tls_get_addr).
+// The profile function's object, one per traced thread: that thread's
+// shadow stack (so the hook finds it with one load instead of a TLS lookup:
+// this module is dlopen'ed, its thread_locals go through __tls_get_addr),
+// owned here and freed with the object. Only its own thread drops the
+// object (removing its profile function or ending), so a thread reading
+// its own shadow stack from the agent's stack provider never races a free.
 struct ProfileState {
     PyObject_HEAD
     Shadow* shadow;
+    uint32_t generation;  // the tracing period it was installed for
 };
 
-PyObject* new_profile_state(Shadow* shadow) {
+// Bumped at each install and uninstall: a thread whose state is older
+// removes its profile function at its next event (on its own thread).
+uint32_t g_generation = 0;  // changed with the GIL held
+
+void profile_state_dealloc(PyObject* o) {
+    delete reinterpret_cast<ProfileState*>(o)->shadow;
+    PyTypeObject* type = Py_TYPE(o);
+    type->tp_free(o);
+    Py_DECREF(type);
+}
+
+PyTypeObject* profile_state_type() {
     static PyObject* type = [] {
-        static PyType_Slot slots[] = {{0, nullptr}};
+        static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(&profile_state_dealloc)}, {0, nullptr}};
         static PyType_Spec spec = {"msmemscope._ProfileState", sizeof(ProfileState), 0, Py_TPFLAGS_DEFAULT, slots};
         return PyType_FromSpec(&spec);
     }();
-    if (!type) return nullptr;
-    PyObject* o = PyType_GenericAlloc(reinterpret_cast<PyTypeObject*>(type), 0);
-    if (o) reinterpret_cast<ProfileState*>(o)->shadow = shadow;
-    return o;
+    return reinterpret_cast<PyTypeObject*>(type);
 }
+
+// Removes the profile function of the calling thread (its state and shadow
+// stack go with it). The caller must not touch the state afterwards.
+void remove_own_profile() { _PyEval_SetProfile(PyThreadState_Get(), nullptr, nullptr); }
 
 int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
-    Shadow* sh = reinterpret_cast<ProfileState*>(state)->shadow;
+    auto* st = reinterpret_cast<ProfileState*>(state);
+    if (__builtin_expect(st->generation != g_generation, 0)) {
+        remove_own_profile();  // tracing stopped (or restarted) since this thread's install
+        return 0;
+    }
+    Shadow* sh = st->shadow;
     if (what == PyTrace_CALL) {
         int d = sh->depth;
         if (d >= kMaxShadow) {
@@ -190,10 +210,16 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
 }
 
 // --call-stack=python: the calling thread's frames, innermost first, from
-// the shadow stack (no Python API that allocates or needs the GIL).
+// its shadow stack (no Python API that allocates or needs the GIL). The
+// thread may run without the GIL here (C code that released it): it reads
+// only its own thread state, whose profile fields another thread changes
+// only from "not ours" to ours (install_on), in that order.
 uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
-    Shadow* sh = t_shadow;
-    if (!sh) return 0;
+    PyThreadState* ts = _PyThreadState_UncheckedGet();
+    if (!ts || ts->c_profilefunc != &profile_func) return 0;
+    auto* st = reinterpret_cast<ProfileState*>(ts->c_profileobj);
+    if (!st || st->generation != g_generation) return 0;
+    Shadow* sh = st->shadow;
     int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
     uint32_t n = 0;
     char buf[1024];
@@ -210,6 +236,28 @@ uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
 
 bool g_profile_installed = false;
 
+// Traces `ts` (any thread of this interpreter; the GIL held). A thread that
+// has a state already keeps it (renewed): replacing it here would free a
+// shadow stack its thread may be reading.
+void install_on(PyThreadState* ts) {
+    if (ts->c_profilefunc == &profile_func && ts->c_profileobj) {
+        reinterpret_cast<ProfileState*>(ts->c_profileobj)->generation = g_generation;
+        return;
+    }
+    PyTypeObject* type = profile_state_type();
+    if (!type) throw pybind11::error_already_set();
+    PyObject* o = PyType_GenericAlloc(type, 0);
+    if (!o) throw pybind11::error_already_set();
+    auto* st = reinterpret_cast<ProfileState*>(o);
+    st->shadow = new Shadow();
+    st->generation = g_generation;
+    // Frames already running on that thread are not on its shadow stack:
+    // their returns are ignored (depth 0).
+    int rc = _PyEval_SetProfile(ts, profile_func, o);
+    Py_DECREF(o);  // the thread state holds it
+    if (rc < 0) throw pybind11::error_already_set();
+}
+
 }  // namespace
 
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
@@ -219,15 +267,21 @@ void profile_install(bool emit, bool forced, const std::vector<std::string>& ski
     if (emit) g_trace_emit = true;
     if (forced) g_tracer_forced = true;
     if (!g_profile_installed) {
-        if (!t_shadow) t_shadow = new Shadow();
-        PyObject* state = new_profile_state(t_shadow);
-        if (!state) throw pybind11::error_already_set();
-        // Frames already running on this thread are not on the shadow stack.
-        PyEval_SetProfile(profile_func, state);
-        Py_DECREF(state);  // the thread state holds it
+        ++g_generation;
+        // Every thread of the interpreter now; threads started later call
+        // profile_install_thread() (the package sets threading.setprofile).
+        PyThreadState* me = PyThreadState_Get();
+        for (PyThreadState* ts = PyInterpreterState_ThreadHead(me->interp); ts; ts = PyThreadState_Next(ts))
+            install_on(ts);
         g_profile_installed = true;
         g_agent.set_py_provider(python_stack_provider);
     }
+}
+
+bool profile_install_thread() {
+    if (!g_profile_installed) return false;
+    install_on(PyThreadState_Get());
+    return true;
 }
 
 void profile_stop_emit(bool forced_only) {
@@ -241,11 +295,12 @@ void profile_stop_emit(bool forced_only) {
 
 void profile_uninstall() {
     if (g_profile_installed) {
-        PyEval_SetProfile(nullptr, nullptr);
-        g_profile_installed = false;
         if (g_agent_loaded) g_agent.set_py_provider(nullptr);
-        delete t_shadow;
-        t_shadow = nullptr;
+        // Other threads drop their (now stale) state at their next event.
+        ++g_generation;
+        g_profile_installed = false;
+        PyThreadState* me = PyThreadState_Get();
+        if (me->c_profilefunc == &profile_func) remove_own_profile();
     }
     g_trace_emit = false;
     g_tracer_forced = false;

@@ -7,10 +7,15 @@
 
 namespace msms_py {
 
-// Installs the profile function on the calling thread (once) and turns on
+// Installs the profile function on every thread of the interpreter (once)
+// and turns on
 // PY_TRACE records when `emit`; `forced` records even outside start/stop
 // (tracer.start()). Frames of files under `skip_prefixes` are not recorded.
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes);
+// Traces the calling thread if tracing is installed (a thread started after
+// profile_install: the package's threading.setprofile hook calls this);
+// returns whether it did.
+bool profile_install_thread();
 // Stops the records (only the tracer's when `forced_only`); the hook stays
 // for --call-stack=python.
 void profile_stop_emit(bool forced_only);

@@ -316,6 +316,59 @@ def test_traceback_record_function_and_tracer(tmp_path):
         assert int(s) <= int(e)
 
 
+def test_traceback_covers_every_thread(tmp_path):
+    # A thread running before start() and threads started inside the range
+    # are traced, each under its own Thread Id; after stop() no thread is.
+    # Threads hand over with Events (no sleeps).
+    p = run_script(tmp_path, """
+        import threading, msmemscope
+        msmemscope.config(device="cpu", events="traceback", analysis="", output="out")
+        def early_work(): return 1
+        def late_work(): return 2
+        def after_stop(): return 3
+        go, done, again, finished = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+        tids = {}
+        def early():
+            tids["early"] = threading.get_native_id()
+            go.wait()
+            early_work()
+            done.set()
+            again.wait()
+            after_stop()
+            finished.set()
+        t0 = threading.Thread(target=early)
+        t0.start()
+        msmemscope.start()
+        go.set()
+        done.wait()
+        def late(n):
+            tids[f"late{n}"] = threading.get_native_id()
+            late_work()
+        ts = [threading.Thread(target=late, args=(n,)) for n in range(2)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        msmemscope.stop()
+        again.set()
+        finished.wait()
+        t0.join()
+        t3 = threading.Thread(target=after_stop)
+        t3.start(); t3.join()
+        print("TIDS", tids["early"], tids["late0"], tids["late1"], threading.get_native_id())
+    """)
+    early_tid, late0, late1, main_tid = [int(x) for x in
+                                         [l for l in p.stdout.splitlines() if l.startswith("TIDS ")][0].split()[1:]]
+    d, _ = rows_of(tmp_path / "out")
+    rows = [l.rsplit(",", 4) for l in dump_files(d, kind="python_trace")[0].read_text().splitlines()[1:]]
+    script = str(tmp_path / "script.py")
+    by_name = {}
+    for name, s, e, tid, pid in rows:
+        by_name.setdefault(name, set()).add(int(tid))
+    assert by_name.get(f"{script}(4): early_work") == {early_tid}, by_name
+    assert by_name.get(f"{script}(5): late_work") == {late0, late1}, by_name
+    assert f"{script}(6): after_stop" not in by_name, by_name
+    assert len({early_tid, late0, late1, main_tid}) == 4
+
+
 def test_python_call_stack(tmp_path):
     run_script(tmp_path, """
         import msmemscope
@@ -332,6 +385,25 @@ def test_python_call_stack(tmp_path):
     frames = big[0]["Call Stack(Python)"].splitlines()
     script = str(tmp_path / "script.py")
     assert frames[0] == f"{script}(5): make", frames
+
+
+def test_python_call_stack_in_a_thread_started_in_the_range(tmp_path):
+    run_script(tmp_path, """
+        import threading, msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", call_stack="python:5", analysis="", output="out")
+        keep = []
+        def thread_make():
+            keep.append(bytearray(3 << 20))
+        msmemscope.start()
+        t = threading.Thread(target=thread_make)
+        t.start(); t.join()
+        msmemscope.stop()
+    """)
+    _, rows = rows_of(tmp_path / "out")
+    big = [r for r in rows if r["Event"] == "MALLOC" and int(r["attr"]["size"]) >= 3 << 20]
+    assert big, "no 3 MiB allocation recorded"
+    frames = big[0]["Call Stack(Python)"].splitlines()
+    assert frames[0] == f"{tmp_path / 'script.py'}(6): thread_make", frames
 
 
 @pytest.mark.parametrize("arg,exc,msg", [
