@@ -210,7 +210,7 @@ void CaptureReader::fill(uint32_t tid) {
     auto it = thread_chunks_.find(tid);
     if (it == thread_chunks_.end()) return;
     auto& chunks = it->second;
-    auto& q = queues_[tid];
+    auto& q = queue_of(tid);
     // A thread's chunks are read in order: the next one only once the
     // current one is final and read to its end.
     while (!chunks.empty() && q.size() < kQueueTarget) {
@@ -227,8 +227,18 @@ void CaptureReader::fill(uint32_t tid) {
     }
 }
 
+std::deque<RawEvent>& CaptureReader::queue_of(uint32_t tid) {
+    // Consecutive events mostly come from one thread: skip the hash lookup.
+    // (Values of an unordered_map keep their address; queues are never erased.)
+    if (tid != last_queue_tid_ || !last_queue_) {
+        last_queue_ = &queues_[tid];
+        last_queue_tid_ = tid;
+    }
+    return *last_queue_;
+}
+
 void CaptureReader::push(const RawEvent& e) {
-    auto& q = queues_[e.tid];
+    auto& q = queue_of(e.tid);
     if (q.empty()) heap_.push(HeapItem{e.ts, e.tid});
     q.push_back(e);
     q.back().gen = static_cast<uint32_t>(poll_gen_);
@@ -395,12 +405,12 @@ bool CaptureReader::pop(RawEvent& out, uint64_t watermark) {
     if (heap_.empty()) return false;
     HeapItem top = heap_.top();
     if (top.ts > watermark) return false;
+    auto& q = queue_of(top.tid);
     if (!gone_) {
-        const RawEvent& front = queues_[top.tid].front();
+        const RawEvent& front = q.front();
         if (front.gen == static_cast<uint32_t>(poll_gen_) && !resolvable(front)) return false;
     }
     heap_.pop();
-    auto& q = queues_[top.tid];
     out = q.front();
     q.pop_front();
     if (!q.empty())

@@ -121,6 +121,9 @@ private:
     std::vector<uint64_t> uninitialized_; // taken but not set up yet
     std::map<uint32_t, std::deque<ChunkState>> thread_chunks_;
     std::unordered_map<uint32_t, std::deque<RawEvent>> queues_;
+    std::deque<RawEvent>* last_queue_ = nullptr;  // queue_of()'s one-entry cache
+    uint32_t last_queue_tid_ = 0;
+    std::deque<RawEvent>& queue_of(uint32_t tid);
     uint64_t pending_bound_ = UINT64_MAX;  // min in-flight lower bound at the last poll
     uint64_t poll_gen_ = 0;
     std::string first_corruption_;

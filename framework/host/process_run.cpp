@@ -157,8 +157,7 @@ void ProcessRun::convert(const RawEvent& e, Record& r, Symbolizer& sym) {
     if (e.kind == MSMS_EV_PY_TRACE && e.aux0)
         ev.aux0 = static_cast<uint64_t>(static_cast<int64_t>(e.aux0) + reader_.wall_offset());
     if (e.name_id) {
-        const std::string* s = reader_.string(e.name_id);
-        r.name = s ? *s : std::string();
+        if (const std::string* s = reader_.string(e.name_id)) r.name.assign(*s);
     }
     if (e.attrs_id) {
         if (const std::string* s = reader_.string(e.attrs_id)) r.attrs = parse_attr_list(*s);
@@ -232,6 +231,7 @@ void ProcessRun::run_stream() {
     Symbolizer sym(reader_);
     StepFilter steps(cfg_.steps);
     RawEvent raw;
+    Record r;  // reused: its strings keep their storage from event to event
     // Only a live process (not a replay) has a cgroup to watch.
     bool live = cfg_.replay.empty();
     OomWatch oom(reader_.pid());
@@ -245,7 +245,7 @@ void ProcessRun::run_stream() {
         bool gone = watermark == UINT64_MAX;
         while (reader_.pop(raw, watermark)) {
             if (!keep(raw)) continue;
-            Record r;
+            r.reset();
             convert(raw, r, sym);
             if (!steps.keep(r.ev, r.name)) continue;  // --steps
             pipeline.feed(r);

@@ -19,10 +19,19 @@ struct Record {
     std::vector<std::pair<std::string, std::string>> attrs;
     std::string py_stack, c_stack;
     bool complete_attrs = false;
-    Record() {
+    Record() { reset(); }
+    // Back to a fresh record, keeping the strings' and vector's storage (the
+    // host reuses one Record per event stream: no allocation per event).
+    void reset() {
+        ev = msms_event{};
         ev.struct_size = sizeof(msms_event);
         ev.device_id = -1;
         ev.pool_used = ev.pool_total = ev.process_used = ev.device_used = -1;
+        name.clear();
+        attrs.clear();
+        py_stack.clear();
+        c_stack.clear();
+        complete_attrs = false;
     }
 };
 
