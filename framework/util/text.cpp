@@ -1,6 +1,7 @@
 #include "text.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace msms {
 
@@ -121,25 +122,60 @@ constexpr char kDigitPairs[] =
     "8081828384858687888990919293949596979899";
 }  // namespace
 
-void append_uint(std::string& out, uint64_t v) {
-    char buf[24];
-    char* p = buf + sizeof(buf);
+namespace {
+// Writes the digits of v < 10^8 ending at `end`, two per division in 32-bit
+// arithmetic; returns where they start.
+inline char* digits_below_1e8(char* end, uint32_t v) {
     while (v >= 100) {
         const char* d = kDigitPairs + (v % 100) * 2;
         v /= 100;
-        p -= 2;
-        p[0] = d[0];
-        p[1] = d[1];
+        end -= 2;
+        end[0] = d[0];
+        end[1] = d[1];
     }
     if (v >= 10) {
         const char* d = kDigitPairs + v * 2;
-        p -= 2;
-        p[0] = d[0];
-        p[1] = d[1];
+        end -= 2;
+        end[0] = d[0];
+        end[1] = d[1];
     } else {
-        *--p = static_cast<char>('0' + v);
+        *--end = static_cast<char>('0' + v);
     }
-    out.append(p, static_cast<size_t>(buf + sizeof(buf) - p));
+    return end;
+}
+
+// Exactly 8 digits (zero-padded) ending at `end`.
+inline void eight_digits(char* end, uint32_t v) {
+    for (int i = 0; i < 4; ++i) {
+        const char* d = kDigitPairs + (v % 100) * 2;
+        v /= 100;
+        end -= 2;
+        end[0] = d[0];
+        end[1] = d[1];
+    }
+}
+}  // namespace
+
+char* format_uint(char* dst, uint64_t v) {
+    // Built backwards in 8-digit blocks (a 19-digit timestamp: two 64-bit
+    // divisions, the rest in 32 bits), then moved to dst.
+    char buf[24];
+    char* end = buf + sizeof(buf);
+    char* p = end;
+    while (v >= 100000000ull) {
+        eight_digits(p, static_cast<uint32_t>(v % 100000000ull));
+        v /= 100000000ull;
+        p -= 8;
+    }
+    p = digits_below_1e8(p, static_cast<uint32_t>(v));
+    size_t n = static_cast<size_t>(end - p);
+    std::memcpy(dst, p, n);
+    return dst + n;
+}
+
+void append_uint(std::string& out, uint64_t v) {
+    char buf[24];
+    out.append(buf, static_cast<size_t>(format_uint(buf, v) - buf));
 }
 
 void append_int(std::string& out, int64_t v) {

@@ -24,6 +24,9 @@ bool parse_uint(std::string_view s, unsigned long long& out);
 // Fast number formatting for output rows (no locale, no allocation beyond
 // the string's own growth).
 void append_uint(std::string& out, uint64_t v);
+// Writes v's decimal digits at dst (at most 20 bytes, no terminator) and
+// returns the end: for rows assembled in a local buffer.
+char* format_uint(char* dst, uint64_t v);
 void append_int(std::string& out, int64_t v);
 void append_hex_ptr(std::string& out, uint64_t v);  // 0x%016x
 

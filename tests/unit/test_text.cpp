@@ -65,3 +65,28 @@ TEST_CASE("csv_field quotes exactly the fields with a comma, quote or line break
     CHECK(field("") == "");
     CHECK(field(std::string_view("nul\0byte", 8)) == std::string("nul\0byte", 8));
 }
+
+TEST_CASE("csv_field finds a special byte at any position of a long name") {
+    for (size_t len = 1; len <= 40; ++len) {
+        std::string plain(len, 'a');
+        std::string out;
+        csv_field(out, plain);
+        CHECK(out == plain);
+        for (size_t pos = 0; pos < len; ++pos)
+            for (char c : {',', '"', '\n', '\r'}) {
+                std::string v = plain;
+                v[pos] = c;
+                out.clear();
+                csv_field(out, v);
+                INFO("len " << len << " pos " << pos << " char " << int(c));
+                CHECK(out.front() == '"');
+                CHECK(out.back() == '"');
+            }
+    }
+    // Bytes near the specials (0x2B, 0x21, 0x0B, 0x8C...) are not specials.
+    std::string near = "+!\x0b\x0c\x8c\xa2\xac-.";
+    near += near;
+    std::string out;
+    csv_field(out, near);
+    CHECK(out == near);
+}

@@ -102,15 +102,20 @@ void append_dump_row(std::string& out, const msms_event& ev) {
 
 void append_python_trace_row(std::string& out, const msms_event& ev) {
     csv_field(out, msmemscope::view(ev.name));
-    out += ',';
-    append_uint(out, ev.aux0);
-    out += ',';
-    append_uint(out, ev.timestamp_ns);
-    out += ',';
-    append_uint(out, ev.tid);
-    out += ',';
-    append_uint(out, ev.pid);
-    out += '\n';
+    // The four numbers in one append (one row per Python call: the small
+    // appends were a tenth of the host's time on the trace benchmark).
+    char buf[4 * 21 + 1];
+    char* p = buf;
+    *p++ = ',';
+    p = format_uint(p, ev.aux0);
+    *p++ = ',';
+    p = format_uint(p, ev.timestamp_ns);
+    *p++ = ',';
+    p = format_uint(p, ev.tid);
+    *p++ = ',';
+    p = format_uint(p, ev.pid);
+    *p++ = '\n';
+    out.append(buf, static_cast<size_t>(p - buf));
 }
 
 }  // namespace msms
