@@ -3,12 +3,16 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace msms {
 
 namespace {
 // Whether v holds a comma, quote, CR or LF. Every name of every row passes
-// here: eight bytes per step (the classic "has a zero byte" test on v XOR
-// each special byte), the tail one byte at a time.
+// here: sixteen bytes per step with SSE2, then eight (the classic "has a
+// zero byte" test on v XOR each special byte), the tail one byte at a time.
 bool needs_quotes(std::string_view v) {
     constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
     auto has = [](uint64_t x, char c) {
@@ -16,6 +20,16 @@ bool needs_quotes(std::string_view v) {
         return ((y - kOnes) & ~y & kHighs) != 0;
     };
     size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i comma = _mm_set1_epi8(','), quote = _mm_set1_epi8('"');
+    const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+    for (; i + 16 <= v.size(); i += 16) {
+        __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v.data() + i));
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, comma), _mm_cmpeq_epi8(x, quote)),
+                                   _mm_or_si128(_mm_cmpeq_epi8(x, lf), _mm_cmpeq_epi8(x, cr)));
+        if (_mm_movemask_epi8(hit)) return true;
+    }
+#endif
     for (; i + 8 <= v.size(); i += 8) {
         uint64_t x;
         std::memcpy(&x, v.data() + i, 8);

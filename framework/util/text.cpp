@@ -156,6 +156,11 @@ inline void eight_digits(char* end, uint32_t v) {
 }
 }  // namespace
 
+char* format_8_digits(char* dst, uint32_t v) {
+    eight_digits(dst + 8, v);
+    return dst + 8;
+}
+
 char* format_uint(char* dst, uint64_t v) {
     // Built backwards in 8-digit blocks (a 19-digit timestamp: two 64-bit
     // divisions, the rest in 32 bits), then moved to dst.

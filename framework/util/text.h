@@ -27,6 +27,8 @@ void append_uint(std::string& out, uint64_t v);
 // Writes v's decimal digits at dst (at most 20 bytes, no terminator) and
 // returns the end: for rows assembled in a local buffer.
 char* format_uint(char* dst, uint64_t v);
+// Writes exactly 8 digits of v < 10^8 (zero-padded) at dst; returns dst + 8.
+char* format_8_digits(char* dst, uint32_t v);
 void append_int(std::string& out, int64_t v);
 void append_hex_ptr(std::string& out, uint64_t v);  // 0x%016x
 

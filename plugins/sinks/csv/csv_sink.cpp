@@ -87,7 +87,7 @@ public:
                 trace_ = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/python_trace_" + ts_ + ".csv",
                                                 msms::kPythonTraceHeader);
             }
-            msms::append_python_trace_row(trace_->buffer(), ev);
+            trace_rows_.append(trace_->buffer(), ev);
             trace_->maybe_flush();
             return;
         }
@@ -193,6 +193,7 @@ private:
     std::string dir_, ts_, first_device_;
     std::map<std::string, std::unique_ptr<File>> files_;
     std::unique_ptr<File> trace_;
+    msms::PythonTraceRowWriter trace_rows_;
     std::vector<std::string> pending_;
     std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> patches_;
 };

@@ -118,4 +118,40 @@ void append_python_trace_row(std::string& out, const msms_event& ev) {
     out.append(buf, static_cast<size_t>(p - buf));
 }
 
+char* PythonTraceRowWriter::put_stamp(char* p, uint64_t v, Stamp& s) {
+    constexpr uint64_t k1e8 = 100000000ull;
+    uint64_t high = v / k1e8;
+    if (high == 0) return format_uint(p, v);
+    if (high != s.high) {
+        s.high = high;
+        s.len = static_cast<size_t>(format_uint(s.text, high) - s.text);
+    }
+    std::memcpy(p, s.text, s.len);
+    return format_8_digits(p + s.len, static_cast<uint32_t>(v - high * k1e8));
+}
+
+void PythonTraceRowWriter::append(std::string& out, const msms_event& ev) {
+    csv_field(out, msmemscope::view(ev.name));
+    if (ev.tid != tid_ || ev.pid != pid_) {
+        tid_ = ev.tid;
+        pid_ = ev.pid;
+        char* q = ids_;
+        *q++ = ',';
+        q = format_uint(q, ev.tid);
+        *q++ = ',';
+        q = format_uint(q, ev.pid);
+        *q++ = '\n';
+        ids_len_ = static_cast<size_t>(q - ids_);
+    }
+    char buf[2 * 21 + sizeof(ids_)];
+    char* p = buf;
+    *p++ = ',';
+    p = put_stamp(p, ev.aux0, start_);
+    *p++ = ',';
+    p = put_stamp(p, ev.timestamp_ns, end_);
+    std::memcpy(p, ids_, ids_len_);
+    p += ids_len_;
+    out.append(buf, static_cast<size_t>(p - buf));
+}
+
 }  // namespace msms
