@@ -215,7 +215,11 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
 // only its own thread state, whose profile fields another thread changes
 // only from "not ours" to ours (install_on), in that order.
 uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState* ts = PyThreadState_GetUnchecked();
+#else
     PyThreadState* ts = _PyThreadState_UncheckedGet();
+#endif
     if (!ts || ts->c_profilefunc != &profile_func) return 0;
     auto* st = reinterpret_cast<ProfileState*>(ts->c_profileobj);
     if (!st || st->generation != g_generation) return 0;
