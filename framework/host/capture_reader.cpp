@@ -227,7 +227,7 @@ void CaptureReader::fill(uint32_t tid) {
     }
 }
 
-std::deque<RawEvent>& CaptureReader::queue_of(uint32_t tid) {
+EventRing& CaptureReader::queue_of(uint32_t tid) {
     // Consecutive events mostly come from one thread: skip the hash lookup.
     // (Values of an unordered_map keep their address; queues are never erased.)
     if (tid != last_queue_tid_ || !last_queue_) {

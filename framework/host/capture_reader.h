@@ -27,6 +27,36 @@ struct RawEvent {
     uint64_t name_id = 0, attrs_id = 0, cstack = 0, pystack = 0;
 };
 
+// A thread's decoded events waiting for delivery: a ring that grows by
+// doubling and never shrinks (a std::deque allocated and freed a 512-byte
+// block every five events, on the host's busiest path).
+class EventRing {
+public:
+    bool empty() const { return count_ == 0; }
+    size_t size() const { return count_; }
+    RawEvent& front() { return buf_[head_]; }
+    RawEvent& back() { return buf_[(head_ + count_ - 1) & (buf_.size() - 1)]; }
+    void pop_front() {
+        head_ = (head_ + 1) & (buf_.size() - 1);
+        --count_;
+    }
+    void push_back(const RawEvent& e) {
+        if (count_ == buf_.size()) grow();
+        buf_[(head_ + count_) & (buf_.size() - 1)] = e;
+        ++count_;
+    }
+
+private:
+    void grow() {
+        std::vector<RawEvent> bigger(buf_.empty() ? 64 : buf_.size() * 2);
+        for (size_t i = 0; i < count_; ++i) bigger[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+        buf_.swap(bigger);
+        head_ = 0;
+    }
+    std::vector<RawEvent> buf_;  // size: 0 or a power of two
+    size_t head_ = 0, count_ = 0;
+};
+
 struct StackDef {
     uint8_t kind = 0;  // 0 C addresses, 1 Python string ids
     std::vector<uint64_t> frames;
@@ -120,10 +150,10 @@ private:
     uint64_t next_chunk_ = 0;             // next chunk index not yet assigned to a thread
     std::vector<uint64_t> uninitialized_; // taken but not set up yet
     std::map<uint32_t, std::deque<ChunkState>> thread_chunks_;
-    std::unordered_map<uint32_t, std::deque<RawEvent>> queues_;
-    std::deque<RawEvent>* last_queue_ = nullptr;  // queue_of()'s one-entry cache
+    std::unordered_map<uint32_t, EventRing> queues_;
+    EventRing* last_queue_ = nullptr;  // queue_of()'s one-entry cache
     uint32_t last_queue_tid_ = 0;
-    std::deque<RawEvent>& queue_of(uint32_t tid);
+    EventRing& queue_of(uint32_t tid);
     uint64_t pending_bound_ = UINT64_MAX;  // min in-flight lower bound at the last poll
     uint64_t poll_gen_ = 0;
     std::string first_corruption_;
