@@ -241,9 +241,12 @@ void ProcessRun::run_stream() {
         // Exact order across threads when the target registered for
         // membarrier (capture_format.h), else a kWindowNs reorder window.
         size_t n = 0;
+        auto poll_start = std::chrono::steady_clock::now();
         uint64_t watermark = reader_.poll_ordered(kWindowNs, n);
         bool gone = watermark == UINT64_MAX;
+        size_t delivered = 0;
         while (reader_.pop(raw, watermark)) {
+            ++delivered;
             if (!keep(raw)) continue;
             r.reset();
             convert(raw, r, sym);
@@ -257,7 +260,16 @@ void ProcessRun::run_stream() {
             oom.sample();
             last_sample = std::chrono::steady_clock::now();
         }
-        if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        // Each poll interrupts the target's CPUs (membarrier IPIs): a host
+        // that keeps up polled several times a millisecond. Polls are at
+        // least kMinPollInterval apart (a host that falls behind spends
+        // longer than that per round and never waits).
+        if (n == 0 && delivered == 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        } else {
+            auto next = poll_start + kMinPollInterval;
+            if (std::chrono::steady_clock::now() < next) std::this_thread::sleep_until(next);
+        }
     }
     summary_.oom_kill_seen = live && oom.increased();
     pipeline.finish();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,6 +50,9 @@ public:
     // Milliseconds of reorder window: events are delivered once they are this
     // old, so that records of all threads can be merged in time order.
     static constexpr uint64_t kWindowNs = 50'000'000;
+    // The shortest time between two polls of a live capture (each one
+    // interrupts the target's CPUs: see run_stream).
+    static constexpr std::chrono::milliseconds kMinPollInterval{2};
 
 private:
     void run_stream();
