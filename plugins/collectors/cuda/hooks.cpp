@@ -18,6 +18,7 @@
 // OOM_TRIGGER, kernel launches as KERNEL_LAUNCH (only with --events=launch).
 // msms_cuda_snapshot() (exported, for the Python package) writes SNAPSHOT rows.
 #include <msmemscope/agent.h>
+#include <msmemscope/spin_lock.hpp>
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -232,17 +233,7 @@ struct Place {
     uint64_t size; // VMM mappings: mapped length
 };
 
-class SpinLock {
-public:
-    void lock() {
-        while (f_.test_and_set(std::memory_order_acquire)) {
-        }
-    }
-    void unlock() { f_.clear(std::memory_order_release); }
-
-private:
-    std::atomic_flag f_ = ATOMIC_FLAG_INIT;
-};
+using msmemscope::SpinLock;
 
 SpinLock g_lock;
 // Never destroyed: frees may arrive from atexit handlers after static

@@ -14,6 +14,7 @@
 // one is synthesized from the same counter (per-thread stack). A range named
 // "step start" therefore drives steps exactly like an mstx range.
 #include <msmemscope/agent.h>
+#include <msmemscope/spin_lock.hpp>
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -31,17 +32,7 @@ std::atomic<uint64_t> g_next_range{0};
 
 constexpr int kNameLen = 128;
 
-class SpinLock {
-public:
-    void lock() {
-        while (f_.test_and_set(std::memory_order_acquire)) {
-        }
-    }
-    void unlock() { f_.clear(std::memory_order_release); }
-
-private:
-    std::atomic_flag f_ = ATOMIC_FLAG_INIT;
-};
+using msmemscope::SpinLock;
 
 // Open start/end ranges (by id, most recent 1024), for the end row's name.
 constexpr uint32_t kRanges = 1024;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <msmemscope/agent.h>
+#include <msmemscope/spin_lock.hpp>
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -90,17 +91,7 @@ struct BlockInfo {
     uint64_t size;
 };
 
-class SpinLock {
-public:
-    void lock() {
-        while (flag_.test_and_set(std::memory_order_acquire)) {
-        }
-    }
-    void unlock() { flag_.clear(std::memory_order_release); }
-
-private:
-    std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
-};
+using msmemscope::SpinLock;
 
 template <uint32_t kCapacity = (1u << 16)>
 class PtrTable {
