@@ -164,11 +164,10 @@ private:
 };
 
 // ---------------------------------------------------------------- symbols
-// The next definition of `name` after this library: RTLD_NEXT first, then
-// any of `libs` already loaded (RTLD_NOLOAD), which also finds libraries
-// that were dlopen'ed with RTLD_LOCAL.
-inline void* resolve_next(const char* name, const char* const* libs) {
-    void* f = dlsym(RTLD_NEXT, name);
+// `name` from `first` (a dlsym handle), else from any of `libs` already
+// loaded (RTLD_NOLOAD), which also finds libraries dlopen'ed RTLD_LOCAL.
+inline void* resolve_from(void* first, const char* name, const char* const* libs) {
+    void* f = dlsym(first, name);
     if (f) return f;
     for (; libs && *libs; ++libs) {
         void* h = dlopen(*libs, RTLD_LAZY | RTLD_NOLOAD);
@@ -180,19 +179,11 @@ inline void* resolve_next(const char* name, const char* const* libs) {
     return nullptr;
 }
 
-// A function anywhere in the process (RTLD_DEFAULT, then the named libs).
-inline void* resolve_any(const char* name, const char* const* libs) {
-    void* f = dlsym(RTLD_DEFAULT, name);
-    if (f) return f;
-    for (; libs && *libs; ++libs) {
-        void* h = dlopen(*libs, RTLD_LAZY | RTLD_NOLOAD);
-        if (!h) continue;
-        f = dlsym(h, name);
-        dlclose(h);
-        if (f) return f;
-    }
-    return nullptr;
-}
+// The next definition of `name` after this library.
+inline void* resolve_next(const char* name, const char* const* libs) { return resolve_from(RTLD_NEXT, name, libs); }
+
+// A function anywhere in the process.
+inline void* resolve_any(const char* name, const char* const* libs) { return resolve_from(RTLD_DEFAULT, name, libs); }
 
 // ---------------------------------------------------------------- text
 // Appends s to buf[pos..cap) keeping NUL termination; returns the new pos.
