@@ -148,9 +148,29 @@ def _call_site_is_scope(depth: int = 2) -> bool:
                                                        _OP.get("BUILD_TUPLE"))
 
 
-class _Snapshot:
+class _ContextDecorator:
+    """A context manager that also decorates: the function runs inside it.
+    `_API` names the public function or class in error messages."""
+
+    _API = ""
+
+    def __call__(self, func: Callable) -> Callable:
+        if not callable(func):
+            raise TypeError(f"msmemscope.{self._API}: as a decorator it wraps a function, got "
+                            f"{type(func).__name__}")
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+        return wrapper
+
+
+class _Snapshot(_ContextDecorator):
     """What take_snapshot() returns: as a context manager or decorator it
     writes "<name> Start" on entry and "<name> End" on exit."""
+
+    _API = "take_snapshot"
 
     def __init__(self, name: str, mask: Optional[List[int]]) -> None:
         self.name = name
@@ -163,16 +183,6 @@ class _Snapshot:
     def __exit__(self, *exc) -> None:
         _emit_snapshot(self.name + " End", self.mask)
 
-    def __call__(self, func: Callable) -> Callable:
-        if not callable(func):
-            raise TypeError(f"msmemscope.take_snapshot: as a decorator it wraps a function, got "
-                            f"{type(func).__name__}")
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-        return wrapper
 
 
 def take_snapshot(device_mask: Union[None, int, Sequence[int]] = None, name: str = "Memory Snapshot") -> _Snapshot:
@@ -197,7 +207,7 @@ def take_snapshot(device_mask: Union[None, int, Sequence[int]] = None, name: str
 
 
 # ---------------------------------------------------------------- RecordFunction
-class RecordFunction:
+class RecordFunction(_ContextDecorator):
     """A named span in the Python trace file (python_trace_{ts}.csv), as a
     context manager or a decorator:
 
@@ -209,6 +219,8 @@ class RecordFunction:
 
     Recorded while collection is on (or tracer.start() is active).
     """
+
+    _API = "RecordFunction"
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str):
@@ -228,16 +240,6 @@ class RecordFunction:
             _ext.event(_ext.EV["PY_TRACE"], _ext.T["PY_RECORD_FUNCTION"], _ext.DEV["NA"], -1, 0, 0, start, 0,
                        self.name, "")
 
-    def __call__(self, func: Callable) -> Callable:
-        if not callable(func):
-            raise TypeError(f"msmemscope.RecordFunction: as a decorator it wraps a function, got "
-                            f"{type(func).__name__}")
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-        return wrapper
 
 
 # ---------------------------------------------------------------- offline
