@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -58,19 +59,7 @@ msms::Registry& registry_for(const std::string& prefix, const std::vector<std::s
     if (const char* env = getenv("MSMEMSCOPE_PLUGIN_PATH")) key += std::string("\n$") + env;
     if (g_catalog.registry && g_catalog.key == key) return *g_catalog.registry;
     auto reg = std::make_unique<msms::Registry>();
-    std::vector<std::string> dirs{prefix + "/lib/msmemscope/plugins"};
-    for (auto& e : extra) dirs.push_back(e);
-    if (const char* env = getenv("MSMEMSCOPE_PLUGIN_PATH")) {
-        std::string s = env;
-        size_t start = 0;
-        while (start <= s.size()) {
-            size_t colon = s.find(':', start);
-            if (colon == std::string::npos) colon = s.size();
-            if (colon > start) dirs.push_back(s.substr(start, colon - start));
-            start = colon + 1;
-        }
-    }
-    reg->discover(dirs);
+    reg->discover(msms::Registry::search_dirs(prefix + "/lib/msmemscope/plugins", extra));
     g_catalog.registry = std::move(reg);
     g_catalog.key = key;
     return *g_catalog.registry;
@@ -319,28 +308,29 @@ uint64_t text_to_u64(const std::string& s) {
     return v;
 }
 
+// Copies "<Label>: <n> kB" lines of a /proc file into d[key] (in bytes).
+void read_kb_fields(const char* path, std::initializer_list<std::pair<const char*, const char*>> fields,
+                    py::dict& d) {
+    FILE* f = fopen(path, "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        for (auto& [label, key] : fields) {
+            size_t n = strlen(label);
+            unsigned long long kb;
+            if (strncmp(line, label, n) == 0 && line[n] == ':' && sscanf(line + n + 1, " %llu kB", &kb) == 1) {
+                d[key] = kb * 1024ull;
+                break;
+            }
+        }
+    }
+    fclose(f);
+}
+
 py::dict memory_info() {
     py::dict d;
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        while (fgets(line, sizeof(line), f)) {
-            unsigned long long kb;
-            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) d["total"] = kb * 1024ull;
-            else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) d["free"] = kb * 1024ull;
-        }
-        fclose(f);
-    }
-    f = fopen("/proc/self/status", "r");
-    if (f) {
-        char line[256];
-        while (fgets(line, sizeof(line), f)) {
-            unsigned long long kb;
-            if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) d["rss"] = kb * 1024ull;
-            else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1) d["peak_rss"] = kb * 1024ull;
-        }
-        fclose(f);
-    }
+    read_kb_fields("/proc/meminfo", {{"MemTotal", "total"}, {"MemAvailable", "free"}}, d);
+    read_kb_fields("/proc/self/status", {{"VmRSS", "rss"}, {"VmHWM", "peak_rss"}}, d);
     {
         std::lock_guard<std::mutex> lock(g_pta_mu);
         d["pta_used"] = g_pta_used;

@@ -139,7 +139,11 @@ std::string Registry::agent_dir() {
 }
 
 std::vector<std::string> Registry::search_dirs(const std::vector<std::string>& extra) {
-    std::vector<std::string> dirs{builtin_plugin_dir()};
+    return search_dirs(builtin_plugin_dir(), extra);
+}
+
+std::vector<std::string> Registry::search_dirs(const std::string& builtin, const std::vector<std::string>& extra) {
+    std::vector<std::string> dirs{builtin};
     for (auto& e : extra) dirs.push_back(e);
     if (const char* env = std::getenv("MSMEMSCOPE_PLUGIN_PATH")) {
         std::string s = env;

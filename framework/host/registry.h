@@ -48,6 +48,9 @@ public:
     static std::string agent_dir();
     // builtin, then extra, then MSMEMSCOPE_PLUGIN_PATH.
     static std::vector<std::string> search_dirs(const std::vector<std::string>& extra);
+    // The same order with another built-in folder (the Python package's
+    // install prefix instead of this binary's).
+    static std::vector<std::string> search_dirs(const std::string& builtin, const std::vector<std::string>& extra);
 
 private:
     std::vector<LoadedPlugin> plugins_;
