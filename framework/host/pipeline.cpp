@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <msmemscope/plugin.hpp>
+
 #include "util/text.h"
 
 #include <boost/dll/shared_library.hpp>
@@ -12,14 +14,6 @@
 
 namespace msms {
 
-std::string device_label(const msms_event& ev) {
-    switch (ev.device_kind) {
-    case MSMS_DEV_CPU: return "cpu";
-    case MSMS_DEV_NPU:
-    case MSMS_DEV_CUDA: return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
-    default: return "N/A";
-    }
-}
 
 bool is_driver_pool(uint16_t type) {
     return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED;
@@ -177,7 +171,7 @@ void Pipeline::account(Record& r) {
     }
     ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
     ev.process_used = process_used_;
-    auto& t = device_totals_[device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "")];
+    auto& t = device_totals_[msmemscope::device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "")];
     t.used = used;
     t.peak = std::max(t.peak, used);
 }

@@ -35,7 +35,5 @@ struct Record {
     }
 };
 
-// "cpu", "N/A" or the device number.
-std::string device_label(const msms_event& ev);
 
 }  // namespace msms

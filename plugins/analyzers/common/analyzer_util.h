@@ -16,15 +16,7 @@ namespace msms_an {
 
 using msmemscope::view;
 
-// A device as the dump's "Device Id" column shows it: "cpu", "N/A" or the number.
-inline std::string device_label(const msms_event& ev) {
-    switch (ev.device_kind) {
-    case MSMS_DEV_CPU: return "cpu";
-    case MSMS_DEV_NPU:
-    case MSMS_DEV_CUDA: return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
-    default: return "N/A";
-    }
-}
+using msmemscope::device_label;
 
 struct DevKey {
     uint16_t kind = 0;

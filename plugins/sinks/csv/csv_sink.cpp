@@ -96,7 +96,7 @@ public:
                 // Before the first device row: keep, write into the first file.
                 pending_.emplace_back();
                 msms::append_dump_row(pending_.back(), ev);
-                if (pending_.size() > kMaxPending) open(ev.device_kind == MSMS_DEV_NA ? "cpu" : label(ev));
+                if (pending_.size() > kMaxPending) open(ev.device_kind == MSMS_DEV_NA ? "cpu" : msmemscope::device_label(ev));
                 return;
             }
             for (auto& [dev, f] : files_) {
@@ -105,7 +105,7 @@ public:
             }
             return;
         }
-        File& f = open(label(ev));
+        File& f = open(msmemscope::device_label(ev));
         msms::append_dump_row(f.buffer(), ev);
         f.maybe_flush();
     }
@@ -125,11 +125,6 @@ public:
 
 private:
     static constexpr size_t kMaxPending = 100000;
-
-    static std::string label(const msms_event& ev) {
-        if (ev.device_kind == MSMS_DEV_CPU) return "cpu";
-        return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
-    }
 
     File& open(const std::string& dev) {
         auto it = files_.find(dev);

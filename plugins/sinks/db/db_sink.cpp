@@ -38,14 +38,7 @@ using msmemscope::view;
 constexpr int kSchemaVersion = 1;
 constexpr uint64_t kBatch = 200000;
 
-std::string device_label(const msms_event& ev) {
-    switch (ev.device_kind) {
-    case MSMS_DEV_CPU: return "cpu";
-    case MSMS_DEV_NPU:
-    case MSMS_DEV_CUDA: return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
-    default: return "N/A";
-    }
-}
+using msmemscope::device_label;
 
 // {"key":value,...}: numbers and numeric lists stay numbers (util/json.h).
 void attr_json(std::string& out, const msms_kv* kv, uint32_t n) {

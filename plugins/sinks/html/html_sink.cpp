@@ -39,14 +39,6 @@ constexpr size_t kMaxFindingRows = 5000;  // per table
 constexpr size_t kTopRows = 100;          // rows in the peak / site tables
 constexpr size_t kMaxMarks = 1000;        // steps drawn on the charts
 
-std::string device_label(const msms_event& ev) {
-    switch (ev.device_kind) {
-    case MSMS_DEV_CPU: return "cpu";
-    case MSMS_DEV_NPU: return "npu:" + std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
-    case MSMS_DEV_CUDA: return "cuda:" + std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
-    default: return "N/A";
-    }
-}
 
 // JSON string safe inside <script>: no "</" can close the element.
 void jstr(std::string& out, std::string_view s) {
@@ -189,7 +181,7 @@ private:
         auto it = dev_index_.find(key);
         if (it != dev_index_.end()) return *devices_[it->second];
         devices_.push_back(std::make_unique<Device>());
-        std::string label = device_label(ev);
+        std::string label = msmemscope::device_name(ev.device_kind, ev.device_id);
         if (framework) label += " framework pools";
         else if (ev.device_kind == MSMS_DEV_CPU) label += " host memory";
         else label += " device memory (driver)";

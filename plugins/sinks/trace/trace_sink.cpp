@@ -32,14 +32,7 @@ namespace {
 
 using msmemscope::view;
 
-std::string device_label(uint16_t kind, int16_t id) {
-    switch (kind) {
-    case MSMS_DEV_CPU: return "cpu";
-    case MSMS_DEV_NPU: return "npu:" + std::to_string(id < 0 ? 0 : id);
-    case MSMS_DEV_CUDA: return "cuda:" + std::to_string(id < 0 ? 0 : id);
-    default: return "N/A";
-    }
-}
+using msmemscope::device_name;
 
 class TraceSink : public msmemscope::ISink {
 public:
@@ -265,7 +258,7 @@ private:
     void counter(uint64_t key, const msms_event& ev, int64_t value) {
         auto it = counters_.find(key);
         if (it == counters_.end()) {
-            std::string name = device_label(ev.device_kind, ev.device_id);
+            std::string name = device_name(ev.device_kind, ev.device_id);
             const char* pool = msms_event_type_name(ev.type);
             name += key & 0x10000 ? std::string(" in use") : std::string(" ") + (pool ? pool : "pool") + " allocated";
             it = counters_.emplace(key, Counter{}).first;

@@ -38,6 +38,27 @@ namespace msmemscope {
 inline std::string_view view(msms_str s) { return std::string_view(s.data ? s.data : "", s.size); }
 inline msms_str str(std::string_view s) { return msms_str{s.data(), static_cast<uint32_t>(s.size())}; }
 
+// An event's device as the dump's "Device Id" column writes it: "cpu", the
+// device number, or "N/A".
+inline std::string device_label(const msms_event& ev) {
+    switch (ev.device_kind) {
+    case MSMS_DEV_CPU: return "cpu";
+    case MSMS_DEV_NPU:
+    case MSMS_DEV_CUDA: return std::to_string(ev.device_id < 0 ? 0 : ev.device_id);
+    default: return "N/A";
+    }
+}
+
+// A device for people to read: "cpu", "npu:0", "cuda:1" or "N/A".
+inline std::string device_name(uint16_t kind, int16_t id) {
+    switch (kind) {
+    case MSMS_DEV_CPU: return "cpu";
+    case MSMS_DEV_NPU: return "npu:" + std::to_string(id < 0 ? 0 : id);
+    case MSMS_DEV_CUDA: return "cuda:" + std::to_string(id < 0 ? 0 : id);
+    default: return "N/A";
+    }
+}
+
 // Looks up an Attr entry of an event ("" when absent).
 inline std::string_view attr(const msms_event& ev, std::string_view key) {
     for (uint32_t i = 0; i < ev.attr_count; ++i)
