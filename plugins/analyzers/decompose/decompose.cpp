@@ -37,20 +37,11 @@ const char* module_name(unsigned id) {
     return id < sizeof(kNames) / sizeof(kNames[0]) ? kNames[id] : nullptr;
 }
 
+// "CANN@<module>" for driver blocks, else the Event Type name (PTA, ATB, HOST...).
 std::string framework_of(const msms_event& ev) {
-    switch (ev.type) {
-    case MSMS_T_HAL: {
-        const char* m = module_name(static_cast<unsigned>(ev.aux0 >> 56));
-        return std::string("CANN@") + (m ? m : "UNKNOWN");
-    }
-    case MSMS_T_PTA: return "PTA";
-    case MSMS_T_PTA_WORKSPACE: return "PTA_WORKSPACE";
-    case MSMS_T_ATB: return "ATB";
-    case MSMS_T_MINDSPORE: return "MINDSPORE";
-    case MSMS_T_HOST: return "HOST";
-    case MSMS_T_HOST_PINNED: return "HOST_PINNED";
-    default: return pool_name(ev.type);
-    }
+    if (ev.type != MSMS_T_HAL) return pool_name(ev.type);
+    const char* m = module_name(static_cast<unsigned>(ev.aux0 >> 56));
+    return std::string("CANN@") + (m ? m : "UNKNOWN");
 }
 
 bool driver_pool(uint16_t type) { return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED; }
