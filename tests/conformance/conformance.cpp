@@ -420,6 +420,15 @@ private:
     void check_lifecycle();
     void check_bounded();
     std::string run_info_dir(const std::string& what);
+    // The run a check begins: the strings outlive the views in `info`.
+    struct Run {
+        std::string dir, timestamp, config_json, command_line;
+        msms_run_info info{};
+    };
+    void make_run(Run& run, const std::string& what, std::string timestamp, std::string config_json,
+                  std::string command_line);
+    // Calls begin() (when the plugin has it); a failure is reported on `check`.
+    bool begin(const std::string& check, void* obj, const Run& run);
     std::map<std::string, std::string> snapshot_dir(const std::string& dir);
     bool feeds_events() const { return d_->kind != MSMS_KIND_COLLECTOR && d_->on_event; }
 
@@ -605,6 +614,30 @@ std::string Checker::run_info_dir(const std::string& what) {
     return dir;
 }
 
+void Checker::make_run(Run& run, const std::string& what, std::string timestamp, std::string config_json,
+                       std::string command_line) {
+    run.dir = run_info_dir(what);
+    run.timestamp = std::move(timestamp);
+    run.config_json = std::move(config_json);
+    run.command_line = std::move(command_line);
+    run.info = msms_run_info{};
+    run.info.struct_size = sizeof(run.info);
+    run.info.pid = 4242;
+    run.info.output_dir = sv(run.dir);
+    run.info.timestamp = sv(run.timestamp);
+    run.info.config_json = sv(run.config_json);
+    run.info.command_line = sv(run.command_line);
+}
+
+bool Checker::begin(const std::string& check, void* obj, const Run& run) {
+    if (!d_->begin) return true;
+    return guarded(check, "begin", [&] {
+        msms_error err{};
+        int rc = d_->begin(obj, &run.info, &err);
+        return rc == MSMS_OK || fail(check, "begin() returned status " + status(rc) + ": " + err.message);
+    });
+}
+
 std::map<std::string, std::string> Checker::snapshot_dir(const std::string& dir) {
     std::map<std::string, std::string> out;
     std::error_code ec;
@@ -625,28 +658,13 @@ void Checker::check_lifecycle() {
     bool created = guarded(check, "create", [&] { return create(host, &obj, why) || fail(check, why); });
     if (!created || !obj) return;
 
-    std::string dir = run_info_dir("lifecycle");
     msms::Config cfg;
     cfg.devices = {"cpu", "npu:0"};
-    cfg.output = dir;
-    std::string config_json = cfg.to_json(), ts = "20260101000000", cmd = "python3 train.py";
-    msms_run_info run{};
-    run.struct_size = sizeof(run);
-    run.pid = 4242;
-    run.output_dir = sv(dir);
-    run.timestamp = sv(ts);
-    run.config_json = sv(config_json);
-    run.command_line = sv(cmd);
-    bool good = true;
-
-    if (d_->begin)
-        good = guarded(check, "begin", [&] {
-            msms_error err{};
-            int rc = d_->begin(obj, &run, &err);
-            if (rc != MSMS_OK)
-                return fail(check, "begin() returned status " + status(rc) + ": " + err.message);
-            return true;
-        });
+    cfg.output = run_info_dir("lifecycle");
+    Run run;
+    make_run(run, "lifecycle", "20260101000000", cfg.to_json(), "python3 train.py");
+    const std::string& dir = run.dir;
+    bool good = begin(check, obj, run);
     size_t n_events = 0;
     if (good && feeds_events()) {
         auto events = every_event();
@@ -734,22 +752,9 @@ void Checker::check_bounded() {
     void* obj = nullptr;
     std::string why;
     if (!guarded(check, "create", [&] { return create(host, &obj, why) || fail(check, why); }) || !obj) return;
-    std::string dir = run_info_dir("bounded");
-    std::string ts = "20260101000001", json = "{}", cmd = "synthetic";
-    msms_run_info run{};
-    run.struct_size = sizeof(run);
-    run.pid = 4242;
-    run.output_dir = sv(dir);
-    run.timestamp = sv(ts);
-    run.config_json = sv(json);
-    run.command_line = sv(cmd);
-    bool good = true;
-    if (d_->begin)
-        good = guarded(check, "begin", [&] {
-            msms_error err{};
-            int rc = d_->begin(obj, &run, &err);
-            return rc == MSMS_OK || fail(check, "begin() returned status " + status(rc) + ": " + err.message);
-        });
+    Run run;
+    make_run(run, "bounded", "20260101000001", "{}", "synthetic");
+    bool good = begin(check, obj, run);
 
     // A window of live blocks slides over the stream: malloc p_i, free
     // p_{i-window}; a STEP every 20,000 events, an op around every 64 pairs.
