@@ -259,4 +259,13 @@ inline const msms_plugin_descriptor* load_descriptor(const std::string& path, st
     return fn();
 }
 
+// load_descriptor() for tests: throws std::runtime_error naming the library
+// and the reason (test frameworks report it as the test's failure).
+inline const msms_plugin_descriptor* require_descriptor(const std::string& path) {
+    std::string error;
+    const msms_plugin_descriptor* d = load_descriptor(path, &error);
+    if (!d) throw std::runtime_error("cannot load plugin " + path + ": " + error);
+    return d;
+}
+
 }  // namespace msmemscope::testing

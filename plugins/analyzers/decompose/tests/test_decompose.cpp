@@ -6,12 +6,7 @@
 using namespace msmemscope::testing;
 
 namespace {
-const msms_plugin_descriptor* plugin() {
-    std::string err;
-    auto* d = load_descriptor(PLUGIN_PATH, &err);
-    REQUIRE_MESSAGE(d != nullptr, err);
-    return d;
-}
+const msms_plugin_descriptor* plugin() { return require_descriptor(PLUGIN_PATH); }
 }  // namespace
 
 TEST_CASE("owner levels: HOST, CANN@module from the HAL flag word, PTA prefixed to the collector's category") {

@@ -6,12 +6,7 @@
 using namespace msmemscope::testing;
 
 namespace {
-const msms_plugin_descriptor* plugin() {
-    std::string err;
-    auto* d = load_descriptor(PLUGIN_PATH, &err);
-    REQUIRE_MESSAGE(d != nullptr, err);
-    return d;
-}
+const msms_plugin_descriptor* plugin() { return require_descriptor(PLUGIN_PATH); }
 EventBuilder m(uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_PTA).device(MSMS_DEV_NPU, 0); }
 EventBuilder f(uint64_t p) { return EventBuilder::free(p, MSMS_T_PTA).device(MSMS_DEV_NPU, 0); }
 EventBuilder a(uint64_t p) { return EventBuilder::access(p, MSMS_T_READ).device(MSMS_DEV_NPU, 0); }

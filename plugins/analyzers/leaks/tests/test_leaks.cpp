@@ -9,12 +9,7 @@ using namespace msmemscope::testing;
 
 namespace {
 
-const msms_plugin_descriptor* plugin() {
-    std::string err;
-    auto* d = load_descriptor(PLUGIN_PATH, &err);
-    REQUIRE_MESSAGE(d != nullptr, err);
-    return d;
-}
+const msms_plugin_descriptor* plugin() { return require_descriptor(PLUGIN_PATH); }
 
 EventBuilder pta_malloc(uint64_t ptr, uint64_t size, int64_t used) {
     return EventBuilder::malloc(ptr, size, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).used(used);

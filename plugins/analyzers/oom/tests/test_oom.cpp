@@ -6,12 +6,7 @@
 using namespace msmemscope::testing;
 
 namespace {
-const msms_plugin_descriptor* plugin() {
-    std::string err;
-    auto* d = load_descriptor(PLUGIN_PATH, &err);
-    REQUIRE_MESSAGE(d != nullptr, err);
-    return d;
-}
+const msms_plugin_descriptor* plugin() { return require_descriptor(PLUGIN_PATH); }
 EventBuilder trigger(uint64_t size) {
     EventBuilder b(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER);
     b.device(MSMS_DEV_CPU, -1).size(size).name("malloc").aux(0, 12);

@@ -15,12 +15,7 @@ using namespace msmemscope::testing;
 namespace fs = std::filesystem;
 
 namespace {
-const msms_plugin_descriptor* plugin() {
-    std::string err;
-    auto* d = load_descriptor(PLUGIN_PATH, &err);
-    REQUIRE_MESSAGE(d != nullptr, err);
-    return d;
-}
+const msms_plugin_descriptor* plugin() { return require_descriptor(PLUGIN_PATH); }
 EventBuilder checkpoint(const std::string& op, int count, const std::string& when, const std::string& crc) {
     return EventBuilder::mark("msmemscope.watch")
         .device(MSMS_DEV_CPU, -1)

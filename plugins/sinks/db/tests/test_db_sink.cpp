@@ -13,12 +13,7 @@ using namespace msmemscope::testing;
 
 namespace {
 
-const msms_plugin_descriptor* plugin() {
-    std::string err;
-    auto* d = load_descriptor(MSMS_DB_PLUGIN, &err);
-    REQUIRE_MESSAGE(d != nullptr, err);
-    return d;
-}
+const msms_plugin_descriptor* plugin() { return require_descriptor(MSMS_DB_PLUGIN); }
 
 std::string fresh_dir(const std::string& name) {
     std::string dir = std::string(MSMS_TEST_OUT) + "/" + name;
