@@ -24,6 +24,9 @@ namespace {
 
 using msmemscope::view;
 
+// Written here on purpose: an example builds against the installed SDK
+// alone, which has no JSON helper (the host's framework/util/json is not
+// part of it).
 void json_string(std::string& out, std::string_view s) {
     out += '"';
     for (char ch : s) {
