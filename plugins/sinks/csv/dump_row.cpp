@@ -100,23 +100,7 @@ void append_dump_row(std::string& out, const msms_event& ev) {
     out += '\n';
 }
 
-void append_python_trace_row(std::string& out, const msms_event& ev) {
-    csv_field(out, msmemscope::view(ev.name));
-    // The four numbers in one append (one row per Python call: the small
-    // appends were a tenth of the host's time on the trace benchmark).
-    char buf[4 * 21 + 1];
-    char* p = buf;
-    *p++ = ',';
-    p = format_uint(p, ev.aux0);
-    *p++ = ',';
-    p = format_uint(p, ev.timestamp_ns);
-    *p++ = ',';
-    p = format_uint(p, ev.tid);
-    *p++ = ',';
-    p = format_uint(p, ev.pid);
-    *p++ = '\n';
-    out.append(buf, static_cast<size_t>(p - buf));
-}
+void append_python_trace_row(std::string& out, const msms_event& ev) { PythonTraceRowWriter().append(out, ev); }
 
 char* PythonTraceRowWriter::put_stamp(char* p, uint64_t v, Stamp& s) {
     constexpr uint64_t k1e8 = 100000000ull;

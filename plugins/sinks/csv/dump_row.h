@@ -18,6 +18,7 @@ extern const char* const kPythonTraceHeader;
 std::string render_attr(const msms_kv* attrs, uint32_t n);
 std::string render_attr(const std::vector<std::pair<std::string, std::string>>& attrs);
 void append_dump_row(std::string& out, const msms_event& ev);
+// One python_trace row on its own (PythonTraceRowWriter below for a stream).
 void append_python_trace_row(std::string& out, const msms_event& ev);
 
 // The same rows, written faster for one stream: a timestamp's digits above
