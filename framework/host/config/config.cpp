@@ -1,0 +1,80 @@
+// The effective Config's own views: the agent's option string, config.json,
+// the backend name.
+#include "config.h"
+
+#include "util/json.h"
+#include "util/text.h"
+
+namespace msms {
+
+bool Config::wants_device_kind(const std::string& kind) const {
+    for (auto& d : devices)
+        if (d == kind || d.rfind(kind + ":", 0) == 0) return true;
+    return false;
+}
+
+std::string Config::backend() const {
+    for (auto& d : devices) {
+        if (d.rfind("npu", 0) == 0) return "npu";
+        if (d.rfind("cuda", 0) == 0) return "cuda";
+    }
+    return "cpu";
+}
+
+std::string Config::agent_options() const {
+    std::string s = "events=" + join(std::vector<std::string>(events.begin(), events.end()), ",");
+    std::vector<std::string> cs;
+    if (c_stack) cs.push_back("c:" + std::to_string(c_depth));
+    if (py_stack) cs.push_back("python:" + std::to_string(py_depth));
+    s += ";call_stack=" + join(cs, ",");
+    s += ";collect_mode=" + collect_mode;
+    s += ";follow_fork=" + std::string(follow_fork ? "1" : "0");
+    s += ";device=" + join(devices, ",");
+    s += ";level=" + std::to_string(level);
+    std::vector<std::string> st;
+    for (auto n : steps) st.push_back(std::to_string(n));
+    s += ";steps=" + join(st, ",");
+    if (watch) s += ";watch=" + watch->text;
+    s += ";collectors=" + join(collectors, ",");
+    for (auto& name : collectors) {
+        auto it = plugin_options.find(name);
+        if (it == plugin_options.end()) continue;
+        for (auto& [k, v] : it->second) s += ";" + name + "." + k + "=" + v;
+    }
+    return s;
+}
+
+std::string Config::to_json() const {
+    Json j = Json::object();
+    Json st = Json::array();
+    for (auto n : steps) st.push(Json(static_cast<int64_t>(n)));
+    j.set("steps", st);
+    j.set("device", Json::from_list(devices));
+    j.set("level", Json(level == 0 ? "op" : "kernel"));
+    j.set("events", Json::from_list(std::vector<std::string>(events.begin(), events.end())));
+    Json cs = Json::object();
+    if (c_stack) cs.set("c", Json(static_cast<int64_t>(c_depth)));
+    if (py_stack) cs.set("python", Json(static_cast<int64_t>(py_depth)));
+    j.set("call_stack", cs);
+    j.set("collect_mode", Json(collect_mode));
+    j.set("analysis", Json::from_list(analyzers));
+    j.set("data_format", Json(data_format));
+    j.set("sinks", Json::from_list(sinks));
+    j.set("watch", watch ? Json(watch->text) : Json());
+    j.set("output", Json(output));
+    j.set("log_level", Json(log_level));
+    j.set("follow_fork", Json(follow_fork));
+    j.set("collectors", Json::from_list(collectors));
+    Json po = Json::object();
+    for (auto& [name, opts] : plugin_options) {
+        if (opts.empty()) continue;
+        Json o = Json::object();
+        for (auto& [k, v] : opts) o.set(k, Json(v));
+        po.set(name, o);
+    }
+    j.set("plugin_options", po);
+    j.set("program", Json::from_list(program));
+    return j.dump(2);
+}
+
+}  // namespace msms
