@@ -15,19 +15,25 @@ installs the memory hooks into this process (no LD_PRELOAD needed). Under the
 CLI (``msmemscope [options] python3 train.py``) the CLI's host and options
 are used. Files: ``<output>/msmemscope_{PID}_{ts}_{backend}/device_*/dump/``.
 
-Functions: config, start, stop, step, take_snapshot, RecordFunction,
-tracer.start/stop, describe.describer, watcher.watch/remove, and offline:
-list_analyzers, get_analyzer_config, analyze, check_leaks, check_inefficient.
+Functions: config, start, stop, step, take_snapshot / TakeSnapshot,
+RecordFunction, tracer.start/stop, describe.describer, watcher.watch/remove,
+init_framework_hooks / cleanup_framework_hooks, enable_npu_sanitizer, and
+offline: the ``analyzer`` module (LeaksAnalyzer, LeaksConfig,
+InefficientAnalyzer, InefficientConfig), check_leaks, check_inefficient,
+list_analyzers, get_analyzer_config, analyze.
 """
 from __future__ import annotations
 
 from . import _session
-from ._api import (RecordFunction, analyze, check_inefficient, check_leaks, config, get_analyzer_config,
-                   list_analyzers, start, step, stop, take_snapshot)
-from . import describe, tracer, watcher
+from ._api import RecordFunction, TakeSnapshot, config, start, step, stop, take_snapshot
+from ._hooks import cleanup_framework_hooks, enable_npu_sanitizer, init_framework_hooks
+from . import analyzer, describe, tracer, watcher
+from .analyzer import analyze, check_inefficient, check_leaks, get_analyzer_config, list_analyzers
 
 __version__ = _session._paths.VERSION
-__all__ = ["config", "start", "stop", "step", "take_snapshot", "RecordFunction", "tracer", "describe", "watcher",
-           "list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient"]
+__all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction", "tracer",
+           "describe", "watcher", "analyzer", "init_framework_hooks", "cleanup_framework_hooks",
+           "enable_npu_sanitizer", "list_analyzers", "get_analyzer_config", "analyze", "check_leaks",
+           "check_inefficient"]
 
 _session.on_import()

@@ -3,17 +3,13 @@ from __future__ import annotations
 
 import dis
 import functools
-import os
-import re
-import subprocess
 import sys
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from . import _collect, _session, watcher
 from ._session import _ext
 
-__all__ = ["config", "start", "stop", "step", "take_snapshot", "RecordFunction", "list_analyzers",
-           "get_analyzer_config", "analyze", "check_leaks", "check_inefficient"]
+__all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction"]
 
 
 # ---------------------------------------------------------------- config
@@ -77,34 +73,37 @@ def step() -> int:
 
 
 # ---------------------------------------------------------------- snapshot
-def _check_mask(device_mask: Any) -> Optional[List[int]]:
+def _check_mask(device_mask: Any, api: str) -> Optional[List[int]]:
     allowed = "None, a device id 0..31, or a list/tuple of device ids"
     if device_mask is None:
         return None
     items = device_mask if isinstance(device_mask, (list, tuple)) else [device_mask]
     if isinstance(device_mask, (list, tuple)) and not device_mask:
-        raise ValueError(f"msmemscope.take_snapshot: 'device_mask' is empty (allowed: {allowed})")
+        raise ValueError(f"msmemscope.{api}: 'device_mask' is empty (allowed: {allowed})")
     out = []
     for d in items:
         if isinstance(d, bool) or not isinstance(d, int):
-            raise TypeError(f"msmemscope.take_snapshot: 'device_mask' must be {allowed}; got "
+            raise TypeError(f"msmemscope.{api}: 'device_mask' must be {allowed}; got "
                             f"{type(d).__name__} {d!r}")
         if d < 0 or d > 31:
-            raise ValueError(f"msmemscope.take_snapshot: device id {d} out of range (allowed: {allowed})")
+            raise ValueError(f"msmemscope.{api}: device id {d} out of range (allowed: {allowed})")
         out.append(d)
     return out
 
 
 def _snapshot_attrs() -> str:
+    """upstream's SNAPSHOT keys (csrc/analysis/dump.cpp), in its order and
+    number formats, then ours: rss and peak_rss of this process."""
     m = _ext.memory_info()
     total = int(m.get("total", 0))
     free = int(m.get("free", 0))
     used = int(m.get("pta_used", 0))
     peak = int(m.get("pta_peak", 0))
-    util = f"{100.0 * (total - free) / total:.2f}%" if total else "N/A"
-    pt_util = f"{100.0 * used / total:.2f}%" if total else "N/A"
-    return (f"total_mem:{total},free_mem:{free},reserved:{used},peak_reserved:{peak},allocated:{used},"
-            f"peak_allocated:{peak},device_utilization:{util},pt_utilization:{pt_util},"
+    reserved = allocated = used   # the CPU pool keeps no cache
+    device_rate = 100.0 * (total - free) / total if total > 0 else 0.0
+    reserved_rate = 100.0 * allocated / reserved if reserved > 0 else 0.0
+    return (f"reserved:{reserved},max_reserved:{peak},allocated:{allocated},max_allocated:{peak},total:{total},"
+            f"free:{free},device_rate:{device_rate:f},reserved_rate:{reserved_rate:f},"
             f"rss:{int(m.get('rss', 0))},peak_rss:{int(m.get('peak_rss', 0))}")
 
 
@@ -166,17 +165,35 @@ class _ContextDecorator:
         return wrapper
 
 
-class _Snapshot(_ContextDecorator):
-    """What take_snapshot() returns: as a context manager or decorator it
-    writes "<name> Start" on entry and "<name> End" on exit."""
+def _check_name(api: str, name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"msmemscope.{api}: 'name' must be a string, got {type(name).__name__}")
+    if not name or "\n" in name:
+        raise ValueError(f"msmemscope.{api}: 'name' must be a non-empty single-line string")
+    return name
 
-    _API = "take_snapshot"
 
-    def __init__(self, name: str, mask: Optional[List[int]]) -> None:
-        self.name = name
-        self.mask = mask
+class TakeSnapshot(_ContextDecorator):
+    """Memory snapshots around a block of code, as upstream's class: as a
+    context manager or a decorator it writes a SNAPSHOT row "<name> Start"
+    on entry and "<name> End" on exit.
 
-    def __enter__(self) -> "_Snapshot":
+        with msmemscope.TakeSnapshot(0, "forward_pass"):
+            output = model(input_data)
+
+        @msmemscope.TakeSnapshot(name="forward_pass")
+        def forward_pass(data): ...
+
+    ``device_mask``: None (all devices), a device id, or a list/tuple of ids.
+    """
+
+    _API = "TakeSnapshot"
+
+    def __init__(self, device_mask: Union[None, int, Sequence[int]] = None, name: str = "Memory Snapshot") -> None:
+        self.mask = _check_mask(device_mask, self._API)
+        self.name = _check_name(self._API, name)
+
+    def __enter__(self) -> "TakeSnapshot":
         _emit_snapshot(self.name + " Start", self.mask)
         return self
 
@@ -184,23 +201,21 @@ class _Snapshot(_ContextDecorator):
         _emit_snapshot(self.name + " End", self.mask)
 
 
-
-def take_snapshot(device_mask: Union[None, int, Sequence[int]] = None, name: str = "Memory Snapshot") -> _Snapshot:
-    """Writes a SNAPSHOT row now (works without start()/stop()): on cpu the
-    OS's total/free memory, this process's RSS and the PyTorch CPU pool
-    (Attr total_mem, free_mem, reserved, peak_reserved, allocated,
-    peak_allocated, device_utilization, pt_utilization, rss, peak_rss).
+def take_snapshot(device_mask: Union[None, int, Sequence[int]] = None, name: str = "Memory Snapshot") -> TakeSnapshot:
+    """Writes a SNAPSHOT row now (works without start()/stop()): upstream's
+    Attr keys (reserved, max_reserved, allocated, max_allocated, total, free,
+    device_rate, reserved_rate; on cpu the PyTorch CPU pool and the OS's
+    total/free memory), then this process's rss and peak_rss.
 
     ``device_mask``: None (all devices), a device id, or a list/tuple of ids.
     ``name``: the row's Name. Used as ``with take_snapshot(name="x"):`` or
-    ``@take_snapshot(name="x")`` it writes "x Start" and "x End" instead.
+    ``@take_snapshot(name="x")`` it writes "x Start" and "x End" instead
+    (the same as ``TakeSnapshot``).
     """
-    mask = _check_mask(device_mask)
-    if not isinstance(name, str):
-        raise TypeError(f"msmemscope.take_snapshot: 'name' must be a string, got {type(name).__name__}")
-    if not name or "\n" in name:
-        raise ValueError("msmemscope.take_snapshot: 'name' must be a non-empty single-line string")
-    snap = _Snapshot(name, mask)
+    mask = _check_mask(device_mask, "take_snapshot")
+    _check_name("take_snapshot", name)
+    snap = TakeSnapshot.__new__(TakeSnapshot)
+    snap.mask, snap.name = mask, name
     if not _call_site_is_scope():
         _emit_snapshot(name, mask)
     return snap
@@ -239,143 +254,3 @@ class RecordFunction(_ContextDecorator):
         if start and _ext.attached() and (_ext.collecting() or _collect.trace_on()):
             _ext.event(_ext.EV["PY_TRACE"], _ext.T["PY_RECORD_FUNCTION"], _ext.DEV["NA"], -1, 0, 0, start, 0,
                        self.name, "")
-
-
-
-# ---------------------------------------------------------------- offline
-def _plugins() -> List[dict]:
-    return _ext.list_plugins(_session.PREFIX, _session._plugin_paths)
-
-
-def list_analyzers() -> List[str]:
-    """Names of every analyzer plugin found (built-in and third-party)."""
-    return sorted(p["name"] for p in _plugins() if p["kind"] == "analyzer")
-
-
-def get_analyzer_config(name: str) -> Dict[str, dict]:
-    """The options of analyzer ``name``: {option: {type, default, allowed,
-    min, max, description}}."""
-    if not isinstance(name, str):
-        raise TypeError(f"msmemscope.get_analyzer_config: 'name' must be a string, got {type(name).__name__}")
-    for p in _plugins():
-        if p["kind"] == "analyzer" and p["name"] == name:
-            return {o["name"]: {k: v for k, v in o.items() if k != "name"} for o in p["options"]}
-    names = list_analyzers()
-    raise ValueError(f"msmemscope.get_analyzer_config: unknown analyzer '{name}' "
-                     f"(available: {', '.join(names) if names else 'none found'})")
-
-
-def _offline_option() -> Optional[str]:
-    """The CLI's offline-analysis option, if this build's CLI has one."""
-    try:
-        text = subprocess.run([_session.CLI, "--help"], capture_output=True, text=True, timeout=60).stdout
-    except OSError:
-        return None
-    for opt in ("--analyze", "--offline", "--analyse"):
-        if re.search(r"^\s+" + re.escape(opt) + r"(=|\s)", text, re.M):
-            return opt
-    return None
-
-
-def _run_offline(func: str, analyzer: str, input_path: str, options: Dict[str, str]) -> str:
-    opt = _offline_option()
-    if opt is None:
-        raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
-                           f"{_session.CLI} does not have ('msmemscope --help' lists no --analyze option)")
-    args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}"]
-    args += [f"--plugin-option={analyzer}.{k}={v}" for k, v in options.items()]
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"msmemscope.{func}: {p.stderr.strip() or p.stdout.strip()}")
-    return p.stdout
-
-
-def _check_input(func: str, input_path: Any) -> str:
-    if not isinstance(input_path, (str, os.PathLike)):
-        raise TypeError(f"msmemscope.{func}: 'input_path' must be a path string, got {type(input_path).__name__}")
-    path = os.fspath(input_path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"msmemscope.{func}: input_path '{path}' does not exist "
-                                f"(allowed: a memscope_dump .csv or .db file, or a folder with one)")
-    if os.path.isfile(path) and not path.endswith((".csv", ".db")):
-        raise ValueError(f"msmemscope.{func}: input_path '{path}' is not a .csv or .db dump file")
-    return path
-
-
-def _options(func: str, analyzer: str, kwargs: Dict[str, Any]) -> Dict[str, str]:
-    schema = get_analyzer_config(analyzer)
-    out = {}
-    for k, v in kwargs.items():
-        if k not in schema:
-            raise TypeError(f"msmemscope.{func}: analyzer '{analyzer}' has no option '{k}' "
-                            f"(options: {', '.join(schema) if schema else 'none'})")
-        if isinstance(v, (list, tuple)):
-            v = ",".join(str(x) for x in v)
-        elif isinstance(v, bool):
-            v = "true" if v else "false"
-        out[k] = str(v)
-    return out
-
-
-def analyze(name: str, input_path: Optional[str] = None, **kwargs: Any) -> str:
-    """Runs analyzer ``name`` offline on a dump (``input_path``) with its
-    options as keywords (see get_analyzer_config); returns the CLI's report.
-    Findings are written back into the dump as the online analysis would."""
-    if not isinstance(name, str):
-        raise TypeError(f"msmemscope.analyze: 'name' must be a string, got {type(name).__name__}")
-    if input_path is None:
-        raise TypeError("msmemscope.analyze: 'input_path' is required (a memscope_dump .csv/.db or its folder)")
-    path = _check_input("analyze", input_path)
-    return _run_offline("analyze", name, path, _options("analyze", name, kwargs))
-
-
-def check_leaks(input_path: str, mstx_info: str, start_index: int) -> str:
-    """Offline leak check between mstx marks: A, B, C = the marks named
-    ``mstx_info`` number ``start_index``, +1, +2; driver blocks allocated
-    between A and B and not freed by C are leaks (written into the dump)."""
-    path = _check_input("check_leaks", input_path)
-    if not isinstance(mstx_info, str):
-        raise TypeError(f"msmemscope.check_leaks: 'mstx_info' must be a string, got {type(mstx_info).__name__}")
-    if not mstx_info:
-        raise ValueError("msmemscope.check_leaks: 'mstx_info' must be the non-empty name of an mstx mark")
-    if isinstance(start_index, bool) or not isinstance(start_index, int):
-        raise TypeError(f"msmemscope.check_leaks: 'start_index' must be an int, got {type(start_index).__name__}")
-    if start_index < 0:
-        raise ValueError(f"msmemscope.check_leaks: 'start_index' must be >= 0, got {start_index}")
-    return _run_offline("check_leaks", "leaks", path, {"mstx_info": mstx_info, "start_index": str(start_index)})
-
-
-INEFFICIENT_TYPES = ("early_allocation", "late_deallocation", "temporary_idleness")
-
-
-def check_inefficient(input_path: str, mem_size: int = 0,
-                      inefficient_type: Iterable[str] = INEFFICIENT_TYPES, idle_threshold: int = 3000) -> str:
-    """Offline inefficient-memory check of a dump: blocks of at least
-    ``mem_size`` bytes with the given ``inefficient_type`` findings
-    (early_allocation, late_deallocation, temporary_idleness); two accesses
-    more than ``idle_threshold`` APIs apart are temporary idleness. Findings
-    are written into the dump's Attr (``inefficient``)."""
-    path = _check_input("check_inefficient", input_path)
-    if isinstance(mem_size, bool) or not isinstance(mem_size, int):
-        raise TypeError(f"msmemscope.check_inefficient: 'mem_size' must be an int, got {type(mem_size).__name__}")
-    if mem_size < 0:
-        raise ValueError(f"msmemscope.check_inefficient: 'mem_size' must be >= 0, got {mem_size}")
-    if isinstance(inefficient_type, str) or not isinstance(inefficient_type, (list, tuple, set, frozenset)):
-        raise TypeError(f"msmemscope.check_inefficient: 'inefficient_type' must be a list of "
-                        f"{', '.join(INEFFICIENT_TYPES)}; got {type(inefficient_type).__name__}")
-    kinds = list(inefficient_type)
-    if not kinds:
-        raise ValueError(f"msmemscope.check_inefficient: 'inefficient_type' is empty (allowed: "
-                         f"{', '.join(INEFFICIENT_TYPES)})")
-    for k in kinds:
-        if k not in INEFFICIENT_TYPES:
-            raise ValueError(f"msmemscope.check_inefficient: invalid inefficient_type {k!r} (allowed: "
-                             f"{', '.join(INEFFICIENT_TYPES)})")
-    if isinstance(idle_threshold, bool) or not isinstance(idle_threshold, int):
-        raise TypeError(f"msmemscope.check_inefficient: 'idle_threshold' must be an int, got "
-                        f"{type(idle_threshold).__name__}")
-    if idle_threshold <= 0:
-        raise ValueError(f"msmemscope.check_inefficient: 'idle_threshold' must be > 0, got {idle_threshold}")
-    return _run_offline("check_inefficient", "inefficient", path,
-                        {"mem_size": str(mem_size), "inefficient_type": ",".join(kinds),
-                         "idle_threshold": str(idle_threshold)})

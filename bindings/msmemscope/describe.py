@@ -7,7 +7,7 @@
         cache = torch.empty(...)
 
     msmemscope.describe.describer(tensor, owner="activations")   # tag a tensor
-    msmemscope.describe.describer(0x7f00..., owner="buffer")      # or an address
+    msmemscope.describe.describer(0x7f00..., "buffer")            # or an address (owner positional)
 
 Framework-pool blocks (PTA) allocated in the scope get Attr
 ``owner:PTA@<label>`` on their MALLOC row; a tagged tensor or address gets
@@ -97,13 +97,17 @@ def _tag(target: Any, owner: str) -> None:
     del s
 
 
-def describer(target: Optional[Any] = None, *, owner: str) -> Any:
+def describer(target: Optional[Any] = None, owner: Optional[str] = None) -> Any:
     """Labels the owner of memory.
 
     ``describer(owner="x")`` returns a scope (context manager / decorator);
-    ``describer(tensor_or_address, owner="x")`` tags that memory now.
+    ``describer(tensor_or_address, owner="x")`` or, as upstream's,
+    ``describer(tensor_or_address, "x")`` tags that memory now.
     Nested scopes join their labels with '@'.
     """
+    if owner is None:
+        raise TypeError("msmemscope.describe.describer: missing the owner label (describer(owner=\"x\") for a "
+                        "scope, describer(tensor_or_address, \"x\") to tag memory)")
     d = Describer(owner)
     if target is None:
         return d

@@ -332,15 +332,31 @@ def watch(target: Any, length: Optional[int] = None, name: Optional[str] = None,
         _update_mode()
 
 
-def remove(target: Any) -> None:
-    """Stops watching a tensor or address given to watch()."""
-    addr = target.data_ptr() if _is_tensor(target) else target
-    if isinstance(addr, bool) or not isinstance(addr, int):
-        raise TypeError(f"msmemscope.watcher.remove: expected a torch.Tensor or an address (int), got "
-                        f"{type(target).__name__}")
+def remove(target: Any, length: Optional[int] = None) -> None:
+    """Stops watching a tensor or address given to watch(). As upstream's,
+    an address may come with the ``length`` it was watched with
+    (``remove(addr, length=1000)``); a length that differs is an error."""
+    if _is_tensor(target):
+        if length is not None:
+            raise TypeError("msmemscope.watcher.remove: 'length' is only for addresses; a tensor's length is its "
+                            "size")
+        addr = target.data_ptr()
+    else:
+        addr = target
+        if isinstance(addr, bool) or not isinstance(addr, int):
+            raise TypeError(f"msmemscope.watcher.remove: expected a torch.Tensor or an address (int), got "
+                            f"{type(target).__name__}")
+        if length is not None:
+            if isinstance(length, bool) or not isinstance(length, int):
+                raise TypeError(f"msmemscope.watcher.remove: 'length' must be an int, got {type(length).__name__}")
+            if length <= 0:
+                raise ValueError(f"msmemscope.watcher.remove: 'length' must be > 0, got {length}")
     with _lock:
         for w in _user:
             if w["addr"] == addr:
+                if length is not None and w["size"] != length:
+                    raise ValueError(f"msmemscope.watcher.remove: 0x{addr:016x} is watched with length "
+                                     f"{w['size']}, not {length}")
                 _user.remove(w)
                 break
         else:

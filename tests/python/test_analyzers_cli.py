@@ -83,7 +83,7 @@ def test_offline_inefficient_writes_back_into_upstream_csv(cli, tmp_path):
     assert f"msmemscope: wrote 1 result(s) back into {f}" in p.stdout
     rows = read_dump(f)
     assert [r["ID"] for r in rows] == ["6", "1", "2", "3", "4", "5", "7"]  # order kept
-    marked = {r["ID"]: r["attr"].get("inefficient") for r in rows}
+    marked = {r["ID"]: r["attr"].get("inefficient_type") for r in rows}
     assert marked["1"] == "early_allocation"
     assert rows[1]["attr"]["owner"] == "PTA@weight"  # other entries kept
     assert all(v is None for k, v in marked.items() if k != "1")
@@ -94,7 +94,7 @@ def test_offline_inefficient_options(cli, tmp_path):
     p = cli(["--analyze=inefficient", f"--input={f}", "--plugin-option=inefficient.mem_size=8192"],
             cwd=tmp_path, check_rc=0)
     assert "wrote" not in p.stdout
-    assert all("inefficient" not in r["attr"] for r in read_dump(f))
+    assert all("inefficient_type" not in r["attr"] for r in read_dump(f))
 
 
 def test_offline_check_leaks_mark_rule(cli, tmp_path):

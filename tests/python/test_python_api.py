@@ -3,6 +3,7 @@ steps, snapshots, RecordFunction, tracer, describer, watcher and the offline
 functions' argument checks. Scripts run with plain /usr/bin/python3 (the
 package spawns its own host) unless noted."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -241,10 +242,11 @@ def test_ranges_steps_and_snapshot_rows(tmp_path):
     assert any(s >= 1 << 19 and s < (1 << 19) + 128 for s in sizes)
     snap = [r for r in rows if r["Event"] == "SNAPSHOT"][0]
     assert snap["Device Id"] == "cpu"
-    for key in ("total_mem", "free_mem", "reserved", "peak_reserved", "allocated", "peak_allocated",
-                "device_utilization", "pt_utilization", "rss"):
-        assert key in snap["attr"], key
-    assert int(snap["attr"]["total_mem"]) > int(snap["attr"]["free_mem"]) > 0
+    # upstream's keys in its order (csrc/analysis/dump.cpp), then ours
+    assert list(snap["attr"])[:10] == ["reserved", "max_reserved", "allocated", "max_allocated", "total", "free",
+                                  "device_rate", "reserved_rate", "rss", "peak_rss"]
+    assert int(snap["attr"]["total"]) > int(snap["attr"]["free"]) > 0
+    assert re.fullmatch(r"\d+\.\d{6}", snap["attr"]["device_rate"]), snap["attr"]
     assert int(snap["attr"]["rss"]) > 0
 
 
@@ -424,6 +426,9 @@ def test_record_function_rejects(arg, exc, msg):
     (lambda: msmemscope.describe.describer(owner="a,b"), ValueError,
      "msmemscope.describe.describer: invalid owner 'a,b' (allowed: 1..200 characters of letters, digits, "
      "_ . - @ /)"),
+    (lambda: msmemscope.describe.describer(3, 4), TypeError,
+     "msmemscope.describe.describer: 'owner' must be a string, got int (allowed: 1..200 characters of letters, "
+     "digits, _ . - @ /)"),
     (lambda: msmemscope.describe.describer(), TypeError, None),
 ])
 def test_describer_rejects(call, exc, msg):
@@ -475,26 +480,12 @@ def test_list_analyzers_and_config():
 
 
 @pytest.mark.parametrize("call,exc,msg", [
-    (lambda p: msmemscope.check_leaks(p / "missing.csv", "step", 0), FileNotFoundError, None),
-    (lambda p: msmemscope.check_leaks(p / "d.csv", 3, 0), TypeError,
-     "msmemscope.check_leaks: 'mstx_info' must be a string, got int"),
-    (lambda p: msmemscope.check_leaks(p / "d.csv", "", 0), ValueError,
-     "msmemscope.check_leaks: 'mstx_info' must be the non-empty name of an mstx mark"),
-    (lambda p: msmemscope.check_leaks(p / "d.csv", "m", -1), ValueError,
-     "msmemscope.check_leaks: 'start_index' must be >= 0, got -1"),
-    (lambda p: msmemscope.check_leaks(p / "d.csv", "m", "0"), TypeError,
-     "msmemscope.check_leaks: 'start_index' must be an int, got str"),
-    (lambda p: msmemscope.check_inefficient(p / "d.csv", mem_size=-1), ValueError,
-     "msmemscope.check_inefficient: 'mem_size' must be >= 0, got -1"),
-    (lambda p: msmemscope.check_inefficient(p / "d.csv", inefficient_type="early_allocation"), TypeError,
-     "msmemscope.check_inefficient: 'inefficient_type' must be a list of early_allocation, late_deallocation, "
-     "temporary_idleness; got str"),
-    (lambda p: msmemscope.check_inefficient(p / "d.csv", inefficient_type=["late"]), ValueError,
-     "msmemscope.check_inefficient: invalid inefficient_type 'late' (allowed: early_allocation, "
-     "late_deallocation, temporary_idleness)"),
-    (lambda p: msmemscope.check_inefficient(p / "d.csv", idle_threshold=0), ValueError,
-     "msmemscope.check_inefficient: 'idle_threshold' must be > 0, got 0"),
-    (lambda p: msmemscope.check_inefficient(p / "d.txt"), ValueError, None),
+    (lambda p: msmemscope.analyze("leaks", input_path=str(p / "d.txt")), ValueError,
+     "msmemscope.analyze: input_path '{p}/d.txt' is not a .csv or .db dump file"),
+    (lambda p: msmemscope.analyze("leaks", input_path=str(p / "missing.csv")), FileNotFoundError,
+     "msmemscope.analyze: input_path '{p}/missing.csv' does not exist (allowed: a memscope_dump .csv or .db file, "
+     "or a folder with one)"),
+    (lambda p: msmemscope.analyze("leaks", input_path=str(p / "d.csv"), nosuch=1), TypeError, None),
     (lambda p: msmemscope.analyze(3, input_path=str(p / "d.csv")), TypeError,
      "msmemscope.analyze: 'name' must be a string, got int"),
 ])
@@ -504,4 +495,4 @@ def test_offline_rejects(tmp_path, call, exc, msg):
     with pytest.raises(exc) as e:
         call(tmp_path)
     if msg:
-        assert str(e.value) == msg
+        assert str(e.value) == msg.format(p=tmp_path)

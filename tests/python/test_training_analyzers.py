@@ -113,7 +113,7 @@ def early_block(p, rows):
 def test_inefficient_marks_the_early_allocation(tmp_path):
     p = run_cli(tmp_path, ["--analysis=inefficient"], "early")
     rows, _ = rows_of(tmp_path)
-    assert early_block(p, rows)["attr"]["inefficient"] == "early_allocation"
+    assert early_block(p, rows)["attr"]["inefficient_type"] == "early_allocation"
 
 
 def test_steps_keeps_only_those_steps_and_turns_leaks_off(tmp_path):
@@ -133,20 +133,21 @@ def test_steps_keeps_only_those_steps_and_turns_leaks_off(tmp_path):
 
 OFFLINE = """
 import sys, msmemscope
-print(msmemscope.check_inefficient(sys.argv[1]))
-print(msmemscope.check_leaks(sys.argv[1], "step", 0))
+assert msmemscope.check_inefficient(sys.argv[1]) is None
+if sys.argv[1].endswith(".csv"):  # upstream's check_leaks reads only CSV
+    assert msmemscope.check_leaks(sys.argv[1], "step", 0) is None
 """
 
 
 def test_offline_checks_on_a_real_csv_dump(tmp_path):
     p = run_cli(tmp_path, ["--analysis=", "--events=alloc,free,launch,access"], "early")
     rows, path = rows_of(tmp_path)
-    assert "inefficient" not in early_block(p, rows)["attr"]
+    assert "inefficient_type" not in early_block(p, rows)["attr"]
     out = run_py_json(OFFLINE, path)
-    assert "wrote" in out and str(path) in out, out
-    assert "Leak Analysis Results for the Custom Range:" in out
+    assert f"INFO: All results have been successfully written to csv {path.name}" in out, out
+    assert "INFO: Starting to analyze data for device cpu..." in out, out
     rows2, _ = rows_of(tmp_path)
-    assert early_block(p, rows2)["attr"]["inefficient"] == "early_allocation"
+    assert early_block(p, rows2)["attr"]["inefficient_type"] == "early_allocation"
     assert len(rows2) == len(rows)
 
 
@@ -163,9 +164,9 @@ def test_offline_checks_on_a_real_db_dump(tmp_path):
         assert got, ptr
         return got[0][0]
 
-    assert "inefficient" not in attr_of()
+    assert "inefficient_type" not in attr_of()
     out = run_py_json(OFFLINE, dbs[0])
-    assert str(dbs[0]) in out, out
+    assert f"INFO: All results have been successfully written to database {dbs[0].name}" in out, out
     a = attr_of()
     import json
-    assert json.loads(a)["inefficient"] == "early_allocation", a
+    assert json.loads(a)["inefficient_type"] == "early_allocation", a

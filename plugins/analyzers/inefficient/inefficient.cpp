@@ -15,7 +15,7 @@
 //                      idle_threshold APIs apart.
 // Only blocks of the chosen pools (option `pools`) whose MALLOC was seen and
 // of at least mem_size bytes are marked, with the chosen types; the mark is
-// Attr `inefficient` of the block's MALLOC row (Host::annotate).
+// Attr `inefficient_type` of the block's MALLOC row (Host::annotate).
 // State: per live block a few numbers; per group a few counters.
 #include <msmemscope/plugin.hpp>
 
@@ -235,7 +235,7 @@ private:
         if (b.marks.find(kind) != std::string::npos) return;
         if (!b.marks.empty()) b.marks += ',';
         b.marks += kind;
-        host_.annotate(b.malloc_id, "inefficient", b.marks);
+        host_.annotate(b.malloc_id, "inefficient_type", b.marks);
     }
 
     msmemscope::Host host_;

@@ -111,7 +111,7 @@ public:
     }
 
     void on_annotation(uint64_t, std::string_view key, std::string_view value) override {
-        if (key == "inefficient") ++annotations_[std::string(value)];
+        if (key == "inefficient_type") ++annotations_[std::string(value)];
     }
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {

@@ -24,7 +24,7 @@ struct Run {
     std::string mark(uint64_t id) {
         auto it = h.annotations.find(id);
         if (it == h.annotations.end()) return "";
-        return it->second["inefficient"];
+        return it->second["inefficient_type"];
     }
 };
 }  // namespace

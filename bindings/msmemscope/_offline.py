@@ -1,0 +1,97 @@
+"""Offline analysis through the command line's offline mode
+(``msmemscope --analyze=NAME --input=FILE``): the analyzer plugins (built-in
+and third-party) run on a dump file. Used by ``analyze()`` and by
+``msmemscope.analyzer`` (the upstream-style classes)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Any, Dict, List, Optional
+
+from . import _session
+from ._session import _ext
+
+__all__ = ["list_analyzers", "get_analyzer_config", "analyze", "run", "check_input"]
+
+
+def _plugins() -> List[dict]:
+    return _ext.list_plugins(_session.PREFIX, _session._plugin_paths)
+
+
+def list_analyzers() -> List[str]:
+    """Names of every analyzer plugin found (built-in and third-party)."""
+    return sorted(p["name"] for p in _plugins() if p["kind"] == "analyzer")
+
+
+def get_analyzer_config(name: str) -> Dict[str, dict]:
+    """The options of analyzer ``name``: {option: {type, default, allowed,
+    min, max, description}}."""
+    if not isinstance(name, str):
+        raise TypeError(f"msmemscope.get_analyzer_config: 'name' must be a string, got {type(name).__name__}")
+    for p in _plugins():
+        if p["kind"] == "analyzer" and p["name"] == name:
+            return {o["name"]: {k: v for k, v in o.items() if k != "name"} for o in p["options"]}
+    names = list_analyzers()
+    raise ValueError(f"msmemscope.get_analyzer_config: unknown analyzer '{name}' "
+                     f"(available: {', '.join(names) if names else 'none found'})")
+
+
+def _offline_option() -> Optional[str]:
+    """The CLI's offline-analysis option, if this build's CLI has one."""
+    try:
+        text = subprocess.run([_session.CLI, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        return None
+    for opt in ("--analyze", "--offline", "--analyse"):
+        if re.search(r"^\s+" + re.escape(opt) + r"(=|\s)", text, re.M):
+            return opt
+    return None
+
+
+def run(func: str, analyzer: str, input_path: str, options: Dict[str, str]) -> str:
+    """Runs the CLI's offline analysis; returns its standard output. Its
+    run folder (reports) goes to a temporary folder that is removed."""
+    opt = _offline_option()
+    if opt is None:
+        raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
+                           f"{_session.CLI} does not have ('msmemscope --help' lists no --analyze option)")
+    out_dir = tempfile.mkdtemp(prefix="msmemscope_offline_")
+    try:
+        args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}", f"--output={out_dir}"]
+        args += [f"--plugin-option={analyzer}.{k}={v}" for k, v in options.items()]
+        p = subprocess.run(args, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"msmemscope.{func}: {p.stderr.strip() or p.stdout.strip()}")
+    return p.stdout
+
+
+def check_input(func: str, input_path: Any) -> str:
+    if not isinstance(input_path, (str, os.PathLike)):
+        raise TypeError(f"msmemscope.{func}: 'input_path' must be a path string, got {type(input_path).__name__}")
+    path = os.fspath(input_path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"msmemscope.{func}: input_path '{path}' does not exist "
+                                f"(allowed: a memscope_dump .csv or .db file, or a folder with one)")
+    if os.path.isfile(path) and not path.endswith((".csv", ".db")):
+        raise ValueError(f"msmemscope.{func}: input_path '{path}' is not a .csv or .db dump file")
+    return path
+
+
+def options(func: str, analyzer: str, kwargs: Dict[str, Any]) -> Dict[str, str]:
+    schema = get_analyzer_config(analyzer)
+    out = {}
+    for k, v in kwargs.items():
+        if k not in schema:
+            raise TypeError(f"msmemscope.{func}: analyzer '{analyzer}' has no option '{k}' "
+                            f"(options: {', '.join(schema) if schema else 'none'})")
+        if isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        elif isinstance(v, bool):
+            v = "true" if v else "false"
+        out[k] = str(v)
+    return out
