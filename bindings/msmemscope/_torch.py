@@ -47,10 +47,10 @@ _tls = threading.local()
 def _op_name(func) -> str:
     name = _names.get(func)
     if name is None:
-        try:
-            name = func._schema.name
-        except AttributeError:
-            name = str(func)
+        # upstream's Name: the OpOverload's module and name, e.g.
+        # torch._ops.aten.mm.default (python/msmemscope/aten_collection.py)
+        module, short = getattr(func, "__module__", None), getattr(func, "__name__", None)
+        name = f"{module}.{short}" if module and short else str(func)
         _names[func] = name
     return name
 

@@ -1,7 +1,8 @@
 // _torch_observer: the PyTorch operator tracker in C++ (optional; built only
 // where the libtorch headers are found). A RecordFunction global callback for
 // aten operators (scope FUNCTION) emits, through the agent,
-//   OP_LAUNCH ATEN_START / ATEN_END (Name = the operator, device cpu), and
+//   OP_LAUNCH ATEN_START / ATEN_END (Name = the operator as upstream names
+//   it, torch._ops.aten.<op>.<overload>; device cpu), and
 //   with "access": ACCESS READ (tensor inputs) / WRITE (tensor outputs), Ptr
 //   the storage's base address, Attr dtype, shape, size, format, type,
 // the same rows as the Python TorchDispatchMode of _torch.py, without a
@@ -54,6 +55,25 @@ thread_local std::unordered_map<const char*, std::array<uint64_t, 2>>* t_names =
 uint64_t* name_cache(const char* name) {
     if (!t_names) t_names = new std::unordered_map<const char*, std::array<uint64_t, 2>>();
     return (*t_names)[name].data();
+}
+
+// Per thread: RecordFunction name -> upstream's operator Name, the
+// OpOverload's f"{__module__}.{__name__}" (e.g. aten::mm ->
+// torch._ops.aten.mm.default; python/msmemscope/aten_collection.py).
+thread_local std::unordered_map<const char*, std::string>* t_upstream = nullptr;
+
+const char* op_name(const at::RecordFunction& fn) {
+    const char* raw = fn.name();
+    if (!t_upstream) t_upstream = new std::unordered_map<const char*, std::string>();
+    auto it = t_upstream->find(raw);
+    if (it != t_upstream->end()) return it->second.c_str();
+    std::string name = raw;
+    auto op = fn.operator_name();
+    size_t sep = op ? op->name.find("::") : std::string::npos;
+    if (sep != std::string::npos)
+        name = "torch._ops." + op->name.substr(0, sep) + "." + op->name.substr(sep + 2) + "." +
+               (op->overload_name.empty() ? std::string("default") : op->overload_name);
+    return t_upstream->emplace(raw, std::move(name)).first->second.c_str();
 }
 
 void emit(uint16_t kind, uint16_t type, uint64_t ptr, uint64_t size, const char* name, const char* attrs) {
@@ -123,7 +143,7 @@ void access_value(const c10::IValue& v, uint16_t type, const char* op) {
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (g_depth.enter) g_depth.enter();
     if (!g_collecting()) return nullptr;
-    const char* name = fn.name();
+    const char* name = op_name(fn);
     if (g_access.load(std::memory_order_relaxed) && fn.needsInputs())
         for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name);
     if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, 0, 0, name, nullptr);
@@ -132,7 +152,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     if (g_collecting()) {
-        const char* name = fn.name();
+        const char* name = op_name(fn);
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
             for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
         if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, 0, 0, name, nullptr);

@@ -50,7 +50,9 @@ def check_training_rows(rows, trace):
         names.add(r["Name"])
         assert r["Device Id"] == "cpu"
     assert not stack
-    assert {"aten::addmm", "aten::relu", "aten::mse_loss"} <= names, names
+    # upstream's names: f"{func.__module__}.{func.__name__}" of the OpOverload
+    assert {"torch._ops.aten.addmm.default", "torch._ops.aten.relu.default",
+            "torch._ops.aten.mse_loss.default"} <= names, names
     # ACCESS rows of operator inputs/outputs
     acc = [r for r in rows if r["Event"] == "ACCESS" and r["Event Type"] in ("READ", "WRITE")]
     assert acc
