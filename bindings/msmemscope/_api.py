@@ -13,6 +13,19 @@ __all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "
 
 
 # ---------------------------------------------------------------- config
+def _check_text(where: str, key: str, value: str) -> None:
+    """Refuses strings that cannot reach the C side intact: a NUL byte would
+    cut them short, a lone surrogate (e.g. from os.fsdecode of bad bytes)
+    cannot be encoded as UTF-8."""
+    i = value.find("\0")
+    if i >= 0:
+        raise ValueError(f"{where}: '{key}' contains a NUL character (at position {i})")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{where}: '{key}' is not valid text: {value[e.start]!r} at position {e.start} "
+                         f"cannot be encoded as UTF-8") from None
+
 def config(**kwargs: str) -> None:
     """Sets collection options. Keyword-only, every value a string; the same
     names, values and checks as the command line (``msmemscope --help``).
@@ -42,6 +55,9 @@ def config(**kwargs: str) -> None:
     ValueError (with the command line's message, naming the key and the
     allowed values) for a bad value.
     """
+    for key, value in kwargs.items():
+        if isinstance(value, str):
+            _check_text("msmemscope.config", key, value)
     _session.configure(kwargs)
 
 
@@ -170,6 +186,7 @@ def _check_name(api: str, name: Any) -> str:
         raise TypeError(f"msmemscope.{api}: 'name' must be a string, got {type(name).__name__}")
     if not name or "\n" in name:
         raise ValueError(f"msmemscope.{api}: 'name' must be a non-empty single-line string")
+    _check_text(f"msmemscope.{api}", "name", name)
     return name
 
 
@@ -242,6 +259,7 @@ class RecordFunction(_ContextDecorator):
             raise TypeError(f"msmemscope.RecordFunction: 'name' must be a string, got {type(name).__name__}")
         if not name or "\n" in name:
             raise ValueError("msmemscope.RecordFunction: 'name' must be a non-empty single-line string")
+        _check_text("msmemscope.RecordFunction", "name", name)
         self.name = name
         self._starts: List[int] = []
 

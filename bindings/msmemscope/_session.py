@@ -20,6 +20,7 @@ import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -183,8 +184,9 @@ class Session:
             raise RuntimeError(f"msmemscope: output: cannot create or write '{out}': {e.strerror}") from None
         if not os.access(out, os.W_OK):
             raise RuntimeError(f"msmemscope: output: cannot create or write '{out}': not writable")
-        self.dir = os.path.abspath(os.path.join(out, f".msmemscope_session_py_{os.getpid()}"))
-        os.makedirs(self.dir, exist_ok=True)
+        # A fresh folder only this user can enter (0700, a new name each
+        # time): nothing planted beforehand is read as a capture (#16).
+        self.dir = os.path.abspath(tempfile.mkdtemp(prefix=f".msmemscope_session_py_{os.getpid()}_", dir=out))
         if not os.path.exists(CLI):
             raise RuntimeError(f"msmemscope: the host binary is missing: {CLI}")
         env = dict(os.environ)

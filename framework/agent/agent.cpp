@@ -64,13 +64,13 @@ std::atomic<int> g_exit_status{-1};  // from an explicit exit(): the status
 // delta, size (mallocs only), and the interned stacks when asked for.
 inline void heap_record(uint8_t tag, uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
-    if (!w) return;
+    if (!w) return count_drop();
     uint64_t cs = 0, ps = 0;
     bool st = want_stacks();
     if (st) {
         stacks_for(w, cs, ps);
         w = writer_for(capture::kMaxFixedRecord);
-        if (!w) return;
+        if (!w) return count_drop();
     }
     uint64_t ts = stamp(w);
     uint8_t* p = begin_record(w, st ? tag_with_stacks : tag, ts);
@@ -93,7 +93,7 @@ void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_
     if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
         stacks_for(w, cs, ps);
     w = writer_for(capture::kMaxFixedRecord);
-    if (!w) return;
+    if (!w) return count_drop();
     uint64_t ts = stamp(w);
     uint8_t* p = begin_record(w, capture::kGeneric, ts);
     p = capture::put_varint(p, kind);
@@ -195,9 +195,10 @@ __attribute__((constructor(101))) void agent_init() {
     }
     int rc = attach_impl(dir, opts);
     if (rc != 0) {
-        char msg[256];
+        char msg[512];
         snprintf(msg, sizeof(msg), "[msmemscope] warning: cannot open the capture in %s (%s); not profiling pid %d\n",
-                 dir, strerror(rc), getpid());
+                 dir, rc == EFBIG ? "the file-size limit, ulimit -f, is smaller than one capture chunk" : strerror(rc),
+                 getpid());
         ssize_t r = write(2, msg, strlen(msg));
         (void)r;
         return;
@@ -260,7 +261,7 @@ __attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint
                                                              uint64_t aux0, uint64_t aux1, const char* name,
                                                              const char* attrs) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
-    if (!w) return;
+    if (!w) return count_drop();
     uint64_t name_id = name && *name ? intern(w, name, strlen(name)) : 0;
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }
@@ -290,7 +291,7 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_py_call(uint64
     // it is one writer_for, one clock read and about ten bytes.
     constexpr size_t kRecord = 1 + 3 * 10;  // tag, ts delta, duration, name id
     ThreadWriter* w = writer_for(kRecord);
-    if (!w) return;
+    if (!w) return count_drop();
     uint64_t name_id;
     if (cache && cache[0] == ((static_cast<uint64_t>(w->generation) << 32) | w->tid)) {
         name_id = cache[1];
@@ -298,7 +299,7 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_py_call(uint64
         // Interning may seal the chunk and take another: ask again.
         name_id = cached_name(w, name, cache);
         w = writer_for(kRecord);
-        if (!w) return;
+        if (!w) return count_drop();
     }
     uint64_t ts = stamp(w);
     if (start > ts) start = ts;
@@ -312,7 +313,7 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_event_cached(
     uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, uint64_t aux0,
     uint64_t aux1, const char* name, uint64_t name_cache[2], const char* attrs) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
-    if (!w) return;
+    if (!w) return count_drop();
     uint64_t name_id = cached_name(w, name, name_cache);
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }

@@ -7,7 +7,9 @@
 #include <pthread.h>
 #include <linux/membarrier.h>
 #include <sys/file.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -33,13 +35,39 @@ using capture::ChunkHeader;
 
 int g_fd = -1;
 std::atomic<uint8_t*> g_segments[capture::kMaxSegments];
+// Sealed chunks per segment: a segment whose chunks are all sealed is never
+// written again and is unmapped (the program keeps its address space).
+std::atomic<uint32_t> g_seg_sealed[capture::kMaxSegments];
 std::atomic_flag g_grow_lock = ATOMIC_FLAG_INIT;
 std::atomic<uint64_t> g_next_string_id{1};
+std::atomic<bool> g_closed{false};
 pthread_key_t g_thread_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
 constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14); glibc 2.36 lacks the name
 constexpr uint64_t kSegmentBytes = capture::kChunksPerSegment * capture::kChunkSize;
+
+// Chunks of exited threads, handed to the next thread that needs one (a
+// program that runs thousands of short threads would otherwise seal one
+// mostly empty 64 KiB chunk per thread). Guarded by g_handon_lock.
+struct HandedOn {
+    ChunkHeader* chunk;
+    uint64_t index;
+    uint8_t* cur;
+    uint64_t last_ts, last_ptr;
+};
+constexpr int kHandOnSlots = 64;
+constexpr size_t kHandOnMinRoom = 8192;  // a chunk with less room left is sealed
+HandedOn g_handon[kHandOnSlots];
+int g_handon_n = 0;
+std::atomic_flag g_handon_lock = ATOMIC_FLAG_INIT;
+
+void lock(std::atomic_flag& f) {
+    while (f.test_and_set(std::memory_order_acquire)) {
+        struct timespec ts = {0, 1000};
+        nanosleep(&ts, nullptr);
+    }
+}
 
 void write_stderr(const char* a, const char* b = "") {
     ssize_t r = write(2, a, strlen(a));
@@ -48,20 +76,67 @@ void write_stderr(const char* a, const char* b = "") {
     (void)r;
 }
 
-// Grows the file and maps one more segment. Caller holds g_grow_lock.
-bool map_segment(CaptureHeader* h, uint64_t seg) {
-    if (seg >= capture::kMaxSegments) return false;
-    off_t off = static_cast<off_t>(capture::kHeaderSize + seg * kSegmentBytes);
-    // Reserve real blocks now: a sparse page that cannot be backed later
-    // would raise SIGBUS inside the user's program.
-    int rc = posix_fallocate(g_fd, off, static_cast<off_t>(kSegmentBytes));
-    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(g_fd, off + static_cast<off_t>(kSegmentBytes)) ? errno : 0;
-    if (rc != 0) return false;
-    void* p = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, off);
-    if (p == MAP_FAILED) return false;
-    g_segments[seg].store(static_cast<uint8_t*>(p), std::memory_order_release);
-    h->chunks_mapped.store((seg + 1) * capture::kChunksPerSegment, std::memory_order_release);
-    return true;
+// The largest file this process may write (RLIMIT_FSIZE, ulimit -f).
+uint64_t file_size_limit() {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+    return static_cast<uint64_t>(rl.rlim_cur);
+}
+
+// Backs [off, off + len) of the capture with real blocks (a sparse page that
+// cannot be backed later would raise SIGBUS inside the user's program).
+// Returns 0 or an errno. The capture is sized within RLIMIT_FSIZE beforehand;
+// should the kernel still raise SIGXFSZ for this call (the limit lowered
+// meanwhile), it is blocked here and taken back: the program never gets a
+// SIGXFSZ on the agent's account.
+int reserve(off_t off, off_t len) {
+    sigset_t xfsz, old, before, after;
+    sigemptyset(&xfsz);
+    sigaddset(&xfsz, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz, &old);
+    sigpending(&before);
+    int rc = posix_fallocate(g_fd, off, len);
+    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(g_fd, off + len) ? errno : 0;
+    if (!sigismember(&before, SIGXFSZ) && sigpending(&after) == 0 && sigismember(&after, SIGXFSZ)) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&xfsz, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return rc;
+}
+
+// Backs more chunks, up to the end of the current segment (mapping it first
+// when new), within the file-size limit; on a full disk, as many as fit.
+// Caller holds g_grow_lock. Returns None on success, else why not.
+capture::DisabledReason grow(CaptureHeader* h) {
+    uint64_t mapped = h->chunks_mapped.load(std::memory_order_relaxed);
+    uint64_t seg = mapped / capture::kChunksPerSegment;
+    if (seg >= capture::kMaxSegments) return capture::DisabledReason::FileSize;
+    if (!g_segments[seg].load(std::memory_order_relaxed)) {
+        // The whole segment's address range (pages past the end of the file
+        // are never touched: only backed chunks are handed out).
+        off_t off = static_cast<off_t>(capture::kHeaderSize + seg * kSegmentBytes);
+        void* p = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, off);
+        if (p == MAP_FAILED)
+            return errno == ENOMEM ? capture::DisabledReason::AddressSpace : capture::DisabledReason::Other;
+        g_segments[seg].store(static_cast<uint8_t*>(p), std::memory_order_release);
+    }
+    uint64_t target = (seg + 1) * capture::kChunksPerSegment;
+    uint64_t limit = file_size_limit();
+    uint64_t max_chunks = limit > capture::kHeaderSize ? (limit - capture::kHeaderSize) / capture::kChunkSize : 0;
+    if (target > max_chunks) target = max_chunks;
+    if (target <= mapped) return capture::DisabledReason::FileSize;
+    for (;;) {
+        int rc = reserve(static_cast<off_t>(capture::chunk_offset(mapped)),
+                         static_cast<off_t>((target - mapped) * capture::kChunkSize));
+        if (rc == 0) break;
+        if (rc == EFBIG) return capture::DisabledReason::FileSize;
+        if (rc != ENOSPC && rc != EDQUOT) return capture::DisabledReason::Other;
+        if (target - mapped == 1) return capture::DisabledReason::NoSpace;
+        target = mapped + (target - mapped) / 2;  // what is left of the disk
+    }
+    h->chunks_mapped.store(target, std::memory_order_release);
+    return capture::DisabledReason::None;
 }
 
 ChunkHeader* chunk_at(uint64_t index) {
@@ -71,20 +146,21 @@ ChunkHeader* chunk_at(uint64_t index) {
 }
 
 // Takes a fresh chunk; waits with bounded back-off while another thread grows
-// the file; returns nullptr when no space can be had.
-ChunkHeader* take_chunk(CaptureHeader* h) {
-    uint64_t index = h->chunks_taken.fetch_add(1, std::memory_order_relaxed);
-    for (int attempt = 0; attempt < 2000; ++attempt) {
+// the file or the disk is full; returns nullptr (and why) when no space can
+// be had.
+ChunkHeader* take_chunk(CaptureHeader* h, uint64_t& index, capture::DisabledReason& why) {
+    index = h->chunks_taken.fetch_add(1, std::memory_order_relaxed);
+    why = capture::DisabledReason::NoSpace;
+    for (int attempt = 0; attempt < 200; ++attempt) {
         if (index < h->chunks_mapped.load(std::memory_order_acquire)) return chunk_at(index);
         if (!g_grow_lock.test_and_set(std::memory_order_acquire)) {
-            bool ok = true;
-            while (ok && index >= h->chunks_mapped.load(std::memory_order_acquire)) {
-                uint64_t seg = h->chunks_mapped.load(std::memory_order_relaxed) / capture::kChunksPerSegment;
-                ok = map_segment(h, seg);
-            }
+            why = capture::DisabledReason::None;
+            while (why == capture::DisabledReason::None && index >= h->chunks_mapped.load(std::memory_order_acquire))
+                why = grow(h);
             g_grow_lock.clear(std::memory_order_release);
-            if (ok) return chunk_at(index);
-            // No space: wait for the disk to free up, a bounded number of times.
+            if (why == capture::DisabledReason::None) return chunk_at(index);
+            // A limit does not go away by waiting; a full disk may.
+            if (why != capture::DisabledReason::NoSpace) return nullptr;
         }
         h->waits.fetch_add(1, std::memory_order_relaxed);
         struct timespec ts = {0, attempt < 100 ? 10000L : 1000000L};
@@ -93,18 +169,68 @@ ChunkHeader* take_chunk(CaptureHeader* h) {
     return nullptr;
 }
 
+// Publishes the chunk's checksum and seals it; unmaps its segment once every
+// chunk of it is sealed.
+void seal_chunk(ChunkHeader* c, uint64_t index) {
+    uint32_t used = c->used.load(std::memory_order_relaxed);
+    if (used > capture::kChunkPayload) used = capture::kChunkPayload;
+    c->checksum = capture::chunk_sum(c, c->tid, used);
+    c->sealed.store(1, std::memory_order_release);
+    uint64_t seg = index / capture::kChunksPerSegment;
+    if (seg < capture::kMaxSegments &&
+        g_seg_sealed[seg].fetch_add(1, std::memory_order_acq_rel) + 1 == capture::kChunksPerSegment) {
+        uint8_t* base = g_segments[seg].exchange(nullptr);
+        if (base) munmap(base, kSegmentBytes);
+    }
+}
+
 void seal(ThreadWriter* w) {
     if (w && w->chunk) {
-        w->chunk->sealed.store(1, std::memory_order_release);
+        seal_chunk(w->chunk, w->chunk_index);
         w->chunk = nullptr;
     }
 }
 
+// Takes over a chunk an exited thread left with room in it; false if none.
+bool adopt(ThreadWriter* w) {
+    lock(g_handon_lock);
+    bool got = g_handon_n > 0;
+    HandedOn e{};
+    if (got) e = g_handon[--g_handon_n];
+    g_handon_lock.clear(std::memory_order_release);
+    if (!got) return false;
+    w->chunk = e.chunk;
+    w->chunk_index = e.index;
+    w->cur = e.cur;
+    w->end = reinterpret_cast<uint8_t*>(e.chunk) + capture::kChunkSize;
+    w->last_ts = e.last_ts;  // the chunk's delta base goes on
+    w->last_ptr = e.last_ptr;
+    if (w->last_abs < e.last_ts) w->last_abs = e.last_ts;
+    uint8_t* p = w->cur;
+    *p++ = capture::kThread;
+    p = capture::put_varint(p, w->tid);
+    commit(w, p);
+    return true;
+}
+
 void thread_exit(void* p) {
-    // Runs at thread exit: seal the chunk so the host knows it is complete.
+    // Runs at thread exit: hand the chunk on to the next new thread when it
+    // has room left, else seal it so the host knows it is complete.
     t_tls.depth++;
     auto* w = static_cast<ThreadWriter*>(p);
-    if (w && w->generation == g_generation.load(std::memory_order_relaxed)) seal(w);
+    if (w && w->chunk && w->generation == g_generation.load(std::memory_order_relaxed)) {
+        bool handed = false;
+        if (!g_closed.load() && static_cast<size_t>(w->end - w->cur) >= kHandOnMinRoom) {
+            lock(g_handon_lock);
+            if (g_handon_n < kHandOnSlots) {
+                g_handon[g_handon_n++] = HandedOn{w->chunk, w->chunk_index, w->cur, w->last_ts, w->last_ptr};
+                handed = true;
+            }
+            g_handon_lock.clear(std::memory_order_release);
+        }
+        if (handed) w->chunk = nullptr;
+        else seal(w);
+    }
     t_tls.writer = nullptr;
     if (w) munmap(w, sizeof(ThreadWriter));
 }
@@ -123,6 +249,16 @@ ThreadWriter* new_writer() {
     return w;
 }
 
+const char* reason_text(capture::DisabledReason r) {
+    switch (r) {
+    case capture::DisabledReason::NoSpace: return "no space left on the disk for the capture file";
+    case capture::DisabledReason::FileSize: return "the capture file reached the file-size limit (ulimit -f)";
+    case capture::DisabledReason::AddressSpace:
+        return "no address space left to map the capture file (ulimit -v)";
+    default: return "the capture file cannot grow";
+    }
+}
+
 }  // namespace
 
 
@@ -135,11 +271,11 @@ void count_drop() {
     if (h) h->dropped.fetch_add(1, std::memory_order_relaxed);
 }
 
-void disable(const char* why) {
+void disable(capture::DisabledReason reason, const char* why) {
     bool expected = false;
     if (g_disabled.compare_exchange_strong(expected, true)) {
         CaptureHeader* h = g_header.load(std::memory_order_relaxed);
-        if (h) h->disabled_reason.store(1, std::memory_order_relaxed);
+        if (h) h->disabled_reason.store(static_cast<uint32_t>(reason), std::memory_order_relaxed);
         write_stderr("[msmemscope] warning: collection turned off: ", why);
     }
 }
@@ -150,10 +286,7 @@ ThreadWriter* writer_for_slow(size_t need) {
     ThreadWriter* w = t_tls.writer;
     if (__builtin_expect(w == nullptr, 0)) {
         w = new_writer();
-        if (!w) {
-            count_drop();
-            return nullptr;
-        }
+        if (!w) return nullptr;
         t_tls.writer = w;
     } else if (__builtin_expect(w->generation != g_generation.load(std::memory_order_relaxed), 0)) {
         // Stream reopened (after fork): start clean, forget interned strings.
@@ -163,13 +296,15 @@ ThreadWriter* writer_for_slow(size_t need) {
         w->generation = g_generation.load(std::memory_order_relaxed);
         w->last_abs = now_ns();
     }
+    if (w->chunk == nullptr && adopt(w) && w->cur + need <= w->end) return w;
     if (__builtin_expect(w->chunk == nullptr || w->cur + need > w->end, 0)) {
         if (need > capture::kChunkPayload) return nullptr;
         seal(w);
-        ChunkHeader* c = take_chunk(h);
+        uint64_t index = 0;
+        capture::DisabledReason why;
+        ChunkHeader* c = take_chunk(h, index, why);
         if (!c) {
-            count_drop();
-            disable("no space left for the capture file");
+            disable(why, reason_text(why));
             return nullptr;
         }
         // One call instead of sixteen page faults while the chunk fills
@@ -181,6 +316,7 @@ ThreadWriter* writer_for_slow(size_t need) {
         c->pending.store(0, std::memory_order_relaxed);
         c->magic.store(capture::kChunkMagic, std::memory_order_release);
         w->chunk = c;
+        w->chunk_index = index;
         w->cur = reinterpret_cast<uint8_t*>(c + 1);
         w->end = reinterpret_cast<uint8_t*>(c) + capture::kChunkSize;
         w->last_ts = 0;
@@ -224,9 +360,10 @@ static void fill_cmdline(CaptureHeader* h) {
     h->exe[n > 0 ? n : 0] = 0;
     const char* rank = getenv("RANK");
     if (!rank) rank = getenv("LOCAL_RANK");
-    if (rank) {
-        strncpy(h->rank, rank, sizeof(h->rank) - 1);
-    }
+    if (rank) strncpy(h->rank, rank, sizeof(h->rank) - 1);
+    h->rank[sizeof(h->rank) - 1] = 0;
+    h->cmdline[sizeof(h->cmdline) - 1] = 0;
+    h->exe[sizeof(h->exe) - 1] = 0;
 }
 
 int channel_open(const char* session_dir) {
@@ -252,15 +389,26 @@ int channel_open(const char* session_dir) {
         close(fd);
         return e;
     }
-    if (ftruncate(fd, capture::kHeaderSize) != 0) {
-        int e = errno;
+    // Within the file-size limit (ulimit -f) or not at all: growing past it
+    // would send SIGXFSZ to the program.
+    if (file_size_limit() < capture::kHeaderSize + capture::kChunkSize) {
         close(fd);
+        unlink(part);
+        return EFBIG;
+    }
+    g_fd = fd;
+    if (int e = reserve(0, capture::kHeaderSize); e != 0) {
+        close(fd);
+        unlink(part);
+        g_fd = -1;
         return e;
     }
     void* p = mmap(nullptr, capture::kHeaderSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
+        unlink(part);
+        g_fd = -1;
         return e;
     }
     auto* h = static_cast<CaptureHeader*>(p);
@@ -279,8 +427,10 @@ int channel_open(const char* session_dir) {
     // Exact cross-thread ordering (capture_format.h): the host may issue
     // global expedited barriers that reach this process.
     h->ordering = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 ? 1 : 0;
-    g_fd = fd;
+    h->fixed_sum = capture::fixed_sum(h);
     for (auto& s : g_segments) s.store(nullptr, std::memory_order_relaxed);
+    for (auto& n : g_seg_sealed) n.store(0, std::memory_order_relaxed);
+    g_handon_n = 0;
     g_next_string_id.store(1, std::memory_order_relaxed);
     g_generation.fetch_add(1, std::memory_order_relaxed);
     memcpy(h->magic, capture::kMagic, sizeof(h->magic));  // last: marks the header valid
@@ -296,8 +446,6 @@ int channel_open(const char* session_dir) {
     g_header.store(h, std::memory_order_release);
     return 0;
 }
-
-std::atomic<bool> g_closed{false};
 
 void channel_close(int code, capture::EndKind kind) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
@@ -316,6 +464,11 @@ void channel_close(int code, capture::EndKind kind) {
         commit(w, p);
         seal(w);
     }
+    // Chunks of exited threads waiting for a new one: nobody else will write them.
+    lock(g_handon_lock);
+    for (int i = 0; i < g_handon_n; ++i) seal_chunk(g_handon[i].chunk, g_handon[i].index);
+    g_handon_n = 0;
+    g_handon_lock.clear(std::memory_order_release);
     h->exit_code = code;
     uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
     if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(kind)))
@@ -350,6 +503,9 @@ void channel_forget_after_fork() {
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
     g_closed.store(false);
+    g_handon_n = 0;  // the parent's chunks
+    g_handon_lock.clear();
+    g_grow_lock.clear();
     g_generation.fetch_add(1, std::memory_order_relaxed);
     if (t_tls.writer) t_tls.writer->chunk = nullptr;
 }

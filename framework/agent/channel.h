@@ -17,6 +17,7 @@ namespace msms::agent {
 // the agent can also be dlopen'ed (Python mode) without exhausting static TLS.
 struct ThreadWriter {
     capture::ChunkHeader* chunk;
+    uint64_t chunk_index;
     uint8_t* cur;
     uint8_t* end;
     uint64_t last_ts;   // delta base of the current chunk (0 at its start)
@@ -101,8 +102,10 @@ inline void commit(ThreadWriter* w, uint8_t* p) {
 uint64_t intern(ThreadWriter*& w, const char* s, size_t len);
 // A fresh id for an interned string or stack.
 uint64_t next_string_id();
+// Counts one event that could not be written (every entry point that gives
+// up on an event calls it once).
 void count_drop();
 // Turn collection off for good and say so once on stderr.
-void disable(const char* why);
+void disable(capture::DisabledReason reason, const char* why);
 
 }  // namespace msms::agent

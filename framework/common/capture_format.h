@@ -12,6 +12,13 @@
 // Records: one tag byte, then LEB128 varints. Timestamps are deltas from the
 // previous record of the same chunk (the first one is absolute).
 //
+// Integrity (format 2): the header's fixed part (who wrote it: pid, times,
+// rank, command) carries a checksum written before the magic, and each chunk
+// gets the checksum of its records when it is sealed, so a damaged capture is
+// reported, never misread. Text fields are always NUL-terminated within their
+// size. A chunk whose thread exits is handed to the next new thread (a kThread
+// record names the new writer) instead of being sealed two-thirds empty.
+//
 // Exact ordering across threads (no reorder window): while a thread is
 // between reading the clock and publishing its record it keeps
 // ChunkHeader::pending non-zero (its previous timestamp + 1, a lower bound of
@@ -34,8 +41,8 @@
 namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
-constexpr uint32_t kFormatMajor = 1;
-constexpr uint32_t kFormatMinor = 1;
+constexpr uint32_t kFormatMajor = 2;
+constexpr uint32_t kFormatMinor = 0;
 constexpr uint32_t kHeaderSize = 4096;
 constexpr uint32_t kChunkSize = 64 * 1024;
 constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
@@ -53,34 +60,47 @@ enum class EndKind : uint32_t {
     Returned = 4, // atexit ran without a known status (return from main)
 };
 
+// Why the agent turned collection off (CaptureHeader::disabled_reason).
+enum class DisabledReason : uint32_t {
+    None = 0,
+    NoSpace = 1,       // the disk (or quota) is full
+    FileSize = 2,      // the file-size limit (ulimit -f, RLIMIT_FSIZE)
+    AddressSpace = 3,  // no address space to map the capture (ulimit -v)
+    Other = 4,
+};
+
 struct CaptureHeader {
     char magic[8];
     uint32_t format_major;
     uint32_t format_minor;
     uint32_t header_size;
     uint32_t chunk_size;
+    // ---- fixed part: written once before the magic, covered by fixed_sum
     uint32_t pid;
     uint32_t ppid;
     uint64_t wall_start_ns;  // CLOCK_REALTIME at start
     uint64_t mono_start_ns;  // CLOCK_MONOTONIC at the same moment
+    uint32_t ordering;       // 1: membarrier protocol available (see top)
+    uint32_t reserved0;
+    char rank[32];          // RANK / LOCAL_RANK of the process, when set (NUL-terminated)
+    char cmdline[1024];     // NUL-separated argv, truncated (ends with a NUL)
+    char exe[512];          // NUL-terminated
+    uint64_t fixed_sum;     // checksum(pid .. exe)
+    // ---- live part: updated while the process runs
     std::atomic<uint64_t> chunks_taken;   // chunk indices handed out
     std::atomic<uint64_t> chunks_mapped;  // chunks backed by the file
     std::atomic<uint32_t> state;          // State
-    std::atomic<uint32_t> disabled_reason;  // non-zero: agent turned itself off
+    std::atomic<uint32_t> disabled_reason;  // DisabledReason: the agent turned itself off
     std::atomic<uint64_t> dropped;        // events that could not be recorded
     std::atomic<uint64_t> waits;          // back-off waits when space ran out
     int32_t exit_code;                    // from exit(), when known
-    uint32_t fork_generation;
-    char rank[32];          // RANK / LOCAL_RANK of the process, when set
-    char cmdline[1024];     // NUL-separated argv, truncated
-    char exe[512];
-    // ---- minor 1
-    std::atomic<uint32_t> end_kind;   // EndKind
-    std::atomic<int32_t> end_code;    // status or signal number
-    uint32_t ordering;                // 1: membarrier protocol available (see top)
-    uint32_t reserved_u32;
+    std::atomic<uint32_t> end_kind;       // EndKind
+    std::atomic<int32_t> end_code;        // status or signal number
+    uint32_t reserved1;
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
+constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
+constexpr size_t kFixedEnd = offsetof(CaptureHeader, fixed_sum);
 
 struct ChunkHeader {
     std::atomic<uint32_t> magic;  // set last (release) when the chunk is set up
@@ -89,7 +109,7 @@ struct ChunkHeader {
     std::atomic<uint32_t> sealed;  // 1: the thread moved on, no more writes
     std::atomic<uint64_t> pending; // non-zero: a record is in flight whose
                                    // timestamp is >= pending - 1
-    uint64_t reserved;
+    uint64_t checksum;  // chunk_sum(): written before sealed is set
 };
 constexpr uint32_t kChunkPayload = kChunkSize - sizeof(ChunkHeader);
 
@@ -111,7 +131,38 @@ enum Tag : uint8_t {
     kThreadName = 10,  // string id
     kPyCall = 11,      // ts, ts - start, name: a returning Python call (PY_TRACE
                        // PY_CALL, device NA, aux0 = start)
+    kThread = 12,      // tid: the records that follow are this thread's (the
+                       // chunk was handed on when its thread exited)
 };
+
+// A 64-bit checksum (four independent multiply-xor lanes: a 64 KiB chunk costs
+// a few microseconds when it is sealed). Not cryptographic: it finds damage.
+inline uint64_t checksum(const void* data, size_t n, uint64_t seed) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    uint64_t h[4] = {seed ^ 0x243F6A8885A308D3ull, seed ^ 0x13198A2E03707344ull, seed ^ 0xA4093822299F31D0ull,
+                     seed ^ 0x082EFA98EC4E6C89ull};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (int l = 0; l < 4; ++l) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * l, 8);
+            h[l] = (h[l] ^ w) * kMul;
+            h[l] ^= h[l] >> 31;
+        }
+    }
+    uint64_t tail = 0;
+    for (size_t k = 0; i < n; ++i, ++k) tail ^= static_cast<uint64_t>(p[i]) << (8 * (k & 7)) ^ (k << 56);
+    uint64_t r = (h[0] ^ (h[1] * 3) ^ (h[2] * 5) ^ (h[3] * 7) ^ tail ^ n) * kMul;
+    return r ^ (r >> 29);
+}
+// The checksum of a sealed chunk: its thread and fill level, then its records.
+inline uint64_t chunk_sum(const ChunkHeader* c, uint32_t tid, uint32_t used) {
+    return checksum(c + 1, used, (static_cast<uint64_t>(tid) << 32) | used);
+}
+inline uint64_t fixed_sum(const CaptureHeader* h) {
+    return checksum(reinterpret_cast<const char*>(h) + kFixedBegin, kFixedEnd - kFixedBegin, kFormatMajor);
+}
 
 inline uint8_t* put_varint(uint8_t* p, uint64_t v) {
     while (v >= 0x80) {

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace msms {
@@ -65,9 +67,13 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
         return false;
     }
     memcpy(static_cast<void*>(&header_copy_), header_, sizeof(CaptureHeader));
+    if (header_copy_.fixed_sum != fixed_sum(&header_copy_)) {
+        error = path + ": corrupt capture (the header fails its checksum)";
+        return false;
+    }
     uint64_t mapped = header_->chunks_mapped.load();
     uint64_t taken = header_->chunks_taken.load();
-    if (mapped > kChunksPerSegment * kMaxSegments || mapped % kChunksPerSegment != 0) {
+    if (mapped > kChunksPerSegment * kMaxSegments) {
         error = path + ": corrupt capture (bad chunk count " + std::to_string(mapped) + " in the header)";
         return false;
     }
@@ -93,7 +99,10 @@ std::vector<std::string> CaptureReader::cmdline() const {
     return out;
 }
 
-uint32_t CaptureReader::end_kind() const { return header_ ? header_->end_kind.load() : 0; }
+uint32_t CaptureReader::end_kind() const {
+    uint32_t k = header_ ? header_->end_kind.load() : 0;
+    return k <= static_cast<uint32_t>(EndKind::Returned) ? k : 0;
+}
 int32_t CaptureReader::end_code() const { return header_ ? header_->end_code.load() : 0; }
 
 void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char* what) {
@@ -118,7 +127,8 @@ uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
 }
 
 uint64_t CaptureReader::dropped() const { return header_ ? header_->dropped.load() : 0; }
-bool CaptureReader::agent_disabled() const { return header_ && header_->disabled_reason.load() != 0; }
+uint32_t CaptureReader::disabled_reason() const { return header_ ? header_->disabled_reason.load() : 0; }
+bool CaptureReader::agent_disabled() const { return disabled_reason() != 0; }
 
 bool CaptureReader::writer_gone() {
     if (gone_) return true;
@@ -130,25 +140,36 @@ bool CaptureReader::writer_gone() {
     return gone_;
 }
 
-bool CaptureReader::map_upto(uint64_t chunks) {
-    struct stat st;
-    if (fstat(fd_, &st) != 0) return false;
-    uint64_t need_segments = (chunks + kChunksPerSegment - 1) / kChunksPerSegment;
-    while (segments_.size() < need_segments) {
-        uint64_t seg = segments_.size();
-        off_t off = static_cast<off_t>(kHeaderSize + seg * kSegmentBytes);
-        if (st.st_size < off + static_cast<off_t>(kSegmentBytes)) return false;  // truncated file
-        void* p = mmap(nullptr, kSegmentBytes, PROT_READ, MAP_SHARED, fd_, off);
-        if (p == MAP_FAILED) return false;
-        segments_.push_back(static_cast<const uint8_t*>(p));
-    }
-    return true;
-}
-
 const uint8_t* CaptureReader::chunk_ptr(uint64_t index) {
     uint64_t seg = index / kChunksPerSegment;
-    if (seg >= segments_.size()) return nullptr;
+    if (seg >= kMaxSegments) return nullptr;
+    if (seg >= segments_.size()) {
+        segments_.resize(seg + 1, nullptr);
+        seg_done_.resize(seg + 1, 0);
+    }
+    if (!segments_[seg]) {
+        if (seg_done_[seg] >= kChunksPerSegment) return nullptr;  // read and released
+        // The whole segment's range; only chunks the file holds are touched.
+        off_t off = static_cast<off_t>(kHeaderSize + seg * kSegmentBytes);
+        void* p = mmap(nullptr, kSegmentBytes, PROT_READ, MAP_SHARED, fd_, off);
+        if (p == MAP_FAILED) {
+            if (read_error_.empty())
+                read_error_ = std::string("cannot map the capture (") +
+                              (errno == ENOMEM ? "out of address space, ulimit -v" : strerror(errno)) + ")";
+            return nullptr;
+        }
+        segments_[seg] = static_cast<const uint8_t*>(p);
+    }
     return segments_[seg] + (index % kChunksPerSegment) * kChunkSize;
+}
+
+void CaptureReader::chunk_done(uint64_t index) {
+    uint64_t seg = index / kChunksPerSegment;
+    if (seg >= seg_done_.size()) return;
+    if (++seg_done_[seg] == kChunksPerSegment && segments_[seg]) {
+        munmap(const_cast<uint8_t*>(segments_[seg]), kSegmentBytes);
+        segments_[seg] = nullptr;
+    }
 }
 
 size_t CaptureReader::poll() {
@@ -156,14 +177,30 @@ size_t CaptureReader::poll() {
     uint64_t mapped = header_->chunks_mapped.load(std::memory_order_acquire);
     uint64_t taken = header_->chunks_taken.load(std::memory_order_acquire);
     if (taken > mapped) taken = mapped;
-    if (!map_upto(taken)) {
-        // Map what the file really holds (a truncated capture).
-        while (taken > 0 && !map_upto(taken)) taken -= std::min<uint64_t>(taken, kChunksPerSegment);
+    if (taken > kChunksPerSegment * kMaxSegments) taken = kChunksPerSegment * kMaxSegments;
+    struct stat st;
+    if (fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) < chunk_offset(taken)) {
+        // Read what the file really holds (a truncated capture).
+        taken = static_cast<uint64_t>(st.st_size) > kHeaderSize ? (st.st_size - kHeaderSize) / kChunkSize : 0;
     }
     // Assign newly set-up chunks to their threads, in index order.
     std::vector<uint64_t> pending;
     pending.swap(uninitialized_);
-    for (; next_chunk_ < taken; ++next_chunk_) pending.push_back(next_chunk_);
+    for (; next_chunk_ < taken; ++next_chunk_) {
+        if (gone_) {
+            // Nothing more will be written: holes (never set up, or a crafted
+            // sparse file) are skipped without reading them.
+            off_t d = lseek(fd_, static_cast<off_t>(chunk_offset(next_chunk_)), SEEK_DATA);
+            if (d < 0) {
+                next_chunk_ = taken;
+                break;
+            }
+            uint64_t first = (static_cast<uint64_t>(d) - kHeaderSize) / kChunkSize;
+            if (first > next_chunk_) next_chunk_ = std::min(first, taken);
+            if (next_chunk_ >= taken) break;
+        }
+        pending.push_back(next_chunk_);
+    }
     for (uint64_t idx : pending) {
         auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(idx));
         uint32_t magic = ch ? ch->magic.load(std::memory_order_acquire) : 0;
@@ -171,10 +208,12 @@ size_t CaptureReader::poll() {
             // Taken but never set up (the writer died in between) is
             // harmless when all zero; anything else is damage.
             if (ch && gone_ && magic != 0) note_corruption(idx, 0, "bad chunk magic");
+            if (ch && gone_) chunk_done(idx);
             else if (!gone_ || !ch) uninitialized_.push_back(idx);
             continue;
         }
-        thread_chunks_[ch->tid].push_back(ChunkState{idx, ch->tid, 0});
+        uint32_t tid = ch->tid;
+        thread_chunks_[tid].push_back(ChunkState{idx, tid, tid, 0});
     }
     // In-flight records (read before the records themselves: a record
     // published after this point has its pending mark visible here).
@@ -193,10 +232,27 @@ size_t CaptureReader::poll() {
             auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(c.index));
             bool sealed = ch->sealed.load(std::memory_order_acquire) != 0;
             uint32_t used = ch->used.load(std::memory_order_acquire);
+            bool bad = false;
             if (used > kChunkPayload) {
                 if (!c.final) note_corruption(c.index, 0, "bad fill level");
                 used = kChunkPayload;
+                bad = true;
             }
+            if (sealed && !c.checked) {
+                // A sealed chunk carries the checksum of what it holds:
+                // damage is reported and the chunk's unread records skipped.
+                c.checked = true;
+                if (!bad && ch->checksum != chunk_sum(ch, ch->tid, used)) {
+                    note_corruption(c.index, 0, "checksum mismatch");
+                    bad = true;
+                }
+                if (bad) {
+                    c.limit = c.read;
+                    c.final = true;
+                    continue;
+                }
+            }
+            if (c.checked && c.limit == c.read && c.final) continue;  // skipped as damaged
             if (used > c.limit) c.limit = used;
             // Sealed: final. Writer gone: nothing more will come.
             c.final = sealed || gone_;
@@ -220,6 +276,7 @@ void CaptureReader::fill(uint32_t tid) {
             decode(c, reinterpret_cast<const uint8_t*>(ch + 1), c.limit, kQueueTarget - q.size());
         }
         if (c.read >= c.limit && c.final) {
+            chunk_done(c.index);
             chunks.pop_front();
             continue;
         }
@@ -238,8 +295,8 @@ EventRing& CaptureReader::queue_of(uint32_t tid) {
 }
 
 void CaptureReader::push(const RawEvent& e) {
-    auto& q = queue_of(e.tid);
-    if (q.empty()) heap_.push(HeapItem{e.ts, e.tid});
+    auto& q = queue_of(decoding_lane_);
+    if (q.empty()) heap_.push(HeapItem{e.ts, decoding_lane_});
     q.push_back(e);
     q.back().gen = static_cast<uint32_t>(poll_gen_);
     ++decoded_;
@@ -252,6 +309,7 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used,
     // A chunk's deltas start from 0 at its first record.
     uint64_t& last_ts = c.last_ts;
     uint64_t& last_ptr = c.last_ptr;
+    decoding_lane_ = c.tid;
     while (p < end && decoded_ < stop_at) {
         const uint8_t* rec = p;
         uint8_t tag = *p++;
@@ -261,7 +319,7 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used,
             for (int i = 0; i < n && ok; ++i) ok = get_varint(p, end, v[i]);
         };
         RawEvent e;
-        e.tid = c.tid;
+        e.tid = c.cur_tid;
         switch (tag) {
         case kPad:
             p = end;
@@ -370,6 +428,14 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used,
         }
         case kThreadName:
             rd(1);
+            break;
+        case kThread:
+            rd(1);
+            if (!ok || v[0] == 0 || v[0] > UINT32_MAX) {
+                ok = false;
+                break;
+            }
+            c.cur_tid = static_cast<uint32_t>(v[0]);
             break;
         default:
             ok = false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -101,7 +102,9 @@ public:
     uint32_t ppid() const { return header_copy_.ppid; }
     int64_t wall_offset() const { return static_cast<int64_t>(header_copy_.wall_start_ns - header_copy_.mono_start_ns); }
     uint64_t wall_start() const { return header_copy_.wall_start_ns; }
-    std::string rank() const { return header_copy_.rank; }
+    // NUL-terminated within the field (format 2), read bounded all the same.
+    std::string rank() const { return std::string(header_copy_.rank, strnlen(header_copy_.rank, sizeof(header_copy_.rank))); }
+    std::string exe() const { return std::string(header_copy_.exe, strnlen(header_copy_.exe, sizeof(header_copy_.exe))); }
     std::vector<std::string> cmdline() const;
     bool ended_normally() const { return saw_end_; }
     // How the process ended (capture::EndKind) and its status or signal.
@@ -113,19 +116,27 @@ public:
     int64_t end_exit_code() const { return end_code_; }
     uint64_t dropped() const;
     bool agent_disabled() const;
+    uint32_t disabled_reason() const;  // capture::DisabledReason
     uint64_t stragglers() const { return stragglers_; }
     uint64_t corrupt_records() const { return corrupt_; }
     uint64_t events_decoded() const { return decoded_; }
+    // Why part of the capture could not be read at all (e.g. no address
+    // space to map it under ulimit -v); "" when everything was readable.
+    const std::string& read_error() const { return read_error_; }
 
 private:
+    // A chunk is read in the lane of the thread that set it up (tid); a chunk
+    // handed on at thread exit carries later threads' records (cur_tid).
     struct ChunkState {
         uint64_t index;
         uint32_t tid;
+        uint32_t cur_tid;
         uint32_t read = 0;
         uint64_t last_ts = 0;   // delta decoding state (starts at 0 per chunk)
         uint64_t last_ptr = 0;
         uint32_t limit = 0;     // bytes published as of the last poll
         bool final = false;     // sealed (or writer gone) as of the last poll
+        bool checked = false;   // the seal's checksum was verified
     };
     const uint8_t* chunk_ptr(uint64_t index);
     // Decodes c from c.read up to `limit`, stopping after max_events events.
@@ -140,13 +151,18 @@ private:
     bool resolvable(const RawEvent& e) const;
     void note_corruption(uint64_t chunk, uint64_t offset, const char* what);
     void push(const RawEvent& e);
-    bool map_upto(uint64_t chunks);
+    // Notes that chunk `index` was read to its end (or skipped): a segment
+    // whose chunks are all done is unmapped.
+    void chunk_done(uint64_t index);
 
     std::string path_;
     int fd_ = -1;
     capture::CaptureHeader header_copy_{};
     const capture::CaptureHeader* header_ = nullptr;
-    std::vector<const uint8_t*> segments_;
+    std::vector<const uint8_t*> segments_;  // mapped on first use; nullptr: not (or no longer) mapped
+    std::vector<uint32_t> seg_done_;        // chunks done per segment
+    uint32_t decoding_lane_ = 0;            // lane of the chunk decode() is reading
+    std::string read_error_;
     uint64_t next_chunk_ = 0;             // next chunk index not yet assigned to a thread
     std::vector<uint64_t> uninitialized_; // taken but not set up yet
     std::map<uint32_t, std::deque<ChunkState>> thread_chunks_;

@@ -10,6 +10,8 @@
 
 #include <cstdlib>
 
+#include "util/host_process.h"
+
 namespace msms {
 
 std::string resolve_program(const std::string& name, std::string& error) {
@@ -87,6 +89,7 @@ pid_t launch(const LaunchSpec& spec, std::string& error) {
         close(pipefd[0]);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        host_process_restore_for_child();  // SIGXFSZ and the umask as the user had them
         // Tell the agent which process is the root (for --follow-fork=false).
         char root[64];
         int n = snprintf(root, sizeof(root), "MSMEMSCOPE_ROOT_PID=%d", static_cast<int>(getpid()));

@@ -1,5 +1,7 @@
 // msmemscope: the command line. Parses and validates everything first, then
 // runs the program (or a replay, or a comparison) and prints a summary.
+#include <errno.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -9,6 +11,7 @@
 #include "offline/offline.h"
 #include "registry.h"
 #include "session.h"
+#include "util/host_process.h"
 
 #ifndef MSMEMSCOPE_VERSION
 #define MSMEMSCOPE_VERSION "0.0.0"
@@ -35,9 +38,7 @@ void list_plugins(const Registry& reg) {
     for (auto& r : reg.refused()) std::cout << "refused: " << r.path << ": " << r.reason << "\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
     RawConfig raw;
     std::vector<std::string> errors;
     parse_command_line(argc, argv, raw, errors);
@@ -64,8 +65,9 @@ int main(int argc, char** argv) {
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
     if (geteuid() == 0)
-        std::cerr << "msmemscope: warning: running as root: file permission checks are skipped, which is a "
-                     "security risk; run as an ordinary user where possible\n";
+        std::cerr << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "
+                     "root owns or could write (they or a folder above them) are refused; run as an ordinary "
+                     "user where possible\n";
 
     if (cfg.compare) return compare_main(cfg);
     if (cfg.analyze) return offline_main(cfg, registry);
@@ -78,6 +80,32 @@ int main(int argc, char** argv) {
     } else {
         code = session.run_program();
     }
-    session.print_summary(std::cout);
-    return code;
+    int status = session.print_summary(std::cout);
+    // The program's own status when every output is complete; else 70 (an
+    // output is incomplete) or 71 (a plugin was dropped): README "Exit status".
+    return status ? status : code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    host_process_setup();
+    // No exception leaves the tool unreported: one clear line and 70.
+    try {
+        int code = run_main(argc, argv);
+        std::cout.flush();
+        if (!std::cout) {
+            std::cerr << "msmemscope: error: cannot write to standard output: " << strerror(errno) << "\n";
+            return code ? code : 70;
+        }
+        return code;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "msmemscope: error: out of memory (the host reached its memory or address-space limit, "
+                     "ulimit -v); the output is incomplete\n";
+    } catch (const std::exception& e) {
+        std::cerr << "msmemscope: error: " << e.what() << "; the output is incomplete\n";
+    } catch (...) {
+        std::cerr << "msmemscope: error: unexpected failure; the output is incomplete\n";
+    }
+    return 70;
 }

@@ -3,6 +3,10 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +41,44 @@ std::string make_dirs(const std::string& path) {
     if (ec) return ec.message();
     if (access(path.c_str(), W_OK) != 0) return "not writable";
     return "";
+}
+
+std::string make_fresh_dir(const std::string& path, std::string& error) {
+    for (int n = 1; n <= 1000; ++n) {
+        std::string p = n == 1 ? path : path + "_" + std::to_string(n);
+        if (mkdir(p.c_str(), 0777) == 0) return p;  // the umask applies (main keeps o+w out of it)
+        if (errno != EEXIST) {
+            error = p + ": cannot create the output folder: " + strerror(errno);
+            return "";
+        }
+    }
+    error = path + ": cannot create the output folder: 1000 folders of that name exist";
+    return "";
+}
+
+std::string write_new_file(const std::string& path, const std::string& text) {
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return strerror(errno);
+    size_t off = 0;
+    while (off < text.size()) {
+        ssize_t n = write(fd, text.data() + off, text.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            std::string why = strerror(n < 0 ? errno : EIO);
+            close(fd);
+            return why;
+        }
+        off += static_cast<size_t>(n);
+    }
+    if (close(fd) != 0) return strerror(errno);
+    return "";
+}
+
+std::string valid_rank(const std::string& rank) {
+    if (rank.empty() || rank.size() > 9) return "";
+    for (char c : rank)
+        if (c < '0' || c > '9') return "";
+    return rank;
 }
 
 namespace {
@@ -121,7 +163,9 @@ ProcessRun::ProcessRun(const Config& cfg, const Registry& registry, std::string 
 
 std::string ProcessRun::folder_name(const std::string& ts) const {
     std::string name = "msmemscope_" + std::to_string(reader_.pid()) + "_" + ts + "_" + cfg_.backend();
-    std::string rank = reader_.rank();
+    // The rank comes from the target's environment (or a capture given to
+    // --replay): only a number may become part of a folder name.
+    std::string rank = valid_rank(reader_.rank());
     if (!rank.empty()) name += "_rank" + rank;
     // The same pid again after exec: its own folder, never shared files.
     if (summary_.capture_index > 0) name += "_exec" + std::to_string(summary_.capture_index);
@@ -176,7 +220,15 @@ void ProcessRun::notify_started(const std::string& error) {
 }
 
 void ProcessRun::run() {
-    run_stream();
+    // Nothing escapes a process's thread: an exception there would end the
+    // whole host (std::terminate) and lose every other process's output.
+    try {
+        run_stream();
+    } catch (const std::bad_alloc&) {
+        summary_.error = capture_path_ + ": out of memory (the host reached its memory or address-space limit, ulimit -v)";
+    } catch (const std::exception& e) {
+        summary_.error = capture_path_ + ": internal error: " + e.what();
+    }
     notify_started(summary_.error.empty() ? "the capture ended before its pipeline started" : summary_.error);
 }
 
@@ -195,16 +247,30 @@ void ProcessRun::run_stream() {
         if (a != std::string::npos && b != std::string::npos && base.compare(b, std::string::npos, ".msmcap") == 0)
             summary_.capture_index = static_cast<uint32_t>(std::strtoul(base.substr(a + 1, b - a - 1).c_str(), nullptr, 10));
     }
+    if (std::string rank = reader_.rank(); !rank.empty() && valid_rank(rank).empty()) {
+        std::string shown = rank.size() > 40 ? rank.substr(0, 40) + "..." : rank;
+        for (auto& ch : shown)
+            if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+        summary_.warnings.push_back("pid " + std::to_string(reader_.pid()) + ": RANK '" + shown +
+                                    "' is not a number; the output folder is named without it");
+    }
     std::string ts = timestamp_string(reader_.wall_start());
-    std::string dir = cfg_.output + "/" + folder_name(ts);
-    summary_.output_dir = dir;
-    if (std::string why = make_dirs(dir + "/msmemscope_logs"); !why.empty()) {
-        summary_.error = dir + ": cannot create the output folder: " + why;
+    if (std::string why = make_dirs(cfg_.output); !why.empty()) {
+        summary_.error = cfg_.output + ": cannot create the output folder: " + why;
         return;
     }
-    {
-        std::ofstream cj(dir + "/config.json");
-        cj << cfg_.to_json() << "\n";
+    // A folder of its own, made here (never one that was there before,
+    // where planted links could redirect what is written).
+    std::string dir = make_fresh_dir(cfg_.output + "/" + folder_name(ts), summary_.error);
+    if (dir.empty()) return;
+    summary_.output_dir = dir;
+    if (mkdir((dir + "/msmemscope_logs").c_str(), 0777) != 0) {
+        summary_.error = dir + "/msmemscope_logs: cannot create the folder: " + strerror(errno);
+        return;
+    }
+    if (std::string why = write_new_file(dir + "/config.json", cfg_.to_json() + "\n"); !why.empty()) {
+        summary_.error = dir + "/config.json: cannot write: " + why;
+        return;
     }
     RunContext run;
     run.pid = reader_.pid();
@@ -219,6 +285,11 @@ void ProcessRun::run_stream() {
                            : cfg_.log_level == "warn" ? spdlog::level::warn
                                                       : spdlog::level::err);
         run.log->flush_on(spdlog::level::info);
+        // A log that cannot be written (full disk) is one more incomplete
+        // output, said once in the summary instead of on every line.
+        run.log->set_error_handler([this](const std::string& msg) {
+            if (log_error_.empty()) log_error_ = msg.empty() ? "cannot write the log file" : msg;
+        });
     } catch (const std::exception& e) {
         summary_.error = dir + ": cannot create the log file: " + e.what();
         return;
@@ -290,6 +361,30 @@ void ProcessRun::run_stream() {
     if (summary_.dropped) run.log->error("{} events could not be recorded (dropped)", summary_.dropped);
     if (summary_.stragglers) run.log->warn("{} events arrived later than the reorder window", summary_.stragglers);
     if (summary_.corrupt) run.log->error("{} corrupt records skipped", summary_.corrupt);
+    // What makes this process's output incomplete (the CLI exits with 70).
+    if (summary_.dropped) {
+        std::string why;
+        switch (static_cast<capture::DisabledReason>(reader_.disabled_reason())) {
+        case capture::DisabledReason::NoSpace: why = " (the disk was full)"; break;
+        case capture::DisabledReason::FileSize: why = " (the capture reached the file-size limit, ulimit -f)"; break;
+        case capture::DisabledReason::AddressSpace: why = " (no address space for the capture, ulimit -v)"; break;
+        default: break;
+        }
+        summary_.incomplete.push_back(std::to_string(summary_.dropped) + " event(s) could not be recorded" + why);
+    }
+    if (summary_.corrupt)
+        summary_.incomplete.push_back("corrupt capture: " + std::to_string(summary_.corrupt) +
+                                      " damaged part(s) skipped (first: " + summary_.damage + ")");
+    if (!reader_.read_error().empty()) summary_.incomplete.push_back(reader_.read_error());
+    if (!log_error_.empty()) summary_.incomplete.push_back("log: " + log_error_);
+    for (auto& e : summary_.plugin_errors) {
+        // "plugin 'NAME': ...": a sink that failed lost output; an analyzer
+        // that failed was dropped.
+        bool sink = false;
+        for (auto& s : cfg_.sinks) sink = sink || e.rfind("plugin '" + s + "'", 0) == 0;
+        if (sink) summary_.incomplete.push_back(e);
+        else summary_.plugin_dropped = true;
+    }
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
 }

@@ -36,6 +36,12 @@ struct ProcessSummary {
     std::map<std::string, Pipeline::DeviceTotals> totals;
     std::vector<std::string> report;
     std::vector<std::string> plugin_errors;
+    // Why this process's output is incomplete (disk full, a limit, damage, a
+    // sink that failed): each one makes the CLI exit with 70.
+    std::vector<std::string> incomplete;
+    // An analyzer was dropped (crashed, threw): the CLI exits with 71.
+    bool plugin_dropped = false;
+    std::vector<std::string> warnings;  // printed once on stderr
 };
 
 class ProcessRun {
@@ -67,11 +73,20 @@ private:
     CaptureReader reader_;
     ProcessSummary summary_;
     std::function<void(const std::string&)> started_;
+    std::string log_error_;  // the first failure to write the log
 };
 
 // Local time as YYYYmmddHHMMSS.
 std::string timestamp_string(uint64_t wall_ns);
 // Creates a folder and its parents; "" on success, else the reason.
 std::string make_dirs(const std::string& path);
+// Creates a fresh folder `path` (never one that exists already: then
+// path_2, path_3, ...); its parents must exist. Returns the folder or "" with
+// the reason in `error`.
+std::string make_fresh_dir(const std::string& path, std::string& error);
+// Writes a new file exclusively (O_EXCL, never through a link); "" or why not.
+std::string write_new_file(const std::string& path, const std::string& text);
+// A RANK value that may name a folder: 1-9 digits; else "".
+std::string valid_rank(const std::string& rank);
 
 }  // namespace msms

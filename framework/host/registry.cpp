@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "util/file_trust.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -45,6 +46,11 @@ std::string check_descriptor(const msms_plugin_descriptor* d) {
 }
 
 bool Registry::load(const std::string& path) {
+    // As root, nothing another user could have written is loaded (#16).
+    if (std::string why = untrusted_reason(path); !why.empty()) {
+        refused_.push_back({path, why});
+        return false;
+    }
     auto lib = std::make_shared<boost::dll::shared_library>();
     try {
         lib->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);

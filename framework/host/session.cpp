@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <iostream>
 
 #include "launcher.h"
+#include "util/file_trust.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -98,6 +100,20 @@ void Session::scan() {
         std::string p = e.path().string();
         if (p.size() > 7 && p.compare(p.size() - 7, 7, ".msmcap") == 0 && !seen_.count(p)) found.push_back(p);
     }
+    // Only captures our agents made: regular files (not links) of our user.
+    found.erase(std::remove_if(found.begin(), found.end(),
+                               [&](const std::string& p) {
+                                   struct stat st;
+                                   bool ours = lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                                               st.st_uid == geteuid();
+                                   if (!ours) {
+                                       seen_.insert(p);
+                                       std::cerr << "msmemscope: warning: " << p
+                                                 << ": ignored (not a capture file of this user)\n";
+                                   }
+                                   return !ours;
+                               }),
+                found.end());
     std::sort(found.begin(), found.end());
     for (auto& p : found) {
         // The header is written right after the file is created; a file whose
@@ -134,7 +150,11 @@ void Session::scan() {
                 (void)n;
             });
         }
-        r.thread = std::thread([raw] { raw->run(); });
+        std::string capture = p;
+        r.thread = std::thread([this, raw, capture] {
+            raw->run();
+            dispose_capture(*raw, capture);
+        });
         running_.push_back(std::move(r));
     }
 }
@@ -158,16 +178,22 @@ static std::string describe_end(const ProcessSummary& s) {
     return "ended without an end record (killed by SIGKILL or the OOM killer)";
 }
 
+// As soon as a process's capture has been read to its end, it goes (or into
+// the output folder with --save-capture): a launcher that runs thousands of
+// processes holds the disk of the ones alive, not of all it ever ran.
+void Session::dispose_capture(const ProcessRun& run, const std::string& capture) {
+    std::error_code ec;
+    if (cfg_.save_capture && !run.summary().output_dir.empty()) {
+        fs::rename(capture, run.summary().output_dir + "/capture_" + std::to_string(run.summary().pid) + ".msmcap", ec);
+        if (ec) fs::copy_file(capture, run.summary().output_dir + "/capture.msmcap", ec);
+    }
+    if (own_dir_) fs::remove(capture, ec);
+}
+
 void Session::join_all() {
     for (auto& r : running_) {
         if (r.thread.joinable()) r.thread.join();
         summaries_.push_back(r.run->summary());
-        std::error_code ec;
-        if (cfg_.save_capture && !r.run->summary().output_dir.empty()) {
-            fs::rename(r.capture, r.run->summary().output_dir + "/capture_" + std::to_string(r.run->summary().pid) + ".msmcap", ec);
-            if (ec) fs::copy_file(r.capture, r.run->summary().output_dir + "/capture.msmcap", ec);
-        }
-        if (own_dir_) fs::remove(r.capture, ec);
     }
     running_.clear();
     for (auto& a : summaries_)
@@ -186,6 +212,10 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
         error = "the agent library is missing: " + agent;
         return "";
     }
+    if (std::string why = untrusted_reason(agent); !why.empty()) {
+        error = "the agent library " + agent + " is refused: " + why;
+        return "";
+    }
     out.push_back(agent);
     for (auto& name : cfg_.collectors) {
         const LoadedPlugin* p = registry_.find(name, MSMS_KIND_COLLECTOR);
@@ -196,6 +226,10 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
         bool found = false;
         for (auto& c : candidates) {
             if (access(c.c_str(), R_OK) == 0) {
+                if (std::string why = untrusted_reason(c.string()); !why.empty()) {
+                    error = "collector '" + name + "': its target library " + c.string() + " is refused: " + why;
+                    return "";
+                }
                 out.push_back(fs::absolute(c).lexically_normal().string());
                 found = true;
                 break;
@@ -229,11 +263,15 @@ int Session::run_program() {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;
     }
-    dir_ = cfg_.output + "/.msmemscope_session_" + std::to_string(getpid());
-    if (std::string why = make_dirs(dir_); !why.empty()) {
-        std::cerr << "msmemscope: error: --output: cannot create '" << dir_ << "': " << why << "\n";
+    // A fresh folder only this user can enter (mkdtemp: 0700, a new name
+    // each run): nothing planted beforehand is ever read as a capture.
+    std::string tmpl = cfg_.output + "/.msmemscope_session_XXXXXX";
+    if (!mkdtemp(tmpl.data())) {
+        std::cerr << "msmemscope: error: --output: cannot create a session folder in '" << cfg_.output
+                  << "': " << strerror(errno) << "\n";
         return 2;
     }
+    dir_ = tmpl;
     own_dir_ = true;
     LaunchSpec spec;
     spec.argv = cfg_.program;
@@ -283,6 +321,18 @@ int Session::run_program() {
 }
 
 int Session::serve(const std::string& dir, pid_t parent) {
+    // The Python package made this folder (mkdtemp): it must be a folder of
+    // this user that nobody else can write into.
+    struct stat st;
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        std::cerr << "msmemscope: error: --serve-session: '" << dir << "' is not a folder\n";
+        return 2;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        std::cerr << "msmemscope: error: --serve-session: '" << dir
+                  << "' must belong to this user and not be writable by others\n";
+        return 2;
+    }
     dir_ = dir;
     own_dir_ = true;
     signal(SIGINT, SIG_IGN);
@@ -310,24 +360,35 @@ int Session::replay(const std::string& capture) {
     }
     ProcessRun run(cfg_, registry_, capture);
     run.run();
-    summaries_.push_back(run.summary());
     if (!run.summary().error.empty()) {
         std::cerr << "msmemscope: error: --replay: " << run.summary().error << "\n";
-        return 2;
+        return run.summary().output_dir.empty() ? 2 : 70;  // nothing run, or output incomplete
     }
-    if (run.summary().corrupt) {
-        std::cerr << "msmemscope: error: --replay: " << capture << ": corrupt capture: " << run.summary().corrupt
-                  << " damaged record(s) skipped (first: " << run.summary().damage << ")\n";
-        return 2;
-    }
+    summaries_.push_back(run.summary());
     return 0;
 }
 
-void Session::print_summary(std::ostream& out) const {
+int Session::print_summary(std::ostream& out) const {
+    // The tool's own failures go to stderr, one line each; the status says
+    // whether every output is complete (70: no; 71: a plugin was dropped).
+    int status = 0;
     for (auto& s : summaries_) {
+        for (auto& w : s.warnings) std::cerr << "msmemscope: warning: " << w << "\n";
         if (!s.error.empty()) {
-            out << "msmemscope: error: " << s.error << "\n";
+            std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << s.error << "\n";
+            status = 70;
             continue;
+        }
+        for (auto& why : s.incomplete) {
+            if (cfg_.replay.empty())
+                std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << why << "\n";
+            else
+                std::cerr << "msmemscope: error: --replay: " << cfg_.replay << ": " << why << "\n";
+            status = 70;
+        }
+        if (s.plugin_dropped) {
+            for (auto& e : s.plugin_errors) std::cerr << "msmemscope: error: pid " << s.pid << ": " << e << "\n";
+            if (status == 0) status = 71;
         }
         std::string how;
         if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
@@ -361,6 +422,7 @@ void Session::print_summary(std::ostream& out) const {
             out << "    " << files[i].first << " (" << human(static_cast<int64_t>(files[i].second)) << ")\n";
         if (files.size() > kMaxListed) out << "    ... and " << files.size() - kMaxListed << " more\n";
     }
+    return status;
 }
 
 }  // namespace msms

@@ -32,13 +32,17 @@ public:
     // Re-runs analyzers and sinks on a saved capture.
     int replay(const std::string& capture);
 
-    void print_summary(std::ostream& out) const;
+    // Prints the summary (the tool's own errors on stderr); returns 0 when
+    // every output is complete, 70 when one is not, 71 when a plugin was
+    // dropped but every other output is complete.
+    int print_summary(std::ostream& out) const;
     const std::vector<ProcessSummary>& summaries() const { return summaries_; }
     std::string root_status() const { return root_status_; }
 
 private:
     void scan();
     void join_all();
+    void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
     std::string agent_library_paths(std::vector<std::string>& out, std::string& error) const;
 

@@ -48,6 +48,7 @@ bool CsvReader::next(std::vector<std::string>& fields) {
     raw_.clear();
     malformed_ = false;
     line_ = next_line_;
+    if (too_long_) return false;
     int c = std::fgetc(f_);
     if (c == EOF) return false;
     std::string field;
@@ -59,6 +60,11 @@ bool CsvReader::next(std::vector<std::string>& fields) {
             return true;
         }
         char ch = static_cast<char>(c);
+        if (raw_.size() >= kMaxRecord) {
+            too_long_ = malformed_ = true;
+            fields.push_back(field);
+            return true;
+        }
         if (in_quotes) {
             if (ch == '"') {
                 int n = std::fgetc(f_);

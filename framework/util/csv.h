@@ -13,9 +13,12 @@ namespace msms {
 // Appends v as one CSV field (quoted only when needed, or when force_quote).
 void csv_field(std::string& out, std::string_view v, bool force_quote = false);
 
-// Reads records (a record may span lines inside quotes).
+// Reads records (a record may span lines inside quotes). Bounded: a record
+// longer than kMaxRecord bytes (a field of a broken or hostile file, e.g.
+// /dev/zero) stops the reader with too_long() set instead of filling memory.
 class CsvReader {
 public:
+    static constexpr size_t kMaxRecord = 16u << 20;  // 16 MiB
     explicit CsvReader(std::FILE* f) : f_(f) {}
     // False at end of file. `line` is the line number the record starts on.
     bool next(std::vector<std::string>& fields);
@@ -23,12 +26,14 @@ public:
     // The raw text of the last record (without the trailing newline).
     const std::string& raw() const { return raw_; }
     bool malformed() const { return malformed_; }
+    bool too_long() const { return too_long_; }
 
 private:
     std::FILE* f_;
     size_t line_ = 0, next_line_ = 1;
     std::string raw_;
     bool malformed_ = false;
+    bool too_long_ = false;
 };
 
 }  // namespace msms

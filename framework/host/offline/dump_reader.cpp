@@ -1,6 +1,10 @@
 #include "offline/dump_reader.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -26,6 +30,10 @@ bool ends_with(const std::string& s, const char* suffix) {
     size_t n = std::strlen(suffix);
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
+
+// Inputs are bounded (#16): rows per file (each costs a few hundred bytes
+// of memory) and the size of one record (CsvReader::kMaxRecord).
+constexpr size_t kMaxRows = 20'000'000;
 
 std::string unquote(std::string s) {
     s = trim(s);
@@ -88,7 +96,12 @@ bool make_row(const std::vector<std::string>& f, DumpRow& row, std::string& what
         ev.device_id = -1;
     }
     std::string ptr = trim(f[8]);
-    if (!ptr.empty() && ptr != "N/A") ev.ptr = std::strtoull(ptr.c_str(), nullptr, 0);
+    if (!ptr.empty() && ptr != "N/A") {
+        char* end = nullptr;
+        errno = 0;
+        ev.ptr = std::strtoull(ptr.c_str(), &end, 0);
+        if (ptr[0] == '-' || !end || *end || errno == ERANGE) return what = "invalid Ptr '" + ptr + "'", false;
+    }
     for (auto& [k, val] : parse_attr_list(trim(f[9]))) r.attrs.emplace_back(unquote(k), unquote(val));
     r.complete_attrs = true;
     auto get = [&](const char* key) -> const std::string* {
@@ -96,7 +109,11 @@ bool make_row(const std::vector<std::string>& f, DumpRow& row, std::string& what
             if (kv.first == key) return &kv.second;
         return nullptr;
     };
-    if (auto s = get("size")) ev.size = static_cast<uint64_t>(to_i64(*s, 0));
+    if (auto s = get("size")) {
+        int64_t v = to_i64(*s, -1);
+        if (v < 0) return what = "invalid size '" + *s + "' in Attr (expected a number of bytes)", false;
+        ev.size = static_cast<uint64_t>(v);
+    }
     if (auto s = get("allocation_id")) ev.allocation_id = static_cast<uint64_t>(to_i64(*s, 0));
     if (auto s = get("used")) ev.pool_used = to_i64(*s, -1);
     if (auto s = get("total")) ev.pool_total = to_i64(*s, -1);
@@ -172,6 +189,11 @@ bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::str
         error = path + ":1: empty file (expected the memscope_dump header)";
         return false;
     }
+    if (reader.too_long()) {
+        error = path + ":1: not a memscope_dump CSV (no header line in the first " +
+                std::to_string(CsvReader::kMaxRecord >> 20) + " MiB)";
+        return false;
+    }
     if (!fields.empty() && fields[0].rfind("\xEF\xBB\xBF", 0) == 0) fields[0] = fields[0].substr(3);
     for (auto& h : fields) h = trim(h);
     if (fields.size() != kNumColumns || !std::equal(fields.begin(), fields.end(), kColumns)) {
@@ -179,7 +201,17 @@ bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::str
         return false;
     }
     while (reader.next(fields)) {
+        if (reader.too_long()) {
+            error = path + ":" + std::to_string(reader.line()) + ": a record longer than " +
+                    std::to_string(CsvReader::kMaxRecord >> 20) + " MiB (not a memscope_dump file?)";
+            return false;
+        }
         if (fields.size() == 1 && trim(fields[0]).empty()) continue;  // blank line
+        if (rows.size() >= kMaxRows) {
+            error = path + ":" + std::to_string(reader.line()) + ": more than " + std::to_string(kMaxRows) +
+                    " rows (the limit of one file)";
+            return false;
+        }
         if (reader.malformed()) {
             error = path + ":" + std::to_string(reader.line()) + ": unterminated quoted field";
             return false;
@@ -222,9 +254,21 @@ bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::stri
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         ++n;
+        if (n > kMaxRows) {
+            sqlite3_finalize(st);
+            error = path + ": more than " + std::to_string(kMaxRows) + " rows (the limit of one file)";
+            return false;
+        }
         for (size_t i = 0; i < kNumColumns; ++i) {
             const unsigned char* t = sqlite3_column_text(st, static_cast<int>(i));
-            fields[i] = t ? reinterpret_cast<const char*>(t) : "";
+            int len = sqlite3_column_bytes(st, static_cast<int>(i));
+            if (len > static_cast<int>(CsvReader::kMaxRecord)) {
+                sqlite3_finalize(st);
+                error = path + ": row " + std::to_string(n) + ": a value longer than " +
+                        std::to_string(CsvReader::kMaxRecord >> 20) + " MiB";
+                return false;
+            }
+            fields[i] = t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(len)) : "";
         }
         DumpRow row;
         row.line = n;
@@ -264,6 +308,10 @@ std::vector<std::string> dump_files(const std::string& path, std::string& error)
         return out;
     }
     if (!fs::is_directory(path, ec)) {
+        if (!fs::is_regular_file(path, ec)) {
+            error = path + ": not a regular file";
+            return out;
+        }
         out.push_back(path);
         return out;
     }
@@ -284,8 +332,13 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
     for (auto& p : patches) by_row[{p.id, p.pid}].push_back(&p);
     if (by_row.empty()) return true;
     if (ends_with(path, ".db")) {
+        struct stat lst;
+        if (lstat(path.c_str(), &lst) != 0 || !S_ISREG(lst.st_mode)) {
+            error = path + ": cannot write the results back: not a regular file";
+            return false;
+        }
         sqlite3* db = nullptr;
-        if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+        if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) != SQLITE_OK) {
             error = path + ": cannot open the database for writing: " + (db ? sqlite3_errmsg(db) : "out of memory");
             sqlite3_close(db);
             return false;
@@ -331,16 +384,40 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
         return true;
     }
-    std::FILE* in = std::fopen(path.c_str(), "r");
+    // Written to a new file next to it (created exclusively, with the input's
+    // mode and owner) and renamed over it; never through a link.
+    int in_fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (in_fd < 0 || fstat(in_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        error = path + ": cannot write the results back: " +
+                (in_fd < 0 ? std::strerror(errno) : "not a regular file");
+        if (in_fd >= 0) close(in_fd);
+        return false;
+    }
+    std::FILE* in = fdopen(in_fd, "r");
     if (!in) {
+        close(in_fd);
         error = path + ": cannot read the file: " + std::strerror(errno);
         return false;
     }
-    std::string tmp = path + ".msmemscope.tmp";
-    std::FILE* out = std::fopen(tmp.c_str(), "w");
+    std::string tmp = path + ".msmemscope.XXXXXX";
+    int out_fd = mkostemp(tmp.data(), O_CLOEXEC);
+    std::FILE* out = out_fd >= 0 ? fdopen(out_fd, "w") : nullptr;
     if (!out) {
-        std::fclose(in);
         error = tmp + ": cannot write: " + std::strerror(errno);
+        if (out_fd >= 0) {
+            close(out_fd);
+            unlink(tmp.c_str());
+        }
+        std::fclose(in);
+        return false;
+    }
+    if (fchmod(out_fd, st.st_mode & 07777) != 0 ||
+        ((st.st_uid != geteuid() || st.st_gid != getegid()) && fchown(out_fd, st.st_uid, st.st_gid) != 0)) {
+        error = path + ": cannot give the rewritten file the input's mode and owner: " + std::strerror(errno);
+        std::fclose(out);
+        std::fclose(in);
+        unlink(tmp.c_str());
         return false;
     }
     CsvReader reader(in);
@@ -368,7 +445,14 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         line += '\n';
         std::fwrite(line.data(), 1, line.size(), out);
     }
+    bool read_ok = !reader.too_long() && !std::ferror(in);
     std::fclose(in);
+    if (!read_ok) {
+        std::fclose(out);
+        std::remove(tmp.c_str());
+        error = path + ": cannot reread the file to write the results back";
+        return false;
+    }
     if (std::fclose(out) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
         error = path + ": cannot write the results back: " + std::strerror(errno);
         std::remove(tmp.c_str());

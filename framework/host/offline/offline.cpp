@@ -1,5 +1,8 @@
 #include "offline/offline.h"
 
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,9 +37,18 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
 
     Config c = cfg;
     c.sinks.clear();
-    std::string side;
+    std::string side, side_dir;
     if (registry.find("offline_writeback", MSMS_KIND_SINK)) {
-        side = (fs::temp_directory_path() / ("msmemscope_offline_" + std::to_string(getpid()) + ".tsv")).string();
+        // The results go through a private folder of our own (a fixed name
+        // in the shared temp folder could be a planted link).
+        std::string tmpl = (fs::temp_directory_path() / "msmemscope_offline_XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) {
+            std::cerr << "msmemscope: error: cannot create a temporary folder in " << fs::temp_directory_path()
+                      << ": " << strerror(errno) << "\n";
+            return 70;
+        }
+        side_dir = tmpl;
+        side = side_dir + "/results.tsv";
         c.sinks.push_back("offline_writeback");
         c.plugin_options["offline_writeback"]["out"] = side;
     }
@@ -88,11 +100,11 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
         }
         in.close();
         std::error_code ec;
-        fs::remove(side, ec);
+        fs::remove_all(side_dir, ec);
         if (!patches.empty()) {
             if (!patch_dump(path, patches, err)) {
                 std::cerr << "msmemscope: error: " << err << "\n";
-                return 2;
+                return 70;
             }
             std::cout << "msmemscope: wrote " << patches.size() << " result(s) back into " << path << "\n";
         }
@@ -109,8 +121,8 @@ int offline_main(const Config& cfg, const Registry& registry) {
         c.replay = input;
         Session session(c, registry);
         int code = session.replay(input);
-        session.print_summary(std::cout);
-        return code;
+        int status = session.print_summary(std::cout);
+        return code ? code : status;
     }
     std::string err;
     auto files = dump_files(input, err);

@@ -1,0 +1,194 @@
+"""Issue 16 §2-§4, §6: nothing is written outside --output, session and
+output folders are fresh and private, write-back never follows a link and
+keeps the input's mode, a root host loads nothing another user could write,
+and the Python API refuses strings that cannot reach the C side intact."""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, CLI, DUMP_HEADER, process_dirs
+
+ARGS = ["--device=cpu", "--events=alloc,free", "--analysis="]
+IS_ROOT = os.geteuid() == 0
+
+
+def run(args, cwd, env=None, umask=None):
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.update(env or {})
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    return subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=e, capture_output=True,
+                          text=True, timeout=120, preexec_fn=pre)
+
+
+def test_rank_from_the_environment_names_no_folder_outside_output(tmp_path):
+    victim = tmp_path / "victim"
+    p = run(ARGS + [f"--output={tmp_path}/out", "--", "/bin/true"], tmp_path,
+            env={"RANK": "/../../victim/x"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert not victim.exists()
+    d = process_dirs(tmp_path / "out")
+    assert len(d) == 1 and "_rank" not in d[0].name
+    assert ("' is not a number; the output folder is named without it" in p.stderr
+            and "RANK '/../../victim/x'" in p.stderr), p.stderr
+    # A number is kept.
+    p = run(ARGS + [f"--output={tmp_path}/out2", "--", "/bin/true"], tmp_path, env={"RANK": "3"})
+    assert process_dirs(tmp_path / "out2")[0].name.endswith("_rank3")
+
+
+def test_session_folder_is_fresh_and_private(tmp_path, test_bin):
+    out = tmp_path / "out"
+    out.mkdir()
+    # A planted session folder with a capture in it is never read.
+    planted = out / f".msmemscope_session_{os.getpid()}"
+    planted.mkdir()
+    (planted / "1.0.msmcap").write_bytes(b"MSMSCAP\0" + b"\0" * 8192)
+    script = 'stat -c "mode=%a" "$MSMEMSCOPE_SESSION"; echo "dir=$MSMEMSCOPE_SESSION"; umask'
+    p = run(ARGS + [f"--output={out}", "--", "/bin/sh", "-c", script], tmp_path, umask=0)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "mode=700" in p.stdout
+    session = [l for l in p.stdout.splitlines() if l.startswith("dir=")][0][4:]
+    assert os.path.basename(session) != planted.name
+    assert not os.path.exists(session)  # removed at the end
+    assert (planted / "1.0.msmcap").exists()  # untouched, never processed
+    assert "1.0.msmcap" not in p.stdout + p.stderr
+    # The program runs with the user's own umask (000 here) ...
+    assert "\n0000\n" in "\n" + p.stdout
+    # ... while nothing the tool wrote is writable by others.
+    for root, dirs, files in os.walk(out):
+        if ".msmemscope_session_" in root:
+            continue
+        for n in dirs + files:
+            m = os.stat(os.path.join(root, n)).st_mode
+            assert not m & stat.S_IWOTH, (os.path.join(root, n), oct(m))
+
+
+@pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_other_user_cannot_plant_a_capture_in_a_root_session(tmp_path):
+    script = ('setpriv --reuid=nobody --regid=nogroup --clear-groups /bin/sh -c '
+              '\'echo x > "$MSMEMSCOPE_SESSION/9.0.msmcap" && echo planted || echo refused\'')
+    p = run(ARGS + [f"--output={tmp_path}/out", "--", "/bin/sh", "-c", script], tmp_path, umask=0)
+    assert "refused" in p.stdout and "planted" not in p.stdout, p.stdout + p.stderr
+
+
+def test_existing_process_folder_is_never_reused(cli, test_bin, tmp_path):
+    cli(ARGS + ["--save-capture=true", f"--output={tmp_path}/out", "--", test_bin / "short_threads", 2, 10],
+        tmp_path, check_rc=0)
+    d = process_dirs(tmp_path / "out")[0]
+    cap = next(d.glob("*.msmcap"))
+    # A replay's folder name is predictable: plant it with a link to a victim.
+    again = tmp_path / "again"
+    (again / d.name).mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    os.symlink(victim, again / d.name / "config.json")
+    p = cli(ARGS + [f"--replay={cap}", f"--output={again}"], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert victim.read_text() == "keep me"
+    assert (again / (d.name + "_2") / "config.json").is_file()
+
+
+def dump_csv(path, rows=3):
+    lines = [",".join(DUMP_HEADER)]
+    for i in range(rows):
+        lines.append(f'{2*i},MALLOC,HOST,N/A,{1000+i},7,7,cpu,0x{100+i:x},"{{addr:{256+i},size:64,'
+                     f'allocation_id:{i+1}}}",,')
+    return "\n".join(lines) + "\n"
+
+
+def test_analyze_write_back_keeps_mode_and_refuses_links(cli, tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    f = d / "memscope_dump_1.csv"
+    f.write_text(dump_csv())
+    os.chmod(f, 0o600)
+    # The old fixed temporary name, planted as a link: never followed.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    os.symlink(victim, str(f) + ".msmemscope.tmp")
+    p = cli(["--analyze=leaks", f"--input={f}", f"--output={tmp_path}/o"], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "wrote" in p.stdout and "back into" in p.stdout
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o600
+    assert victim.read_text() == "keep me"
+    assert not os.path.islink(f)
+    assert [n for n in os.listdir(d) if n.startswith("memscope_dump_1.csv.msmemscope.")] == \
+        ["memscope_dump_1.csv.msmemscope.tmp"]  # only the planted link; no temporary left
+    # The input itself a link: read, but never written through.
+    link = d / "memscope_dump_2.csv"
+    real = tmp_path / "real.csv"
+    real.write_text(dump_csv())
+    os.symlink(real, link)
+    p = cli(["--analyze=leaks", f"--input={link}", f"--output={tmp_path}/o"], tmp_path)
+    assert p.returncode == 70, p.stdout + p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith(f"msmemscope: error: {link}: cannot write the results back")
+    assert real.read_text() == dump_csv()
+
+
+def test_non_regular_and_huge_inputs_are_refused(cli, tmp_path):
+    p = cli(["--analyze=leaks", "--input=/dev/zero", f"--output={tmp_path}/o"], tmp_path, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1] == "msmemscope: error: --input: /dev/zero: not a regular file"
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the permission checks apply to a root host")
+def test_root_refuses_plugins_others_could_write(cli, tmp_path):
+    src = BUILD / "lib" / "msmemscope" / "plugins"
+    plugin = sorted(src.glob("libmsmemscope_plugin_*.so"))[0]
+    bad = tmp_path / "open"
+    bad.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(bad, 0o777)
+    shutil.copy(plugin, bad / "libmsmemscope_plugin_copy.so")
+    p = cli(["--list-plugins", f"--plugin-path={bad}"], tmp_path)
+    assert (f"refused: {bad}/libmsmemscope_plugin_copy.so: not loaded as root: its folder {bad} is writable by "
+            f"all users") in p.stdout, p.stdout
+    # Owned by another user.
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(plugin, other / "libmsmemscope_plugin_copy.so")
+    nobody = 65534
+    os.chown(other / "libmsmemscope_plugin_copy.so", nobody, nobody)
+    p = cli(["--list-plugins", f"--plugin-path={other}"], tmp_path)
+    assert (f"refused: {other}/libmsmemscope_plugin_copy.so: not loaded as root: "
+            f"{other}/libmsmemscope_plugin_copy.so belongs to user id {nobody}, not root") in p.stdout, p.stdout
+    p = cli(ARGS + [f"--output={tmp_path}/o", "--", "/bin/true"], tmp_path)
+    assert ("msmemscope: warning: running as root: plugins and agent libraries that a user other than root owns "
+            "or could write (they or a folder above them) are refused") in p.stderr
+
+
+PY_BAD_STRINGS = r'''
+import msmemscope
+def err(f):
+    try:
+        f()
+    except (TypeError, ValueError) as e:
+        return type(e).__name__ + ": " + str(e)
+    return "accepted"
+print(err(lambda: msmemscope.config(device="\udcff")))
+print(err(lambda: msmemscope.config(output="a\x00b")))
+print(err(lambda: msmemscope.take_snapshot(name="x\x00y")))
+print(err(lambda: msmemscope.RecordFunction("r\udc80")))
+'''
+
+
+def test_python_bad_strings_are_refused_before_anything_starts(tmp_path):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env["PYTHONPATH"] = str(BUILD / "python")
+    p = subprocess.run(["/usr/bin/python3", "-c", PY_BAD_STRINGS], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "ValueError: msmemscope.config: 'device' is not valid text: '\\udcff' at position 0 cannot be encoded as "
+        "UTF-8",
+        "ValueError: msmemscope.config: 'output' contains a NUL character (at position 1)",
+        "ValueError: msmemscope.take_snapshot: 'name' contains a NUL character (at position 1)",
+        "ValueError: msmemscope.RecordFunction: 'name' is not valid text: '\\udc80' at position 1 cannot be "
+        "encoded as UTF-8",
+    ]
+    assert not any(n.startswith(".msmemscope_session") for n in os.listdir(tmp_path))

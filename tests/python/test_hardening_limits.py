@@ -1,0 +1,131 @@
+"""Issue 16 §1, §5: resource limits and the tool's own failures never cost the
+profiled program; the exit status says when an output is incomplete (70);
+captures and thread chunks are given back as soon as they are read."""
+import os
+import re
+import resource
+import subprocess
+import struct
+
+from conftest import CLI, process_dirs
+
+ARGS = ["--device=cpu", "--events=alloc,free", "--analysis="]
+# Offset of CaptureHeader::chunks_taken (framework/common/capture_format.h, format 2).
+CHUNKS_TAKEN_OFFSET = 1632
+
+
+def run_limited(args, cwd, limits, umask=None, timeout=300):
+    def pre():
+        for res, val in limits:
+            resource.setrlimit(res, (val, val))
+        if umask is not None:
+            os.umask(umask)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=env, capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=pre)
+
+
+def test_file_size_limit_never_kills_the_program(test_bin, tmp_path):
+    # ulimit -f 2000 (2 MB): the capture (about 5 MB) and the CSV (tens of MB)
+    # both outgrow it. The program must end normally; the host says what was
+    # lost and why, and exits with 70.
+    limit = 2000 * 1024
+    p = run_limited(ARGS + [f"--output={tmp_path}/out", "--", test_bin / "sinks_alloc_loop", 400000], tmp_path,
+                    [(resource.RLIMIT_FSIZE, limit)])
+    assert p.returncode == 70, p.stdout + p.stderr
+    assert re.search(r"msmemscope: pid \d+ \(\S*sinks_alloc_loop 400000\) exited with code 0", p.stdout), p.stdout
+    assert ("[msmemscope] warning: collection turned off: the capture file reached the file-size limit "
+            "(ulimit -f)") in p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")]
+    assert any(re.fullmatch(r"msmemscope: error: pid \d+: output incomplete: \d+ event\(s\) could not be "
+                            r"recorded \(the capture reached the file-size limit, ulimit -f\)", l) for l in lines), lines
+    # The CSV sink met the same limit: EFBIG, reported (the host was not killed by SIGXFSZ).
+    assert any(l.startswith("msmemscope: error: pid ") and "plugin 'csv'" in l for l in lines), lines
+    dropped = int(re.search(r"dropped: (\d+)", p.stdout).group(1))
+    events = int(re.search(r"events: (\d+)", p.stdout).group(1))
+    # Every event is either written or counted as dropped (400000 pairs + START).
+    assert events + dropped >= 800000, (events, dropped)
+    assert dropped > 0
+
+
+def test_tiny_file_size_limit_leaves_the_program_alone(test_bin, tmp_path):
+    # Smaller than one chunk: no capture at all, said once; the program runs.
+    p = run_limited(ARGS + [f"--output={tmp_path}/out", "--", test_bin / "sinks_alloc_loop", 1000], tmp_path,
+                    [(resource.RLIMIT_FSIZE, 16384)])
+    assert "the file-size limit, ulimit -f, is smaller than one capture chunk" in p.stderr, p.stderr
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_captures_go_as_soon_as_their_process_is_read(tmp_path):
+    # A launcher running 30 short processes: the session folder holds the
+    # captures of the processes alive, not of every process ever run.
+    script = ('for i in $(seq 30); do /bin/true; done; '
+              'for i in $(seq 300); do n=$(ls "$MSMEMSCOPE_SESSION" | grep -c msmcap); '
+              '[ "$n" -le 8 ] && break; sleep 0.05; done; echo "left=$n"')
+    p = run_limited(ARGS + [f"--output={tmp_path}/out", "--", "/bin/sh", "-c", script], tmp_path, [])
+    assert p.returncode == 0, p.stdout + p.stderr
+    left = int(re.search(r"left=(\d+)", p.stdout).group(1))
+    assert left <= 8, p.stdout
+    assert len(process_dirs(tmp_path / "out")) >= 60  # every process and exec still has its output
+
+
+def test_short_threads_reuse_their_chunks(test_bin, tmp_path):
+    # 5,000 threads one after another, 10 malloc/free pairs each: their
+    # chunks are handed on, not one sealed 64 KiB chunk per thread.
+    p = run_limited(ARGS + ["--save-capture=true", f"--output={tmp_path}/out", "--", test_bin / "short_threads",
+                            5000, 10], tmp_path, [])
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = process_dirs(tmp_path / "out")
+    assert len(d) == 1
+    cap = next(d[0].glob("*.msmcap"))
+    with open(cap, "rb") as f:
+        f.seek(CHUNKS_TAKEN_OFFSET)
+        taken = struct.unpack("<Q", f.read(8))[0]
+    assert taken < 100, taken  # was 5,000+ (320 MiB)
+    assert cap.stat().st_size <= 4096 + 32 * 1024 * 1024
+    # Nothing lost: every pair is in the dump, each under its own thread.
+    rows = [l.split(",") for l in next((d[0] / "device_cpu" / "dump").glob("memscope_dump_*.csv")).open()]
+    mallocs = [r for r in rows if len(r) > 6 and r[1] == "MALLOC" and "size:4242" in ",".join(r)]
+    assert len(mallocs) == 50000
+    assert len({r[6] for r in mallocs}) > 1000  # thread ids kept (tids are reused by the kernel)
+    assert "dropped: 0" in p.stdout
+
+
+def test_replay_of_a_corrupt_capture_exits_70(cli, test_bin, tmp_path):
+    cli(ARGS + ["--save-capture=true", f"--output={tmp_path}/out", "--", test_bin / "short_threads", 3, 100],
+        tmp_path, check_rc=0)
+    cap = next(process_dirs(tmp_path / "out")[0].glob("*.msmcap"))
+    with open(cap, "r+b") as f:
+        f.seek(4096 + 32 + 10)  # inside the first chunk's records
+        b = f.read(1)
+        f.seek(4096 + 32 + 10)
+        f.write(bytes([b[0] ^ 0x40]))
+    p = cli(ARGS + [f"--replay={cap}", f"--output={tmp_path}/again"], tmp_path)
+    assert p.returncode == 70, p.stdout + p.stderr
+    errs = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")]
+    assert errs == [f"msmemscope: error: --replay: {cap}: corrupt capture: 1 damaged part(s) skipped "
+                    f"(first: checksum mismatch in chunk 0 at offset 0)"], p.stderr
+
+
+def test_full_disk_never_costs_the_program(test_bin, tmp_path):
+    # A 4 MiB file system for --output (root only: mount).
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)],
+                                           capture_output=True).returncode != 0:
+        import pytest
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        p = run_limited(ARGS + [f"--output={small}/o", "--", test_bin / "sinks_alloc_loop", 400000], tmp_path, [])
+    finally:
+        subprocess.run(["umount", "-l", str(small)])
+    assert p.returncode == 70, p.stdout + p.stderr
+    assert re.search(r"pid \d+ \(\S*sinks_alloc_loop 400000\) exited with code 0", p.stdout), p.stdout
+    assert "[msmemscope] warning: collection turned off: no space left on the disk for the capture file" in p.stderr
+    assert re.search(r"msmemscope: error: pid \d+: output incomplete: \d+ event\(s\) could not be recorded "
+                     r"\(the disk was full\)", p.stderr), p.stderr
+    assert "LOG ERROR" not in p.stderr
+    dropped = int(re.search(r"dropped: (\d+)", p.stdout).group(1))
+    events = int(re.search(r"events: (\d+)", p.stdout).group(1))
+    assert events + dropped >= 790000 and dropped > 0, (events, dropped)
