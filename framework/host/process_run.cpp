@@ -44,7 +44,8 @@ std::string make_dirs(const std::string& path) {
 }
 
 std::string make_fresh_dir(const std::string& path, std::string& error) {
-    for (int n = 1; n <= 1000; ++n) {
+    constexpr int kVariants = 100;
+    for (int n = 1; n <= kVariants; ++n) {
         std::string p = n == 1 ? path : path + "_" + std::to_string(n);
         if (mkdir(p.c_str(), 0777) == 0) return p;  // the umask applies (main keeps o+w out of it)
         if (errno != EEXIST) {
@@ -52,7 +53,8 @@ std::string make_fresh_dir(const std::string& path, std::string& error) {
             return "";
         }
     }
-    error = path + ": cannot create the output folder: 1000 folders of that name exist";
+    error = path + ": cannot create the output folder: it and " + std::to_string(kVariants - 1) +
+            " numbered variants (_2, _3, ...) exist";
     return "";
 }
 

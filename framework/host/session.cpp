@@ -178,22 +178,34 @@ static std::string describe_end(const ProcessSummary& s) {
     return "ended without an end record (killed by SIGKILL or the OOM killer)";
 }
 
-// As soon as a process's capture has been read to its end, it goes (or into
-// the output folder with --save-capture): a launcher that runs thousands of
-// processes holds the disk of the ones alive, not of all it ever ran.
+// As soon as a process's capture has been read to its end, its space goes
+// (truncated to nothing): a launcher that runs thousands of processes holds
+// the disk of the ones alive, not of all it ever ran. The empty file keeps
+// its name until the session ends, so that a later image of the same pid
+// (after exec) takes the next number instead of a name already read. With
+// --save-capture the capture moves into the output folder at the end.
 void Session::dispose_capture(const ProcessRun& run, const std::string& capture) {
-    std::error_code ec;
-    if (cfg_.save_capture && !run.summary().output_dir.empty()) {
-        fs::rename(capture, run.summary().output_dir + "/capture_" + std::to_string(run.summary().pid) + ".msmcap", ec);
-        if (ec) fs::copy_file(capture, run.summary().output_dir + "/capture.msmcap", ec);
+    (void)run;
+    if (cfg_.save_capture || !own_dir_) return;
+    int fd = open(capture.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        if (ftruncate(fd, 0) != 0) {
+            // Nothing lost: the file goes with the session folder.
+        }
+        close(fd);
     }
-    if (own_dir_) fs::remove(capture, ec);
 }
 
 void Session::join_all() {
     for (auto& r : running_) {
         if (r.thread.joinable()) r.thread.join();
         summaries_.push_back(r.run->summary());
+        std::error_code ec;
+        if (cfg_.save_capture && !r.run->summary().output_dir.empty()) {
+            fs::rename(r.capture, r.run->summary().output_dir + "/capture_" + std::to_string(r.run->summary().pid) + ".msmcap", ec);
+            if (ec) fs::copy_file(r.capture, r.run->summary().output_dir + "/capture.msmcap", ec);
+        }
+        if (own_dir_) fs::remove(r.capture, ec);
     }
     running_.clear();
     for (auto& a : summaries_)
@@ -386,10 +398,8 @@ int Session::print_summary(std::ostream& out) const {
                 std::cerr << "msmemscope: error: --replay: " << cfg_.replay << ": " << why << "\n";
             status = 70;
         }
-        if (s.plugin_dropped) {
-            for (auto& e : s.plugin_errors) std::cerr << "msmemscope: error: pid " << s.pid << ": " << e << "\n";
-            if (status == 0) status = 71;
-        }
+        // (The pipeline said on stderr which plugin was dropped and why.)
+        if (s.plugin_dropped && status == 0) status = 71;
         std::string how;
         if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
         else how = describe_end(s);

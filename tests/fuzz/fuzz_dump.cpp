@@ -100,6 +100,7 @@ TEST_CASE("dump DB reader: random values and damaged files (fixed seed)") {
                      "\"Process Id\",\"Thread Id\",\"Device Id\",\"Ptr\",\"Attr\",\"Call Stack(Python)\","
                      "\"Call Stack(C)\")",
                      nullptr, nullptr, nullptr);
+        sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
         sqlite3_stmt* st = nullptr;
         sqlite3_prepare_v2(db, "INSERT INTO memscope_dump VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &st, nullptr);
         const char* pool[] = {"", "1", "-1", "MALLOC", "FREE", "HOST", "N/A", "cpu", "0x10", "{size:5}",
@@ -110,6 +111,7 @@ TEST_CASE("dump DB reader: random values and damaged files (fixed seed)") {
             sqlite3_step(st);
         }
         sqlite3_finalize(st);
+        sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
         sqlite3_close(db);
     }
     std::vector<DumpRow> rows;

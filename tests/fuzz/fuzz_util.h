@@ -30,7 +30,9 @@ void write_file(const std::string& path, const std::string& bytes);
 // Stops a fuzz loop after `seconds` even if cases remain (slow machines).
 class Budget {
 public:
-    explicit Budget(double seconds) : end_(std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds)) {}
+    explicit Budget(double seconds)
+        : end_(std::chrono::steady_clock::now() +
+               std::chrono::milliseconds(static_cast<long long>(seconds * 1000))) {}
     bool left() const { return std::chrono::steady_clock::now() < end_; }
 
 private:

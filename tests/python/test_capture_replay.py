@@ -59,12 +59,17 @@ def test_replay_errors(cli, test_bin, tmp_path):
     with open(bad, "r+b") as f:
         f.seek(4096 + 32)  # first record of chunk 0
         f.write(b"\xee")
-    assert err(bad) == (f"msmemscope: error: --replay: {bad}: corrupt capture: 1 damaged record(s) skipped "
-                        f"(first: undecodable record in chunk 0 at offset 0)")
+    # Damage is found by the sealed chunk's checksum (format 2, #16): the
+    # output is incomplete (70), the chunk is skipped, never misread.
+    p = cli(ARGS + [f"--replay={bad}", f"--output={tmp_path}/x"], tmp_path)
+    assert p.returncode == 70
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"msmemscope: error: --replay: {bad}: corrupt capture: 1 damaged part(s) skipped "
+        f"(first: checksum mismatch in chunk 0 at offset 0)")
     newer = tmp_path / "newer.msmcap"
     shutil.copy(cap, newer)
     with open(newer, "r+b") as f:
         f.seek(8)
         f.write((99).to_bytes(4, "little"))
-    assert err(newer) == (f"msmemscope: error: --replay: {newer}: capture format 99.1 is not supported "
-                          f"(this build reads 1.x)")
+    assert err(newer) == (f"msmemscope: error: --replay: {newer}: capture format 99.0 is not supported "
+                          f"(this build reads 2.x)")

@@ -133,7 +133,8 @@ def test_help_version_and_plugins(tmp_path):
 def test_root_warning(tmp_path):
     p, _ = profile(tmp_path, [TEST_BIN / "known_allocs"], rc=0)
     if os.geteuid() == 0:
-        assert "msmemscope: warning: running as root: file permission checks are skipped" in p.stderr
+        assert ("msmemscope: warning: running as root: plugins and agent libraries that a user other than root "
+                "owns or could write (they or a folder above them) are refused") in p.stderr
     else:
         assert "running as root" not in p.stderr
 

@@ -184,15 +184,17 @@ def test_start_reports_a_host_that_ended(tmp_path):
 
 
 def test_start_reports_why_the_host_cannot_serve(tmp_path):
-    # The process folder's name taken by a file for the next seconds: the
-    # host cannot create it and says so; start() raises with its reason.
+    # The process folder's name and its 99 numbered variants taken by files
+    # for the next seconds: the host cannot create a fresh folder and says
+    # so; start() raises with its reason.
     p = run_script(tmp_path, """
         import os, time, msmemscope
         os.makedirs("out")
         now = time.time()
         for s in range(-1, 30):
             ts = time.strftime("%Y%m%d%H%M%S", time.localtime(now + s))
-            open(f"out/msmemscope_{os.getpid()}_{ts}_cpu", "w").close()
+            for n in ["", *(f"_{k}" for k in range(2, 101))]:
+                open(f"out/msmemscope_{os.getpid()}_{ts}_cpu{n}", "w").close()
         msmemscope.config(device="cpu", events="alloc", analysis="", output="out")
         try:
             msmemscope.start()
@@ -202,7 +204,8 @@ def test_start_reports_why_the_host_cannot_serve(tmp_path):
     line = [l for l in p.stdout.splitlines() if l.startswith("ERR ")]
     assert line, p.stdout + p.stderr
     assert line[0].startswith("ERR msmemscope: the host process cannot serve this process: "), line[0]
-    assert line[0].endswith("_cpu: cannot create the output folder: Not a directory"), line[0]
+    assert line[0].endswith("_cpu: cannot create the output folder: it and 99 numbered variants (_2, _3, ...) "
+                            "exist"), line[0]
 
 
 # ---------------------------------------------------------------- ranges, steps, snapshots

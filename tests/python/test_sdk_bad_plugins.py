@@ -64,7 +64,7 @@ def test_refusals_are_warnings_on_a_normal_run(cli, tmp_path):
 def test_analyzer_throwing_on_an_event_is_dropped_and_the_run_completes(cli, tmp_path):
     out = tmp_path / "out"
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",
-             "--analysis=throws_in_event", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
+             "--analysis=throws_in_event", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=71)
     m = re.search(r"plugin 'throws_in_event': failed on event (\d+); continuing without it", p.stderr)
     assert m, p.stderr
     assert len(re.findall(r"plugin 'throws_in_event': failed", p.stderr)) == 1, p.stderr
@@ -81,7 +81,7 @@ def test_analyzer_throwing_on_an_event_is_dropped_and_the_run_completes(cli, tmp
 def test_analyzer_throwing_in_create_is_left_out(cli, tmp_path):
     out = tmp_path / "out"
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",
-             "--analysis=throws_in_create", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
+             "--analysis=throws_in_create", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=71)
     assert ("plugin 'throws_in_create': create failed: throws_in_create: constructor failed on purpose; "
             "continuing without it") in p.stderr, p.stderr
     assert dump_files(process_dirs(out)[0])
