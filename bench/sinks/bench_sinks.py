@@ -65,7 +65,7 @@ def main():
 
     results = []
     for name, opts in RUNS:
-        out_dir = work / name
+        out_dir = work / name.replace("+", "_and_")  # '+' is not allowed in --output (msMemScope's rule)
         dt, rss, out = timed(base + opts + [f"--replay={capture}", f"--output={out_dir}"])
         events = next(int(l.split()[1].rstrip(",")) for l in out.splitlines() if l.strip().startswith("events:"))
         size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file() and f.suffix in (".csv", ".db", ".json", ".html"))

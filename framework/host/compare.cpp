@@ -50,12 +50,14 @@ bool load_side(const std::string& input, std::map<std::string, DeviceSeq>& out, 
     return true;
 }
 
-bool wanted(const msms_event& ev, int level) {
-    if (level == 0) return ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_END || ev.type == MSMS_T_ATB_END);
-    return ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.type == MSMS_T_KERNEL_LAUNCH;
+// levels: bit 0 op (ATEN_END/ATB_END), bit 1 kernel (KERNEL_LAUNCH); --level=op,kernel: both.
+bool wanted(const msms_event& ev, unsigned levels) {
+    if ((levels & 1u) && ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_END || ev.type == MSMS_T_ATB_END))
+        return true;
+    return (levels & 2u) && ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.type == MSMS_T_KERNEL_LAUNCH;
 }
 
-void build_entries(DeviceSeq& s, int level) {
+void build_entries(DeviceSeq& s, unsigned levels) {
     bool framework = false;
     for (auto& r : s.rows)
         if (r.rec.ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(r.rec.ev.type)) framework = true;
@@ -70,7 +72,7 @@ void build_entries(DeviceSeq& s, int level) {
         next[i] = counts(s.rows[i].rec.ev) ? static_cast<int64_t>(s.rows[i].rec.ev.size) : next[i + 1];
     for (size_t i = 0; i < s.rows.size(); ++i) {
         const Record& r = s.rows[i].rec;
-        if (!wanted(r.ev, level)) continue;
+        if (!wanted(r.ev, levels)) continue;
         const char* kind = msms_event_kind_name(r.ev.kind);
         s.entries.push_back(Entry{r.name, kind ? kind : "N/A", next[i + 1]});
     }
@@ -173,8 +175,8 @@ int compare_main(const Config& cfg) {
     for (auto& dev : devices) {
         DeviceSeq& a = base[dev];
         DeviceSeq& b = cmp[dev];
-        build_entries(a, cfg.level);
-        build_entries(b, cfg.level);
+        build_entries(a, cfg.levels);
+        build_entries(b, cfg.levels);
         if (a.entries.empty() && b.entries.empty()) continue;
         bool exact = true;
         auto pairs = align(a.entries, b.entries, exact);

@@ -33,17 +33,19 @@ using Catalog = std::vector<PluginInfo>;
 
 struct WatchSpec {
     std::string start;  // empty: from the beginning
-    int out_index = -1; // outN, -1 = all outputs
+    long long out_index = -1;  // start:N (or start:outN): only output N; -1 = all outputs
     std::string end;
     bool full_content = false;
-    std::string text;
+    std::string text;           // normalised for the target: "start[:outN],end[,full-content]"
 };
 
 struct Config {
     std::vector<long long> steps;
     std::vector<std::string> devices{"npu"};
-    int level = 0;                   // 0 op, 1 kernel
-    std::set<std::string> events{"alloc", "free", "launch"};
+    int level = 0;                   // 0 op, 1 kernel (1 whenever kernel is among the levels)
+    unsigned levels = 1;             // bit 0: op, bit 1: kernel (--level=op,kernel: both)
+    std::set<std::string> events{"alloc", "free", "launch"};          // collected
+    std::set<std::string> written_events{"alloc", "free", "launch"};  // written (--events as given)
     int c_depth = 0, py_depth = 0;   // 0: off
     bool c_stack = false, py_stack = false;
     std::string collect_mode = "immediate";
@@ -52,7 +54,7 @@ struct Config {
     std::vector<std::string> sinks;  // all sinks, data format first
     std::optional<WatchSpec> watch;
     std::string output = "memscopeDumpResults";
-    std::string log_level = "warn";
+    std::string log_level = "info";  // debug, info, warn, error
     bool compare = false;
     bool analyze = false;            // --analyze: offline analysis of --input
     std::vector<std::string> inputs;
@@ -66,6 +68,7 @@ struct Config {
     std::map<std::string, std::map<std::string, std::string>> plugin_options;
     std::vector<std::string> collectors;  // resolved at validation
     std::vector<std::string> program;
+    std::vector<std::string> warnings;  // to print as "msmemscope: warning: ..." before the run
 
     // "events=...;call_stack=...;..." for the agent in the target.
     std::string agent_options() const;
@@ -73,6 +76,10 @@ struct Config {
     // The backend name for folder names: cpu, npu, cuda.
     std::string backend() const;
     bool wants_device_kind(const std::string& kind) const;
+    // Log thresholds (0 debug, 1 info, 2 warn, 3 error): the run's log file
+    // gets log_level and up; stderr gets warnings and up (everything with debug).
+    int log_file_threshold() const;
+    int stderr_threshold() const;
 };
 
 // One raw setting before validation, with where it came from.
@@ -89,15 +96,18 @@ struct RawConfig {
     std::map<std::string, std::string> plugin_option_origin;
     std::vector<std::string> program;
     std::string config_file;
+    std::string config_origin = "--config";
     bool help = false, version = false, list_plugins = false;
+    bool verbose = false, quiet = false;  // -v/--verbose/--debug, -q/--quiet
+    std::vector<std::string> warnings;
 };
 
 // The long option names (canonical, with '-') and whether each takes a value.
 const std::vector<std::string>& option_names();
 bool option_takes_value(const std::string& name);
 
-// Splits argv into options and the program; parses the options with
-// Boost.Program_options. Appends errors; returns false on any.
+// Splits argv into our options (anywhere before "--", as getopt_long with
+// permutation) and the program. Appends errors; returns false on any.
 bool parse_command_line(int argc, const char* const* argv, RawConfig& raw, std::vector<std::string>& errors);
 // Loads --config YAML into raw (CLI values already in raw win).
 bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>& errors);

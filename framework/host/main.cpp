@@ -21,6 +21,10 @@ using namespace msms;
 
 namespace {
 
+void warn(const std::vector<std::string>& warnings) {
+    for (auto& w : warnings) std::cerr << "msmemscope: warning: " << w << "\n";
+}
+
 int fail(const std::vector<std::string>& errors) {
     for (auto& e : errors) std::cerr << "msmemscope: error: " << e << "\n";
     return 2;
@@ -64,6 +68,7 @@ int run_main(int argc, char** argv) {
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
+    warn(cfg.warnings);
     if (geteuid() == 0)
         std::cerr << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "
                      "root owns or could write (they or a folder above them) are refused; run as an ordinary "

@@ -46,8 +46,7 @@ void Pipeline::log(int level, const std::string& msg) {
         else if (level == 1) run_.log->warn(msg);
         else run_.log->error(msg);
     }
-    int threshold = cfg_.log_level == "info" ? 0 : cfg_.log_level == "warn" ? 1 : 2;
-    if (level >= threshold) std::cerr << "[msmemscope] " << (level >= 2 ? "error: " : level == 1 ? "warning: " : "") << msg << "\n";
+    if (level + 1 >= cfg_.stderr_threshold()) std::cerr << "[msmemscope] " << (level >= 2 ? "error: " : level == 1 ? "warning: " : "") << msg << "\n";
 }
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what) {

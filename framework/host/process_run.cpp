@@ -283,9 +283,9 @@ void ProcessRun::run_stream() {
     try {
         auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/msmemscope_logs/msmemscope_" + ts + ".log");
         run.log = std::make_shared<spdlog::logger>("msmemscope", sink);
-        run.log->set_level(cfg_.log_level == "info" ? spdlog::level::info
-                           : cfg_.log_level == "warn" ? spdlog::level::warn
-                                                      : spdlog::level::err);
+        static const spdlog::level::level_enum kLevels[] = {spdlog::level::debug, spdlog::level::info,
+                                                            spdlog::level::warn, spdlog::level::err};
+        run.log->set_level(kLevels[cfg_.log_file_threshold()]);
         run.log->flush_on(spdlog::level::info);
         // A log that cannot be written (full disk) is one more incomplete
         // output, said once in the summary instead of on every line.

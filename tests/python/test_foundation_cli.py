@@ -119,11 +119,11 @@ def test_unwritable_output_is_a_clear_error(tmp_path):
 def test_help_version_and_plugins(tmp_path):
     p = run_cli(["--help"], cwd=tmp_path, check_rc=0)
     for opt in ["--steps", "--device", "--level", "--events", "--call-stack", "--collect-mode", "--analysis",
-                "--data-format", "--watch", "--output", "--log-level", "--compare", "--input", "--config",
+                "--format", "--watch", "--output-path", "--log-level", "--compare", "--input-path", "--config",
                 "--list-plugins", "--sinks", "--replay"]:
         assert opt in p.stdout
     assert "npu, npu:{0..31}, cpu" in p.stdout
-    p = run_cli(["-v"], cwd=tmp_path, check_rc=0)
+    p = run_cli(["-V"], cwd=tmp_path, check_rc=0)
     assert re.fullmatch(r"msmemscope \d+\.\d+\.\d+\n", p.stdout)
     p = run_cli(["--list-plugins"], cwd=tmp_path, check_rc=0)
     assert re.search(r"^csv +sink +1\.0\.0 +/\S+/libmsmemscope_plugin_csv\.so$", p.stdout, re.M)

@@ -28,7 +28,7 @@ def test_yaml_errors_name_file_line_and_key(tmp_path):
     assert f"msmemscope: error: {tmp_path}/missing.yaml: cannot read the file\n" in p.stderr
     bad.write_text("level: 3\n")
     p = run_cli(["--config", bad, "--", "/bin/true"], cwd=tmp_path, check_rc=2)
-    assert f"msmemscope: error: {bad}:1: level: invalid value '3' (allowed: 0, op, 1, kernel)\n" in p.stderr
+    assert f"msmemscope: error: {bad}:1: level: invalid value '3' (allowed: op, kernel, op,kernel; 0 = op, 1 = kernel)\n" in p.stderr
 
 
 def test_command_line_overrides_yaml(tmp_path):

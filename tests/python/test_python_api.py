@@ -61,9 +61,10 @@ def kinds(rows):
      "msmemscope.config: device: invalid value 'gpu' (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})"),
     ({"device": ""}, ValueError,
      "msmemscope.config: device: empty value (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})"),
-    ({"level": "2"}, ValueError, "msmemscope.config: level: invalid value '2' (allowed: 0, op, 1, kernel)"),
+    ({"level": "2"}, ValueError,
+     "msmemscope.config: level: invalid value '2' (allowed: op, kernel, op,kernel; 0 = op, 1 = kernel)"),
     ({"events": "alloc,oops"}, ValueError,
-     "msmemscope.config: events: invalid value 'oops' (allowed: alloc, free, launch, access, traceback)"),
+     "msmemscope.config: events: invalid value 'oops' (allowed: alloc, free, launch, access, traceback, none)"),
     ({"call_stack": "c:1001"}, ValueError,
      "msmemscope.config: call_stack: depth '1001' of c out of range (allowed: 0..1000)"),
     ({"call_stack": "java"}, ValueError,
@@ -73,13 +74,14 @@ def kinds(rows):
     ({"data_format": "xml"}, ValueError, "msmemscope.config: data_format: invalid value 'xml' (allowed: csv, db)"),
     ({"collect_mode": "later"}, ValueError,
      "msmemscope.config: collect_mode: invalid value 'later' (allowed: immediate, deferred)"),
-    ({"log_level": "debug"}, ValueError,
-     "msmemscope.config: log_level: invalid value 'debug' (allowed: info, warn, error)"),
+    ({"log_level": "trace"}, ValueError,
+     "msmemscope.config: log_level: invalid value 'trace' (allowed: debug, info, warning, warn, error)"),
     ({"output": ""}, ValueError, "msmemscope.config: output: empty value (allowed: a folder path)"),
     ({"output_path": "x" * 4097}, ValueError, "msmemscope.config: output_path: path longer than 4096 characters"),
     ({"steps": "1,2,3,4,5,6"}, ValueError, "msmemscope.config: steps: at most 5 steps, got 6"),
     ({"watch": "a:out1"}, ValueError,
-     "msmemscope.config: watch: outN needs a start op: --watch=start:outN,end"),
+     "msmemscope.config: watch: invalid value 'a:out1': no ',' before the end op (allowed: [start[:N]],end[,"
+     "full-content], e.g. --watch=op1:0,op2 or --watch=,op2)"),
 ])
 def test_config_rejects(kw, exc, msg):
     with pytest.raises(exc) as e:

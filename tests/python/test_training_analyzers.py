@@ -72,14 +72,15 @@ def check_owners(rows, report):
 
 
 def test_decompose_owner_table_cli(tmp_path):
-    p = run_cli(tmp_path, ["--analysis=decompose"])
+    # ACCESS rows are written only when --events lists access (msMemScope's dump filter)
+    p = run_cli(tmp_path, ["--analysis=decompose", "--events=alloc,free,launch,access"])
     assert "====== Memory decomposition of device cpu ======" in p.stdout
     rows, _ = rows_of(tmp_path)
     check_owners(rows, p.stdout)
 
 
 def test_decompose_owner_table_python_mode(tmp_path):
-    p = run_python(tmp_path, {"analysis": "decompose"})
+    p = run_python(tmp_path, {"analysis": "decompose", "events": "alloc,free,launch,access"})
     rows, _ = rows_of(tmp_path)
     report = (proc_dir(tmp_path) / "msmemscope_logs").glob("*.log")
     text = p.stdout + p.stderr + "".join(f.read_text() for f in report)

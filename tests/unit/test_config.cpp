@@ -104,16 +104,22 @@ TEST_CASE("defaults follow COMPAT §1") {
     CHECK(r.cfg.analyzers == std::vector<std::string>{"leaks"});
     CHECK(r.cfg.sinks == std::vector<std::string>{"csv"});
     CHECK(r.cfg.output == "memscopeDumpResults");
-    CHECK(r.cfg.log_level == "warn");
+    CHECK(r.cfg.log_level == "info");
     CHECK(r.cfg.collect_mode == "immediate");
     CHECK(r.cfg.program == std::vector<std::string>{"prog"});
 }
 
-TEST_CASE("the program starts at the first word that is not an option") {
-    auto r = run({"--device=cpu", "bash", "user.sh", "--device=npu"});
+TEST_CASE("our options are read anywhere before --, only -- protects the program's own") {
+    auto r = run({"--device=cpu", "bash", "user.sh", "--device=npu", "--level=kernel"});
     REQUIRE(r.ok);
-    CHECK(r.cfg.devices == std::vector<std::string>{"cpu"});
-    CHECK(r.cfg.program == std::vector<std::string>{"bash", "user.sh", "--device=npu"});
+    CHECK(r.cfg.devices == std::vector<std::string>{"npu"});  // the last one given
+    CHECK(r.cfg.level == 1);
+    CHECK(r.cfg.program == std::vector<std::string>{"bash", "user.sh"});
+    auto p = run({"--device=cpu", "--", "bash", "user.sh", "--device=npu"});
+    REQUIRE(p.ok);
+    CHECK(p.cfg.program == std::vector<std::string>{"bash", "user.sh", "--device=npu"});
+    CHECK(only_error(run({"--device=cpu", "python", "train.py", "--lr=0.1"})) ==
+          "unknown option '--lr'; put the program's own options after '--' (msmemscope [options] -- <prog> [args])");
 }
 
 TEST_CASE("options also take their value as the next word") {
@@ -147,15 +153,15 @@ TEST_CASE("device values") {
 TEST_CASE("steps") {
     CHECK(only_error(run({"--steps=1,2,3,4,5,6", "--", "p"})) == "--steps: at most 5 steps, got 6");
     CHECK(only_error(run({"--steps=1,x", "--", "p"})) ==
-          "--steps: invalid value 'x' (allowed: non-negative integers, e.g. --steps=1,2,3)");
+          "--steps: invalid value 'x' (allowed: step ids 1..4294967295, e.g. --steps=1,2,3)");
     CHECK(run({"--steps=1,3", "--", "p"}).cfg.steps == std::vector<long long>{1, 3});
 }
 
 TEST_CASE("level, events and their implications") {
-    CHECK(only_error(run({"--level=2", "--", "p"})) == "--level: invalid value '2' (allowed: 0, op, 1, kernel)");
+    CHECK(only_error(run({"--level=2", "--", "p"})) == "--level: invalid value '2' (allowed: op, kernel, op,kernel; 0 = op, 1 = kernel)");
     CHECK(run({"--level=kernel", "--", "p"}).cfg.level == 1);
     CHECK(only_error(run({"--events=alloc,foo", "--", "p"})) ==
-          "--events: invalid value 'foo' (allowed: alloc, free, launch, access, traceback)");
+          "--events: invalid value 'foo' (allowed: alloc, free, launch, access, traceback, none)");
     // alloc implies free; access implies alloc and free
     CHECK(run({"--events=alloc", "--analysis=", "--", "p"}).cfg.events == std::set<std::string>{"alloc", "free"});
     CHECK(run({"--events=access", "--analysis=", "--", "p"}).cfg.events ==
@@ -183,13 +189,18 @@ TEST_CASE("call stacks") {
 TEST_CASE("analysis names, empty analysis and the oom:K argument") {
     CHECK(run({"--analysis=", "--", "p"}).cfg.analyzers.empty());
     CHECK(only_error(run({"--analysis=leak", "--", "p"})) ==
-          "--analysis: unknown analyzer 'leak'; did you mean 'leaks'? (available: inefficient, leaks, oom)");
+          "--analysis: unknown analyzer 'leak'; did you mean 'leaks'? (available: inefficient, leaks, oom, or none)");
     auto r = run({"--analysis=oom:25", "--", "p"});
     REQUIRE(r.ok);
     CHECK(r.cfg.plugin_options["oom"]["k"] == "25");
-    CHECK(only_error(run({"--analysis=oom:0", "--", "p"})) ==
-          "--analysis: oom.k: value 0 out of range (allowed: 1..1000)");
-    CHECK(only_error(run({"--analysis=leaks:3", "--", "p"})) == "--analysis: analyzer 'leaks' takes no ':' argument");
+    auto zero = run({"--analysis=oom:0", "--", "p"});  // msMemScope: warns and keeps K=10
+    REQUIRE(zero.ok);
+    CHECK(zero.cfg.plugin_options["oom"]["k"] == "10");
+    CHECK(zero.cfg.warnings ==
+          std::vector<std::string>{"--analysis: invalid OOM top-K value '0' (allowed: 1..1000); using the default 10"});
+    CHECK(only_error(run({"--analysis=leaks:3", "--", "p"})) ==
+          "--analysis: analyzer 'leaks' takes no ':' argument (only oom[:K], K 1..1000; other options: "
+          "--plugin-option=leaks.KEY=VALUE)");
 }
 
 TEST_CASE("data format, sinks, output, log level, collect mode") {
@@ -199,30 +210,44 @@ TEST_CASE("data format, sinks, output, log level, collect mode") {
           "--sinks: unknown sink 'htm' (available: csv, db, trace)");
     CHECK(only_error(run({"--output=" + std::string(4097, 'a'), "--", "p"})) ==
           "--output: path longer than 4096 characters");
-    CHECK(only_error(run({"--log-level=debug", "--", "p"})) ==
-          "--log-level: invalid value 'debug' (allowed: info, warn, error)");
+    CHECK(only_error(run({"--log-level=trace", "--", "p"})) ==
+          "--log-level: invalid value 'trace' (allowed: debug, info, warning, warn, error)");
+    CHECK(run({"--log-level=warning", "--", "p"}).cfg.log_level == "warn");
     CHECK(only_error(run({"--collect-mode=later", "--", "p"})) ==
           "--collect-mode: invalid value 'later' (allowed: immediate, deferred)");
 }
 
 TEST_CASE("watch") {
-    auto r = run({"--watch=op0:out1,op1,full-content", "--", "p"});
+    auto r = run({"--watch=op0:out1,op1,full-content", "--", "p"});  // our older outN form still reads
     REQUIRE(r.ok);
     REQUIRE(r.cfg.watch.has_value());
     CHECK(r.cfg.watch->start == "op0");
     CHECK(r.cfg.watch->out_index == 1);
     CHECK(r.cfg.watch->end == "op1");
     CHECK(r.cfg.watch->full_content);
-    CHECK(run({"--watch=op9", "--", "p"}).cfg.watch->end == "op9");
+    CHECK(r.cfg.watch->text == "op0:out1,op1,full-content");
+    CHECK(run({"--watch=,op9", "--", "p"}).cfg.watch->end == "op9");
+    CHECK(run({"--watch=,op9", "--", "p"}).cfg.watch->text == ",op9");
+    auto scoped = run({"--watch=aten::mul:3,aten::sum", "--", "p"});
+    REQUIRE(scoped.ok);
+    CHECK(scoped.cfg.watch->start == "aten::mul");
+    CHECK(scoped.cfg.watch->out_index == 3);
+    CHECK(scoped.cfg.watch->text == "aten::mul:out3,aten::sum");
+    CHECK(only_error(run({"--watch=op9", "--", "p"})) ==
+          "--watch: invalid value 'op9': no ',' before the end op (allowed: [start[:N]],end[,full-content], e.g. "
+          "--watch=op1:0,op2 or --watch=,op2)");
     CHECK(only_error(run({"--watch=a,b,c", "--", "p"})) ==
-          "--watch: invalid value 'a,b,c' (allowed: [start[:outN],]end[,full-content])");
+          "--watch: invalid value 'a,b,c': only 'full-content' may follow the end op (allowed: [start[:N]],end[,"
+          "full-content], e.g. --watch=op1:0,op2 or --watch=,op2)");
 }
 
 TEST_CASE("compare and missing program") {
     CHECK(only_error(run({})) == "no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
     CHECK(only_error(run({"--compare", "--input=a"})) ==
           "--input: --compare needs exactly two inputs, --input=<base>,<compare>");
-    CHECK(run({"--compare", "--input=a\xEF\xBC\x8C" "b"}).ok);
+    CHECK(only_error(run({"--compare", "--input=/nonexistent/a\xEF\xBC\x8C/tmp"})) ==
+          "--input: '/nonexistent/a' does not exist");
+    CHECK(run({"--compare", "--input=/tmp\xEF\xBC\x8C/tmp"}).ok);
     CHECK(only_error(run({"--input=a,b", "--", "p"})) == "--input: only valid together with --compare");
 }
 
@@ -252,11 +277,12 @@ TEST_CASE("YAML: keys with - or _, lists, the command line wins, unknown keys") 
 
     auto val = run({"--", "p"}, "level: 7\n");
     REQUIRE(val.errors.size() == 1);
-    CHECK(val.errors[0].find(":1: level: invalid value '7' (allowed: 0, op, 1, kernel)") != std::string::npos);
+    CHECK(val.errors[0].find(":1: level: invalid value '7' (allowed: op, kernel, op,kernel; 0 = op, 1 = kernel)") !=
+          std::string::npos);
 
-    auto plug = run({"--", "p"}, "plugins:\n  search_paths: [/opt/x]\n  options:\n    oom: {k: 5}\n");
+    auto plug = run({"--", "p"}, "plugins:\n  search_paths: [/tmp]\n  options:\n    oom: {k: 5}\n");
     REQUIRE(plug.ok);
-    CHECK(plug.cfg.plugin_search_paths == std::vector<std::string>{"/opt/x"});
+    CHECK(plug.cfg.plugin_search_paths == std::vector<std::string>{"/tmp"});
     CHECK(plug.cfg.plugin_options["oom"]["k"] == "5");
 
     auto pk = run({"--", "p"}, "plugins:\n  serch_paths: [a]\n");

@@ -21,6 +21,15 @@ std::string Config::backend() const {
     return "cpu";
 }
 
+int Config::log_file_threshold() const {
+    if (log_level == "debug") return 0;
+    if (log_level == "info") return 1;
+    if (log_level == "warn") return 2;
+    return 3;
+}
+
+int Config::stderr_threshold() const { return log_level == "debug" ? 0 : log_level == "error" ? 3 : 2; }
+
 std::string Config::agent_options() const {
     std::string s = "events=" + join(std::vector<std::string>(events.begin(), events.end()), ",");
     std::vector<std::string> cs;
@@ -50,8 +59,12 @@ std::string Config::to_json() const {
     for (auto n : steps) st.push(Json(static_cast<int64_t>(n)));
     j.set("steps", st);
     j.set("device", Json::from_list(devices));
-    j.set("level", Json(level == 0 ? "op" : "kernel"));
+    std::vector<std::string> lv;
+    if (levels & 1u) lv.push_back("op");
+    if (levels & 2u) lv.push_back("kernel");
+    j.set("level", Json(join(lv, ",")));
     j.set("events", Json::from_list(std::vector<std::string>(events.begin(), events.end())));
+    j.set("written_events", Json::from_list(std::vector<std::string>(written_events.begin(), written_events.end())));
     Json cs = Json::object();
     if (c_stack) cs.set("c", Json(static_cast<int64_t>(c_depth)));
     if (py_stack) cs.set("python", Json(static_cast<int64_t>(py_depth)));

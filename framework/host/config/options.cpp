@@ -7,38 +7,73 @@ namespace cfgopt {
 
 const std::vector<OptionDef>& options() {
     static const std::vector<OptionDef> table = {
-    {"help", false, "print this help and exit"},
-    {"version", false, "print the version and exit"},
-    {"config", true, "YAML profile; keys are the long option names ('-' or '_'), the command line wins"},
-    {"steps", true, "step ids to collect, at most 5 integers, e.g. --steps=1,2,3 (default: all steps)"},
-    {"device", true, "npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; several allowed (default: npu)"},
-    {"level", true, "0 or op (operator level, default), 1 or kernel"},
-    {"events", true, "alloc, free, launch, access, traceback (default: alloc,free,launch); "
-                     "alloc and free imply each other, access implies alloc,free"},
-    {"call-stack", true, "python, c, each with an optional :depth 0..1000 (default 50), e.g. c:20,python:10"},
-    {"collect-mode", true, "immediate (default: from program start) or deferred (between msmemscope.start()/stop())"},
-    {"analysis", true, "analyzers by name, e.g. leaks (default), inefficient, decompose, oom[:K] (K 1..1000); "
-                       "empty: none"},
-    {"data-format", true, "csv (default) or db (SQLite)"},
-    {"sinks", true, "further output sinks by name, e.g. trace,html"},
-    {"watch", true, "[start[:outN],]end[,full-content]: watch tensors from op start to op end"},
-    {"output", true, "output root, at most 4096 characters (default: memscopeDumpResults)"},
-    {"log-level", true, "info, warn (default), error"},
-    {"compare", false, "compare two runs offline: --compare --input=<base>,<compare>"},
-    {"input", true, "with --compare: the base and compare dump files or folders; with --analyze: the dump "
-                    "file (.csv/.db), folder or capture (.msmcap) to analyse"},
-    {"analyze", true, "offline: run these analyzers on --input instead of a program, e.g. "
-                      "--analyze=inefficient --input=memscope_dump_x.csv (results are written back into the file)"},
-    {"follow-fork", true, "true (default): profile child processes too; false: only the program started"},
-    {"replay", true, "re-run analyzers and sinks on a saved capture (.msmcap) instead of a program"},
-    {"save-capture", true, "true: keep the raw capture (.msmcap) in each process folder (default false)"},
-    {"list-plugins", false, "print every plugin found (name, kind, version, path) and why any was refused"},
-    {"plugin-option", true, "NAME.KEY=VALUE: an option of plugin NAME (repeatable)"},
-    {"plugin-path", true, "more folders to search for plugins (repeatable)"},
-    {"serve-session", true, "(internal, used by the Python package) serve the captures created in this folder"},
-    {"parent-pid", true, "(internal) with --serve-session: stop when this process has exited"},
-    {"ready-fd", true, "(internal) with --serve-session: write 'serving <capture>' to this descriptor once each capture's pipeline runs"},
-};
+        // General (msMemScope's names and short options)
+        {"help", 'h', false, nullptr, kGeneral, true, "", "show this help and exit"},
+        {"version", 'V', false, nullptr, kGeneral, true, "", "show the version and exit"},
+        {"verbose", 'v', false, nullptr, kGeneral, true, "", "same as --log-level=debug"},
+        {"quiet", 'q', false, nullptr, kGeneral, true, "", "same as --log-level=error"},
+        {"debug", 0, false, nullptr, kGeneral, true, "", "same as --log-level=debug"},
+        {"config", 0, true, nullptr, kGeneral, false, "<FILE>",
+         "YAML profile; keys are the long option names ('-' or '_'), the command line wins"},
+        // Collection
+        {"level", 0, true, nullptr, kCollection, true, "<LEVEL>",
+         "op, kernel or both (op,kernel); 0 = op, 1 = kernel [default: op]"},
+        {"events", 0, true, nullptr, kCollection, true, "<EVENT>",
+         "events written: alloc, free, launch, access, traceback or none [default: alloc,free,launch]; "
+         "alloc/free (and what the analyses need) are collected whenever any of them is"},
+        {"steps", 0, true, nullptr, kCollection, true, "<STEP>",
+         "step ids to collect, at most 5, each 1..4294967295, e.g. --steps=1,2,3 [default: all steps]"},
+        {"call-stack", 0, true, nullptr, kCollection, true, "<TYPE>[:<DEPTH>]",
+         "python, c, each with an optional :depth 0..1000 (default 50), e.g. c:20,python:10"},
+        {"collect-mode", 0, true, nullptr, kCollection, true, "<MODE>",
+         "immediate (from program start) or deferred (between msmemscope.start()/stop()) [default: immediate]"},
+        {"device", 0, true, nullptr, kCollection, true, "<DEVICE>",
+         "npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; several allowed [default: npu]"},
+        {"follow-fork", 0, true, nullptr, kCollection, false, "<BOOL>",
+         "true: profile child processes too; false: only the program started [default: true]"},
+        // Analysis
+        {"analysis", 0, true, nullptr, kAnalysis, true, "<TYPE>",
+         "leaks, decompose, inefficient, oom[:K] (K 1..1000, default 10), other installed analyzers, or none "
+         "[default: leaks]"},
+        {"compare", 0, false, nullptr, kAnalysis, true, "",
+         "compare two runs offline: --compare --input-path=<base>,<compare>"},
+        {"watch", 0, true, nullptr, kAnalysis, true, "<CONFIG>",
+         "[start[:N]],end[,full-content]: watch the outputs of op start (only output N) until op end"},
+        {"analyze", 0, true, nullptr, kAnalysis, false, "<TYPE>",
+         "offline: run these analyzers on --input-path instead of a program, e.g. "
+         "--analyze=inefficient --input-path=memscope_dump_x.csv (results are written back into the file)"},
+        {"replay", 0, true, nullptr, kAnalysis, false, "<FILE>",
+         "re-run analyzers and sinks on a saved capture (.msmcap) instead of a program"},
+        // Input / output
+        {"input-path", 'i', true, "input", kInputOutput, true, "<DIR>",
+         "with --compare: the base and compare dump files or folders; with --analyze: the dump file (.csv/.db), "
+         "folder or capture (.msmcap) to analyse"},
+        {"input", 0, true, "input", kHidden, true, "", ""},
+        {"output-path", 'o', true, "output", kInputOutput, true, "<DIR>",
+         "output root, at most 4096 characters [default: memscopeDumpResults]"},
+        {"output", 0, true, "output", kHidden, true, "", ""},
+        {"format", 0, true, "data-format", kInputOutput, true, "<FORMAT>", "csv or db (SQLite) [default: csv]"},
+        {"data-format", 0, true, "data-format", kHidden, true, "", ""},
+        {"sinks", 0, true, nullptr, kInputOutput, false, "<SINK>", "further output sinks by name, e.g. trace,html"},
+        {"save-capture", 0, true, nullptr, kInputOutput, false, "<BOOL>",
+         "true: keep the raw capture (.msmcap) in each process folder [default: false]"},
+        // Other
+        {"log-level", 0, true, nullptr, kOther, true, "<LEVEL>", "debug, info, warning (or warn), error [default: info]"},
+        // Plugins
+        {"list-plugins", 0, false, nullptr, kPlugins, false, "",
+         "print every plugin found (name, kind, version, path) and why any was refused"},
+        {"plugin-option", 0, true, nullptr, kPlugins, false, "<NAME.KEY=VALUE>",
+         "an option of plugin NAME (repeatable)"},
+        {"plugin-path", 0, true, nullptr, kPlugins, false, "<DIR>", "one more folder to search for plugins (repeatable)"},
+        // Internal (the Python package), exact names only
+        {"serve-session", 0, true, nullptr, kInternal, false, "<DIR>",
+         "(internal, used by the Python package) serve the captures created in this folder"},
+        {"parent-pid", 0, true, nullptr, kInternal, false, "<PID>",
+         "(internal) with --serve-session: stop when this process has exited"},
+        {"ready-fd", 0, true, nullptr, kInternal, false, "<FD>",
+         "(internal) with --serve-session: write 'serving <capture>' to this descriptor once each capture's "
+         "pipeline runs"},
+    };
     return table;
 }
 
@@ -51,7 +86,7 @@ std::string canonical(std::string key) {
 }
 
 std::string bad_value(const std::string& origin, const std::string& value, const std::string& allowed) {
-    return origin + ": invalid value '" + value + "' (allowed: " + allowed + ")";
+    return origin + ": invalid value '" + shown(value) + "' (allowed: " + allowed + ")";
 }
 
 const PluginInfo* find_plugin(const Catalog& c, const std::string& name, int kind) {
@@ -72,6 +107,19 @@ bool parse_bool(const std::string& v, bool& out) {
     if (v == "true" || v == "1" || v == "yes" || v == "on") return out = true, true;
     if (v == "false" || v == "0" || v == "no" || v == "off") return out = false, true;
     return false;
+}
+
+const OptionDef* find_option(const std::string& name) {
+    for (auto& o : options())
+        if (name == o.name) return &o;
+    return nullptr;
+}
+
+std::string shown(const std::string& value) {
+    if (value.size() <= 80) return value;
+    size_t cut = 80;
+    while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+    return value.substr(0, cut) + "\xE2\x80\xA6";
 }
 
 }  // namespace cfgopt

@@ -51,7 +51,7 @@ bool validate_plugin_options(const PluginInfo& plugin, const std::map<std::strin
             bool neg = !v.empty() && v[0] == '-';
             unsigned long long u;
             if (!parse_uint(neg ? v.substr(1) : v, u)) {
-                errors.push_back(where + ": invalid value '" + v + "' (allowed: an integer in " +
+                errors.push_back(where + ": invalid value '" + shown(v) + "' (allowed: an integer in " +
                                  std::to_string(o.min) + ".." + std::to_string(o.max) + ")");
                 ok = false;
                 continue;
@@ -68,7 +68,7 @@ bool validate_plugin_options(const PluginInfo& plugin, const std::map<std::strin
         case MSMS_OPT_BOOL: {
             bool b;
             if (!parse_bool(v, b)) {
-                errors.push_back(where + ": invalid value '" + v + "' (allowed: true, false)");
+                errors.push_back(where + ": invalid value '" + shown(v) + "' (allowed: true, false)");
                 ok = false;
                 continue;
             }
@@ -77,7 +77,7 @@ bool validate_plugin_options(const PluginInfo& plugin, const std::map<std::strin
         }
         case MSMS_OPT_ENUM:
             if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
-                errors.push_back(where + ": invalid value '" + v + "' (allowed: " + join(choices, ", ") + ")");
+                errors.push_back(where + ": invalid value '" + shown(v) + "' (allowed: " + join(choices, ", ") + ")");
                 ok = false;
                 continue;
             }
@@ -86,7 +86,7 @@ bool validate_plugin_options(const PluginInfo& plugin, const std::map<std::strin
             if (!choices.empty()) {
                 for (auto& item : split_list(v))
                     if (std::find(choices.begin(), choices.end(), item) == choices.end()) {
-                        errors.push_back(where + ": invalid item '" + item + "' (allowed: " + join(choices, ", ") +
+                        errors.push_back(where + ": invalid item '" + shown(item) + "' (allowed: " + join(choices, ", ") +
                                          ")");
                         ok = false;
                     }

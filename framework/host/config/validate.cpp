@@ -2,7 +2,13 @@
 // implied events, the analyzers, sinks and collectors chosen.
 #include "config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 
 #include <msmemscope/abi.h>
 #include "options.h"
@@ -10,6 +16,99 @@
 
 namespace msms {
 using namespace cfgopt;
+
+namespace {
+
+const char* const kWatchAllowed = "[start[:N]],end[,full-content], e.g. --watch=op1:0,op2 or --watch=,op2";
+
+// A device id as msMemScope reads it: decimal, 0x hex or 0 octal.
+bool parse_device_id(const std::string& s, unsigned long long& out) {
+    if (s.empty() || !isxdigit(static_cast<unsigned char>(s[0]))) return false;
+    errno = 0;
+    char* end = nullptr;
+    out = std::strtoull(s.c_str(), &end, 0);
+    return errno == 0 && end && *end == '\0';
+}
+
+// --watch=[start[:N]],end[,full-content] as msMemScope reads it: the start
+// part (possibly empty) always ends at the first ','; N is a bare output
+// index (our older "outN" is also read); an op name may contain "::".
+std::string parse_watch(const std::string& value, WatchSpec& w) {
+    size_t comma = value.find(',');
+    if (comma == std::string::npos) return "no ',' before the end op";
+    std::string start = value.substr(0, comma);
+    size_t colon = start.rfind(':');
+    if (colon != std::string::npos && !(colon > 0 && start[colon - 1] == ':')) {
+        std::string idx = start.substr(colon + 1);
+        start = start.substr(0, colon);
+        if (start.empty() || idx.empty()) return "':' needs a start op before it and an output index after it";
+        if (idx.rfind("out", 0) == 0 && idx.size() > 3) idx = idx.substr(3);
+        unsigned long long n;
+        if (!parse_uint(idx, n) || (idx.size() > 1 && idx[0] == '0') || n > 4294967295ull)
+            return "the output index must be a number 0..4294967295 without leading zeros";
+        w.out_index = static_cast<long long>(n);
+    }
+    std::string rest = value.substr(comma + 1);
+    size_t next = rest.find(',');
+    std::string end = rest.substr(0, next);
+    std::string tail = next == std::string::npos ? "" : rest.substr(next + 1);
+    if (end.empty()) return "the end op is required";
+    if (!tail.empty() && tail != "full-content") return "only 'full-content' may follow the end op";
+    w.start = start;
+    w.end = end;
+    w.full_content = tail == "full-content";
+    w.text = (start.empty() ? "" : start + (w.out_index >= 0 ? ":out" + std::to_string(w.out_index) : "")) + "," + end +
+             (w.full_content ? ",full-content" : "");
+    return "";
+}
+
+bool valid_output_char(const std::string& s, size_t& i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+        ++i;
+        return isalnum(c) || c == '.' || c == '/' || c == '_' || c == '-' || c == '~' || isspace(c);
+    }
+    // Chinese characters U+4E00..U+9FA5 (three UTF-8 bytes), as msMemScope allows.
+    if (i + 2 < s.size() && (c & 0xF0) == 0xE0 && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80) {
+        unsigned cp = ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) |
+                      (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
+        i += 3;
+        return cp >= 0x4E00 && cp <= 0x9FA5;
+    }
+    ++i;
+    return false;
+}
+
+// msMemScope's rules for --output: not blank; letters, digits, '.', '/',
+// '_', '-', '~', spaces and Chinese characters only; each folder name at
+// most 255 bytes, the whole at most 4096, at most 32 levels deep.
+std::string check_output_path(const std::string& p) {
+    if (trim(p).empty()) return "empty value (allowed: a folder path)";
+    if (p.size() > 4096) return "path longer than 4096 characters";
+    for (size_t i = 0; i < p.size();) {
+        size_t at = i;
+        if (!valid_output_char(p, i)) {
+            std::string ch = p.substr(at, i - at);
+            return "invalid character '" + ch + "' in '" + shown(p) +
+                   "' (allowed: letters, digits, '.', '/', '_', '-', '~', spaces, Chinese characters)";
+        }
+    }
+    for (size_t start = 0; start <= p.size();) {
+        size_t slash = p.find('/', start);
+        if (slash == std::string::npos) slash = p.size();
+        if (slash - start > 255) return "a folder name is longer than 255 characters";
+        start = slash + 1;
+    }
+    std::string abs = p;
+    if (p[0] != '/') {
+        char cwd[4096];
+        if (getcwd(cwd, sizeof cwd)) abs = std::string(cwd) + "/" + p;
+    }
+    if (std::count(abs.begin(), abs.end(), '/') > 32) return "more than 32 folder levels deep";
+    return "";
+}
+
+}  // namespace
 
 bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::vector<std::string>& errors) {
     size_t before = errors.size();
@@ -23,10 +122,12 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     if (auto v = get("steps")) {
         cfg.steps.clear();
         auto items = split_list(v->value);
+        if (items.empty())
+            errors.push_back(v->origin + ": empty value (allowed: at most 5 step ids 1..4294967295, e.g. --steps=1,2,3)");
         for (auto& s : items) {
             unsigned long long n;
-            if (!parse_uint(s, n) || n > 0x7fffffff)
-                errors.push_back(bad_value(v->origin, s, "non-negative integers, e.g. --steps=1,2,3"));
+            if (!parse_uint(s, n) || n == 0 || n > 4294967295ull)
+                errors.push_back(bad_value(v->origin, s, "step ids 1..4294967295, e.g. --steps=1,2,3"));
             else
                 cfg.steps.push_back(static_cast<long long>(n));
         }
@@ -48,7 +149,10 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
                 std::string k = kind;
                 if (d.rfind(k, 0) == 0) {
                     unsigned long long id;
-                    if (parse_uint(d.substr(k.size()), id) && id <= 31) ok = true;
+                    if (parse_device_id(d.substr(k.size()), id) && id <= 31) {
+                        ok = true;
+                        d = k + std::to_string(id);  // npu:0x1f -> npu:31
+                    }
                     if (ok && ((k == "npu:" && all_npu) || (k == "cuda:" && all_cuda))) {
                         d.clear();  // "npu" together with "npu:N" means all NPUs
                     }
@@ -61,19 +165,34 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         }
     }
     if (auto v = get("level")) {
-        std::string s = trim(v->value);
-        if (s == "0" || s == "op") cfg.level = 0;
-        else if (s == "1" || s == "kernel") cfg.level = 1;
-        else errors.push_back(bad_value(v->origin, s, "0, op, 1, kernel"));
+        unsigned levels = 0;
+        auto items = split_list(v->value);
+        if (items.empty()) errors.push_back(v->origin + ": empty value (allowed: op, kernel, op,kernel; 0 = op, 1 = kernel)");
+        for (auto& s : items) {
+            if (s == "0" || s == "op") levels |= 1u;
+            else if (s == "1" || s == "kernel") levels |= 2u;
+            else errors.push_back(bad_value(v->origin, s, "op, kernel, op,kernel; 0 = op, 1 = kernel"));
+        }
+        if (levels) {
+            cfg.levels = levels;
+            cfg.level = (levels & 2u) ? 1 : 0;
+        }
     }
     if (auto v = get("events")) {
         cfg.events.clear();
-        for (auto& e : split_list(v->value)) {
-            if (e == "alloc" || e == "free" || e == "launch" || e == "access" || e == "traceback")
-                cfg.events.insert(e);
-            else
-                errors.push_back(bad_value(v->origin, e, kEventsAllowed));
+        auto items = split_list(v->value);
+        bool none = std::find(items.begin(), items.end(), "none") != items.end();
+        for (auto& e : items) {
+            if (e == "alloc" || e == "free" || e == "launch" || e == "access" || e == "traceback" || e == "none") {
+                if (!none) cfg.events.insert(e);
+            } else {
+                errors.push_back(bad_value(v->origin, e, std::string(kEventsAllowed) + ", none"));
+            }
         }
+        if (none && items.size() > 1)
+            cfg.warnings.push_back(v->origin + ": 'none' mixed with other event types; no events are written");
+        // What is written is exactly what was listed (msMemScope's dump filter).
+        cfg.written_events = cfg.events;
     }
     if (auto v = get("call-stack")) {
         for (auto& item : split_list(v->value)) {
@@ -113,12 +232,14 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     }
     if (auto v = get("log-level")) {
         std::string s = trim(v->value);
-        if (s != "info" && s != "warn" && s != "error") errors.push_back(bad_value(v->origin, s, "info, warn, error"));
-        else cfg.log_level = s;
+        if (s != "debug" && s != "info" && s != "warn" && s != "warning" && s != "error")
+            errors.push_back(bad_value(v->origin, s, "debug, info, warning, warn, error"));
+        else
+            cfg.log_level = s == "warning" ? "warn" : s;
     }
     if (auto v = get("output")) {
-        if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a folder path)");
-        else if (v->value.size() > 4096) errors.push_back(v->origin + ": path longer than 4096 characters");
+        std::string why = check_output_path(v->value);
+        if (!why.empty()) errors.push_back(v->origin + ": " + why);
         else cfg.output = v->value;
     }
     for (const char* key : {"follow-fork", "save-capture", "compare"}) {
@@ -138,8 +259,14 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         for (auto& s : cfg.inputs)
             if (s.size() > 4096) errors.push_back(v->origin + ": path longer than 4096 characters");
     }
-    if (auto v = get("replay")) cfg.replay = v->value;
-    if (auto v = get("serve-session")) cfg.serve_session = v->value;
+    if (auto v = get("replay")) {
+        if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a capture file, .msmcap)");
+        cfg.replay = v->value;
+    }
+    if (auto v = get("serve-session")) {
+        if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a session folder)");
+        cfg.serve_session = v->value;
+    }
     if (auto v = get("parent-pid")) {
         unsigned long long n;
         if (!parse_uint(v->value, n) || n == 0 || n > 0x7fffffff) errors.push_back(bad_value(v->origin, v->value, "a process id"));
@@ -152,36 +279,13 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         else cfg.ready_fd = static_cast<int>(n);
     }
     if (auto v = get("watch")) {
-        auto items = split_list(v->value);
         WatchSpec w;
-        w.text = v->value;
-        if (!items.empty() && items.back() == "full-content") {
-            w.full_content = true;
-            items.pop_back();
-        }
-        if (items.size() == 1) {
-            size_t colon = items[0].rfind(':');  // "aten::sum" is an op name; "op:out0" is not an end op
-            if (colon != std::string::npos && items[0].compare(colon + 1, 3, "out") == 0 && colon + 4 < items[0].size() &&
-                items[0].find_first_not_of("0123456789", colon + 4) == std::string::npos)
-                errors.push_back(v->origin + ": outN needs a start op: " + std::string("--watch=start:outN,end"));
-            w.end = items[0];
-        } else if (items.size() == 2) {
-            w.start = items[0];
-            w.end = items[1];
-            size_t colon = w.start.rfind(':');
-            if (colon != std::string::npos && w.start.compare(colon + 1, 3, "out") == 0) {
-                unsigned long long n;
-                if (!parse_uint(w.start.substr(colon + 4), n))
-                    errors.push_back(bad_value(v->origin, w.start, "start[:outN] with N a number"));
-                else
-                    w.out_index = static_cast<int>(n);
-                w.start = w.start.substr(0, colon);
-            }
-        } else {
-            errors.push_back(bad_value(v->origin, v->value, "[start[:outN],]end[,full-content]"));
-        }
-        if (w.end.empty() && items.size() <= 2) errors.push_back(v->origin + ": the end op is required ([start[:outN],]end[,full-content])");
-        cfg.watch = w;
+        std::string why = parse_watch(v->value, w);
+        if (!why.empty())
+            errors.push_back(v->origin + ": invalid value '" + shown(v->value) + "': " + why + " (allowed: " +
+                             kWatchAllowed + ")");
+        else
+            cfg.watch = w;
     }
 
     // Analyzers by name; "name:value" sets the analyzer's first option.
@@ -195,7 +299,13 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     }
     if (auto v = analysis_value) {
         cfg.analyzers.clear();
-        for (auto& item : split_list(v->value)) {
+        auto items = split_list(v->value);
+        bool none = !cfg.analyze && std::find(items.begin(), items.end(), "none") != items.end();
+        if (none && items.size() > 1)
+            cfg.warnings.push_back(v->origin + ": 'none' mixed with other analysis types; no analysis is run");
+        unsigned long long n_scratch = 0;
+        for (auto& item : items) {
+            if (none) break;
             std::string name = item, arg;
             size_t colon = item.find(':');
             if (colon != std::string::npos) {
@@ -205,17 +315,34 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             const PluginInfo* p = find_plugin(catalog, name, MSMS_KIND_ANALYZER);
             if (!p) {
                 std::string guess = did_you_mean(name, analyzers);
-                errors.push_back(v->origin + ": unknown analyzer '" + name + "'" +
+                errors.push_back(v->origin + ": unknown analyzer '" + shown(name) + "'" +
                                  (guess.empty() ? "" : "; did you mean '" + guess + "'?") + " (available: " +
-                                 (analyzers.empty() ? std::string("none found") : join(analyzers, ", ")) + ")");
+                                 (analyzers.empty() ? std::string("none found") : join(analyzers, ", ")) +
+                                 (cfg.analyze ? "" : ", or none") + ")");
                 continue;
             }
             if (colon != std::string::npos) {
-                if (p->options.empty()) {
-                    errors.push_back(v->origin + ": analyzer '" + name + "' takes no ':' argument");
+                // msMemScope's own analyses take no ':' argument except oom[:K] (a bad K warns and
+                // keeps the default there); other analyzers: "name:value" sets their first option.
+                bool upstream_name = name == "leaks" || name == "decompose" || name == "inefficient";
+                if (upstream_name || p->options.empty()) {
+                    errors.push_back(v->origin + ": analyzer '" + name + "' takes no ':' argument (" +
+                                     (upstream_name ? std::string("only oom[:K], K 1..1000; other options: ")
+                                                    : std::string("options: ")) +
+                                     "--plugin-option=" + name + ".KEY=VALUE)");
                     continue;
                 }
-                given[name][p->options[0].name] = arg;
+                if (name != "oom") {
+                    given[name][p->options[0].name] = arg;  // checked against the schema below
+                } else if (const PluginInfo::Option& k = p->options[0];
+                           !parse_uint(arg, n_scratch) || static_cast<long long>(n_scratch) < k.min ||
+                           static_cast<long long>(n_scratch) > k.max) {
+                    cfg.warnings.push_back(v->origin + ": invalid OOM top-K value '" + shown(arg) + "' (allowed: " +
+                                           std::to_string(k.min) + ".." + std::to_string(k.max) + "); using the default " +
+                                           (k.has_default ? k.default_value : std::string("value")));
+                } else if (!given[name].count(k.name)) {
+                    given[name][k.name] = arg;
+                }
             }
             if (std::find(cfg.analyzers.begin(), cfg.analyzers.end(), name) == cfg.analyzers.end())
                 cfg.analyzers.push_back(name);
@@ -255,6 +382,20 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     if (cfg.events.count("alloc") || cfg.events.count("free") || cfg.events.count("access")) {
         cfg.events.insert("alloc");
         cfg.events.insert("free");
+    }
+
+    // What is written (--events as given; msMemScope's Dump::ShouldDumpEvent):
+    // sinks that declare a "write_events" option get it unless it was set.
+    {
+        std::vector<std::string> w;
+        for (auto& e : cfg.written_events)
+            if (e != "traceback") w.push_back(e);
+        for (auto& name : cfg.sinks) {
+            const PluginInfo* p = find_plugin(catalog, name, MSMS_KIND_SINK);
+            if (!p || given[name].count("write_events")) continue;
+            for (auto& o : p->options)
+                if (o.name == "write_events") given[name]["write_events"] = w.empty() ? "none" : join(w, ",");
+        }
     }
 
     // Plugin options: validated against each plugin's schema.
@@ -302,6 +443,25 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "watch") == cfg.analyzers.end())
         cfg.analyzers.push_back("watch");
 
+    // Options given for a plugin this run does not use have no effect: say so.
+    for (auto& [pname, opts] : raw.plugin_options) {
+        auto in = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), pname) != v.end(); };
+        auto oit = raw.plugin_option_origin.find(pname);
+        std::string origin = oit != raw.plugin_option_origin.end() ? oit->second : "--plugin-option";
+        for (auto& p : catalog) {
+            if (p.name != pname) continue;
+            if (p.kind == MSMS_KIND_ANALYZER && !in(cfg.analyzers))
+                cfg.warnings.push_back(origin + ": analyzer '" + pname + "' is not selected, so its options have no "
+                                       "effect (select it with --analysis=" + pname + ")");
+            else if (p.kind == MSMS_KIND_SINK && !in(cfg.sinks))
+                cfg.warnings.push_back(origin + ": sink '" + pname + "' is not selected, so its options have no "
+                                       "effect (select it with --sinks=" + pname + " or --format=" + pname + ")");
+            else if (p.kind == MSMS_KIND_COLLECTOR && !in(cfg.collectors) && !cfg.analyze && !cfg.compare)
+                cfg.warnings.push_back(origin + ": collector '" + pname + "' does not run for --device=" +
+                                       join(cfg.devices, ",") + ", so its options have no effect");
+        }
+    }
+
     if (cfg.compare) {
         if (cfg.inputs.size() != 2)
             errors.push_back("--input: --compare needs exactly two inputs, --input=<base>,<compare>");
@@ -311,6 +471,12 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     } else if (get("input")) {
         errors.push_back("--input: only valid together with --compare");
     }
+    if (cfg.compare && cfg.inputs.size() == 2)
+        for (auto& in : cfg.inputs) {
+            struct stat st;
+            if (stat(in.c_str(), &st) != 0)
+                errors.push_back(get("input")->origin + ": '" + shown(in) + "' does not exist");
+        }
     if (!cfg.compare && !cfg.analyze && cfg.replay.empty() && cfg.serve_session.empty() && cfg.program.empty() && !raw.list_plugins)
         errors.push_back("no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
     return errors.size() == before;

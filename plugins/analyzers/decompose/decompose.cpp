@@ -73,7 +73,7 @@ public:
     static constexpr const char* kTypeName = "decompose";
     static constexpr const char* kVersion = "1.0.0";
     static constexpr const char* kDescription = "memory decomposition: owner of every allocation, live/peak per owner";
-    static constexpr const char* kEvents = "alloc,free";
+    static constexpr const char* kEvents = "alloc,free,access";  // as msMemScope (3757ec2): decompose turns on access
 
     DecomposeAnalyzer(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
 

@@ -18,6 +18,7 @@
 #include "dump_row.h"
 #include "util/csv.h"
 #include "util/text.h"
+#include "util/written_events.h"
 
 namespace fs = std::filesystem;
 
@@ -73,7 +74,14 @@ public:
     static constexpr const char* kDescription =
         "memscope_dump_{ts}.csv per device and python_trace CSV, compatible with msMemScope";
 
-    CsvSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+    CsvSink(msmemscope::Host host, const msmemscope::Options& opts)
+        : host_(host), written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))) {}
+
+    static const msms_option_spec* options(uint32_t& count) {
+        static const msms_option_spec specs[] = {msms::WrittenEvents::kOptionSpec};
+        count = 1;
+        return specs;
+    }
 
     void begin(const msmemscope::RunInfo& run) override {
         dir_ = run.output_dir;
@@ -81,6 +89,7 @@ public:
     }
 
     void on_event(const msms_event& ev) override {
+        if (!written_.wants(ev)) return;  // --events is what is written (frees still reach the analyzers)
         if (ev.kind == MSMS_EV_PY_TRACE) {
             if (!trace_) {
                 std::string dev = first_device_.empty() ? "cpu" : first_device_;
@@ -185,6 +194,7 @@ private:
     }
 
     msmemscope::Host host_;
+    msms::WrittenEvents written_;
     std::string dir_, ts_, first_device_;
     std::map<std::string, std::unique_ptr<File>> files_;
     std::unique_ptr<File> trace_;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "util/json.h"
+#include "util/written_events.h"
 
 namespace fs = std::filesystem;
 
@@ -357,11 +358,19 @@ public:
         "memscope_dump_{ts}.db per device (SQLite, msMemScope-compatible memscope_dump and python_trace tables, "
         "plus indexed blocks, stacks and findings)";
 
-    DbSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+    DbSink(msmemscope::Host host, const msmemscope::Options& opts)
+        : host_(host), written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))) {}
+
+    static const msms_option_spec* options(uint32_t& count) {
+        static const msms_option_spec specs[] = {msms::WrittenEvents::kOptionSpec};
+        count = 1;
+        return specs;
+    }
 
     void begin(const msmemscope::RunInfo& run) override { run_ = run; }
 
     void on_event(const msms_event& ev) override {
+        if (!written_.wants(ev)) return;  // --events is what is written (frees still reach the analyzers)
         if (ev.kind == MSMS_EV_PY_TRACE) {
             Database& d = first_device_.empty() ? open("cpu") : *dbs_.at(first_device_);
             d.python_trace(ev, run_.pid ? run_.pid : ev.pid);
@@ -435,6 +444,7 @@ private:
     static constexpr size_t kMaxPending = 100000;
 
     msmemscope::Host host_;
+    msms::WrittenEvents written_;
     msmemscope::RunInfo run_;
     std::vector<Pending> pending_;
     std::string first_device_;
