@@ -188,12 +188,18 @@ void Session::dispose_capture(const ProcessRun& run, const std::string& capture)
     (void)run;
     if (cfg_.save_capture || !own_dir_) return;
     int fd = open(capture.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
+    if (fd < 0) return;
+    // Only once its writer is gone (it holds the lock for its whole life): a
+    // run that stopped early (e.g. no output folder) must not pull the file
+    // from under a live process (SIGBUS). Otherwise the file goes with the
+    // session folder.
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
         if (ftruncate(fd, 0) != 0) {
             // Nothing lost: the file goes with the session folder.
         }
-        close(fd);
+        flock(fd, LOCK_UN);
     }
+    close(fd);
 }
 
 void Session::join_all() {

@@ -1,6 +1,8 @@
 #include "host_process.h"
 
+#include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 namespace msms {
@@ -10,6 +12,12 @@ bool g_set_up = false;
 }  // namespace
 
 void host_process_setup() {
+    // Under an address-space limit (ulimit -v), glibc's per-thread arenas
+    // (64 MiB of address space each) fail to be created and every malloc of
+    // those threads falls back to its own mmap: the host crawls. One arena
+    // grows within the limit instead.
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) mallopt(M_ARENA_MAX, 1);
     g_user_umask = umask(0);
     umask(g_user_umask | S_IWOTH);
     signal(SIGXFSZ, SIG_IGN);

@@ -132,3 +132,13 @@ def test_full_disk_never_costs_the_program(test_bin, tmp_path):
     dropped = int(re.search(r"dropped: (\d+)", p.stdout).group(1))
     events = int(re.search(r"events: (\d+)", p.stdout).group(1))
     assert events + dropped >= 799000 and dropped > 0, (events, dropped)
+
+
+def test_address_space_limit_host_keeps_its_pace(test_bin, tmp_path):
+    # ulimit -v 150 MB for the host and the program: glibc's per-thread
+    # arenas cannot be made there, and the host's threads used to fall back
+    # to one mmap per malloc (a 300k-pair run did not finish in 10 minutes).
+    p = run_limited(ARGS + [f"--output={tmp_path}/out", "--", test_bin / "sinks_alloc_loop", 300000], tmp_path,
+                    [(resource.RLIMIT_AS, 150 * 1000 * 1024)], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"exited with code 0\n.*\n  events: 599873, dropped: 0", p.stdout), p.stdout
