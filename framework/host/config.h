@@ -42,6 +42,7 @@ struct WatchSpec {
 struct Config {
     std::vector<long long> steps;
     std::vector<std::string> devices{"npu"};
+    bool devices_given = false;      // --device (or YAML/Python device) was set
     int level = 0;                   // 0 op, 1 kernel (1 whenever kernel is among the levels)
     unsigned levels = 1;             // bit 0: op, bit 1: kernel (--level=op,kernel: both)
     std::set<std::string> events{"alloc", "free", "launch"};          // collected
@@ -73,7 +74,7 @@ struct Config {
     // "events=...;call_stack=...;..." for the agent in the target.
     std::string agent_options() const;
     std::string to_json() const;
-    // The backend name for folder names: cpu, npu, cuda.
+    // The run folder suffix: ascend (whenever an npu is collected, as msMemScope), cuda or cpu.
     std::string backend() const;
     bool wants_device_kind(const std::string& kind) const;
     // Log thresholds (0 debug, 1 info, 2 warn, 3 error): the run's log file

@@ -7,9 +7,11 @@
 #include <iostream>
 
 #include "compare.h"
+#include "compare_log.h"
 #include "config.h"
 #include "offline/offline.h"
 #include "registry.h"
+#include "replay_devices.h"
 #include "session.h"
 #include "util/host_process.h"
 
@@ -74,8 +76,16 @@ int run_main(int argc, char** argv) {
                      "root owns or could write (they or a folder above them) are refused; run as an ordinary "
                      "user where possible\n";
 
-    if (cfg.compare) return compare_main(cfg);
+    if (cfg.compare) {
+        CompareLog log(cfg.output);
+        int rc = compare_main(cfg);
+        log.finish(rc);
+        return rc;
+    }
     if (cfg.analyze) return offline_main(cfg, registry);
+    // A replay without --device reproduces the devices recorded in the capture.
+    if (!cfg.replay.empty() && !cfg.devices_given)
+        if (auto devices = capture_devices(cfg.replay); !devices.empty()) cfg.devices = devices;
     Session session(cfg, registry);
     int code;
     if (!cfg.serve_session.empty()) {

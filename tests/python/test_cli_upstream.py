@@ -3,6 +3,7 @@ options anywhere before '--' (also after the program name), short options and
 upstream's names, and --events as the set of rows WRITTEN (Dump::ShouldDumpEvent):
 frees are still collected for the analyses when --events=alloc writes none."""
 import glob
+import json
 import sqlite3
 
 from conftest import TEST_BIN, dump_files, process_dirs, read_dump, run_cli
@@ -93,3 +94,30 @@ def test_output_path_character_rules(tmp_path):
                         "'/', '_', '-', '~', spaces, Chinese characters)\n")
     p = run_cli(["--device=cpu", "-o", " ", "--", "/bin/true"], cwd=tmp_path, check_rc=2)
     assert p.stderr == "msmemscope: error: -o: empty value (allowed: a folder path)\n"
+
+
+def test_npu_runs_are_named_ascend_and_a_replay_keeps_the_recorded_devices(tmp_path):
+    run_cli(["--device=cpu,npu:0", "--analysis=", "--save-capture=true", f"--output={tmp_path}/rec", "--",
+             TEST_BIN / "known_allocs", "0"], cwd=tmp_path, check_rc=0)
+    (rec,) = process_dirs(tmp_path / "rec")
+    assert rec.name.endswith("_ascend"), rec.name  # msMemScope's name whenever an npu is collected
+    (capture,) = rec.glob("capture_*.msmcap")
+    # no --device: the devices come from the capture (its host rows), not from the default npu
+    p = run_cli([f"--replay={capture}", "--analysis=", f"--output={tmp_path}/rep"], cwd=tmp_path, check_rc=0)
+    (rep,) = process_dirs(tmp_path / "rep")
+    assert rep.name.endswith("_cpu"), rep.name
+    assert read_dump(dump_files(rep)[0]) and "events: 0," not in p.stdout
+    assert json.loads((rep / "config.json").read_text())["device"] == ["cpu"]
+
+
+def test_compare_writes_under_output_compare_with_its_log(tmp_path):
+    for name in ("a", "b"):
+        run_cli(["--device=cpu", "--analysis=", f"--output={tmp_path}/{name}", "--", TEST_BIN / "known_allocs", "0"],
+                cwd=tmp_path, check_rc=0)
+    p = run_cli(["--compare", f"-i{tmp_path}/a,{tmp_path}/b", "-o", tmp_path / "cmp"], cwd=tmp_path, check_rc=0)
+    (csv_file,) = (tmp_path / "cmp" / "compare").glob("memory_compare_*.csv")
+    assert csv_file.read_text().startswith(",,,Base,Compare\n")
+    (log,) = (tmp_path / "cmp" / "compare" / "msmemscope_logs").glob("msmemscope_*.log")
+    text = log.read_text()
+    assert "[INFO]  Start to compare memory data.\n" in text
+    assert "[INFO]  The memory comparison has been completed in a total time of " in text, p.stdout

@@ -12,88 +12,11 @@
 #include <msmemscope/abi.h>
 
 #include "config.h"
+#include "config_fixture.h"
 
 using namespace msms;
+using namespace msms_test;
 
-namespace {
-
-Catalog catalog() {
-    Catalog c;
-    PluginInfo leaks;
-    leaks.name = "leaks";
-    leaks.kind = MSMS_KIND_ANALYZER;
-    leaks.events = {"alloc", "free"};
-    c.push_back(leaks);
-    PluginInfo ineff;
-    ineff.name = "inefficient";
-    ineff.kind = MSMS_KIND_ANALYZER;
-    ineff.events = {"alloc", "free", "access", "launch"};
-    PluginInfo::Option thr;
-    thr.name = "idle_threshold";
-    thr.type = MSMS_OPT_INT;
-    thr.default_value = "3000";
-    thr.has_default = true;
-    thr.min = 1;
-    thr.max = 1000000;
-    ineff.options.push_back(thr);
-    c.push_back(ineff);
-    PluginInfo oom;
-    oom.name = "oom";
-    oom.kind = MSMS_KIND_ANALYZER;
-    PluginInfo::Option k;
-    k.name = "k";
-    k.type = MSMS_OPT_INT;
-    k.default_value = "10";
-    k.has_default = true;
-    k.min = 1;
-    k.max = 1000;
-    oom.options.push_back(k);
-    c.push_back(oom);
-    for (const char* s : {"csv", "db", "trace"}) {
-        PluginInfo p;
-        p.name = s;
-        p.kind = MSMS_KIND_SINK;
-        c.push_back(p);
-    }
-    PluginInfo heap;
-    heap.name = "host_heap";
-    heap.kind = MSMS_KIND_COLLECTOR;
-    heap.events = {"alloc", "free"};
-    heap.devices = {"cpu"};
-    c.push_back(heap);
-    return c;
-}
-
-struct Result {
-    bool ok;
-    Config cfg;
-    std::vector<std::string> errors;
-};
-
-Result run(std::vector<std::string> args, const std::string& yaml = "") {
-    std::vector<const char*> argv{"msmemscope"};
-    for (auto& a : args) argv.push_back(a.c_str());
-    RawConfig raw;
-    Result r;
-    parse_command_line(static_cast<int>(argv.size()), argv.data(), raw, r.errors);
-    if (!yaml.empty()) {
-        std::string path = "/tmp/msmemscope_test_config_" + std::to_string(getpid()) + ".yaml";
-        std::ofstream(path) << yaml;
-        raw.config_file = path;
-        load_yaml(path, raw, r.errors);
-        std::remove(path.c_str());
-    }
-    if (r.errors.empty()) validate(raw, catalog(), r.cfg, r.errors);
-    r.ok = r.errors.empty();
-    return r;
-}
-
-std::string only_error(const Result& r) {
-    REQUIRE(r.errors.size() == 1);
-    return r.errors[0];
-}
-
-}  // namespace
 
 TEST_CASE("defaults follow COMPAT §1") {
     auto r = run({"--", "prog"});
@@ -189,7 +112,7 @@ TEST_CASE("call stacks") {
 TEST_CASE("analysis names, empty analysis and the oom:K argument") {
     CHECK(run({"--analysis=", "--", "p"}).cfg.analyzers.empty());
     CHECK(only_error(run({"--analysis=leak", "--", "p"})) ==
-          "--analysis: unknown analyzer 'leak'; did you mean 'leaks'? (available: inefficient, leaks, oom, or none)");
+          "--analysis: unknown analyzer 'leak'; did you mean 'leaks'? (available: decompose, inefficient, leaks, oom, or none)");
     auto r = run({"--analysis=oom:25", "--", "p"});
     REQUIRE(r.ok);
     CHECK(r.cfg.plugin_options["oom"]["k"] == "25");
@@ -303,4 +226,87 @@ TEST_CASE("agent options carry what the target needs") {
     CHECK(s.find("events=alloc,free;") == 0);
     CHECK(s.find(";call_stack=c:8;") != std::string::npos);
     CHECK(s.find(";collectors=host_heap") != std::string::npos);
+}
+
+namespace {
+std::vector<std::string> yaml_errors(const std::string& path) {
+    RawConfig raw;
+    std::vector<std::string> errors;
+    std::string arg = "--config=" + path;
+    const char* argv[] = {"msmemscope", arg.c_str(), "--", "p"};
+    parse_command_line(4, argv, raw, errors);
+    if (errors.empty()) load_yaml(raw.config_file, raw, errors);
+    return errors;
+}
+}  // namespace
+
+TEST_CASE("empty or meaningless values are clear errors (#16)") {
+    CHECK(only_error(run({"--config=", "--", "p"})) == "--config: empty value (allowed: a YAML file)");
+    CHECK(only_error(run({"--serve-session="})) == "--serve-session: empty value (allowed: a session folder)");
+    CHECK(only_error(run({"--steps=", "--", "p"})) ==
+          "--steps: empty value (allowed: at most 5 step ids 1..4294967295, e.g. --steps=1,2,3)");
+    CHECK(only_error(run({"--plugin-path=/nonexistent/plugins", "--", "p"})) ==
+          "--plugin-path: '/nonexistent/plugins' does not exist");
+    CHECK(only_error(run({"--plugin-path=/etc/hostname", "--", "p"})) == "--plugin-path: '/etc/hostname' is not a folder");
+    CHECK(only_error(run({"--replay="})) == "--replay: empty value (allowed: a capture file, .msmcap)");
+    // leaks has options, but msMemScope's analyses take no ':' argument (only oom:K)
+    CHECK(only_error(run({"--analysis=leaks:5", "--", "p"})) ==
+          "--analysis: analyzer 'leaks' takes no ':' argument (only oom[:K], K 1..1000; other options: "
+          "--plugin-option=leaks.KEY=VALUE)");
+    // a value echoed in an error is cut at 80 characters
+    CHECK(only_error(run({"--collect-mode=" + std::string(200, 'x'), "--", "p"})) ==
+          "--collect-mode: invalid value '" + std::string(80, 'x') + "\xE2\x80\xA6' (allowed: immediate, deferred)");
+}
+
+TEST_CASE("--config that is a folder, too large, or with duplicate and many unknown keys (#16)") {
+    CHECK(yaml_errors("/tmp") == std::vector<std::string>{"--config: '/tmp' is a folder, not a YAML file"});
+    std::string big = "/tmp/msmemscope_test_big_" + std::to_string(getpid()) + ".yaml";
+    {
+        std::ofstream f(big);
+        f << "device: cpu\n# " << std::string(1 << 20, 'x') << "\n";
+    }
+    auto e = yaml_errors(big);
+    std::remove(big.c_str());
+    REQUIRE(e.size() == 1);
+    CHECK(e[0] == "--config: '" + big + "' is larger than 1 MiB (1048591 bytes); a profile is a short list of options");
+
+    auto dup = run({"--", "p"}, "device: cpu\nlevel: op\ndevice: npu\nplugins:\n  options:\n    oom: {k: 1, k: 2}\n");
+    REQUIRE(dup.errors.size() == 2);
+    CHECK(dup.errors[0].find(".yaml:3: duplicate key 'device' (first given at line 1)") != std::string::npos);
+    CHECK(dup.errors[1].find(".yaml:6: duplicate key 'plugins.options.oom.k' (first given at line 6)") !=
+          std::string::npos);
+
+    std::string many;
+    for (int i = 0; i < 25; ++i) many += "zz_unknown_" + std::to_string(i) + ": 1\n";
+    auto unk = run({"--", "p"}, many);
+    REQUIRE(unk.errors.size() == 21);
+    CHECK(unk.errors[0].find(":1: unknown key 'zz_unknown_0'") != std::string::npos);
+    CHECK(unk.errors[20].find(": and 5 more unknown keys") != std::string::npos);
+}
+
+TEST_CASE("paths in YAML are relative to the YAML file's folder (#17)") {
+    // run() writes the profile into /tmp
+    auto r = run({"--", "p"}, "output: results\nplugins:\n  search_paths: [.]\n");
+    REQUIRE(r.ok);
+    CHECK(r.cfg.output == "/tmp/results");
+    CHECK(r.cfg.plugin_search_paths == std::vector<std::string>{"/tmp/."});
+    auto missing = run({"--", "p"}, "plugins:\n  search_paths: [no_such_plugins]\n");
+    REQUIRE(missing.errors.size() == 1);
+    CHECK(missing.errors[0].find(":2: plugins.search_paths: '/tmp/no_such_plugins' does not exist (relative paths are "
+                                 "relative to the YAML file's folder)") != std::string::npos);
+    auto replay = run({}, "replay: no_such.msmcap\n");
+    REQUIRE(replay.errors.size() == 1);
+    CHECK(replay.errors[0].find(":1: replay: '/tmp/no_such.msmcap' does not exist (relative paths are relative to "
+                                "the YAML file's folder)") != std::string::npos);
+    // the command line is taken as given (relative to the working directory)
+    CHECK(run({"--output=results", "--", "p"}, "output: other\n").cfg.output == "results");
+}
+
+TEST_CASE("options for a plugin that is not selected warn (#17)") {
+    auto r = run({"--plugin-option=inefficient.idle_threshold=5", "--sinks=trace", "--", "p"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.warnings == std::vector<std::string>{
+                                "--plugin-option: analyzer 'inefficient' is not selected, so its options have no effect "
+                                "(select it with --analysis=inefficient)"});
+    CHECK(run({"--plugin-option=inefficient.idle_threshold=5", "--analysis=inefficient", "--", "p"}).cfg.warnings.empty());
 }

@@ -14,10 +14,11 @@ bool Config::wants_device_kind(const std::string& kind) const {
 }
 
 std::string Config::backend() const {
-    for (auto& d : devices) {
-        if (d.rfind("npu", 0) == 0) return "npu";
+    // msMemScope names the run folder "_ascend"; we keep _cuda/_cpu for the others.
+    for (auto& d : devices)
+        if (d.rfind("npu", 0) == 0) return "ascend";
+    for (auto& d : devices)
         if (d.rfind("cuda", 0) == 0) return "cuda";
-    }
     return "cpu";
 }
 

@@ -134,6 +134,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         if (items.size() > 5) errors.push_back(v->origin + ": at most 5 steps, got " + std::to_string(items.size()));
     }
     if (auto v = get("device")) {
+        cfg.devices_given = true;
         auto items = split_list(v->value);
         if (items.empty()) errors.push_back(v->origin + ": empty value (allowed: " + kDeviceAllowed + ")");
         cfg.devices.clear();
@@ -207,7 +208,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
                 continue;
             }
             unsigned long long d = 50;
-            if (colon != std::string::npos && (!parse_uint(depth, d) || d > 1000)) {
+            if (colon != std::string::npos && (!parse_uint(depth, d) || d > 1000 || (depth.size() > 1 && depth[0] == '0'))) {
                 errors.push_back(v->origin + ": depth '" + depth + "' of " + which + " out of range (allowed: 0..1000)");
                 continue;
             }
@@ -477,7 +478,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             if (stat(in.c_str(), &st) != 0)
                 errors.push_back(get("input")->origin + ": '" + shown(in) + "' does not exist");
         }
-    if (!cfg.compare && !cfg.analyze && cfg.replay.empty() && cfg.serve_session.empty() && cfg.program.empty() && !raw.list_plugins)
+    if (!cfg.compare && !cfg.analyze && !get("replay") && !get("serve-session") && cfg.program.empty() && !raw.list_plugins)
         errors.push_back("no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
     return errors.size() == before;
 }

@@ -57,9 +57,8 @@ struct Loader {
     std::string resolve(const std::string& p) const { return p.empty() || p[0] == '/' ? p : dir + p; }
 
     // Duplicate keys in one mapping (yaml-cpp keeps both): an error naming the key path.
-    bool check_duplicates(const YAML::Node& map, const std::string& prefix) {
+    void check_duplicates(const YAML::Node& map, const std::string& prefix) {
         std::map<std::string, int> seen;
-        bool fine = true;
         for (auto it : map) {
             if (!it.first.IsScalar()) continue;
             std::string k = canonical(it.first.Scalar());
@@ -68,10 +67,8 @@ struct Loader {
             if (!fresh) {
                 error(path + ":" + std::to_string(line) + ": duplicate key '" + shown(prefix + it.first.Scalar()) +
                       "' (first given at line " + std::to_string(pos->second) + ")");
-                fine = false;
             }
         }
-        return fine;
     }
 
     bool scalar_or_list(const YAML::Node& n, const std::string& where, std::string& out, bool& is_list) {
@@ -106,7 +103,7 @@ struct Loader {
             error(where + ": expected a mapping with search_paths and options");
             return;
         }
-        if (!check_duplicates(p, "plugins.")) return;
+        check_duplicates(p, "plugins.");
         for (auto pit : p) {
             std::string pk = canonical(pit.first.Scalar());
             std::string pwhere = line_of(pit.first) + ": plugins." + pit.first.Scalar();
@@ -130,7 +127,7 @@ struct Loader {
                     error(pwhere + ": expected a mapping of plugin names to their options");
                     continue;
                 }
-                if (!check_duplicates(pit.second, "plugins.options.")) continue;
+                check_duplicates(pit.second, "plugins.options.");
                 for (auto plug : pit.second) {
                     std::string pname = plug.first.Scalar();
                     std::string owhere = line_of(plug.first) + ": plugins.options." + pname;
@@ -138,7 +135,7 @@ struct Loader {
                         error(owhere + ": expected a mapping of option names to values");
                         continue;
                     }
-                    if (!check_duplicates(plug.second, "plugins.options." + pname + ".")) continue;
+                    check_duplicates(plug.second, "plugins.options." + pname + ".");
                     for (auto kv : plug.second) {
                         std::string v;
                         bool is_list;
@@ -165,7 +162,7 @@ struct Loader {
                 keys.push_back(u);
             }
         keys.push_back("plugins");
-        if (!check_duplicates(root, "")) return;
+        check_duplicates(root, "");  // reported; the rest is still checked
         for (auto it : root) {
             std::string key = it.first.IsScalar() ? it.first.Scalar() : std::string("?");
             std::string canon = canonical(key);
