@@ -40,6 +40,7 @@ std::atomic<uint8_t*> g_segments[capture::kMaxSegments];
 std::atomic<uint32_t> g_seg_sealed[capture::kMaxSegments];
 std::atomic_flag g_grow_lock = ATOMIC_FLAG_INIT;
 std::atomic<uint64_t> g_next_string_id{1};
+std::atomic<uint32_t> g_next_lane{1};  // lanes: see ChunkHeader::tid in capture_format.h
 std::atomic<bool> g_closed{false};
 pthread_key_t g_thread_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
@@ -242,6 +243,7 @@ ThreadWriter* new_writer() {
     if (p == MAP_FAILED) return nullptr;
     auto* w = static_cast<ThreadWriter*>(p);  // zero-filled
     w->tid = static_cast<uint32_t>(syscall(SYS_gettid));
+    w->lane = g_next_lane.fetch_add(1, std::memory_order_relaxed);
     w->generation = g_generation.load(std::memory_order_relaxed);
     w->last_abs = now_ns();
     pthread_once(&g_key_once, make_key);
@@ -293,6 +295,7 @@ ThreadWriter* writer_for_slow(size_t need) {
         uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
         memset(w, 0, sizeof(*w));
         w->tid = tid;
+        w->lane = g_next_lane.fetch_add(1, std::memory_order_relaxed);
         w->generation = g_generation.load(std::memory_order_relaxed);
         w->last_abs = now_ns();
     }
@@ -310,7 +313,7 @@ ThreadWriter* writer_for_slow(size_t need) {
         // One call instead of sixteen page faults while the chunk fills
         // (a no-op on kernels without MADV_POPULATE_WRITE).
         madvise(c, capture::kChunkSize, kMadvPopulateWrite);
-        c->tid = w->tid;
+        c->tid = w->lane;
         c->used.store(0, std::memory_order_relaxed);
         c->sealed.store(0, std::memory_order_relaxed);
         c->pending.store(0, std::memory_order_relaxed);
@@ -321,6 +324,12 @@ ThreadWriter* writer_for_slow(size_t need) {
         w->end = reinterpret_cast<uint8_t*>(c) + capture::kChunkSize;
         w->last_ts = 0;
         w->last_ptr = 0;
+        // Every chunk names its thread first (the lane is not a thread id).
+        uint8_t* p = w->cur;
+        *p++ = capture::kThread;
+        p = capture::put_varint(p, w->tid);
+        commit(w, p);
+        if (w->cur + need > w->end) return nullptr;
     }
     return w;
 }
@@ -431,6 +440,7 @@ int channel_open(const char* session_dir) {
     for (auto& s : g_segments) s.store(nullptr, std::memory_order_relaxed);
     for (auto& n : g_seg_sealed) n.store(0, std::memory_order_relaxed);
     g_handon_n = 0;
+    g_next_lane.store(1, std::memory_order_relaxed);
     g_next_string_id.store(1, std::memory_order_relaxed);
     g_generation.fetch_add(1, std::memory_order_relaxed);
     memcpy(h->magic, capture::kMagic, sizeof(h->magic));  // last: marks the header valid

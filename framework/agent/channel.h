@@ -25,6 +25,7 @@ struct ThreadWriter {
     uint64_t last_abs;  // this thread's last timestamp (absolute)
     uintptr_t stack_lo, stack_hi;  // the thread's stack (C stacks only)
     uint32_t tid;
+    uint32_t lane;        // ChunkHeader::tid of the chunks this writer takes (unique per writer)
     uint32_t generation;  // channel generation this writer belongs to
     static constexpr uint32_t kCacheSize = 512;
     uint64_t string_hash[kCacheSize];

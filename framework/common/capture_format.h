@@ -17,7 +17,7 @@
 // gets the checksum of its records when it is sealed, so a damaged capture is
 // reported, never misread. Text fields are always NUL-terminated within their
 // size. A chunk whose thread exits is handed to the next new thread (a kThread
-// record names the new writer) instead of being sealed two-thirds empty.
+// record names the new writer) instead of being sealed mostly empty.
 //
 // Exact ordering across threads (no reorder window): while a thread is
 // between reading the clock and publishing its record it keeps
@@ -102,9 +102,14 @@ static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
 constexpr size_t kFixedEnd = offsetof(CaptureHeader, fixed_sum);
 
+// A chunk belongs to a lane: the chunks one writer took, in order, and the
+// chunk it handed on at exit, written by later threads one after the other.
+// Records in a lane are in time order; a lane is never written by two
+// threads at once. Each chunk starts with a kThread record (the writer's
+// thread id); a kThread record further on marks a hand-on.
 struct ChunkHeader {
     std::atomic<uint32_t> magic;  // set last (release) when the chunk is set up
-    uint32_t tid;
+    uint32_t tid;                 // the lane (unique per writer; not a thread id)
     std::atomic<uint32_t> used;    // bytes of records published
     std::atomic<uint32_t> sealed;  // 1: the thread moved on, no more writes
     std::atomic<uint64_t> pending; // non-zero: a record is in flight whose

@@ -212,8 +212,9 @@ size_t CaptureReader::poll() {
             else if (!gone_ || !ch) uninitialized_.push_back(idx);
             continue;
         }
-        uint32_t tid = ch->tid;
-        thread_chunks_[tid].push_back(ChunkState{idx, tid, tid, 0});
+        // Keyed by lane; the thread comes from the chunk's first record.
+        uint32_t lane = ch->tid;
+        thread_chunks_[lane].push_back(ChunkState{idx, lane, 0, 0});
     }
     // In-flight records (read before the records themselves: a record
     // published after this point has its pending mark visible here).

@@ -125,11 +125,11 @@ public:
     const std::string& read_error() const { return read_error_; }
 
 private:
-    // A chunk is read in the lane of the thread that set it up (tid); a chunk
-    // handed on at thread exit carries later threads' records (cur_tid).
+    // A chunk is read in its lane (ChunkHeader::tid, capture_format.h); the
+    // thread of its records comes from kThread records (cur_tid).
     struct ChunkState {
         uint64_t index;
-        uint32_t tid;
+        uint32_t tid;  // the lane
         uint32_t cur_tid;
         uint32_t read = 0;
         uint64_t last_ts = 0;   // delta decoding state (starts at 0 per chunk)

@@ -26,6 +26,7 @@ struct Image {
 };
 
 struct ChunkSpec {
+    uint32_t lane;
     uint32_t tid;
     bool sealed;
     uint32_t handed_to;  // non-zero: a kThread record half-way
@@ -34,7 +35,7 @@ struct ChunkSpec {
 // A small valid capture: 3 chunks (two threads, the second chunk handed on
 // to a third thread), strings, heap and generic records, an end record.
 Image make_capture(std::vector<std::pair<size_t, size_t>>& protected_ranges) {
-    const std::vector<ChunkSpec> chunks = {{100, true, 0}, {101, true, 0}, {100, false, 102}};
+    const std::vector<ChunkSpec> chunks = {{1, 100, true, 0}, {2, 101, true, 0}, {1, 100, false, 102}};
     Image img;
     img.words.assign((kHeaderSize + chunks.size() * kChunkSize) / 8, 0);
     auto* h = reinterpret_cast<CaptureHeader*>(img.bytes());
@@ -61,8 +62,10 @@ Image make_capture(std::vector<std::pair<size_t, size_t>>& protected_ranges) {
     uint64_t ts = 2'000'000, ptr = 0x7f0000001000;
     for (size_t i = 0; i < chunks.size(); ++i) {
         auto* c = reinterpret_cast<ChunkHeader*>(img.bytes() + chunk_offset(i));
-        c->tid = chunks[i].tid;
+        c->tid = chunks[i].lane;
         uint8_t* p = reinterpret_cast<uint8_t*>(c + 1);
+        *p++ = kThread;
+        p = put_varint(p, chunks[i].tid);
         uint64_t last_ts = 0, last_ptr = 0;
         auto stamp = [&](uint8_t tag) {
             *p++ = tag;
