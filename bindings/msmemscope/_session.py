@@ -87,8 +87,11 @@ def _cli_options() -> List[str]:
 
 
 def under_cli() -> bool:
-    """True when the msmemscope CLI started this process (its agent is attached)."""
-    return bool(os.environ.get("MSMEMSCOPE_SESSION")) and _agent_preloaded()
+    """True when this process runs under the msmemscope CLI (directly or as a
+    descendant of its target): the CLI's session is joined, never a second
+    one opened. The CLI's agent is preloaded, or loaded here when the
+    process lost it (a script that set its own LD_PRELOAD)."""
+    return bool(os.environ.get("MSMEMSCOPE_SESSION"))
 
 
 def _agent_preloaded() -> bool:
@@ -97,6 +100,13 @@ def _agent_preloaded() -> bool:
             return "libmsmemscope_agent.so" in f.read()
     except OSError:
         return False
+
+
+def _not_followed() -> bool:
+    root = os.environ.get("MSMEMSCOPE_ROOT_PID", "")
+    import re
+    off = re.search(r"(^|[;, ])follow_fork=(0|f)", os.environ.get("MSMEMSCOPE_AGENT_OPTS", ""))
+    return bool(off) and root != str(os.getpid())
 
 
 def validate(values: Dict[str, str]) -> dict:
@@ -108,7 +118,8 @@ def validate(values: Dict[str, str]) -> dict:
 
 
 def configure(kwargs: Dict[str, object]) -> None:
-    global _warned_cli
+    global _warned_cli, _api_used
+    _api_used = True
     with _lock:
         new = dict(_values)
         origins = {}
@@ -170,10 +181,25 @@ class Session:
         self.dir = ""
         self.closed = False
         if self.cli:
+            preloaded = _agent_preloaded()
+            # Not preloaded (the program's own LD_PRELOAD replaced the CLI's):
+            # loading the agent attaches it to the CLI's session (it reads
+            # MSMEMSCOPE_SESSION), and the heap hooks go in by GOT patching.
             _ext.load_agent(AGENT)
             if not _ext.attached():
-                raise RuntimeError("msmemscope: running under the CLI but its agent is not attached in this process")
+                if _not_followed():
+                    raise RuntimeError("msmemscope: this process is not profiled (--follow-fork=false profiles only "
+                                       "the program the CLI started)")
+                raise RuntimeError("msmemscope: running under the CLI but its agent is not attached in this process "
+                                   "(its messages are above)")
             self.config = None
+            if not preloaded and (_ext.wants("alloc") or _ext.wants("free")):
+                hook = os.path.join(PREFIX, "lib", "msmemscope", "agent", "libmsms_host_heap_hook.so")
+                if os.path.exists(hook) and os.path.basename(hook) not in os.environ.get("LD_PRELOAD", ""):
+                    try:
+                        _ext.install_heap_hooks(hook, "_msmemscope")
+                    except RuntimeError as e:
+                        warnings.warn(f"msmemscope: host heap hooks not installed in this process: {e}")
             return
         cfg = current_config()
         self.config = cfg
@@ -291,13 +317,43 @@ class Session:
             self.host.wait()
 
 
-def session() -> Session:
-    """The session of this process, created on first use."""
+_api_used = False   # the program called the API (start, step, config ...)
+_booted = False     # the CLI's interpreter-start hook joined the session
+
+
+def _get_session() -> Session:
     global _session
     with _lock:
         if _session is None:
             _session = Session()
         return _session
+
+
+def session() -> Session:
+    """The session of this process, created on first use (by the API)."""
+    global _api_used
+    _api_used = True
+    return _get_session()
+
+
+def auto_steps() -> bool:
+    """A plain script under the CLI (no API calls): each optimizer step ends
+    a step, as msmemscope.step() would."""
+    return _booted and not _api_used
+
+
+def boot() -> None:
+    """The CLI's interpreter-start hook (_boot.py): join the session and
+    start the Python-side collectors, as `import msmemscope` does, before
+    the program runs; PyTorch's once it is imported."""
+    global _booted
+    s = _get_session()
+    if not s.cli or not _ext.attached():
+        return
+    _booted = True
+    if _ext.collecting():
+        from . import _collect
+        _collect.enable_for_range()
 
 
 def active_session() -> Optional[Session]:
@@ -324,7 +380,7 @@ def on_import() -> None:
     if not under_cli():
         return
     try:
-        session()
+        _get_session()
         if _ext.collecting():
             from . import _collect
             _collect.enable_for_range()

@@ -17,7 +17,13 @@
   of type UNKNOWN, Name ``optimizer.step`` and Attr ``owner`` =
   ``PTA@weight`` / ``PTA@gradient`` / ``PTA@optimizer_state``, which the
   decompose analysis can carry back to the block's MALLOC row;
-* module calls (Python trace on): ``nn.Module: ClassName`` spans.
+* module calls (Python trace on): ``nn.Module: ClassName`` spans;
+* steps: in a plain script under the CLI (no API call), each optimizer
+  step ends a step (SYSTEM STEP), as msmemscope.step() would;
+* backward() / autograd.grad(): the caller's Python stack is remembered
+  for allocations on autograd engine threads (no Python frames of their
+  own); on CPU the engine runs on the calling thread, whose own stack is
+  the answer.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from typing import Dict, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import _session
 from ._session import _ext
 
 EV = _ext.EV
@@ -42,6 +49,7 @@ _trace = False
 _hooks_installed = False
 _module_hooks = []
 _tls = threading.local()
+_optimizer_depth = 0
 
 
 def _op_name(func) -> str:
@@ -147,12 +155,17 @@ def _wrap_step(cls) -> None:
         return
 
     def step_wrapper(self, *args, **kwargs):
+        global _optimizer_depth
         _ext.optimizer_enter()
+        _optimizer_depth += 1
         try:
             return step(self, *args, **kwargs)
         finally:
+            _optimizer_depth -= 1
             _ext.optimizer_exit()
             _tag_optimizer(self)
+            if _optimizer_depth == 0 and _session.auto_steps():
+                _ext.step()  # a plain script under the CLI: the optimizer marks the steps
 
     step_wrapper._msmemscope_wrapped = True
     step_wrapper.__wrapped__ = step
@@ -182,6 +195,29 @@ def _patch_optimizers() -> None:
 
         base.__init_subclass__ = classmethod(__init_subclass__)
         base._msmemscope_subclass_hook = True
+
+
+def _wrap_autograd() -> None:
+    """backward() and autograd.grad(): their caller's Python stack is what
+    an autograd engine thread (no Python frames of its own) allocates for."""
+    import torch.autograd as ag
+    for name in ("backward", "grad"):
+        fn = getattr(ag, name, None)
+        if fn is None or getattr(fn, "_msmemscope_wrapped", False):
+            continue
+
+        def wrapper(*args, __fn=fn, **kwargs):
+            _ext.autograd_enter()
+            try:
+                return __fn(*args, **kwargs)
+            finally:
+                _ext.autograd_exit()
+
+        wrapper._msmemscope_wrapped = True
+        wrapper.__wrapped__ = fn
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        setattr(ag, name, wrapper)
 
 
 def _stack():
@@ -222,6 +258,7 @@ def enable(trace: bool) -> None:
         except RuntimeError:
             pass  # no GOT patcher: operators are still recorded
         _patch_optimizers()
+        _wrap_autograd()
     if trace and not _module_hooks:
         from torch.nn.modules import module as m
         _module_hooks.append(m.register_module_forward_pre_hook(_module_pre))

@@ -420,6 +420,8 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
     m.def("profile_install_thread", &profile_install_thread);
     m.def("profile_uninstall", &profile_uninstall);
+    m.def("autograd_enter", &autograd_enter);
+    m.def("autograd_exit", &autograd_exit);
     m.def("memory_info", &memory_info);
     m.def("release_capture", &release_capture, py::arg("dir"));
     m.def("parse_uint", &text_to_u64);

@@ -209,21 +209,32 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
     return 0;
 }
 
-// --call-stack=python: the calling thread's frames, innermost first, from
-// its shadow stack (no Python API that allocates or needs the GIL). The
-// thread may run without the GIL here (C code that released it): it reads
-// only its own thread state, whose profile fields another thread changes
-// only from "not ours" to ours (install_on), in that order.
-uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
+// The calling thread's own Python thread state, whether or not it holds
+// the GIL: an operator releases the GIL before it allocates, and the
+// GIL holder's state (_PyThreadState_UncheckedGet) is then another thread's
+// or none. PyGILState_GetThisThreadState reads this thread's TLS slot only.
+inline PyThreadState* own_thread_state() {
+    PyThreadState* ts = PyGILState_GetThisThreadState();
+    if (ts) return ts;
 #if PY_VERSION_HEX >= 0x030D0000
-    PyThreadState* ts = PyThreadState_GetUnchecked();
+    return PyThreadState_GetUnchecked();
 #else
-    PyThreadState* ts = _PyThreadState_UncheckedGet();
+    return _PyThreadState_UncheckedGet();
 #endif
-    if (!ts || ts->c_profilefunc != &profile_func) return 0;
+}
+
+// The shadow stack of `ts` when this module traces it, else nullptr.
+inline Shadow* shadow_of(PyThreadState* ts) {
+    if (!ts || ts->c_profilefunc != &profile_func) return nullptr;
     auto* st = reinterpret_cast<ProfileState*>(ts->c_profileobj);
-    if (!st || st->generation != g_generation) return 0;
-    Shadow* sh = st->shadow;
+    if (!st || st->generation != g_generation) return nullptr;
+    return st->shadow;
+}
+
+// Interned frames ("file(line): func"), innermost first, of a shadow stack.
+// The stack's thread is the caller, stopped in C code (an operator, the
+// allocator): its frames do not move while we read them, GIL or not.
+uint32_t frames_of(Shadow* sh, uint64_t* out, uint32_t max) {
     int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
     uint32_t n = 0;
     char buf[1024];
@@ -238,7 +249,51 @@ uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
     return n;
 }
 
+// The Python stack of the innermost backward()/autograd.grad() call in
+// progress (autograd_enter): what an autograd engine thread, which has no
+// Python frames of its own, allocates for. On CPU the engine runs on the
+// calling thread, whose own frames answer first.
+constexpr uint32_t kMaxAutograd = 256;
+std::atomic_flag g_autograd_lock = ATOMIC_FLAG_INIT;
+uint64_t g_autograd_frames[kMaxAutograd];
+uint32_t g_autograd_n = 0;
+int g_autograd_depth = 0;  // changed with the GIL held
+std::atomic<bool> g_autograd_active{false};
+
+// --call-stack=python: the calling thread's frames, innermost first, from
+// its own shadow stack (no Python API that allocates or needs the GIL);
+// a thread without Python frames inside a backward() gets that call's stack.
+uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
+    Shadow* sh = shadow_of(own_thread_state());
+    if (sh && sh->depth > 0) return frames_of(sh, out, max);
+    if (!g_autograd_active.load(std::memory_order_acquire)) return 0;
+    while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
+    }
+    uint32_t n = g_autograd_n < max ? g_autograd_n : max;
+    memcpy(out, g_autograd_frames, n * sizeof(uint64_t));
+    g_autograd_lock.clear(std::memory_order_release);
+    return n;
+}
+
 bool g_profile_installed = false;
+
+void seed_shadow(PyThreadState* ts, Shadow* sh) {
+    PyFrameObject* chain[kMaxShadow];
+    int n = 0;
+    PyFrameObject* f = PyThreadState_GetFrame(ts);  // new reference
+    while (f && n < kMaxShadow) {
+        chain[n++] = f;
+        f = PyFrame_GetBack(f);  // new reference
+    }
+    Py_XDECREF(f);
+    for (int i = n - 1; i >= 0; --i) {
+        CodeInfo* ci = code_info(frame_code(chain[i]));
+        sh->frames[sh->depth++] = ShadowFrame{chain[i], ci, 0};
+    }
+    // The frames stay alive while they run (their thread holds them);
+    // the shadow stack, like for every frame, keeps no reference.
+    for (int i = 0; i < n; ++i) Py_DECREF(chain[i]);
+}
 
 // Traces `ts` (any thread of this interpreter; the GIL held). A thread that
 // has a state already keeps it (renewed): replacing it here would free a
@@ -255,8 +310,12 @@ void install_on(PyThreadState* ts) {
     auto* st = reinterpret_cast<ProfileState*>(o);
     st->shadow = new Shadow();
     st->generation = g_generation;
-    // Frames already running on that thread are not on its shadow stack:
-    // their returns are ignored (depth 0).
+    // Frames already running on that thread (the script's module code, the
+    // function that called start()) go on its shadow stack first, outermost
+    // at the bottom: allocations made from them get their stack too, and
+    // their returns pop them. No trace record for them (start 0): their
+    // calls were not seen.
+    seed_shadow(ts, st->shadow);
     int rc = _PyEval_SetProfile(ts, profile_func, o);
     Py_DECREF(o);  // the thread state holds it
     if (rc < 0) throw pybind11::error_already_set();
@@ -308,6 +367,31 @@ void profile_uninstall() {
     }
     g_trace_emit = false;
     g_tracer_forced = false;
+}
+
+void autograd_enter() {
+    if (!g_profile_installed || !g_agent_loaded) return;
+    uint64_t frames[kMaxAutograd];
+    Shadow* sh = shadow_of(own_thread_state());
+    uint32_t n = sh ? frames_of(sh, frames, kMaxAutograd) : 0;
+    while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
+    }
+    if (g_autograd_depth++ == 0 || n) {
+        memcpy(g_autograd_frames, frames, n * sizeof(uint64_t));
+        g_autograd_n = n;
+    }
+    g_autograd_lock.clear(std::memory_order_release);
+    g_autograd_active.store(true, std::memory_order_release);
+}
+
+void autograd_exit() {
+    while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
+    }
+    if (g_autograd_depth > 0 && --g_autograd_depth == 0) {
+        g_autograd_n = 0;
+        g_autograd_active.store(false, std::memory_order_release);
+    }
+    g_autograd_lock.clear(std::memory_order_release);
 }
 
 }  // namespace msms_py

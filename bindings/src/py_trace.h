@@ -21,5 +21,10 @@ bool profile_install_thread();
 void profile_stop_emit(bool forced_only);
 // Removes the profile function and the stack provider.
 void profile_uninstall();
+// Around backward() / autograd.grad() (the GIL held): remembers the
+// caller's Python stack for allocations on threads without Python frames
+// (autograd engine threads of a device); nests.
+void autograd_enter();
+void autograd_exit();
 
 }  // namespace msms_py

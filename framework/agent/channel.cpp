@@ -1,6 +1,7 @@
 // The capture file writer. No locks on the common path: a thread owns a
 // chunk; only taking a chunk beyond the mapped end takes a (rare) spinlock.
 #include "channel.h"
+#include "stacks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -340,9 +341,19 @@ uint64_t intern(ThreadWriter*& w, const char* s, size_t len) {
     hash |= 1;  // 0 marks an empty slot
     uint32_t slot = static_cast<uint32_t>(hash >> 40) % ThreadWriter::kCacheSize;
     if (w->string_hash[slot] == hash) return w->string_id[slot];
+    // Process-wide: a string another thread defined keeps its id (stacks.h).
+    int64_t claim = -1;
+    if (uint64_t known = shared_find(hash, claim)) {
+        w->string_hash[slot] = hash;
+        w->string_id[slot] = known;
+        return known;
+    }
     if (len > 4096) len = 4096;
     ThreadWriter* ww = writer_for(1 + 20 + len);
-    if (!ww) return 0;
+    if (!ww) {
+        shared_publish(claim, 0);
+        return 0;
+    }
     w = ww;
     uint64_t id = next_string_id();
     uint8_t* p = w->cur;
@@ -352,6 +363,7 @@ uint64_t intern(ThreadWriter*& w, const char* s, size_t len) {
     memcpy(p, s, len);
     p += len;
     commit(w, p);
+    shared_publish(claim, id);
     w->string_hash[slot] = hash;
     w->string_id[slot] = id;
     return id;

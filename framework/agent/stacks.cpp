@@ -166,8 +166,24 @@ __attribute__((noinline)) bool fp_walk(ThreadWriter* w, uint64_t* out, uint32_t 
     return true;
 }
 
+// The process-wide table behind shared_find: open addressing over a fixed
+// array (static, never the hooked heap), a few probes. A slot's key is the
+// hash (set once); its value is (generation << 40 | id), id 0 while the
+// claiming thread writes the definition. A value of another channel
+// generation (the stream was reopened after fork) is stale: reclaimed.
+constexpr uint32_t kSharedSlots = 1u << 16;
+constexpr uint32_t kSharedProbes = 16;
+constexpr uint64_t kIdMask = (1ull << 40) - 1;
+struct SharedSlot {
+    std::atomic<uint64_t> key;
+    std::atomic<uint64_t> value;
+};
+SharedSlot g_shared[kSharedSlots];
+
+inline uint64_t gen_tag() { return static_cast<uint64_t>(g_generation.load(std::memory_order_relaxed) & 0xffffff) << 40; }
+
 // Writes a kStack record (kind 0 = C addresses, 1 = Python string ids) unless
-// this thread already wrote the same stack; returns the id.
+// this stack is known in this stream already (any thread); returns the id.
 uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, uint32_t n) {
     if (n == 0) return 0;
     uint64_t hash = 1469598103934665603ull ^ kind;
@@ -177,6 +193,12 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
     uint32_t slot = static_cast<uint32_t>(hash >> 40) % ThreadWriter::kCacheSize;
     // Stacks share the string cache (ids come from the same counter).
     if (w->string_hash[slot] == hash) return w->string_id[slot];
+    int64_t claim = -1;
+    if (uint64_t known_id = shared_find(hash, claim)) {
+        w->string_hash[slot] = hash;
+        w->string_id[slot] = known_id;
+        return known_id;
+    }
     if (kind == 0) {
         // A new stack: make sure the host can map its addresses.
         for (uint32_t i = 0; i < n; ++i) {
@@ -189,7 +211,10 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
     }
     size_t need = 1 + 10 * 3 + 10 * static_cast<size_t>(n);
     ThreadWriter* ww = writer_for(need);
-    if (!ww) return 0;
+    if (!ww) {
+        shared_publish(claim, 0);
+        return 0;
+    }
     w = ww;
     uint64_t id = next_string_id();
     uint8_t* p = w->cur;
@@ -199,12 +224,52 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
     p = capture::put_varint(p, n);
     for (uint32_t i = 0; i < n; ++i) p = capture::put_varint(p, frames[i]);
     commit(w, p);
+    shared_publish(claim, id);
     w->string_hash[slot] = hash;
     w->string_id[slot] = id;
     return id;
 }
 
 }  // namespace
+
+uint64_t shared_find(uint64_t hash, int64_t& claim) {
+    claim = -1;
+    const uint64_t tag = gen_tag();
+    uint32_t start = static_cast<uint32_t>(hash >> 20);
+    for (uint32_t i = 0; i < kSharedProbes; ++i) {
+        uint32_t idx = (start + i) & (kSharedSlots - 1);
+        SharedSlot& s = g_shared[idx];
+        uint64_t k = s.key.load(std::memory_order_acquire);
+        if (k == 0) {
+            if (!s.key.compare_exchange_strong(k, hash, std::memory_order_acq_rel) && k != hash) continue;
+        } else if (k != hash) {
+            continue;
+        }
+        // The slot is this hash's.
+        for (int spin = 0; spin < 4096; ++spin) {
+            uint64_t v = s.value.load(std::memory_order_acquire);
+            if ((v & ~kIdMask) != tag) {
+                // Stale (another stream) or never set: claim it.
+                if (s.value.compare_exchange_strong(v, tag, std::memory_order_acq_rel)) {
+                    claim = idx;
+                    return 0;
+                }
+                continue;
+            }
+            if (v & kIdMask) return v & kIdMask;
+            // Another thread is writing the definition: it is a few stores away.
+            __builtin_ia32_pause();
+        }
+        return 0;  // not published in time: define it again (a second id, still correct)
+    }
+    return 0;  // the table is full around this hash
+}
+
+void shared_publish(int64_t claim, uint64_t id) {
+    if (claim < 0) return;
+    // id 0 gives the claim up (a value of generation 0 is stale for everyone).
+    g_shared[claim].value.store(id ? (gen_tag() | (id & kIdMask)) : 0, std::memory_order_release);
+}
 
 int unwind_mode() { return g_mode; }
 

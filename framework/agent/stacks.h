@@ -20,6 +20,14 @@ uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth);
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
 
+// Process-wide interning: one id per distinct string or stack in a stream,
+// whichever thread defines it first (the per-thread caches sit in front).
+// Returns the id published for `hash`, or 0; with 0 and claim >= 0 the
+// caller writes the definition and then calls shared_publish(claim, id)
+// (id 0: the definition could not be written, the claim is given up).
+uint64_t shared_find(uint64_t hash, int64_t& claim);
+void shared_publish(int64_t claim, uint64_t id);
+
 // Which walker: 0 frame pointers with unwind-table fallback (default),
 // 1 unwind tables only (MSMEMSCOPE_UNWIND=tables; for measurements).
 int unwind_mode();

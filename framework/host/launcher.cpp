@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 
 #include "util/host_process.h"
 
@@ -48,6 +50,85 @@ std::string resolve_program(const std::string& name, std::string& error) {
     return "";
 }
 
+bool is_python_program(const std::string& path) {
+    auto python_name = [](std::string base) {
+        size_t slash = base.rfind('/');
+        if (slash != std::string::npos) base = base.substr(slash + 1);
+        if (base.rfind("python", 0) != 0) return false;
+        // python, python3, python3.11, python3.11-dbg, pythonw ...
+        for (size_t i = 6; i < base.size(); ++i) {
+            char c = base[i];
+            if (!(isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-' || isalpha(static_cast<unsigned char>(c))))
+                return false;
+        }
+        return true;
+    };
+    if (python_name(path)) return true;
+    // A script: "#!/usr/bin/python3 ..." or "#!/usr/bin/env [-S] python3 ...".
+    std::ifstream f(path, std::ios::binary);
+    char head[256] = {0};
+    f.read(head, sizeof(head) - 1);
+    if (f.gcount() < 2 || head[0] != '#' || head[1] != '!') return false;
+    std::string line(head + 2, strnlen(head + 2, sizeof(head) - 3));
+    line = line.substr(0, line.find('\n'));
+    size_t pos = 0;
+    while (pos < line.size()) {
+        while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
+        size_t end = line.find_first_of(" \t\r", pos);
+        std::string word = line.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+        if (!word.empty() && python_name(word)) return true;
+        size_t slash = word.rfind('/');
+        std::string base = slash == std::string::npos ? word : word.substr(slash + 1);
+        // only through env and its options
+        if (!word.empty() && base != "env" && word[0] != '-') return false;
+        if (end == std::string::npos) break;
+        pos = end;
+    }
+    return false;
+}
+
+std::string python_boot_path(const std::string& home, const std::string& session_dir, std::string& error) {
+    std::string pkg_parent = home + "/python";
+    struct stat st;
+    if (stat((pkg_parent + "/msmemscope/_boot.py").c_str(), &st) != 0) return "";
+    std::string dir = session_dir + "/python";
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        error = "cannot create '" + dir + "': " + strerror(errno);
+        return "";
+    }
+    // The hook itself lives in the package (msmemscope/_boot.py); this file
+    // only hands over, and never fails the program's start.
+    std::ofstream f(dir + "/sitecustomize.py", std::ios::trunc);
+    f << R"PY(# Written by msmemscope: starts its collectors in this Python process, then runs
+# the sitecustomize that was next on the path (if any).
+def _msmemscope_boot():
+    import os, sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from msmemscope import _boot
+    except Exception as e:  # the package cannot load: run the program untouched
+        sys.stderr.write('msmemscope: warning: cannot load the msmemscope package (%s); '
+                         'this Python process is profiled without its Python-side collectors\n' % e)
+        import importlib.machinery, importlib.util
+        path = [p for p in sys.path if os.path.abspath(p or '.') != here]
+        spec = importlib.machinery.PathFinder.find_spec('sitecustomize', path)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules['sitecustomize'] = module
+            spec.loader.exec_module(module)
+        return
+    _boot.run(here)
+_msmemscope_boot()
+del _msmemscope_boot
+)PY";
+    f.close();
+    if (!f) {
+        error = "cannot write '" + dir + "/sitecustomize.py'";
+        return "";
+    }
+    return dir + ":" + pkg_parent;
+}
+
 pid_t launch(const LaunchSpec& spec, std::string& error) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -71,6 +152,30 @@ pid_t launch(const LaunchSpec& spec, std::string& error) {
     }
     if (!preload.empty()) envs.push_back("LD_PRELOAD=" + preload);
     for (auto& kv : spec.env) envs.push_back(kv.first + "=" + kv.second);
+    // A Python target: msmemscope's package first on its import path, and
+    // its collectors started at interpreter start (plain scripts are
+    // tracked like ones that import msmemscope).
+    std::string home, session;
+    for (auto& kv : spec.env) {
+        if (kv.first == "MSMEMSCOPE_HOME") home = kv.second;
+        if (kv.first == "MSMEMSCOPE_SESSION") session = kv.second;
+    }
+    if (!home.empty() && !session.empty() && !spec.argv.empty() && is_python_program(spec.argv[0])) {
+        std::string why;
+        std::string path = python_boot_path(home, session, why);
+        if (!why.empty()) {
+            error = why;
+            return -1;
+        }
+        if (!path.empty()) {
+            const char* old_pp = std::getenv("PYTHONPATH");
+            if (old_pp && *old_pp) path += std::string(":") + old_pp;
+            for (auto it = envs.begin(); it != envs.end();)
+                it = it->rfind("PYTHONPATH=", 0) == 0 ? envs.erase(it) : it + 1;
+            envs.push_back("PYTHONPATH=" + path);
+            envs.push_back("MSMEMSCOPE_PYTHON_BOOT=1");
+        }
+    }
     std::vector<char*> envp, argv;
     for (auto& s : envs) envp.push_back(const_cast<char*>(s.c_str()));
     envp.push_back(nullptr);
