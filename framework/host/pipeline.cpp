@@ -170,7 +170,65 @@ void Pipeline::account(Record& r) {
     }
     ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
     ev.process_used = process_used_;
-    auto& t = device_totals_[msmemscope::device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "")];
+    host_totals(ev, key, used);
+}
+
+// The console's per-pool figures. A host heap block that a framework block
+// took over (same address, e.g. a CPU tensor's storage from malloc) counts
+// under the framework only; the HOST peak of a new host block waits for the
+// next event, which may be that framework block (rows keep their numbers).
+void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t used) {
+    std::pair<uint16_t, int16_t> dev{ev.device_kind, ev.device_id};
+    std::string label = msmemscope::device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "");
+    if (!host_peak_pending_.empty()) {
+        bool takes = ev.kind == MSMS_EV_MALLOC && !is_driver_pool(ev.type);
+        if (!takes) {
+            auto& p = device_totals_[host_peak_pending_];
+            p.peak = std::max(p.peak, p.used);
+            host_peak_pending_.clear();
+        }
+    }
+    if (ev.type == MSMS_T_HOST && !key.virt) {
+        auto& taken = host_taken_[dev];
+        int64_t& excluded = host_taken_bytes_[dev];
+        if (ev.kind == MSMS_EV_FREE) {
+            auto it = taken.find(ev.ptr);
+            if (it != taken.end()) {
+                excluded -= static_cast<int64_t>(it->second);
+                taken.erase(it);
+            }
+        } else if (taken.erase(ev.ptr)) {
+            excluded = 0;  // the address came back without a FREE: recount below
+            for (auto& [p, sz] : taken) excluded += static_cast<int64_t>(sz);
+        }
+        auto& t = device_totals_[label];
+        t.used = used - excluded;
+        if (ev.kind == MSMS_EV_MALLOC) host_peak_pending_ = label;
+        else t.peak = std::max(t.peak, t.used);
+        return;
+    }
+    if (ev.kind == MSMS_EV_MALLOC && !is_driver_pool(ev.type)) {
+        PoolKey hk{ev.device_kind, ev.device_id, MSMS_T_HOST, false};
+        auto h = live_.find(hk);
+        if (h != live_.end()) {
+            auto b = h->second.find(ev.ptr);
+            auto& taken = host_taken_[dev];
+            if (b != h->second.end() && !taken.count(ev.ptr)) {
+                taken[ev.ptr] = b->second.size;
+                host_taken_bytes_[dev] += static_cast<int64_t>(b->second.size);
+                std::string hl = msmemscope::device_label(ev) + "/HOST";
+                auto& ht = device_totals_[hl];
+                ht.used -= static_cast<int64_t>(b->second.size);
+                if (host_peak_pending_ == hl) host_peak_pending_.clear();  // never held by HOST
+            }
+        }
+        if (!host_peak_pending_.empty()) {
+            auto& p = device_totals_[host_peak_pending_];
+            p.peak = std::max(p.peak, p.used);
+            host_peak_pending_.clear();
+        }
+    }
+    auto& t = device_totals_[label];
     t.used = used;
     t.peak = std::max(t.peak, used);
 }
@@ -284,6 +342,11 @@ void Pipeline::feed(Record& r) {
 }
 
 void Pipeline::finish() {
+    if (!host_peak_pending_.empty()) {
+        auto& p = device_totals_[host_peak_pending_];
+        p.peak = std::max(p.peak, p.used);
+        host_peak_pending_.clear();
+    }
     if (finished_) return;
     for (size_t i = 0; i < analyzers_.size(); ++i) {
         Instance& a = analyzers_[i];

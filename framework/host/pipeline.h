@@ -130,6 +130,13 @@ private:
     std::map<std::pair<uint16_t, int16_t>, int64_t> device_used_;
     int64_t process_used_ = 0;
     std::map<std::string, DeviceTotals> device_totals_;
+    // Each byte once (DESIGN §8): host heap blocks whose memory a framework
+    // block took (same address; PyTorch's CPU tensors), per device, and
+    // their bytes, left out of the console's HOST figures.
+    std::map<std::pair<uint16_t, int16_t>, std::unordered_map<uint64_t, uint64_t>> host_taken_;
+    std::map<std::pair<uint16_t, int16_t>, int64_t> host_taken_bytes_;
+    std::string host_peak_pending_;  // HOST label whose peak waits for the next event
+    void host_totals(const msms_event& ev, const PoolKey& key, int64_t used);
     std::vector<std::string> report_;
     std::vector<std::string> plugin_errors_;
 };

@@ -8,6 +8,9 @@
 // row is annotated and its bytes move to the new owner.
 // At exit: a table of live and peak bytes per owner and device (report lines
 // and findings "owners").
+// Each byte once: a framework block carved at the address of a live host
+// heap block (PyTorch's CPU tensors come from malloc) is the framework
+// owner's; the HOST owner leaves those bytes and that allocation out.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
@@ -78,6 +81,10 @@ public:
     DecomposeAnalyzer(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
 
     void on_event(const msms_event& ev) override {
+        // A host heap block's peak waits for the next event: when that one is
+        // the framework block carved at its address, the bytes are the
+        // framework's and the host owner never held them.
+        if (pending_host_ && !covers_pending(ev)) settle_pending();
         if (ev.kind == MSMS_EV_MALLOC) {
             std::string owner = owner_of(ev, attr(ev, "owner"));
             host_.add_attr("owner", owner);
@@ -85,8 +92,15 @@ public:
             auto old = live_.find(k);
             if (old != live_.end()) release(old->second);
             Block b{ev.size, ev.id, owner_index(dev_key(ev), owner)};
-            acquire(b);
+            bool host = ev.type == MSMS_T_HOST;
+            acquire(b, true, !host);
             live_[k] = b;
+            if (host) {
+                pending_host_ = true;
+                pending_key_ = k;
+            } else if (!driver_pool(ev.type)) {
+                cover_host_block(ev);
+            }
             // Relabels (below) reach framework-pool blocks only: the host heap
             // block under a PTA block has the same address and keeps HOST.
             if (!driver_pool(ev.type)) by_ptr_[DevPtr{ev.device_kind, ev.device_id, ev.ptr}] = k;
@@ -110,13 +124,17 @@ public:
             Block& b = it->second;
             if (owners_[b.owner].name == owner) return;
             release(b);
+            // The allocation moves with its bytes (an owner never shows live
+            // bytes without allocations).
+            if (owners_[b.owner].allocations) --owners_[b.owner].allocations;
             b.owner = owner_index(DevKey{p->second.dev_kind, p->second.dev_id}, owner);
-            acquire(b, false);
+            acquire(b, true);
             host_.annotate(b.malloc_id, "owner", owner);
         }
     }
 
     void finish() override {
+        if (pending_host_) settle_pending();
         std::map<DevKey, std::vector<const Owner*>> by_dev;
         for (auto& o : owners_) by_dev[o.dev].push_back(&o);
         for (auto& [dk, list] : by_dev) {
@@ -171,11 +189,35 @@ private:
         owner_ids_.emplace(key, id);
         return id;
     }
-    void acquire(const Block& b, bool new_block = true) {
+    void acquire(const Block& b, bool new_block = true, bool peak = true) {
         Owner& o = owners_[b.owner];
         o.live += static_cast<int64_t>(b.size);
-        o.peak = std::max(o.peak, o.live);
+        if (peak) o.peak = std::max(o.peak, o.live);
         if (new_block) ++o.allocations;
+    }
+    bool covers_pending(const msms_event& ev) const {
+        return ev.kind == MSMS_EV_MALLOC && !driver_pool(ev.type) && ev.device_kind == pending_key_.dev_kind &&
+               ev.device_id == pending_key_.dev_id && ev.ptr == pending_key_.ptr;
+    }
+    void settle_pending() {
+        pending_host_ = false;
+        auto it = live_.find(pending_key_);
+        if (it == live_.end()) return;
+        Owner& o = owners_[it->second.owner];
+        o.peak = std::max(o.peak, o.live);
+    }
+    // Each byte once (DESIGN §8): the host heap block at a framework block's
+    // address is the framework's memory: it leaves the host owner (bytes and
+    // allocation) and its FREE changes nothing there.
+    void cover_host_block(const msms_event& ev) {
+        BlockKey hk{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr};
+        auto it = live_.find(hk);
+        if (it == live_.end()) return;
+        release(it->second);
+        Owner& o = owners_[it->second.owner];
+        if (o.allocations) --o.allocations;
+        live_.erase(it);
+        if (pending_host_ && pending_key_ == hk) pending_host_ = false;
     }
     void release(const Block& b) { owners_[b.owner].live -= static_cast<int64_t>(b.size); }
 
@@ -184,6 +226,8 @@ private:
     std::map<std::pair<DevKey, std::string>, uint32_t> owner_ids_;
     std::unordered_map<BlockKey, Block, BlockKeyHash> live_;
     std::unordered_map<DevPtr, BlockKey, DevPtrHash> by_ptr_;
+    bool pending_host_ = false;  // the last event was a host MALLOC (peak not yet counted)
+    BlockKey pending_key_{};
 };
 
 }  // namespace

@@ -54,15 +54,56 @@ private:
     std::unordered_map<std::string, uint32_t> index_;
 };
 
-// The first frame of a stack that is not the profiler's own hook.
+// Frames that are the allocator, not its caller: the profiler's own hooks,
+// libc's malloc family and its thin wrappers (strdup, operator new ...).
+bool allocator_frame(const std::string& line) {
+    if (line.find("libmsms_") != std::string::npos || line.find("libmsmemscope_agent") != std::string::npos)
+        return true;
+    static const char* const kNames[] = {"malloc",  "calloc",        "realloc",   "reallocarray", "free",
+                                         "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc",
+                                         "strdup",  "strndup",       "__strdup",  "__strndup",    "operator new",
+                                         "operator new[]", "_Znwm", "_Znam", "_ZnwmSt11align_val_t", "asprintf",
+                                         "vasprintf", "__libc_malloc", "__libc_calloc", "__libc_realloc",
+                                         "__libc_memalign", "__posix_memalign", "_int_malloc", "c10::alloc_cpu"};
+    // "func (file:line)" or "func+0x12 (module)": the function name comes first.
+    size_t end = line.find_first_of(" +(");
+    std::string func = line.substr(0, end);
+    if (func == "operator") func = line.substr(0, line.find('(', 0));
+    while (!func.empty() && func.back() == ' ') func.pop_back();
+    for (const char* n : kNames)
+        if (func == n) return true;
+    return line.find("libc.so") != std::string::npos && line.find("alloc") != std::string::npos;
+}
+
+// The first frame of a C stack outside the allocator and libc's wrappers
+// (the caller that asked for the memory); the inner ones stay in the stack.
 std::string site_of(const std::string& stack) {
     size_t start = 0;
     while (start < stack.size()) {
         size_t nl = stack.find('\n', start);
         std::string line = first_frame(stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
-        if (!line.empty() && line.find("libmsms_") == std::string::npos &&
-            line.find("libmsmemscope_agent") == std::string::npos)
-            return line;
+        if (!line.empty() && !allocator_frame(line)) return line;
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+    }
+    return first_frame(stack);
+}
+
+// A Python frame of the program, not of Python's or a package's own code.
+bool user_py_frame(const std::string& line) {
+    return !(line.rfind("<frozen ", 0) == 0 || line.find("/site-packages/") != std::string::npos ||
+             line.find("/dist-packages/") != std::string::npos || line.find("/lib/python3") != std::string::npos ||
+             line.find("/msmemscope/") != std::string::npos);
+}
+
+// The first frame of the program's own code in a Python stack ("file(line):
+// func"), else the innermost frame.
+std::string user_frame(const std::string& stack) {
+    size_t start = 0;
+    while (start < stack.size()) {
+        size_t nl = stack.find('\n', start);
+        std::string line = first_frame(stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+        if (!line.empty() && user_py_frame(line)) return line;
         if (nl == std::string::npos) break;
         start = nl + 1;
     }
@@ -136,6 +177,7 @@ public:
             break;
         default: break;
         }
+        track_op(ev);
         if (ev.kind == MSMS_EV_KERNEL_LAUNCH || (ev.kind == MSMS_EV_OP_LAUNCH &&
                                                  (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
             ++launches_[dev_key(ev)];
@@ -155,7 +197,7 @@ private:
     // ------------------------------------------------------------ step rule
     struct PoolBlock {
         uint64_t size, step, kernel, duration, malloc_id;
-        uint32_t stack;
+        uint32_t stack, py_stack, op;  // op: interned operator name (0: none)
     };
     struct LeakKey {
         uint64_t ptr;
@@ -167,7 +209,7 @@ private:
     };
     struct LeakInfo {
         uint64_t size, kernel, duration, malloc_id;
-        uint32_t stack;
+        uint32_t stack, py_stack, op;
     };
     struct Gap {
         double ratio = 0;
@@ -194,6 +236,35 @@ private:
         if (ev.py_stack.size) return stacks_.intern(view(ev.py_stack));
         return 0;
     }
+    // The operator running on the event's thread (outermost: the one the
+    // program called), interned; 0 outside operators.
+    uint32_t op_of(const msms_event& ev) {
+        auto it = open_ops_.find(thread_key(ev));
+        if (it == open_ops_.end() || it->second.empty()) return 0;
+        return it->second.front();
+    }
+    static uint64_t thread_key(const msms_event& ev) { return (static_cast<uint64_t>(ev.pid) << 32) | ev.tid; }
+    void track_op(const msms_event& ev) {
+        if (ev.kind != MSMS_EV_OP_LAUNCH) return;
+        auto& st = open_ops_[thread_key(ev)];
+        if (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START) {
+            st.push_back(stacks_.intern(view(ev.name)));
+        } else if ((ev.type == MSMS_T_ATEN_END || ev.type == MSMS_T_ATB_END) && !st.empty()) {
+            uint32_t name = stacks_.intern(view(ev.name));
+            // Pop to the matching start (an unmatched end pops nothing).
+            for (size_t i = st.size(); i-- > 0;)
+                if (st[i] == name) {
+                    st.resize(i);
+                    break;
+                }
+        }
+    }
+    // The C allocation site of a block's stack (its C stack, not the Python
+    // one, which is named by "allocated by").
+    std::string ev_c_site(const std::string& stack, const std::string& py) const {
+        if (stack.empty() || stack == py) return "";
+        return site_of(stack);
+    }
     uint64_t kernel_of(const msms_event& ev) {
         auto it = launches_.find(dev_key(ev));
         return it == launches_.end() ? 0 : it->second;
@@ -206,8 +277,13 @@ private:
             if (d.pool.count(k))
                 host_.warn("leaks: [device " + device_label(ev) + "] double malloc in " + pool_name(ev.type) +
                            ", ptr: " + hex(ev.ptr));
-            d.pool[k] = PoolBlock{ev.size, steps_.current(), kernel_of(ev), 0, ev.id, stack_of(ev)};
+            d.pool[k] = PoolBlock{ev.size, steps_.current(), kernel_of(ev), 0, ev.id, stack_of(ev),
+                                  ev.py_stack.size ? stacks_.intern(view(ev.py_stack)) : 0u, op_of(ev)};
             update_allocated(d, ev);
+            // Each byte once: a framework block at the address of a live host
+            // heap block is that block's memory (a CPU framework allocating
+            // with malloc); it is the framework's, never also a host leak.
+            d.exit.erase(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
             d.exit[block_key(ev)] = ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
                                               stack_of(ev)};
@@ -252,7 +328,7 @@ private:
                     host_.warn("leaks: [device " + dev_name(dk) + "][step " + std::to_string(step) + "]: ptr: " +
                                hex(k.ptr) + " has lasted for " + std::to_string(b.duration) +
                                " steps. Please check if there is leaks in " + pool_name(k.type) + ".");
-                d.leaks[lk] = LeakInfo{b.size, b.kernel, b.duration, b.malloc_id, b.stack};
+                d.leaks[lk] = LeakInfo{b.size, b.kernel, b.duration, b.malloc_id, b.stack, b.py_stack, b.op};
             }
             check_gap(dk, d, step);
         }
@@ -305,14 +381,36 @@ private:
                 lines.push_back("Direct " + pool_name(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) +
                                 " in kernel_" + std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".");
                 const std::string& st = stacks_.text(l.stack);
-                if (!st.empty()) lines.push_back("    allocated at: " + site_of(st));
+                const std::string& py = stacks_.text(l.py_stack);
+                const std::string& op = stacks_.text(l.op);
+                std::string py_site = py.empty() ? std::string() : user_frame(py);
+                std::string c_site = ev_c_site(st, py);
+                // What allocated it: the operator and the program's line.
+                std::string by;
+                if (!op.empty()) by += "operator " + op;
+                if (!py_site.empty()) by += (by.empty() ? "" : ", ") + std::string("called from ") + py_site;
+                if (!by.empty()) lines.push_back("    allocated by: " + by);
+                if (!c_site.empty()) lines.push_back("    allocated at: " + c_site);
                 bytes += l.size;
                 ++count;
                 finding(dk, k.type, "step",
                         {{"ptr", hex(k.ptr)}, {"size", std::to_string(l.size)}, {"step", std::to_string(k.step)},
                          {"kernel", std::to_string(l.kernel)}, {"lasted_steps", std::to_string(l.duration)},
-                         {"event_id", std::to_string(l.malloc_id)}, {"stack", st}});
+                         {"event_id", std::to_string(l.malloc_id)}, {"operator", op}, {"python_site", py_site},
+                         {"stack", st}});
             }
+            // Blocks of the warm-up steps are not judged (upstream's rule):
+            // say so, with how many such blocks are still live.
+            uint64_t hidden = 0, hidden_bytes = 0;
+            for (auto& [k, b] : d.pool)
+                if (b.step <= kSkipSteps) {
+                    ++hidden;
+                    hidden_bytes += b.size;
+                }
+            if (steps_.current() > kSkipSteps && (hidden || !d.leaks.empty()))
+                lines.push_back("Note: steps 0 and 1 are warm-up and not checked for leaks; " + std::to_string(hidden) +
+                                " block(s) (" + std::to_string(hidden_bytes) + " bytes) allocated then are still live and "
+                                "were not judged.");
             // 2. driver blocks live at exit, one line each (up to max_lines)
             std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
             for (auto& [k, b] : d.exit) (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
@@ -510,6 +608,7 @@ private:
     StepTracker steps_;
     Stacks stacks_;
     std::map<DevKey, uint64_t> launches_;
+    std::unordered_map<uint64_t, std::vector<uint32_t>> open_ops_;  // per thread: the operators running
     std::map<DevKey, Device> devices_;
     std::map<DevKey, MarkDevice> marks_;
     uint64_t na_marks_ = 0;

@@ -133,6 +133,7 @@ public:
     }
 
     void finish() override {
+        settle_host_pending();
         std::string path = run_.output_dir + "/report_" + run_.timestamp + ".html";
         std::string data = render_data();
         std::string page;
@@ -244,7 +245,50 @@ private:
         return i;
     }
 
+    // Each byte once (DESIGN §8): a framework block carved at the address
+    // of a live host heap block (PyTorch's CPU tensors come from malloc) is
+    // charted with the framework pools only. The host block's peak and
+    // sample wait for the next memory event, which may be that block.
+    bool host_heap(const msms_event& ev) const { return ev.type == MSMS_T_HOST; }
+    void settle_host_pending() {
+        if (!pending_host_) return;
+        Device* d = pending_host_;
+        pending_host_ = nullptr;
+        note_peak(*d, pending_ts_, pending_seq_);
+        sample(*d, pending_ts_);
+    }
+    void note_peak(Device& d, uint64_t ts, uint64_t seq) {
+        if (d.total > d.peak) {
+            d.peak = d.total;
+            d.peak_ts = ts;
+            d.peak_seq = seq;
+            d.freed_since_peak.clear();
+        }
+    }
+    void take_host_block(const msms_event& ev) {
+        auto h = host_ptr_.find(hkey(ev));
+        if (h == host_ptr_.end()) return;
+        Device* hd = h->second.first;
+        auto it = hd->live.find(h->second.second);
+        host_ptr_.erase(h);
+        if (it == hd->live.end()) return;
+        Block b = it->second;
+        hd->live.erase(it);
+        release(*hd, b);
+        sites_[b.site].count--;
+        sites_[b.site].bytes -= b.size;
+        if (hd->mallocs) --hd->mallocs;
+        if (pending_host_ == hd) pending_host_ = nullptr;  // never held by the host heap
+        else if (b.seq <= hd->peak_seq) hd->freed_since_peak.push_back(b);
+    }
+    static uint64_t hkey(const msms_event& ev) {
+        return ev.ptr ^ (static_cast<uint64_t>(ev.device_kind) << 56) ^ (static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 40);
+    }
+
     void memory(const msms_event& ev) {
+        bool takes = ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(ev.type);
+        if (pending_host_ && !(takes && hkey(ev) == pending_hkey_)) settle_host_pending();
+        if (takes) take_host_block(ev);
         Device& d = device(ev);
         ++seq_;
         if (ev.kind == MSMS_EV_MALLOC) {
@@ -264,22 +308,29 @@ private:
             sites_[s].bytes += ev.size;
             sites_[s].live_bytes += ev.size;
             sites_[s].live_count++;
+            if (host_heap(ev)) {
+                host_ptr_[hkey(ev)] = {&d, key};
+                pending_host_ = &d;
+                pending_hkey_ = hkey(ev);
+                pending_ts_ = ev.timestamp_ns;
+                pending_seq_ = seq_;
+                return;
+            }
         } else {
             ++d.frees;
             auto key = ev.allocation_id ? ev.allocation_id : (ev.ptr | (1ull << 63));
+            if (host_heap(ev)) {
+                auto h = host_ptr_.find(hkey(ev));
+                if (h != host_ptr_.end() && h->second.second == key) host_ptr_.erase(h);
+            }
             auto it = d.live.find(key);
-            if (it == d.live.end()) return;  // allocated before collection started
+            if (it == d.live.end()) return;  // allocated before collection started (or taken by a framework block)
             Block b = it->second;
             d.live.erase(it);
             release(d, b);
             if (b.seq <= d.peak_seq) d.freed_since_peak.push_back(b);
         }
-        if (d.total > d.peak) {
-            d.peak = d.total;
-            d.peak_ts = ev.timestamp_ns;
-            d.peak_seq = seq_;
-            d.freed_since_peak.clear();
-        }
+        note_peak(d, ev.timestamp_ns, seq_);
         sample(d, ev.timestamp_ns);
     }
 
@@ -482,6 +533,9 @@ private:
     std::vector<Site> sites_;
     std::unordered_map<uint64_t, uint32_t> site_index_;
     std::map<std::string, Findings> findings_;
+    std::unordered_map<uint64_t, std::pair<Device*, uint64_t>> host_ptr_;  // live host heap blocks: device, key
+    Device* pending_host_ = nullptr;  // the last memory event was this device's host MALLOC
+    uint64_t pending_hkey_ = 0, pending_ts_ = 0, pending_seq_ = 0;
     std::map<std::string, uint64_t> annotations_;
     std::vector<std::pair<uint64_t, std::string>> marks_;
 };
