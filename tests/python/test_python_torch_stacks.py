@@ -117,7 +117,7 @@ def test_leak_report_names_operator_and_user_line(api_run):
         # upstream's line shape, then ours on the next line
         assert re.fullmatch(r"Direct PTA leak of 0\.125000 Mb\(s\) at 0x[0-9a-f]+ in kernel_\d+ at step \d+\.",
                             lines[i]), lines[i]
-        assert lines[i + 1] == f"allocated by: operator aten::ones, called from {script_frame('# KEEP_LINE', 'keep_one')}"
+        assert lines[i + 1] == f"allocated by: operator torch._ops.aten.ones.default, called from {script_frame('# KEEP_LINE', 'keep_one')}"
     note = [l for l in lines if l.startswith("Note: steps 0 and 1 are warm-up")]
     assert len(note) == 1 and re.search(r"; \d+ block\(s\) \(\d+ bytes\) allocated then are still live", note[0])
     hidden = int(re.search(r"; (\d+) block", note[0]).group(1))
@@ -132,7 +132,7 @@ def test_db_and_html_findings_name_operator_and_line(api_run):
     step = [f for f in leaks if f["kind"] == "step"]
     assert len(step) == 6
     for f in step:
-        assert f["operator"] == "aten::ones"
+        assert f["operator"] == "torch._ops.aten.ones.default"
         assert f["python_site"] == script_frame("# KEEP_LINE", "keep_one")
     owners = [json.loads(c) for (c,) in con.execute("SELECT cols FROM msms_findings WHERE \"table\"='owners'")]
     con.close()
@@ -140,7 +140,7 @@ def test_db_and_html_findings_name_operator_and_line(api_run):
     for o in owners:
         assert int(o["live_bytes"]) <= 0 or int(o["allocations"]) > 0, o
     html = next(d.glob("report_*.html")).read_text()
-    assert "aten::ones" in html and "keep_one" in html
+    assert "torch._ops.aten.ones.default" in html and "keep_one" in html
 
 
 def human_bytes(text):

@@ -62,8 +62,31 @@ TEST_CASE("an owner label arriving later relabels the block and annotates its MA
     REQUIRE(h.findings["owners"].size() == 2);
     CHECK(h.findings["owners"][0]["owner"] == "PTA");
     CHECK(h.findings["owners"][0]["live_bytes"] == "0");
-    CHECK(h.findings["owners"][0]["allocations"] == "1");
+    // the allocation moves with its bytes: no owner with live bytes and 0 allocations
+    CHECK(h.findings["owners"][0]["allocations"] == "0");
     CHECK(h.findings["owners"][1]["owner"] == "PTA@optimizer_state");
     CHECK(h.findings["owners"][1]["live_bytes"] == "64");
-    CHECK(h.findings["owners"][1]["allocations"] == "0");
+    CHECK(h.findings["owners"][1]["allocations"] == "1");
+}
+
+TEST_CASE("each byte once: a framework block at a live host block's address leaves HOST") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x100, 10, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).id(1));
+    // a CPU tensor: the allocator's malloc, then the framework's block at that address
+    h.feed(EventBuilder::malloc(0x200, 4096, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).id(2));
+    h.feed(EventBuilder::malloc(0x200, 4096, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).id(3));
+    h.feed(EventBuilder::free(0x200, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).id(4));
+    h.feed(EventBuilder::free(0x200, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).id(5));
+    h.feed(EventBuilder::malloc(0x300, 20, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).id(6));
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.findings["owners"].size() == 2);
+    CHECK(h.findings["owners"][0]["owner"] == "PTA");
+    CHECK(h.findings["owners"][0]["peak_bytes"] == "4096");
+    CHECK(h.findings["owners"][0]["allocations"] == "1");
+    CHECK(h.findings["owners"][1]["owner"] == "HOST");
+    CHECK(h.findings["owners"][1]["live_bytes"] == "30");
+    CHECK(h.findings["owners"][1]["peak_bytes"] == "30");  // never 4106
+    CHECK(h.findings["owners"][1]["allocations"] == "2");
 }

@@ -190,3 +190,54 @@ TEST_CASE("offline mark rule: too few marks and an index out of range are told")
                            "INFO: Start index 2 is out of bounds. Device 0 has a total of 3 MSTX events.",
                            "ERROR: Device 1 has fewer than 3 data points. Please re-collect the data points."});
 }
+
+TEST_CASE("a leaked block names its operator and the program's line; warm-up blocks are counted in a note") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    const std::string py =
+        "/usr/lib/python3/dist-packages/torch/_tensor.py(10): helper\n/home/u/train.py(42): keep\n/home/u/train.py(60): main";
+    for (uint64_t step = 1; step <= 4; ++step) {
+        h.feed(EventBuilder::op("aten::ones", true).device(MSMS_DEV_CPU, -1).thread(7));
+        h.feed(EventBuilder::op("aten::empty", true).device(MSMS_DEV_CPU, -1).thread(7));
+        h.feed(EventBuilder::malloc(0x10000 * step, 1024, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(7).used(1024 * step)
+                   .py_stack(py));
+        h.feed(EventBuilder::op("aten::empty", false).device(MSMS_DEV_CPU, -1).thread(7));
+        h.feed(EventBuilder::op("aten::ones", false).device(MSMS_DEV_CPU, -1).thread(7));
+        h.feed(EventBuilder::step(step));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    // step 0's block is warm-up (still live, not judged); steps 2 and 3 leak; step 4's is the last
+    auto at = std::find(h.reports.begin(), h.reports.end(), "Direct PTA leak of 0.000977 Mb(s) at 0x20000 in kernel_4 at step 2.");
+    REQUIRE(at != h.reports.end());
+    CHECK(*(at + 1) == "    allocated by: operator aten::ones, called from /home/u/train.py(42): keep");
+    CHECK(has_line(h.reports, "Note: steps 0 and 1 are warm-up and not checked for leaks; 1 block(s) (1024 bytes) "
+                              "allocated then are still live and were not judged."));
+    REQUIRE(h.findings["leaks"].size() == 2);
+    CHECK(h.findings["leaks"][0]["operator"] == "aten::ones");
+    CHECK(h.findings["leaks"][0]["python_site"] == "/home/u/train.py(42): keep");
+}
+
+TEST_CASE("host leak sites start at the first frame outside the allocator and libc's wrappers") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x1000, 8).c_stack(
+        "malloc (/usr/lib/msmemscope/libmsms_host_heap_hook.so+0x10)\nmalloc (/lib/libc.so.6+0x20)\n"
+        "__strdup (/lib/libc.so.6+0x30)\nmake_buf (prog.c:12)\nmain (prog.c:30)"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "    1 block(s), 8 bytes, allocated at: make_buf (prog.c:12)"));
+    REQUIRE(h.findings["leaks"].size() == 1);
+    CHECK(h.findings["leaks"][0]["stack"].find("__strdup") != std::string::npos);  // the inner frames stay
+}
+
+TEST_CASE("each byte once: a framework block at a live host block's address is no host leak") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x5000, 4096, MSMS_T_HOST).device(MSMS_DEV_CPU, -1));
+    h.feed(EventBuilder::malloc(0x5000, 4096, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).used(4096));
+    h.feed(EventBuilder::malloc(0x9000, 16, MSMS_T_HOST).device(MSMS_DEV_CPU, -1));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "Host memory still allocated at exit: 1 block(s), 16 bytes, from 1 allocation site(s):"));
+}
