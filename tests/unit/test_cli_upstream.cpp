@@ -441,6 +441,9 @@ TEST_CASE("getopt: options after the program name, prefixes, repeats, -- protect
     CHECK(only_error(run({"prog", "--bogus"})) ==
           "unknown option '--bogus'; put the program's own options after '--' (msmemscope [options] -- <prog> [args])");
     CHECK(run({"--", "prog", "--bogus"}).ok);
+    CHECK(only_error(run({"prog", "--devce=cpu"})) ==
+          "unknown option '--devce' (did you mean '--device'?); put the program's own options after '--' (msmemscope "
+          "[options] -- <prog> [args])");
     CHECK(only_error(cli({"--compare=yes"})) == "--compare: takes no value");
     CHECK(only_error(run({"--device"})) == "--device: missing value");
 }

@@ -122,6 +122,8 @@ bool parse_command_line(int argc, const char* const* argv, RawConfig& raw, std::
             const OptionDef* o = resolve_long(name, why);
             if (!o) {
                 bool ambiguous = why.rfind(" is ambiguous", 0) == 0;
+                if (!ambiguous && !program.empty() && !why.empty())  // "; did you mean ...?" -> " (did you mean ...?)"
+                    why = " (" + why.substr(2) + ")";
                 errors.push_back((ambiguous ? "option '--" + name + "'" + why : "unknown option '--" + name + "'" + why) +
                                  (program.empty() ? "" : kPutAfterDashes));
                 continue;
