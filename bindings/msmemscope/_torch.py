@@ -69,8 +69,10 @@ def _base_ptr(t: torch.Tensor) -> int:
 
 def _tensor_attrs(t: torch.Tensor, extra: str = "") -> str:
     fmt = "contiguous" if t.is_contiguous() else "strided"
-    s = (f"dtype:{t.dtype},shape:{list(t.shape)},size:{t.numel() * t.element_size()},"
-         f"format:{fmt},type:{t.device.type}")
+    # upstream's keys and formats: type = the pool (PTA: c10's allocator),
+    # shape as str(torch.Size) prints it
+    s = (f"dtype:{t.dtype},shape:{t.shape},size:{t.numel() * t.element_size()},"
+         f"format:{fmt},type:PTA")
     return extra + s if extra else s
 
 

@@ -120,11 +120,12 @@ void access_tensor(const at::Tensor& t, uint16_t type, const char* op) {
         dts = std::string("torch.") + c10::toString(t.scalar_type());
         dt = dts.c_str();
     }
-    n += snprintf(attrs + n, sizeof(attrs) - n, "dtype:%s,shape:[", dt);
+    // upstream's formats: shape as str(torch.Size) prints it, type = the pool
+    n += snprintf(attrs + n, sizeof(attrs) - n, "dtype:%s,shape:torch.Size([", dt);
     auto sizes = t.sizes();
     for (size_t i = 0; i < sizes.size() && n < sizeof(attrs) - 64; ++i)
         n += snprintf(attrs + n, sizeof(attrs) - n, i ? ", %lld" : "%lld", static_cast<long long>(sizes[i]));
-    snprintf(attrs + n, sizeof(attrs) - n, "],size:%llu,format:%s,type:cpu", static_cast<unsigned long long>(size),
+    snprintf(attrs + n, sizeof(attrs) - n, "]),size:%llu,format:%s,type:PTA", static_cast<unsigned long long>(size),
              t.is_contiguous() ? "contiguous" : "strided");
     emit(MSMS_EV_ACCESS, type, reinterpret_cast<uint64_t>(base), size, op, attrs);
 }

@@ -48,15 +48,23 @@ def test_oom_writes_recent_and_top_blocks_and_snapshots(cli, tmp_path):
     assert "oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)" in p.stdout
     rows = read_dump(dump_files(process_dirs(tmp_path / "out")[0])[0])
     kinds = [(r["Event"], r["Event Type"], r["Name"]) for r in rows if r["Event"] in ("OOM_DETAIL", "SNAPSHOT")]
-    assert kinds[0] == ("OOM_DETAIL", "OOM_TRIGGER", "malloc")
-    assert kinds[1] == ("SNAPSHOT", "SNAPSHOT", "OOM Snapshot Before")
+    # upstream's row names (csrc/event_trace/event_report.cpp); the function is in Attr func
+    assert kinds[0] == ("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger")
+    assert kinds[1] == ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot")
     assert [k[1] for k in kinds[2:8]] == ["OOM_RECENT_ALLOC"] * 3 + ["OOM_TOP_ALLOC"] * 3
-    assert kinds[8] == ("SNAPSHOT", "SNAPSHOT", "OOM Snapshot After")
+    assert kinds[8] == ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot_After")
+    assert {k[2] for k in kinds[2:5]} == {"OOM_RecentAlloc"} and {k[2] for k in kinds[5:8]} == {"OOM_TopAlloc"}
+    assert list(rows_named(rows, "OOM_Snapshot")[0]["attr"]) == [
+        "reserved", "max_reserved", "allocated", "max_allocated", "total", "free", "device_rate", "reserved_rate"]
     top = [r for r in rows if r["Event Type"] == "OOM_TOP_ALLOC"]
     assert [r["attr"]["size"] for r in top] == [str(8 << 20), str(7 << 20), str(6 << 20)]
     assert set(top[0]["attr"]) >= {"pool", "ptr", "size", "timestamp", "step", "kernel", "client"}
     trig = [r for r in rows if r["Event Type"] == "OOM_TRIGGER"][0]
-    assert trig["attr"]["req_size"] == str(64 << 30)
+    assert trig["attr"]["req_size"] == str(64 << 30) and trig["attr"]["func"] == "malloc"
+
+
+def rows_named(rows, name):
+    return [r for r in rows if r["Name"] == name]
 
 
 def upstream_inefficient_csv(path):

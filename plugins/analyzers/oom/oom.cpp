@@ -2,17 +2,20 @@
 // allocation as OOM_DETAIL/OOM_TRIGGER (size = requested bytes, name = the
 // function, aux1 = the error code). On one, this analyzer emits, on the
 // trigger's device:
-//   SNAPSHOT "OOM Snapshot Before"  the device's numbers just before the failure
+//   SNAPSHOT "OOM_Snapshot"         the device's numbers just before the failure
 //   OOM_RECENT_ALLOC x K            the K most recently allocated live blocks
 //   OOM_TOP_ALLOC x K               the K largest live blocks
-//   SNAPSHOT "OOM Snapshot After"   at the next memory event of that device
+//   SNAPSHOT "OOM_Snapshot_After"   at the next memory event of that device
 //                                   (or at the end of the run)
+// (upstream's row names: the sinks write OOM_DETAIL rows as OOM_Trigger,
+// OOM_RecentAlloc, OOM_TopAlloc; SNAPSHOT keys as upstream's dump.cpp.)
 // OOM_RECENT/TOP_ALLOC carry Attr pool, ptr, size, timestamp, step, kernel,
 // client and the block's stacks. A failing loop does not flood the output:
 // details are written at most once per `interval_ms` of event time per device.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -59,7 +62,7 @@ public:
             Device& d = devices_[dev_key(ev)];
             if (d.after_pending) {
                 d.after_pending = false;
-                snapshot(dev_key(ev), d, "OOM Snapshot After", ev.timestamp_ns);
+                snapshot(dev_key(ev), d, "OOM_Snapshot_After", ev.timestamp_ns);
             }
             BlockKey k = block_key(ev);
             if (ev.kind == MSMS_EV_MALLOC) {
@@ -89,7 +92,7 @@ public:
         for (auto& [dk, d] : devices_)
             if (d.after_pending) {
                 d.after_pending = false;
-                snapshot(dk, d, "OOM Snapshot After", 0);
+                snapshot(dk, d, "OOM_Snapshot_After", 0);
             }
         if (triggers_)
             host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
@@ -130,17 +133,23 @@ private:
         d.peak_reserved = std::max(d.peak_reserved, reserved);
         auto num_or_na = [](int64_t v, bool known) { return known ? std::to_string(v) : std::string("N/A"); };
         bool have_reserved = !d.reserved.empty();
+        // upstream's keys and order (csrc/analysis/dump.cpp); the device's
+        // total and free memory are not known here
+        std::string rate = "N/A";
+        if (have_reserved && reserved > 0) {
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), "%f", 100.0 * static_cast<double>(d.allocated) / static_cast<double>(reserved));
+            rate = buf;
+        }
         std::vector<std::pair<std::string, std::string>> attrs{
-            {"total_mem", "N/A"},
-            {"free_mem", "N/A"},
             {"reserved", num_or_na(reserved, have_reserved)},
-            {"peak_reserved", num_or_na(d.peak_reserved, have_reserved)},
+            {"max_reserved", num_or_na(d.peak_reserved, have_reserved)},
             {"allocated", std::to_string(d.allocated)},
-            {"peak_allocated", std::to_string(d.peak)},
-            {"device_utilization", "N/A"},
-            {"pt_utilization", have_reserved && reserved > 0
-                                   ? std::to_string(static_cast<double>(d.allocated) / static_cast<double>(reserved))
-                                   : std::string("N/A")}};
+            {"max_allocated", std::to_string(d.peak)},
+            {"total", "N/A"},
+            {"free", "N/A"},
+            {"device_rate", "N/A"},
+            {"reserved_rate", rate}};
         std::vector<msms_kv> kv;
         for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
         msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts);
@@ -177,7 +186,7 @@ private:
         host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
                    std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
                    std::to_string(d.live.size()) + " live block(s), " + std::to_string(d.allocated) + " bytes");
-        snapshot(dk, d, "OOM Snapshot Before", ev.timestamp_ns);
+        snapshot(dk, d, "OOM_Snapshot", ev.timestamp_ns);
         using Item = std::pair<const BlockKey*, const Block*>;
         std::vector<Item> all;
         all.reserve(d.live.size());

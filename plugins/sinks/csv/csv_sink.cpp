@@ -101,17 +101,27 @@ public:
             return;
         }
         if (ev.device_kind == MSMS_DEV_NA) {
-            if (files_.empty()) {
-                // Before the first device row: keep, write into the first file.
-                pending_.emplace_back();
-                msms::append_dump_row(pending_.back(), ev);
-                if (pending_.size() > kMaxPending) open(ev.device_kind == MSMS_DEV_NA ? "cpu" : msmemscope::device_label(ev));
-                return;
-            }
+            // A row without a device (SYSTEM, MSTX, steps...) goes into every
+            // device's file with that file's Device Id, as upstream writes the
+            // device current on the thread; files of devices seen later get
+            // the earlier ones first.
+            std::string head, tail;
+            msms::append_dump_row_head(head, ev);
+            msms::append_dump_row_tail(tail, ev);
             for (auto& [dev, f] : files_) {
-                msms::append_dump_row(f->buffer(), ev);
+                f->buffer() += head;
+                f->buffer() += dev;
+                f->buffer() += tail;
                 f->maybe_flush();
             }
+            if (history_.size() < kMaxHistory) {
+                history_.emplace_back(std::move(head), std::move(tail));
+            } else if (!history_full_) {
+                history_full_ = true;
+                host_.warn("csv: more than " + std::to_string(kMaxHistory) +
+                           " rows without a device; the files of devices first seen from now on miss the earlier ones");
+            }
+            if (files_.empty() && history_.size() >= kMaxHistory) open("cpu");
             return;
         }
         File& f = open(msmemscope::device_label(ev));
@@ -124,7 +134,6 @@ public:
     }
 
     void finish() override {
-        if (files_.empty() && !pending_.empty()) open("cpu");
         if (files_.empty()) open("cpu");  // an empty run still leaves a valid file
         for (auto& [dev, f] : files_) f->close();
         if (trace_) trace_->close();
@@ -133,19 +142,23 @@ public:
     }
 
 private:
-    static constexpr size_t kMaxPending = 100000;
+    static constexpr size_t kMaxHistory = 100000;
 
     File& open(const std::string& dev) {
         auto it = files_.find(dev);
         if (it != files_.end()) return *it->second;
         auto f = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv", msms::kDumpHeader);
-        if (first_device_.empty()) {
-            first_device_ = dev;
-            for (auto& row : pending_) f->buffer() += row;
-            pending_.clear();
+        if (first_device_.empty()) first_device_ = dev;
+        for (auto& [head, tail] : history_) {
+            f->buffer() += head;
+            f->buffer() += dev;
+            f->buffer() += tail;
+            f->maybe_flush();
         }
         return *files_.emplace(dev, std::move(f)).first->second;
     }
+
+    static bool is_memory_event(const std::string& e) { return e == "MALLOC" || e == "FREE" || e == "ACCESS"; }
 
     void apply_patches(const std::string& path) {
         std::FILE* in = std::fopen(path.c_str(), "r");
@@ -176,6 +189,7 @@ private:
                             }
                         if (!set) attrs.emplace_back(k, v);
                     }
+                    if (is_memory_event(fields[1])) msms::order_memory_attrs(attrs);
                     fields[9] = msms::render_attr(attrs);
                     line.clear();
                     for (size_t i = 0; i < fields.size(); ++i) {
@@ -199,7 +213,9 @@ private:
     std::map<std::string, std::unique_ptr<File>> files_;
     std::unique_ptr<File> trace_;
     msms::PythonTraceRowWriter trace_rows_;
-    std::vector<std::string> pending_;
+    // Rows without a device so far, before and after their Device Id.
+    std::vector<std::pair<std::string, std::string>> history_;
+    bool history_full_ = false;
     std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> patches_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <msmemscope/plugin.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include "util/csv.h"
@@ -55,7 +56,35 @@ inline void append_quoted_body(std::string& out, msms_str s) {
 }
 }  // namespace
 
-void append_dump_row(std::string& out, const msms_event& ev) {
+int memory_attr_rank(std::string_view key) {
+    static const std::pair<std::string_view, int> kRanks[] = {
+        {"allocation_id", 0}, {"addr", 1}, {"size", 2},  {"total", 3},  {"pinned", 3},           {"used", 4},
+        {"shadow", 5},        {"type", 6}, {"owner", 7}, {"inefficient_type", 8}, {"page_type", 9}, {"alloc_type", 10},
+    };
+    for (auto& [k, r] : kRanks)
+        if (k == key) return r;
+    return 11;
+}
+
+const char* oom_row_name(const msms_event& ev) {
+    if (ev.kind != MSMS_EV_OOM_DETAIL) return nullptr;
+    switch (ev.type) {
+    case MSMS_T_OOM_TRIGGER: return "OOM_Trigger";
+    case MSMS_T_OOM_RECENT_ALLOC: return "OOM_RecentAlloc";
+    case MSMS_T_OOM_TOP_ALLOC: return "OOM_TopAlloc";
+    default: return nullptr;
+    }
+}
+
+bool is_memory_row(uint16_t kind) { return kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_ACCESS; }
+
+void order_memory_attrs(std::vector<std::pair<std::string, std::string>>& attrs) {
+    std::stable_sort(attrs.begin(), attrs.end(), [](const auto& a, const auto& b) {
+        return memory_attr_rank(a.first) < memory_attr_rank(b.first);
+    });
+}
+
+void append_dump_row_head(std::string& out, const msms_event& ev) {
     append_uint(out, ev.id);
     out += ',';
     const char* kind = msms_event_kind_name(ev.kind);
@@ -64,7 +93,8 @@ void append_dump_row(std::string& out, const msms_event& ev) {
     const char* type = msms_event_type_name(ev.type);
     out += type ? type : "N/A";
     out += ',';
-    if (ev.name.size) csv_field(out, msmemscope::view(ev.name));
+    if (const char* oom = oom_row_name(ev)) out += oom;
+    else if (ev.name.size) csv_field(out, msmemscope::view(ev.name));
     else out += "N/A";
     out += ',';
     append_uint(out, ev.timestamp_ns);
@@ -73,31 +103,101 @@ void append_dump_row(std::string& out, const msms_event& ev) {
     out += ',';
     append_uint(out, ev.tid);
     out += ',';
-    switch (ev.device_kind) {
-    case MSMS_DEV_CPU: out += "cpu"; break;
-    case MSMS_DEV_NPU:
-    case MSMS_DEV_CUDA: append_uint(out, static_cast<uint64_t>(ev.device_id < 0 ? 0 : ev.device_id)); break;
-    default: out += "N/A";
-    }
+}
+
+namespace {
+void append_attr(std::string& out, const msms_kv& kv) {
+    append_quoted_body(out, kv.key);
+    out += ':';
+    append_quoted_body(out, kv.value);
+}
+}  // namespace
+
+void append_dump_row_tail(std::string& out, const msms_event& ev) {
     out += ',';
-    if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS) append_hex_ptr(out, ev.ptr);
+    bool memory = is_memory_row(ev.kind);
+    if (memory) append_hex_ptr(out, ev.ptr);
     else out += "N/A";
     out += ',';
-    // The quoted "{k:v,...}" field, built in place (same bytes as
-    // csv_field(render_attr(...), true), without a temporary string).
-    out += "\"{";
-    for (uint32_t i = 0; i < ev.attr_count; ++i) {
-        if (i) out += ',';
-        append_quoted_body(out, ev.attrs[i].key);
-        out += ':';
-        append_quoted_body(out, ev.attrs[i].value);
+    // The quoted "{k:v,...}" field, built in place; empty where upstream
+    // writes no Attr (rows without attributes: most SYSTEM, MSTX, OP_LAUNCH).
+    if (!memory) {
+        if (ev.attr_count) {
+            out += "\"{";
+            for (uint32_t i = 0; i < ev.attr_count; ++i) {
+                if (i) out += ',';
+                append_attr(out, ev.attrs[i]);
+            }
+            out += "}\"";
+        }
+    } else {
+        // upstream's order; an ACCESS row also gets `addr` (its Ptr) when
+        // its collector did not give one. Index kSynthAddr = that addr.
+        constexpr uint32_t kMax = 64, kSynthAddr = UINT32_MAX;
+        uint32_t order[kMax + 1];
+        int rank[kMax + 1];
+        uint32_t n = 0;
+        bool has_addr = false;
+        for (uint32_t i = 0; i < ev.attr_count && n < kMax; ++i) {
+            std::string_view k = msmemscope::view(ev.attrs[i].key);
+            has_addr |= k == "addr";
+            int r = memory_attr_rank(k);
+            uint32_t j = n++;
+            while (j > 0 && rank[j - 1] > r) {  // stable insertion
+                order[j] = order[j - 1];
+                rank[j] = rank[j - 1];
+                --j;
+            }
+            order[j] = i;
+            rank[j] = r;
+        }
+        if (ev.kind == MSMS_EV_ACCESS && !has_addr) {
+            uint32_t j = n++;
+            while (j > 0 && rank[j - 1] > 1) {
+                order[j] = order[j - 1];
+                rank[j] = rank[j - 1];
+                --j;
+            }
+            order[j] = kSynthAddr;
+            rank[j] = 1;
+        }
+        out += "\"{";
+        for (uint32_t i = 0; i < n; ++i) {
+            if (i) out += ',';
+            if (order[i] == kSynthAddr) {
+                out += "addr:";
+                append_hex_ptr(out, ev.ptr);
+            } else {
+                append_attr(out, ev.attrs[order[i]]);
+            }
+        }
+        // attributes beyond kMax (never in practice) in their own order
+        for (uint32_t i = kMax; i < ev.attr_count; ++i) {
+            out += ',';
+            append_attr(out, ev.attrs[i]);
+        }
+        out += "}\"";
     }
-    out += "}\"";
     out += ',';
     if (ev.py_stack.size) csv_field(out, msmemscope::view(ev.py_stack), true);
     out += ',';
     if (ev.c_stack.size) csv_field(out, msmemscope::view(ev.c_stack), true);
     out += '\n';
+}
+
+void append_dump_row(std::string& out, const msms_event& ev, std::string_view device) {
+    append_dump_row_head(out, ev);
+    if (!device.empty()) {
+        out += device;
+    } else {
+        switch (ev.device_kind) {
+        case MSMS_DEV_CPU: out += "cpu"; break;
+        case MSMS_DEV_NPU:
+        case MSMS_DEV_CUDA: append_uint(out, static_cast<uint64_t>(ev.device_id < 0 ? 0 : ev.device_id)); break;
+        default: out += "N/A";
+        }
+    }
+    append_dump_row_tail(out, ev);
 }
 
 void append_python_trace_row(std::string& out, const msms_event& ev) { PythonTraceRowWriter().append(out, ev); }

@@ -17,7 +17,26 @@ extern const char* const kPythonTraceHeader;
 // "{k:v,k:v}"
 std::string render_attr(const msms_kv* attrs, uint32_t n);
 std::string render_attr(const std::vector<std::pair<std::string, std::string>>& attrs);
-void append_dump_row(std::string& out, const msms_event& ev);
+// A row; `device` (when not empty) is written as its Device Id instead of
+// the event's own: rows without a device go into every device's file with
+// that file's id, as upstream writes the current device of the thread.
+void append_dump_row(std::string& out, const msms_event& ev, std::string_view device = {});
+// The same row in two parts, before and after the Device Id field (with
+// their commas): kept for files of devices seen later.
+void append_dump_row_head(std::string& out, const msms_event& ev);
+void append_dump_row_tail(std::string& out, const msms_event& ev);
+
+// Upstream's Attr order for MALLOC/FREE/ACCESS rows (csrc/analysis/dump.cpp):
+// allocation_id, addr, size, total|pinned, used, shadow, type, owner,
+// inefficient_type, page_type, alloc_type; other keys after them in their
+// own order. Other rows keep their order.
+int memory_attr_rank(std::string_view key);
+// upstream's Name of an OOM_DETAIL row (OOM_Trigger, OOM_RecentAlloc,
+// OOM_TopAlloc; the failed function is in Attr func), else nullptr.
+const char* oom_row_name(const msms_event& ev);
+bool is_memory_row(uint16_t kind);
+// `attrs` in that order (stable), for memory rows.
+void order_memory_attrs(std::vector<std::pair<std::string, std::string>>& attrs);
 // One python_trace row on its own (PythonTraceRowWriter below for a stream).
 void append_python_trace_row(std::string& out, const msms_event& ev);
 

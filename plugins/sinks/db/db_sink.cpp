@@ -17,6 +17,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../csv/dump_row.h"
 #include "util/json.h"
 #include "util/written_events.h"
 
@@ -41,14 +43,44 @@ constexpr uint64_t kBatch = 200000;
 
 using msmemscope::device_label;
 
-// {"key":value,...}: numbers and numeric lists stay numbers (util/json.h).
-void attr_json(std::string& out, const msms_kv* kv, uint32_t n) {
+// {"key":"value",...}: every value a JSON string, as upstream's DB writer
+// (FixJson in csrc/analysis/data_handler.cpp); memory rows in upstream's key
+// order, an ACCESS row with its `addr` (as the csv sink, dump_row.h).
+void attr_json(std::string& out, const msms_event& ev) {
+    const msms_kv* kv = ev.attrs;
+    uint32_t n = ev.attr_count;
+    std::vector<uint32_t> order(n);
+    for (uint32_t i = 0; i < n; ++i) order[i] = i;
+    bool memory = msms::is_memory_row(ev.kind), has_addr = false;
+    if (memory) {
+        std::stable_sort(order.begin(), order.end(), [kv](uint32_t a, uint32_t b) {
+            return msms::memory_attr_rank(view(kv[a].key)) < msms::memory_attr_rank(view(kv[b].key));
+        });
+        for (uint32_t i = 0; i < n; ++i) has_addr |= view(kv[i].key) == "addr";
+    }
     out += '{';
-    for (uint32_t i = 0; i < n; ++i) {
-        if (i) out += ',';
-        msms::json_quote(out, view(kv[i].key));
+    bool first = true;
+    auto put = [&](std::string_view k, std::string_view v) {
+        if (!first) out += ',';
+        first = false;
+        msms::json_quote(out, k);
         out += ':';
-        msms::json_attr_value(out, view(kv[i].value));
+        msms::json_quote(out, v);
+    };
+    bool addr_done = !(ev.kind == MSMS_EV_ACCESS && !has_addr);
+    for (uint32_t i : order) {
+        if (!addr_done && msms::memory_attr_rank(view(kv[i].key)) > 1) {
+            char hex[24];
+            std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(ev.ptr));
+            put("addr", hex);
+            addr_done = true;
+        }
+        put(view(kv[i].key), view(kv[i].value));
+    }
+    if (!addr_done) {
+        char hex[24];
+        std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(ev.ptr));
+        put("addr", hex);
     }
     out += '}';
 }
@@ -157,7 +189,7 @@ public:
 
     void row(const msms_event& ev) {
         attr_.clear();
-        attr_json(attr_, ev.attrs, ev.attr_count);
+        attr_json(attr_, ev);
         const char* kind = msms_event_kind_name(ev.kind);
         const char* type = msms_event_type_name(ev.type);
         bool has_ptr = ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS;
@@ -171,7 +203,7 @@ public:
         } else {
             std::memcpy(ptr, "N/A", 4);
         }
-        std::string_view dev = ev.device_kind == MSMS_DEV_NA ? std::string_view("N/A") : std::string_view(dev_);
+        std::string_view dev = dev_;  // a row without a device: this file's
         if (ev.device_kind != MSMS_DEV_NA && !own_device(ev)) {
             other_dev_ = device_label(ev);
             dev = other_dev_;
@@ -179,7 +211,9 @@ public:
         ins_dump_.i64(1, static_cast<int64_t>(ev.id))
             .text(2, kind ? kind : "N/A")
             .text(3, type ? type : "N/A")
-            .text(4, ev.name.size ? view(ev.name) : std::string_view("N/A"))
+            .text(4, msms::oom_row_name(ev) ? std::string_view(msms::oom_row_name(ev))
+                     : ev.name.size          ? view(ev.name)
+                                             : std::string_view("N/A"))
             .i64(5, static_cast<int64_t>(ev.timestamp_ns))
             .i64(6, ev.pid)
             .i64(7, ev.tid)
@@ -220,13 +254,16 @@ public:
         if (it == ins_py_.end()) {
             std::string table = "python_trace_" + std::to_string(pid);
             exec("CREATE TABLE IF NOT EXISTS " + table +
-                 " (\"FuncInfo\" TEXT, \"StartTime(ns)\" INTEGER, \"EndTime(ns)\" INTEGER, \"Thread Id\" INTEGER, "
+                 " (\"FuncInfo\" TEXT, \"StartTime(ns)\" TEXT, \"EndTime(ns)\" TEXT, \"Thread Id\" INTEGER, "
                  "\"Process Id\" INTEGER)");
             it = ins_py_.emplace(pid, Stmt(db_, "INSERT INTO " + table + " VALUES (?,?,?,?,?)")).first;
         }
+        // Start/end times as TEXT, N/A when unknown (upstream's table).
+        std::string start = ev.aux0 ? std::to_string(ev.aux0) : "N/A";
+        std::string end = ev.timestamp_ns ? std::to_string(ev.timestamp_ns) : "N/A";
         it->second.text(1, view(ev.name))
-            .i64(2, static_cast<int64_t>(ev.aux0))
-            .i64(3, static_cast<int64_t>(ev.timestamp_ns))
+            .text(2, start)
+            .text(3, end)
             .i64(4, ev.tid)
             .i64(5, ev.pid)
             .run(db_);
@@ -237,7 +274,7 @@ public:
         std::string path = "$.";
         msms::json_quote(path, key);  // $."key" handles any characters
         std::string v;
-        msms::json_attr_value(v, value);
+        msms::json_quote(v, value);  // a string, as every Attr value
         upd_attr_.text(1, path).text(2, v).i64(3, static_cast<int64_t>(id)).run(db_);
         if (key == "owner")
             for (auto& [aid, b] : live_)
@@ -377,14 +414,18 @@ public:
             return;
         }
         if (ev.device_kind == MSMS_DEV_NA) {
-            // System rows (steps, marks...) belong to every device's file;
-            // before the first device row they wait (as in the csv sink).
-            if (dbs_.empty()) {
-                pending_.emplace_back(ev);
-                if (pending_.size() > kMaxPending) open("cpu");
-                return;
-            }
+            // A row without a device (steps, marks...) goes into every
+            // device's file with that file's Device Id (as the csv sink);
+            // files of devices seen later get the earlier ones first.
             for (auto& [dev, d] : dbs_) d->row(ev);
+            if (pending_.size() < kMaxPending) {
+                pending_.emplace_back(ev);
+            } else if (!pending_full_) {
+                pending_full_ = true;
+                host_.warn("db: more than " + std::to_string(kMaxPending) +
+                           " rows without a device; the files of devices first seen from now on miss the earlier ones");
+            }
+            if (dbs_.empty() && pending_.size() >= kMaxPending) open("cpu");
             return;
         }
         open(device_label(ev)).row(ev);
@@ -412,11 +453,8 @@ private:
         auto d = std::make_unique<Database>(
             run_.output_dir + "/device_" + dev + "/dump/memscope_dump_" + run_.timestamp + ".db", run_, dev);
         Database& db = *dbs_.emplace(dev, std::move(d)).first->second;
-        if (first_device_.empty()) {
-            first_device_ = dev;
-            for (auto& p : pending_) db.row(p.get());
-            pending_.clear();
-        }
+        if (first_device_.empty()) first_device_ = dev;
+        for (auto& p : pending_) db.row(p.get());
         return db;
     }
 
@@ -446,7 +484,8 @@ private:
     msmemscope::Host host_;
     msms::WrittenEvents written_;
     msmemscope::RunInfo run_;
-    std::vector<Pending> pending_;
+    std::vector<Pending> pending_;  // rows without a device so far
+    bool pending_full_ = false;
     std::string first_device_;
     std::map<std::string, std::unique_ptr<Database>> dbs_;
 };

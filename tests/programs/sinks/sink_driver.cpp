@@ -172,7 +172,7 @@ void rich(Driver& h) {
     h.malloc_(0x30000, 3 << 20, MSMS_T_HOST, CPU, -1, "", "malloc\nleaky_cache\nmain", 7, 8);
     h.feed(EventBuilder(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT).name("Memory Snapshot").attr("allocated", "123").attr("note", "say \"hi\""));
     h.feed(EventBuilder::step(3));
-    h.annotate(act, "inefficient", "early_allocation");
+    h.annotate(act, "inefficient_type", "early_allocation");
     h.finding("leaks", {{"device", "0"}, {"allocation_id", std::to_string(grad - grad + 4)}, {"addr", "0x0000000000900000"},
                         {"size", std::to_string(2 << 20)}, {"step", "2"}, {"kernel", "MatMul_kernel"}});
     h.finding("leaks", {{"device", "cpu"}, {"allocation_id", "26"}, {"addr", "0x0000000000030000"},

@@ -35,9 +35,9 @@ TEST_CASE("an OOM trigger writes the K most recent and K largest live blocks bet
     REQUIRE(h.finish() == MSMS_OK);
     REQUIRE(h.emitted.size() == 6);
     CHECK(h.emitted[0].ev.kind == MSMS_EV_SNAPSHOT);
-    CHECK(h.emitted[0].name == "OOM Snapshot Before");
+    CHECK(h.emitted[0].name == "OOM_Snapshot");
     CHECK(h.emitted[0].attr("allocated") == "1030");
-    CHECK(h.emitted[0].attr("peak_allocated") == "1530");
+    CHECK(h.emitted[0].attr("max_allocated") == "1530");
     auto recent = of_type(h, MSMS_T_OOM_RECENT_ALLOC);
     REQUIRE(recent.size() == 2);
     CHECK(recent[0].attr("ptr") == "0x40");
@@ -53,7 +53,7 @@ TEST_CASE("an OOM trigger writes the K most recent and K largest live blocks bet
     CHECK(top[0].attr("size") == "1000");
     CHECK(top[0].c_stack == "big_site");
     CHECK(top[1].attr("ptr") == "0x40");
-    CHECK(h.emitted[5].name == "OOM Snapshot After");
+    CHECK(h.emitted[5].name == "OOM_Snapshot_After");
     CHECK(h.emitted[5].attr("allocated") == "1030");  // taken before the next event applies
     CHECK(h.reports == std::vector<std::string>{"oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)"});
 }
@@ -69,8 +69,8 @@ TEST_CASE("a failing loop gets one detail dump per interval; the after snapshot 
     REQUIRE(h.finish() == MSMS_OK);
     size_t before = 0, after = 0;
     for (auto& e : h.emitted) {
-        if (e.name == "OOM Snapshot Before") ++before;
-        if (e.name == "OOM Snapshot After") ++after;
+        if (e.name == "OOM_Snapshot") ++before;
+        if (e.name == "OOM_Snapshot_After") ++after;
     }
     CHECK(before == 2);
     CHECK(after == 1);

@@ -120,7 +120,7 @@ TEST_CASE("db: rows, Attr JSON round trip and annotations") {
     PluginHarness h(plugin());
     REQUIRE(h.create() == MSMS_OK);
     REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-    h.feed(EventBuilder::step(1).at(100));  // N/A device before any device row: waits
+    h.feed(EventBuilder::step(1).at(100));  // no device, before any device row: kept for every device file
     h.feed(EventBuilder::malloc(0xabc0, 4096, MSMS_T_PTA)
                .device(MSMS_DEV_NPU, 3)
                .allocation_id(7)
@@ -137,14 +137,15 @@ TEST_CASE("db: rows, Attr JSON round trip and annotations") {
                .attr("weird", "a\"b,c\\d"));
     h.feed(EventBuilder::free(0xabc0, MSMS_T_PTA).device(MSMS_DEV_NPU, 3).allocation_id(7).at(300).attr("allocation_id", "7"));
     h.feed(EventBuilder::op("aten::add", true).at(400).name("aten::add"));
-    REQUIRE(h.annotate(2, "inefficient", "early_allocation") == MSMS_OK);
+    REQUIRE(h.annotate(2, "inefficient_type", "early_allocation") == MSMS_OK);
     REQUIRE(h.annotate(2, "size", "4097") == MSMS_OK);
     REQUIRE(h.finish() == MSMS_OK);
 
     Db db(dir + "/device_3/dump/memscope_dump_20260101000000.db");
     auto rows = db.q("SELECT * FROM memscope_dump ORDER BY \"ID\"");
     REQUIRE(rows.size() == 4);
-    std::vector<std::string> step = {"1", "SYSTEM", "STEP", "1", "100", "1", "1", "N/A", "N/A", "{}", "", ""};
+    // written with the file's Device Id, as upstream writes the current device
+    std::vector<std::string> step = {"1", "SYSTEM", "STEP", "1", "100", "1", "1", "3", "N/A", "{}", "", ""};
     CHECK(rows[0] == step);
     CHECK(rows[1][1] == "MALLOC");
     CHECK(rows[1][2] == "PTA");
@@ -154,15 +155,15 @@ TEST_CASE("db: rows, Attr JSON round trip and annotations") {
     CHECK(rows[1][8] == "0x000000000000abc0");
     CHECK(rows[1][10] == "a.py(3): main");
     CHECK(rows[1][11] == "f1\nf2");
-    // Attr is valid JSON; numbers are numbers, lists arrays, text strings;
-    // annotations updated one key in place and appended the other.
+    // Attr is valid JSON with every value a string, as upstream's DB writer
+    // (FixJson); annotations updated one key in place and appended the other.
     CHECK(db.one("SELECT json_valid(\"Attr\") FROM memscope_dump WHERE \"ID\"=2") == "1");
     CHECK(rows[1][9] ==
-          "{\"allocation_id\":7,\"addr\":\"0x000000000000abc0\",\"size\":4097,\"owner\":\"PTA@weight\","
-          "\"shape\":[2,3],\"dtype\":\"torch.float32\",\"weird\":\"a\\\"b,c\\\\d\",\"inefficient\":\"early_allocation\"}");
-    CHECK(db.one("SELECT json_type(\"Attr\", '$.size') FROM memscope_dump WHERE \"ID\"=2") == "integer");
+          "{\"allocation_id\":\"7\",\"addr\":\"0x000000000000abc0\",\"size\":\"4097\",\"owner\":\"PTA@weight\","
+          "\"shape\":\"[2, 3]\",\"dtype\":\"torch.float32\",\"weird\":\"a\\\"b,c\\\\d\","
+          "\"inefficient_type\":\"early_allocation\"}");
+    CHECK(db.one("SELECT json_type(\"Attr\", '$.size') FROM memscope_dump WHERE \"ID\"=2") == "text");
     CHECK(db.one("SELECT json_extract(\"Attr\", '$.weird') FROM memscope_dump WHERE \"ID\"=2") == "a\"b,c\\d");
-    CHECK(db.one("SELECT json_type(\"Attr\", '$.shape') FROM memscope_dump WHERE \"ID\"=2") == "array");
     CHECK(rows[3][1] == "OP_LAUNCH");
     CHECK(rows[3][3] == "aten::add");
     CHECK(rows[3][8] == "N/A");
