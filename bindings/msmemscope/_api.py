@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import gc
 import sys
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -69,7 +70,32 @@ def start() -> None:
     _session.session()
     _ext.start()
     _collect.enable_for_range()
+    _report_existing_tensors()
     watcher.range_started()
+
+
+def _report_existing_tensors() -> None:
+    """Shadow events (framework/host/shadow.h): the storages of the CPU
+    tensors that exist now (a model built before start()) and the pool's
+    blocks allocated while collection was off are written as MALLOC with
+    shadow:true; blocks freed meanwhile as FREE with shadow:true."""
+    torch = sys.modules.get("torch")
+    if torch is None or not _ext.collecting():
+        return
+    existing = {}
+    for obj in gc.get_objects():
+        if not isinstance(obj, torch.Tensor):
+            continue
+        try:
+            if obj.device.type != "cpu" or obj.is_sparse or obj.is_meta:
+                continue
+            st = obj.untyped_storage() if hasattr(obj, "untyped_storage") else obj.storage()
+            ptr, size = st.data_ptr(), st.nbytes()
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+            continue  # a tensor without a plain storage (functional, quantized...)
+        if ptr and size:
+            existing[ptr] = size
+    _ext.pta_shadow_sync(list(existing.items()))
 
 
 def stop() -> None:

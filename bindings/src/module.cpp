@@ -175,7 +175,15 @@ posix_memalign_fn g_prev_posix_memalign = nullptr;
 free_fn g_prev_free = nullptr;
 std::atomic<bool> g_pta_on{false};
 std::mutex g_pta_mu;
-std::unordered_map<uint64_t, uint64_t>* g_pta_live = nullptr;  // ptr -> size
+// Every live block of the pool since the hooks went in, and whether the
+// host was told of it (its MALLOC, or a shadow MALLOC: shadow.h).
+struct PtaBlock {
+    uint64_t size;
+    bool reported;
+};
+std::unordered_map<uint64_t, PtaBlock>* g_pta_live = nullptr;  // by ptr
+// Reported blocks freed while collection was off: shadow FREEs at the next start.
+std::vector<uint64_t>* g_pta_unseen_frees = nullptr;
 int64_t g_pta_used = 0, g_pta_peak = 0;
 
 // Per-thread context that decides the owner of a new block.
@@ -209,15 +217,16 @@ void owner_attr(char* buf, size_t n, uint64_t total) {
 int pta_posix_memalign(void** out, size_t align, size_t n) {
     int rc = g_prev_posix_memalign(out, align, n);
     if (rc != 0 || !g_pta_on.load(std::memory_order_relaxed)) return rc;
+    bool on = g_agent.enter();
     uint64_t total;
     {
         std::lock_guard<std::mutex> lock(g_pta_mu);
-        (*g_pta_live)[reinterpret_cast<uint64_t>(*out)] = n;
+        (*g_pta_live)[reinterpret_cast<uint64_t>(*out)] = PtaBlock{n, on};
         g_pta_used += static_cast<int64_t>(n);
         if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
         total = static_cast<uint64_t>(g_pta_used);
     }
-    if (g_agent.enter()) {
+    if (on) {
         char attrs[300];
         owner_attr(attrs, sizeof(attrs), total);
         g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(*out), n, 0, attrs);
@@ -228,34 +237,77 @@ int pta_posix_memalign(void** out, size_t align, size_t n) {
 
 void pta_free(void* p) {
     if (p && g_pta_live) {
-        bool known = false;
+        bool known = false, reported = false;
         uint64_t total = 0;
         {
             std::lock_guard<std::mutex> lock(g_pta_mu);
             auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
             if (it != g_pta_live->end()) {
-                g_pta_used -= static_cast<int64_t>(it->second);
+                g_pta_used -= static_cast<int64_t>(it->second.size);
                 total = static_cast<uint64_t>(g_pta_used);
+                reported = it->second.reported;
                 g_pta_live->erase(it);
                 known = true;
             }
         }
-        if (known && g_agent.enter()) {
-            char attrs[64];
-            snprintf(attrs, sizeof(attrs), "total:%llu", static_cast<unsigned long long>(total));
-            g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0, nullptr,
-                          attrs);
-            g_agent.leave();
+        // A block the host never heard of is not written (it would pair with
+        // nothing); one it knows, freed while collection is off, gets a
+        // shadow FREE at the next start.
+        if (known && reported) {
+            if (g_agent.enter()) {
+                char attrs[64];
+                snprintf(attrs, sizeof(attrs), "total:%llu", static_cast<unsigned long long>(total));
+                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0,
+                              nullptr, attrs);
+                g_agent.leave();
+            } else {
+                std::lock_guard<std::mutex> lock(g_pta_mu);
+                g_pta_unseen_frees->push_back(reinterpret_cast<uint64_t>(p));
+            }
         }
     }
     g_prev_free(p);
+}
+
+// At start() (collection on): the pool's blocks the host does not know get a
+// MALLOC with shadow:true now (those allocated while collection was off, and
+// `existing`: the storages of the tensors that exist, some allocated before
+// the hooks went in), and blocks it knows that were freed meanwhile a FREE
+// with shadow:true (framework/host/shadow.h). Returns how many rows.
+size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existing) {
+    if (!g_pta_live || !g_agent_loaded) return 0;
+    std::vector<uint64_t> freed;
+    std::vector<std::pair<uint64_t, uint64_t>> born;
+    {
+        std::lock_guard<std::mutex> lock(g_pta_mu);
+        for (auto& [ptr, size] : existing)
+            if (ptr && g_pta_live->emplace(ptr, PtaBlock{size, false}).second) {
+                g_pta_used += static_cast<int64_t>(size);
+                if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
+            }
+        freed.swap(*g_pta_unseen_frees);
+        for (auto& [ptr, b] : *g_pta_live)
+            if (!b.reported) {
+                born.emplace_back(ptr, b.size);
+                b.reported = true;
+            }
+    }
+    if (!g_agent.enter()) return 0;
+    for (uint64_t ptr : freed)
+        g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, 0, 0, 0, nullptr, "shadow:true");
+    for (auto& [ptr, size] : born) g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, size, 0, "shadow:true");
+    g_agent.leave();
+    return freed.size() + born.size();
 }
 
 int install_torch_hooks(const std::string& library) {
     need_agent();
     if (!g_agent.got_install) throw std::runtime_error("the msmemscope agent has no GOT patcher");
     static bool installed = false;
-    if (!g_pta_live) g_pta_live = new std::unordered_map<uint64_t, uint64_t>();
+    if (!g_pta_live) {
+        g_pta_live = new std::unordered_map<uint64_t, PtaBlock>();
+        g_pta_unseen_frees = new std::vector<uint64_t>();
+    }
     g_pta_on = true;
     if (installed) return 0;
     installed = true;
@@ -416,6 +468,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("install_heap_hooks", &install_heap_hooks, py::arg("hook_library"), py::arg("skip"));
     m.def("install_torch_hooks", &install_torch_hooks, py::arg("library"));
     m.def("torch_hooks_off", [] { g_pta_on = false; });
+    m.def("pta_shadow_sync", &pta_shadow_sync, py::arg("existing"));
     m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
     m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
     m.def("profile_install_thread", &profile_install_thread);

@@ -4,6 +4,7 @@
 
 #include <msmemscope/plugin.hpp>
 
+#include "shadow.h"
 #include "util/text.h"
 
 #include <boost/dll/shared_library.hpp>
@@ -110,13 +111,13 @@ void Pipeline::start(const RunContext& run) {
     }
 }
 
-void Pipeline::account(Record& r) {
+bool Pipeline::account(Record& r) {
     msms_event& ev = r.ev;
     if (ev.kind == MSMS_EV_ACCESS) {
         ev.allocation_id = framework_block_at(ev.device_kind, ev.device_id, ev.ptr);
-        return;
+        return true;
     }
-    if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return;
+    if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return true;
     const bool framework = !is_driver_pool(ev.type);
     bool virt = false;
     if (ev.kind == MSMS_EV_MALLOC)
@@ -136,7 +137,9 @@ void Pipeline::account(Record& r) {
         auto [it, inserted] = live.emplace(ev.ptr, LiveBlock{ev.allocation_id, ev.size});
         if (!inserted) {
             // The same address again without a FREE in between: the earlier
-            // block was released where we could not see it.
+            // block was released where we could not see it (a shadow FREE).
+            shadow_before_.push_back(shadow_free(ev.device_kind, ev.device_id, ev.type, ev.ptr,
+                                                 it->second.allocation_id, it->second.size, ev.timestamp_ns, ev.pid));
             delta -= static_cast<int64_t>(it->second.size);
             it->second = LiveBlock{ev.allocation_id, ev.size};
         }
@@ -157,8 +160,7 @@ void Pipeline::account(Record& r) {
                 }
             }
         } else {
-            ev.allocation_id = 0;  // allocated before collection started
-            ev.size = 0;
+            return false;  // allocated before collection started: pairs with nothing
         }
     }
     int64_t& used = pool_used_[key];
@@ -231,6 +233,28 @@ void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t use
     auto& t = device_totals_[label];
     t.used = used;
     t.peak = std::max(t.peak, used);
+    if (is_shadow(r)) ev.pool_used = ev.device_used = ev.process_used = -1;  // counted, not written
+    return true;
+}
+
+// A FREE with shadow:true for every block still live, to the sinks only:
+// the analyzers have finished and still hold those blocks as live (leaks).
+void Pipeline::shadow_frees_at_end() {
+    std::vector<std::pair<uint64_t, Record>> frees;
+    for (auto& [key, blocks] : live_)
+        for (auto& [ptr, b] : blocks)
+            frees.emplace_back(b.allocation_id, shadow_free(key.dev_kind, key.dev_id, key.type, ptr, b.allocation_id,
+                                                            b.size, last_ts_, run_.pid));
+    std::sort(frees.begin(), frees.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [id, r] : frees) {
+        r.ev.id = ++next_id_;
+        ++events_;
+        dispatch(r, analyzers_.size());
+    }
+    live_.clear();
+    if (unseen_frees_)
+        log(0, std::to_string(unseen_frees_) + " free(s) of blocks allocated before collection started were not "
+               "written (no MALLOC to pair with)");
 }
 
 // The allocation id of the live framework-pool block (PTA, ATB, ...) on that
@@ -328,7 +352,16 @@ void Pipeline::feed(Record& r) {
     if (finished_) return;
     if (r.ev.timestamp_ns < last_ts_) r.ev.timestamp_ns = last_ts_;  // keep the output ordered
     last_ts_ = r.ev.timestamp_ns;
-    if (accounting_ && !r.complete_attrs) account(r);
+    if (accounting_ && !r.complete_attrs && !account(r)) {
+        ++unseen_frees_;
+        return;
+    }
+    for (auto& s : shadow_before_) {
+        s.ev.id = ++next_id_;
+        ++events_;
+        dispatch(s, 0);
+    }
+    shadow_before_.clear();
     if (r.ev.id == 0 || accounting_) r.ev.id = ++next_id_;
     else if (r.ev.id > next_id_) next_id_ = r.ev.id;  // the source's own IDs (offline): annotate/emit stay valid
     ++events_;
@@ -362,6 +395,7 @@ void Pipeline::finish() {
             dispatch(item.first, item.second);
         }
     }
+    if (accounting_) shadow_frees_at_end();
     finished_ = true;
     for (auto& s : sinks_) {
         if (!s.alive || !s.d->finish) continue;

@@ -84,7 +84,9 @@ private:
         }
     };
 
-    void account(Record& r);
+    // false: a FREE of a block never seen allocated (not written; shadow.h)
+    bool account(Record& r);
+    void shadow_frees_at_end();
     uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
     void dispatch(Record& r, size_t first_analyzer);
     void build_views(Record& r);
@@ -118,6 +120,8 @@ private:
     bool attrs_dirty_ = false;
     size_t current_analyzer_ = 0;
     std::deque<std::pair<Record, size_t>> emitted_;  // event, first analyzer to see it
+    std::vector<Record> shadow_before_;  // shadow FREEs due before the current event
+    uint64_t unseen_frees_ = 0;
 
     uint64_t next_id_ = 0;
     uint64_t next_alloc_id_ = 0;

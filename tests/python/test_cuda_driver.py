@@ -23,11 +23,11 @@ def test_alloc_pitch_managed_free(cli, test_bin, tmp_path):
     a, b, c = D0, D0 + 1024, D0 + 1024 + 2048
     assert rows(d, "0") == [
         ("MALLOC", "HAL", "N/A", "0", ptr(a),
-         f"{{allocation_id:1,addr:{ptr(a)},size:1000,used:1000,process_used:1000,device_used:1000,driver:cuda,alloc_type:alloc}}"),
+         f"{{allocation_id:1,addr:{ptr(a)},size:1000,used:1000,alloc_type:alloc,process_used:1000,device_used:1000,driver:cuda}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(b),
-         f"{{allocation_id:2,addr:{ptr(b)},size:2048,used:3048,process_used:3048,device_used:3048,driver:cuda,alloc_type:pitch}}"),
+         f"{{allocation_id:2,addr:{ptr(b)},size:2048,used:3048,alloc_type:pitch,process_used:3048,device_used:3048,driver:cuda}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(c),
-         f"{{allocation_id:3,addr:{ptr(c)},size:4096,used:7144,process_used:7144,device_used:7144,driver:cuda,alloc_type:managed}}"),
+         f"{{allocation_id:3,addr:{ptr(c)},size:4096,used:7144,alloc_type:managed,process_used:7144,device_used:7144,driver:cuda}}"),
         ("FREE", "HAL", "N/A", "0", ptr(a),
          f"{{allocation_id:1,addr:{ptr(a)},size:1000,used:6144,process_used:6144,device_used:6144}}"),
         ("FREE", "HAL", "N/A", "0", ptr(b),
@@ -45,13 +45,13 @@ def test_virtual_memory_create_map_unmap_release(cli, test_bin, tmp_path):
     va = 0x600000000000
     assert rows(d, "0") == [
         ("MALLOC", "HAL", "N/A", "0", ptr(0xa001),
-         f"{{allocation_id:1,addr:{ptr(0xa001)},size:{mb2},used:{mb2},process_used:{mb2},device_used:{mb2},driver:cuda,alloc_type:create}}"),
+         f"{{allocation_id:1,addr:{ptr(0xa001)},size:{mb2},used:{mb2},alloc_type:create,process_used:{mb2},device_used:{mb2},driver:cuda}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(0xa002),
-         f"{{allocation_id:2,addr:{ptr(0xa002)},size:{mb2},used:{2*mb2},process_used:{2*mb2},device_used:{2*mb2},driver:cuda,alloc_type:create}}"),
+         f"{{allocation_id:2,addr:{ptr(0xa002)},size:{mb2},used:{2*mb2},alloc_type:create,process_used:{2*mb2},device_used:{2*mb2},driver:cuda}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(va),
-         f"{{allocation_id:3,addr:{ptr(va)},size:{mb2},used:{mb2},process_used:{2*mb2},device_used:{2*mb2},driver:cuda,alloc_type:map,virtual:true}}"),
+         f"{{allocation_id:3,addr:{ptr(va)},size:{mb2},used:{mb2},alloc_type:map,process_used:{2*mb2},device_used:{2*mb2},driver:cuda,virtual:true}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(va + mb2),
-         f"{{allocation_id:4,addr:{ptr(va + mb2)},size:{mb2},used:{2*mb2},process_used:{2*mb2},device_used:{2*mb2},driver:cuda,alloc_type:map,virtual:true}}"),
+         f"{{allocation_id:4,addr:{ptr(va + mb2)},size:{mb2},used:{2*mb2},alloc_type:map,process_used:{2*mb2},device_used:{2*mb2},driver:cuda,virtual:true}}"),
         # one cuMemUnmap over both mappings frees each of them; mappings are
         # a pool of their own (used) and not counted again in device_used
         ("FREE", "HAL", "N/A", "0", ptr(va),
@@ -70,11 +70,11 @@ def test_async_and_pool_allocations(cli, test_bin, tmp_path):
     a, b, c = D0, D0 + 512, D0 + 1024
     assert rows(d, "0") == [
         ("MALLOC", "HAL", "N/A", "0", ptr(a),
-         f"{{allocation_id:1,addr:{ptr(a)},size:256,used:256,process_used:256,device_used:256,driver:cuda,alloc_type:async}}"),
+         f"{{allocation_id:1,addr:{ptr(a)},size:256,used:256,alloc_type:async,process_used:256,device_used:256,driver:cuda}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(b),
-         f"{{allocation_id:2,addr:{ptr(b)},size:512,used:768,process_used:768,device_used:768,driver:cuda,alloc_type:async}}"),
+         f"{{allocation_id:2,addr:{ptr(b)},size:512,used:768,alloc_type:async,process_used:768,device_used:768,driver:cuda}}"),
         ("MALLOC", "HAL", "N/A", "0", ptr(c),
-         f"{{allocation_id:3,addr:{ptr(c)},size:768,used:1536,process_used:1536,device_used:1536,driver:cuda,alloc_type:async}}"),
+         f"{{allocation_id:3,addr:{ptr(c)},size:768,used:1536,alloc_type:async,process_used:1536,device_used:1536,driver:cuda}}"),
         ("FREE", "HAL", "N/A", "0", ptr(a),
          f"{{allocation_id:1,addr:{ptr(a)},size:256,used:1280,process_used:1280,device_used:1280}}"),
         ("FREE", "HAL", "N/A", "0", ptr(b),
@@ -120,8 +120,8 @@ def test_out_of_memory_records_oom_trigger(cli, test_bin, tmp_path):
     assert "oom rc=2" in p.stdout
     assert rows(d, "0") == [
         ("MALLOC", "HAL", "N/A", "0", ptr(D0),
-         f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:524288,process_used:524288,device_used:524288,driver:cuda,alloc_type:alloc}}"),
-        ("OOM_DETAIL", "OOM_TRIGGER", "cuMemAlloc_v2", "0", "N/A",
+         f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:524288,alloc_type:alloc,process_used:524288,device_used:524288,driver:cuda}}"),
+        ("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger", "0", "N/A",
          "{func:cuMemAlloc_v2,req_size:1048576,flag:0,ret:2,driver:cuda}"),
         ("FREE", "HAL", "N/A", "0", ptr(D0),
          f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:0,process_used:0,device_used:0}}"),
@@ -133,7 +133,7 @@ def test_kernel_launch_names_and_streams(cli, test_bin, tmp_path):
     assert rows(d, "0") == [
         ("KERNEL_LAUNCH", "KERNEL_LAUNCH", "vecAdd", "0", "N/A", "{streamId:32,taskId:1}"),
         # cuLaunchKernelEx on the default stream (0): no stream attributes
-        ("KERNEL_LAUNCH", "KERNEL_LAUNCH", "reduce", "0", "N/A", "{}"),
+        ("KERNEL_LAUNCH", "KERNEL_LAUNCH", "reduce", "0", "N/A", ""),
         ("KERNEL_LAUNCH", "KERNEL_LAUNCH", "reduce", "0", "N/A", "{streamId:48,taskId:3}"),
         # the per-thread-stream export cuLaunchKernel_ptsz
         ("KERNEL_LAUNCH", "KERNEL_LAUNCH", "vecAdd", "0", "N/A", "{streamId:2,taskId:4}"),
@@ -153,7 +153,7 @@ def test_device_filter_cuda_1_and_free_on_other_context(cli, test_bin, tmp_path)
     # current: it still belongs to device 1
     assert rows(d, "1") == [
         ("MALLOC", "HAL", "N/A", "1", ptr(D1),
-         f"{{allocation_id:1,addr:{ptr(D1)},size:200,used:200,process_used:200,device_used:200,driver:cuda,alloc_type:alloc}}"),
+         f"{{allocation_id:1,addr:{ptr(D1)},size:200,used:200,alloc_type:alloc,process_used:200,device_used:200,driver:cuda}}"),
         ("FREE", "HAL", "N/A", "1", ptr(D1),
          f"{{allocation_id:1,addr:{ptr(D1)},size:200,used:0,process_used:0,device_used:0}}"),
     ]

@@ -6,23 +6,25 @@ calls its InitializeInjectionNvtx2; the cuda hook library sets that variable
 to itself before main when it is unset."""
 from cuda_helpers import rows, run_cuda
 
+# Rows without a device carry the Device Id of the file they are in (here
+# the only one, cpu) and no Attr, as upstream writes them.
 EXPECTED = [
-    ("MSTX", "Mark", "hello", "N/A", "N/A", "{}"),
-    ("MSTX", "Range_start", "step start", "N/A", "N/A", "{}"),
-    ("MSTX", "Range_start", "outer", "N/A", "N/A", "{}"),
-    ("MSTX", "Range_start", "inner", "N/A", "N/A", "{}"),
-    ("MSTX", "Range_end", "inner", "N/A", "N/A", "{}"),
-    ("MSTX", "Range_end", "outer", "N/A", "N/A", "{}"),
-    ("MSTX", "Range_end", "step start", "N/A", "N/A", "{}"),
-    ("MSTX", "Mark", "ex mark", "N/A", "N/A", "{}"),
-    ("MSTX", "Mark", "registered mark", "N/A", "N/A", "{}"),
-    ("MSTX", "Mark", "wide mark", "N/A", "N/A", "{}"),
+    ("MSTX", "Mark", "hello", "cpu", "N/A", ""),
+    ("MSTX", "Range_start", "step start", "cpu", "N/A", ""),
+    ("MSTX", "Range_start", "outer", "cpu", "N/A", ""),
+    ("MSTX", "Range_start", "inner", "cpu", "N/A", ""),
+    ("MSTX", "Range_end", "inner", "cpu", "N/A", ""),
+    ("MSTX", "Range_end", "outer", "cpu", "N/A", ""),
+    ("MSTX", "Range_end", "step start", "cpu", "N/A", ""),
+    ("MSTX", "Mark", "ex mark", "cpu", "N/A", ""),
+    ("MSTX", "Mark", "registered mark", "cpu", "N/A", ""),
+    ("MSTX", "Mark", "wide mark", "cpu", "N/A", ""),
 ]
 
 
 def only_mstx(procdir):
-    """MSTX rows (device N/A) of the run: no CUDA device is used, so they are
-    in the one file the run writes."""
+    """MSTX rows (no device) of the run: no CUDA device is used, so they are
+    in the one file the run writes (cpu)."""
     files = sorted(procdir.glob("device_*/dump/memscope_dump_*.csv"))
     assert len(files) == 1, files
     device = files[0].parent.parent.name[len("device_"):]

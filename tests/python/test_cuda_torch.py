@@ -188,11 +188,14 @@ def test_agent_recorder_end_to_end_under_the_cli(cli, tmp_path):
     total = 16 << 30
     assert [r for r in rows(procdir, "0") if r[1] in ("PTA", "SNAPSHOT")] == [
         ("MALLOC", "PTA", "N/A", "0", "0x0000000000007000",
-         "{allocation_id:1,addr:0x0000000000007000,size:512,process_used:0,device_used:0,used:512,total:2097152}"),
+         "{allocation_id:1,addr:0x0000000000007000,size:512,total:2097152,used:512,process_used:0,device_used:0}"),
         ("MALLOC", "PTA", "N/A", "0", "0x0000000000007200",
-         "{allocation_id:2,addr:0x0000000000007200,size:1024,process_used:0,device_used:0,used:1536,total:2097152}"),
+         "{allocation_id:2,addr:0x0000000000007200,size:1024,total:2097152,used:1536,process_used:0,device_used:0}"),
         ("FREE", "PTA", "N/A", "0", "0x0000000000007000",
-         "{allocation_id:1,addr:0x0000000000007000,size:512,process_used:0,device_used:0,used:1024,total:2097152}"),
+         "{allocation_id:1,addr:0x0000000000007000,size:512,total:2097152,used:1024,process_used:0,device_used:0}"),
         ("SNAPSHOT", "SNAPSHOT", "py snap", "0", "N/A",
          f"{{total_mem:{total},free_mem:{total},device_utilization:0.00%,reserved:2097152,allocated:1024}}"),
+        # still live at the end: a FREE with shadow:true (COMPAT §8)
+        ("FREE", "PTA", "N/A", "0", "0x0000000000007200",
+         "{allocation_id:2,addr:0x0000000000007200,size:1024,shadow:true}"),
     ]

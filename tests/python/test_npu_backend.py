@@ -85,7 +85,7 @@ def expected_device1(f):
     """The rows of device_1's dump for --device=npu:1, in order."""
     acc = Accounting()
     pool, ws = f["pool"][1], f["ws"][1]
-    na = ("N/A", "N/A")
+    na = ("1", "N/A")  # rows without a device: this file's Device Id, as upstream writes the current device
     rows = [("SYSTEM", "START_TRACE", "N/A", *na, {}), ("SYSTEM", "ACL_INIT", "N/A", *na, {})]
     rows.append(acc.malloc("HAL", pool, 64 * MiB, {"owner": "CANN@RUNTIME", "page_type": "huge", "alloc_type": "alloc"}))
     rows.append(acc.malloc("HAL", ws, 2 * MiB, {"owner": "CANN@HCCL", "page_type": "normal", "alloc_type": "create"}))
@@ -104,7 +104,7 @@ def expected_device1(f):
         rows.append(acc.free("HAL", tmp))
         if step == 5:
             flag = 1 | (1 << 10) | (33 << 56)
-            rows.append(("OOM_DETAIL", "OOM_TRIGGER", "halMemAlloc", "1", "N/A",
+            rows.append(("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger", "1", "N/A",
                          {"func": "halMemAlloc", "req_size": str(96 * MiB), "flag": str(flag), "ret": "6"}))
         rows.append(acc.free("PTA", a))
         if step == 3:
@@ -120,6 +120,10 @@ def expected_device1(f):
     rows.append(acc.free("HAL", pool))
     rows.append(("SYSTEM", "ACL_FINI", "N/A", *na, {}))
     assert leaked == f["leak"]
+    # the block still live at the end: a FREE with shadow:true (COMPAT §8)
+    aid, size = acc.live[("PTA", leaked)]
+    rows.append(("FREE", "PTA", "N/A", "1", hexptr(leaked),
+                 {"allocation_id": str(aid), "addr": hexptr(leaked), "size": str(size), "shadow": "true"}))
     return rows
 
 
@@ -228,7 +232,7 @@ def test_oom_detail(cli, tmp_path):
     flag = 1 | (1 << 10) | (33 << 56)
     [trig] = [r for r in rows if r["Event Type"] == "OOM_TRIGGER"]
     assert (trig["Name"], trig["Device Id"], trig["attr"]) == (
-        "halMemAlloc", "1", {"func": "halMemAlloc", "req_size": str(96 * MiB), "flag": str(flag), "ret": "6"})
+        "OOM_Trigger", "1", {"func": "halMemAlloc", "req_size": str(96 * MiB), "flag": str(flag), "ret": "6"})
     pool, ws = f["pool"][1], f["ws"][1]
     live = {("HAL", pool, 64 * MiB), ("HAL", ws, 2 * MiB), ("PTA", f["leak"], 8 * MiB),
             ("PTA", pool, 4 * MiB), ("PTA", pool + 4 * MiB + 4 * 8 * MiB, 8 * MiB)}

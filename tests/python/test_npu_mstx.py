@@ -37,14 +37,14 @@ def test_python_mstx_under_profiler(cli, tmp_path):
     assert "lib libms_tools_ext.so" in p.stdout.splitlines()
     assert f"injection {MSTX_HOOK.resolve()}" in p.stdout.splitlines()
     [d] = process_dirs(out)
-    [dump] = dump_files(d, "cpu")  # N/A rows only: they land in the first (cpu) file
+    [dump] = dump_files(d, "cpu")  # rows without a device only: one file (cpu), its Device Id, no Attr
     rows = [(r["Event"], r["Event Type"], r["Name"], r["Device Id"], r["Attr"]) for r in read_dump(dump)
             if r["Event"] == "MSTX"]
-    assert rows == [("MSTX", "Mark", "hello", "N/A", "{}"),
-                    ("MSTX", "Range_start", "step start", "N/A", "{}"),
-                    ("MSTX", "Range_start", "forward", "N/A", "{}"),
-                    ("MSTX", "Range_end", "forward", "N/A", "{}"),
-                    ("MSTX", "Range_end", "step start", "N/A", "{}")]
+    assert rows == [("MSTX", "Mark", "hello", "cpu", ""),
+                    ("MSTX", "Range_start", "step start", "cpu", ""),
+                    ("MSTX", "Range_start", "forward", "cpu", ""),
+                    ("MSTX", "Range_end", "forward", "cpu", ""),
+                    ("MSTX", "Range_end", "step start", "cpu", "")]
 
 
 def test_python_mstx_without_profiler(tmp_path):
@@ -106,8 +106,9 @@ def test_memory_pool_domains(cli, tmp_path):
         expected.append(("MALLOC", pool, "N/A", "0", ptr,
                          {**base, "used": size, "process_used": "0", "device_used": "0", "total": "65536"}))
         expected.append(("FREE", pool, "N/A", "0", ptr, {**base, "used": "0", "process_used": "0", "device_used": "0"}))
-    expected += [("MSTX", "Mark", "domain mark", "N/A", "N/A", {}),
-                 ("MSTX", "Range_start", "domain range", "N/A", "N/A", {}),
-                 ("MSTX", "Range_end", "domain range", "N/A", "N/A", {})]
+    # rows without a device: in device 0's file with its Device Id
+    expected += [("MSTX", "Mark", "domain mark", "0", "N/A", {}),
+                 ("MSTX", "Range_start", "domain range", "0", "N/A", {}),
+                 ("MSTX", "Range_end", "domain range", "0", "N/A", {})]
     assert got == expected
     assert (rows[0]["Event"], rows[0]["Event Type"]) == ("SYSTEM", "START_TRACE")

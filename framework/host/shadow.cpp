@@ -1,0 +1,39 @@
+#include "shadow.h"
+
+#include <string>
+
+#include "util/text.h"
+
+namespace msms {
+
+Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t ptr, uint64_t allocation_id,
+                   uint64_t size, uint64_t ts, uint32_t pid) {
+    Record r;
+    msms_event& ev = r.ev;
+    ev.kind = MSMS_EV_FREE;
+    ev.type = type;
+    ev.device_kind = dev_kind;
+    ev.device_id = dev_id;
+    ev.ptr = ptr;
+    ev.size = size;
+    ev.allocation_id = allocation_id;
+    ev.timestamp_ns = ts;
+    ev.pid = pid;
+    ev.tid = pid;
+    std::string addr;
+    append_hex_ptr(addr, ptr);
+    r.attrs = {{"allocation_id", std::to_string(allocation_id)},
+               {"addr", addr},
+               {"size", std::to_string(size)},
+               {"shadow", "true"}};
+    r.complete_attrs = true;
+    return r;
+}
+
+bool is_shadow(const Record& r) {
+    for (auto& a : r.attrs)
+        if (a.first == "shadow") return a.second == "true";
+    return false;
+}
+
+}  // namespace msms
