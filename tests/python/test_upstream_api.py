@@ -335,3 +335,40 @@ def test_watcher_remove_with_length():
     assert str(e.value) == "msmemscope.watcher.remove: 'length' must be > 0, got 0"
     msmemscope.watcher.remove(addr, length=1000)
     assert msmemscope.watcher.watched() == {}
+
+
+def test_framework_hooks_label_and_snapshot_what_runs_inside(tmp_path):
+    pytest.importorskip("torch")
+    import subprocess
+    import textwrap
+    from conftest import dump_files, process_dirs
+    script = tmp_path / "hooks.py"
+    script.write_text(textwrap.dedent("""
+        import torch, msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
+        model = torch.nn.Linear(32, 32)
+        msmemscope.init_framework_hooks("pytorch", torch.__version__, "autograd", "decompose")
+        msmemscope.init_framework_hooks("pytorch", torch.__version__, "optimizer", "snapshot")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        msmemscope.start()
+        model(torch.randn(8, 32)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        msmemscope.cleanup_framework_hooks()
+        model(torch.randn(8, 32)).sum().backward()
+        opt.zero_grad()
+        msmemscope.stop()
+    """))
+    env = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    env.pop("LD_PRELOAD", None)
+    env.pop("MSMEMSCOPE_SESSION", None)
+    p = subprocess.run(["/usr/bin/python3", str(script)], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    [d] = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(d)[0])
+    owners = [r["attr"].get("owner") for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"]
+    assert "PTA@pytorch@backward" in owners, owners
+    snaps = [r["Name"] for r in rows if r["Event"] == "SNAPSHOT"]
+    ident = "torch.optim.optimizer@Optimizer@zero_grad"
+    assert snaps == [ident + "@Start", ident + "@End"], snaps  # one call hooked, the one after cleanup not

@@ -56,13 +56,37 @@ inline void append_quoted_body(std::string& out, msms_str s) {
 }
 }  // namespace
 
-int memory_attr_rank(std::string_view key) {
-    static const std::pair<std::string_view, int> kRanks[] = {
-        {"allocation_id", 0}, {"addr", 1}, {"size", 2},  {"total", 3},  {"pinned", 3},           {"used", 4},
-        {"shadow", 5},        {"type", 6}, {"owner", 7}, {"inefficient_type", 8}, {"page_type", 9}, {"alloc_type", 10},
-    };
-    for (auto& [k, r] : kRanks)
-        if (k == key) return r;
+int memory_attr_rank(std::string_view k) {
+    // by length first: one or two comparisons per key (a hot path)
+    switch (k.size()) {
+    case 4:
+        if (k == "addr") return 1;
+        if (k == "size") return 2;
+        if (k == "used") return 4;
+        if (k == "type") return 6;
+        break;
+    case 5:
+        if (k == "total") return 3;
+        if (k == "owner") return 7;
+        break;
+    case 6:
+        if (k == "pinned") return 3;
+        if (k == "shadow") return 5;
+        break;
+    case 9:
+        if (k == "page_type") return 9;
+        break;
+    case 10:
+        if (k == "alloc_type") return 10;
+        break;
+    case 13:
+        if (k == "allocation_id") return 0;
+        break;
+    case 16:
+        if (k == "inefficient_type") return 8;
+        break;
+    default: break;
+    }
     return 11;
 }
 
