@@ -246,9 +246,8 @@ void Pipeline::shadow_frees_at_end() {
             frees.emplace_back(b.allocation_id, shadow_free(key.dev_kind, key.dev_id, key.type, ptr, b.allocation_id,
                                                             b.size, last_ts_, run_.pid));
     std::sort(frees.begin(), frees.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [id, r] : frees) {
+    for (auto& [id, r] : frees) {  // synthetic: not counted as events
         r.ev.id = ++next_id_;
-        ++events_;
         dispatch(r, analyzers_.size());
     }
     live_.clear();
@@ -354,11 +353,11 @@ void Pipeline::feed(Record& r) {
     last_ts_ = r.ev.timestamp_ns;
     if (accounting_ && !r.complete_attrs && !account(r)) {
         ++unseen_frees_;
+        ++events_;  // received, not written
         return;
     }
-    for (auto& s : shadow_before_) {
+    for (auto& s : shadow_before_) {  // synthetic: not counted as events
         s.ev.id = ++next_id_;
-        ++events_;
         dispatch(s, 0);
     }
     shadow_before_.clear();
