@@ -185,3 +185,19 @@ def test_python_bad_strings_are_refused_before_anything_starts(tmp_path):
         "encoded as UTF-8",
     ]
     assert not any(n.startswith(".msmemscope_session") for n in os.listdir(tmp_path))
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the permission checks apply to a root host")
+def test_root_refuses_an_agent_others_could_replace(tmp_path):
+    # MSMEMSCOPE_HOME pointing at a tree whose agent anyone may write.
+    home = tmp_path / "home"
+    shutil.copytree(BUILD / "lib" / "msmemscope", home / "lib" / "msmemscope")
+    os.chmod(tmp_path, 0o755)
+    for d in (home, home / "lib", home / "lib" / "msmemscope"):
+        os.chmod(d, 0o755)
+    agent = home / "lib" / "msmemscope" / "libmsmemscope_agent.so"
+    os.chmod(agent, 0o666)
+    p = run(ARGS + [f"--output={tmp_path}/out", "--", "/bin/true"], tmp_path, env={"MSMEMSCOPE_HOME": str(home)})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert (f"msmemscope: error: the agent library {agent} is refused: not loaded as root: {agent} is writable by "
+            f"all users") in p.stderr.splitlines(), p.stderr
