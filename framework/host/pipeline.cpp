@@ -173,6 +173,8 @@ bool Pipeline::account(Record& r) {
     ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
     ev.process_used = process_used_;
     host_totals(ev, key, used);
+    if (is_shadow(r)) ev.pool_used = ev.device_used = ev.process_used = -1;  // counted, not written
+    return true;
 }
 
 // The console's per-pool figures. A host heap block that a framework block
@@ -233,8 +235,6 @@ void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t use
     auto& t = device_totals_[label];
     t.used = used;
     t.peak = std::max(t.peak, used);
-    if (is_shadow(r)) ev.pool_used = ev.device_used = ev.process_used = -1;  // counted, not written
-    return true;
 }
 
 // A FREE with shadow:true for every block still live, to the sinks only:
