@@ -380,7 +380,8 @@ int Session::replay(const std::string& capture) {
     run.run();
     if (!run.summary().error.empty()) {
         std::cerr << "msmemscope: error: --replay: " << run.summary().error << "\n";
-        return run.summary().output_dir.empty() ? 2 : 70;  // nothing run, or output incomplete
+        // Not a readable capture (nothing was run): 2; its output failed: 70.
+        return run.summary().pid == 0 ? 2 : 70;
     }
     summaries_.push_back(run.summary());
     return 0;

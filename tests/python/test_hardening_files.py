@@ -93,6 +93,22 @@ def test_existing_process_folder_is_never_reused(cli, test_bin, tmp_path):
     assert (again / (d.name + "_2") / "config.json").is_file()
 
 
+def test_an_output_folder_that_cannot_be_made_exits_70(cli, test_bin, tmp_path):
+    cli(ARGS + ["--save-capture=true", f"--output={tmp_path}/out", "--", test_bin / "short_threads", 1, 10],
+        tmp_path, check_rc=0)
+    d = process_dirs(tmp_path / "out")[0]
+    cap = next(d.glob("*.msmcap"))
+    again = tmp_path / "again"
+    again.mkdir()
+    for n in [""] + [f"_{k}" for k in range(2, 101)]:
+        (again / (d.name + n)).write_text("")
+    p = cli(ARGS + [f"--replay={cap}", f"--output={again}"], tmp_path)
+    assert p.returncode == 70, p.stdout + p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"msmemscope: error: --replay: {again}/{d.name}: cannot create the output folder: it and 99 numbered "
+        f"variants (_2, _3, ...) exist")
+
+
 def test_analyze_write_back_keeps_mode_and_refuses_links(cli, tmp_path):
     d = tmp_path / "in"
     d.mkdir()
