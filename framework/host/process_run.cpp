@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +86,24 @@ std::string valid_rank(const std::string& rank) {
 }
 
 namespace {
+
+// A sink reports only that it failed (the plugin ABI has no error text for
+// on_event): say what limit the output folder met, when one is evident.
+std::string output_limit_reached(const std::string& dir) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        std::error_code ec;
+        for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+            std::error_code ec2;
+            if (it->is_regular_file(ec2) && it->file_size(ec2) >= rl.rlim_cur)
+                return " (" + it->path().filename().string() + " reached the file-size limit, ulimit -f)";
+        }
+    }
+    struct statvfs sv;
+    if (statvfs(dir.c_str(), &sv) == 0 && static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize < (1u << 20))
+        return " (the disk is full)";
+    return "";
+}
 
 // The OOM killer's kills in the memory cgroups a process was seen in: the
 // count of each when first seen, compared with the count at the end. Every
@@ -384,7 +404,7 @@ void ProcessRun::run_stream() {
         // that failed was dropped.
         bool sink = false;
         for (auto& s : cfg_.sinks) sink = sink || e.rfind("plugin '" + s + "'", 0) == 0;
-        if (sink) summary_.incomplete.push_back(e);
+        if (sink) summary_.incomplete.push_back(e + output_limit_reached(dir));
         else summary_.plugin_dropped = true;
     }
     run.log->info("done: {} events", summary_.events);
