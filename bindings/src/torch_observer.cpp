@@ -48,39 +48,47 @@ std::atomic<bool> g_access{false};
 bool g_registered = false;
 at::CallbackHandle g_handle = 0;
 
-// Per thread: operator name (stable pointer from the schema) -> the agent's
-// cache of its interned id.
-thread_local std::unordered_map<const char*, std::array<uint64_t, 2>>* t_names = nullptr;
+// An operator's Name as written (upstream's: the OpOverload's
+// f"{__module__}.{__name__}", e.g. aten::mm -> torch._ops.aten.mm.default;
+// python/msmemscope/aten_collection.py) and the agent's cache of its id.
+struct OpName {
+    std::string name;
+    uint64_t cache[2] = {0, 0};
+};
 
-uint64_t* name_cache(const char* name) {
-    if (!t_names) t_names = new std::unordered_map<const char*, std::array<uint64_t, 2>>();
-    return (*t_names)[name].data();
-}
+// Per thread. Operators with a schema: by the name's pointer (the schema's
+// string, stable). Others (autograd's "evaluate_function: AddmmBackward0",
+// "detach" ...) name a string that the RecordFunction owns and whose memory
+// the next one reuses for another name: by the text.
+thread_local std::unordered_map<const char*, OpName>* t_by_schema = nullptr;
+thread_local std::unordered_map<std::string, OpName>* t_by_text = nullptr;
 
-// Per thread: RecordFunction name -> upstream's operator Name, the
-// OpOverload's f"{__module__}.{__name__}" (e.g. aten::mm ->
-// torch._ops.aten.mm.default; python/msmemscope/aten_collection.py).
-thread_local std::unordered_map<const char*, std::string>* t_upstream = nullptr;
-
-const char* op_name(const at::RecordFunction& fn) {
+OpName& op_name(const at::RecordFunction& fn) {
     const char* raw = fn.name();
-    if (!t_upstream) t_upstream = new std::unordered_map<const char*, std::string>();
-    auto it = t_upstream->find(raw);
-    if (it != t_upstream->end()) return it->second.c_str();
-    std::string name = raw;
     auto op = fn.operator_name();
-    size_t sep = op ? op->name.find("::") : std::string::npos;
-    if (sep != std::string::npos)
-        name = "torch._ops." + op->name.substr(0, sep) + "." + op->name.substr(sep + 2) + "." +
-               (op->overload_name.empty() ? std::string("default") : op->overload_name);
-    return t_upstream->emplace(raw, std::move(name)).first->second.c_str();
+    if (!op) {
+        if (!t_by_text) t_by_text = new std::unordered_map<std::string, OpName>();
+        auto [it, fresh] = t_by_text->try_emplace(std::string(raw));
+        if (fresh) it->second.name = it->first;
+        return it->second;
+    }
+    if (!t_by_schema) t_by_schema = new std::unordered_map<const char*, OpName>();
+    auto [it, fresh] = t_by_schema->try_emplace(raw);
+    if (fresh) {
+        size_t sep = op->name.find("::");
+        it->second.name = sep == std::string::npos
+                              ? std::string(raw)
+                              : "torch._ops." + op->name.substr(0, sep) + "." + op->name.substr(sep + 2) + "." +
+                                    (op->overload_name.empty() ? std::string("default") : op->overload_name);
+    }
+    return it->second;
 }
 
-void emit(uint16_t kind, uint16_t type, uint64_t ptr, uint64_t size, const char* name, const char* attrs) {
+void emit(uint16_t kind, uint16_t type, uint64_t ptr, uint64_t size, OpName& op, const char* attrs) {
     if (g_event_cached)
-        g_event_cached(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, name, name_cache(name), attrs);
+        g_event_cached(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, op.name.c_str(), op.cache, attrs);
     else
-        g_event(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, name, attrs);
+        g_event(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, op.name.c_str(), attrs);
 }
 
 const char* dtype_name(c10::ScalarType t) {
@@ -106,7 +114,7 @@ const char* dtype_name(c10::ScalarType t) {
 }
 
 // One ACCESS row for a CPU dense tensor (as _torch._access_event).
-void access_tensor(const at::Tensor& t, uint16_t type, const char* op) {
+void access_tensor(const at::Tensor& t, uint16_t type, OpName& op) {
     if (!t.defined() || !t.device().is_cpu() || t.is_sparse() || t.layout() != c10::kStrided) return;
     if (!t.has_storage()) return;
     const void* base = t.storage().data();
@@ -130,7 +138,7 @@ void access_tensor(const at::Tensor& t, uint16_t type, const char* op) {
     emit(MSMS_EV_ACCESS, type, reinterpret_cast<uint64_t>(base), size, op, attrs);
 }
 
-void access_value(const c10::IValue& v, uint16_t type, const char* op) {
+void access_value(const c10::IValue& v, uint16_t type, OpName& op) {
     if (v.isTensor()) {
         access_tensor(v.toTensor(), type, op);
     } else if (v.isTensorList()) {
@@ -144,7 +152,7 @@ void access_value(const c10::IValue& v, uint16_t type, const char* op) {
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (g_depth.enter) g_depth.enter();
     if (!g_collecting()) return nullptr;
-    const char* name = op_name(fn);
+    OpName& name = op_name(fn);
     if (g_access.load(std::memory_order_relaxed) && fn.needsInputs())
         for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name);
     if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, 0, 0, name, nullptr);
@@ -153,7 +161,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     if (g_collecting()) {
-        const char* name = op_name(fn);
+        OpName& name = op_name(fn);
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
             for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
         if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, 0, 0, name, nullptr);

@@ -1,11 +1,26 @@
 // msmemscope --compare --input=<base>,<compare> [--level=op|kernel] [--output=DIR]
 // (COMPAT §5, §6): per device, the sequences of op ends (ATEN_END/ATB_END,
 // op level) or kernel launches (kernel level) of both runs are aligned with a
-// Myers diff; each entry's memory is the size of the first framework-pool
-// allocation after it (PTA, PTA_WORKSPACE, ATB, MINDSPORE; on a device whose
-// rows have no framework pool at all, the host pools HOST/HOST_PINNED, so
-// that CPU runs compare too). Output: <output>/compare/memory_compare_{ts}.csv
-// with upstream's two header lines; a side without the op is N/A.
+// Myers diff on their names. Output: <output>/compare/memory_compare_{ts}.csv
+// with upstream's two header lines; a side without the op is N/A. An
+// operator is aligned by its name and the name of the operator it ran in,
+// so that the inner ops of an op that only one run has stay with it.
+//
+// The memory of an entry (the rule, docs: README "Compare"):
+//  - an operator: the bytes of the framework-pool allocations (PTA,
+//    PTA_WORKSPACE, ATB, MINDSPORE; on a device whose rows have no
+//    framework pool at all, the host pools HOST/HOST_PINNED, so that CPU
+//    runs compare too) made on its thread between its start and its end,
+//    nested operators' included: what running it cost;
+//  - a kernel launch (instantaneous): the size of the first such allocation
+//    after it, as upstream;
+//  - MSMEMSCOPE_COMPARE_RULE=upstream: upstream's rule for operators too (the
+//    size of the first allocation after the op's end).
+// A device whose runs have no operator or kernel rows (a C program) is
+// compared by allocation site instead: per site (the first frame of the C
+// stack outside the allocator, else of the Python stack, else the pool), the
+// bytes allocated there, one row per site (Event MALLOC, Name the site); the
+// console says so.
 #include "compare.h"
 
 #include <time.h>
@@ -13,8 +28,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
+#include <set>
+#include <unordered_map>
 
 #include "offline/dump_reader.h"
 #include "process_run.h"
@@ -28,6 +47,7 @@ namespace {
 struct Entry {
     std::string name, event;
     int64_t bytes = 0;
+    std::string key;  // what is aligned: the name and the operator it ran in
 };
 
 struct DeviceSeq {
@@ -57,27 +77,105 @@ bool wanted(const msms_event& ev, unsigned levels) {
     return (levels & 2u) && ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.type == MSMS_T_KERNEL_LAUNCH;
 }
 
+bool counted_pool(const msms_event& ev, bool framework) {
+    if (ev.kind != MSMS_EV_MALLOC) return false;
+    return framework ? msms_is_framework_pool(ev.type) != 0 : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
+}
+
+bool upstream_rule() {
+    const char* r = std::getenv("MSMEMSCOPE_COMPARE_RULE");
+    return r && std::strcmp(r, "upstream") == 0;
+}
+
+bool is_op_start(const msms_event& ev) {
+    return ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START);
+}
+
 void build_entries(DeviceSeq& s, unsigned levels) {
     bool framework = false;
     for (auto& r : s.rows)
         if (r.rec.ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(r.rec.ev.type)) framework = true;
-    auto counts = [&](const msms_event& ev) {
-        if (ev.kind != MSMS_EV_MALLOC) return false;
-        return framework ? msms_is_framework_pool(ev.type) != 0
-                         : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
-    };
     // the size of the first counted allocation after each row, from the back
     std::vector<int64_t> next(s.rows.size() + 1, 0);
     for (size_t i = s.rows.size(); i-- > 0;)
-        next[i] = counts(s.rows[i].rec.ev) ? static_cast<int64_t>(s.rows[i].rec.ev.size) : next[i + 1];
+        next[i] = counted_pool(s.rows[i].rec.ev, framework) ? static_cast<int64_t>(s.rows[i].rec.ev.size) : next[i + 1];
+    const bool upstream = upstream_rule();
+    // per thread: the operators running and what they allocated so far
+    struct Open {
+        const std::string* name;
+        int64_t bytes;
+    };
+    std::unordered_map<uint64_t, std::vector<Open>> open;
     for (size_t i = 0; i < s.rows.size(); ++i) {
         const Record& r = s.rows[i].rec;
+        uint64_t thread = (static_cast<uint64_t>(r.ev.pid) << 32) | r.ev.tid;
+        if (!upstream && is_op_start(r.ev)) {
+            open[thread].push_back(Open{&r.name, 0});
+            continue;
+        }
+        if (!upstream && counted_pool(r.ev, framework)) {
+            auto it = open.find(thread);
+            if (it != open.end())
+                for (Open& o : it->second) o.bytes += static_cast<int64_t>(r.ev.size);
+            continue;
+        }
         if (!wanted(r.ev, levels)) continue;
         const char* kind = msms_event_kind_name(r.ev.kind);
-        s.entries.push_back(Entry{r.name, kind ? kind : "N/A", next[i + 1]});
+        int64_t bytes = next[i + 1];
+        std::string key = r.name;
+        if (!upstream && r.ev.kind == MSMS_EV_OP_LAUNCH) {
+            bytes = 0;
+            auto it = open.find(thread);
+            if (it != open.end()) {
+                auto& st = it->second;
+                for (size_t k = st.size(); k-- > 0;)
+                    if (*st[k].name == r.name) {  // its start (an unmatched inner start is dropped with it)
+                        bytes = st[k].bytes;
+                        if (k > 0) key = *st[k - 1].name + " > " + r.name;
+                        st.resize(k);
+                        break;
+                    }
+            }
+        }
+        s.entries.push_back(Entry{r.name, kind ? kind : "N/A", bytes, std::move(key)});
     }
-    s.rows.clear();
-    s.rows.shrink_to_fit();
+}
+
+// C programs (no operator, no kernel): the bytes allocated per site.
+std::string site_of(const Record& r) {
+    auto first_outside = [](const std::string& stack, bool c) -> std::string {
+        size_t start = 0;
+        std::string first;
+        while (start < stack.size()) {
+            size_t nl = stack.find('\n', start);
+            std::string line = stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+            while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+            size_t lead = line.find_first_not_of(' ');
+            line = lead == std::string::npos ? "" : line.substr(lead);
+            if (first.empty()) first = line;
+            bool alloc = c && (line.find("libmsms_") != std::string::npos ||
+                               line.find("libmsmemscope_agent") != std::string::npos ||
+                               line.rfind("malloc", 0) == 0 || line.rfind("calloc", 0) == 0 ||
+                               line.rfind("realloc", 0) == 0 || line.rfind("posix_memalign", 0) == 0 ||
+                               line.rfind("aligned_alloc", 0) == 0 || line.rfind("memalign", 0) == 0 ||
+                               line.rfind("__strdup", 0) == 0 || line.rfind("strdup", 0) == 0 ||
+                               line.rfind("__strndup", 0) == 0 || line.rfind("operator new", 0) == 0 ||
+                               line.rfind("_Znwm", 0) == 0 || line.rfind("_Znam", 0) == 0);
+            if (!line.empty() && !alloc) return line;
+            if (nl == std::string::npos) break;
+            start = nl + 1;
+        }
+        return first;
+    };
+    if (!r.c_stack.empty()) return first_outside(r.c_stack, true);
+    if (!r.py_stack.empty()) return first_outside(r.py_stack, false);
+    const char* t = msms_event_type_name(r.ev.type);
+    return std::string("(no stack) ") + (t ? t : "N/A");
+}
+
+void build_sites(DeviceSeq& s, std::map<std::string, int64_t>& out) {
+    for (auto& row : s.rows)
+        if (row.rec.ev.kind == MSMS_EV_MALLOC) out[site_of(row.rec)] += static_cast<int64_t>(row.rec.ev.size);
 }
 
 // One aligned pair: indexes into base / compare, -1 for a missing side.
@@ -98,7 +196,7 @@ bool myers(const std::vector<Entry>& a, const std::vector<Entry>& b, size_t a0, 
             if (k == -d || (k != d && v[offset + k - 1] < v[offset + k + 1])) x = v[offset + k + 1];
             else x = v[offset + k - 1] + 1;
             long y = x - k;
-            while (x < n && y < m && a[a0 + x].name == b[b0 + y].name) ++x, ++y;
+            while (x < n && y < m && a[a0 + x].key == b[b0 + y].key) ++x, ++y;
             v[offset + k] = x;
             if (x >= n && y >= m) {
                 found = d;
@@ -127,9 +225,9 @@ bool myers(const std::vector<Entry>& a, const std::vector<Entry>& b, size_t a0, 
 std::vector<Pair> align(const std::vector<Entry>& a, const std::vector<Entry>& b, bool& exact) {
     std::vector<Pair> out;
     size_t pre = 0;
-    while (pre < a.size() && pre < b.size() && a[pre].name == b[pre].name) out.emplace_back(pre, pre), ++pre;
+    while (pre < a.size() && pre < b.size() && a[pre].key == b[pre].key) out.emplace_back(pre, pre), ++pre;
     size_t suf = 0;
-    while (suf < a.size() - pre && suf < b.size() - pre && a[a.size() - 1 - suf].name == b[b.size() - 1 - suf].name)
+    while (suf < a.size() - pre && suf < b.size() - pre && a[a.size() - 1 - suf].key == b[b.size() - 1 - suf].key)
         ++suf;
     size_t a1 = a.size() - suf, b1 = b.size() - suf;
     exact = true;
@@ -177,7 +275,35 @@ int compare_main(const Config& cfg) {
         DeviceSeq& b = cmp[dev];
         build_entries(a, cfg.levels);
         build_entries(b, cfg.levels);
-        if (a.entries.empty() && b.entries.empty()) continue;
+        if (a.entries.empty() && b.entries.empty()) {
+            // No operator or kernel on this device (a C program): by allocation site.
+            std::map<std::string, int64_t> sa, sb;
+            build_sites(a, sa);
+            build_sites(b, sb);
+            std::set<std::string> sites;
+            for (auto& [k, v] : sa) sites.insert(k);
+            for (auto& [k, v] : sb) sites.insert(k);
+            if (sites.empty()) continue;
+            std::cout << "msmemscope: compare: device " << dev << " has no operator or kernel rows in either run; "
+                      << "compared by allocation site (" << sites.size() << " site(s), Event MALLOC, Name = the site)\n";
+            for (auto& site : sites) {
+                auto x = sa.find(site), y = sb.find(site);
+                csv_field(text, "MALLOC");
+                text += ',';
+                csv_field(text, site);
+                text += ',';
+                csv_field(text, dev);
+                text += ',';
+                text += x != sa.end() ? std::to_string(x->second) : "N/A";
+                text += ',';
+                text += y != sb.end() ? std::to_string(y->second) : "N/A";
+                text += ',';
+                text += std::to_string((y != sb.end() ? y->second : 0) - (x != sa.end() ? x->second : 0));
+                text += '\n';
+                ++rows;
+            }
+            continue;
+        }
         bool exact = true;
         auto pairs = align(a.entries, b.entries, exact);
         if (!exact)

@@ -1,0 +1,90 @@
+"""--compare (issue #14 point 6): two runs of the same PyTorch script align
+completely (autograd's operators too: 0 N/A rows); each operator is credited
+with what it allocated between its start and end, so a run that keeps
+128 KiB per step differs from one that does not on the operator that
+allocates it; C programs are compared by allocation site."""
+import csv
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD, CLI, SOURCE, TEST_BIN, process_dirs, run_cli
+
+pytest.importorskip("torch")
+PY = "/usr/bin/python3"
+SCRIPT = SOURCE / "tests" / "programs" / "python" / "torch_attrib.py"
+ONES = "torch._ops.aten.ones.default"
+
+
+def train(tmp, name, leak):
+    e = dict(os.environ)
+    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_AGENT_OPTS"):
+        e.pop(k, None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    p = subprocess.run([PY, str(SCRIPT), name, "api", "leak" if leak else "noleak", "0"], cwd=str(tmp), env=e,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (d,) = process_dirs(tmp / name)
+    return d
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs")
+    return {"a": train(tmp, "a", False), "b": train(tmp, "b", False), "leak": train(tmp, "leak", True)}
+
+
+def compare(tmp_path, base, other, env=None):
+    p = run_cli(["--compare", f"--input={base},{other}", f"--output={tmp_path / 'cmp'}"], tmp_path, env=env,
+                check_rc=0)
+    (f,) = sorted((tmp_path / "cmp" / "compare").glob("memory_compare_*.csv"))
+    lines = f.read_text().splitlines()
+    assert lines[0] == ",,,Base,Compare"
+    assert lines[1] == "Event,Name,Device Id,Allocated Memory(byte),Allocated Memory(byte),Diff Memory(byte)"
+    return p, list(csv.reader(lines[2:]))
+
+
+def test_same_script_aligns_completely(tmp_path, runs):
+    p, rows = compare(tmp_path, runs["a"], runs["b"])
+    assert len(rows) > 500
+    assert [r for r in rows if "N/A" in (r[3], r[4])] == []
+    assert any(r[1].startswith("autograd::engine::evaluate_function: ") for r in rows)
+    assert [r for r in rows if r[5] != "0"] == []
+
+
+def test_leak_shows_on_the_operator_that_allocates_it(tmp_path, runs):
+    p, rows = compare(tmp_path, runs["a"], runs["leak"])
+    ones = [r for r in rows if r[1] == ONES]
+    assert len(ones) == 8 and all(r[3:] == ["N/A", "131072", "131072"] for r in ones), ones
+    # everything else pairs up; only the kept tensors' operators (and the ops
+    # they ran inside them) differ
+    differing = [r for r in rows if r[5] != "0"]
+    assert {r[1] for r in differing} == {ONES, "torch._ops.aten.empty.memory_format"}, differing
+    assert [r for r in rows if r[3] == "N/A" and r[1] not in (ONES, "torch._ops.aten.empty.memory_format",
+                                                              "torch._ops.aten.fill_.Scalar")] == []
+    assert [r for r in rows if r[4] == "N/A"] == []
+
+
+def test_upstream_rule_behind_a_switch(tmp_path, runs):
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "up").mkdir()
+    _, ours = compare(tmp_path / "ours", runs["a"], runs["leak"])
+    _, theirs = compare(tmp_path / "up", runs["a"], runs["leak"], env={"MSMEMSCOPE_COMPARE_RULE": "upstream"})
+    assert [r[:3] for r in ours] == [r[:3] for r in theirs]
+    # upstream credits an op with the first allocation after its end, not its own
+    assert [r[4] for r in theirs if r[1] == ONES] != ["131072"] * 8
+
+
+def test_c_program_compared_by_allocation_site(tmp_path):
+    for name in ("h1", "h2"):
+        run_cli(["--device=cpu", "--call-stack=c", "--analysis=", f"--output={name}", "--",
+                 TEST_BIN / "analyzers_host_leak"], tmp_path, check_rc=0)
+    (a,) = process_dirs(tmp_path / "h1")
+    (b,) = process_dirs(tmp_path / "h2")
+    p, rows = compare(tmp_path, a, b)
+    assert ("msmemscope: compare: device cpu has no operator or kernel rows in either run; compared by allocation "
+            "site") in p.stdout
+    big = [r for r in rows if r[1].startswith("leak_big")]
+    assert len(big) == 1 and big[0][0] == "MALLOC" and big[0][3:] == ["10000", "10000", "0"], rows
+    assert not any(r[1].startswith("malloc") for r in rows)
