@@ -179,10 +179,29 @@ def compare_rows(ops, pid="1"):
     return rows
 
 
-def test_compare_aligns_ops_with_a_diff(cli, tmp_path):
-    a = write_csv(tmp_path / "a.csv", list(reversed(compare_rows([("add", 10), ("mul", 20), ("relu", 30)]))))
-    b = write_csv(tmp_path / "b.csv", compare_rows([("add", 15), ("conv", 99), ("mul", 20), ("relu", 40)]))
-    p = cli(["--compare", f"--input={a},{b}", f"--output={tmp_path}/out"], cwd=tmp_path, check_rc=0)
+def compare_rows_inside(ops, pid="1"):
+    """Each op allocates its block between its start and its end."""
+    rows, i, ts = [], 0, 100
+    for name, size in ops:
+        i += 1; ts += 10
+        rows.append(row(i, "OP_LAUNCH", "ATEN_START", name, ts, dev="0"))
+        i += 1; ts += 10
+        rows.append(row(i, "MALLOC", "PTA", "N/A", ts, ptr=f"0x{i:016x}", attr=f"{{allocation_id:{i},size:{size}}}"))
+        i += 1; ts += 10
+        rows.append(row(i, "OP_LAUNCH", "ATEN_END", name, ts, dev="0"))
+    return rows
+
+
+@pytest.mark.parametrize("rule", ["ours", "upstream"])
+def test_compare_aligns_ops_with_a_diff(cli, tmp_path, rule):
+    # ours: an op is credited with what it allocates between its start and
+    # end; upstream's (MSMEMSCOPE_COMPARE_RULE=upstream): the first block
+    # allocated after its end
+    rows = compare_rows_inside if rule == "ours" else compare_rows
+    a = write_csv(tmp_path / "a.csv", list(reversed(rows([("add", 10), ("mul", 20), ("relu", 30)]))))
+    b = write_csv(tmp_path / "b.csv", rows([("add", 15), ("conv", 99), ("mul", 20), ("relu", 40)]))
+    env = {"MSMEMSCOPE_COMPARE_RULE": "upstream"} if rule == "upstream" else {"MSMEMSCOPE_COMPARE_RULE": ""}
+    p = cli(["--compare", f"--input={a},{b}", f"--output={tmp_path}/out"], cwd=tmp_path, env=env, check_rc=0)
     files = list((tmp_path / "out" / "compare").glob("memory_compare_*.csv"))
     assert len(files) == 1, p.stdout + p.stderr
     lines = files[0].read_text().splitlines()
