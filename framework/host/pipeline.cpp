@@ -173,7 +173,14 @@ bool Pipeline::account(Record& r) {
     ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
     ev.process_used = process_used_;
     host_totals(ev, key, used);
-    if (is_shadow(r)) ev.pool_used = ev.device_used = ev.process_used = -1;  // counted, not written
+    if (is_shadow(r)) {
+        // counted, not written; no stacks either (upstream's shadow rows: the
+        // block was made before, these would be the reporting call's)
+        ev.pool_used = ev.device_used = ev.process_used = -1;
+        r.c_stack.clear();
+        r.py_stack.clear();
+        ev.c_stack_id = ev.py_stack_id = 0;
+    }
     return true;
 }
 

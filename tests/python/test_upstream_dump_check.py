@@ -79,6 +79,7 @@ def check_dump(path, pools_list=(("PTA", "PTA_WORKSPACE"), ("HOST",))):
     for r in rows:
         if r["attr"].get("shadow") == "true":
             assert r["Event"] in ("MALLOC", "FREE") and "used" not in r["attr"] and "total" not in r["attr"], r
+            assert r["Call Stack(C)"] == r["Call Stack(Python)"] == "", r
     return rows
 
 
@@ -125,7 +126,8 @@ def test_c_program_under_the_cli(cli, tmp_path):
 # ---------------------------------------------------------------- PyTorch through the Python API
 TORCH_LOOP = """
     import sys, torch, msmemscope
-    msmemscope.config(device="cpu", events="alloc,free,launch,access", analysis="leaks", output="out")
+    msmemscope.config(device="cpu", events="alloc,free,launch,access", analysis="leaks", output="out",
+                      call_stack="c:4,python:2")
     model = torch.nn.Linear(256, 1024)        # built before start(): 1 MiB weight + bias
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     keep = []
@@ -184,6 +186,13 @@ def check_torch_loop(p, rows):
     assert any(int(r["ID"]) > starts[1] and r["attr"].get("size") == str(2000 * 4) for r in born)
     assert any(int(r["ID"]) > starts[1] for r in shadows(rows, "FREE", "PTA"))
     assert not any(r["attr"].get("size") == str(1000 * 4) for r in rows if r["Event Type"] == "PTA")
+    # C stacks begin at the allocator's caller, never inside our own libraries
+    stacks = [r["Call Stack(C)"] for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"
+              and r["Call Stack(C)"]]
+    assert stacks
+    for st in stacks:
+        first = st.splitlines()[0]
+        assert not any(x in first for x in ("_msmemscope", "libmsms_", "libmsmemscope_agent")), st
     # the leak report still names blocks that got a shadow FREE at the end
     leaks = re.findall(r"Direct PTA leak of [\d.]+ Mb\(s\) at 0x([0-9a-f]+) in ", p.stdout)
     assert leaks, p.stdout
@@ -202,6 +211,7 @@ def test_cli_deferred_start_after_the_model_is_built(tmp_path):
     pytest.importorskip("torch")
     p = run_script(tmp_path, TORCH_LOOP.replace('output="out"', 'output="ignored"'),
                    cli=["--device=cpu", "--events=alloc,free,launch,access", "--analysis=leaks",
+                        "--call-stack=c:4,python:2",
                         "--collect-mode=deferred", "--output=out"])
     rows = check_dump(only_dump(tmp_path / "out"))
     check_torch_loop(p, rows)
