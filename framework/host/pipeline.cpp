@@ -5,9 +5,8 @@
 #include <msmemscope/plugin.hpp>
 
 #include "shadow.h"
+#include "supervisor.h"
 #include "util/text.h"
-
-#include <boost/dll/shared_library.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -38,7 +37,10 @@ Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), reg
 Pipeline::~Pipeline() {
     for (auto* list : {&analyzers_, &sinks_})
         for (auto& i : *list)
-            if (i.obj) i.d->destroy(i.obj);
+            if (i.obj) {
+                supervisor::CallScope in(i.slot, PluginCall::Destroy);
+                i.d->destroy(i.obj);
+            }
 }
 
 void Pipeline::log(int level, const std::string& msg) {
@@ -54,16 +56,27 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what) {
     inst.alive = false;
     std::string msg = "plugin '" + inst.name + "': " + what + "; continuing without it";
     plugin_errors_.push_back(msg);
-    log(2, msg);
+    if (run_.log) run_.log->error(msg);
+    std::cerr << "msmemscope: error: " << msg << "\n";
+}
+
+std::string Pipeline::with_reason(const Instance& inst, const std::string& what) const {
+    std::string why = plugin_last_error(inst.d, inst.obj);
+    return why.empty() ? what : what + ": " + why;
 }
 
 void Pipeline::start(const RunContext& run) {
     run_ = run;
+    // Plugins the supervisor left out after they crashed (supervisor.h):
+    // said on stderr by the supervisor already, here in the run's log.
+    for (auto& note : supervisor::exclusion_notes())
+        if (run_.log) run_.log->error(note);
     auto make = [&](const std::string& name, int kind, std::vector<Instance>& into) {
         const LoadedPlugin* p = registry_.find(name, kind);
-        if (!p) return;
+        if (!p || supervisor::excluded(name)) return;
         Instance inst;
         inst.name = name;
+        inst.slot = supervisor::register_plugin(name);
         inst.d = p->descriptor;
         inst.keep_library = p->library;
         std::vector<std::pair<std::string, std::string>> opts;
@@ -75,7 +88,11 @@ void Pipeline::start(const RunContext& run) {
             kv.push_back({{o.first.data(), static_cast<uint32_t>(o.first.size())},
                           {o.second.data(), static_cast<uint32_t>(o.second.size())}});
         msms_error err{};
-        int rc = inst.d->create(&api_, kv.data(), static_cast<uint32_t>(kv.size()), &inst.obj, &err);
+        int rc;
+        {
+            supervisor::CallScope in(inst.slot, PluginCall::Create);
+            rc = inst.d->create(&api_, kv.data(), static_cast<uint32_t>(kv.size()), &inst.obj, &err);
+        }
         if (rc != MSMS_OK || !inst.obj) {
             inst.obj = nullptr;
             inst.alive = false;
@@ -105,10 +122,12 @@ void Pipeline::start(const RunContext& run) {
         for (auto& i : *list) {
             if (!i.alive || !i.d->begin) continue;
             msms_error err{};
+            supervisor::CallScope in(i.slot, PluginCall::Begin);
             if (i.d->begin(i.obj, &info, &err) != MSMS_OK)
                 plugin_failed(i, std::string("begin failed: ") + (err.message[0] ? err.message : "no reason given"));
         }
     }
+    supervisor::pipeline_started(run_.output_dir);
 }
 
 bool Pipeline::account(Record& r) {
@@ -343,13 +362,23 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer) {
         Instance& a = analyzers_[i];
         if (!a.alive) continue;
         current_analyzer_ = i;
-        if (a.d->on_event(a.obj, &r.ev) != MSMS_OK) plugin_failed(a, "failed on event " + std::to_string(r.ev.id));
+        int rc;
+        {
+            supervisor::CallScope in(a.slot, PluginCall::OnEvent);
+            rc = a.d->on_event(a.obj, &r.ev);
+        }
+        if (rc != MSMS_OK) plugin_failed(a, with_reason(a, "failed on event " + std::to_string(r.ev.id)));
         // add_attr changed the list: refresh the views
         if (attrs_dirty_) build_views(r);
     }
     for (auto& s : sinks_) {
         if (!s.alive) continue;
-        if (s.d->on_event(s.obj, &r.ev) != MSMS_OK) plugin_failed(s, "failed on event " + std::to_string(r.ev.id));
+        int rc;
+        {
+            supervisor::CallScope in(s.slot, PluginCall::OnEvent);
+            rc = s.d->on_event(s.obj, &r.ev);
+        }
+        if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on event " + std::to_string(r.ev.id)));
     }
     current_ = saved;
 }
@@ -392,7 +421,12 @@ void Pipeline::finish() {
         if (!a.alive || !a.d->finish) continue;
         current_analyzer_ = i;
         msms_error err{};
-        if (a.d->finish(a.obj, &err) != MSMS_OK)
+        int rc;
+        {
+            supervisor::CallScope in(a.slot, PluginCall::Finish);
+            rc = a.d->finish(a.obj, &err);
+        }
+        if (rc != MSMS_OK)
             plugin_failed(a, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
         while (!emitted_.empty()) {
             auto item = std::move(emitted_.front());
@@ -406,6 +440,7 @@ void Pipeline::finish() {
     for (auto& s : sinks_) {
         if (!s.alive || !s.d->finish) continue;
         msms_error err{};
+        supervisor::CallScope in(s.slot, PluginCall::Finish);
         if (s.d->finish(s.obj, &err) != MSMS_OK)
             plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
     }
@@ -435,7 +470,12 @@ int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
     if (id == 0 || id > p->next_id_) return MSMS_ERR_INVALID_ARGUMENT;
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_annotation) continue;
-        if (s.d->on_annotation(s.obj, id, k, v) != MSMS_OK) p->plugin_failed(s, "failed on an annotation");
+        int rc;
+        {
+            supervisor::CallScope in(s.slot, PluginCall::OnAnnotation);
+            rc = s.d->on_annotation(s.obj, id, k, v);
+        }
+        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on an annotation"));
     }
     return MSMS_OK;
 }
@@ -462,7 +502,12 @@ int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint
     auto* p = static_cast<Pipeline*>(h);
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_finding) continue;
-        if (s.d->on_finding(s.obj, table, cols, n) != MSMS_OK) p->plugin_failed(s, "failed on a finding");
+        int rc;
+        {
+            supervisor::CallScope in(s.slot, PluginCall::OnFinding);
+            rc = s.d->on_finding(s.obj, table, cols, n);
+        }
+        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on a finding"));
     }
     return MSMS_OK;
 }

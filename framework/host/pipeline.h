@@ -65,6 +65,7 @@ private:
         const msms_plugin_descriptor* d = nullptr;
         void* obj = nullptr;
         bool alive = true;
+        uint32_t slot = 0;  // supervisor's number of this instance (crash reports)
         std::shared_ptr<void> keep_library;
     };
     struct LiveBlock {
@@ -91,6 +92,8 @@ private:
     void dispatch(Record& r, size_t first_analyzer);
     void build_views(Record& r);
     void plugin_failed(Instance& inst, const std::string& what);
+    // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
+    std::string with_reason(const Instance& inst, const std::string& what) const;
     void log(int level, const std::string& msg);
 
     // host API trampolines

@@ -61,6 +61,9 @@ public:
     static constexpr std::chrono::milliseconds kMinPollInterval{2};
 
 private:
+    // supervisor.cpp runs run() in a worker process and hands the worker's
+    // summary (and, when no worker got far enough, the start-up error) back.
+    friend void run_supervised(ProcessRun& run);
     void run_stream();
     void notify_started(const std::string& error);
     bool keep(const RawEvent& e) const;

@@ -16,6 +16,7 @@
 #include <iostream>
 
 #include "launcher.h"
+#include "supervisor.h"
 #include "util/file_trust.h"
 #include "util/text.h"
 
@@ -152,7 +153,9 @@ void Session::scan() {
         }
         std::string capture = p;
         r.thread = std::thread([this, raw, capture] {
-            raw->run();
+            // In a supervised worker: a plugin that crashes is re-run
+            // without (supervisor.h); the capture is disposed of after.
+            run_supervised(*raw);
             dispose_capture(*raw, capture);
         });
         running_.push_back(std::move(r));
@@ -323,6 +326,8 @@ int Session::run_program() {
         if (w == root_pid_) {
             root_code = exit_code_of(st);
             root_status_ = describe_status(st);
+        } else if (w > 0 && supervisor::reaped(w, st)) {
+            // a pipeline worker (supervisor.h): its supervisor has the status now
         } else if (w < 0 && errno == ECHILD) {
             children_left = false;
         } else if (w == 0) {
@@ -377,7 +382,7 @@ int Session::replay(const std::string& capture) {
         return 2;
     }
     ProcessRun run(cfg_, registry_, capture);
-    run.run();
+    run_supervised(run);
     if (!run.summary().error.empty()) {
         std::cerr << "msmemscope: error: --replay: " << run.summary().error << "\n";
         // Not a readable capture (nothing was run): 2; its output failed: 70.

@@ -22,10 +22,17 @@ extern "C" {
 #endif
 
 #define MSMS_ABI_MAJOR 1u
-#define MSMS_ABI_MINOR 0u
+/* 1.1: msms_plugin_descriptor.last_error (older plugins load unchanged). */
+#define MSMS_ABI_MINOR 1u
 
-/* Name of the one exported entry (a Boost.DLL alias): a pointer to a function
- * `const msms_plugin_descriptor* fn(void)`. */
+/* Name of the one exported entry, in either of two forms (the host tells
+ * them apart by the ELF symbol type, see msmemscope/entry.hpp):
+ *   - a variable holding a pointer to `const msms_plugin_descriptor* fn(void)`
+ *     (what MSMEMSCOPE_PLUGIN() and BOOST_DLL_ALIAS export), or
+ *   - that function itself, exported under this name (plain C:
+ *     `const msms_plugin_descriptor* msmemscope_plugin(void) { ... }`).
+ * Anything else under this name (the descriptor itself as a variable, ...) is
+ * refused with a message that says what to export. */
 #define MSMS_ENTRY_SYMBOL "msmemscope_plugin"
 
 /* ---------------------------------------------------------------- status */
@@ -320,6 +327,14 @@ typedef struct msms_plugin_descriptor {
     int (*on_finding)(void* instance, msms_str table, const msms_kv* cols, uint32_t n);
     /* End of the stream. May be called once; the host never calls on_event after. */
     int (*finish)(void* instance, msms_error* err);
+
+    /* ABI 1.1. The message of the instance's last failure: after on_event,
+     * on_annotation or on_finding returned a status other than MSMS_OK the
+     * host calls it and shows the text with the plugin's name. NUL-terminated,
+     * valid until the next call into the instance; NULL or "" when there is
+     * none. May itself be NULL. The C++ adapter (plugin.hpp) fills it with
+     * the exception's what(). */
+    const char* (*last_error)(void* instance);
 } msms_plugin_descriptor;
 
 typedef const msms_plugin_descriptor* (*msms_entry_fn)(void);

@@ -176,6 +176,9 @@ private:
     // The finish rule (sdk/README.md): only the first finish() runs; later
     // calls return MSMS_OK and do nothing. Enforced here for every C++ plugin.
     bool finished_ = false;
+    // The message of the last failed on_event/on_annotation/on_finding
+    // (descriptor.last_error, ABI 1.1).
+    msms_error error_{};
 };
 
 class IAnalyzer : public PluginBase {
@@ -261,14 +264,18 @@ struct Adapter {
         return guarded(err, [&] { static_cast<PluginBase*>(inst)->begin(RunInfo(*run)); });
     }
     static int on_event(void* inst, const msms_event* ev) {
-        return guarded(nullptr, [&] { static_cast<PluginBase*>(inst)->on_event(*ev); });
+        auto* p = static_cast<PluginBase*>(inst);
+        return guarded(&p->error_, [&] { p->on_event(*ev); });
     }
     static int on_annotation(void* inst, uint64_t id, msms_str key, msms_str value) {
-        return guarded(nullptr, [&] { static_cast<PluginBase*>(inst)->on_annotation(id, view(key), view(value)); });
+        auto* p = static_cast<PluginBase*>(inst);
+        return guarded(&p->error_, [&] { p->on_annotation(id, view(key), view(value)); });
     }
     static int on_finding(void* inst, msms_str table, const msms_kv* cols, uint32_t n) {
-        return guarded(nullptr, [&] { static_cast<PluginBase*>(inst)->on_finding(view(table), cols, n); });
+        auto* p = static_cast<PluginBase*>(inst);
+        return guarded(&p->error_, [&] { p->on_finding(view(table), cols, n); });
     }
+    static const char* last_error(void* inst) { return static_cast<PluginBase*>(inst)->error_.message; }
     static int finish(void* inst, msms_error* err) {
         auto* p = static_cast<PluginBase*>(inst);
         if (p->finished_) return MSMS_OK;
@@ -299,6 +306,7 @@ struct Adapter {
             x.on_annotation = &on_annotation;
             x.on_finding = &on_finding;
             x.finish = &finish;
+            x.last_error = &last_error;
             return x;
         }();
         return &d;

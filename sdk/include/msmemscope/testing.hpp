@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "abi.h"
+#include "entry.hpp"
 #include "plugin.hpp"
 
 namespace msmemscope::testing {
@@ -249,14 +250,16 @@ inline const msms_plugin_descriptor* load_descriptor(const std::string& path, st
         if (error) *error = dlerror();
         return nullptr;
     }
-    // The Boost.DLL alias is a variable holding the entry function's address.
-    void* sym = dlsym(lib, MSMS_ENTRY_SYMBOL);
-    if (!sym) {
-        if (error) *error = std::string("no entry symbol '") + MSMS_ENTRY_SYMBOL + "'";
+    // Either form of the entry symbol (abi.h), told apart as the host does.
+    std::string why;
+    msms_entry_fn fn = resolve_entry(lib, why);
+    if (!fn) {
+        if (error) *error = why;
         return nullptr;
     }
-    auto fn = reinterpret_cast<msms_entry_fn>(*static_cast<void**>(sym));
-    return fn();
+    const msms_plugin_descriptor* d = fn();
+    if (!d && error) *error = "the entry returned no descriptor";
+    return d;
 }
 
 // load_descriptor() for tests: throws std::runtime_error naming the library

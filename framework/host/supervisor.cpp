@@ -1,0 +1,351 @@
+#include "supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <new>
+#include <set>
+
+#include "process_run.h"
+
+namespace fs = std::filesystem;
+
+namespace msms {
+
+const char* plugin_call_name(PluginCall c) {
+    switch (c) {
+    case PluginCall::Create: return "create";
+    case PluginCall::Begin: return "begin";
+    case PluginCall::OnEvent: return "on_event";
+    case PluginCall::OnAnnotation: return "on_annotation";
+    case PluginCall::OnFinding: return "on_finding";
+    case PluginCall::Finish: return "finish";
+    case PluginCall::Destroy: return "destroy";
+    default: return "an unknown callback";
+    }
+}
+
+namespace supervisor {
+
+constexpr uint32_t kMaxSlots = 256;
+constexpr size_t kNameSize = 72;
+
+struct WorkerPage {
+    std::atomic<uint64_t> current{0};
+    std::atomic<uint32_t> started{0};
+    std::atomic<uint32_t> slots{0};
+    char names[kMaxSlots][kNameSize];
+    char output_dir[4096];
+};
+
+WorkerPage* g_page = nullptr;
+std::atomic<uint64_t>* g_current = nullptr;
+
+namespace {
+std::set<std::string> g_excluded;   // in a worker
+std::vector<std::string> g_notes;   // in a worker
+std::mutex g_reap_mu;
+std::condition_variable g_reap_cv;
+std::set<pid_t> g_workers;
+std::map<pid_t, int> g_reaped;
+}  // namespace
+
+bool excluded(const std::string& name) { return g_excluded.count(name) != 0; }
+const std::vector<std::string>& exclusion_notes() { return g_notes; }
+
+uint32_t register_plugin(const std::string& name) {
+    if (!g_page) return 0;
+    uint32_t n = g_page->slots.load(std::memory_order_relaxed);
+    if (n >= kMaxSlots) return 0;
+    snprintf(g_page->names[n], kNameSize, "%s", name.c_str());
+    g_page->slots.store(n + 1, std::memory_order_release);
+    return n + 1;
+}
+
+void pipeline_started(const std::string& output_dir) {
+    if (!g_page) return;
+    snprintf(g_page->output_dir, sizeof(g_page->output_dir), "%s", output_dir.c_str());
+    g_page->started.store(1, std::memory_order_release);
+}
+
+bool reaped(pid_t pid, int status) {
+    std::lock_guard<std::mutex> lk(g_reap_mu);
+    if (!g_workers.count(pid)) return false;
+    g_reaped[pid] = status;
+    g_reap_cv.notify_all();
+    return true;
+}
+
+}  // namespace supervisor
+
+namespace {
+
+using supervisor::WorkerPage;
+
+// ---- the summary through the pipe: fixed order, length-prefixed strings.
+struct Writer {
+    std::string out;
+    void u(uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+    void s(const std::string& v) {
+        u(v.size());
+        out += v;
+    }
+};
+
+struct Reader {
+    const std::string& in;
+    size_t pos = 0;
+    bool ok = true;
+    uint64_t u() {
+        uint64_t v = 0;
+        if (pos + sizeof(v) > in.size()) {
+            ok = false;
+            return 0;
+        }
+        memcpy(&v, in.data() + pos, sizeof(v));
+        pos += sizeof(v);
+        return v;
+    }
+    std::string s() {
+        uint64_t n = u();
+        if (!ok || pos + n > in.size()) {
+            ok = false;
+            return "";
+        }
+        std::string v = in.substr(pos, n);
+        pos += n;
+        return v;
+    }
+};
+
+// Every field of ProcessSummary crosses the pipe. A new field must be added
+// to encode() and decode() (the size check below is there to say so).
+static_assert(sizeof(ProcessSummary) == 288,
+              "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
+
+std::string encode(const ProcessSummary& s) {
+    Writer w;
+    w.u(s.pid);
+    w.s(s.command);
+    w.s(s.output_dir);
+    w.u(s.events);
+    w.u(s.dropped);
+    w.u(s.stragglers);
+    w.u(s.corrupt);
+    w.u(s.ended_normally);
+    w.u(s.agent_disabled);
+    w.u(s.end_kind);
+    w.u(static_cast<uint32_t>(s.end_code));
+    w.u(s.oom_kill_seen);
+    w.u(s.capture_index);
+    w.u(s.exact_order);
+    w.u(s.replaced_by_exec);
+    w.s(s.damage);
+    w.s(s.error);
+    w.u(s.totals.size());
+    for (auto& [k, t] : s.totals) {
+        w.s(k);
+        w.u(static_cast<uint64_t>(t.used));
+        w.u(static_cast<uint64_t>(t.peak));
+    }
+    w.u(s.report.size());
+    for (auto& l : s.report) w.s(l);
+    w.u(s.plugin_errors.size());
+    for (auto& l : s.plugin_errors) w.s(l);
+    w.s("end");
+    return w.out;
+}
+
+bool decode(const std::string& in, ProcessSummary& s) {
+    Reader r{in};
+    s.pid = static_cast<uint32_t>(r.u());
+    s.command = r.s();
+    s.output_dir = r.s();
+    s.events = r.u();
+    s.dropped = r.u();
+    s.stragglers = r.u();
+    s.corrupt = r.u();
+    s.ended_normally = r.u() != 0;
+    s.agent_disabled = r.u() != 0;
+    s.end_kind = static_cast<uint32_t>(r.u());
+    s.end_code = static_cast<int32_t>(static_cast<uint32_t>(r.u()));
+    s.oom_kill_seen = r.u() != 0;
+    s.capture_index = static_cast<uint32_t>(r.u());
+    s.exact_order = r.u() != 0;
+    s.replaced_by_exec = r.u() != 0;
+    s.damage = r.s();
+    s.error = r.s();
+    s.totals.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) {
+        std::string k = r.s();
+        Pipeline::DeviceTotals t;
+        t.used = static_cast<int64_t>(r.u());
+        t.peak = static_cast<int64_t>(r.u());
+        s.totals[k] = t;
+    }
+    s.report.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) s.report.push_back(r.s());
+    s.plugin_errors.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) s.plugin_errors.push_back(r.s());
+    return r.s() == "end" && r.ok && r.pos == in.size();
+}
+
+std::string signal_text(int sig) {
+    const char* n = sigabbrev_np(sig);
+    return n ? std::string("SIG") + n : "signal " + std::to_string(sig);
+}
+
+int wait_worker(pid_t pid) {
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, 0);
+        if (w == pid) {
+            std::lock_guard<std::mutex> lk(supervisor::g_reap_mu);
+            supervisor::g_workers.erase(pid);
+            return status;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        break;  // ECHILD: the session's waitpid(-1) took it (supervisor::reaped)
+    }
+    std::unique_lock<std::mutex> lk(supervisor::g_reap_mu);
+    supervisor::g_reap_cv.wait(lk, [&] { return supervisor::g_reaped.count(pid) != 0; });
+    status = supervisor::g_reaped[pid];
+    supervisor::g_reaped.erase(pid);
+    supervisor::g_workers.erase(pid);
+    return status;
+}
+
+}  // namespace
+
+void run_supervised(ProcessRun& run) {
+    if (std::getenv("MSMEMSCOPE_NO_SUPERVISOR")) {
+        run.run();
+        return;
+    }
+    std::vector<std::string> excluded, notes;
+    bool started_before = false;
+    for (int attempt = 0;; ++attempt) {
+        void* mem = mmap(nullptr, sizeof(WorkerPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        int fds[2] = {-1, -1};
+        if (mem == MAP_FAILED || pipe2(fds, O_CLOEXEC) != 0) {
+            if (mem != MAP_FAILED) munmap(mem, sizeof(WorkerPage));
+            if (attempt == 0) {
+                run.run();  // no worker possible: unsupervised, as before
+                return;
+            }
+            run.summary_.error = "cannot start a new pipeline worker: " + std::string(strerror(errno));
+            run.notify_started(run.summary_.error);
+            return;
+        }
+        auto* page = new (mem) WorkerPage();
+        std::cout.flush();
+        std::cerr.flush();
+        fflush(nullptr);
+        pid_t pid;
+        {
+            // Held across fork: the session's reaped() waits until the new
+            // pid is known to be a worker.
+            std::lock_guard<std::mutex> lk(supervisor::g_reap_mu);
+            pid = fork();
+            if (pid > 0) supervisor::g_workers.insert(pid);
+        }
+        if (pid == 0) {
+            close(fds[0]);
+            supervisor::g_page = page;
+            supervisor::g_current = &page->current;
+            supervisor::g_excluded = std::set<std::string>(excluded.begin(), excluded.end());
+            supervisor::g_notes = notes;
+            if (started_before) run.on_started({});  // Python has its line already
+            run.run();
+            std::string out = encode(run.summary());
+            size_t off = 0;
+            while (off < out.size()) {
+                ssize_t n = write(fds[1], out.data() + off, out.size() - off);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) _exit(3);
+                off += static_cast<size_t>(n);
+            }
+            _exit(0);
+        }
+        close(fds[1]);
+        if (pid < 0) {
+            close(fds[0]);
+            munmap(mem, sizeof(WorkerPage));
+            if (attempt == 0) {
+                run.run();
+                return;
+            }
+            run.summary_.error = "cannot start a new pipeline worker: " + std::string(strerror(errno));
+            run.notify_started(run.summary_.error);
+            return;
+        }
+        std::string data;
+        char buf[65536];
+        for (;;) {
+            ssize_t n = read(fds[0], buf, sizeof(buf));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            data.append(buf, static_cast<size_t>(n));
+        }
+        close(fds[0]);
+        int status = wait_worker(pid);
+        ProcessSummary got;
+        bool complete = WIFEXITED(status) && WEXITSTATUS(status) == 0 && decode(data, got);
+        uint64_t cur = page->current.load(std::memory_order_acquire);
+        uint32_t slot = static_cast<uint32_t>(cur >> 32);
+        auto call = static_cast<PluginCall>(cur & 0xffffffffu);
+        std::string name;
+        if (slot > 0 && slot <= page->slots.load(std::memory_order_acquire))
+            name.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
+        std::string out_dir(page->output_dir, strnlen(page->output_dir, sizeof(page->output_dir)));
+        started_before = started_before || page->started.load(std::memory_order_acquire);
+        page->~WorkerPage();
+        munmap(mem, sizeof(WorkerPage));
+
+        if (complete) {
+            got.plugin_errors.insert(got.plugin_errors.begin(), notes.begin(), notes.end());
+            run.summary_ = std::move(got);
+            run.started_ = nullptr;
+            return;
+        }
+        std::string how = WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
+                                              : "ended the pipeline (exit status " +
+                                                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+        bool known = !name.empty() && std::find(excluded.begin(), excluded.end(), name) == excluded.end();
+        if (!known || attempt >= 64) {
+            std::string what = WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
+                                                   : "ended without a summary (status " + std::to_string(status) + ")";
+            run.summary_.error = run.capture_path_ + ": the pipeline " + what +
+                                 (name.empty() ? " outside any plugin" : " in plugin '" + name + "'") +
+                                 "; the outputs of this process are incomplete";
+            if (!out_dir.empty()) run.summary_.output_dir = out_dir;
+            if (!started_before) run.notify_started(run.summary_.error);
+            run.started_ = nullptr;
+            return;
+        }
+        std::string msg = "plugin '" + name + "' " + how + " in " + plugin_call_name(call);
+        std::cerr << "msmemscope: error: " << msg << "; re-running the outputs without it\n";
+        notes.push_back(msg + "; the outputs were re-run without it");
+        excluded.push_back(name);
+        // What the crashed worker wrote goes; the next one writes it afresh.
+        const std::string& root = run.cfg_.output;
+        if (!out_dir.empty() && out_dir.size() > root.size() && out_dir.compare(0, root.size(), root) == 0) {
+            std::error_code ec;
+            fs::remove_all(out_dir, ec);
+        }
+    }
+}
+
+}  // namespace msms

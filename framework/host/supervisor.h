@@ -1,0 +1,80 @@
+// A plugin can crash without costing the run (DESIGN §8). The supervisor runs
+// a ProcessRun -- capture reading, the pipeline, every analyzer and sink --
+// in a child process (a "worker"). The worker notes in a shared page which
+// plugin and which callback it is in. When the worker dies of a signal in a
+// plugin, the host names it ("plugin 'x' crashed (SIGSEGV) in on_event;
+// re-running the outputs without it"), removes what the worker wrote and runs
+// the capture again in a new worker without that plugin: the capture file is
+// complete (or still being written, and read live again), so every other
+// output ends complete. The worker hands its ProcessSummary back through a
+// pipe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace msms {
+
+class ProcessRun;
+
+// The callback a worker is in, for the crash message.
+enum class PluginCall : uint32_t { None = 0, Create, Begin, OnEvent, OnAnnotation, OnFinding, Finish, Destroy };
+const char* plugin_call_name(PluginCall c);
+
+namespace supervisor {
+
+// The page a worker shares with its supervisor. Set in the worker only.
+struct WorkerPage;
+extern WorkerPage* g_page;
+// (slot << 32 | call) of the plugin call in progress; 0 outside plugins.
+extern std::atomic<uint64_t>* g_current;
+
+// In a worker: true when the supervisor left this plugin out (it crashed in
+// an earlier attempt). Always false outside a worker.
+bool excluded(const std::string& name);
+// Messages about plugins left out, for the run's log and summary.
+const std::vector<std::string>& exclusion_notes();
+// Gives an instance a slot number for the crash report (0 outside a worker).
+uint32_t register_plugin(const std::string& name);
+// The worker's pipeline has started (plugins created and begun) and writes
+// into output_dir: a re-run removes that folder first.
+void pipeline_started(const std::string& output_dir);
+
+// Marks the plugin call in progress for as long as it lives (nests: an
+// analyzer's annotate() calls the sinks).
+class CallScope {
+public:
+    CallScope(uint32_t slot, PluginCall call) {
+        if (g_current) {
+            prev_ = g_current->load(std::memory_order_relaxed);
+            g_current->store((static_cast<uint64_t>(slot) << 32) | static_cast<uint32_t>(call),
+                             std::memory_order_relaxed);
+        }
+    }
+    ~CallScope() {
+        if (g_current) g_current->store(prev_, std::memory_order_relaxed);
+    }
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+private:
+    uint64_t prev_ = 0;
+};
+
+// The session reaped one of our workers with waitpid(-1): hand its status to
+// the supervisor waiting for it. Returns false when pid is not a worker.
+bool reaped(pid_t pid, int status);
+
+}  // namespace supervisor
+
+// Runs run.run() in a worker process, re-running it without each plugin that
+// crashes; afterwards run.summary() is the last worker's summary plus one
+// plugin error per crash. Falls back to running in this process when no
+// worker can be started (or MSMEMSCOPE_NO_SUPERVISOR is set).
+void run_supervised(ProcessRun& run);
+
+}  // namespace msms
