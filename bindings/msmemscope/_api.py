@@ -27,7 +27,7 @@ def _check_text(where: str, key: str, value: str) -> None:
         raise ValueError(f"{where}: '{key}' is not valid text: {value[e.start]!r} at position {e.start} "
                          f"cannot be encoded as UTF-8") from None
 
-def config(**kwargs: str) -> None:
+def config(**kwargs: Any) -> None:
     """Sets collection options. Keyword-only, every value a string; the same
     names, values and checks as the command line (``msmemscope --help``).
 
@@ -47,6 +47,15 @@ def config(**kwargs: str) -> None:
       steps        at most 5 step numbers to collect, e.g. "1,2,3"
       collect_mode immediate or deferred
       log_level    info, warn (default), error
+      plugin_path  more folders to search for plugins: a path or a list of paths
+                   (the command line's --plugin-path); relative to the current folder
+      plugin_options  options of plugins: {"my_peak": {"threshold": 5}} or
+                   {"my_peak.threshold": "5"} (the command line's --plugin-option);
+                   values str, int or bool, checked against the plugin's schema
+
+    Under the command line (``msmemscope ... python3 train.py``) the CLI's
+    plugin folders and plugin options are known here already, so values
+    naming its plugins check out as they would on the command line.
 
     ``output``, ``data_format`` and ``watch`` take effect only the first time
     they are set (later values are ignored with a warning). The other keys

@@ -77,13 +77,31 @@ ONCE = ("output", "data-format", "watch")
 _lock = threading.RLock()
 _values: Dict[str, str] = {}
 _origins: Dict[str, str] = {}
-_plugin_paths: List[str] = []
+
+
+def _cli_plugin_settings():
+    """The command line's plugin folders and options, when the CLI started
+    this program (it exports them: framework/host/plugin_cli.h)."""
+    paths = [p for p in os.environ.get("MSMEMSCOPE_CLI_PLUGIN_PATHS", "").split(":") if p]
+    options: Dict[str, Dict[str, str]] = {}
+    for line in os.environ.get("MSMEMSCOPE_CLI_PLUGIN_OPTIONS", "").split("\n"):
+        name, dot, rest = line.partition(".")
+        key, eq, value = rest.partition("=")
+        if dot and eq:
+            options.setdefault(name, {})[key] = value
+    return paths, options
+
+
+_plugin_paths: List[str]
+_plugin_options: Dict[str, Dict[str, str]]
+_plugin_paths, _plugin_options = _cli_plugin_settings()
 _session: Optional["Session"] = None
 _warned_cli = False
 
 
 def _cli_options() -> List[str]:
-    return [f"--{k}={v}" for k, v in sorted(_values.items())] + [f"--plugin-path={p}" for p in _plugin_paths]
+    return ([f"--{k}={v}" for k, v in sorted(_values.items())] + [f"--plugin-path={p}" for p in _plugin_paths] +
+            [f"--plugin-option={n}.{k}={v}" for n, kv in sorted(_plugin_options.items()) for k, v in sorted(kv.items())])
 
 
 def under_cli() -> bool:
@@ -109,18 +127,78 @@ def _not_followed() -> bool:
     return bool(off) and root != str(os.getpid())
 
 
-def validate(values: Dict[str, str]) -> dict:
+def validate(values: Dict[str, str], plugin_paths: Optional[List[str]] = None,
+             plugin_options: Optional[Dict[str, Dict[str, str]]] = None) -> dict:
     try:
         return _ext.validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values}, PREFIX,
-                                    _plugin_paths)
+                                    _plugin_paths if plugin_paths is None else plugin_paths,
+                                    _plugin_options if plugin_options is None else plugin_options,
+                                    "plugin_options")
     except ValueError as e:
         raise ValueError(f"msmemscope.config: {e}") from None
 
 
+PLUGIN_PATH_ALLOWED = "a folder path, or a list of folder paths"
+PLUGIN_OPTIONS_ALLOWED = "a dict {plugin: {option: value}} or {'plugin.option': value}; values str, int or bool"
+
+
+def _check_plugin_path(value: object) -> List[str]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for p in items:
+        if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
+            raise TypeError(f"msmemscope.config: 'plugin_path' must be {PLUGIN_PATH_ALLOWED}, got "
+                            f"{type(p).__name__} {p!r}")
+        out.append(os.path.abspath(os.fspath(p)))
+    return out
+
+
+def _option_text(where: str, v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (str, int)):
+        return str(v)
+    raise TypeError(f"msmemscope.config: plugin_options: '{where}' must be a str, int or bool, got "
+                    f"{type(v).__name__} (allowed: {PLUGIN_OPTIONS_ALLOWED})")
+
+
+def _check_plugin_options(value: object) -> Dict[str, Dict[str, str]]:
+    if not isinstance(value, dict):
+        raise TypeError(f"msmemscope.config: 'plugin_options' must be {PLUGIN_OPTIONS_ALLOWED}, got "
+                        f"{type(value).__name__}")
+    out: Dict[str, Dict[str, str]] = {}
+    for name, v in value.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"msmemscope.config: plugin_options: key {name!r} is not a plugin name "
+                            f"(allowed: {PLUGIN_OPTIONS_ALLOWED})")
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str) or not k:
+                    raise TypeError(f"msmemscope.config: plugin_options: '{name}': option {k!r} is not a name "
+                                    f"(allowed: {PLUGIN_OPTIONS_ALLOWED})")
+                out.setdefault(name, {})[k] = _option_text(f"{name}.{k}", x)
+        else:
+            plugin, dot, key = name.partition(".")
+            if not dot or not plugin or not key:
+                raise ValueError(f"msmemscope.config: plugin_options: invalid key '{name}' "
+                                 f"(allowed: {PLUGIN_OPTIONS_ALLOWED})")
+            out.setdefault(plugin, {})[key] = _option_text(name, v)
+    return out
+
+
 def configure(kwargs: Dict[str, object]) -> None:
-    global _warned_cli, _api_used
+    global _warned_cli, _api_used, _plugin_paths, _plugin_options
     _api_used = True
     with _lock:
+        kwargs = dict(kwargs)
+        new_paths = list(_plugin_paths)
+        new_options = {n: dict(kv) for n, kv in _plugin_options.items()}
+        if "plugin_path" in kwargs:
+            new_paths = _check_plugin_path(kwargs.pop("plugin_path"))
+        if "plugin_options" in kwargs:
+            for n, kv in _check_plugin_options(kwargs.pop("plugin_options")).items():
+                new_options.setdefault(n, {}).update(kv)
+        plugins_changed = new_paths != _plugin_paths or new_options != _plugin_options
         new = dict(_values)
         origins = {}
         for key, value in kwargs.items():
@@ -130,7 +208,7 @@ def configure(kwargs: Dict[str, object]) -> None:
                 guess = difflib.get_close_matches(key, list(KEYS), n=1)
                 hint = f"; did you mean '{guess[0]}'?" if guess else ""
                 raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
-                                f"(allowed: {', '.join(k for k in KEYS)})")
+                                f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
             if not isinstance(value, str):
                 raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")
@@ -144,13 +222,15 @@ def configure(kwargs: Dict[str, object]) -> None:
         saved = dict(_origins)
         _origins.update(origins)
         try:
-            validate(new)
+            validate(new, new_paths, new_options)
         except ValueError:
             _origins.clear()
             _origins.update(saved)
             raise
         if _session is not None and not _session.cli:
             changed = [k for k in new if _values.get(k) != new[k] and k not in ONCE]
+            if plugins_changed:
+                changed.append("plugin_path" if new_paths != _plugin_paths else "plugin_options")
             if changed:
                 _origins.clear()
                 _origins.update(saved)
@@ -159,7 +239,9 @@ def configure(kwargs: Dict[str, object]) -> None:
                                    f"session has started (call config() before the first start())")
         _values.clear()
         _values.update(new)
-        if under_cli() and not _warned_cli and kwargs:
+        _plugin_paths = new_paths
+        _plugin_options = new_options
+        if under_cli() and not _warned_cli and (kwargs or plugins_changed):
             _warned_cli = True
             warnings.warn("msmemscope.config: running under the msmemscope command line, whose options apply; "
                           "the values given here were checked but are not used", stacklevel=3)

@@ -59,6 +59,10 @@ msms::Registry& registry_for(const std::string& prefix, const std::vector<std::s
     if (const char* env = getenv("MSMEMSCOPE_PLUGIN_PATH")) key += std::string("\n$") + env;
     if (g_catalog.registry && g_catalog.key == key) return *g_catalog.registry;
     auto reg = std::make_unique<msms::Registry>();
+    // Plugins are first loaded in the installed probe helper (registry.h):
+    // one that crashes while being loaded is refused, and never loaded here.
+    std::string helper = prefix + "/lib/msmemscope/msmemscope-plugin-probe";
+    reg->set_probe_helper(access(helper.c_str(), X_OK) == 0 ? helper : "");
     reg->discover(msms::Registry::search_dirs(prefix + "/lib/msmemscope/plugins", extra));
     g_catalog.registry = std::move(reg);
     g_catalog.key = key;
@@ -68,7 +72,9 @@ msms::Registry& registry_for(const std::string& prefix, const std::vector<std::s
 // Validates the Python config (canonical CLI option names -> text values).
 py::dict validate_config(const std::map<std::string, std::string>& values,
                          const std::map<std::string, std::string>& origins, const std::string& prefix,
-                         const std::vector<std::string>& plugin_paths) {
+                         const std::vector<std::string>& plugin_paths,
+                         const std::map<std::string, std::map<std::string, std::string>>& plugin_options,
+                         const std::string& plugin_options_origin) {
     msms::RawConfig raw;
     for (auto& [k, v] : values) {
         auto it = origins.find(k);
@@ -76,6 +82,8 @@ py::dict validate_config(const std::map<std::string, std::string>& values,
     }
     raw.values["serve-session"] = msms::RawValue{"python", "serve_session"};
     raw.search_paths = plugin_paths;
+    raw.plugin_options = plugin_options;
+    for (auto& [name, kv] : plugin_options) raw.plugin_option_origin[name] = plugin_options_origin;
     msms::Registry& reg = registry_for(prefix, plugin_paths);
     msms::Config cfg;
     std::vector<std::string> errors;
@@ -398,7 +406,8 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("load_agent", &load_agent, py::arg("path"));
     m.def("agent_loaded", [] { return g_agent_loaded; });
     m.def("validate_config", &validate_config, py::arg("values"), py::arg("origins"), py::arg("prefix"),
-          py::arg("plugin_paths"));
+          py::arg("plugin_paths"), py::arg("plugin_options") = std::map<std::string, std::map<std::string, std::string>>{},
+          py::arg("plugin_options_origin") = std::string("plugin_options"));
     m.def("list_plugins", &list_plugins, py::arg("prefix"), py::arg("plugin_paths"));
     m.def("attach", [](const std::string& dir, const std::string& opts) {
         need_agent();

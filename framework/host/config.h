@@ -99,7 +99,8 @@ struct RawConfig {
     std::string config_file;
     std::string config_origin = "--config";
     bool help = false, version = false, list_plugins = false;
-    bool verbose = false, quiet = false;  // -v/--verbose/--debug, -q/--quiet
+    bool verbose = false, quiet = false;  // -v/--verbose/--debug, -q/--quiet (with --list-plugins: options too)
+    std::string describe_plugin;          // --describe-plugin=NAME
     std::vector<std::string> warnings;
 };
 

@@ -10,6 +10,7 @@
 #include "compare_log.h"
 #include "config.h"
 #include "offline/offline.h"
+#include "plugin_cli.h"
 #include "registry.h"
 #include "replay_devices.h"
 #include "session.h"
@@ -32,18 +33,6 @@ int fail(const std::vector<std::string>& errors) {
     return 2;
 }
 
-void list_plugins(const Registry& reg) {
-    std::cout << "NAME                 KIND       VERSION    PATH\n";
-    for (auto& p : reg.plugins()) {
-        std::string name = p.info.name, kind = p.kind_name(), ver = p.descriptor->version ? p.descriptor->version : "";
-        name.resize(std::max<size_t>(name.size(), 20), ' ');
-        kind.resize(std::max<size_t>(kind.size(), 10), ' ');
-        ver.resize(std::max<size_t>(ver.size(), 10), ' ');
-        std::cout << name << " " << kind << " " << ver << " " << p.path << "\n";
-    }
-    for (auto& r : reg.refused()) std::cout << "refused: " << r.path << ": " << r.reason << "\n";
-}
-
 int run_main(int argc, char** argv) {
     RawConfig raw;
     std::vector<std::string> errors;
@@ -62,11 +51,19 @@ int run_main(int argc, char** argv) {
     Registry registry;
     registry.discover(Registry::search_dirs(raw.search_paths));
     if (raw.list_plugins) {
-        list_plugins(registry);
+        print_plugin_list(registry, raw.verbose, std::cout);
+        return 0;
+    }
+    if (!raw.describe_plugin.empty()) {
+        std::string why;
+        if (!print_plugin_description(registry, raw.describe_plugin, std::cout, why)) return fail({why});
         return 0;
     }
     for (auto& r : registry.refused())
         std::cerr << "msmemscope: warning: plugin " << r.path << " refused: " << r.reason << "\n";
+    // A selected plugin that was found but cannot be loaded costs only
+    // itself: the run goes on without it and ends with status 71.
+    bool plugin_dropped = drop_unloadable_selections(raw, registry, std::cerr) > 0;
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
@@ -82,10 +79,14 @@ int run_main(int argc, char** argv) {
         log.finish(rc);
         return rc;
     }
-    if (cfg.analyze) return offline_main(cfg, registry);
+    if (cfg.analyze) {
+        int rc = offline_main(cfg, registry);
+        return rc == 0 && plugin_dropped ? 71 : rc;
+    }
     // A replay without --device reproduces the devices recorded in the capture.
     if (!cfg.replay.empty() && !cfg.devices_given)
         if (auto devices = capture_devices(cfg.replay); !devices.empty()) cfg.devices = devices;
+    if (!cfg.program.empty()) export_plugin_settings(raw);
     Session session(cfg, registry);
     int code;
     if (!cfg.serve_session.empty()) {
@@ -98,6 +99,7 @@ int run_main(int argc, char** argv) {
     int status = session.print_summary(std::cout);
     // The program's own status when every output is complete; else 70 (an
     // output is incomplete) or 71 (a plugin was dropped): README "Exit status".
+    if (!status && plugin_dropped && !session.summaries().empty()) status = 71;
     return status ? status : code;
 }
 

@@ -41,7 +41,7 @@ TEST_CASE("check_descriptor refuses a missing descriptor") {
 
 TEST_CASE("a plugin declaring ABI major 2 is refused") {
     Registry reg;
-    CHECK(refusal(reg, fixture("wrong_abi")) == "wrong ABI version: got 2.0, supported 1.0");
+    CHECK(refusal(reg, fixture("wrong_abi")) == "wrong ABI version: got 2.0, supported 1.1");
     CHECK(reg.plugins().empty());
 }
 
@@ -81,16 +81,126 @@ TEST_CASE("a missing file is refused as not loadable") {
 
 TEST_CASE("discover refuses every bad fixture and loads the others, in file name order") {
     Registry reg;
+    reg.set_probe_helper(MSMEMSCOPE_PROBE_HELPER);
     reg.discover({MSMEMSCOPE_FIXTURE_PLUGIN_DIR, std::string(MSMEMSCOPE_FIXTURE_PLUGIN_DIR) + "/no_such_folder"});
     std::vector<std::string> loaded;
     for (auto& p : reg.plugins()) loaded.push_back(p.info.name);
     // duplicate_csv loads here: no built-in csv in this registry.
-    CHECK(loaded == std::vector<std::string>{"csv", "throws_in_create", "throws_in_event"});
+    CHECK(loaded == std::vector<std::string>{"c_function_entry", "csv", "old_minor", "segv_in_create", "segv_in_event",
+                                             "segv_in_finish", "throws_in_create", "throws_in_event"});
     std::vector<std::string> refused;
     for (auto& r : reg.refused()) refused.push_back(std::filesystem::path(r.path).filename().string());
-    CHECK(refused == std::vector<std::string>{"libmsmemscope_plugin_bad_name.so", "libmsmemscope_plugin_no_entry.so",
-                                              "libmsmemscope_plugin_null_descriptor.so",
-                                              "libmsmemscope_plugin_wrong_abi.so"});
+    std::vector<std::string> want{"libmsmemscope_plugin_abort_in_load.so", "libmsmemscope_plugin_bad_name.so",
+                                  "libmsmemscope_plugin_bad_schema.so", "libmsmemscope_plugin_c_descriptor_variable.so",
+                                  "libmsmemscope_plugin_missing_dep.so", "libmsmemscope_plugin_no_entry.so",
+                                  "libmsmemscope_plugin_null_descriptor.so", "libmsmemscope_plugin_wrong_abi.so"};
+    if (std::filesystem::exists(fixture("asan_built"))) want.insert(want.begin() + 1, "libmsmemscope_plugin_asan_built.so");
+    CHECK(refused == want);
+    const RefusedPlugin* aborted = reg.refusal_of("abort_in_load");  // by file name: no descriptor was read
+    REQUIRE(aborted != nullptr);
+    CHECK(aborted->reason ==
+          "crashed (SIGABRT) while being loaded: abort_in_load: giving up in a static constructor");
+}
+
+TEST_CASE("a plain-C plugin exporting the entry as a function loads and works") {
+    Registry reg;
+    REQUIRE(reg.load(fixture("c_function_entry")));
+    CHECK(reg.plugins().back().info.name == "c_function_entry");
+    CHECK(reg.plugins().back().kind_name() == "analyzer");
+}
+
+TEST_CASE("the descriptor exported as the entry variable is refused with what to export, never called") {
+    Registry reg;
+    CHECK(refusal(reg, fixture("c_descriptor_variable")) ==
+          "entry symbol 'msmemscope_plugin' is a variable of " + std::to_string(sizeof(msms_plugin_descriptor)) +
+              " bytes, not a pointer to the entry function; export a function `const msms_plugin_descriptor* "
+              "msmemscope_plugin(void)` (C) or use MSMEMSCOPE_PLUGIN(Class) (C++)");
+}
+
+TEST_CASE("an option schema with min > max is refused at load") {
+    Registry reg;
+    CHECK(refusal(reg, fixture("bad_schema")) == "plugin 'bad_schema': INT option 'depth' has min > max (10 > 1)");
+    CHECK(reg.refusal_of("bad_schema") != nullptr);
+}
+
+TEST_CASE("a library whose dependency is missing is refused with the loader's message") {
+    Registry reg;
+    CHECK(refusal(reg, fixture("missing_dep")) ==
+          "cannot load: libmsms_fixture_gone.so: cannot open shared object file: No such file or directory");
+}
+
+TEST_CASE("an ABI 1.0 plugin loads; its failures carry no message (no last_error)") {
+    Registry reg;
+    REQUIRE(reg.load(fixture("old_minor")));
+    const msms_plugin_descriptor* d = reg.plugins().back().descriptor;
+    CHECK(d->abi_minor == 0);
+    CHECK(d->struct_size == 136);
+    void* obj = nullptr;
+    msms_error err{};
+    msms_host_api api{};
+    api.struct_size = sizeof(api);
+    REQUIRE(d->create(&api, nullptr, 0, &obj, &err) == MSMS_OK);
+    msms_event ev{};
+    ev.struct_size = sizeof(ev);
+    CHECK(d->on_event(obj, &ev) == MSMS_ERR_EXCEPTION);
+    CHECK(plugin_last_error(d, obj) == "");
+    d->destroy(obj);
+}
+
+TEST_CASE("an ABI 1.1 plugin's on_event failure carries its message") {
+    Registry reg;
+    REQUIRE(reg.load(fixture("throws_in_event")));
+    const msms_plugin_descriptor* d = reg.plugins().back().descriptor;
+    CHECK(d->abi_minor == 1);
+    void* obj = nullptr;
+    msms_error err{};
+    msms_host_api api{};
+    api.struct_size = sizeof(api);
+    REQUIRE(d->create(&api, nullptr, 0, &obj, &err) == MSMS_OK);
+    msms_event ev{};
+    ev.struct_size = sizeof(ev);
+    CHECK(d->on_event(obj, &ev) == MSMS_ERR_EXCEPTION);
+    CHECK(plugin_last_error(d, obj) == "throws_in_event: on purpose");
+    d->destroy(obj);
+}
+
+TEST_CASE("check_descriptor: sizes, names, events and defaults") {
+    msms_plugin_descriptor d{};
+    d.abi_major = MSMS_ABI_MAJOR;
+    d.abi_minor = 1;
+    d.struct_size = 136;  // a 1.0 size claiming 1.1
+    d.kind = MSMS_KIND_SINK;
+    CHECK(check_descriptor(&d) == "descriptor too small for ABI 1.1: 136 bytes (at least 144)");
+    d.struct_size = sizeof(d);
+    d.type_name = "x";
+    CHECK(check_descriptor(&d) == "plugin 'x': its version is missing");
+    d.version = "1";
+    d.description = "a sink";
+    d.events = "alloc,frees";
+    CHECK(check_descriptor(&d) ==
+          "plugin 'x': unknown event class 'frees' in events (allowed: alloc, free, launch, access, traceback)");
+    d.events = "alloc";
+    d.agent_library = "libx.so";
+    CHECK(check_descriptor(&d) == "plugin 'x': only collectors may name an agent library");
+    d.agent_library = nullptr;
+    d.create = [](const msms_host_api*, const msms_kv*, uint32_t, void**, msms_error*) { return 0; };
+    d.destroy = [](void*) {};
+    d.on_event = [](void*, const msms_event*) { return 0; };
+    CHECK(check_descriptor(&d) == "");
+    msms_option_spec opts[2] = {{"mode", MSMS_OPT_ENUM, "c", "a|b", 0, 0, "pick one"},
+                                {"mode", MSMS_OPT_BOOL, "true", nullptr, 0, 0, "again"}};
+    d.options = opts;
+    d.option_count = 1;
+    CHECK(check_descriptor(&d) == "plugin 'x': bad default: x.mode: invalid value 'c' (allowed: a, b)");
+    opts[0].default_value = "b";
+    CHECK(check_descriptor(&d) == "");
+    d.option_count = 2;
+    CHECK(check_descriptor(&d) == "plugin 'x': option 'mode' is declared twice");
+    opts[1].name = "bad name";
+    CHECK(check_descriptor(&d) ==
+          "plugin 'x': option name 'bad name' is not [A-Za-z][A-Za-z0-9_-]* of at most 64 characters");
+    d.option_count = 1000;
+    CHECK(check_descriptor(&d) == "plugin 'x' declares 1000 options (at most 256)");
 }
 
 namespace {

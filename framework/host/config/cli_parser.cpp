@@ -72,6 +72,7 @@ bool parse_command_line(int argc, const char* const* argv, RawConfig& raw, std::
         if (n == "help") raw.help = true;
         else if (n == "version") raw.version = true;
         else if (n == "list-plugins") raw.list_plugins = true;
+        else if (n == "describe-plugin") raw.describe_plugin = value;
         else if (n == "verbose" || n == "debug") raw.verbose = true;
         else if (n == "quiet") raw.quiet = true;
         else if (n == "plugin-option") {

@@ -61,7 +61,10 @@ const std::vector<OptionDef>& options() {
         {"log-level", 0, true, nullptr, kOther, true, "<LEVEL>", "debug, info, warning (or warn), error [default: info]"},
         // Plugins
         {"list-plugins", 0, false, nullptr, kPlugins, false, "",
-         "print every plugin found (name, kind, version, path) and why any was refused"},
+         "print every plugin found (name, kind, version, path) and why any was refused; with --verbose, "
+         "each plugin's options (type, default, range, help) too"},
+        {"describe-plugin", 0, true, nullptr, kPlugins, false, "<NAME>",
+         "print plugin NAME's kind, version, path, events and options (type, default, range, help)"},
         {"plugin-option", 0, true, nullptr, kPlugins, false, "<NAME.KEY=VALUE>",
          "an option of plugin NAME (repeatable)"},
         {"plugin-path", 0, true, nullptr, kPlugins, false, "<DIR>", "one more folder to search for plugins (repeatable)"},

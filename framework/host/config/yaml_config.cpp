@@ -28,7 +28,8 @@ constexpr size_t kMaxUnknownKeys = 20;
 bool yaml_setting(const OptionDef& o) {
     std::string n = o.name;
     if (o.group == kInternal) return false;
-    return o.takes_value ? n != "config" && n != "plugin-option" && n != "plugin-path" : n == "compare";
+    return o.takes_value ? n != "config" && n != "plugin-option" && n != "plugin-path" && n != "describe-plugin"
+                         : n == "compare";
 }
 
 // Keys whose values are paths (relative to the YAML file's folder).

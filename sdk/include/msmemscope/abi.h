@@ -35,6 +35,11 @@ extern "C" {
  * refused with a message that says what to export. */
 #define MSMS_ENTRY_SYMBOL "msmemscope_plugin"
 
+/* Marks the entry of a plain-C plugin for export (msmemscope_add_plugin
+ * builds with hidden visibility):
+ *   MSMS_PLUGIN_EXPORT const msms_plugin_descriptor* msmemscope_plugin(void) { ... } */
+#define MSMS_PLUGIN_EXPORT __attribute__((visibility("default")))
+
 /* ---------------------------------------------------------------- status */
 typedef enum msms_status {
     MSMS_OK = 0,

@@ -10,6 +10,7 @@
  *
  * Typical hook:
  *
+ *     void* real_alloc(size_t n);             // the pool's own allocator
  *     void* my_pool_alloc(size_t n) {
  *         void* p = real_alloc(n);
  *         if (msms_agent_enter()) {            // reentrancy guard + "on" flag

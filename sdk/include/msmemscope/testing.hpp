@@ -2,12 +2,17 @@
 // against a fake host without the msmemscope runtime, and look at what it
 // emitted, annotated, reported and found.
 //
-//     msmemscope::testing::PluginHarness h(msmemscope_plugin_descriptor_of_my_plugin());
-//     h.create({{"threshold", "5"}});
-//     h.begin();
-//     h.feed(msmemscope::testing::EventBuilder::malloc(0x1000, 64).at(10));
-//     h.finish();
-//     CHECK(h.reports().size() == 1);
+//     #include <msmemscope/testing.hpp>
+//     using msmemscope::testing::EventBuilder;
+//
+//     int main(int argc, char** argv) {  // argv[1]: the built plugin .so
+//         msmemscope::testing::PluginHarness h(msmemscope::testing::require_descriptor(argv[1]));
+//         h.create({{"threshold", "5"}});
+//         h.begin();
+//         h.feed(EventBuilder::malloc(0x1000, 64).at(10));
+//         h.finish();
+//         return h.reports.size() == 1 ? 0 : 1;
+//     }
 #pragma once
 
 #include <dlfcn.h>
