@@ -149,7 +149,13 @@ def _check_plugin_path(value: object) -> List[str]:
         if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
             raise TypeError(f"msmemscope.config: 'plugin_path' must be {PLUGIN_PATH_ALLOWED}, got "
                             f"{type(p).__name__} {p!r}")
-        out.append(os.path.abspath(os.fspath(p)))
+        path = os.path.abspath(os.fspath(p))
+        # As the command line's --plugin-path checks it.
+        if not os.path.exists(path):
+            raise ValueError(f"msmemscope.config: plugin_path: '{os.fspath(p)}' does not exist")
+        if not os.path.isdir(path):
+            raise ValueError(f"msmemscope.config: plugin_path: '{os.fspath(p)}' is not a folder")
+        out.append(path)
     return out
 
 
@@ -205,7 +211,7 @@ def configure(kwargs: Dict[str, object]) -> None:
             canon = KEYS.get(key)
             if canon is None:
                 import difflib
-                guess = difflib.get_close_matches(key, list(KEYS), n=1)
+                guess = difflib.get_close_matches(key, list(KEYS) + ["plugin_path", "plugin_options"], n=1)
                 hint = f"; did you mean '{guess[0]}'?" if guess else ""
                 raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")

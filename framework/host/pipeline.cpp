@@ -67,6 +67,7 @@ std::string Pipeline::with_reason(const Instance& inst, const std::string& what)
 
 void Pipeline::start(const RunContext& run) {
     run_ = run;
+    supervisor::writing_into(run_.output_dir);
     // Plugins the supervisor left out after they crashed (supervisor.h):
     // said on stderr by the supervisor already, here in the run's log.
     for (auto& note : supervisor::exclusion_notes())
@@ -127,7 +128,7 @@ void Pipeline::start(const RunContext& run) {
                 plugin_failed(i, std::string("begin failed: ") + (err.message[0] ? err.message : "no reason given"));
         }
     }
-    supervisor::pipeline_started(run_.output_dir);
+    supervisor::pipeline_started();
 }
 
 bool Pipeline::account(Record& r) {

@@ -265,6 +265,20 @@ std::string last_line(const std::string& text) {
 std::vector<std::pair<size_t, std::string>> Registry::probe(const std::vector<std::string>& files) const {
     std::vector<std::pair<size_t, std::string>> out;
     if (probe_helper_.empty() || files.empty()) return out;
+    // Not profiled: a Python program under the CLI (LD_PRELOAD of the agent,
+    // MSMEMSCOPE_SESSION) would otherwise record the helper as one more
+    // process of its session.
+    std::vector<std::string> env_store;
+    for (char** e = environ; e && *e; ++e) {
+        std::string kv = *e;
+        if (kv.rfind("LD_PRELOAD=", 0) == 0 || kv.rfind("MSMEMSCOPE_SESSION=", 0) == 0 ||
+            kv.rfind("MSMEMSCOPE_AGENT_OPTS=", 0) == 0)
+            continue;
+        env_store.push_back(kv);
+    }
+    std::vector<char*> envp;
+    for (auto& kv : env_store) envp.push_back(const_cast<char*>(kv.c_str()));
+    envp.push_back(nullptr);
     size_t first = 0;
     while (first < files.size()) {
         int proto[2], err[2];
@@ -285,7 +299,7 @@ std::vector<std::pair<size_t, std::string>> Registry::probe(const std::vector<st
         for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
         argv.push_back(nullptr);
         pid_t pid = -1;
-        int rc = posix_spawn(&pid, probe_helper_.c_str(), &fa, nullptr, argv.data(), environ);
+        int rc = posix_spawn(&pid, probe_helper_.c_str(), &fa, nullptr, argv.data(), envp.data());
         posix_spawn_file_actions_destroy(&fa);
         close(proto[1]);
         close(err[1]);

@@ -74,10 +74,12 @@ uint32_t register_plugin(const std::string& name) {
     return n + 1;
 }
 
-void pipeline_started(const std::string& output_dir) {
-    if (!g_page) return;
-    snprintf(g_page->output_dir, sizeof(g_page->output_dir), "%s", output_dir.c_str());
-    g_page->started.store(1, std::memory_order_release);
+void writing_into(const std::string& output_dir) {
+    if (g_page) snprintf(g_page->output_dir, sizeof(g_page->output_dir), "%s", output_dir.c_str());
+}
+
+void pipeline_started() {
+    if (g_page) g_page->started.store(1, std::memory_order_release);
 }
 
 bool reaped(pid_t pid, int status) {
@@ -132,7 +134,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 288,
+static_assert(sizeof(ProcessSummary) == 344,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -164,6 +166,11 @@ std::string encode(const ProcessSummary& s) {
     for (auto& l : s.report) w.s(l);
     w.u(s.plugin_errors.size());
     for (auto& l : s.plugin_errors) w.s(l);
+    w.u(s.incomplete.size());
+    for (auto& l : s.incomplete) w.s(l);
+    w.u(s.plugin_dropped);
+    w.u(s.warnings.size());
+    for (auto& l : s.warnings) w.s(l);
     w.s("end");
     return w.out;
 }
@@ -199,6 +206,11 @@ bool decode(const std::string& in, ProcessSummary& s) {
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.report.push_back(r.s());
     s.plugin_errors.clear();
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.plugin_errors.push_back(r.s());
+    s.incomplete.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) s.incomplete.push_back(r.s());
+    s.plugin_dropped = r.u() != 0;
+    s.warnings.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) s.warnings.push_back(r.s());
     return r.s() == "end" && r.ok && r.pos == in.size();
 }
 
@@ -316,6 +328,14 @@ void run_supervised(ProcessRun& run) {
 
         if (complete) {
             got.plugin_errors.insert(got.plugin_errors.begin(), notes.begin(), notes.end());
+            for (auto& n : notes) {
+                // The rule of ProcessRun (process_run.cpp): a sink that failed
+                // lost output; an analyzer that failed was dropped.
+                bool sink = false;
+                for (auto& sk : run.cfg_.sinks) sink = sink || n.rfind("plugin '" + sk + "'", 0) == 0;
+                if (sink) got.incomplete.push_back(n);
+                else got.plugin_dropped = true;
+            }
             run.summary_ = std::move(got);
             run.started_ = nullptr;
             return;

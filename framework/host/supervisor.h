@@ -40,9 +40,11 @@ bool excluded(const std::string& name);
 const std::vector<std::string>& exclusion_notes();
 // Gives an instance a slot number for the crash report (0 outside a worker).
 uint32_t register_plugin(const std::string& name);
-// The worker's pipeline has started (plugins created and begun) and writes
-// into output_dir: a re-run removes that folder first.
-void pipeline_started(const std::string& output_dir);
+// The worker writes into output_dir (called before any plugin runs): a
+// re-run removes that folder first.
+void writing_into(const std::string& output_dir);
+// The worker's pipeline has started (plugins created and begun).
+void pipeline_started();
 
 // Marks the plugin call in progress for as long as it lives (nests: an
 // analyzer's annotate() calls the sinks).

@@ -5,7 +5,9 @@ import pytest
 
 from conftest import SOURCE, run_cli
 
-CONFIGS = sorted((SOURCE / "configs").glob("*.yaml"))
+# third-party-plugin.yaml needs the SDK's example analyzer built first; it
+# is run against that build in test_sdk_examples.py.
+CONFIGS = sorted(p for p in (SOURCE / "configs").glob("*.yaml") if p.name != "third-party-plugin.yaml")
 
 
 def test_there_are_profiles():

@@ -216,3 +216,107 @@ def test_python_config_selects_the_plugins_by_name(sdk, tmp_path):
     procdir = only_output(out)
     objs = ndjson_lines(procdir)
     assert any(o["event"] == "SYSTEM" and o["type"] == "STEP" for o in objs)
+
+
+def test_third_party_profile_loads_the_example_analyzer(sdk, tmp_path):
+    """configs/third-party-plugin.yaml, as shipped, against the example built
+    where its comment says (sdk/examples/peak_analyzer/build, relative to
+    the file)."""
+    from conftest import SOURCE
+    tree = tmp_path / "tree"
+    (tree / "configs").mkdir(parents=True)
+    shutil.copy(SOURCE / "configs" / "third-party-plugin.yaml", tree / "configs")
+    (tree / "sdk" / "examples" / "peak_analyzer").mkdir(parents=True)
+    os.symlink(sdk.build["peak_analyzer"], tree / "sdk" / "examples" / "peak_analyzer" / "build")
+    out = tmp_path / "out"
+    p = run([sdk.cli, f"--config={tree / 'configs' / 'third-party-plugin.yaml'}", f"--output={out}", "--",
+             demo(sdk)], cwd=tmp_path)
+    steps = [line.strip() for line in p.stdout.splitlines() if line.strip().startswith("my_peak: step ")]
+    assert steps, p.stdout
+    # top: 3 and unit: KiB from the profile's plugins.options.
+    assert all(line.count(",") <= 2 and "KiB" in line for line in steps), steps
+    cfg = json.loads((only_output(out) / "config.json").read_text())
+    assert "my_peak" in json.dumps(cfg)
+
+
+def python_env(sdk, extra=None):
+    """The installed (and moved) package, not the build tree's."""
+    env = clean_env(extra)
+    env["PYTHONPATH"] = str(sdk.prefix / "python")
+    return env
+
+
+def test_installed_python_package_finds_its_prefix_and_plugins(sdk, tmp_path):
+    out = tmp_path / "out"
+    script = tmp_path / "installed.py"
+    script.write_text(textwrap.dedent(f"""\
+        import os, msmemscope
+        from msmemscope import _session
+        assert os.path.dirname(os.path.dirname(msmemscope.__file__)) == {str(sdk.prefix / 'python')!r}, msmemscope.__file__
+        assert _session.PREFIX == {str(sdk.prefix)!r}, _session.PREFIX
+        assert "leaks" in msmemscope.list_analyzers(), msmemscope.list_analyzers()
+        assert "my_peak" not in msmemscope.list_analyzers()
+        try:
+            msmemscope.config(plugin_options={{"my_peak": {{"unit": "B"}}}})
+        except ValueError as e:
+            print("refused:", e)
+        try:
+            msmemscope.config(plugin_path={str(tmp_path / 'no_such_folder')!r})
+        except ValueError as e:
+            print("refused:", e)
+        msmemscope.config(plugin_path=[{str(sdk.build['peak_analyzer'])!r}, {str(sdk.build['ndjson_sink'])!r}],
+                          plugin_options={{"my_peak": {{"unit": "B", "top": 2}}}})
+        try:
+            msmemscope.config(plugin_options={{"my_peak.unit": "GiB"}})
+        except ValueError as e:
+            print("refused:", e)
+        msmemscope.config(device="cpu", events="alloc,free", analysis="my_peak", sinks="ndjson",
+                          output={str(out)!r})
+        msmemscope.start()
+        blocks = [bytearray(4096) for _ in range(8)]
+        msmemscope.step()
+        del blocks
+        msmemscope.stop()
+        print("script done")
+        """))
+    p = run([sys.executable, script], env=python_env(sdk), cwd=tmp_path)
+    assert "script done" in p.stdout, p.stdout + p.stderr
+    refused = [line for line in p.stdout.splitlines() if line.startswith("refused: ")]
+    assert refused == [
+        "refused: msmemscope.config: plugin_options: options for unknown plugin 'my_peak'",
+        f"refused: msmemscope.config: plugin_path: '{tmp_path / 'no_such_folder'}' does not exist",
+        "refused: msmemscope.config: plugin_options: my_peak.unit: invalid value 'GiB' (allowed: B, KiB, MiB)",
+    ], p.stdout
+    # The host the package spawned was the installed one, with the plugins.
+    objs = ndjson_lines(only_output(out))
+    assert any(o["event"] == "SYSTEM" and o["type"] == "STEP" for o in objs)
+
+
+def test_cli_plugin_path_and_options_reach_a_python_target(sdk, tmp_path):
+    """msmemscope.config() inside a program the CLI runs knows the CLI's
+    plugin folders and options: naming the CLI's plugin checks out."""
+    out = tmp_path / "out"
+    script = tmp_path / "under_cli.py"
+    script.write_text(textwrap.dedent("""\
+        import warnings
+        import msmemscope
+        from msmemscope import _session
+        print("options:", _session._plugin_options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            msmemscope.config(device="cpu", analysis="my_peak")
+            try:
+                msmemscope.config(plugin_options={"my_peak": {"unit": "GiB"}})
+            except ValueError as e:
+                print("refused:", e)
+        print("script done")
+        """))
+    p = run([sdk.cli, f"--plugin-path={sdk.build['peak_analyzer']}", "--device=cpu", "--events=alloc,free",
+             "--analysis=my_peak", "--plugin-option=my_peak.unit=B", f"--output={out}", "--", sys.executable,
+             script], env=python_env(sdk), cwd=tmp_path)
+    assert "script done" in p.stdout, p.stdout + p.stderr
+    assert "options: {'my_peak': {'unit': 'B'}}" in p.stdout, p.stdout
+    assert ("refused: msmemscope.config: plugin_options: my_peak.unit: invalid value 'GiB' (allowed: B, KiB, MiB)"
+            in p.stdout), p.stdout
+    assert any(line.strip().startswith("my_peak: step") or line.strip().startswith("my_peak:")
+               for line in p.stdout.splitlines()), p.stdout
