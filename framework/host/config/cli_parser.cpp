@@ -48,8 +48,10 @@ const OptionDef* resolve_long(const std::string& name, std::string& why) {
         why = guess.empty() ? "" : "; did you mean '--" + guess + "'?";
         return nullptr;
     }
+    // Ambiguous among msMemScope's own options: named as it names them
+    // (options of ours that share the prefix do not change its message).
     std::vector<std::string> names;
-    for (auto* o : all) names.push_back(std::string("--") + o->name);
+    for (auto* o : up.size() > 1 ? up : all) names.push_back(std::string("--") + o->name);
     std::sort(names.begin(), names.end());
     why = " is ambiguous (could be " + join(names, ", ") + ")";
     return nullptr;
