@@ -7,7 +7,9 @@
          events="launch" (operators + CPU tensor storage as PTA rows: what
          the peer records), and for information msmemscope+heap,
          events="alloc,free,launch", which adds every host-heap
-         malloc/free of the process (no peer records those).
+         malloc/free of the process (no peer records those), and
+         msmemscope+pystack, the same with call_stack="python:20" (every
+         allocation with its Python stack).
 
 Each measurement runs in its own fresh process (the profilers install hooks
 that cannot be taken back). Usage: PYTHONPATH=<build>/python /usr/bin/python3
@@ -65,8 +67,9 @@ def child(workload, tool, out):
         if workload == "trace":
             events = "traceback"
         else:
-            events = "alloc,free,launch" if tool == "msmemscope+heap" else "launch"
-        msmemscope.config(device="cpu", events=events, analysis="", output=out)
+            events = "alloc,free,launch" if tool in ("msmemscope+heap", "msmemscope+pystack") else "launch"
+        extra = {"call_stack": "python:20"} if tool == "msmemscope+pystack" else {}
+        msmemscope.config(device="cpu", events=events, analysis="", output=out, **extra)
         msmemscope.start()
         t = time.perf_counter()
         work()
@@ -112,13 +115,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child", nargs=3)
+    ap.add_argument("--workload", choices=("trace", "torch"), help="only this workload")
     a = ap.parse_args()
     if a.child:
         child(*a.child)
         return
     print(f"{'workload':10} {'tool':16} {'time (s)':>10} {'overhead':>10}")
     for workload, tools in (("trace", ("plain", "cProfile", "msmemscope")),
-                            ("torch", ("plain", "torch.profiler", "msmemscope", "msmemscope+heap"))):
+                            ("torch", ("plain", "torch.profiler", "msmemscope", "msmemscope+heap",
+                                       "msmemscope+pystack"))):
+        if a.workload and workload != a.workload:
+            continue
         base = None
         for tool in tools:
             dt = measure(workload, tool, a.repeat)

@@ -41,6 +41,7 @@ def api_run(tmp_path_factory):
         e.pop(k, None)
     e["PYTHONPATH"] = str(BUILD / "python")
     e["ATTRIB_SINKS"] = "db,html"
+    e["ATTRIB_EVENTS"] = "alloc,free,launch,traceback"  # stacks and the Python trace together
     p = subprocess.run([PY, str(SCRIPT), "out", "api", "leak", "2"], cwd=str(tmp), env=e, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
@@ -85,6 +86,10 @@ def test_tensor_allocations_carry_the_python_line(api_run):
     assert opt and all(script_frame("# STEP_LINE", "main") in r["Call Stack(Python)"] for r in opt)
     # module-level code of the script that was running when start() was called
     assert any(script_frame("# KEEP_LINE", "keep_one") == f for f in firsts)
+    # the Python trace of the same run has the custom backward (run by autograd) too
+    (trace,) = dump_files(d, kind="python_trace")
+    funcs = [l.rsplit(",", 4)[0] for l in trace.read_text().splitlines()[1:]]
+    assert sum(1 for f in funcs if f.startswith(f"{SCRIPT}(") and f.endswith("): backward")) == 8, funcs[:20]
 
 
 def test_dataloader_workers_are_tracked_with_stacks(api_run):

@@ -17,7 +17,7 @@ workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2
 
 if mode == "api":
     import msmemscope
-    msmemscope.config(device="cpu", events="alloc,free,launch", call_stack="python:30",
+    msmemscope.config(device="cpu", events=os.environ.get("ATTRIB_EVENTS", "alloc,free,launch"), call_stack="python:30",
                       analysis="leaks,decompose", output=out, sinks=os.environ.get("ATTRIB_SINKS", ""))
 
 
