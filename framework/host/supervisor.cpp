@@ -368,4 +368,66 @@ void run_supervised(ProcessRun& run) {
     }
 }
 
+int run_call_supervised(const std::function<int()>& body) {
+    if (std::getenv("MSMEMSCOPE_NO_SUPERVISOR")) return body();
+    std::vector<std::string> excluded, notes;
+    for (int attempt = 0;; ++attempt) {
+        void* mem = mmap(nullptr, sizeof(WorkerPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            if (attempt == 0) return body();
+            std::cerr << "msmemscope: error: cannot start a new analysis worker: " << strerror(errno) << "\n";
+            return 70;
+        }
+        auto* page = new (mem) WorkerPage();
+        std::cout.flush();
+        std::cerr.flush();
+        fflush(nullptr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            supervisor::g_page = page;
+            supervisor::g_current = &page->current;
+            supervisor::g_excluded = std::set<std::string>(excluded.begin(), excluded.end());
+            supervisor::g_notes = notes;
+            int rc = body();
+            std::cout.flush();
+            std::cerr.flush();
+            fflush(nullptr);
+            _exit(rc & 0xff);
+        }
+        if (pid < 0) {
+            munmap(mem, sizeof(WorkerPage));
+            if (attempt == 0) return body();
+            std::cerr << "msmemscope: error: cannot start a new analysis worker: " << strerror(errno) << "\n";
+            return 70;
+        }
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        uint64_t cur = page->current.load(std::memory_order_acquire);
+        uint32_t slot = static_cast<uint32_t>(cur >> 32);
+        auto call = static_cast<PluginCall>(cur & 0xffffffffu);
+        std::string name;
+        if (slot > 0 && slot <= page->slots.load(std::memory_order_acquire))
+            name.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
+        page->~WorkerPage();
+        munmap(mem, sizeof(WorkerPage));
+        if (WIFEXITED(status)) {
+            int rc = WEXITSTATUS(status);
+            return rc == 0 && !excluded.empty() ? 71 : rc;
+        }
+        std::string how = "crashed (" + signal_text(WTERMSIG(status)) + ")";
+        bool known = !name.empty() && std::find(excluded.begin(), excluded.end(), name) == excluded.end();
+        if (!known || attempt >= 64) {
+            std::cerr << "msmemscope: error: the analysis " << how
+                      << (name.empty() ? " outside any plugin" : " in plugin '" + name + "'")
+                      << "; its results are incomplete\n";
+            return 70;
+        }
+        std::string msg = "plugin '" + name + "' " + how + " in " + plugin_call_name(call);
+        std::cerr << "msmemscope: error: " << msg << "; re-running the analysis without it\n";
+        notes.push_back(msg + "; the analysis was re-run without it");
+        excluded.push_back(name);
+    }
+}
+
 }  // namespace msms

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,5 +79,13 @@ bool reaped(pid_t pid, int status);
 // plugin error per crash. Falls back to running in this process when no
 // worker can be started (or MSMEMSCOPE_NO_SUPERVISOR is set).
 void run_supervised(ProcessRun& run);
+
+// The same supervision for work that is not a ProcessRun (offline --analyze):
+// runs body() in a worker whose exit code is returned; when the worker dies
+// of a signal in a plugin, names it on stderr and runs body() again without
+// that plugin. Returns 71 when a plugin was left out and body() returned 0;
+// 70 when the worker died outside any plugin. Runs body() in this process
+// when no worker can be started (or MSMEMSCOPE_NO_SUPERVISOR is set).
+int run_call_supervised(const std::function<int()>& body);
 
 }  // namespace msms

@@ -152,3 +152,21 @@ def test_list_plugins_verbose_and_describe(cli, tmp_path):
     assert refused.stderr == (f"msmemscope: error: --describe-plugin: plugin 'bad_schema' was refused: "
                               f"{fixture('bad_schema')}: plugin 'bad_schema': INT option 'depth' has min > max "
                               "(10 > 1)\n")
+
+
+def test_offline_analyze_survives_a_crashing_analyzer(cli, tmp_path):
+    """--analyze runs its analyzers supervised too: a plugin that segfaults is
+    named, the analysis is re-run without it, the others' results still come
+    (the leak report) and the exit status is 71."""
+    out = tmp_path / "out"
+    cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--output", str(out), "--"] + PROGRAM,
+        cwd=tmp_path, check_rc=0)
+    csv_file = dump_files(process_dirs(out)[0])[0]
+    before = csv_file.read_bytes()
+    p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks,segv_in_event", f"--input={csv_file}"],
+            cwd=tmp_path, check_rc=71)
+    assert crash_lines(p.stderr) == [
+        "msmemscope: error: plugin 'segv_in_event' crashed (SIGSEGV) in on_event; re-running the analysis without it"]
+    assert f"msmemscope: analysed {csv_file}" in p.stdout, p.stdout
+    # leaks reads the file and never writes it back
+    assert csv_file.read_bytes() == before

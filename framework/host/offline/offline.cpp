@@ -15,6 +15,7 @@
 #include "pipeline.h"
 #include "process_run.h"
 #include "session.h"
+#include "supervisor.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -132,7 +133,8 @@ int offline_main(const Config& cfg, const Registry& registry) {
     }
     int code = 0;
     for (auto& f : files) {
-        int rc = analyze_file(cfg, registry, f);
+        // Supervised: a plugin that crashes costs only itself (issue #17).
+        int rc = run_call_supervised([&] { return analyze_file(cfg, registry, f); });
         if (rc > code) code = rc;
     }
     return code;
