@@ -48,6 +48,7 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_py_call", a.py_call);
     resolve(handle, "msms_agent_event_cached", a.event_cached);
     resolve(handle, "msms_agent_collecting_flag", a.collecting_flag);
+    resolve(handle, "msms_agent_stream_generation", a.stream_generation);
     if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
     g_agent = a;
     g_agent_loaded = true;

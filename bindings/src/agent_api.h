@@ -41,6 +41,7 @@ struct AgentApi {
     void (*event_cached)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,
                          uint64_t*, const char*);
     const unsigned char* (*collecting_flag)();
+    uint32_t (*stream_generation)();  // optional: ids change with it
 };
 
 extern AgentApi g_agent;

@@ -56,6 +56,11 @@ struct CodeInfo {
     bool skip;
     std::string label;  // "file(line): func", formatted once
     uint64_t name_cache[2] = {0, 0};  // the label's id in this thread's stream (agent)
+    // Python stacks: interned ids of "file(line): func" for a few lines of
+    // this code, each packed as stream generation (8 bits) | line (16) |
+    // id (40); read and written by any thread, GIL or not (one word each).
+    static constexpr int kLineIds = 4;
+    std::atomic<uint64_t> line_ids[kLineIds] = {};
 };
 
 struct ShadowFrame {
@@ -238,12 +243,32 @@ uint32_t frames_of(Shadow* sh, uint64_t* out, uint32_t max) {
     int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
     uint32_t n = 0;
     char buf[1024];
+    // Ids are valid within one stream: the cache is keyed by its generation.
+    uint64_t gen = g_agent.stream_generation ? (g_agent.stream_generation() & 0xff) : 0;
     for (int i = d - 1; i >= 0 && n < max; --i) {
         ShadowFrame& f = sh->frames[i];
-        if (f.info->skip) continue;
+        CodeInfo* ci = f.info;
+        if (ci->skip) continue;
         int line = PyFrame_GetLineNumber(f.frame);
-        snprintf(buf, sizeof(buf), "%s(%d): %s", f.info->file, line, f.info->func);
-        uint64_t id = g_agent.intern(buf);
+        bool cacheable = gen != 0 && line >= 0 && line < 0x10000;
+        uint64_t key = (gen << 56) | (static_cast<uint64_t>(line) << 40);
+        uint64_t id = 0;
+        if (cacheable) {
+            for (auto& slot : ci->line_ids) {
+                uint64_t v = slot.load(std::memory_order_relaxed);
+                if ((v & ~((1ull << 40) - 1)) == key) {
+                    id = v & ((1ull << 40) - 1);
+                    break;
+                }
+            }
+        }
+        if (!id) {
+            snprintf(buf, sizeof(buf), "%s(%d): %s", ci->file, line, ci->func);
+            id = g_agent.intern(buf);
+            if (id && cacheable && id < (1ull << 40))
+                ci->line_ids[static_cast<unsigned>(line) % CodeInfo::kLineIds].store(key | id,
+                                                                                    std::memory_order_relaxed);
+        }
         if (id) out[n++] = id;
     }
     return n;

@@ -352,6 +352,12 @@ __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider
     g_py_provider.store(fn);
 }
 
+// Changes whenever interned ids stop being valid (a new stream: attach, or
+// a child after fork): lets callers cache ids (the Python stack provider).
+__attribute__((visibility("default"))) uint32_t msms_agent_stream_generation(void) {
+    return channel_is_open() ? g_generation.load(std::memory_order_relaxed) : 0;
+}
+
 __attribute__((visibility("default"))) uint64_t msms_agent_intern(const char* s) {
     if (!s) return 0;
     Tls& t = tls();
