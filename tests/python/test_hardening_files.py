@@ -217,3 +217,37 @@ def test_root_refuses_an_agent_others_could_replace(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert (f"msmemscope: error: the agent library {agent} is refused: not loaded as root: {agent} is writable by "
             f"all users") in p.stderr.splitlines(), p.stderr
+
+
+def test_host_killed_leaves_a_csv_with_its_header(tmp_path):
+    """A host killed with SIGKILL while the program runs leaves a CSV that
+    starts with its header (written and flushed when the file is made), not a
+    0-byte file."""
+    import signal
+    import subprocess
+    import time
+    from conftest import CLI, DUMP_HEADER
+    out = tmp_path / "out"
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    # The program waits on its stdin: it runs until the test has killed the host.
+    p = subprocess.Popen([str(CLI), "--device=cpu", "--events=alloc,free", "--analysis=", f"--output={out}", "--",
+                          "bash", "-c", "read line"],
+                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        files = []
+        while time.monotonic() < deadline and not files:
+            files = list(out.glob("msmemscope_*/device_cpu/dump/memscope_dump_*.csv"))
+            if not files:
+                time.sleep(0.05)
+        assert files, "the CSV never appeared"
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=60)
+    first = files[0].read_text().splitlines()[0]
+    assert first == ",".join(DUMP_HEADER)

@@ -36,6 +36,10 @@ public:
         buf_.reserve(kFlushAt + 4096);
         buf_ += header;
         buf_ += '\n';
+        // The header reaches the disk at once: a host killed later (SIGKILL)
+        // leaves a readable file with what it had flushed, never a 0-byte one.
+        flush();
+        std::fflush(f_);
     }
     ~File() { close(); }
     std::string& buffer() { return buf_; }
