@@ -174,3 +174,32 @@ def test_address_space_limit_host_keeps_its_pace(test_bin, tmp_path):
                     [(resource.RLIMIT_AS, 150 * 1000 * 1024)], timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"exited with code 0\n.*\n  events: 599873, dropped: 0", p.stdout), p.stdout
+
+
+def test_open_file_limit_costs_only_the_output(test_bin, tmp_path):
+    # ulimit -n 6 for the host and the program: the program runs as always;
+    # the CSV cannot be opened, which is said with its cause, and exit is 70.
+    p = run_limited(ARGS + [f"--output={tmp_path}/out", "--", test_bin / "sinks_alloc_loop", 1000], tmp_path,
+                    [(resource.RLIMIT_NOFILE, 6)])
+    assert p.returncode == 70, p.stdout + p.stderr
+    assert re.search(r"pid \d+ \(\S*sinks_alloc_loop 1000\) exited with code 0", p.stdout), p.stdout
+    assert re.search(r"msmemscope: error: pid \d+: output incomplete: plugin 'csv': failed on event \d+: "
+                     r"cannot write \S+\.csv: Too many open files; continuing without it", p.stderr), p.stderr
+
+
+def test_read_only_output_disk_is_refused_before_the_program_runs(test_bin, tmp_path):
+    # --output on a read-only file system (root only: mount): one clear error,
+    # exit 2, and the program is not started with nowhere to write.
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)],
+                                           capture_output=True).returncode != 0:
+        import pytest
+        pytest.skip("needs root to mount a read-only tmpfs")
+    try:
+        p = run_limited(ARGS + [f"--output={ro}/o", "--", test_bin / "sinks_alloc_loop", 1000], tmp_path, [])
+    finally:
+        subprocess.run(["umount", "-l", str(ro)])
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"msmemscope: error: --output: cannot create or write '{ro}/o': Read-only file system" in p.stderr.splitlines()
+    assert "exited with code" not in p.stdout
