@@ -311,7 +311,8 @@ std::vector<Ev> every_event() {
     Ev& snap = add(Ev(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT));
     snap.dev(MSMS_DEV_NPU, 0);
     snap.name = "Memory Snapshot";
-    snap.a("total_mem", "1024").a("free_mem", "512").a("reserved", "256").a("allocated", "128");
+    snap.a("reserved", "256").a("max_reserved", "256").a("allocated", "128").a("max_allocated", "128");
+    snap.a("total", "1024").a("free", "512").a("device_rate", "50.000000").a("reserved_rate", "50.000000");
     Ev& oom = add(Ev(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER));
     oom.dev(MSMS_DEV_NPU, 0);
     oom.a("func", "halMemAlloc").a("req_size", "1048576").a("flag", "0").a("ret", "6");

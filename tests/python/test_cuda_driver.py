@@ -177,14 +177,19 @@ def test_snapshot_entry_point(cli, test_bin, tmp_path):
     snaps0 = [x for x in rows(d, "0") if x[0] == "SNAPSHOT"]
     snaps1 = [x for x in rows(d, "1") if x[0] == "SNAPSHOT"]
     assert snaps0 == [
+        # upstream's keys, order and "%f" rates (csrc/analysis/dump.cpp); what
+        # the caller did not give is 0, as upstream writes it
         ("SNAPSHOT", "SNAPSHOT", "before step", "0", "N/A",
-         f"{{total_mem:{total},free_mem:{free0},device_utilization:0.01%,reserved:4096,allocated:1024}}"),
+         f"{{reserved:4096,max_reserved:0,allocated:1024,max_allocated:0,total:{total},free:{free0},"
+         "device_rate:0.006104,reserved_rate:25.000000}"),
         ("SNAPSHOT", "SNAPSHOT", "Memory Snapshot", "0", "N/A",
-         f"{{total_mem:{total},free_mem:{free0},device_utilization:0.01%}}"),
+         f"{{reserved:0,max_reserved:0,allocated:0,max_allocated:0,total:{total},free:{free0},"
+         "device_rate:0.006104,reserved_rate:0.000000}"),
     ]
     assert snaps1 == [
         ("SNAPSHOT", "SNAPSHOT", "before step", "1", "N/A",
-         f"{{total_mem:{total},free_mem:{total},device_utilization:0.00%,reserved:4096,allocated:1024}}"),
+         f"{{reserved:4096,max_reserved:0,allocated:1024,max_allocated:0,total:{total},free:{total},"
+         "device_rate:0.000000,reserved_rate:25.000000}"),
     ]
 
 

@@ -120,8 +120,7 @@ def test_tracer_start_flush_stop_with_fake_torch():
     torch.stats.update({"allocated_bytes.all.current": 1000, "reserved_bytes.all.current": 4096})
     assert tr.take_snapshot([0], name="snap") == 1
     assert rec.events[-1] == tc.Event(tc.EV_FREE, tc.T_PTA, tc.DEV_CUDA, 0, 0x100, 0, attrs="used:0,total:4096")
-    assert rec.snapshots == [(0, "snap", "reserved:4096,peak_reserved:8192,allocated:1000,peak_allocated:3000,"
-                                         "pt_utilization:24.41%")]
+    assert rec.snapshots == [(0, "snap", "reserved:4096,max_reserved:8192,allocated:1000,max_allocated:3000")]
     assert tr.stop() == 0
     assert torch.calls[-1] == ((), {"enabled": None})
 
@@ -194,7 +193,10 @@ def test_agent_recorder_end_to_end_under_the_cli(cli, tmp_path):
         ("FREE", "PTA", "N/A", "0", "0x0000000000007000",
          "{allocation_id:1,addr:0x0000000000007000,size:512,total:2097152,used:1024,process_used:0,device_used:0}"),
         ("SNAPSHOT", "SNAPSHOT", "py snap", "0", "N/A",
-         f"{{total_mem:{total},free_mem:{total},device_utilization:0.00%,reserved:2097152,allocated:1024}}"),
+         # upstream's keys and formats (csrc/analysis/dump.cpp); the peaks the
+         # caller did not give are 0 as upstream writes them
+         f"{{reserved:2097152,max_reserved:0,allocated:1024,max_allocated:0,total:{total},free:{total},"
+         "device_rate:0.000000,reserved_rate:0.048828}"),
         # still live at the end: a FREE with shadow:true (COMPAT §8)
         ("FREE", "PTA", "N/A", "0", "0x0000000000007200",
          "{allocation_id:2,addr:0x0000000000007200,size:1024,shadow:true}"),

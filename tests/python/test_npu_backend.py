@@ -255,9 +255,14 @@ def test_snapshot(cli, tmp_path):
     [d] = process_dirs(out)
     rows = read_dump(dump_files(d, "1")[0])
     snaps = [(r["Event"], r["Event Type"], r["Name"], r["Device Id"], r["attr"]) for r in rows if r["Event"] == "SNAPSHOT"]
+    # upstream's keys, order and "%f" rates (csrc/analysis/dump.cpp); the
+    # framework numbers the caller did not give are 0, as upstream writes them
     assert snaps == [("SNAPSHOT", "SNAPSHOT", "after alloc", "1",
-                      {"total_mem": str(128 * MiB), "free_mem": str(96 * MiB), "device_utilization": "25.00%",
-                       "reserved": "0"})]
+                      {"reserved": "0", "max_reserved": "0", "allocated": "0", "max_allocated": "0",
+                       "total": str(128 * MiB), "free": str(96 * MiB), "device_rate": "25.000000",
+                       "reserved_rate": "0.000000"})]
+    assert list(snaps[0][4]) == ["reserved", "max_reserved", "allocated", "max_allocated", "total", "free",
+                                 "device_rate", "reserved_rate"]
 
 
 def test_no_ascend_software_needed():

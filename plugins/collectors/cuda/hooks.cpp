@@ -18,6 +18,7 @@
 // OOM_TRIGGER, kernel launches as KERNEL_LAUNCH (only with --events=launch).
 // msms_cuda_snapshot() (exported, for the Python package) writes SNAPSHOT rows.
 #include <msmemscope/agent.h>
+#include <msmemscope/snapshot_attrs.h>
 #include <msmemscope/spin_lock.hpp>
 
 #include <dlfcn.h>
@@ -780,9 +781,11 @@ bool mem_info(int dev, size_t& free_b, size_t& total_b) {
 }  // namespace
 
 // Writes one SNAPSHOT row per device in device_mask (bit N = device N; 0 = the
-// current device): Attr total_mem, free_mem, device_utilization from
-// cuMemGetInfo, then extra_attrs ("key:value,..." e.g. the PyTorch allocator's
-// reserved/allocated numbers) if given. name NULL = "Memory Snapshot".
+// current device): upstream's SNAPSHOT Attr (msmemscope/snapshot_attrs.h)
+// with total/free from cuMemGetInfo; extra_attrs ("key:value,..." e.g. the
+// PyTorch allocator's reserved/max_reserved/allocated/max_allocated) fill
+// those slots (0 when absent, as upstream) and other pairs follow the rates.
+// name NULL = "Memory Snapshot".
 // Works with or without an active collection range. Returns the number of
 // rows written (0 when no device could be asked).
 MSMS_EXPORT int msms_cuda_snapshot(uint64_t device_mask, const char* name, const char* extra_attrs) {
@@ -797,11 +800,8 @@ MSMS_EXPORT int msms_cuda_snapshot(uint64_t device_mask, const char* name, const
         if (!(device_mask & (1ull << dev))) continue;
         size_t free_b = 0, total_b = 0;
         if (!mem_info(dev, free_b, total_b)) continue;
-        double util = total_b ? 100.0 * static_cast<double>(total_b - free_b) / static_cast<double>(total_b) : 0.0;
         char attrs[1024];
-        int n = snprintf(attrs, sizeof(attrs), "total_mem:%zu,free_mem:%zu,device_utilization:%.2f%%%s%s", total_b,
-                         free_b, util, extra_attrs && *extra_attrs ? "," : "", extra_attrs ? extra_attrs : "");
-        if (n < 0) continue;
+        msms::format_snapshot_attrs(attrs, sizeof(attrs), total_b, free_b, extra_attrs);
         msms_agent_event(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, MSMS_DEV_CUDA, static_cast<int16_t>(dev), 0, 0, 0, 0,
                          name && *name ? name : "Memory Snapshot", attrs);
         ++rows;

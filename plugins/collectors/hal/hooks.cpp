@@ -22,6 +22,7 @@
 //           Name = the function.
 // Also exports msms_npu_snapshot() (see below).
 #include <msmemscope/agent.h>
+#include <msmemscope/snapshot_attrs.h>
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -242,8 +243,10 @@ __attribute__((visibility("default"))) aclError aclrtHostUnregister(void* ptr) {
 // (aclrtGetMemInfo(ACL_HBM_MEM)), for take_snapshot() of the Python API.
 //   device_mask: bit i set = device i is wanted; 0 = the current device.
 //   name: the Name column ("Memory Snapshot" when NULL or empty).
-//   extra_attrs: NULL or "key:value,..." appended to the Attr (the Python
-//   side adds reserved/allocated numbers of its framework).
+//   extra_attrs: NULL or "key:value,..." (the Python side's framework
+//   numbers): reserved/max_reserved/allocated/max_allocated fill upstream's
+//   slots (0 when absent, as upstream), other pairs follow the rates
+//   (msmemscope/snapshot_attrs.h has the Attr format).
 // Recorded only when the current device is in the mask and wanted by the
 // run. Returns 0 when a row was recorded, 1 when the device is not in the
 // mask or not wanted, -1 when the runtime is missing or failed, -2 when no
@@ -263,19 +266,8 @@ __attribute__((visibility("default"))) int msms_npu_snapshot(uint64_t device_mas
     size_t free_b = 0, total_b = 0;
     const int ACL_HBM_MEM = 1;
     if (mem_info(ACL_HBM_MEM, &free_b, &total_b) != ACL_SUCCESS) return -1;
-    char attrs[512];
-    size_t n = put(attrs, 0, sizeof(attrs), "total_mem:");
-    n = put_u64(attrs, n, sizeof(attrs), total_b);
-    n = put(attrs, n, sizeof(attrs), ",free_mem:");
-    n = put_u64(attrs, n, sizeof(attrs), free_b);
-    char rate[32];
-    double used_pct = total_b ? 100.0 * static_cast<double>(total_b - free_b) / static_cast<double>(total_b) : 0.0;
-    snprintf(rate, sizeof(rate), ",device_utilization:%.2f%%", used_pct);
-    n = put(attrs, n, sizeof(attrs), rate);
-    if (extra_attrs && *extra_attrs) {
-        n = put(attrs, n, sizeof(attrs), ",");
-        n = put(attrs, n, sizeof(attrs), extra_attrs);
-    }
+    char attrs[1024];
+    msms::format_snapshot_attrs(attrs, sizeof(attrs), total_b, free_b, extra_attrs);
     msms_agent_event(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, MSMS_DEV_NPU, static_cast<int16_t>(dev), 0, 0, total_b, free_b,
                      name && *name ? name : "Memory Snapshot", attrs);
     return 0;

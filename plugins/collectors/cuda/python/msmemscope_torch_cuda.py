@@ -23,7 +23,7 @@ Python -- the C++ attachAllocatorTraceTracker is not bound):
     allocator's OOM at once (OOM_DETAIL/OOM_TRIGGER, name CUDACachingAllocator);
   * take_snapshot() writes SNAPSHOT rows through the hook library's exported
     msms_cuda_snapshot(device_mask, name, extra_attrs) (cuMemGetInfo numbers)
-    with the allocator's reserved/allocated/peaks/pt_utilization added.
+    with the allocator's reserved/max_reserved/allocated/max_allocated.
 
 Operator, access and decompose events of CUDA tensors come from the Python
 package's TorchDispatchMode code; device_of(tensor) gives them the device
@@ -330,10 +330,10 @@ class CudaAllocatorTracer:
         s = self.torch.cuda.memory_stats(device) if self.features.get("memory_stats") else {}
         reserved = int(s.get("reserved_bytes.all.current", 0))
         allocated = int(s.get("allocated_bytes.all.current", 0))
-        util = 100.0 * allocated / reserved if reserved else 0.0
-        return (f"reserved:{reserved},peak_reserved:{int(s.get('reserved_bytes.all.peak', 0))},"
-                f"allocated:{allocated},peak_allocated:{int(s.get('allocated_bytes.all.peak', 0))},"
-                f"pt_utilization:{util:.2f}%")
+        # upstream's keys (csrc/analysis/dump.cpp); msms_cuda_snapshot puts them
+        # in upstream's slots and computes reserved_rate from them
+        return (f"reserved:{reserved},max_reserved:{int(s.get('reserved_bytes.all.peak', 0))},"
+                f"allocated:{allocated},max_allocated:{int(s.get('allocated_bytes.all.peak', 0))}")
 
     def take_snapshot(self, device_mask=None, name: str = "Memory Snapshot") -> int:
         """device_mask: None (all devices), an int id, or a list/tuple of ids."""
