@@ -1,12 +1,15 @@
 """Issue 16 §1, §5: resource limits and the tool's own failures never cost the
 profiled program; the exit status says when an output is incomplete (70);
 captures and thread chunks are given back as soon as they are read."""
+import contextlib
 import os
 import re
 import resource
 import subprocess
 import struct
 import time
+
+import pytest
 
 from conftest import CLI, process_dirs
 
@@ -25,6 +28,19 @@ def run_limited(args, cwd, limits, umask=None, timeout=300):
     env.pop("LD_PRELOAD", None)
     return subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=env, capture_output=True,
                           text=True, timeout=timeout, preexec_fn=pre)
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(path, options):
+    """A small tmpfs at path for the test's --output (root only: mount)."""
+    path.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip(f"needs root to mount a tmpfs ({options})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)])
 
 
 def test_file_size_limit_never_kills_the_program(test_bin, tmp_path):
@@ -142,16 +158,8 @@ def test_replay_of_a_corrupt_capture_exits_70(cli, test_bin, tmp_path):
 
 def test_full_disk_never_costs_the_program(test_bin, tmp_path):
     # A 4 MiB file system for --output (root only: mount).
-    small = tmp_path / "small"
-    small.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)],
-                                           capture_output=True).returncode != 0:
-        import pytest
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "size=4m") as small:
         p = run_limited(ARGS + [f"--output={small}/o", "--", test_bin / "sinks_alloc_loop", 400000], tmp_path, [])
-    finally:
-        subprocess.run(["umount", "-l", str(small)])
     assert p.returncode == 70, p.stdout + p.stderr
     assert re.search(r"pid \d+ \(\S*sinks_alloc_loop 400000\) exited with code 0", p.stdout), p.stdout
     assert "[msmemscope] warning: collection turned off: no space left on the disk for the capture file" in p.stderr
@@ -190,16 +198,8 @@ def test_open_file_limit_costs_only_the_output(test_bin, tmp_path):
 def test_read_only_output_disk_is_refused_before_the_program_runs(test_bin, tmp_path):
     # --output on a read-only file system (root only: mount): one clear error,
     # exit 2, and the program is not started with nowhere to write.
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)],
-                                           capture_output=True).returncode != 0:
-        import pytest
-        pytest.skip("needs root to mount a read-only tmpfs")
-    try:
+    with mounted_tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
         p = run_limited(ARGS + [f"--output={ro}/o", "--", test_bin / "sinks_alloc_loop", 1000], tmp_path, [])
-    finally:
-        subprocess.run(["umount", "-l", str(ro)])
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"msmemscope: error: --output: cannot create or write '{ro}/o': Read-only file system" in p.stderr.splitlines()
     assert "exited with code" not in p.stdout
