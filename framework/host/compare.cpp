@@ -23,7 +23,10 @@
 // console says so.
 #include "compare.h"
 
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -328,9 +331,21 @@ int compare_main(const Config& cfg) {
             ++rows;
         }
     }
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0) {
-        std::cerr << "msmemscope: error: --output: cannot write " << path << "\n";
+    // A new file beside the result, renamed over it: a link planted at the
+    // result's name is replaced, never followed (issue #16 item 3).
+    std::string tmp = path + ".XXXXXX";
+    int fd = mkstemp(tmp.data());
+    bool ok = fd >= 0 && fchmod(fd, 0644) == 0;
+    for (size_t off = 0; ok && off < text.size();) {
+        ssize_t n = write(fd, text.data() + off, text.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        ok = n > 0;
+        if (ok) off += static_cast<size_t>(n);
+    }
+    if (fd >= 0 && close(fd) != 0) ok = false;
+    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+        std::cerr << "msmemscope: error: --output: cannot write " << path << ": " << std::strerror(errno) << "\n";
+        if (fd >= 0) unlink(tmp.c_str());
         return 2;
     }
     std::cout << "msmemscope: compare: " << rows << " row(s) written to " << path << "\n";

@@ -251,3 +251,27 @@ def test_host_killed_leaves_a_csv_with_its_header(tmp_path):
             p.wait(timeout=60)
     first = files[0].read_text().splitlines()[0]
     assert first == ",".join(DUMP_HEADER)
+
+
+def test_compare_result_never_follows_a_planted_link(tmp_path):
+    """Links planted at every name the compare result could take in the next
+    minute point at a victim file: the result replaces the link (a new file
+    renamed into place), the victim is untouched."""
+    import time
+    from conftest import run_cli
+    for name in ("a", "b"):
+        run_cli(["--device=cpu", "--analysis=", f"--output={tmp_path}/{name}", "--", "/bin/true"],
+                cwd=tmp_path, check_rc=0)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    cmp_dir = tmp_path / "cmp" / "compare"
+    cmp_dir.mkdir(parents=True)
+    now = int(time.time())
+    for t in range(now - 2, now + 60):
+        (cmp_dir / f"memory_compare_{time.strftime('%Y%m%d%H%M%S', time.localtime(t))}.csv").symlink_to(victim)
+    run_cli(["--compare", f"--input={tmp_path}/a,{tmp_path}/b", f"--output={tmp_path}/cmp"], cwd=tmp_path,
+            check_rc=0)
+    assert victim.read_text() == "keep me\n"
+    results = [f for f in cmp_dir.glob("memory_compare_*.csv") if not f.is_symlink()]
+    assert len(results) == 1 and results[0].read_text().startswith(",,,Base,Compare\n")
+    assert stat.S_IMODE(results[0].stat().st_mode) == 0o644
