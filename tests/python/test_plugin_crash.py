@@ -163,10 +163,14 @@ def test_offline_analyze_survives_a_crashing_analyzer(cli, tmp_path):
         cwd=tmp_path, check_rc=0)
     csv_file = dump_files(process_dirs(out)[0])[0]
     before = csv_file.read_bytes()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks,segv_in_event", f"--input={csv_file}"],
-            cwd=tmp_path, check_rc=71)
+            cwd=tmp_path, env={"TMPDIR": str(tmp)}, check_rc=71)
     assert crash_lines(p.stderr) == [
         "msmemscope: error: plugin 'segv_in_event' crashed (SIGSEGV) in on_event; re-running the analysis without it"]
     assert f"msmemscope: analysed {csv_file}" in p.stdout, p.stdout
     # leaks reads the file and never writes it back
     assert csv_file.read_bytes() == before
+    # the write-back's private folder goes too, although a worker crashed
+    assert list(tmp.iterdir()) == []

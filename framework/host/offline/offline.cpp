@@ -27,7 +27,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-int analyze_file(const Config& cfg, const Registry& registry, const std::string& path) {
+// side_dir: a private folder the caller made (and removes, also when a
+// supervised worker running this crashed) for the write-back sink's results.
+int analyze_file(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir) {
     std::vector<DumpRow> rows;
     std::string err;
     if (!read_dump(path, rows, err)) {
@@ -38,17 +40,8 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
 
     Config c = cfg;
     c.sinks.clear();
-    std::string side, side_dir;
-    if (registry.find("offline_writeback", MSMS_KIND_SINK)) {
-        // The results go through a private folder of our own (a fixed name
-        // in the shared temp folder could be a planted link).
-        std::string tmpl = (fs::temp_directory_path() / "msmemscope_offline_XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) {
-            std::cerr << "msmemscope: error: cannot create a temporary folder in " << fs::temp_directory_path()
-                      << ": " << strerror(errno) << "\n";
-            return 70;
-        }
-        side_dir = tmpl;
+    std::string side;
+    if (!side_dir.empty() && registry.find("offline_writeback", MSMS_KIND_SINK)) {
         side = side_dir + "/results.tsv";
         c.sinks.push_back("offline_writeback");
         c.plugin_options["offline_writeback"]["out"] = side;
@@ -101,7 +94,7 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
         }
         in.close();
         std::error_code ec;
-        fs::remove_all(side_dir, ec);
+        fs::remove(side, ec);
         if (!patches.empty()) {
             if (!patch_dump(path, patches, err)) {
                 std::cerr << "msmemscope: error: " << err << "\n";
@@ -131,11 +124,28 @@ int offline_main(const Config& cfg, const Registry& registry) {
         std::cerr << "msmemscope: error: --input: " << err << "\n";
         return 2;
     }
+    // The write-back results go through a private folder of our own (a
+    // fixed name in the shared temp folder could be a planted link), made
+    // here so that it goes even when a worker crashed.
+    std::string side_dir;
+    if (registry.find("offline_writeback", MSMS_KIND_SINK)) {
+        std::string tmpl = (fs::temp_directory_path() / "msmemscope_offline_XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) {
+            std::cerr << "msmemscope: error: cannot create a temporary folder in " << fs::temp_directory_path()
+                      << ": " << strerror(errno) << "\n";
+            return 70;
+        }
+        side_dir = tmpl;
+    }
     int code = 0;
     for (auto& f : files) {
         // Supervised: a plugin that crashes costs only itself (issue #17).
-        int rc = run_call_supervised([&] { return analyze_file(cfg, registry, f); });
+        int rc = run_call_supervised([&] { return analyze_file(cfg, registry, f, side_dir); });
         if (rc > code) code = rc;
+    }
+    if (!side_dir.empty()) {
+        std::error_code ec;
+        fs::remove_all(side_dir, ec);
     }
     return code;
 }
