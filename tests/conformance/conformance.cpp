@@ -358,7 +358,9 @@ Ev future_event(uint64_t id, uint64_t ts) {
 // ---------------------------------------------------------------- checks
 class Checker {
 public:
-    Checker(const std::string& path, const Settings& s) : path_(path), s_(s) {}
+    // tmp: a private folder for the plugins' output, made and removed by the
+    // supervising process so that a plugin crashing the check leaves nothing.
+    Checker(const std::string& path, const Settings& s, const std::string& tmp) : path_(path), s_(s), tmp_(tmp) {}
     int run();
 
 private:
@@ -801,16 +803,6 @@ void Checker::check_bounded() {
 }
 
 int Checker::run() {
-    char templ[] = "/tmp/msmemscope-conformance-XXXXXX";
-    const char* tmpdir = std::getenv("TMPDIR");
-    std::string base = tmpdir && *tmpdir ? std::string(tmpdir) + "/msmemscope-conformance-XXXXXX" : templ;
-    std::vector<char> buf(base.begin(), base.end());
-    buf.push_back('\0');
-    if (!mkdtemp(buf.data())) {
-        std::printf("  FAIL  setup: cannot create a temporary folder %s: %s\n", base.c_str(), std::strerror(errno));
-        return 1;
-    }
-    tmp_ = buf.data();
     if (check_load()) {
         check_metadata();
         check_options();
@@ -820,14 +812,22 @@ int Checker::run() {
         if (!exception_escaped_) ok("exceptions", "none escaped");
         else fail("exceptions", "see above");
     }
-    if (!s_.keep) {
-        std::error_code ec;
-        fs::remove_all(tmp_, ec);
-    } else {
-        note("output kept in " + tmp_);
-    }
     std::fflush(stdout);
     return failed_ ? 1 : 0;
+}
+
+// A new private folder under $TMPDIR (or /tmp); empty string and a FAIL line
+// when it cannot be made.
+std::string make_temp_folder() {
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string base = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/msmemscope-conformance-XXXXXX";
+    std::vector<char> buf(base.begin(), base.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) {
+        std::printf("  FAIL  setup: cannot create a temporary folder %s: %s\n", base.c_str(), std::strerror(errno));
+        return {};
+    }
+    return buf.data();
 }
 
 // ---------------------------------------------------------------- main
@@ -907,13 +907,15 @@ int main(int argc, char** argv) {
         std::printf("%s\n", p.c_str());
         std::fflush(stdout);
         std::memset(g_shared, 0, sizeof(Shared));
+        std::string tmp = make_temp_folder();
+        if (tmp.empty()) return 2;
         pid_t pid = fork();
         if (pid < 0) {
             std::perror("msmemscope-conformance: fork");
             return 2;
         }
         if (pid == 0) {
-            int rc = Checker(p, s).run();
+            int rc = Checker(p, s, tmp).run();
             g_shared->completed = 1;
             std::fflush(stdout);
             _exit(rc);
@@ -928,6 +930,12 @@ int main(int argc, char** argv) {
         else if (WIFEXITED(status) && !g_shared->completed)
             std::printf("  FAIL  %s: the plugin ended the process with exit status %d\n", g_shared->check,
                         WEXITSTATUS(status));
+        if (!s.keep) {
+            std::error_code ec;
+            fs::remove_all(tmp, ec);
+        } else {
+            std::printf("  note  output kept in %s\n", tmp.c_str());
+        }
         std::printf("%s %s\n", ok ? "PASS" : "FAIL", p.c_str());
         std::fflush(stdout);
         if (ok) ++passed;
