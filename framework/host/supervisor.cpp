@@ -239,6 +239,102 @@ int wait_worker(pid_t pid) {
     return status;
 }
 
+// One pipeline worker: a forked child with a fresh WorkerPage that runs
+// `body` (which may write its result into `result_fd`) with the given plugins
+// excluded. After it ends: its status, what it wrote, and which plugin call
+// (if any) it was in.
+struct WorkerEnd {
+    int status = 0;
+    std::string data;       // what the body wrote into result_fd
+    std::string plugin;     // the plugin whose call was running, or empty
+    PluginCall call{};
+    std::string output_dir;
+    bool pipeline_started = false;
+};
+
+// False (errno set, nothing left behind) when no worker could be started.
+bool run_worker(const std::vector<std::string>& excluded, const std::vector<std::string>& notes,
+                const std::function<int(int result_fd)>& body, WorkerEnd& end) {
+    void* mem = mmap(nullptr, sizeof(WorkerPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int fds[2] = {-1, -1};
+    if (mem == MAP_FAILED || pipe2(fds, O_CLOEXEC) != 0) {
+        int e = errno;
+        if (mem != MAP_FAILED) munmap(mem, sizeof(WorkerPage));
+        errno = e;
+        return false;
+    }
+    auto* page = new (mem) WorkerPage();
+    std::cout.flush();
+    std::cerr.flush();
+    fflush(nullptr);
+    pid_t pid;
+    {
+        // Held across fork: the session's reaped() waits until the new
+        // pid is known to be a worker.
+        std::lock_guard<std::mutex> lk(supervisor::g_reap_mu);
+        pid = fork();
+        if (pid > 0) supervisor::g_workers.insert(pid);
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        supervisor::g_page = page;
+        supervisor::g_current = &page->current;
+        supervisor::g_excluded = std::set<std::string>(excluded.begin(), excluded.end());
+        supervisor::g_notes = notes;
+        int rc = body(fds[1]);
+        std::cout.flush();
+        std::cerr.flush();
+        fflush(nullptr);
+        _exit(rc & 0xff);
+    }
+    int e = errno;
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        page->~WorkerPage();
+        munmap(mem, sizeof(WorkerPage));
+        errno = e;
+        return false;
+    }
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(fds[0], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        end.data.append(buf, static_cast<size_t>(n));
+    }
+    close(fds[0]);
+    end.status = wait_worker(pid);
+    uint64_t cur = page->current.load(std::memory_order_acquire);
+    uint32_t slot = static_cast<uint32_t>(cur >> 32);
+    end.call = static_cast<PluginCall>(cur & 0xffffffffu);
+    if (slot > 0 && slot <= page->slots.load(std::memory_order_acquire))
+        end.plugin.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
+    end.output_dir.assign(page->output_dir, strnlen(page->output_dir, sizeof(page->output_dir)));
+    end.pipeline_started = page->started.load(std::memory_order_acquire) != 0;
+    page->~WorkerPage();
+    munmap(mem, sizeof(WorkerPage));
+    return true;
+}
+
+// Whether a worker that ended badly can be re-run without the plugin it was
+// in: only when that plugin is known and not excluded already.
+bool can_exclude(const WorkerEnd& end, const std::vector<std::string>& excluded, int attempt) {
+    return !end.plugin.empty() && std::find(excluded.begin(), excluded.end(), end.plugin) == excluded.end() &&
+           attempt < 64;
+}
+
+bool write_all(int fd, const std::string& out) {
+    size_t off = 0;
+    while (off < out.size()) {
+        ssize_t n = write(fd, out.data() + off, out.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        off += static_cast<size_t>(n);
+    }
+    return true;
+}
+
 }  // namespace
 
 void run_supervised(ProcessRun& run) {
@@ -249,10 +345,13 @@ void run_supervised(ProcessRun& run) {
     std::vector<std::string> excluded, notes;
     bool started_before = false;
     for (int attempt = 0;; ++attempt) {
-        void* mem = mmap(nullptr, sizeof(WorkerPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        int fds[2] = {-1, -1};
-        if (mem == MAP_FAILED || pipe2(fds, O_CLOEXEC) != 0) {
-            if (mem != MAP_FAILED) munmap(mem, sizeof(WorkerPage));
+        WorkerEnd end;
+        bool forked = run_worker(excluded, notes, [&](int result_fd) {
+            if (started_before) run.on_started({});  // Python has its line already
+            run.run();
+            return write_all(result_fd, encode(run.summary())) ? 0 : 3;
+        }, end);
+        if (!forked) {
             if (attempt == 0) {
                 run.run();  // no worker possible: unsupervised, as before
                 return;
@@ -261,70 +360,10 @@ void run_supervised(ProcessRun& run) {
             run.notify_started(run.summary_.error);
             return;
         }
-        auto* page = new (mem) WorkerPage();
-        std::cout.flush();
-        std::cerr.flush();
-        fflush(nullptr);
-        pid_t pid;
-        {
-            // Held across fork: the session's reaped() waits until the new
-            // pid is known to be a worker.
-            std::lock_guard<std::mutex> lk(supervisor::g_reap_mu);
-            pid = fork();
-            if (pid > 0) supervisor::g_workers.insert(pid);
-        }
-        if (pid == 0) {
-            close(fds[0]);
-            supervisor::g_page = page;
-            supervisor::g_current = &page->current;
-            supervisor::g_excluded = std::set<std::string>(excluded.begin(), excluded.end());
-            supervisor::g_notes = notes;
-            if (started_before) run.on_started({});  // Python has its line already
-            run.run();
-            std::string out = encode(run.summary());
-            size_t off = 0;
-            while (off < out.size()) {
-                ssize_t n = write(fds[1], out.data() + off, out.size() - off);
-                if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) _exit(3);
-                off += static_cast<size_t>(n);
-            }
-            _exit(0);
-        }
-        close(fds[1]);
-        if (pid < 0) {
-            close(fds[0]);
-            munmap(mem, sizeof(WorkerPage));
-            if (attempt == 0) {
-                run.run();
-                return;
-            }
-            run.summary_.error = "cannot start a new pipeline worker: " + std::string(strerror(errno));
-            run.notify_started(run.summary_.error);
-            return;
-        }
-        std::string data;
-        char buf[65536];
-        for (;;) {
-            ssize_t n = read(fds[0], buf, sizeof(buf));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;
-            data.append(buf, static_cast<size_t>(n));
-        }
-        close(fds[0]);
-        int status = wait_worker(pid);
+        int status = end.status;
         ProcessSummary got;
-        bool complete = WIFEXITED(status) && WEXITSTATUS(status) == 0 && decode(data, got);
-        uint64_t cur = page->current.load(std::memory_order_acquire);
-        uint32_t slot = static_cast<uint32_t>(cur >> 32);
-        auto call = static_cast<PluginCall>(cur & 0xffffffffu);
-        std::string name;
-        if (slot > 0 && slot <= page->slots.load(std::memory_order_acquire))
-            name.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
-        std::string out_dir(page->output_dir, strnlen(page->output_dir, sizeof(page->output_dir)));
-        started_before = started_before || page->started.load(std::memory_order_acquire);
-        page->~WorkerPage();
-        munmap(mem, sizeof(WorkerPage));
+        bool complete = WIFEXITED(status) && WEXITSTATUS(status) == 0 && decode(end.data, got);
+        started_before = started_before || end.pipeline_started;
 
         if (complete) {
             got.plugin_errors.insert(got.plugin_errors.begin(), notes.begin(), notes.end());
@@ -340,27 +379,28 @@ void run_supervised(ProcessRun& run) {
             run.started_ = nullptr;
             return;
         }
+        const std::string& name = end.plugin;
         std::string how = WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
                                               : "ended the pipeline (exit status " +
                                                     std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
-        bool known = !name.empty() && std::find(excluded.begin(), excluded.end(), name) == excluded.end();
-        if (!known || attempt >= 64) {
+        if (!can_exclude(end, excluded, attempt)) {
             std::string what = WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
                                                    : "ended without a summary (status " + std::to_string(status) + ")";
             run.summary_.error = run.capture_path_ + ": the pipeline " + what +
                                  (name.empty() ? " outside any plugin" : " in plugin '" + name + "'") +
                                  "; the outputs of this process are incomplete";
-            if (!out_dir.empty()) run.summary_.output_dir = out_dir;
+            if (!end.output_dir.empty()) run.summary_.output_dir = end.output_dir;
             if (!started_before) run.notify_started(run.summary_.error);
             run.started_ = nullptr;
             return;
         }
-        std::string msg = "plugin '" + name + "' " + how + " in " + plugin_call_name(call);
+        std::string msg = "plugin '" + name + "' " + how + " in " + plugin_call_name(end.call);
         std::cerr << "msmemscope: error: " << msg << "; re-running the outputs without it\n";
         notes.push_back(msg + "; the outputs were re-run without it");
         excluded.push_back(name);
         // What the crashed worker wrote goes; the next one writes it afresh.
         const std::string& root = run.cfg_.output;
+        const std::string& out_dir = end.output_dir;
         if (!out_dir.empty() && out_dir.size() > root.size() && out_dir.compare(0, root.size(), root) == 0) {
             std::error_code ec;
             fs::remove_all(out_dir, ec);
@@ -372,61 +412,28 @@ int run_call_supervised(const std::function<int()>& body) {
     if (std::getenv("MSMEMSCOPE_NO_SUPERVISOR")) return body();
     std::vector<std::string> excluded, notes;
     for (int attempt = 0;; ++attempt) {
-        void* mem = mmap(nullptr, sizeof(WorkerPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        if (mem == MAP_FAILED) {
+        WorkerEnd end;
+        if (!run_worker(excluded, notes, [&](int) { return body(); }, end)) {
             if (attempt == 0) return body();
             std::cerr << "msmemscope: error: cannot start a new analysis worker: " << strerror(errno) << "\n";
             return 70;
         }
-        auto* page = new (mem) WorkerPage();
-        std::cout.flush();
-        std::cerr.flush();
-        fflush(nullptr);
-        pid_t pid = fork();
-        if (pid == 0) {
-            supervisor::g_page = page;
-            supervisor::g_current = &page->current;
-            supervisor::g_excluded = std::set<std::string>(excluded.begin(), excluded.end());
-            supervisor::g_notes = notes;
-            int rc = body();
-            std::cout.flush();
-            std::cerr.flush();
-            fflush(nullptr);
-            _exit(rc & 0xff);
-        }
-        if (pid < 0) {
-            munmap(mem, sizeof(WorkerPage));
-            if (attempt == 0) return body();
-            std::cerr << "msmemscope: error: cannot start a new analysis worker: " << strerror(errno) << "\n";
-            return 70;
-        }
-        int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        uint64_t cur = page->current.load(std::memory_order_acquire);
-        uint32_t slot = static_cast<uint32_t>(cur >> 32);
-        auto call = static_cast<PluginCall>(cur & 0xffffffffu);
-        std::string name;
-        if (slot > 0 && slot <= page->slots.load(std::memory_order_acquire))
-            name.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
-        page->~WorkerPage();
-        munmap(mem, sizeof(WorkerPage));
+        int status = end.status;
         if (WIFEXITED(status)) {
             int rc = WEXITSTATUS(status);
             return rc == 0 && !excluded.empty() ? 71 : rc;
         }
         std::string how = "crashed (" + signal_text(WTERMSIG(status)) + ")";
-        bool known = !name.empty() && std::find(excluded.begin(), excluded.end(), name) == excluded.end();
-        if (!known || attempt >= 64) {
+        if (!can_exclude(end, excluded, attempt)) {
             std::cerr << "msmemscope: error: the analysis " << how
-                      << (name.empty() ? " outside any plugin" : " in plugin '" + name + "'")
+                      << (end.plugin.empty() ? " outside any plugin" : " in plugin '" + end.plugin + "'")
                       << "; its results are incomplete\n";
             return 70;
         }
-        std::string msg = "plugin '" + name + "' " + how + " in " + plugin_call_name(call);
+        std::string msg = "plugin '" + end.plugin + "' " + how + " in " + plugin_call_name(end.call);
         std::cerr << "msmemscope: error: " << msg << "; re-running the analysis without it\n";
         notes.push_back(msg + "; the analysis was re-run without it");
-        excluded.push_back(name);
+        excluded.push_back(end.plugin);
     }
 }
 
