@@ -116,10 +116,20 @@ def _span(t) -> tuple:
     return t.data_ptr(), extent * t.element_size()
 
 
-def _bin_dir() -> str:
-    if not _tmpdir:
-        _tmpdir.append(tempfile.mkdtemp(prefix=f"msmemscope_watch_{os.getpid()}_"))
+def _bin_dir(fresh: bool = False) -> str:
+    """The private staging folder of full-content dumps. The host moves each
+    dump into the run folder and removes the folder once it is empty, so it is
+    made again when it is gone."""
+    if fresh or not _tmpdir or not os.path.isdir(_tmpdir[0]):
+        _tmpdir[:] = [tempfile.mkdtemp(prefix=f"msmemscope_watch_{os.getpid()}_")]
     return _tmpdir[0]
+
+
+def _new_bin() -> tuple:
+    try:
+        return tempfile.mkstemp(suffix=".bin", dir=_bin_dir())
+    except FileNotFoundError:  # removed by the host between the check and mkstemp
+        return tempfile.mkstemp(suffix=".bin", dir=_bin_dir(fresh=True))
 
 
 def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, size: int, full: bool) -> None:
@@ -127,7 +137,7 @@ def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, s
     when = "after" if after else "before"
     head = f"op:{op},count:{count},watched:{watched},idx:{idx},when:{when},size:{size},"
     if full:
-        fd, path = tempfile.mkstemp(suffix=".bin", dir=_bin_dir())
+        fd, path = _new_bin()
         with os.fdopen(fd, "wb") as f:
             f.write(ctypes.string_at(addr, size) if size else b"")
         attrs = head + "file:" + path

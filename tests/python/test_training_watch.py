@@ -84,3 +84,18 @@ def test_watcher_watch_under_cli_full_content(tmp_path):
     assert names["aten::fill_.Scalar_1-c_0_after.bin"].read_bytes() == struct.pack("16f", *([7.0] * 16))
     assert names["aten::fill_.Scalar_1-c_0_before.bin"].read_bytes() == struct.pack("16f", *([2.0] * 16))
     assert not any(n.startswith("aten::sum") for n in names), names  # after the end op
+
+
+def test_full_content_staging_folders_are_removed(tmp_path, monkeypatch):
+    """The target stages full-content dumps in a private msmemscope_watch_*
+    folder of its temp folder; the host moves each dump into the run folder
+    and removes the staging folder once empty: nothing is left in $TMPDIR."""
+    staging = tmp_path / "tmp"
+    staging.mkdir()
+    monkeypatch.setenv("TMPDIR", str(staging))
+    (tmp_path / "py").mkdir()
+    (tmp_path / "cli").mkdir()
+    run_python(tmp_path / "py", {"analysis": "", "watch": SPEC + ",full-content"}, "plant")
+    run_cli(tmp_path / "cli", ["--analysis=", "--watch=aten::fill_.Scalar,full-content"], "user_watch")
+    assert list(watch_dir(tmp_path / "py").glob("*.bin")) and list(watch_dir(tmp_path / "cli").glob("*.bin"))
+    assert not [p.name for p in staging.iterdir() if p.name.startswith("msmemscope_watch_")]

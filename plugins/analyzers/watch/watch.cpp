@@ -75,8 +75,15 @@ public:
                 fs::copy_file(std::string(file), to, fs::copy_options::overwrite_existing, ec);
                 if (!ec) fs::remove(std::string(file), ec);
             }
-            if (ec) host_.error("watch: cannot move " + std::string(file) + " to " + to.string() + ": " + ec.message());
-            else ++written_;
+            if (ec) {
+                host_.error("watch: cannot move " + std::string(file) + " to " + to.string() + ": " + ec.message());
+            } else {
+                ++written_;
+                // The target's private staging folder goes once it is empty
+                // (the target makes a new one if it needs it again).
+                fs::path staging = fs::path(std::string(file)).parent_path();
+                if (staging.filename().string().rfind("msmemscope_watch_", 0) == 0) fs::remove(staging, ec);
+            }
         } else if (!crc.empty()) {
             std::FILE* f = csv(dev, folder);
             std::string line = name + "," + std::string(crc) + "\n";
