@@ -153,9 +153,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (g_depth.enter) g_depth.enter();
     if (!g_collecting()) return nullptr;
     OpName& name = op_name(fn);
+    // Upstream's order (aten_collection.py): ATEN_START, the inputs' ACCESS
+    // rows, (the operator), the outputs' ACCESS rows, ATEN_END -- an
+    // operator's accesses lie inside it, where upstream's inefficient
+    // analysis counts them to the operator's API.
+    if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, 0, 0, name, nullptr);
     if (g_access.load(std::memory_order_relaxed) && fn.needsInputs())
         for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name);
-    if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, 0, 0, name, nullptr);
     return nullptr;
 }
 

@@ -19,10 +19,12 @@
 // State: per live block a few numbers; per group a few counters.
 #include <msmemscope/plugin.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "../common/analyzer_util.h"
 
@@ -88,6 +90,34 @@ public:
         }
     }
 
+    // Blocks still live now get a FREE row with shadow:true at the end of
+    // the dump, in allocation-id order (written after the analyzers have
+    // finished: framework/host/pipeline.cpp). Upstream's offline analysis
+    // reads those rows as FREEs like any other, each an API of its own
+    // outside an operator, so they are judged here the same way: the
+    // marks in the file are what upstream's own tool finds in it.
+    void finish() override {
+        std::vector<std::pair<uint64_t, uint64_t>> live;  // (allocation id, block key)
+        for (auto& [key, b] : blocks_) live.emplace_back(b.allocation_id, key);
+        std::sort(live.begin(), live.end());
+        for (auto& [aid, key] : live) {
+            auto it = blocks_.find(key);
+            if (it == blocks_.end()) continue;
+            const Block& b = it->second;
+            msms_event ev{};
+            ev.struct_size = sizeof(ev);
+            ev.kind = MSMS_EV_FREE;
+            ev.type = b.pool;
+            ev.device_kind = b.dev.kind;
+            ev.device_id = b.dev.id;
+            ev.pid = b.pid;
+            ev.ptr = b.ptr;
+            ev.size = b.size;
+            ev.allocation_id = aid;
+            on_memory(ev, group_key(b.pid, b.atb));
+        }
+    }
+
 private:
     struct Group {
         uint64_t api = 0;
@@ -96,7 +126,9 @@ private:
         bool tmp_malloc = false, tmp_free = false;     // the current API so far
     };
     struct Block {
-        uint64_t ptr = 0, size = 0, malloc_id = 0, malloc_api = 0;
+        uint64_t ptr = 0, size = 0, malloc_id = 0, malloc_api = 0, allocation_id = 0;
+        DevKey dev;
+        uint32_t pid = 0;
         uint64_t first_access_api = kNone;
         uint64_t last_api = 0;
         bool last_was_access = false;
@@ -165,6 +197,9 @@ private:
             b.last_api = api;
             b.atb = gk.second;
             b.pool = ev.type;
+            b.allocation_id = ev.allocation_id;
+            b.dev = dev_key(ev);
+            b.pid = ev.pid;
             DevKey dk = dev_key(ev);
             auto& m = by_addr_[dk];
             auto old = m.find(ev.ptr);

@@ -69,6 +69,27 @@ TEST_CASE("late_deallocation: an allocating API lies between the last access and
     CHECK(r.mark(5) == "");
 }
 
+TEST_CASE("late_deallocation: a block live at the end is judged at its end-of-dump FREE, in allocation-id order") {
+    // The pipeline writes a FREE (shadow:true) for every block still live,
+    // one lone API each, after the analyzers; upstream's offline analysis
+    // reads those as FREEs, so the analyzer judges them the same way.
+    Run r;
+    r.h.feed(m(0x100, 64).id(1).allocation_id(7));   // API 1: A
+    r.h.feed(m(0x180, 64).id(2).allocation_id(8));   // API 2: B
+    r.h.feed(start().id(3));                         // API 3 accesses A and B
+    r.h.feed(a(0x100).id(4));
+    r.h.feed(a(0x180).id(5));
+    r.h.feed(end().id(6));
+    r.h.feed(start().id(7));                         // API 4 accesses B, allocates C
+    r.h.feed(a(0x180).id(8));
+    r.h.feed(m(0x300, 8).id(9).allocation_id(9));
+    r.h.feed(end().id(10));
+    r.h.finish();                                    // A's FREE (API 5), B's (API 6), C's (API 7)
+    CHECK(r.mark(1) == "late_deallocation");         // last access API 3 < allocating API 4 < 5
+    CHECK(r.mark(2) == "");                          // its last access was in API 4 itself
+    CHECK(r.mark(9) == "");                          // never accessed
+}
+
 TEST_CASE("late_deallocation: a free right after the last access is fine") {
     Run r;
     r.h.feed(m(0x300, 8).id(1));
