@@ -28,8 +28,9 @@ def _check_text(where: str, key: str, value: str) -> None:
                          f"cannot be encoded as UTF-8") from None
 
 def config(**kwargs: Any) -> None:
-    """Sets collection options. Keyword-only, every value a string; the same
-    names, values and checks as the command line (``msmemscope --help``).
+    """Sets collection options. Keyword-only, every value a string (sinks may
+    also be a list of names); the same names, values and checks as the
+    command line (``msmemscope --help``).
 
     Keys:
       device       npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; several with ','
@@ -43,7 +44,7 @@ def config(**kwargs: Any) -> None:
       watch        "[start[:outN],]end[,full-content]"
       data_format  csv (default) or db; alias: format
       output       output folder (default memscopeDumpResults); alias: output_path
-      sinks        more output sinks by plugin name, e.g. "trace,html"
+      sinks        more output sinks by plugin name, e.g. "trace,html" or ["trace", "memory_viz"]
       steps        at most 5 step numbers to collect, e.g. "1,2,3"
       collect_mode immediate or deferred
       log_level    info, warn (default), error

@@ -215,6 +215,8 @@ def configure(kwargs: Dict[str, object]) -> None:
                 hint = f"; did you mean '{guess[0]}'?" if guess else ""
                 raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
+            if canon == "sinks" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
             if not isinstance(value, str):
                 raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")

@@ -8,6 +8,7 @@
 //            RecordFunction spans, stacks, findings (leaks, inefficient,
 //            owners) and an annotation
 //   empty    nothing between begin and finish
+//   carve    npu:0 PTA blocks carved from HAL driver blocks (memory_viz)
 //   big N    N malloc/free events on cpu (a window of live blocks, stacks
 //            from 50 sites, owners from 5 categories) and 2 leak findings
 // Prints "ok" or the failure and exits non-zero.
@@ -184,6 +185,24 @@ void rich(Driver& h) {
     (void)host;
 }
 
+// A caching allocator on npu:0: two 2 MiB driver blocks (HAL), PTA blocks
+// carved from them, one freed; the second driver block is released at the
+// end; a PTA block outside every driver block.
+void carve(Driver& h) {
+    const uint16_t NPU = MSMS_DEV_NPU;
+    const uint64_t A = 0x7f0000000000, B = 0x7f0000400000;
+    h.malloc_(A, 2 << 20, MSMS_T_HAL, NPU, 0, "", "halMemAlloc+0x10 in /usr/lib/libascend_hal.so\nNpuCachingAllocator::malloc+0x44 at alloc.cpp:120 in /usr/lib/libtorch_npu.so", 1);
+    h.malloc_(A, 4096, MSMS_T_PTA, NPU, 0, "", "at::empty+0x1a at Empty.cpp:88 in /usr/lib/libtorch_cpu.so", 2);
+    h.malloc_(A + 4096, 8192, MSMS_T_PTA, NPU, 0, "", "at::empty+0x1a at Empty.cpp:88 in /usr/lib/libtorch_cpu.so", 2);
+    h.malloc_(A + 65536, 1 << 20, MSMS_T_PTA, NPU, 0, "", "at::empty+0x1a at Empty.cpp:88 in /usr/lib/libtorch_cpu.so", 2);
+    h.free_(A + 4096, MSMS_T_PTA, NPU, 0);
+    h.malloc_(B, 2 << 20, MSMS_T_HAL, NPU, 0, "", "halMemAlloc+0x10 in /usr/lib/libascend_hal.so", 3);
+    h.malloc_(B + 512, 512, MSMS_T_PTA, NPU, 0, "", "", 0);
+    h.free_(B + 512, MSMS_T_PTA, NPU, 0);
+    h.free_(B, MSMS_T_HAL, NPU, 0);
+    h.malloc_(0x1000, 256, MSMS_T_PTA, NPU, 0, "", "", 0);
+}
+
 void big(Driver& h, long n) {
     const char* owners[] = {"HOST@dataloader", "HOST@model", "HOST@optimizer", "", "HOST@cache"};
     std::vector<std::string> stacks;
@@ -214,7 +233,7 @@ void big(Driver& h, long n) {
 
 int main(int argc, char** argv) {
     if (argc < 4) {
-        std::fprintf(stderr, "usage: sinks_driver <plugin.so> <output_dir> rich|empty|big N [key=value...]\n");
+        std::fprintf(stderr, "usage: sinks_driver <plugin.so> <output_dir> rich|empty|carve|big N [key=value...]\n");
         return 2;
     }
     std::string error;
@@ -241,6 +260,7 @@ int main(int argc, char** argv) {
     h.begin(argv[2]);
     if (scenario == "rich") rich(h);
     else if (scenario == "big") big(h, n);
+    else if (scenario == "carve") carve(h);
     else if (scenario != "empty") {
         std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
         return 2;
