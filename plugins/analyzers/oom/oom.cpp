@@ -10,7 +10,10 @@
 // (upstream's row names: the sinks write OOM_DETAIL rows as OOM_Trigger,
 // OOM_RecentAlloc, OOM_TopAlloc; SNAPSHOT keys as upstream's dump.cpp.)
 // OOM_RECENT/TOP_ALLOC carry Attr pool, ptr, size, timestamp, step, kernel,
-// client and the block's stacks. A failing loop does not flood the output:
+// client and the block's stacks. Each byte once (DESIGN §8): a framework
+// block at the address of a live host heap block (a CPU tensor's storage)
+// is listed and counted under the framework only. The rows of a failure
+// carry the failing thread's process and thread id. A failing loop does not flood the output:
 // details are written at most once per `interval_ms` of event time per device.
 #include <msmemscope/plugin.hpp>
 
@@ -62,22 +65,38 @@ public:
             Device& d = devices_[dev_key(ev)];
             if (d.after_pending) {
                 d.after_pending = false;
-                snapshot(dev_key(ev), d, "OOM_Snapshot_After", ev.timestamp_ns);
+                snapshot(dev_key(ev), d, "OOM_Snapshot_After", ev.timestamp_ns, d.trigger_pid, d.trigger_tid);
             }
+            bool framework_malloc = ev.kind == MSMS_EV_MALLOC && !driver_pool(ev.type);
+            if (d.peak_pending && !framework_malloc) d.peak = std::max(d.peak, d.allocated);
+            d.peak_pending = false;
             BlockKey k = block_key(ev);
             if (ev.kind == MSMS_EV_MALLOC) {
                 auto old = d.live.find(k);
-                if (old != d.live.end()) d.allocated -= static_cast<int64_t>(old->second.size);
+                if (old != d.live.end() && !old->second.taken) d.allocated -= static_cast<int64_t>(old->second.size);
                 Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
                         std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
                 d.live[k] = std::move(b);
                 d.allocated += static_cast<int64_t>(ev.size);
-                d.peak = std::max(d.peak, d.allocated);
+                // Each byte once (DESIGN §8): a framework block at the address
+                // of a live host heap block (a CPU tensor's storage from
+                // malloc) is that block; it counts and is listed under the
+                // framework only, until the host block is freed.
+                if (framework_malloc) {
+                    auto h = d.live.find(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
+                    if (h != d.live.end() && !h->second.taken) {
+                        h->second.taken = true;
+                        d.allocated -= static_cast<int64_t>(h->second.size);
+                    }
+                }
+                // a new host block may be taken by the next event: its peak waits
+                if (ev.type == MSMS_T_HOST) d.peak_pending = true;
+                else d.peak = std::max(d.peak, d.allocated);
                 if (ev.pool_total >= 0) d.reserved[ev.type] = ev.pool_total;
             } else {
                 auto it = d.live.find(k);
                 if (it != d.live.end()) {
-                    d.allocated -= static_cast<int64_t>(it->second.size);
+                    if (!it->second.taken) d.allocated -= static_cast<int64_t>(it->second.size);
                     d.live.erase(it);
                 }
                 if (ev.pool_total >= 0) d.reserved[ev.type] = ev.pool_total;
@@ -92,7 +111,7 @@ public:
         for (auto& [dk, d] : devices_)
             if (d.after_pending) {
                 d.after_pending = false;
-                snapshot(dk, d, "OOM_Snapshot_After", 0);
+                snapshot(dk, d, "OOM_Snapshot_After", 0, d.trigger_pid, d.trigger_tid);
             }
         if (triggers_)
             host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
@@ -104,6 +123,7 @@ private:
         uint64_t size, ts, id, step, kernel;
         uint32_t pid;
         std::string py_stack, c_stack;
+        bool taken = false;  // a host heap block that a framework block took over
     };
     struct Device {
         std::unordered_map<BlockKey, Block, BlockKeyHash> live;
@@ -111,23 +131,31 @@ private:
         std::map<uint16_t, int64_t> reserved;
         int64_t peak_reserved = 0;
         bool after_pending = false;
+        bool peak_pending = false;
+        uint32_t trigger_pid = 0, trigger_tid = 0;  // the failing thread: the rows it causes carry it
         bool dumped = false;
         uint64_t last_dump_ts = 0;
     };
 
-    msms_event base(const DevKey& dk, uint16_t kind, uint16_t type, uint64_t ts) {
+    static bool driver_pool(uint16_t type) {
+        return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED;
+    }
+
+    msms_event base(const DevKey& dk, uint16_t kind, uint16_t type, uint64_t ts, uint32_t pid, uint32_t tid) {
         msms_event e{};
         e.struct_size = sizeof(e);
         e.kind = kind;
         e.type = type;
         e.timestamp_ns = ts;
+        e.pid = pid;
+        e.tid = tid;
         e.device_kind = dk.kind;
         e.device_id = dk.id;
         e.pool_used = e.pool_total = e.process_used = e.device_used = -1;
         return e;
     }
 
-    void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts) {
+    void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts, uint32_t pid, uint32_t tid) {
         int64_t reserved = 0;
         for (auto& [t, r] : d.reserved) reserved += r;
         d.peak_reserved = std::max(d.peak_reserved, reserved);
@@ -152,14 +180,14 @@ private:
             {"reserved_rate", rate}};
         std::vector<msms_kv> kv;
         for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
-        msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts);
+        msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts, pid, tid);
         e.name = msmemscope::str(name);
         e.attrs = kv.data();
         e.attr_count = static_cast<uint32_t>(kv.size());
         host_.emit(e);
     }
 
-    void detail(const DevKey& dk, uint16_t type, const BlockKey& k, const Block& b, uint64_t ts) {
+    void detail(const DevKey& dk, uint16_t type, const BlockKey& k, const Block& b, const msms_event& trigger) {
         std::vector<std::pair<std::string, std::string>> attrs{
             {"pool", pool_name(k.type)},      {"ptr", hex(k.ptr)},
             {"size", std::to_string(b.size)}, {"timestamp", std::to_string(b.ts)},
@@ -167,7 +195,7 @@ private:
             {"client", std::to_string(b.pid)}};
         std::vector<msms_kv> kv;
         for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
-        msms_event e = base(dk, MSMS_EV_OOM_DETAIL, type, ts);
+        msms_event e = base(dk, MSMS_EV_OOM_DETAIL, type, trigger.timestamp_ns, trigger.pid, trigger.tid);
         e.attrs = kv.data();
         e.attr_count = static_cast<uint32_t>(kv.size());
         e.py_stack = msmemscope::str(b.py_stack);
@@ -183,23 +211,28 @@ private:
         d.dumped = true;
         d.last_dump_ts = ev.timestamp_ns;
         ++dumps_;
-        host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
-                   std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
-                   std::to_string(d.live.size()) + " live block(s), " + std::to_string(d.allocated) + " bytes");
-        snapshot(dk, d, "OOM_Snapshot", ev.timestamp_ns);
+        d.trigger_pid = ev.pid;
+        d.trigger_tid = ev.tid;
+        if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
+        d.peak_pending = false;
         using Item = std::pair<const BlockKey*, const Block*>;
         std::vector<Item> all;
         all.reserve(d.live.size());
-        for (auto& [k, b] : d.live) all.emplace_back(&k, &b);
+        for (auto& [k, b] : d.live)
+            if (!b.taken) all.emplace_back(&k, &b);
+        host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
+                   std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
+                   std::to_string(all.size()) + " live block(s), " + std::to_string(d.allocated) + " bytes");
+        snapshot(dk, d, "OOM_Snapshot", ev.timestamp_ns, ev.pid, ev.tid);
         size_t n = std::min(k_, all.size());
         std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
             return a.second->ts != b.second->ts ? a.second->ts > b.second->ts : a.second->id > b.second->id;
         });
-        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_RECENT_ALLOC, *all[i].first, *all[i].second, ev.timestamp_ns);
+        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_RECENT_ALLOC, *all[i].first, *all[i].second, ev);
         std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
             return a.second->size != b.second->size ? a.second->size > b.second->size : a.second->id < b.second->id;
         });
-        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_TOP_ALLOC, *all[i].first, *all[i].second, ev.timestamp_ns);
+        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_TOP_ALLOC, *all[i].first, *all[i].second, ev);
         d.after_pending = true;
     }
 

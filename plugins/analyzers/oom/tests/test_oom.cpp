@@ -76,3 +76,38 @@ TEST_CASE("a failing loop gets one detail dump per interval; the after snapshot 
     CHECK(after == 1);
     CHECK(of_type(h, MSMS_T_OOM_TOP_ALLOC).size() == 2);
 }
+
+TEST_CASE("each byte once: a framework block at a live host block's address is listed and counted once") {
+    // A CPU tensor's storage: malloc (HOST) then the framework's MALLOC
+    // (PTA) at the same address -- one block, the framework's.
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "10"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    auto host = [](uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_HOST).device(MSMS_DEV_CPU, -1); };
+    auto pta = [](uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_PTA).device(MSMS_DEV_CPU, -1); };
+    h.feed(host(0x1000, 4096).thread(7));
+    h.feed(pta(0x1000, 4096).thread(7));
+    h.feed(host(0x9000, 100).thread(7));   // a plain host block
+    h.feed(host(0x5000, 8192).thread(7));  // a second tensor, its storage freed again
+    h.feed(pta(0x5000, 8192).thread(7));
+    h.feed(EventBuilder::free(0x5000, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(7));
+    h.feed(EventBuilder::free(0x5000, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).thread(7));
+    h.feed(trigger(1 << 30).process(42).thread(9));
+    REQUIRE(h.finish() == MSMS_OK);
+    auto top = of_type(h, MSMS_T_OOM_TOP_ALLOC);
+    REQUIRE(top.size() == 2);
+    CHECK(top[0].attr("pool") == "PTA");
+    CHECK(top[0].attr("ptr") == "0x1000");
+    CHECK(top[1].attr("pool") == "HOST");
+    CHECK(top[1].attr("ptr") == "0x9000");
+    CHECK(of_type(h, MSMS_T_OOM_RECENT_ALLOC).size() == 2);
+    REQUIRE(h.emitted.front().name == "OOM_Snapshot");
+    CHECK(h.emitted.front().attr("allocated") == "4196");
+    CHECK(h.emitted.front().attr("max_allocated") == "12388");  // 4096 + 100 + 8192, never twice
+    // the rows of a failure carry the failing thread (and process)
+    for (auto& e : h.emitted) {
+        CHECK(e.ev.tid == 9);
+        CHECK(e.ev.pid == 42);
+    }
+    CHECK(h.emitted.back().name == "OOM_Snapshot_After");
+}
