@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "oom_watch.h"
 #include "step_filter.h"
 #include "symbolizer.h"
 #include "util/text.h"
@@ -104,79 +105,6 @@ std::string output_limit_reached(const std::string& dir) {
         return " (the disk is full)";
     return "";
 }
-
-// The OOM killer's kills in the memory cgroups a process was seen in: the
-// count of each when first seen, compared with the count at the end. Every
-// failure (no /proc/<pid>, cgroups absent, unreadable or read-only) only means
-// "nothing seen".
-class OomWatch {
-public:
-    explicit OomWatch(uint32_t pid) : pid_(pid) {
-        std::ifstream mi("/proc/self/mountinfo");
-        std::string line;
-        while (std::getline(mi, line)) {
-            // id parent major:minor root mountpoint options - fstype source superoptions
-            std::istringstream in(line);
-            std::string id, parent, dev, root, point, tok;
-            in >> id >> parent >> dev >> root >> point;
-            while (in >> tok && tok != "-") {}
-            std::string fstype, source, super;
-            in >> fstype >> source >> super;
-            if (fstype == "cgroup2" && v2_.second.empty()) v2_ = {root, point};
-            if (fstype == "cgroup" && ("," + super + ",").find(",memory,") != std::string::npos) v1_ = {root, point};
-        }
-    }
-
-    // Notes the memory cgroups the process is in now.
-    void sample() {
-        if (v1_.second.empty() && v2_.second.empty()) return;
-        std::ifstream f("/proc/" + std::to_string(pid_) + "/cgroup");
-        std::string line;
-        while (std::getline(f, line)) {
-            // hierarchy-id:controllers:path
-            size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-            if (b == std::string::npos) continue;
-            std::string ctrls = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-            std::string file;
-            if (ctrls.empty() && !v2_.second.empty()) file = under(v2_, path) + "/memory.events";
-            else if (("," + ctrls + ",").find(",memory,") != std::string::npos && !v1_.second.empty())
-                file = under(v1_, path) + "/memory.oom_control";
-            if (file.empty()) continue;
-            bool known = false;
-            for (auto& s : seen_) known = known || s.first == file;
-            if (known) continue;
-            int64_t n = count(file);
-            if (n >= 0) seen_.emplace_back(file, n);
-        }
-    }
-
-    bool increased() const {
-        for (auto& s : seen_)
-            if (count(s.first) > s.second) return true;
-        return false;
-    }
-
-private:
-    static std::string under(const std::pair<std::string, std::string>& mount, const std::string& path) {
-        std::string rel = path;
-        if (mount.first != "/" && rel.compare(0, mount.first.size(), mount.first) == 0) rel = rel.substr(mount.first.size());
-        if (rel == "/") rel.clear();
-        return mount.second + rel;
-    }
-    // The "oom_kill N" line of memory.events (v2) or memory.oom_control (v1); -1 if none.
-    static int64_t count(const std::string& file) {
-        std::ifstream f(file);
-        std::string key;
-        int64_t v = 0;
-        while (f >> key >> v)
-            if (key == "oom_kill") return v;
-        return -1;
-    }
-
-    uint32_t pid_;
-    std::pair<std::string, std::string> v1_, v2_;  // memory controller mounts: root, mount point
-    std::vector<std::pair<std::string, int64_t>> seen_;
-};
 
 }  // namespace
 
