@@ -46,12 +46,25 @@ def check_db(path):
     """A complete, consistent msmemscope DB; returns the memscope_dump rows."""
     assert Path(path).exists(), path
     assert db_query(path, "PRAGMA integrity_check") == [("ok",)]
-    assert db_query(path, "SELECT name, type FROM pragma_table_info('memscope_dump') ORDER BY cid") == DB_COLUMNS
-    assert db_query(path, "PRAGMA user_version") == [(1,)]
+    layout = db_query(path, "SELECT value FROM msms_meta WHERE key='layout'")
+    if layout == [("table",)]:
+        assert db_query(path, "SELECT name, type FROM pragma_table_info('memscope_dump') ORDER BY cid") == DB_COLUMNS
+        assert db_query(path, "PRAGMA user_version") == [(1,)]
+    else:
+        # the default: memscope_dump is a view over rows that store each
+        # stack once; SQLite declares no type for its computed columns, so
+        # the values' own types are checked below
+        assert layout == [("view",)]
+        assert db_query(path, "SELECT name FROM pragma_table_info('memscope_dump') ORDER BY cid") == \
+            [(n,) for n, _ in DB_COLUMNS]
+        assert db_query(path, "SELECT type FROM sqlite_master WHERE name='memscope_dump'") == [("view",)]
+        assert db_query(path, "PRAGMA user_version") == [(2,)]
     assert db_query(path, "SELECT value FROM msms_meta WHERE key='complete'") == [("true",)]
     rows = db_query(path, 'SELECT * FROM memscope_dump ORDER BY "ID"')
+    sql_type = {"INTEGER": int, "TEXT": str}
     for r in rows:
         json.loads(r[9])  # Attr is JSON
+        assert [type(v) for v in r] == [sql_type[t] for _, t in DB_COLUMNS], r
     return rows
 
 

@@ -72,7 +72,10 @@ def _check_columns(path: Path, fmt: str) -> None:
     else:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            if not con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='memscope_dump'").fetchone():
+            # a table (upstream's files, ours with db.layout=table) or the view
+            # our db sink writes by default (each call stack stored once)
+            if not con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                               "AND name='memscope_dump'").fetchone():
                 raise ValueError(f"Table 'memscope_dump' not found in database {path}")
             header = [c[1] for c in con.execute("PRAGMA table_info(memscope_dump)")]
         finally:

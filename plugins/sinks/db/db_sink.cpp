@@ -1,18 +1,38 @@
 // Sink `db` (--data-format=db): one SQLite file per device,
 // device_{id}/dump/memscope_dump_{ts}.db (COMPAT §3, §5).
 //
-// Tables readers of upstream's DB expect (MindStudio Insight):
-//   memscope_dump          the 12 columns of the CSV; Attr is real JSON
+// What readers of upstream's DB expect (MindStudio Insight, msMemScope's
+// python analyzer):
+//   memscope_dump          the 12 columns of the CSV, same values; Attr is real JSON
 //   python_trace_{PID}     FuncInfo, StartTime(ns), EndTime(ns), Thread Id, Process Id
-// Ours, for fast queries (schema version in PRAGMA user_version):
+//
+// Layout "view" (the default, schema version 2): each distinct call stack,
+// each (Event, Event Type, Name, pid, tid, Device Id) and each Attr layout is
+// stored once; memscope_dump is a VIEW that gives back every row's 12 values:
+//   msms_dump_rows         one row per memscope_dump row: ID, context id,
+//                          time, ptr, allocation id, size, malloc row of a
+//                          FREE, Attr layout id + up to kSlots values (or the
+//                          Attr text itself), stack ids
+//   msms_dump_ctx          id -> Event, Event Type, Name, Process Id, Thread Id, Device Id
+//   msms_attr_formats      id -> the SQL expression that renders that Attr layout
+//   msms_stacks            interned call stacks (kind, id) -> text
+// A 20-frame C stack (~2 KB of text) costs a row ~2 bytes instead of 2 KB:
+// 1M rows with stacks make ~50 MB instead of ~2.4 GB. An INSTEAD OF UPDATE
+// trigger lets `UPDATE memscope_dump SET Attr=...` (upstream's inefficient
+// write-back, ours) work on the view. Readers that demand a *table* named
+// memscope_dump (upstream's python analyzer checks sqlite_master for
+// type='table') get one with --plugin-option=db.layout=table: the old
+// layout, every row's text in full (schema version 1).
+//
+// Ours, in both layouts, for fast queries (schema version in PRAGMA user_version):
 //   msms_meta              key/value: schema version, pid, command line, config, state
 //   msms_blocks            one row per allocation: ids, device, pool, size, times, stacks
-//   msms_stacks            interned call stacks (kind, id) -> text
+//                          (a view over the rows in layout "view")
 //   msms_findings          analyzer findings: table name, sequence, columns as JSON
 // Rows are written through prepared statements inside large transactions,
 // committed every kBatch changes, so that the file is consistent at every
-// commit; indexes are built at the end, and the journal mode is set to
-// DELETE so that the result is one self-contained file.
+// commit; the journal mode is set to DELETE at the end so that the result is
+// one self-contained file.
 #include <msmemscope/plugin.hpp>
 
 #include <sqlite3.h>
@@ -38,7 +58,7 @@ namespace {
 
 using msmemscope::view;
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;  // layout "view"; "table" keeps 1
 constexpr uint64_t kBatch = 200000;
 
 using msmemscope::device_label;
@@ -125,10 +145,61 @@ private:
     sqlite3_stmt* s_ = nullptr;
 };
 
+// Which columns an Attr value is rendered from (layout "view").
+enum class Src : char {
+    Ptr = 'P',    // the row's ptr, 0x%016x
+    Link = 'L',   // the row's allocation id, decimal
+    Size = 'S',   // the row's size, decimal
+    Dec = 'D',    // slot k, an integer, decimal
+    Hex = 'X',    // slot k, an integer, 0x%016x
+    Text = 'T',   // slot k, text already JSON-escaped
+};
+
+// "0" or -?[1-9][0-9]{0,17}: the text an integer renders back to exactly.
+bool canonical_decimal(std::string_view v, int64_t& out) {
+    if (v.empty() || v.size() > 19) return false;
+    size_t i = v[0] == '-' ? 1 : 0;
+    if (i == v.size() || v.size() - i > 18) return false;
+    if (v[i] == '0' && (v.size() - i > 1 || i)) return false;  // "0" only, never "-0" or "01"
+    int64_t n = 0;
+    for (; i < v.size(); ++i) {
+        if (v[i] < '0' || v[i] > '9') return false;
+        n = n * 10 + (v[i] - '0');
+    }
+    out = v[0] == '-' ? -n : n;
+    return true;
+}
+
+// "0x" + 16 lower-case hex digits (how pointers are written).
+bool hex16(std::string_view v, uint64_t& out) {
+    if (v.size() != 18 || v[0] != '0' || v[1] != 'x') return false;
+    uint64_t n = 0;
+    for (size_t i = 2; i < 18; ++i) {
+        char c = v[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        n = n << 4 | static_cast<uint64_t>(d);
+    }
+    out = n;
+    return true;
+}
+
+void sql_literal(std::string& out, std::string_view s) {
+    out += '\'';
+    for (char c : s) {
+        if (c == '\'') out += '\'';
+        out += c;
+    }
+    out += '\'';
+}
+
 class Database {
 public:
-    Database(const std::string& path, const msmemscope::RunInfo& run, const std::string& device)
-        : path_(path), dev_(device) {
+    static constexpr int kSlots = 6;        // Attr values per row besides ptr, allocation id and size
+    static constexpr size_t kMaxFormats = 1000;  // Attr layouts; rows of further ones keep their text
+
+    Database(const std::string& path, const msmemscope::RunInfo& run, const std::string& device, bool table_layout)
+        : path_(path), dev_(device), table_(table_layout) {
         std::error_code ec;
         fs::create_directories(fs::path(path).parent_path(), ec);
         for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
@@ -147,23 +218,42 @@ public:
         exec("PRAGMA journal_mode=TRUNCATE");
         exec("PRAGMA synchronous=OFF");
         exec("PRAGMA cache_size=-65536");
-        exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
-        exec("CREATE TABLE memscope_dump (\"ID\" INTEGER PRIMARY KEY, \"Event\" TEXT, \"Event Type\" TEXT, "
-             "\"Name\" TEXT, \"Timestamp(ns)\" INTEGER, \"Process Id\" INTEGER, \"Thread Id\" INTEGER, "
-             "\"Device Id\" TEXT, \"Ptr\" TEXT, \"Attr\" TEXT, \"Call Stack(Python)\" TEXT, \"Call Stack(C)\" TEXT)");
+        int version = table_ ? 1 : kSchemaVersion;
+        exec("PRAGMA user_version=" + std::to_string(version));
         exec("CREATE TABLE msms_meta (key TEXT PRIMARY KEY, value TEXT)");
-        exec("CREATE TABLE msms_blocks (allocation_id INTEGER, device TEXT, pool TEXT, ptr INTEGER, "
-             "size INTEGER, malloc_id INTEGER, malloc_ts INTEGER, free_id INTEGER, free_ts INTEGER, "
-             "thread_id INTEGER, owner TEXT, c_stack_id INTEGER, py_stack_id INTEGER)");
         exec("CREATE TABLE msms_stacks (kind TEXT, id INTEGER, text TEXT, PRIMARY KEY (kind, id)) WITHOUT ROWID");
         exec("CREATE TABLE msms_findings (\"table\" TEXT, seq INTEGER, cols TEXT)");
-        ins_dump_ = Stmt(db_, "INSERT OR REPLACE INTO memscope_dump VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-        ins_block_ = Stmt(db_, "INSERT INTO msms_blocks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        if (table_) {
+            exec("CREATE TABLE memscope_dump (\"ID\" INTEGER PRIMARY KEY, \"Event\" TEXT, \"Event Type\" TEXT, "
+                 "\"Name\" TEXT, \"Timestamp(ns)\" INTEGER, \"Process Id\" INTEGER, \"Thread Id\" INTEGER, "
+                 "\"Device Id\" TEXT, \"Ptr\" TEXT, \"Attr\" TEXT, \"Call Stack(Python)\" TEXT, \"Call Stack(C)\" TEXT)");
+            exec("CREATE TABLE msms_blocks (allocation_id INTEGER, device TEXT, pool TEXT, ptr INTEGER, "
+                 "size INTEGER, malloc_id INTEGER, malloc_ts INTEGER, free_id INTEGER, free_ts INTEGER, "
+                 "thread_id INTEGER, owner TEXT, c_stack_id INTEGER, py_stack_id INTEGER)");
+            ins_dump_ = Stmt(db_, "INSERT OR REPLACE INTO memscope_dump VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+            ins_block_ = Stmt(db_, "INSERT INTO msms_blocks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+            upd_attr_ = Stmt(db_, "UPDATE memscope_dump SET \"Attr\"=json_set(\"Attr\", ?, json(?)) WHERE \"ID\"=?");
+        } else {
+            exec("CREATE TABLE msms_dump_rows (id INTEGER PRIMARY KEY, ctx INTEGER NOT NULL, ts INTEGER, ptr INTEGER, "
+                 "link INTEGER, size INTEGER, mid INTEGER, fmt INTEGER, a1, a2, a3, a4, a5, a6, attr TEXT, "
+                 "py INTEGER, c INTEGER)");
+            exec("CREATE TABLE msms_dump_ctx (id INTEGER PRIMARY KEY, \"Event\" TEXT, \"Event Type\" TEXT, "
+                 "\"Name\" TEXT, \"Process Id\" INTEGER, \"Thread Id\" INTEGER, \"Device Id\" TEXT)");
+            exec("CREATE TABLE msms_attr_formats (id INTEGER PRIMARY KEY, expr TEXT)");
+            exec("CREATE TABLE msms_live_blocks (malloc_id INTEGER PRIMARY KEY)");
+            ins_row_ = Stmt(db_, "INSERT OR REPLACE INTO msms_dump_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+            ins_ctx_ = Stmt(db_, "INSERT INTO msms_dump_ctx VALUES (?,?,?,?,?,?,?)");
+            ins_fmt_ = Stmt(db_, "INSERT INTO msms_attr_formats VALUES (?,?)");
+            ins_live_ = Stmt(db_, "INSERT OR IGNORE INTO msms_live_blocks VALUES (?)");
+            make_views();
+            upd_attr_ = Stmt(db_, "UPDATE msms_dump_rows SET attr=json_set((SELECT \"Attr\" FROM memscope_dump "
+                                  "WHERE \"ID\"=?3), ?1, json(?2)) WHERE id=?3");
+        }
         ins_stack_ = Stmt(db_, "INSERT OR IGNORE INTO msms_stacks VALUES (?,?,?)");
-        upd_attr_ = Stmt(db_, "UPDATE memscope_dump SET \"Attr\"=json_set(\"Attr\", ?, json(?)) WHERE \"ID\"=?");
         ins_finding_ = Stmt(db_, "INSERT INTO msms_findings VALUES (?,?,?)");
         ins_meta_ = Stmt(db_, "INSERT OR REPLACE INTO msms_meta VALUES (?,?)");
-        meta("schema_version", std::to_string(kSchemaVersion));
+        meta("schema_version", std::to_string(version));
+        meta("layout", table_ ? "table" : "view");
         meta("tool", "msmemscope");
         meta("pid", std::to_string(run.pid));
         meta("timestamp", run.timestamp);
@@ -176,75 +266,22 @@ public:
     ~Database() {
         if (db_) {
             sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
-            ins_dump_ = Stmt();
-            ins_block_ = Stmt();
-            ins_stack_ = Stmt();
-            upd_attr_ = Stmt();
-            ins_finding_ = Stmt();
-            ins_meta_ = Stmt();
+            for (Stmt* s : {&ins_dump_, &ins_block_, &ins_row_, &ins_ctx_, &ins_fmt_, &ins_live_, &ins_stack_,
+                            &upd_attr_, &ins_finding_, &ins_meta_})
+                *s = Stmt();
             for (auto& [k, s] : ins_py_) s = Stmt();
             sqlite3_close(db_);
         }
     }
 
     void row(const msms_event& ev) {
-        attr_.clear();
-        attr_json(attr_, ev);
-        const char* kind = msms_event_kind_name(ev.kind);
-        const char* type = msms_event_type_name(ev.type);
-        bool has_ptr = ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS;
-        char ptr[24];
-        if (has_ptr) {
-            static const char hex[] = "0123456789abcdef";
-            ptr[0] = '0';
-            ptr[1] = 'x';
-            for (int i = 0; i < 16; ++i) ptr[2 + i] = hex[(ev.ptr >> (60 - 4 * i)) & 0xf];
-            ptr[18] = 0;
-        } else {
-            std::memcpy(ptr, "N/A", 4);
-        }
         std::string_view dev = dev_;  // a row without a device: this file's
         if (ev.device_kind != MSMS_DEV_NA && !own_device(ev)) {
             other_dev_ = device_label(ev);
             dev = other_dev_;
         }
-        ins_dump_.i64(1, static_cast<int64_t>(ev.id))
-            .text(2, kind ? kind : "N/A")
-            .text(3, type ? type : "N/A")
-            .text(4, msms::oom_row_name(ev) ? std::string_view(msms::oom_row_name(ev))
-                     : ev.name.size          ? view(ev.name)
-                                             : std::string_view("N/A"))
-            .i64(5, static_cast<int64_t>(ev.timestamp_ns))
-            .i64(6, ev.pid)
-            .i64(7, ev.tid)
-            .text(8, dev)
-            .text(9, ptr)
-            .text(10, attr_)
-            .text(11, view(ev.py_stack))
-            .text(12, view(ev.c_stack))
-            .run(db_);
-        if (ev.kind == MSMS_EV_MALLOC && ev.allocation_id) {
-            stack("c", ev.c_stack_id, ev.c_stack);
-            stack("python", ev.py_stack_id, ev.py_stack);
-            Live& b = live_[ev.allocation_id];
-            b.malloc_id = ev.id;
-            b.ts = ev.timestamp_ns;
-            b.ptr = ev.ptr;
-            b.size = ev.size;
-            b.tid = ev.tid;
-            b.type = ev.type;
-            b.c_stack = ev.c_stack_id;
-            b.py_stack = ev.py_stack_id;
-            b.owner = std::string(msmemscope::attr(ev, "owner"));
-            b.device = dev_;
-            if (dev != dev_) b.device = std::string(dev);
-        } else if (ev.kind == MSMS_EV_FREE && ev.allocation_id) {
-            auto it = live_.find(ev.allocation_id);
-            if (it != live_.end()) {
-                block(ev.allocation_id, it->second, static_cast<int64_t>(ev.id), static_cast<int64_t>(ev.timestamp_ns));
-                live_.erase(it);
-            }
-        }
+        if (table_) table_row(ev, dev);
+        else view_row(ev, dev);
         ++rows_;
         tick();
     }
@@ -276,7 +313,7 @@ public:
         std::string v;
         msms::json_quote(v, value);  // a string, as every Attr value
         upd_attr_.text(1, path).text(2, v).i64(3, static_cast<int64_t>(id)).run(db_);
-        if (key == "owner")
+        if (table_ && key == "owner")
             for (auto& [aid, b] : live_)
                 if (b.malloc_id == id) b.owner = std::string(value);
         tick();
@@ -297,15 +334,20 @@ public:
 
     void finish() {
         // Blocks never freed: free_id and free_ts stay NULL.
-        for (auto& [id, b] : live_) block(id, b, -1, -1);
+        for (auto& [id, b] : live_) {
+            if (table_) block(id, b, -1, -1);
+            else ins_live_.i64(1, static_cast<int64_t>(b.malloc_id)).run(db_);
+        }
         live_.clear();
         meta("rows", std::to_string(rows_));
         meta("complete", "true");
         exec("COMMIT");
-        exec("CREATE INDEX IF NOT EXISTS memscope_dump_time ON memscope_dump (\"Timestamp(ns)\")");
-        exec("CREATE INDEX IF NOT EXISTS msms_blocks_time ON msms_blocks (device, malloc_ts)");
-        exec("CREATE INDEX IF NOT EXISTS msms_blocks_malloc ON msms_blocks (malloc_id)");
-        exec("CREATE INDEX IF NOT EXISTS msms_blocks_id ON msms_blocks (allocation_id)");
+        if (table_) {
+            exec("CREATE INDEX IF NOT EXISTS memscope_dump_time ON memscope_dump (\"Timestamp(ns)\")");
+            exec("CREATE INDEX IF NOT EXISTS msms_blocks_time ON msms_blocks (device, malloc_ts)");
+            exec("CREATE INDEX IF NOT EXISTS msms_blocks_malloc ON msms_blocks (malloc_id)");
+            exec("CREATE INDEX IF NOT EXISTS msms_blocks_id ON msms_blocks (allocation_id)");
+        }
         exec("CREATE INDEX IF NOT EXISTS msms_findings_table ON msms_findings (\"table\", seq)");
         exec("CREATE VIEW IF NOT EXISTS msms_leaks AS SELECT seq, cols FROM msms_findings WHERE \"table\"='leaks'");
         exec("PRAGMA journal_mode=DELETE");
@@ -339,11 +381,76 @@ private:
         own_id_ = ev.device_id;
         return true;
     }
+
+    static const char* kind_text(const msms_event& ev) {
+        const char* k = msms_event_kind_name(ev.kind);
+        return k ? k : "N/A";
+    }
+    static const char* type_text(uint16_t type) {
+        const char* t = msms_event_type_name(type);
+        return t ? t : "N/A";
+    }
+    static std::string_view name_text(const msms_event& ev) {
+        if (const char* oom = msms::oom_row_name(ev)) return oom;
+        return ev.name.size ? view(ev.name) : std::string_view("N/A");
+    }
+    static bool has_ptr(const msms_event& ev) {
+        return ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE || ev.kind == MSMS_EV_ACCESS;
+    }
+
+    // ---- layout "table": every row's text in full (schema version 1)
+    void table_row(const msms_event& ev, std::string_view dev) {
+        attr_.clear();
+        attr_json(attr_, ev);
+        char ptr[24];
+        if (has_ptr(ev)) {
+            static const char hex[] = "0123456789abcdef";
+            ptr[0] = '0';
+            ptr[1] = 'x';
+            for (int i = 0; i < 16; ++i) ptr[2 + i] = hex[(ev.ptr >> (60 - 4 * i)) & 0xf];
+            ptr[18] = 0;
+        } else {
+            std::memcpy(ptr, "N/A", 4);
+        }
+        ins_dump_.i64(1, static_cast<int64_t>(ev.id))
+            .text(2, kind_text(ev))
+            .text(3, type_text(ev.type))
+            .text(4, name_text(ev))
+            .i64(5, static_cast<int64_t>(ev.timestamp_ns))
+            .i64(6, ev.pid)
+            .i64(7, ev.tid)
+            .text(8, dev)
+            .text(9, ptr)
+            .text(10, attr_)
+            .text(11, view(ev.py_stack))
+            .text(12, view(ev.c_stack))
+            .run(db_);
+        if (ev.kind == MSMS_EV_MALLOC && ev.allocation_id) {
+            stack_id("c", ev.c_stack_id, ev.c_stack);
+            stack_id("python", ev.py_stack_id, ev.py_stack);
+            Live& b = live_[ev.allocation_id];
+            b.malloc_id = ev.id;
+            b.ts = ev.timestamp_ns;
+            b.ptr = ev.ptr;
+            b.size = ev.size;
+            b.tid = ev.tid;
+            b.type = ev.type;
+            b.c_stack = ev.c_stack_id;
+            b.py_stack = ev.py_stack_id;
+            b.owner = std::string(msmemscope::attr(ev, "owner"));
+            b.device = std::string(dev);
+        } else if (ev.kind == MSMS_EV_FREE && ev.allocation_id) {
+            auto it = live_.find(ev.allocation_id);
+            if (it != live_.end()) {
+                block(ev.allocation_id, it->second, static_cast<int64_t>(ev.id), static_cast<int64_t>(ev.timestamp_ns));
+                live_.erase(it);
+            }
+        }
+    }
     void block(uint64_t id, const Live& b, int64_t free_id, int64_t free_ts) {
-        const char* type = msms_event_type_name(b.type);
         ins_block_.i64(1, static_cast<int64_t>(id))
             .text(2, b.device)
-            .text(3, type ? type : "N/A")
+            .text(3, type_text(b.type))
             .i64(4, static_cast<int64_t>(b.ptr))
             .i64(5, static_cast<int64_t>(b.size))
             .i64(6, static_cast<int64_t>(b.malloc_id))
@@ -360,12 +467,282 @@ private:
         ins_block_.run(db_);
         tick();
     }
-    void stack(const char* kind, uint64_t id, msms_str text) {
-        if (!id || !text.size) return;
-        auto& seen = kind[0] == 'c' ? c_seen_ : py_seen_;
-        if (!seen.insert(id).second) return;
-        ins_stack_.text(1, kind).i64(2, static_cast<int64_t>(id)).text(3, view(text)).run(db_);
+
+    // ---- layout "view": stacks, contexts and Attr layouts stored once
+
+    // The stack's id in msms_stacks: the capture's interned id; a stack
+    // given as text only (no id: replayed dump files, tests) gets a negative
+    // id of its own, one per distinct text. 0 = no stack.
+    int64_t stack_id(const char* kind, uint64_t id, msms_str text) {
+        if (!text.size) return 0;
+        bool c = kind[0] == 'c';
+        if (id && id <= static_cast<uint64_t>(INT64_MAX)) {
+            auto& seen = c ? c_seen_ : py_seen_;
+            if (seen.insert(id).second)
+                ins_stack_.text(1, kind).i64(2, static_cast<int64_t>(id)).text(3, view(text)).run(db_);
+            return static_cast<int64_t>(id);
+        }
+        auto& by_text = c ? c_text_ : py_text_;
+        auto [it, fresh] = by_text.emplace(std::string(view(text)), 0);
+        if (fresh) {
+            it->second = -static_cast<int64_t>(by_text.size());
+            ins_stack_.text(1, kind).i64(2, it->second).text(3, view(text)).run(db_);
+        }
+        return it->second;
     }
+
+    int64_t context(const msms_event& ev, std::string_view dev) {
+        std::string_view name = name_text(ev);
+        key_.clear();
+        char head[16];
+        std::memcpy(head, &ev.kind, 2);
+        std::memcpy(head + 2, &ev.type, 2);
+        std::memcpy(head + 4, &ev.pid, 4);
+        std::memcpy(head + 8, &ev.tid, 4);
+        uint32_t dn = static_cast<uint32_t>(dev.size());
+        std::memcpy(head + 12, &dn, 4);
+        key_.append(head, sizeof(head));
+        key_ += dev;
+        key_ += name;
+        auto [it, fresh] = ctx_.emplace(key_, 0);
+        if (fresh) {
+            it->second = static_cast<int64_t>(ctx_.size());
+            ins_ctx_.i64(1, it->second)
+                .text(2, kind_text(ev))
+                .text(3, type_text(ev.type))
+                .text(4, name)
+                .i64(5, ev.pid)
+                .i64(6, ev.tid)
+                .text(7, dev)
+                .run(db_);
+        }
+        return it->second;
+    }
+
+    struct Slot {
+        bool is_int;
+        int64_t n;
+        std::string text;
+    };
+
+    // The row's Attr as a layout id and slot values; false when it has to
+    // keep its text (more distinct values than slots, too many layouts).
+    bool encode_attr(const msms_event& ev, bool ptr_col, bool link_col, bool size_col, int64_t& fmt) {
+        nslots_ = 0;
+        fkey_.clear();
+        const msms_kv* kv = ev.attrs;
+        uint32_t n = ev.attr_count;
+        if (n > 64) return false;
+        // the order attr_json writes (upstream's for memory rows)
+        uint32_t order[65];
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < n; ++i) order[m++] = i;
+        constexpr uint32_t kSynthAddr = UINT32_MAX;
+        if (msms::is_memory_row(ev.kind)) {
+            bool has_addr = false;
+            for (uint32_t i = 0; i < n; ++i) has_addr |= view(kv[i].key) == "addr";
+            std::stable_sort(order, order + m, [kv](uint32_t a, uint32_t b) {
+                return msms::memory_attr_rank(view(kv[a].key)) < msms::memory_attr_rank(view(kv[b].key));
+            });
+            if (ev.kind == MSMS_EV_ACCESS && !has_addr) {
+                uint32_t at = 0;
+                while (at < m && msms::memory_attr_rank(view(kv[order[at]].key)) <= 1) ++at;
+                for (uint32_t j = m; j > at; --j) order[j] = order[j - 1];
+                order[at] = kSynthAddr;
+                ++m;
+            }
+        }
+        for (uint32_t j = 0; j < m; ++j) {
+            std::string_view key = order[j] == kSynthAddr ? std::string_view("addr") : view(kv[order[j]].key);
+            Src src;
+            int slot = 0;
+            if (order[j] == kSynthAddr) {
+                src = Src::Ptr;
+            } else {
+                std::string_view v = view(kv[order[j]].value);
+                int64_t dec;
+                uint64_t hex;
+                if (hex16(v, hex)) {
+                    if (ptr_col && hex == ev.ptr) src = Src::Ptr;
+                    else {
+                        src = Src::Hex;
+                        if (!(slot = int_slot(static_cast<int64_t>(hex)))) return false;
+                    }
+                } else if (canonical_decimal(v, dec)) {
+                    if (link_col && dec == static_cast<int64_t>(ev.allocation_id)) src = Src::Link;
+                    else if (size_col && dec == static_cast<int64_t>(ev.size)) src = Src::Size;
+                    else {
+                        src = Src::Dec;
+                        if (!(slot = int_slot(dec))) return false;
+                    }
+                } else {
+                    src = Src::Text;
+                    escaped_.clear();
+                    msms::json_quote(escaped_, v);
+                    if (!(slot = text_slot(std::string_view(escaped_).substr(1, escaped_.size() - 2)))) return false;
+                }
+            }
+            uint32_t kn = static_cast<uint32_t>(key.size());
+            fkey_.append(reinterpret_cast<const char*>(&kn), 4);
+            fkey_ += key;
+            fkey_ += static_cast<char>(src);
+            fkey_ += static_cast<char>('0' + slot);
+        }
+        auto it = formats_.find(fkey_);
+        if (it != formats_.end()) {
+            fmt = it->second;
+            return true;
+        }
+        if (formats_.size() >= kMaxFormats) return false;
+        fmt = static_cast<int64_t>(formats_.size() + 1);
+        formats_.emplace(fkey_, fmt);
+        std::string expr = format_expr(fkey_);
+        ins_fmt_.i64(1, fmt).text(2, expr).run(db_);
+        format_exprs_.emplace_back(fmt, std::move(expr));
+        make_views();  // the view renders the new layout from now on
+        return true;
+    }
+    int int_slot(int64_t n) {
+        for (int i = 0; i < nslots_; ++i)
+            if (slots_[i].is_int && slots_[i].n == n) return i + 1;
+        if (nslots_ == kSlots) return 0;
+        slots_[nslots_].is_int = true;
+        slots_[nslots_].n = n;
+        return ++nslots_;
+    }
+    int text_slot(std::string_view t) {
+        for (int i = 0; i < nslots_; ++i)
+            if (!slots_[i].is_int && slots_[i].text == t) return i + 1;
+        if (nslots_ == kSlots) return 0;
+        slots_[nslots_].is_int = false;
+        slots_[nslots_].text.assign(t);
+        return ++nslots_;
+    }
+    // The SQL expression (over msms_dump_rows d) that renders a layout.
+    static std::string format_expr(const std::string& fkey) {
+        std::string expr, lit = "{";
+        size_t p = 0;
+        bool first = true;
+        while (p < fkey.size()) {
+            uint32_t kn;
+            std::memcpy(&kn, fkey.data() + p, 4);
+            std::string_view key(fkey.data() + p + 4, kn);
+            Src src = static_cast<Src>(fkey[p + 4 + kn]);
+            int slot = fkey[p + 5 + kn] - '0';
+            p += 6 + kn;
+            if (!first) lit += ',';
+            first = false;
+            msms::json_quote(lit, key);
+            lit += ":\"";
+            sql_literal(expr, lit);
+            lit.clear();
+            expr += "||";
+            std::string a = "d.a" + std::to_string(slot);
+            switch (src) {
+            case Src::Ptr: expr += "printf('0x%016x',d.ptr)"; break;
+            case Src::Link: expr += "d.link"; break;
+            case Src::Size: expr += "d.size"; break;
+            case Src::Dec: expr += a; break;
+            case Src::Hex: expr += "printf('0x%016x'," + a + ")"; break;
+            case Src::Text: expr += a; break;
+            }
+            expr += "||";
+            lit += '"';
+        }
+        lit += '}';
+        sql_literal(expr, lit);
+        return expr;
+    }
+
+    void view_row(const msms_event& ev, std::string_view dev) {
+        bool ptr_col = has_ptr(ev);
+        bool link_col = ev.allocation_id && ev.allocation_id <= static_cast<uint64_t>(INT64_MAX);
+        bool size_col = ev.size && ev.size <= static_cast<uint64_t>(INT64_MAX);
+        int64_t fmt = 0;
+        bool coded = encode_attr(ev, ptr_col, link_col, size_col, fmt);
+        int64_t c = stack_id("c", ev.c_stack_id, ev.c_stack);
+        int64_t py = stack_id("python", ev.py_stack_id, ev.py_stack);
+        Stmt& s = ins_row_;
+        s.i64(1, static_cast<int64_t>(ev.id)).i64(2, context(ev, dev)).i64(3, static_cast<int64_t>(ev.timestamp_ns));
+        if (ptr_col) s.i64(4, static_cast<int64_t>(ev.ptr));
+        else s.null(4);
+        if (link_col) s.i64(5, static_cast<int64_t>(ev.allocation_id));
+        else s.null(5);
+        if (size_col) s.i64(6, static_cast<int64_t>(ev.size));
+        else s.null(6);
+        int64_t mid = -1;
+        if (ev.kind == MSMS_EV_MALLOC && ev.allocation_id) {
+            live_[ev.allocation_id].malloc_id = ev.id;
+        } else if (ev.kind == MSMS_EV_FREE && ev.allocation_id) {
+            auto it = live_.find(ev.allocation_id);
+            if (it != live_.end()) {
+                mid = static_cast<int64_t>(it->second.malloc_id);
+                live_.erase(it);
+            }
+        }
+        if (mid >= 0) s.i64(7, mid);
+        else s.null(7);
+        if (coded) {
+            s.i64(8, fmt);
+            for (int i = 0; i < kSlots; ++i) {
+                if (i >= nslots_) s.null(9 + i);
+                else if (slots_[i].is_int) s.i64(9 + i, slots_[i].n);
+                else s.text(9 + i, slots_[i].text);
+            }
+            s.null(15);
+        } else {
+            attr_.clear();
+            attr_json(attr_, ev);
+            s.null(8);
+            for (int i = 0; i < kSlots; ++i) s.null(9 + i);
+            s.text(15, attr_);
+        }
+        s.i64(16, py).i64(17, c).run(db_);
+    }
+
+    // memscope_dump (and msms_blocks) as views over the rows; made again
+    // whenever a new Attr layout appears (inside the open transaction, so
+    // every commit holds views that render every row).
+    void make_views() {
+        std::string attr = "CASE WHEN d.attr IS NOT NULL THEN d.attr";
+        for (auto& [id, expr] : format_exprs_) attr += " WHEN d.fmt=" + std::to_string(id) + " THEN " + expr;
+        attr += " ELSE '{}' END";
+        exec("DROP VIEW IF EXISTS msms_blocks");
+        exec("DROP VIEW IF EXISTS memscope_dump");
+        exec("CREATE VIEW memscope_dump AS SELECT d.id AS \"ID\", x.\"Event\" AS \"Event\", "
+             "x.\"Event Type\" AS \"Event Type\", x.\"Name\" AS \"Name\", d.ts AS \"Timestamp(ns)\", "
+             "x.\"Process Id\" AS \"Process Id\", x.\"Thread Id\" AS \"Thread Id\", x.\"Device Id\" AS \"Device Id\", "
+             "CASE WHEN d.ptr IS NULL THEN 'N/A' ELSE printf('0x%016x',d.ptr) END AS \"Ptr\", " +
+             attr + " AS \"Attr\", COALESCE(ps.text,'') AS \"Call Stack(Python)\", "
+             "COALESCE(cs.text,'') AS \"Call Stack(C)\" FROM msms_dump_rows d JOIN msms_dump_ctx x ON x.id=d.ctx "
+             "LEFT JOIN msms_stacks ps ON ps.kind='python' AND ps.id=d.py "
+             "LEFT JOIN msms_stacks cs ON cs.kind='c' AND cs.id=d.c");
+        // Only Attr can change (upstream's inefficient write-back does that).
+        exec("CREATE TRIGGER memscope_dump_update INSTEAD OF UPDATE ON memscope_dump BEGIN "
+             "SELECT RAISE(ABORT, 'memscope_dump: only the Attr column can be changed') WHERE "
+             "NEW.\"ID\" IS NOT OLD.\"ID\" OR NEW.\"Event\" IS NOT OLD.\"Event\" OR "
+             "NEW.\"Event Type\" IS NOT OLD.\"Event Type\" OR NEW.\"Name\" IS NOT OLD.\"Name\" OR "
+             "NEW.\"Timestamp(ns)\" IS NOT OLD.\"Timestamp(ns)\" OR NEW.\"Process Id\" IS NOT OLD.\"Process Id\" OR "
+             "NEW.\"Thread Id\" IS NOT OLD.\"Thread Id\" OR NEW.\"Device Id\" IS NOT OLD.\"Device Id\" OR "
+             "NEW.\"Ptr\" IS NOT OLD.\"Ptr\" OR NEW.\"Call Stack(Python)\" IS NOT OLD.\"Call Stack(Python)\" OR "
+             "NEW.\"Call Stack(C)\" IS NOT OLD.\"Call Stack(C)\"; "
+             "UPDATE msms_dump_rows SET attr=NEW.\"Attr\" WHERE id=OLD.\"ID\"; END");
+        const char* block_cols =
+            "m.link AS allocation_id, x.\"Device Id\" AS device, x.\"Event Type\" AS pool, m.ptr AS ptr, "
+            "m.size AS size, m.id AS malloc_id, m.ts AS malloc_ts, %s AS free_id, %s AS free_ts, "
+            "x.\"Thread Id\" AS thread_id, json_extract(v.\"Attr\", '$.owner') AS owner, "
+            "CASE WHEN m.c>0 THEN m.c END AS c_stack_id, CASE WHEN m.py>0 THEN m.py END AS py_stack_id";
+        char freed[1024], live[1024];
+        std::snprintf(freed, sizeof(freed), block_cols, "f.id", "f.ts");
+        std::snprintf(live, sizeof(live), block_cols, "NULL", "NULL");
+        exec(std::string("CREATE VIEW msms_blocks AS SELECT ") + freed +
+             " FROM msms_dump_rows f JOIN msms_dump_rows m ON m.id=f.mid JOIN msms_dump_ctx x ON x.id=m.ctx "
+             "JOIN memscope_dump v ON v.\"ID\"=m.id WHERE f.mid IS NOT NULL UNION ALL SELECT " +
+             live +
+             " FROM msms_live_blocks l JOIN msms_dump_rows m ON m.id=l.malloc_id JOIN msms_dump_ctx x ON x.id=m.ctx "
+             "JOIN memscope_dump v ON v.\"ID\"=m.id");
+    }
+
     // Commit every kBatch changes: the file on disk is always a consistent
     // database holding everything up to the last commit.
     void tick() {
@@ -377,13 +754,18 @@ private:
 
     std::string path_;
     sqlite3* db_ = nullptr;
-    Stmt ins_dump_, ins_block_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
+    Stmt ins_dump_, ins_block_, ins_row_, ins_ctx_, ins_fmt_, ins_live_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
     std::string dev_, other_dev_;
+    bool table_;
     int32_t own_kind_ = -1, own_id_ = -1;
     std::unordered_map<uint64_t, Live> live_;
     std::map<uint32_t, Stmt> ins_py_;
     std::unordered_set<uint64_t> c_seen_, py_seen_;
-    std::string attr_;
+    std::unordered_map<std::string, int64_t> c_text_, py_text_, ctx_, formats_;
+    std::vector<std::pair<int64_t, std::string>> format_exprs_;
+    Slot slots_[kSlots];
+    int nslots_ = 0;
+    std::string attr_, key_, fkey_, escaped_;
     uint64_t rows_ = 0, since_commit_ = 0, findings_ = 0;
 };
 
@@ -396,11 +778,17 @@ public:
         "plus indexed blocks, stacks and findings)";
 
     DbSink(msmemscope::Host host, const msmemscope::Options& opts)
-        : host_(host), written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))) {}
+        : host_(host),
+          written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))),
+          table_layout_(opts.get("layout", "view") == "table") {}
 
     static const msms_option_spec* options(uint32_t& count) {
-        static const msms_option_spec specs[] = {msms::WrittenEvents::kOptionSpec};
-        count = 1;
+        static const msms_option_spec specs[] = {
+            msms::WrittenEvents::kOptionSpec,
+            {"layout", MSMS_OPT_ENUM, "view", "view|table", 0, 0,
+             "view: each call stack stored once, memscope_dump a view (small files); table: memscope_dump a "
+             "table with every row's text in full, for readers that require a table (upstream's python analyzer)"}};
+        count = 2;
         return specs;
     }
 
@@ -451,7 +839,7 @@ private:
         auto it = dbs_.find(dev);
         if (it != dbs_.end()) return *it->second;
         auto d = std::make_unique<Database>(
-            run_.output_dir + "/device_" + dev + "/dump/memscope_dump_" + run_.timestamp + ".db", run_, dev);
+            run_.output_dir + "/device_" + dev + "/dump/memscope_dump_" + run_.timestamp + ".db", run_, dev, table_layout_);
         Database& db = *dbs_.emplace(dev, std::move(d)).first->second;
         if (first_device_.empty()) first_device_ = dev;
         for (auto& p : pending_) db.row(p.get());
@@ -483,6 +871,7 @@ private:
 
     msmemscope::Host host_;
     msms::WrittenEvents written_;
+    bool table_layout_;
     msmemscope::RunInfo run_;
     std::vector<Pending> pending_;  // rows without a device so far
     bool pending_full_ = false;

@@ -89,10 +89,10 @@ struct RawSink {
 
 }  // namespace
 
-TEST_CASE("db: memscope_dump has exactly the 12 columns of COMPAT §5, with their types") {
-    std::string dir = fresh_dir("schema");
+TEST_CASE("db: memscope_dump has exactly the 12 columns of COMPAT §5 (layout table: with their types)") {
+    std::string dir = fresh_dir("schema_table");
     PluginHarness h(plugin());
-    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.create({{"layout", "table"}}) == MSMS_OK);
     REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
     h.feed(EventBuilder::malloc(0x1000, 64).allocation_id(1).attr("allocation_id", "1").attr("size", "64"));
     REQUIRE(h.finish() == MSMS_OK);
@@ -108,11 +108,180 @@ TEST_CASE("db: memscope_dump has exactly the 12 columns of COMPAT §5, with thei
     CHECK(db.one("PRAGMA journal_mode") == "delete");
     CHECK(db.one("SELECT value FROM msms_meta WHERE key='complete'") == "true");
     CHECK(db.one("SELECT value FROM msms_meta WHERE key='schema_version'") == "1");
+    CHECK(db.one("SELECT value FROM msms_meta WHERE key='layout'") == "table");
     auto tables = db.q("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name");
     std::vector<std::vector<std::string>> want_tables = {
         {"memscope_dump"}, {"msms_blocks"}, {"msms_findings"}, {"msms_meta"}, {"msms_stacks"}};
     CHECK(tables == want_tables);
     CHECK(db.one("SELECT count(*) FROM sqlite_master WHERE type='index' AND name='memscope_dump_time'") == "1");
+}
+
+TEST_CASE("db: layout view (the default): memscope_dump is a view with the 12 columns, values of their types") {
+    std::string dir = fresh_dir("schema");
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x1000, 64).allocation_id(1).attr("allocation_id", "1").attr("size", "64"));
+    h.feed(EventBuilder::step(1).at(5));
+    REQUIRE(h.finish() == MSMS_OK);
+    Db db(dir + "/device_cpu/dump/memscope_dump_20260101000000.db");
+    auto cols = db.q("SELECT name FROM pragma_table_info('memscope_dump') ORDER BY cid");
+    std::vector<std::vector<std::string>> want = {{"ID"},  {"Event"}, {"Event Type"}, {"Name"},
+                                                  {"Timestamp(ns)"}, {"Process Id"}, {"Thread Id"},
+                                                  {"Device Id"}, {"Ptr"}, {"Attr"}, {"Call Stack(Python)"},
+                                                  {"Call Stack(C)"}};
+    CHECK(cols == want);
+    // every value of the type the table layout stores (SQLite gives a view's
+    // computed columns no declared type; the values keep theirs)
+    auto types = db.q("SELECT DISTINCT typeof(\"ID\"), typeof(\"Event\"), typeof(\"Event Type\"), typeof(\"Name\"), "
+                      "typeof(\"Timestamp(ns)\"), typeof(\"Process Id\"), typeof(\"Thread Id\"), typeof(\"Device Id\"), "
+                      "typeof(\"Ptr\"), typeof(\"Attr\"), typeof(\"Call Stack(Python)\"), typeof(\"Call Stack(C)\") "
+                      "FROM memscope_dump");
+    std::vector<std::vector<std::string>> want_types = {
+        {"integer", "text", "text", "text", "integer", "integer", "integer", "text", "text", "text", "text", "text"}};
+    CHECK(types == want_types);
+    CHECK(db.one("PRAGMA user_version") == "2");
+    CHECK(db.one("PRAGMA journal_mode") == "delete");
+    CHECK(db.one("PRAGMA integrity_check") == "ok");
+    CHECK(db.one("SELECT value FROM msms_meta WHERE key='complete'") == "true");
+    CHECK(db.one("SELECT value FROM msms_meta WHERE key='schema_version'") == "2");
+    CHECK(db.one("SELECT value FROM msms_meta WHERE key='layout'") == "view");
+    auto objects = db.q("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY type, name");
+    std::vector<std::vector<std::string>> want_objects = {
+        {"table", "msms_attr_formats"}, {"table", "msms_dump_ctx"}, {"table", "msms_dump_rows"},
+        {"table", "msms_findings"},     {"table", "msms_live_blocks"}, {"table", "msms_meta"},
+        {"table", "msms_stacks"},       {"view", "memscope_dump"},  {"view", "msms_blocks"},
+        {"view", "msms_leaks"}};
+    CHECK(objects == want_objects);
+}
+
+namespace {
+
+// One stream with every kind of Attr value the encoding treats apart, fed to
+// a sink of the given layout; returns the file.
+std::string write_variety(const std::string& name, const char* layout) {
+    std::string dir = fresh_dir(name);
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"layout", layout}}) == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    h.feed(EventBuilder::step(1).at(100));
+    h.feed(EventBuilder::mark("start").at(101).attr("message", "it's 100% \"done\"\n\ttab\x01").attr("tid", "7"));
+    for (int i = 0; i < 3; ++i) {
+        std::string id = std::to_string(10 + i);
+        uint64_t ptr = 0x7f0000001000ull + 0x40 * i;
+        char addr[32];
+        std::snprintf(addr, sizeof(addr), "0x%016llx", static_cast<unsigned long long>(ptr));
+        h.feed(EventBuilder::malloc(ptr, 64 + i)
+                   .allocation_id(10 + i)
+                   .at(200 + i)
+                   .thread(42 + i)
+                   .c_stack(i == 2 ? "other\nstack" : "f1\nf2")
+                   .py_stack(i ? "a.py(3): main" : "")
+                   .attr("allocation_id", id)
+                   .attr("addr", addr)
+                   .attr("size", std::to_string(64 + i))
+                   .attr("used", "1000")
+                   .attr("process_used", "1000")
+                   .attr("device_used", i == 1 ? "1001" : "1000"));
+    }
+    h.feed(EventBuilder::free(0x7f0000001000ull).allocation_id(10).at(300).attr("allocation_id", "10")
+               .attr("addr", "0x00007f0000001000").attr("size", "64").attr("used", "936"));
+    // values that look like numbers but must stay text; numbers out of range
+    h.feed(EventBuilder::malloc(0x2000, 8).allocation_id(20).at(400)
+               .attr("allocation_id", "021").attr("addr", "0x0000000000002001").attr("size", "-0")
+               .attr("a%d'b", "0X00000000000000FF").attr("big", "99999999999999999999")
+               .attr("neg", "-12").attr("max", "9223372036854775807").attr("hexbig", "0xffffffffffffffff"));
+    // more distinct values than slots: the row keeps its text
+    h.feed(EventBuilder::malloc(0x3000, 9).allocation_id(21).at(401)
+               .attr("k1", "1").attr("k2", "2").attr("k3", "3").attr("k4", "4").attr("k5", "5").attr("k6", "6")
+               .attr("k7", "7").attr("k8", "x"));
+    // ACCESS without addr (Ptr added by the sink) and with one
+    h.feed(EventBuilder::access(0x2000).at(500).attr("type", "PTA").attr("size", "8"));
+    h.feed(EventBuilder::access(0x2008).at(501).attr("addr", "0x0000000000002008").attr("type", "PTA"));
+    // another device's row, an operator, a kernel with a quoted name
+    h.feed(EventBuilder::malloc(0x4000, 16, MSMS_T_PTA).device(MSMS_DEV_NPU, 1).allocation_id(30).at(600)
+               .attr("allocation_id", "30").attr("owner", "PTA@weight"));
+    h.feed(EventBuilder::op("aten::add", true).at(700).name("aten::add"));
+    h.feed(EventBuilder::kernel("k\"1,2").at(701));
+    h.feed(EventBuilder::mark("empty").at(702));
+    REQUIRE(h.annotate(3, "inefficient_type", "early_allocation") == MSMS_OK);
+    REQUIRE(h.annotate(4, "owner", "PTA@activation") == MSMS_OK);
+    REQUIRE(h.finish() == MSMS_OK);
+    return dir + "/device_cpu/dump/memscope_dump_20260101000000.db";
+}
+
+}  // namespace
+
+TEST_CASE("db: layout view gives back exactly the rows and blocks of layout table") {
+    std::string table = write_variety("variety_table", "table");
+    std::string viewed = write_variety("variety_view", "view");
+    Db t(table), v(viewed);
+    auto rows = v.q("SELECT * FROM memscope_dump ORDER BY \"ID\"");
+    REQUIRE(rows.size() == 13);
+    CHECK(rows == t.q("SELECT * FROM memscope_dump ORDER BY \"ID\""));
+    // each value of the same SQLite type as in the table
+    const char* typed = "SELECT typeof(\"ID\")||typeof(\"Timestamp(ns)\")||typeof(\"Process Id\")||typeof(\"Thread Id\")"
+                        "||typeof(\"Attr\")||typeof(\"Call Stack(C)\") FROM memscope_dump ORDER BY \"ID\"";
+    CHECK(v.q(typed) == t.q(typed));
+    const char* blocks = "SELECT allocation_id, device, pool, ptr, size, malloc_id, malloc_ts, free_id, free_ts, thread_id, "
+                         "owner, c_stack_id, py_stack_id FROM msms_blocks ORDER BY allocation_id";
+    CHECK(v.q(blocks) == t.q(blocks));
+    CHECK(v.q(blocks).size() == 5);
+    // the two rows with more distinct values than slots (ID 7 and 8) keep
+    // their text; every other row is encoded
+    CHECK(v.q("SELECT id FROM msms_dump_rows WHERE fmt IS NULL ORDER BY id") ==
+          std::vector<std::vector<std::string>>{{"7"}, {"8"}});
+    CHECK(v.one("SELECT count(*) FROM msms_dump_rows WHERE attr IS NOT NULL AND fmt IS NULL") == "2");
+}
+
+TEST_CASE("db: layout view stores each call stack and each row context once") {
+    std::string dir = fresh_dir("stacks_once");
+    std::string big(2000, 'x');
+    for (int i = 0; i < 2000; i += 50) big[i] = '\n';
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    for (int i = 1; i <= 2000; ++i) {
+        auto m = EventBuilder::malloc(0x10000 + 64 * i, 64).allocation_id(i).at(1000 + 2 * i).c_stack(big + "m")
+                     .attr("allocation_id", std::to_string(i)).attr("size", "64").build();
+        m.ev.c_stack_id = 7;
+        h.feed(m);
+        auto f = EventBuilder::free(0x10000 + 64 * i).allocation_id(i).at(1001 + 2 * i).c_stack(big + "f")
+                     .attr("allocation_id", std::to_string(i)).build();
+        f.ev.c_stack_id = 8;
+        h.feed(f);
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    std::string path = dir + "/device_cpu/dump/memscope_dump_20260101000000.db";
+    Db db(path);
+    CHECK(db.one("SELECT count(*) FROM msms_stacks") == "2");
+    CHECK(db.one("SELECT count(*) FROM msms_dump_ctx") == "2");
+    CHECK(db.one("SELECT count(*) FROM memscope_dump WHERE \"Call Stack(C)\"='" + big + "m'") == "2000");
+    CHECK(db.one("SELECT count(*) FROM memscope_dump WHERE \"Call Stack(C)\"='" + big + "f'") == "2000");
+    CHECK(db.one("SELECT count(*) FROM msms_blocks WHERE free_id IS NOT NULL AND c_stack_id=7") == "2000");
+    // 4000 rows of 2 KB stacks: 8 MB as text, well under 1 MB stored once
+    CHECK(fs::file_size(path) < (1u << 20));
+}
+
+TEST_CASE("db: layout view takes upstream's Attr write-back through the view, nothing else") {
+    std::string path = write_variety("writeback", "view");
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    // as upstream's InefficientAnalyzer._write_back_db does it
+    REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "UPDATE memscope_dump SET Attr = '{\"x\":\"1\"}' WHERE ID = 4 AND `Process Id` = 1",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    char* msg = nullptr;
+    CHECK(sqlite3_exec(db, "UPDATE memscope_dump SET \"Event\"='FREE' WHERE ID = 4", nullptr, nullptr, &msg) ==
+          SQLITE_CONSTRAINT);
+    CHECK(std::string(msg ? msg : "") == "memscope_dump: only the Attr column can be changed");
+    sqlite3_free(msg);
+    REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    Db r(path);
+    CHECK(r.one("SELECT \"Attr\" FROM memscope_dump WHERE \"ID\"=4") == "{\"x\":\"1\"}");
+    CHECK(r.one("SELECT \"Event\" FROM memscope_dump WHERE \"ID\"=4") == "MALLOC");
+    CHECK(r.one("SELECT \"Attr\" FROM memscope_dump WHERE \"ID\"=5") != "{\"x\":\"1\"}");
 }
 
 TEST_CASE("db: rows, Attr JSON round trip and annotations") {
