@@ -161,3 +161,55 @@ def test_csv_and_db_of_the_rich_stream_agree(tmp_path):
     snap = [d for d in read_dump(tmp_path / "csv" / "device_0" / "dump" / f"memscope_dump_{TS}.csv")
             if d["Event"] == "SNAPSHOT"][0]
     assert snap["Attr"] == '{allocated:123,note:say "hi"}'
+
+
+def _upstream_read(db):
+    """The queries of upstream's InefficientAnalyzer._read_db_file and
+    _write_back_db (python/msmemscope/analyzer/inefficient.py), in order."""
+    import sqlite3
+    con = sqlite3.connect(str(db))
+    try:
+        is_table = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='memscope_dump'").fetchone()
+        names = [c[1] for c in con.execute("PRAGMA table_info(memscope_dump)")]
+        cur = con.execute("SELECT * FROM memscope_dump")
+        rows = cur.fetchall()
+        columns = [d[0] for d in cur.description]
+        con.execute("PRAGMA journal_mode=WAL;")
+        first = rows[1]
+        con.execute("SELECT Attr FROM memscope_dump WHERE ID = ? AND `Process Id` = ?", (first[0], first[5]))
+        con.execute("UPDATE memscope_dump SET Attr = ? WHERE ID = ? AND `Process Id` = ?",
+                    ('{"inefficient_type":"early_allocation"}', first[0], first[5]))
+        con.commit()
+        after = con.execute("SELECT Attr FROM memscope_dump WHERE ID = ?", (first[0],)).fetchone()[0]
+    finally:
+        con.close()
+    return bool(is_table), names, columns, rows, after
+
+
+def test_db_layouts_view_and_table_hold_the_same_rows_for_upstream_readers(cli, test_bin, tmp_path):
+    """The default layout (memscope_dump a view, each stack stored once) and
+    db.layout=table give a reader the same 12 columns and values; only the
+    table layout passes upstream's check for a *table* named memscope_dump."""
+    cap = tmp_path / "cap"
+    cli(BASE + ["--call-stack=c:8", "--save-capture=true", f"--output={cap}", "--",
+                test_bin / "sinks_alloc_loop", "3000"], cwd=tmp_path, check_rc=0)
+    capture = only(only(process_dirs(cap)).glob("*.msmcap"))
+    got = {}
+    for layout in ("view", "table"):
+        out = tmp_path / layout
+        cli([f"--replay={capture}", "--analysis=", "--data-format=db", f"--plugin-option=db.layout={layout}",
+             f"--output={out}"], cwd=tmp_path, check_rc=0)
+        db = only((only(process_dirs(out)) / "device_cpu" / "dump").glob("memscope_dump_*.db"))
+        check_db(db)
+        stacks = db_query(db, "SELECT count(*), count(DISTINCT text) FROM msms_stacks")[0]
+        with_stack = db_query(db, "SELECT count(*) FROM memscope_dump WHERE \"Call Stack(C)\" != ''")[0][0]
+        got[layout] = _upstream_read(db) + (stacks, with_stack, db.stat().st_size)
+    view, table = got["view"], got["table"]
+    assert table[0] is True and view[0] is False  # upstream's type='table' check
+    assert view[1] == table[1] == [n for n, _ in DB_COLUMNS]
+    assert view[2] == table[2] == [n for n, _ in DB_COLUMNS]
+    assert len(view[3]) > 5000 and view[3] == table[3]
+    assert view[4] == table[4] == '{"inefficient_type":"early_allocation"}'
+    n, distinct = view[5]
+    assert n == distinct and 0 < n < 10 and view[6] > 3000  # thousands of rows with a stack, a handful stored
+    assert view[7] * 4 < table[7]
