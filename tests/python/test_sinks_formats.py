@@ -133,18 +133,67 @@ def test_trace_rich_stream(tmp_path):
     assert doc["otherData"]["truncated"] is False
 
 
-def test_trace_stops_growing_at_its_limit(tmp_path):
-    out = drive("trace", tmp_path, "big", 20000, "max_events=1000")
+def counter_samples(doc):
+    return [(e["name"], e["ts"], e["args"]["bytes"]) for e in doc["traceEvents"] if e["ph"] == "C"]
+
+
+def test_trace_over_its_budget_downsamples_counters_never_the_structure(tmp_path):
+    """Issue #19 item 4: an import phase of 40,000 counter changes, then 8
+    steps: past max_events every operator span, step, mark and leak is
+    there, the counters are reduced (the busy host heap track, not the
+    training's pool) and otherData says so."""
+    full = drive("trace", tmp_path / "full", "train", 20000, "max_events=1000000000")
+    whole = load_trace(tmp_path / "full" / f"trace_{TS}.json")
+    assert whole["otherData"]["downsampled"] == {} and whole["otherData"]["truncated"] is False
+    assert "report: trace" not in full
+    out = drive("trace", tmp_path, "train", 20000, "max_events=5000")
     doc = load_trace(tmp_path / f"trace_{TS}.json")
-    assert doc["otherData"]["truncated"] is True
-    assert len(doc["traceEvents"]) <= 1000 + 10  # + the last value of each counter, + leaks
-    note = doc["otherData"]["truncated_note"]
-    assert note.startswith("the capture has more than 1000 trace events; the trace stopped growing there")
-    assert "--data-format=db" in note
+    ev = doc["traceEvents"]
+    ops = [e for e in ev if e["ph"] == "X" and e["cat"] == "op"]
+    assert len(ops) == 400 and {e["name"] for e in ops} == {"aten::addmm"}
+    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "step"] == [f"step {i}" for i in range(1, 9)]
+    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mstx"] == [f"step {i} done" for i in range(1, 9)]
+    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "leak"] == ["leak 200704 B"]
+    assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "python"]) == 800
+    # counters: fewer, within the budget, peak and last level of every track kept
+    samples, kept = counter_samples(whole), counter_samples(doc)
+    assert len(samples) == 81598 and len(kept) <= 5000 - (len(ev) - len(kept))
+    meta = doc["otherData"]
+    assert meta["truncated"] is False and meta["events"] == len(ev)
+    assert meta["downsampled"]["memory_counters"]["samples"] == len(samples)
+    assert meta["downsampled"]["memory_counters"]["written"] == len(kept)
+    tracks = meta["downsampled"]["memory_counters"]["tracks"]
+    assert tracks["cpu HOST allocated"]["bucket_ns"] > 1
+    assert tracks["cpu HOST allocated"]["written"] < tracks["cpu HOST allocated"]["samples"] == 40000
+    for track in {n for n, _, _ in samples}:
+        a = [(t, v) for n, t, v in samples if n == track]
+        b = [(t, v) for n, t, v in kept if n == track]
+        assert max(v for _, v in b) == max(v for _, v in a) and b[-1] == a[-1], track
+    # the busy import-phase track is reduced, the training steps' pool keeps every sample
+    assert [s for s in kept if s[0] == "cpu PTA allocated"] == [s for s in samples if s[0] == "cpu PTA allocated"]
+    n_pta = len([s for s in samples if s[0] == "cpu PTA allocated"])
+    assert n_pta > 700 and tracks["cpu PTA allocated"] == {"samples": n_pta, "written": n_pta, "bucket_ns": 1}
+    note = meta["downsampled_note"]
+    assert note.startswith("the run has more than 5000 trace events (option max_events): memory counters "
+                           f"downsampled to {len(kept)} of {len(samples)} samples ('cpu HOST allocated' in buckets of "
+                           f"{tracks['cpu HOST allocated']['bucket_ns']} ns, ")
+    assert "'cpu PTA allocated'" not in note
+    assert "every operator, kernel and mstx span, step, mark and leak is in" in note and "--data-format=db" in note
     assert f"log: 1 trace: {note}" in out and f"report: trace: {note}" in out
-    # the counter still ends at its final value
-    last = [e for e in doc["traceEvents"] if e["ph"] == "C"][-1]
-    assert last["ts"] > 0
+
+
+def test_trace_budget_drops_python_calls_before_operators(tmp_path):
+    drive("trace", tmp_path, "train", 20000, "max_events=1000")
+    doc = load_trace(tmp_path / f"trace_{TS}.json")
+    ev = doc["traceEvents"]
+    assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "op"]) == 400
+    py = len([e for e in ev if e["ph"] == "X" and e["cat"] == "python"])
+    meta = doc["otherData"]
+    assert meta["truncated"] is True
+    assert meta["downsampled"]["python_calls"] == {"spans": 800, "written": py} and 0 < py < 800
+    assert f"{800 - py} Python call spans past the budget not written" in meta["downsampled_note"]
+    # a quarter of the budget stays for the counters
+    assert 0 < meta["downsampled"]["memory_counters"]["written"] <= 250
 
 
 def test_csv_and_db_of_the_rich_stream_agree(tmp_path):

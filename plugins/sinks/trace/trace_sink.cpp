@@ -11,21 +11,32 @@
 //                  and leaks (findings table "leaks") at their allocation
 //
 // Timestamps are microseconds since the first event (the absolute start is
-// in otherData.start_ns), written with nanosecond digits. The file is
-// streamed; the only state kept is open spans and live blocks. Past
-// `max_events` (default 2,000,000) nothing but leaks is added: the log and
-// the end-of-run report say so and point to the full data (--data-format=db).
+// in otherData.start_ns), written with nanosecond digits.
+//
+// The structure is never dropped: operator, kernel, mstx and RecordFunction
+// spans, steps, marks, snapshots, OOM rows and leaks are streamed to the
+// file as they come, however many. `max_events` (default 2,000,000) is the
+// budget of the rest: Python call spans are written while the trace is
+// within it (later ones are counted, not written), and the memory counters
+// are kept in memory (counter_series.h) and written at the end, downsampled
+// to what is left of the budget (at least a quarter of it) with the same
+// resolution over the whole run, each time bucket keeping its lowest,
+// highest and last value. otherData.downsampled says what was reduced, the
+// log and the end-of-run report too.
 #include <msmemscope/plugin.hpp>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "counter_series.h"
 #include "util/json.h"
 
 namespace {
@@ -39,12 +50,13 @@ public:
     static constexpr const char* kTypeName = "trace";
     static constexpr const char* kVersion = "1.0.0";
     static constexpr const char* kDescription =
-        "trace_{ts}.json: Chrome/Perfetto trace events (memory counters, op/kernel/Python spans, marks, leaks)";
+        "trace_{ts}.json: Chrome/Perfetto trace events (op/kernel/Python spans, steps, marks, leaks, memory counters)";
 
     static const msms_option_spec* options(uint32_t& n) {
         static const msms_option_spec specs[] = {
             {"max_events", MSMS_OPT_INT, "2000000", nullptr, 1000, 1000000000,
-             "trace events written before the trace stops growing (use the db sink for everything)"},
+             "budget of trace events: past it memory counters are downsampled and Python call spans dropped; "
+             "operator/kernel spans, steps, marks and findings are always written"},
         };
         n = 1;
         return specs;
@@ -110,7 +122,6 @@ public:
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
         if (table != "leaks" || !f_) return;
-        if (leaks_ >= kMaxLeaks) return;
         ++leaks_;
         uint64_t alloc = 0, ts = 0, size = 0;
         uint32_t tid = 0;
@@ -146,24 +157,46 @@ public:
         if (!f_) return;
         // Spans still open at the end: drawn up to the last event.
         for (auto& [key, stack] : open_)
-            for (auto& s : stack) span(s.name, s.cat, s.tid, s.start, last_ts_, s.args, true);
+            for (auto& sp : stack) span(sp.name, sp.cat, sp.tid, sp.start, last_ts_, sp.args, true);
         open_.clear();
-        // The last value of every counter, so that a truncated trace still
-        // ends at the right level.
-        if (truncated_)
-            for (auto& [key, c] : counters_)
-                if (c.pending) counter_event(c.name, last_ts_, c.value, true);
+        write_counters();
         buf_ += "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"msmemscope\",\"pid\":";
         buf_ += std::to_string(run_.pid);
         buf_ += ",\"start_ns\":";
         buf_ += std::to_string(base_);
         buf_ += ",\"events\":";
         buf_ += std::to_string(written_);
+        buf_ += ",\"max_events\":";
+        buf_ += std::to_string(max_events_);
+        // truncated: events of some kind left out (Python calls); memory
+        // counters downsampled are reduced, not truncated
         buf_ += ",\"truncated\":";
-        buf_ += truncated_ ? "true" : "false";
-        if (truncated_) {
-            buf_ += ",\"truncated_note\":";
-            msms::json_quote(buf_, note());
+        buf_ += py_dropped_ ? "true" : "false";
+        buf_ += ",\"downsampled\":{";
+        if (counters_downsampled_) {
+            buf_ += "\"memory_counters\":{\"samples\":" + std::to_string(series_->samples()) +
+                    ",\"written\":" + std::to_string(counter_points_) +
+                    ",\"method\":\"per track, time buckets of bucket_ns keep their lowest, highest and last value\""
+                    ",\"tracks\":{";
+            for (size_t t = 0; t < series_->tracks(); ++t) {
+                if (t) buf_ += ',';
+                msms::json_quote(buf_, series_->name(t));
+                buf_ += ":{\"samples\":" + std::to_string(series_->samples(t)) +
+                        ",\"written\":" + std::to_string(series_->points(t)) +
+                        ",\"bucket_ns\":" + std::to_string(series_->width_ns(t)) + "}";
+            }
+            buf_ += "}}";
+        }
+        if (py_dropped_) {
+            if (counters_downsampled_) buf_ += ',';
+            buf_ += "\"python_calls\":{\"spans\":" + std::to_string(py_written_ + py_dropped_) +
+                    ",\"written\":" + std::to_string(py_written_) + "}";
+        }
+        buf_ += "},\"complete\":[\"op\",\"kernel\",\"mstx\",\"record_function\",\"step\",\"system\",\"memory\",\"oom\",\"leak\"]";
+        std::string n = note();
+        if (!n.empty()) {
+            buf_ += ",\"downsampled_note\":";
+            msms::json_quote(buf_, n);
         }
         buf_ += "}}\n";
         flush();
@@ -172,12 +205,14 @@ public:
             throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
         }
         f_ = nullptr;
-        if (truncated_) host_.report("trace: " + note());
+        if (!n.empty()) {
+            host_.warn("trace: " + n);
+            host_.report("trace: " + n);
+        }
     }
 
 private:
     static constexpr size_t kFlushAt = 1 << 20;
-    static constexpr uint64_t kMaxLeaks = 100000;
     static constexpr uint64_t kRangeKey = 1ull << 63;
 
     struct Span {
@@ -190,9 +225,8 @@ private:
         uint32_t tid;
     };
     struct Counter {
-        std::string name;
+        size_t track;
         int64_t value = -1;
-        bool pending = false;  // a change not written (after truncation)
     };
 
     static uint64_t num(std::string_view v) {
@@ -206,20 +240,46 @@ private:
     static std::string name_or(const msms_event& ev, const char* fallback) {
         return ev.name.size ? std::string(view(ev.name)) : std::string(fallback);
     }
+    // What was reduced, for the log, the report and otherData ("" if nothing).
     std::string note() const {
-        return "the capture has more than " + std::to_string(max_events_) +
-               " trace events; the trace stopped growing there (later spans, marks and counter changes are not in " +
-               path_ + "); every event is in the dump (--data-format=db for indexed queries)";
+        std::string n;
+        if (counters_downsampled_) {
+            n = "memory counters downsampled to " + std::to_string(counter_points_) + " of " +
+                std::to_string(series_->samples()) + " samples (";
+            bool first = true;
+            for (size_t t = 0; t < series_->tracks(); ++t) {
+                if (series_->width_ns(t) == 1) continue;
+                n += first ? "" : ", ";
+                first = false;
+                n += "'" + series_->name(t) + "' in buckets of " + std::to_string(series_->width_ns(t)) + " ns";
+            }
+            n += ", each keeping its lowest, highest and last value)";
+        }
+        if (py_dropped_) {
+            if (!n.empty()) n += "; ";
+            n += std::to_string(py_dropped_) + " Python call spans past the budget not written";
+        }
+        if (n.empty()) return n;
+        return "the run has more than " + std::to_string(max_events_) + " trace events (option max_events): " + n +
+               "; every operator, kernel and mstx span, step, mark and leak is in " + path_ +
+               ", every event in the dump (--data-format=db for indexed queries)";
     }
 
-    // Room for one more event? Past the limit, note it once.
-    bool room() {
-        if (written_ < max_events_) return true;
-        if (!truncated_) {
-            truncated_ = true;
-            host_.warn("trace: " + note());
+    // The counters, downsampled to what is left of the budget.
+    void write_counters() {
+        if (!series_) return;
+        uint64_t used = written_;
+        uint64_t left = used < max_events_ ? max_events_ - used : 0;
+        uint64_t budget = std::max(left, max_events_ / 4);
+        series_->fit(budget);
+        counters_downsampled_ = series_->points() < series_->samples();
+        for (size_t t = 0; t < series_->tracks(); ++t) {
+            for (const auto& p : series_->points_of(t)) {
+                counter_event(series_->name(t), p.ts, p.value);
+                ++counter_points_;
+                maybe_flush();
+            }
         }
-        return false;
     }
 
     void head(const char* ph, std::string_view name, uint32_t pid, uint32_t tid) {
@@ -244,8 +304,7 @@ private:
         buf_.append(b, static_cast<size_t>(n));
     }
 
-    void counter_event(const std::string& name, uint64_t ts, int64_t value, bool force = false) {
-        if (!force && !room()) return;
+    void counter_event(const std::string& name, uint64_t ts, int64_t value) {
         head("C", name, run_.pid, 0);
         buf_ += ",\"cat\":\"memory\",\"ts\":";
         time(ts);
@@ -256,25 +315,18 @@ private:
 
     // key: device kind, device id, pool type (0x10000 = the device total)
     void counter(uint64_t key, const msms_event& ev, int64_t value) {
+        if (!series_) series_ = std::make_unique<msms_trace::CounterSeries>(base_, max_events_);
         auto it = counters_.find(key);
         if (it == counters_.end()) {
             std::string name = device_name(ev.device_kind, ev.device_id);
             const char* pool = msms_event_type_name(ev.type);
             name += key & 0x10000 ? std::string(" in use") : std::string(" ") + (pool ? pool : "pool") + " allocated";
-            it = counters_.emplace(key, Counter{}).first;
-            it->second.name = std::move(name);
+            it = counters_.emplace(key, Counter{series_->add_track(std::move(name))}).first;
         }
         Counter& c = it->second;
-        uint64_t ts = ev.timestamp_ns;
-        const std::string& name = c.name;
         if (c.value == value) return;
         c.value = value;
-        if (truncated_ || !room()) {
-            c.pending = true;
-            return;
-        }
-        c.pending = false;
-        counter_event(name, ts, value);
+        series_->add(c.track, ev.timestamp_ns, value);
     }
 
     void memory(const msms_event& ev) {
@@ -313,7 +365,7 @@ private:
         auto it = open_.find({cat[0], key});
         if (it == open_.end() || it->second.empty()) {
             // an end without a start: a zero-length mark at the end
-            if (room()) span(name_or(ev, cat), cat, ev.tid, ev.timestamp_ns, ev.timestamp_ns, "", false);
+            span(name_or(ev, cat), cat, ev.tid, ev.timestamp_ns, ev.timestamp_ns, "", false);
             return;
         }
         auto& stack = it->second;
@@ -326,7 +378,7 @@ private:
         Span s = std::move(stack[i - 1]);
         stack.erase(stack.begin() + static_cast<long>(i - 1));
         if (stack.empty()) open_.erase(it);
-        if (room()) span(s.name, s.cat, s.tid, s.start, ev.timestamp_ns, s.args, false);
+        span(s.name, s.cat, s.tid, s.start, ev.timestamp_ns, s.args, false);
     }
 
     void span(const std::string& name, const std::string& cat, uint32_t tid, uint64_t start, uint64_t end,
@@ -352,14 +404,21 @@ private:
     }
 
     void python(const msms_event& ev) {
-        if (!room()) return;
+        // RecordFunction ranges are the user's structure; Python calls are
+        // written while the trace is within its budget
+        if (ev.type != MSMS_T_PY_RECORD_FUNCTION) {
+            if (written_ >= max_events_) {
+                ++py_dropped_;
+                return;
+            }
+            ++py_written_;
+        }
         uint64_t start = ev.aux0 && ev.aux0 <= ev.timestamp_ns ? ev.aux0 : ev.timestamp_ns;
         span(name_or(ev, "python"), ev.type == MSMS_T_PY_RECORD_FUNCTION ? "record_function" : "python", ev.tid, start,
              ev.timestamp_ns, "", false);
     }
 
     void instant(const msms_event& ev, const char* cat, const std::string& name, char scope) {
-        if (!room()) return;
         head("i", name, run_.pid, ev.tid);
         buf_ += ",\"cat\":\"";
         buf_ += cat;
@@ -394,7 +453,9 @@ private:
     std::FILE* f_ = nullptr;
     std::string buf_;
     uint64_t base_ = 0, last_ts_ = 0, written_ = 0, leaks_ = 0;
-    bool base_set_ = false, truncated_ = false, first_ = true;
+    uint64_t py_written_ = 0, py_dropped_ = 0, counter_points_ = 0;
+    bool base_set_ = false, counters_downsampled_ = false, first_ = true;
+    std::unique_ptr<msms_trace::CounterSeries> series_;
     std::map<std::pair<char, uint64_t>, std::vector<Span>> open_;
     std::unordered_map<uint64_t, Block> live_;
     std::map<uint64_t, Counter> counters_;

@@ -9,6 +9,8 @@
 //            owners) and an annotation
 //   empty    nothing between begin and finish
 //   carve    npu:0 PTA blocks carved from HAL driver blocks (memory_viz)
+//   train N  an import phase of N host malloc/free pairs, then 8 steps of
+//            operators, Python calls and marks (trace downsampling)
 //   big N    N malloc/free events on cpu (a window of live blocks, stacks
 //            from 50 sites, owners from 5 categories) and 2 leak findings
 // Prints "ok" or the failure and exits non-zero.
@@ -203,6 +205,35 @@ void carve(Driver& h) {
     h.malloc_(0x1000, 256, MSMS_T_PTA, NPU, 0, "", "", 0);
 }
 
+// An import phase of N host malloc/free pairs, then 8 training steps of 50
+// operators (a PTA block each), 100 Python calls and an mstx mark per step,
+// and a leak (trace downsampling).
+void train(Driver& h, long n) {
+    const uint16_t CPU = MSMS_DEV_CPU;
+    for (long i = 0; i < n; ++i) {
+        uint64_t ptr = 0x100000000ull + static_cast<uint64_t>(i % 64) * 0x10000;
+        h.malloc_(ptr, 64 + static_cast<uint64_t>(i % 1000), MSMS_T_HOST, CPU, -1, "", "", 0);
+        h.free_(ptr, MSMS_T_HOST, CPU, -1);
+    }
+    for (uint64_t step = 1; step <= 8; ++step) {
+        h.feed(EventBuilder::step(step));
+        for (int k = 0; k < 50; ++k) {
+            h.feed(EventBuilder::op("aten::addmm", true));
+            uint64_t ptr = 0x900000000ull + static_cast<uint64_t>(k) * 0x100000;
+            h.malloc_(ptr, 4096 * static_cast<uint64_t>(k + 1), MSMS_T_PTA, CPU, -1, "PTA@ops@aten", "", 0);
+            h.feed(EventBuilder::op("aten::addmm", false));
+            if (k != 49 || step != 8) h.free_(ptr, MSMS_T_PTA, CPU, -1);
+        }
+        for (int c = 0; c < 100; ++c) {
+            uint64_t start = h.ts + 10;
+            h.feed(EventBuilder(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL).name("model.py(20): forward").aux(start));
+        }
+        h.feed(EventBuilder::mark("step " + std::to_string(step) + " done"));
+    }
+    h.finding("leaks", {{"device", "cpu"}, {"allocation_id", std::to_string(h.next_alloc)}, {"size", "200704"},
+                        {"step", "8"}, {"kernel", "N/A"}});
+}
+
 void big(Driver& h, long n) {
     const char* owners[] = {"HOST@dataloader", "HOST@model", "HOST@optimizer", "", "HOST@cache"};
     std::vector<std::string> stacks;
@@ -233,7 +264,7 @@ void big(Driver& h, long n) {
 
 int main(int argc, char** argv) {
     if (argc < 4) {
-        std::fprintf(stderr, "usage: sinks_driver <plugin.so> <output_dir> rich|empty|carve|big N [key=value...]\n");
+        std::fprintf(stderr, "usage: sinks_driver <plugin.so> <output_dir> rich|empty|carve|big N|train N [key=value...]\n");
         return 2;
     }
     std::string error;
@@ -245,7 +276,7 @@ int main(int argc, char** argv) {
     std::string scenario = argv[3];
     int first_opt = 4;
     long n = 0;
-    if (scenario == "big") {
+    if (scenario == "big" || scenario == "train") {
         n = argc > 4 ? std::atol(argv[4]) : 100000;
         first_opt = 5;
     }
@@ -261,6 +292,7 @@ int main(int argc, char** argv) {
     if (scenario == "rich") rich(h);
     else if (scenario == "big") big(h, n);
     else if (scenario == "carve") carve(h);
+    else if (scenario == "train") train(h, n);
     else if (scenario != "empty") {
         std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
         return 2;
