@@ -20,7 +20,9 @@ outputs (all, or output N) are watched until the end operator has run;
 without a start operator, the blocks given to ``watcher.watch()`` are
 checkpointed from then until the end operator. Operator names match with or
 without the overload (``aten::mul`` or ``aten::mul.Tensor``); files use the
-full name. ``dump_nums`` limits how many checkpoints a block gets (-1: no
+full name with "::" written as "." (``aten.mul.Tensor_1-...``), numbered by
+the op's call (the same in the before and after names of one call, the start
+operator's included). ``dump_nums`` limits how many checkpoints a block gets (-1: no
 limit).
 """
 from __future__ import annotations
@@ -77,7 +79,7 @@ def _parse_spec(text: str):
     except ValueError:
         return None
     return {"start": start, "out": out, "end": end, "full": full, "active": False, "done": False,
-            "tensors": [], "first": 0}
+            "tensors": []}
 
 
 def _spec() -> Optional[dict]:
@@ -187,9 +189,9 @@ def _after(op: str, short: str, count: int, out) -> None:
         spec["tensors"] = list(zip(idx, outs))
         spec["active"] = True
         spec["start"] = op
-        # the start op's own checkpoint is numbered from 0 (upstream)
-        _checkpoint(op, spec["first"], True)
-        spec["first"] += 1
+        # numbered like its before checkpoint (the op's n-th call), as
+        # upstream numbers the start op's first dump (memory_watch.cpp)
+        _checkpoint(op, count, True)
         return
     _checkpoint(op, count, True)
     if spec is not None and _matches(op, short, spec["end"]) and (spec["active"] or spec["start"] is None):

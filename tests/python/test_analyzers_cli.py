@@ -252,13 +252,13 @@ def test_watch_finds_the_op_that_overwrote_the_tensor(cli, tmp_path):
     lines = files[0].read_text().splitlines()
     assert lines[0] == "Tensor info,Check data sum"
     names = [l.split(",")[0].split(".", 1)[1] for l in lines[1:]]
-    assert names[0] == "aten::mul.Tensor_0-aten::mul.Tensor_0_after.bin"
-    assert "aten::fill_.Scalar_1-aten::mul.Tensor_0_before.bin" in names
-    assert names[-1] == "aten::sum.default_1-aten::mul.Tensor_0_after.bin"
+    assert names[0] == "aten.mul.Tensor_1-aten.mul.Tensor_0_after.bin"
+    assert "aten.fill_.Scalar_1-aten.mul.Tensor_0_before.bin" in names
+    assert names[-1] == "aten.sum.default_1-aten.mul.Tensor_0_after.bin"
     import struct
     import sys
     sys.path.insert(0, str(SOURCE / "plugins/analyzers/watch/python"))
     import msmemscope_watch
     h = dict(l.split(",") for l in lines[1:])
-    after_fill = [v for k, v in h.items() if k.endswith("aten::fill_.Scalar_1-aten::mul.Tensor_0_after.bin")][0]
+    after_fill = [v for k, v in h.items() if k.endswith("aten.fill_.Scalar_1-aten.mul.Tensor_0_after.bin")][0]
     assert after_fill == "%016x" % msmemscope_watch.crc64_py(struct.pack("16f", *([7.0] * 16)))

@@ -2,6 +2,7 @@
 train.py "plant": c = a * b; d = a + 1; c.fill_(7); s = c.sum()). --watch
 (CLI), config(watch=...) (python mode) and watcher.watch(), in hash and
 full-content mode, write device_cpu/watch_dump (COMPAT §5) and find fill_."""
+import re
 import struct
 import sys
 
@@ -38,19 +39,20 @@ def hashes(tmp_path):
 
 def check_spec_hashes(h, watched):
     names = [n for n, _ in h]
-    assert names[0] == f"aten::mul.Tensor_0-{watched}_0_after.bin", names
-    assert names[-1] == f"aten::sum_1-{watched}_0_after.bin", names
+    # the start op's dump is numbered by its call, as upstream's first one (1)
+    assert names[0] == f"aten.mul.Tensor_1-{watched}_0_after.bin", names
+    assert names[-1] == f"aten.sum_1-{watched}_0_after.bin", names
     d = dict(h)
-    assert d[f"aten::mul.Tensor_0-{watched}_0_after.bin"] == TWOS
-    assert d[f"aten::fill_.Scalar_1-{watched}_0_before.bin"] == TWOS
-    assert d[f"aten::fill_.Scalar_1-{watched}_0_after.bin"] == SEVENS
-    assert d[f"aten::add.Tensor_1-{watched}_0_after.bin"] == TWOS
+    assert d[f"aten.mul.Tensor_1-{watched}_0_after.bin"] == TWOS
+    assert d[f"aten.fill_.Scalar_1-{watched}_0_before.bin"] == TWOS
+    assert d[f"aten.fill_.Scalar_1-{watched}_0_after.bin"] == SEVENS
+    assert d[f"aten.add.Tensor_1-{watched}_0_after.bin"] == TWOS
 
 
 def test_watch_cli_hash_mode(tmp_path):
     p = run_cli(tmp_path, ["--analysis=", f"--watch={SPEC}"], "plant")
     assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
-    check_spec_hashes(hashes(tmp_path), "aten::mul.Tensor")
+    check_spec_hashes(hashes(tmp_path), "aten.mul.Tensor")
 
 
 def test_watch_python_mode_full_content(tmp_path):
@@ -58,11 +60,12 @@ def test_watch_python_mode_full_content(tmp_path):
     files = sorted(f.name for f in watch_dir(tmp_path).glob("*.bin"))
     assert files, list(watch_dir(tmp_path).iterdir())
     names = {f.split(".", 1)[1]: f for f in files}
-    before = watch_dir(tmp_path) / names["aten::fill_.Scalar_1-aten::mul.Tensor_0_before.bin"]
-    after = watch_dir(tmp_path) / names["aten::fill_.Scalar_1-aten::mul.Tensor_0_after.bin"]
+    before = watch_dir(tmp_path) / names["aten.fill_.Scalar_1-aten.mul.Tensor_0_before.bin"]
+    after = watch_dir(tmp_path) / names["aten.fill_.Scalar_1-aten.mul.Tensor_0_after.bin"]
     assert before.read_bytes() == struct.pack("16f", *([2.0] * 16))
     assert after.read_bytes() == struct.pack("16f", *([7.0] * 16))
-    assert "aten::sum_1-aten::mul.Tensor_0_after.bin" in names
+    assert "aten.sum_1-aten.mul.Tensor_0_after.bin" in names
+    assert not [n for n in files if ":" in n], files
     assert not list(watch_dir(tmp_path).glob("watch_dump_data_check_sum_*.csv"))
 
 
@@ -70,20 +73,37 @@ def test_watcher_watch_python_mode_hash(tmp_path):
     run_python(tmp_path, {"analysis": ""}, "user_watch")
     h = hashes(tmp_path)
     d = dict(h)
-    assert d["aten::fill_.Scalar_1-c_0_before.bin"] == TWOS
-    assert d["aten::fill_.Scalar_1-c_0_after.bin"] == SEVENS
-    assert d["aten::add.Tensor_1-c_0_after.bin"] == TWOS
-    assert d["aten::sum_1-c_0_after.bin"] == SEVENS
+    assert d["aten.fill_.Scalar_1-c_0_before.bin"] == TWOS
+    assert d["aten.fill_.Scalar_1-c_0_after.bin"] == SEVENS
+    assert d["aten.add.Tensor_1-c_0_after.bin"] == TWOS
+    assert d["aten.sum_1-c_0_after.bin"] == SEVENS
     # remove() ends the checkpoints: the second sum ran after it
-    assert not any(n.startswith("aten::sum_2") for n, _ in h), h
+    assert not any(n.startswith("aten.sum_2") for n, _ in h), h
 
 
 def test_watcher_watch_under_cli_full_content(tmp_path):
     p = run_cli(tmp_path, ["--analysis=", "--watch=aten::fill_.Scalar,full-content"], "user_watch")
     names = {f.name.split(".", 1)[1]: f for f in watch_dir(tmp_path).glob("*.bin")}
-    assert names["aten::fill_.Scalar_1-c_0_after.bin"].read_bytes() == struct.pack("16f", *([7.0] * 16))
-    assert names["aten::fill_.Scalar_1-c_0_before.bin"].read_bytes() == struct.pack("16f", *([2.0] * 16))
-    assert not any(n.startswith("aten::sum") for n in names), names  # after the end op
+    assert names["aten.fill_.Scalar_1-c_0_after.bin"].read_bytes() == struct.pack("16f", *([7.0] * 16))
+    assert names["aten.fill_.Scalar_1-c_0_before.bin"].read_bytes() == struct.pack("16f", *([2.0] * 16))
+    assert not any(n.startswith("aten.sum") for n in names), names  # after the end op
+
+
+def test_start_op_wrapping_a_watched_tensor_numbers_before_and_after_alike(tmp_path):
+    """fill_ is the start operator and c (watcher.watch) is checkpointed
+    around it too: the before and after names of that one call carry the same
+    counter (its first call: 1)."""
+    run_cli(tmp_path, ["--analysis=", "--watch=aten::fill_.Scalar,aten::sum"], "user_watch")
+    d = dict(hashes(tmp_path))
+    assert d["aten.fill_.Scalar_1-c_0_before.bin"] == TWOS
+    assert d["aten.fill_.Scalar_1-c_0_after.bin"] == SEVENS
+    assert d["aten.fill_.Scalar_1-aten.fill_.Scalar_0_after.bin"] == SEVENS
+    assert d["aten.sum_1-aten.fill_.Scalar_0_after.bin"] == SEVENS
+    assert not [n for n in d if n.startswith("aten.fill_.Scalar_0")], sorted(d)
+    # the check-sum file's name as upstream's code makes it (and its smoke
+    # test matches it): no device id in the name, the folder has it
+    [csv] = watch_dir(tmp_path).glob("watch_dump_data_check_sum_*.csv")
+    assert re.fullmatch(r"watch_dump_data_check_sum_\d{1,20}\.csv", csv.name), csv.name
 
 
 def test_full_content_staging_folders_are_removed(tmp_path, monkeypatch):

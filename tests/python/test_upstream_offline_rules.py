@@ -7,6 +7,7 @@ find on our dump exactly what our `inefficient` analyzer marked in it.
 The workload is upstream's example/inefficient/test_inefficient.py with the
 npu device replaced by the cpu (our own adaptation)."""
 import os
+import re
 import subprocess
 from collections import defaultdict
 
@@ -24,7 +25,7 @@ import torch.nn as nn
 import torch.optim as optim
 import msmemscope
 
-msmemscope.config(device="cpu", analysis="inefficient", events="alloc,free,access,launch",
+msmemscope.config(device="cpu", analysis="inefficient", events="alloc,free,access,launch,traceback",
                   data_format="csv", output=sys.argv[1])
 
 class SimpleModel(nn.Module):
@@ -54,7 +55,9 @@ print("Test finished.")
 
 
 @pytest.fixture(scope="module")
-def example_rows(tmp_path_factory):
+def example_dir(tmp_path_factory):
+    """The process folder of one run of the example (plain python3, the
+    Python API)."""
     tmp = tmp_path_factory.mktemp("ineff")
     (tmp / "test_inefficient.py").write_text(EXAMPLE)
     e = dict(os.environ)
@@ -66,8 +69,26 @@ def example_rows(tmp_path_factory):
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     assert "Test finished." in p.stdout
     [d] = process_dirs(tmp / "output")
-    [dump] = dump_files(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def example_rows(example_dir):
+    [dump] = dump_files(example_dir)
     return read_dump(dump)
+
+
+def test_file_names_as_upstreams_code_makes_them(example_dir):
+    """{prefix}{date %Y%m%d%H%M%S}.csv under device_{id}/dump, as upstream's
+    FileCreateManager::CreateCsvFile names memscope_dump_ and python_trace_
+    files (csrc/utility/file.cpp; its smoke tests match the same pattern).
+    Upstream's docs write python_trace_{TID}_{timestamp}.csv, its code
+    (since per-process-dump, 2025-11) does not put a thread id in the name:
+    one file per device holds every thread (Thread Id column)."""
+    names = sorted(p.name for p in (example_dir / "device_cpu" / "dump").iterdir())
+    assert len(names) == 2, names
+    assert re.fullmatch(r"memscope_dump_\d{14}\.csv", names[0]), names
+    assert re.fullmatch(r"python_trace_\d{14}\.csv", names[1]), names
 
 
 def test_access_rows_lie_inside_their_operator(example_rows):

@@ -6,7 +6,7 @@
 //   hash mode:  <proc>/device_{dev}/watch_dump/watch_dump_data_check_sum_{ts}.csv
 //               "Tensor info,Check data sum" rows
 //   full:       <proc>/device_{dev}/watch_dump/{name}.bin (the target's file moved)
-// with name = {dev}_{tid}.{op}_{count}-{watched}_{idx}_{before|after}.bin ('/' -> '.').
+// with name = {dev}_{tid}.{op}_{count}-{watched}_{idx}_{before|after}.bin ('/' and "::" -> '.').
 // At the end it reports, per watched tensor, the first op whose "after" hash
 // differs from its "before" hash (the op that changed it).
 #include <msmemscope/plugin.hpp>
@@ -58,10 +58,8 @@ public:
             host_.warn("watch: a checkpoint event without op/when was ignored (event " + std::to_string(ev.id) + ")");
             return;
         }
-        std::string name = dev + "_" + std::to_string(ev.tid) + "/" + op + "_" + count + "-" + watched + "_" + idx +
-                           "_" + when + ".bin";
-        for (auto& c : name)
-            if (c == '/') c = '.';
+        std::string name = file_name(dev + "_" + std::to_string(ev.tid) + "/" + op + "_" + count + "-" + watched + "_" +
+                                     idx + "_" + when + ".bin");
         std::string folder = dir_ + "/device_" + dev + "/watch_dump";
         std::string_view file = attr(ev, "file");
         std::string_view crc = attr(ev, "crc64");
@@ -119,6 +117,23 @@ public:
     }
 
 private:
+    // A file name from op and tensor names: '/' becomes '.' as upstream's
+    // tensor_dumper does, and so does the "::" of an aten name
+    // (aten::mul.Tensor -> aten.mul.Tensor): no colons in file names.
+    static std::string file_name(const std::string& raw) {
+        std::string out;
+        out.reserve(raw.size());
+        for (size_t i = 0; i < raw.size(); ++i) {
+            if (raw[i] == ':' && i + 1 < raw.size() && raw[i + 1] == ':') {
+                out += '.';
+                ++i;
+            } else {
+                out += raw[i] == '/' ? '.' : raw[i];
+            }
+        }
+        return out;
+    }
+
     struct Tensor {
         std::string before_call, before, changed_by;
     };

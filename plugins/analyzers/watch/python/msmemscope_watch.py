@@ -109,7 +109,6 @@ class Watcher:
     def __init__(self, start=None, out_index=None, end=None, full_content=False, record=None):
         self.start, self.out_index, self.end, self.full = start, out_index, end, full_content
         self.counts = {}
-        self.first_count = 0     # upstream numbers the start op's own dumps from 0
         self.watched = []        # (tensor, watched_name, idx, dumps_left)
         self.active = start is None and end is not None
         self.record = record     # record(op, count, watched, idx, after, tensor, dev_kind, dev_id)
@@ -165,8 +164,8 @@ class Watcher:
                 first = 0
             self.watched = [[t, op, first + i, -1] for i, t in enumerate(outs)]
             self.active = True
-            self._dump(op, self.first_count, True, dev_kind, dev_id)
-            self.first_count += 1
+            # numbered like the call's before dumps: the op's n-th call
+            self._dump(op, count, True, dev_kind, dev_id)
             return
         if self.watched and (self.active or self.start is None):
             self._dump(op, count, True, dev_kind, dev_id)

@@ -65,11 +65,11 @@ TEST_CASE("hash mode writes the check-sum CSV and finds the op that changed the 
     REQUIRE(fs::exists(csv));
     CHECK(slurp(csv) ==
           "Tensor info,Check data sum\n"
-          "cpu_77.aten::mul_0-aten::mul_0_after.bin,00000000000000aa\n"
-          "cpu_77.aten::add_1-aten::mul_0_before.bin,00000000000000aa\n"
-          "cpu_77.aten::add_1-aten::mul_0_after.bin,00000000000000aa\n"
-          "cpu_77.aten::fill__1-aten::mul_0_before.bin,00000000000000aa\n"
-          "cpu_77.aten::fill__1-aten::mul_0_after.bin,00000000000000bb\n");
+          "cpu_77.aten.mul_0-aten.mul_0_after.bin,00000000000000aa\n"
+          "cpu_77.aten.add_1-aten.mul_0_before.bin,00000000000000aa\n"
+          "cpu_77.aten.add_1-aten.mul_0_after.bin,00000000000000aa\n"
+          "cpu_77.aten.fill__1-aten.mul_0_before.bin,00000000000000aa\n"
+          "cpu_77.aten.fill__1-aten.mul_0_after.bin,00000000000000bb\n");
     CHECK(h.reports == std::vector<std::string>{"watch: 5 checkpoint(s) written under device_*/watch_dump",
                                                 "watch: tensor aten::mul_0 was changed by aten::fill__1"});
     fs::remove_all(dir);
@@ -92,7 +92,8 @@ TEST_CASE("full-content mode moves the target's file into watch_dump under the u
                .attr("when", "before")
                .attr("file", bin.string()));
     REQUIRE(h.finish() == MSMS_OK);
-    fs::path to = dir / "device_2" / "watch_dump" / "2_5.Foo.aten::add_3-aten::mul_1_before.bin";
+    // '/' and "::" become '.': no colons in file names
+    fs::path to = dir / "device_2" / "watch_dump" / "2_5.Foo.aten.add_3-aten.mul_1_before.bin";
     CHECK(fs::exists(to));
     CHECK(!fs::exists(bin));
     CHECK(slurp(to) == "abcd");
