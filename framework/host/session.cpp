@@ -425,7 +425,9 @@ int Session::print_summary(std::ostream& out) const {
         out << "\n";
         for (auto& [dev, t] : s.totals)
             out << "  " << dev << ": peak " << human(t.peak) << ", final " << human(t.used) << "\n";
-        for (auto& line : s.report) out << "  " << line << "\n";
+        // Analyzer reports at column 0, as upstream prints them (its leak
+        // report: grep '^======'); each analyzer indents its own details.
+        for (auto& line : s.report) out << line << "\n";
         for (auto& e : s.plugin_errors) out << "  error: " << e << "\n";
         if (s.agent_disabled) out << "  warning: the agent turned collection off during the run (see stderr)\n";
         // What the sinks wrote: every file under the process folder (the

@@ -141,12 +141,15 @@ public:
             std::sort(list.begin(), list.end(), [](const Owner* a, const Owner* b) {
                 return a->peak != b->peak ? a->peak > b->peak : a->name < b->name;
             });
-            host_.report("====== Memory decomposition of device " + dev_name(dk) + " ======");
+            // Ours (upstream's decompose prints nothing): a header of our own,
+            // never upstream's "======" shape, then the table indented.
+            host_.report("decompose: memory by owner on device " + dev_name(dk) + ":");
             char buf[512];
-            std::snprintf(buf, sizeof(buf), "%-40s %16s %16s %12s", "Owner", "Live(bytes)", "Peak(bytes)", "Allocations");
+            std::snprintf(buf, sizeof(buf), "  %-40s %16s %16s %12s", "Owner", "Live(bytes)", "Peak(bytes)",
+                          "Allocations");
             host_.report(buf);
             for (const Owner* o : list) {
-                std::snprintf(buf, sizeof(buf), "%-40s %16lld %16lld %12llu", o->name.c_str(),
+                std::snprintf(buf, sizeof(buf), "  %-40s %16lld %16lld %12llu", o->name.c_str(),
                               static_cast<long long>(o->live), static_cast<long long>(o->peak),
                               static_cast<unsigned long long>(o->allocations));
                 host_.report(buf);

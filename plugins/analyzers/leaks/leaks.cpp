@@ -371,15 +371,35 @@ private:
         host_.add_finding("leaks", cols);
     }
 
+    // Upstream's name of a framework pool in its console report
+    // (csrc/analysis/stepinner_analyzer.h PoolTypeToString).
+    static std::string console_pool(uint16_t type) {
+        switch (type) {
+        case MSMS_T_PTA: return "Pytorch Caching memory pool";
+        case MSMS_T_PTA_WORKSPACE: return "Pytorch Workspace memory pool";
+        case MSMS_T_ATB: return "ATB memory pool";
+        case MSMS_T_MINDSPORE: return "Mindspore memory pool";
+        default: return pool_name(type);
+        }
+    }
+
+    // The console report. First upstream's, line for line and at column 0
+    // (csrc/analysis/stepinner_analyzer.cpp ReportLeak then ReportGap): the
+    // framework-pool blocks that outlived their step, per device, then the
+    // gap analysis of every device. Then ours, after a header line of its
+    // own, indented: where each leaked block was allocated, the warm-up
+    // note, and the driver and host blocks still allocated at exit (which
+    // upstream's report does not list).
     void report_online() {
+        std::vector<std::string> extra;
         for (auto& [dk, d] : devices_) {
-            std::vector<std::string> lines;
+            if (d.leaks.empty()) continue;
+            host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
             long double bytes = 0;
             uint64_t count = 0;
-            // 1. framework-pool blocks that outlived their step
             for (auto& [k, l] : d.leaks) {
-                lines.push_back("Direct " + pool_name(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) +
-                                " in kernel_" + std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".");
+                host_.report("Direct " + console_pool(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) +
+                             " in kernel_" + std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".");
                 const std::string& st = stacks_.text(l.stack);
                 const std::string& py = stacks_.text(l.py_stack);
                 const std::string& op = stacks_.text(l.op);
@@ -389,8 +409,10 @@ private:
                 std::string by;
                 if (!op.empty()) by += "operator " + op;
                 if (!py_site.empty()) by += (by.empty() ? "" : ", ") + std::string("called from ") + py_site;
-                if (!by.empty()) lines.push_back("    allocated by: " + by);
-                if (!c_site.empty()) lines.push_back("    allocated at: " + c_site);
+                std::string which = "  " + hex(k.ptr) + " (device " + dev_name(dk) + ", step " +
+                                    std::to_string(k.step) + "): ";
+                if (!by.empty()) extra.push_back(which + "allocated by: " + by);
+                if (!c_site.empty()) extra.push_back(which + "allocated at: " + c_site);
                 bytes += l.size;
                 ++count;
                 finding(dk, k.type, "step",
@@ -399,113 +421,117 @@ private:
                          {"event_id", std::to_string(l.malloc_id)}, {"operator", op}, {"python_site", py_site},
                          {"stack", st}});
             }
-            // Blocks of the warm-up steps are not judged (upstream's rule):
-            // say so, with how many such blocks are still live.
-            uint64_t hidden = 0, hidden_bytes = 0;
-            for (auto& [k, b] : d.pool)
-                if (b.step <= kSkipSteps) {
-                    ++hidden;
-                    hidden_bytes += b.size;
-                }
-            if (steps_.current() > kSkipSteps && (hidden || !d.leaks.empty()))
-                lines.push_back("Note: steps 0 and 1 are warm-up and not checked for leaks; " + std::to_string(hidden) +
-                                " block(s) (" + std::to_string(hidden_bytes) + " bytes) allocated then are still live and "
-                                "were not judged.");
-            // 2. driver blocks live at exit, one line each (up to max_lines)
-            std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
-            for (auto& [k, b] : d.exit) (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
-            auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
-            std::sort(driver.begin(), driver.end(), by_time);
-            size_t shown = 0;
-            uint64_t rest_n = 0, rest_bytes = 0;
-            for (auto& [k, b] : driver) {
-                const std::string& st = stacks_.text(b->stack);
-                if (shown < max_lines_) {
-                    lines.push_back("Direct " + pool_name(k->type) + " leak of " + mb(b->size) + " Mb(s) at " +
-                                    hex(k->ptr) + " in kernel_" + std::to_string(b->kernel) + " at step " +
-                                    std::to_string(b->step) + ", still allocated at exit.");
-                    if (!st.empty()) lines.push_back("    allocated at: " + site_of(st));
-                    ++shown;
-                } else {
-                    ++rest_n;
-                    rest_bytes += b->size;
-                }
-                bytes += b->size;
-                ++count;
-                finding(dk, k->type, "exit",
-                        {{"ptr", hex(k->ptr)}, {"size", std::to_string(b->size)}, {"step", std::to_string(b->step)},
-                         {"kernel", std::to_string(b->kernel)}, {"event_id", std::to_string(b->malloc_id)},
-                         {"stack", st}});
-            }
-            if (rest_n)
-                lines.push_back("... and " + std::to_string(rest_n) + " more driver block(s), " +
-                                std::to_string(rest_bytes) + " bytes, still allocated at exit.");
-            // 3. host heap blocks live at exit, grouped by allocation site
-            if (!host.empty()) {
-                struct Group {
-                    uint64_t n = 0, bytes = 0, first_id = UINT64_MAX;
-                    uint32_t stack = 0;
-                };
-                std::map<std::string, Group> groups;
-                uint64_t host_bytes = 0;
-                for (auto& [k, b] : host) {
-                    const std::string& st = stacks_.text(b->stack);
-                    std::string site = st.empty() ? std::string() : site_of(st);
-                    Group& g = groups[site];
-                    ++g.n;
-                    g.bytes += b->size;
-                    if (b->malloc_id < g.first_id) {
-                        g.first_id = b->malloc_id;
-                        g.stack = b->stack;
-                    }
-                    host_bytes += b->size;
-                }
-                std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
-                std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) {
-                    return a.second.bytes != b.second.bytes ? a.second.bytes > b.second.bytes : a.first < b.first;
-                });
-                lines.push_back("Host memory still allocated at exit: " + std::to_string(host.size()) + " block(s), " +
-                                std::to_string(host_bytes) + " bytes, from " + std::to_string(sorted.size()) +
-                                " allocation site(s):");
-                size_t g_shown = 0;
-                uint64_t more_sites = 0, more_n = 0, more_bytes = 0;
-                for (auto& [site, g] : sorted) {
-                    std::string where = site.empty() ? "an unknown site (collect stacks with --call-stack=c)" : site;
-                    if (g_shown < max_lines_) {
-                        lines.push_back("    " + std::to_string(g.n) + " block(s), " + std::to_string(g.bytes) +
-                                        " bytes, allocated at: " + where);
-                        ++g_shown;
-                    } else {
-                        ++more_sites;
-                        more_n += g.n;
-                        more_bytes += g.bytes;
-                    }
-                    finding(dk, MSMS_T_HOST, "exit",
-                            {{"count", std::to_string(g.n)}, {"size", std::to_string(g.bytes)}, {"site", site},
-                             {"stack", stacks_.text(g.stack)}});
-                }
-                if (more_sites)
-                    lines.push_back("    ... and " + std::to_string(more_sites) + " more site(s): " +
-                                    std::to_string(more_n) + " block(s), " + std::to_string(more_bytes) + " bytes");
-                bytes += host_bytes;
-                count += host.size();
-            }
-            if (count) {
-                host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
-                for (auto& l : lines) host_.report(l);
-                std::ostringstream os;
-                os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << count
-                   << " allocation(s) ======";
-                host_.report(os.str());
-            }
-            report_gap(dk, d);
+            std::ostringstream os;  // upstream streams the sum with the default precision (6 digits)
+            os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << count
+               << " allocation(s) ======";
+            host_.report(os.str());
         }
+        for (auto& [dk, d] : devices_) report_gap(dk, d);
+        for (auto& [dk, d] : devices_) exit_details(dk, d, extra);
+        if (extra.empty()) return;
+        host_.report("leaks: msmemscope's details (not in upstream's report):");
+        for (auto& l : extra) host_.report(l);
+    }
+
+    // Ours: the warm-up note and the blocks still allocated at exit of one device.
+    void exit_details(const DevKey& dk, const Device& d, std::vector<std::string>& lines) {
+        // Blocks of the warm-up steps are not judged (upstream's rule):
+        // say so, with how many such blocks are still live.
+        uint64_t hidden = 0, hidden_bytes = 0;
+        for (auto& [k, b] : d.pool)
+            if (b.step <= kSkipSteps) {
+                ++hidden;
+                hidden_bytes += b.size;
+            }
+        if (steps_.current() > kSkipSteps && (hidden || !d.leaks.empty()))
+            lines.push_back("  Note: steps 0 and 1 are warm-up and not checked for leaks; on device " + dev_name(dk) +
+                            ", " + std::to_string(hidden) + " block(s) (" + std::to_string(hidden_bytes) +
+                            " bytes) allocated then are still live and were not judged.");
+        // 1. driver blocks live at exit, one line each (up to max_lines)
+        std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
+        for (auto& [k, b] : d.exit) (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
+        auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
+        std::sort(driver.begin(), driver.end(), by_time);
+        if (!driver.empty()) {
+            uint64_t driver_bytes = 0;
+            for (auto& [k, b] : driver) driver_bytes += b->size;
+            lines.push_back("  Driver memory still allocated at exit on device " + dev_name(dk) + ": " +
+                            std::to_string(driver.size()) + " block(s), " + mb(driver_bytes) + " Mb(s):");
+        }
+        size_t shown = 0;
+        uint64_t rest_n = 0, rest_bytes = 0;
+        for (auto& [k, b] : driver) {
+            const std::string& st = stacks_.text(b->stack);
+            if (shown < max_lines_) {
+                lines.push_back("    " + pool_name(k->type) + " block of " + mb(b->size) + " Mb(s) at " + hex(k->ptr) +
+                                " in kernel_" + std::to_string(b->kernel) + " at step " + std::to_string(b->step) +
+                                (st.empty() ? std::string() : ", allocated at: " + site_of(st)));
+                ++shown;
+            } else {
+                ++rest_n;
+                rest_bytes += b->size;
+            }
+            finding(dk, k->type, "exit",
+                    {{"ptr", hex(k->ptr)}, {"size", std::to_string(b->size)}, {"step", std::to_string(b->step)},
+                     {"kernel", std::to_string(b->kernel)}, {"event_id", std::to_string(b->malloc_id)},
+                     {"stack", st}});
+        }
+        if (rest_n)
+            lines.push_back("    ... and " + std::to_string(rest_n) + " more driver block(s), " +
+                            std::to_string(rest_bytes) + " bytes");
+        // 2. host heap blocks live at exit, grouped by allocation site
+        if (host.empty()) return;
+        struct Group {
+            uint64_t n = 0, bytes = 0, first_id = UINT64_MAX;
+            uint32_t stack = 0;
+        };
+        std::map<std::string, Group> groups;
+        uint64_t host_bytes = 0;
+        for (auto& [k, b] : host) {
+            const std::string& st = stacks_.text(b->stack);
+            std::string site = st.empty() ? std::string() : site_of(st);
+            Group& g = groups[site];
+            ++g.n;
+            g.bytes += b->size;
+            if (b->malloc_id < g.first_id) {
+                g.first_id = b->malloc_id;
+                g.stack = b->stack;
+            }
+            host_bytes += b->size;
+        }
+        std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
+        std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) {
+            return a.second.bytes != b.second.bytes ? a.second.bytes > b.second.bytes : a.first < b.first;
+        });
+        lines.push_back("  Host memory still allocated at exit on device " + dev_name(dk) + ": " +
+                        std::to_string(host.size()) + " block(s), " + std::to_string(host_bytes) + " bytes, from " +
+                        std::to_string(sorted.size()) + " allocation site(s):");
+        size_t g_shown = 0;
+        uint64_t more_sites = 0, more_n = 0, more_bytes = 0;
+        for (auto& [site, g] : sorted) {
+            std::string where = site.empty() ? "an unknown site (collect stacks with --call-stack=c)" : site;
+            if (g_shown < max_lines_) {
+                lines.push_back("    " + std::to_string(g.n) + " block(s), " + std::to_string(g.bytes) +
+                                " bytes, allocated at: " + where);
+                ++g_shown;
+            } else {
+                ++more_sites;
+                more_n += g.n;
+                more_bytes += g.bytes;
+            }
+            finding(dk, MSMS_T_HOST, "exit",
+                    {{"count", std::to_string(g.n)}, {"size", std::to_string(g.bytes)}, {"site", site},
+                     {"stack", stacks_.text(g.stack)}});
+        }
+        if (more_sites)
+            lines.push_back("    ... and " + std::to_string(more_sites) + " more site(s): " + std::to_string(more_n) +
+                            " block(s), " + std::to_string(more_bytes) + " bytes");
     }
 
     void report_gap(const DevKey& dk, const Device& d) {
         for (auto& [type, s] : d.status) {
             if (s.max_gap.ratio == 0 && s.min_gap.ratio == 0) continue;
-            host_.report("======= " + pool_name(type) + " Gap Analysis of Device " + dev_name(dk) + " =======");
+            host_.report("======= " + console_pool(type) + " Gap Analysis of Device " + dev_name(dk) + " =======");
             char buf[256];
             std::snprintf(buf, sizeof(buf), "\t%-25s%-25s%-25s", "MinAlloc/MaxAlloc(%)", "MinAllocMem(MB)", "StepId");
             host_.report(buf);
@@ -566,9 +592,13 @@ private:
         }
     }
 
+    // Upstream's offline check_leaks output, line for line (python/msmemscope/
+    // analyzer/leaks.py): what it says per device while analysing, then the
+    // results after an empty line.
     void marks_finish() {
-        host_.report("Leak Analysis Results for the Custom Range:");
+        std::vector<std::string> results;
         for (auto& [dk, d] : marks_) {
+            host_.report("INFO: Starting to analyze data for device " + dev_name(dk) + "...");
             uint64_t total = d.marks + na_marks_;
             if (total < 3) {
                 host_.report("ERROR: Device " + dev_name(dk) +
@@ -582,19 +612,23 @@ private:
                 continue;
             }
             if (d.allocs.empty()) {
-                host_.report("No hal memory leaks detected on device " + dev_name(dk) + ".");
+                results.push_back("No hal memory leaks detected on device " + dev_name(dk) + ".");
                 continue;
             }
-            host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
+            results.push_back("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
             for (auto& [id, a] : d.allocs) {
-                host_.report("Direct Hal memory leak of " + py_float(a.size / (1024.0 * 1024.0)) + " Mb(s) at " +
-                             a.addr + " in Index " + std::to_string(id) + ".");
+                results.push_back("Direct Hal memory leak of " + py_float(a.size / (1024.0 * 1024.0)) + " Mb(s) at " +
+                                  a.addr + " in Index " + std::to_string(id) + ".");
                 host_.annotate(id, "leak", "hal");
                 host_.add_finding("leaks", {{"device", dev_name(dk)}, {"pool", "HAL"}, {"kind", "mark"},
                                             {"ptr", a.addr}, {"size", std::to_string(a.size)},
                                             {"event_id", std::to_string(id)}});
             }
         }
+        if (results.empty()) return;
+        host_.report("");
+        host_.report("Leak Analysis Results for the Custom Range:");
+        for (auto& l : results) host_.report(l);
     }
 
     static constexpr uint64_t kSkipSteps = 1;          // steps 0 and 1 are warm-up

@@ -228,6 +228,10 @@ void append_python_trace_row(std::string& out, const msms_event& ev) { PythonTra
 
 char* PythonTraceRowWriter::put_stamp(char* p, uint64_t v, Stamp& s) {
     constexpr uint64_t k1e8 = 100000000ull;
+    if (v == 0) {  // no time recorded: upstream writes N/A
+        std::memcpy(p, "N/A", 3);
+        return p + 3;
+    }
     uint64_t high = v / k1e8;
     if (high == 0) return format_uint(p, v);
     if (high != s.high) {

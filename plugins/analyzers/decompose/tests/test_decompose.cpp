@@ -41,10 +41,10 @@ TEST_CASE("live and peak bytes per owner at exit") {
     h.feed(EventBuilder::malloc(0x2, 50, MSMS_T_PTA).device(MSMS_DEV_NPU, 0).attr("owner", "ops@aten"));
     REQUIRE(h.finish() == MSMS_OK);
     REQUIRE(h.reports.size() == 4);
-    CHECK(h.reports[0] == "====== Memory decomposition of device 0 ======");
-    CHECK(h.reports[1].find("Owner") == 0);
-    CHECK(h.reports[2] == "PTA@ops@aten                                           50              300            2");
-    CHECK(h.reports[3] == "PTA@weight                                            100              100            1");
+    CHECK(h.reports[0] == "decompose: memory by owner on device 0:");
+    CHECK(h.reports[1].find("  Owner") == 0);
+    CHECK(h.reports[2] == "  PTA@ops@aten                                           50              300            2");
+    CHECK(h.reports[3] == "  PTA@weight                                            100              100            1");
     REQUIRE(h.findings["owners"].size() == 2);
     CHECK(h.findings["owners"][0]["owner"] == "PTA@ops@aten");
     CHECK(h.findings["owners"][0]["live_bytes"] == "50");

@@ -1,5 +1,7 @@
-// python_trace rows: the stream writer (which keeps the previous row's
-// leading digits and ids) writes exactly what the stateless function does.
+// python_trace rows as upstream writes them (csrc/analysis/data_handler.cpp
+// WriteTraceEvent: "info,start,end,tid,pid", a zero timestamp as N/A), the
+// name quoted when it needs it; the stream writer (which keeps the previous
+// row's leading digits and ids) and the one-row function give the same text.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -24,37 +26,36 @@ msms_event trace_event(const std::string& name, uint64_t start, uint64_t end, ui
 
 }  // namespace
 
-TEST_CASE("PythonTraceRowWriter matches append_python_trace_row row for row") {
+TEST_CASE("python_trace rows, written one by one and as a stream, are upstream's rows") {
     const std::string plain = "/work/app/train.py(26): fib", quoted = "f(1): a,b";
     struct Row {
         const std::string* name;
         uint64_t start, end;
         uint32_t tid, pid;
+        const char* expect;
     };
     const uint64_t t = 1764480000123456789ull;
     std::vector<Row> rows = {
-        {&plain, t, t + 150, 7, 100},
-        {&plain, t + 200, t + 350, 7, 100},                  // same leading digits
-        {&quoted, t + 99999000, t + 100000500, 7, 100},      // end crosses a 10^8 boundary
-        {&plain, t + 100000600, t + 100000700, 8, 100},      // another thread
-        {&plain, t + 100000800, t + 200000000, 8, 101},      // another process
-        {&plain, 0, 5, 8, 101},                              // below 10^8: no padding
-        {&plain, 99999999, 100000000, 8, 101},
-        {&plain, 100000000, 100000001, 8, 101},
-        {&plain, UINT64_MAX - 1, UINT64_MAX, UINT32_MAX, UINT32_MAX},
-        {&plain, t, t + 1, 7, 100},                          // back to the first values
+        {&plain, t, t + 150, 7, 100, "/work/app/train.py(26): fib,1764480000123456789,1764480000123456939,7,100\n"},
+        {&plain, t + 200, t + 350, 7, 100, "/work/app/train.py(26): fib,1764480000123456989,1764480000123457139,7,100\n"},  // same leading digits
+        {&quoted, t + 99999000, t + 100000500, 7, 100, "\"f(1): a,b\",1764480000223455789,1764480000223457289,7,100\n"},  // end crosses a 10^8 boundary
+        {&plain, t + 100000600, t + 100000700, 8, 100, "/work/app/train.py(26): fib,1764480000223457389,1764480000223457489,8,100\n"},  // another thread
+        {&plain, t + 100000800, t + 200000000, 8, 101, "/work/app/train.py(26): fib,1764480000223457589,1764480000323456789,8,101\n"},  // another process
+        {&plain, 0, 5, 8, 101, "/work/app/train.py(26): fib,N/A,5,8,101\n"},  // no start time: N/A; below 10^8: no padding
+        {&plain, 99999999, 100000000, 8, 101, "/work/app/train.py(26): fib,99999999,100000000,8,101\n"},
+        {&plain, 100000000, 100000001, 8, 101, "/work/app/train.py(26): fib,100000000,100000001,8,101\n"},
+        {&plain, UINT64_MAX - 1, UINT64_MAX, UINT32_MAX, UINT32_MAX, "/work/app/train.py(26): fib,18446744073709551614,18446744073709551615,4294967295,4294967295\n"},
+        {&plain, t, t + 1, 7, 100, "/work/app/train.py(26): fib,1764480000123456789,1764480000123456790,7,100\n"},  // back to the first values
     };
     msms::PythonTraceRowWriter writer;
     for (const Row& r : rows) {
         msms_event ev = trace_event(*r.name, r.start, r.end, r.tid, r.pid);
-        std::string expect, got;
-        msms::append_python_trace_row(expect, ev);
-        writer.append(got, ev);
-        CHECK(got == expect);
+        std::string one, streamed;
+        msms::append_python_trace_row(one, ev);
+        writer.append(streamed, ev);
+        CHECK(one == r.expect);
+        CHECK(streamed == r.expect);
     }
-    std::string one;
-    msms::append_python_trace_row(one, trace_event(plain, t, t + 150, 7, 100));
-    CHECK(one == "/work/app/train.py(26): fib,1764480000123456789,1764480000123456939,7,100\n");
 }
 
 // memscope_dump rows as upstream's current code writes them (COMPAT §8).
