@@ -14,7 +14,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import BUILD, dump_files, process_dirs, read_dump
-from upstream_rules import inefficient_findings
+from upstream_rules import inefficient_findings, leaks_findings
 
 pytest.importorskip("torch")
 
@@ -155,3 +155,27 @@ def test_restated_rule_on_hand_made_rows():
         1: ["late_deallocation"], 5: ["early_allocation"], 12: ["temporary_idleness"]}
     assert inefficient_findings(rows, mem_size=65) == {}
     assert inefficient_findings(rows, kinds=("early_allocation",)) == {5: ["early_allocation"]}
+
+
+def test_upstream_leak_rule_on_our_npu_dump(cli, test_bin, tmp_path, capsys):
+    """Upstream's check_leaks groups rows by Device Id and needs three marks
+    named as asked on the device: our MSTX rows carry the device's id in its
+    file (never N/A there), so upstream's rule finds the marks and the one
+    leak (tests/programs/npu/mstx_leak.c), as our check_leaks does."""
+    p = cli(["--device=npu", "--analysis=", f"--output={tmp_path}/out", "--", test_bin / "npu_mstx_leak"], tmp_path,
+            env={"ASCEND_SIM_DEVICE_MEM": str(128 << 20)}, check_rc=0)
+    leak = int(next(l for l in p.stdout.splitlines() if l.startswith("leak ")).split()[1], 16)
+    [d] = process_dirs(tmp_path / "out")
+    [dump] = dump_files(d, "0")
+    rows = read_dump(dump)
+    assert {r["Device Id"] for r in rows if r["Event"] == "MSTX"} == {"0"}
+    assert inefficient_findings(rows) == {}  # (no framework blocks here)
+    assert leaks_findings(rows, "leak check") == {"0": [("0x%016x" % leak, 2.0)]}
+    assert leaks_findings(rows, "leak check", start_index=1) == {"0": None}
+    import msmemscope.analyzer as an
+    capsys.readouterr()
+    an.check_leaks(input_path=str(dump), mstx_info="leak check", start_index=0)
+    printed = capsys.readouterr().out
+    assert "====== ERROR: Detected memory leaks on device 0 ======" in printed
+    assert f"Direct Hal memory leak of 2.0 Mb(s) at {'0x%016x' % leak} in Index" in printed
+    assert printed.count("Direct Hal memory leak") == 1

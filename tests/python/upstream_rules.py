@@ -133,16 +133,39 @@ def inefficient_findings(rows, mem_size=0, kinds=KINDS, idle_threshold=3000):
     return dict(found)
 
 
-def leaks_mark_groups(rows, mark_name):
-    """Upstream's leaks check groups rows by Device Id (skipping 'N/A') and
-    needs at least 3 MSTX Mark rows named mark_name in a device's group:
-    {device id: number of such marks}."""
-    counts = {}
+def leaks_findings(rows, mark_name, start_index=0):
+    """Upstream's leak check between marks, per Device Id ('N/A' is no
+    device): {device: [(Ptr, size in MB), ...]} or, where the device has
+    fewer than 3 MSTX Mark rows named mark_name (upstream: "fewer than 3 data
+    points") or too few after start_index, {device: None}.
+
+    The rule: in ID order, the marks number start_index, +1, +2 are A, B, C.
+    A HAL MALLOC with A <= ID <= B whose address no HAL FREE with ID >= A
+    (and <= C) frees is a leak; its size is Attr size / 2**20.
+    """
+    by_dev = defaultdict(list)
     for r in rows:
-        dev = r["Device Id"]
+        by_dev[r["Device Id"]].append(r)
+    out = {}
+    for dev, events in by_dev.items():
         if dev == "N/A":
             continue
-        counts.setdefault(dev, 0)
-        if r["Event"] == "MSTX" and r["Event Type"] == "Mark" and r["Name"] == mark_name:
-            counts[dev] += 1
-    return counts
+        events = sorted(events, key=lambda r: int(r["ID"]))
+        marks = [int(r["ID"]) for r in events
+                 if r["Event"] == "MSTX" and r["Event Type"] == "Mark" and r["Name"] == mark_name]
+        if len(marks) < 3 or len(marks) < start_index + 3:
+            out[dev] = None
+            continue
+        a, b, c = marks[start_index:start_index + 3]
+        live = {}
+        for r in events:
+            i = int(r["ID"])
+            if r["Event Type"] != "HAL" or i > c:
+                continue
+            if r["Event"] == "MALLOC" and a <= i <= b:
+                size = int(r["Attr"].split("size:", 1)[1].split(",", 1)[0].rstrip("}"))
+                live[i] = (r["Ptr"], size / (1 << 20))
+            elif r["Event"] == "FREE" and i >= a:
+                live = {k: v for k, v in live.items() if v[0] != r["Ptr"]}
+        out[dev] = [live[k] for k in sorted(live)]
+    return out
