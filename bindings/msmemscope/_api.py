@@ -35,7 +35,8 @@ def config(**kwargs: Any) -> None:
     Keys:
       device       npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; several with ','
                    (default npu; a script on a machine without an NPU wants "cpu")
-      level        0 / op (operator level, default) or 1 / kernel
+      level        0 / op (operator level, default: operator rows), 1 / kernel
+                   (kernel launches), or both: 'kernel,op' / '0,1'
       events       alloc, free, launch, access, traceback (default alloc,free,launch);
                    "" records none; traceback = the Python trace file
       call_stack   python, c, each with an optional :depth 0..1000, e.g. "c:20,python:10"

@@ -5,6 +5,8 @@
   built where libtorch-dev is installed; no Python call per operator) or
   else from a TorchDispatchMode, and with events "access"
   ACCESS READ (inputs) / WRITE (outputs) with dtype, shape, size, format,
+  (both only when op is among the --level values, the default, as
+  upstream's aten collector),
   type; Ptr is the storage's base address, so the host can give the
   allocation_id of the block;
 * tensor storage: c10's CPU allocator (alloc_cpu -> posix_memalign,
@@ -251,7 +253,9 @@ def _module_post(module, inputs, output):
 def enable(trace: bool) -> None:
     """Turns the PyTorch collector on (start())."""
     global _mode, _access, _trace, _hooks_installed
-    _access = bool(_ext.wants("access"))
+    # --level: operator rows (ATEN_START/END) and their ACCESS rows are op
+    # level, as upstream's aten collector (on only when op is among the levels)
+    _access = bool(_ext.wants("op_access"))
     _trace = trace
     if not _hooks_installed:
         _hooks_installed = True
@@ -279,7 +283,7 @@ def _start_op_tracking() -> None:
         obs = None
     if obs is not None:
         try:
-            obs.enable(bool(_ext.wants("launch")), _access, _ext.op_depth_api)
+            obs.enable(bool(_ext.wants("op_launch")), _access, _ext.op_depth_api)
             _observer = obs
             return
         except RuntimeError:

@@ -456,12 +456,12 @@ PYBIND11_MODULE(_msmemscope, m) {
     // Operator boundaries (the dispatch mode): also the owner context.
     m.def("op_begin", [](const std::string& name) {
         ++t_op_depth;
-        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("launch"))
+        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("op_launch"))
             g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
     });
     m.def("op_end", [](const std::string& name) {
         if (t_op_depth > 0) --t_op_depth;
-        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("launch"))
+        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("op_launch"))
             g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
     });
     m.attr("op_depth_api") = py::capsule(static_cast<void*>(&g_op_depth_api), "msmemscope.op_depth");

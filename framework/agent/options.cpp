@@ -73,6 +73,15 @@ void parse_options(const char* text) {
         o.access = list_has(v, len, "access");
         o.traceback = list_has(v, len, "traceback");
     }
+    if (const char* v = find_value("level", len)) {
+        // "op", "kernel", "op,kernel" (and upstream's 0 / 1)
+        bool op = list_has(v, len, "op") || list_has(v, len, "0");
+        bool kernel = list_has(v, len, "kernel") || list_has(v, len, "1");
+        if (op || kernel) {
+            o.op_level = op;
+            o.kernel_level = kernel;
+        }
+    }
     if (const char* v = find_value("collect_mode", len)) o.deferred = len == 8 && strncmp(v, "deferred", 8) == 0;
     if (const char* v = find_value("follow_fork", len)) o.follow_fork = !(len >= 1 && (v[0] == '0' || v[0] == 'f'));
     if (const char* v = find_value("call_stack", len)) {
@@ -89,6 +98,11 @@ bool wants(const char* cls) {
     if (!strcmp(cls, "launch")) return g_options.launch;
     if (!strcmp(cls, "access")) return g_options.access;
     if (!strcmp(cls, "traceback")) return g_options.traceback;
+    if (!strcmp(cls, "op")) return g_options.op_level;
+    if (!strcmp(cls, "kernel")) return g_options.kernel_level;
+    if (!strcmp(cls, "op_launch")) return g_options.launch && g_options.op_level;
+    if (!strcmp(cls, "kernel_launch")) return g_options.launch && g_options.kernel_level;
+    if (!strcmp(cls, "op_access")) return g_options.access && g_options.op_level;
     return false;
 }
 

@@ -9,6 +9,9 @@ namespace msms::agent {
 
 struct Options {
     bool alloc = true, free = true, launch = true, access = false, traceback = false;
+    // --level (upstream's levelType bits): op = framework operators (ATEN_START/END,
+    // their ACCESS rows), kernel = kernel launches (KERNEL_LAUNCH). Default: op.
+    bool op_level = true, kernel_level = false;
     bool deferred = false;
     bool follow_fork = true;
     uint32_t c_depth = 0;   // 0: no C stacks
@@ -17,6 +20,9 @@ struct Options {
 
 const Options& options();
 void parse_options(const char* text);
+// Event classes: alloc, free, launch, access, traceback; and the level's
+// views: "op", "kernel", "op_launch" (launch at op level), "kernel_launch"
+// (launch at kernel level), "op_access" (access at op level).
 bool wants(const char* event_class);
 // Raw value of key ("" if absent).
 size_t option_text(const char* key, char* buf, size_t n);

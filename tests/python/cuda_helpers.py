@@ -4,10 +4,15 @@ from pathlib import Path
 from conftest import dump_files, process_dirs, read_dump
 
 
-def run_cuda(cli, tmp_path, program, args=(), device="cuda", events="alloc,free,launch", env=None, extra=()):
-    """Runs program under the CLI (no analysis); returns (proc, process dir)."""
+def run_cuda(cli, tmp_path, program, args=(), device="cuda", events="alloc,free,launch", env=None, extra=(),
+             level="kernel"):
+    """Runs program under the CLI (no analysis); returns (proc, process dir).
+    The programs launch kernels, recorded at kernel level only (upstream's
+    default level, op, records framework operators): level="kernel" unless
+    a test says otherwise (None: the default)."""
     out = tmp_path / "out"
-    p = cli([f"--device={device}", f"--events={events}", "--analysis=", f"--output={out}", *extra, "--",
+    lv = [f"--level={level}"] if level else []
+    p = cli([f"--device={device}", f"--events={events}", *lv, "--analysis=", f"--output={out}", *extra, "--",
              str(program), *args], cwd=tmp_path, env=env, check_rc=0)
     dirs = process_dirs(out)
     assert len(dirs) == 1, (dirs, p.stdout, p.stderr)

@@ -25,12 +25,16 @@ def hexptr(v):
     return "0x%016x" % v
 
 
-def run_train(cli, tmp_path, *opts, env=None, prog="npu_train"):
+def run_train(cli, tmp_path, *opts, env=None, prog="npu_train", level="kernel"):
+    """The programs launch kernels (no framework operators): run at kernel
+    level, whose launches upstream's default level (op) does not record;
+    test_level.py covers the levels themselves."""
     out = tmp_path / "out"
     e = dict(SIM_ENV)
     if env:
         e.update(env)
-    p = cli([*opts, f"--output={out}", "--", TEST_BIN / prog], cwd=tmp_path, env=e, check_rc=0)
+    lv = [f"--level={level}"] if level else []
+    p = cli([*lv, *opts, f"--output={out}", "--", TEST_BIN / prog], cwd=tmp_path, env=e, check_rc=0)
     dirs = process_dirs(out)
     assert len(dirs) == 1, dirs
     return p, dirs[0]

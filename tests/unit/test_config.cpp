@@ -226,6 +226,24 @@ TEST_CASE("agent options carry what the target needs") {
     CHECK(s.find("events=alloc,free;") == 0);
     CHECK(s.find(";call_stack=c:8;") != std::string::npos);
     CHECK(s.find(";collectors=host_heap") != std::string::npos);
+    // upstream's default level: op
+    CHECK(s.find(";level=op;") != std::string::npos);
+}
+
+TEST_CASE("agent options name every --level given (op, kernel or both)") {
+    auto level_of = [](const char* arg) {
+        auto r = run({"--device=cpu", arg, "--", "p"});
+        REQUIRE(r.ok);
+        std::string s = r.cfg.agent_options();
+        auto at = s.find(";level=");
+        REQUIRE(at != std::string::npos);
+        return s.substr(at + 7, s.find(';', at + 1) - at - 7);
+    };
+    CHECK(level_of("--level=kernel") == "kernel");
+    CHECK(level_of("--level=1") == "kernel");
+    CHECK(level_of("--level=0") == "op");
+    CHECK(level_of("--level=kernel,op") == "op,kernel");
+    CHECK(level_of("--level=0,1") == "op,kernel");
 }
 
 namespace {

@@ -40,7 +40,10 @@ std::string Config::agent_options() const {
     s += ";collect_mode=" + collect_mode;
     s += ";follow_fork=" + std::string(follow_fork ? "1" : "0");
     s += ";device=" + join(devices, ",");
-    s += ";level=" + std::to_string(level);
+    std::vector<std::string> lv;
+    if (levels & 1u) lv.push_back("op");
+    if (levels & 2u) lv.push_back("kernel");
+    s += ";level=" + join(lv, ",");
     std::vector<std::string> st;
     for (auto n : steps) st.push_back(std::to_string(n));
     s += ";steps=" + join(st, ",");

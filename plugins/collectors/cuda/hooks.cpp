@@ -15,7 +15,8 @@
 // Events: device memory as MALLOC/FREE type HAL (Attr driver:cuda,
 // alloc_type:alloc|pitch|managed|async|create|map), pinned host memory as
 // HOST_PINNED on device cpu, CUDA_ERROR_OUT_OF_MEMORY as OOM_DETAIL/
-// OOM_TRIGGER, kernel launches as KERNEL_LAUNCH (only with --events=launch).
+// OOM_TRIGGER, kernel launches as KERNEL_LAUNCH (only with --events=launch and
+// --level=kernel, as upstream gates its kernel launches).
 // msms_cuda_snapshot() (exported, for the Python package) writes SNAPSHOT rows.
 #include <msmemscope/agent.h>
 #include <msmemscope/snapshot_attrs.h>
@@ -352,7 +353,7 @@ void record_failure(CUresult rc, const char* func, int16_t dev_kind_cpu, uint64_
 std::atomic<uint64_t> g_task_id{0};
 
 void record_launch(CUfunction f, CUstream stream) {
-    if (!msms_agent_wants("launch")) return;
+    if (!msms_agent_wants("kernel_launch")) return;
     Recording r(true);
     if (!r.on) return;
     const char* name = nullptr;

@@ -1,8 +1,9 @@
 // Host-side descriptor of the kernel_launch collector (Ascend runtime).
 // Preloads libmsms_kernel_launch_hook.so into the target when an npu device
 // is selected. KERNEL_LAUNCH rows are recorded when "launch" is among the
-// events (at both --level values: a program without framework operators has
-// no other launch rows); SYSTEM ACL_INIT/ACL_FINI whenever it is loaded,
+// events and kernel is among the levels (--level=kernel or kernel,op; the
+// default level, op, records framework operators only, as upstream);
+// SYSTEM ACL_INIT/ACL_FINI whenever it is loaded,
 // which is why it also declares alloc/free (selected for every npu run).
 #include <msmemscope/plugin.hpp>
 

@@ -1,7 +1,8 @@
 // libmsms_kernel_launch_hook.so — Ascend kernel launches and ACL init/fini,
 // preloaded into the target when the kernel_launch collector is selected.
 //
-// KERNEL_LAUNCH/KERNEL_LAUNCH rows (when the run wants "launch"), one per
+// KERNEL_LAUNCH/KERNEL_LAUNCH rows (when the run wants "launch" at --level=kernel,
+// as upstream: IsNeedTraceKernelLaunch), one per
 // launch as the user called it (a launch made by the runtime inside another
 // hooked launch is not counted twice):
 //   runtime: rtKernelLaunch, rtKernelLaunchWithHandleV2, rtKernelLaunchWithFlagV2,
@@ -154,7 +155,7 @@ struct LaunchScope {
 };
 
 void record_launch(const char* name, void* stream) {
-    if (!msms_agent_wants("launch")) return;
+    if (!msms_agent_wants("kernel_launch")) return;
     if (!msms_agent_enter()) return;
     uint64_t sid = 0, tid = 0;
     stream_and_task(stream, sid, tid);

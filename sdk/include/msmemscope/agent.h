@@ -46,10 +46,16 @@ int msms_agent_collecting(void);
 const unsigned char* msms_agent_collecting_flag(void);
 
 /* 1 when the user asked for this event class: "alloc", "free", "launch",
- * "access", "traceback". */
+ * "access", "traceback". --level (upstream's data trace level; default op)
+ * adds: "op" / "kernel" (that level is on), "op_launch" (launch at op level:
+ * framework operator rows, OP_LAUNCH ATEN_START/END), "kernel_launch" (launch
+ * at kernel level: KERNEL_LAUNCH rows), "op_access" (access at op level: the
+ * framework operators' ACCESS rows). A collector of kernel launches tests
+ * "kernel_launch", one of operators "op_launch", as upstream gates them. */
 int msms_agent_wants(const char* event_class);
 
-/* Value of a collection option as text ("" when unset): "device", "level",
+/* Value of a collection option as text ("" when unset): "device", "level"
+ * ("op", "kernel" or "op,kernel"),
  * "call_stack", "collect_mode", "steps", "watch" and collector options
  * "<collector>.<key>". Returns the length written (without NUL). */
 size_t msms_agent_option(const char* key, char* buf, size_t buf_size);
