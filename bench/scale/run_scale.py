@@ -40,7 +40,8 @@ def tree_size(path):
 
 
 def run(cmd, cwd):
-    """(wall s, peak RSS MiB of the largest process waited for, rc)."""
+    """(wall s, peak RSS MiB of the largest process waited for, CPU s of
+    the whole tree (user + system), output)."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     t0 = time.perf_counter()
@@ -51,7 +52,7 @@ def run(cmd, cwd):
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         sys.exit(f"failed ({rc}): {' '.join(map(str, cmd))}\n{out.decode(errors='replace')[-3000:]}")
-    return wall, ru.ru_maxrss / 1024.0, out.decode(errors="replace")
+    return wall, ru.ru_maxrss / 1024.0, ru.ru_utime + ru.ru_stime, out.decode(errors="replace")
 
 
 def load():
@@ -121,24 +122,24 @@ def main():
                 continue
             cmd = [prog, 1, pairs] if mode == "bare" else command(mode, pairs, out)
             l0 = load()
-            wall, rss, _ = run(cmd, work)
+            wall, rss, cpu, _ = run(cmd, work)
             size = tree_size(out)
             shutil.rmtree(out, ignore_errors=True)
-            res[(mode, n)] = (wall, rss, size)
-            print(f"  {mode:<10} {wall:8.2f} s  {rss:8.1f} MiB peak RSS  {size / 2**20:9.1f} MiB written  "
-                  f"(load {l0})", flush=True)
+            res[(mode, n)] = (wall, rss, size, cpu)
+            print(f"  {mode:<10} {wall:8.2f} s  {cpu:8.2f} CPU s  {rss:8.1f} MiB peak RSS  "
+                  f"{size / 2**20:9.1f} MiB written  (load {l0})", flush=True)
 
-    print("\n| events | mode | wall s | vs heaptrack | peak RSS MiB | vs heaptrack | written MiB | "
-          "s per M events (vs smallest) | RSS per M events (vs smallest) |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| events | mode | wall s | vs heaptrack | CPU s | vs heaptrack | peak RSS MiB | vs heaptrack | "
+          "written MiB | wall s per M events (vs smallest) | RSS per M events (vs smallest) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         ht = res.get(("heaptrack", n))
         for mode in ["bare"] + modes:
             r = res.get((mode, n))
             if r is None:
-                print(f"| {n / 1e6:g}M | {mode} | n/a | | | | | | |")
+                print(f"| {n / 1e6:g}M | {mode} | n/a | | | | | | | | |")
                 continue
-            wall, rss, size = r
+            wall, rss, size, cpu = r
             first = res.get((mode, sizes[0]))
             per = wall / n * 1e6
             per0 = first[0] / sizes[0] * 1e6
@@ -146,7 +147,9 @@ def main():
             rper0 = first[1] / sizes[0] * 1e6
             tr = f"{wall / ht[0]:.2f}" if ht and mode != "heaptrack" else "-"
             mr = f"{rss / ht[1]:.2f}" if ht and mode != "heaptrack" else "-"
-            print(f"| {n / 1e6:g}M | {mode} | {wall:.2f} | {tr} | {rss:.1f} | {mr} | {size / 2**20:.1f} | "
+            cr = f"{cpu / ht[3]:.2f}" if ht and mode != "heaptrack" and ht[3] else "-"
+            print(f"| {n / 1e6:g}M | {mode} | {wall:.2f} | {tr} | {cpu:.2f} | {cr} | {rss:.1f} | {mr} | "
+                  f"{size / 2**20:.1f} | "
                   f"{per:.3f} ({per / per0:.2f}) | {rper:.2f} ({rper / rper0:.2f}) |")
     if not a.workdir:
         shutil.rmtree(work, ignore_errors=True)

@@ -217,7 +217,9 @@ public:
         exec("PRAGMA page_size=16384");
         exec("PRAGMA journal_mode=TRUNCATE");
         exec("PRAGMA synchronous=OFF");
-        exec("PRAGMA cache_size=-65536");
+        // A large cache helps the table layout build its indexes at the end;
+        // the view layout only appends (fresh cache pages cost page faults).
+        exec(table_ ? "PRAGMA cache_size=-65536" : "PRAGMA cache_size=-8192");
         int version = table_ ? 1 : kSchemaVersion;
         exec("PRAGMA user_version=" + std::to_string(version));
         exec("CREATE TABLE msms_meta (key TEXT PRIMARY KEY, value TEXT)");
@@ -241,7 +243,12 @@ public:
                  "\"Name\" TEXT, \"Process Id\" INTEGER, \"Thread Id\" INTEGER, \"Device Id\" TEXT)");
             exec("CREATE TABLE msms_attr_formats (id INTEGER PRIMARY KEY, expr TEXT)");
             exec("CREATE TABLE msms_live_blocks (malloc_id INTEGER PRIMARY KEY)");
-            ins_row_ = Stmt(db_, "INSERT OR REPLACE INTO msms_dump_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+            const std::string one = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+            ins_row_ = Stmt(db_, "INSERT OR REPLACE INTO msms_dump_rows VALUES " + one);
+            std::string many = "INSERT OR REPLACE INTO msms_dump_rows VALUES " + one;
+            for (size_t i = 1; i < kBatchRows; ++i) many += "," + one;
+            ins_rows_ = Stmt(db_, many);
+            pend_.resize(kBatchRows * kCols);
             ins_ctx_ = Stmt(db_, "INSERT INTO msms_dump_ctx VALUES (?,?,?,?,?,?,?)");
             ins_fmt_ = Stmt(db_, "INSERT INTO msms_attr_formats VALUES (?,?)");
             ins_live_ = Stmt(db_, "INSERT OR IGNORE INTO msms_live_blocks VALUES (?)");
@@ -265,8 +272,12 @@ public:
     }
     ~Database() {
         if (db_) {
+            try {
+                flush_rows();  // rows of a run that ended early
+            } catch (...) {
+            }
             sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
-            for (Stmt* s : {&ins_dump_, &ins_block_, &ins_row_, &ins_ctx_, &ins_fmt_, &ins_live_, &ins_stack_,
+            for (Stmt* s : {&ins_dump_, &ins_block_, &ins_row_, &ins_rows_, &ins_ctx_, &ins_fmt_, &ins_live_, &ins_stack_,
                             &upd_attr_, &ins_finding_, &ins_meta_})
                 *s = Stmt();
             for (auto& [k, s] : ins_py_) s = Stmt();
@@ -308,6 +319,7 @@ public:
     }
 
     void annotate(uint64_t id, std::string_view key, std::string_view value) {
+        flush_rows();
         std::string path = "$.";
         msms::json_quote(path, key);  // $."key" handles any characters
         std::string v;
@@ -333,6 +345,7 @@ public:
     }
 
     void finish() {
+        flush_rows();
         // Blocks never freed: free_id and free_ts stay NULL.
         for (auto& [id, b] : live_) {
             if (table_) block(id, b, -1, -1);
@@ -483,9 +496,10 @@ private:
             return static_cast<int64_t>(id);
         }
         auto& by_text = c ? c_text_ : py_text_;
-        auto [it, fresh] = by_text.emplace(std::string(view(text)), 0);
-        if (fresh) {
-            it->second = -static_cast<int64_t>(by_text.size());
+        auto found = by_text.find(std::string(view(text)));
+        if (found != by_text.end()) return found->second;
+        auto it = by_text.emplace(std::string(view(text)), -static_cast<int64_t>(by_text.size() + 1)).first;
+        {
             ins_stack_.text(1, kind).i64(2, it->second).text(3, view(text)).run(db_);
         }
         return it->second;
@@ -504,9 +518,10 @@ private:
         key_.append(head, sizeof(head));
         key_ += dev;
         key_ += name;
-        auto [it, fresh] = ctx_.emplace(key_, 0);
-        if (fresh) {
-            it->second = static_cast<int64_t>(ctx_.size());
+        auto found = ctx_.find(key_);
+        if (found != ctx_.end()) return found->second;
+        auto it = ctx_.emplace(key_, static_cast<int64_t>(ctx_.size() + 1)).first;
+        {
             ins_ctx_.i64(1, it->second)
                 .text(2, kind_text(ev))
                 .text(3, type_text(ev.type))
@@ -541,9 +556,19 @@ private:
         if (msms::is_memory_row(ev.kind)) {
             bool has_addr = false;
             for (uint32_t i = 0; i < n; ++i) has_addr |= view(kv[i].key) == "addr";
-            std::stable_sort(order, order + m, [kv](uint32_t a, uint32_t b) {
-                return msms::memory_attr_rank(view(kv[a].key)) < msms::memory_attr_rank(view(kv[b].key));
-            });
+            // stable insertion sort by rank (a handful of keys; no allocation)
+            int rank[65];
+            for (uint32_t i = 0; i < m; ++i) {
+                int r = msms::memory_attr_rank(view(kv[i].key));
+                uint32_t j = i;
+                while (j > 0 && rank[j - 1] > r) {
+                    order[j] = order[j - 1];
+                    rank[j] = rank[j - 1];
+                    --j;
+                }
+                order[j] = i;
+                rank[j] = r;
+            }
             if (ev.kind == MSMS_EV_ACCESS && !has_addr) {
                 uint32_t at = 0;
                 while (at < m && msms::memory_attr_rank(view(kv[order[at]].key)) <= 1) ++at;
@@ -662,14 +687,13 @@ private:
         bool coded = encode_attr(ev, ptr_col, link_col, size_col, fmt);
         int64_t c = stack_id("c", ev.c_stack_id, ev.c_stack);
         int64_t py = stack_id("python", ev.py_stack_id, ev.py_stack);
-        Stmt& s = ins_row_;
-        s.i64(1, static_cast<int64_t>(ev.id)).i64(2, context(ev, dev)).i64(3, static_cast<int64_t>(ev.timestamp_ns));
-        if (ptr_col) s.i64(4, static_cast<int64_t>(ev.ptr));
-        else s.null(4);
-        if (link_col) s.i64(5, static_cast<int64_t>(ev.allocation_id));
-        else s.null(5);
-        if (size_col) s.i64(6, static_cast<int64_t>(ev.size));
-        else s.null(6);
+        Val* v = &pend_[npend_ * kCols];
+        v[0].set(static_cast<int64_t>(ev.id));
+        v[1].set(context(ev, dev));
+        v[2].set(static_cast<int64_t>(ev.timestamp_ns));
+        v[3].set_if(ptr_col, static_cast<int64_t>(ev.ptr));
+        v[4].set_if(link_col, static_cast<int64_t>(ev.allocation_id));
+        v[5].set_if(size_col, static_cast<int64_t>(ev.size));
         int64_t mid = -1;
         if (ev.kind == MSMS_EV_MALLOC && ev.allocation_id) {
             live_[ev.allocation_id].malloc_id = ev.id;
@@ -680,24 +704,66 @@ private:
                 live_.erase(it);
             }
         }
-        if (mid >= 0) s.i64(7, mid);
-        else s.null(7);
+        v[6].set_if(mid >= 0, mid);
         if (coded) {
-            s.i64(8, fmt);
+            v[7].set(fmt);
             for (int i = 0; i < kSlots; ++i) {
-                if (i >= nslots_) s.null(9 + i);
-                else if (slots_[i].is_int) s.i64(9 + i, slots_[i].n);
-                else s.text(9 + i, slots_[i].text);
+                if (i >= nslots_) v[8 + i].kind = 0;
+                else if (slots_[i].is_int) v[8 + i].set(slots_[i].n);
+                else v[8 + i].set(slots_[i].text);
             }
-            s.null(15);
+            v[14].kind = 0;
         } else {
-            attr_.clear();
-            attr_json(attr_, ev);
-            s.null(8);
-            for (int i = 0; i < kSlots; ++i) s.null(9 + i);
-            s.text(15, attr_);
+            v[7].kind = 0;
+            for (int i = 0; i < kSlots; ++i) v[8 + i].kind = 0;
+            v[14].kind = 2;
+            v[14].t.clear();
+            attr_json(v[14].t, ev);
         }
-        s.i64(16, py).i64(17, c).run(db_);
+        v[15].set(py);
+        v[16].set(c);
+        if (++npend_ == kBatchRows) flush_rows();
+    }
+
+    // Rows go to SQLite kBatchRows at a time, in one multi-row INSERT: the
+    // statement's own cost (step, reset, the statement transaction) once
+    // per batch instead of once per row.
+    struct Val {
+        int kind = 0;  // 0 NULL, 1 integer, 2 text
+        int64_t n = 0;
+        std::string t;
+        void set(int64_t v) {
+            kind = 1;
+            n = v;
+        }
+        void set_if(bool has, int64_t v) {
+            kind = has ? 1 : 0;
+            n = v;
+        }
+        void set(const std::string& v) {
+            kind = 2;
+            t = v;
+        }
+        void bind(Stmt& s, int col) const {
+            if (kind == 1) s.i64(col, n);
+            else if (kind == 2) s.text(col, t);
+            else s.null(col);
+        }
+    };
+    static constexpr int kCols = 17;
+    static constexpr size_t kBatchRows = 32;
+    void flush_rows() {
+        if (!npend_) return;
+        if (npend_ == kBatchRows) {
+            for (size_t i = 0; i < kBatchRows * kCols; ++i) pend_[i].bind(ins_rows_, static_cast<int>(i + 1));
+            ins_rows_.run(db_);
+        } else {
+            for (size_t r = 0; r < npend_; ++r) {
+                for (int i = 0; i < kCols; ++i) pend_[r * kCols + i].bind(ins_row_, i + 1);
+                ins_row_.run(db_);
+            }
+        }
+        npend_ = 0;
     }
 
     // memscope_dump (and msms_blocks) as views over the rows; made again
@@ -748,13 +814,14 @@ private:
     void tick() {
         if (++since_commit_ < kBatch) return;
         since_commit_ = 0;
+        flush_rows();
         exec("COMMIT");
         exec("BEGIN");
     }
 
     std::string path_;
     sqlite3* db_ = nullptr;
-    Stmt ins_dump_, ins_block_, ins_row_, ins_ctx_, ins_fmt_, ins_live_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
+    Stmt ins_dump_, ins_block_, ins_row_, ins_rows_, ins_ctx_, ins_fmt_, ins_live_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
     std::string dev_, other_dev_;
     bool table_;
     int32_t own_kind_ = -1, own_id_ = -1;
@@ -766,6 +833,8 @@ private:
     Slot slots_[kSlots];
     int nslots_ = 0;
     std::string attr_, key_, fkey_, escaped_;
+    std::vector<Val> pend_;  // kBatchRows rows of kCols values
+    size_t npend_ = 0;
     uint64_t rows_ = 0, since_commit_ = 0, findings_ = 0;
 };
 
