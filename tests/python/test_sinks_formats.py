@@ -174,12 +174,32 @@ def test_trace_over_its_budget_downsamples_counters_never_the_structure(tmp_path
     n_pta = len([s for s in samples if s[0] == "cpu PTA allocated"])
     assert n_pta > 700 and tracks["cpu PTA allocated"] == {"samples": n_pta, "written": n_pta, "bucket_ns": 1}
     note = meta["downsampled_note"]
-    assert note.startswith("the run has more than 5000 trace events (option max_events): memory counters "
+    assert note.startswith("the run is over the trace's budget (options max_events=5000, counter_points=131072): "
+                           "memory counters "
                            f"downsampled to {len(kept)} of {len(samples)} samples ('cpu HOST allocated' in buckets of "
                            f"{tracks['cpu HOST allocated']['bucket_ns']} ns, ")
     assert "'cpu PTA allocated'" not in note
     assert "every operator, kernel and mstx span, step, mark and leak is in" in note and "--data-format=db" in note
     assert f"log: 1 trace: {note}" in out and f"report: trace: {note}" in out
+
+
+def test_trace_counters_stay_within_counter_points(tmp_path):
+    """The counters are held in memory until the end, so their number is
+    bounded (option counter_points) however large max_events is: the
+    structure is all there, the counters are reduced, and the note says which
+    budget was reached."""
+    drive("trace", tmp_path, "train", 20000, "max_events=1000000000", "counter_points=2000")
+    doc = load_trace(tmp_path / f"trace_{TS}.json")
+    ev = doc["traceEvents"]
+    assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "op"]) == 400
+    assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "python"]) == 800
+    kept = counter_samples(doc)
+    meta = doc["otherData"]
+    assert 0 < len(kept) <= 2000 and meta["downsampled"]["memory_counters"]["written"] == len(kept)
+    assert meta["downsampled"]["memory_counters"]["samples"] == 81598
+    assert meta["downsampled_note"].startswith(
+        "the run is over the trace's budget (options max_events=1000000000, counter_points=2000): memory counters "
+        f"downsampled to {len(kept)} of 81598 samples")
 
 
 def test_trace_budget_drops_python_calls_before_operators(tmp_path):

@@ -18,7 +18,8 @@
 // file as they come, however many. `max_events` (default 2,000,000) is the
 // budget of the rest: Python call spans are written while the trace is
 // within it (later ones are counted, not written), and the memory counters
-// are kept in memory (counter_series.h) and written at the end, downsampled
+// are kept in memory (counter_series.h; at most `counter_points`, default
+// 131,072, so that memory stays bounded) and written at the end, downsampled
 // to what is left of the budget (at least a quarter of it) with the same
 // resolution over the whole run, each time bucket keeping its lowest,
 // highest and last value. otherData.downsampled says what was reduced, the
@@ -57,13 +58,18 @@ public:
             {"max_events", MSMS_OPT_INT, "2000000", nullptr, 1000, 1000000000,
              "budget of trace events: past it memory counters are downsampled and Python call spans dropped; "
              "operator/kernel spans, steps, marks and findings are always written"},
+            {"counter_points", MSMS_OPT_INT, "131072", nullptr, 1000, 100000000,
+             "memory counter points kept (in memory until the end, about 56 bytes each): past it, or past what "
+             "max_events leaves, the counters are downsampled"},
         };
-        n = 1;
+        n = 2;
         return specs;
     }
 
     TraceSink(msmemscope::Host host, const msmemscope::Options& opts)
-        : host_(host), max_events_(static_cast<uint64_t>(opts.get_int("max_events", 2000000))) {}
+        : host_(host),
+          max_events_(static_cast<uint64_t>(opts.get_int("max_events", 2000000))),
+          counter_points_max_(static_cast<uint64_t>(opts.get_int("counter_points", 131072))) {}
     ~TraceSink() override {
         if (f_) std::fclose(f_);
     }
@@ -260,7 +266,8 @@ private:
             n += std::to_string(py_dropped_) + " Python call spans past the budget not written";
         }
         if (n.empty()) return n;
-        return "the run has more than " + std::to_string(max_events_) + " trace events (option max_events): " + n +
+        return "the run is over the trace's budget (options max_events=" + std::to_string(max_events_) +
+               ", counter_points=" + std::to_string(counter_points_max_) + "): " + n +
                "; every operator, kernel and mstx span, step, mark and leak is in " + path_ +
                ", every event in the dump (--data-format=db for indexed queries)";
     }
@@ -270,7 +277,7 @@ private:
         if (!series_) return;
         uint64_t used = written_;
         uint64_t left = used < max_events_ ? max_events_ - used : 0;
-        uint64_t budget = std::max(left, max_events_ / 4);
+        uint64_t budget = std::min(std::max(left, max_events_ / 4), counter_points_max_);
         series_->fit(budget);
         counters_downsampled_ = series_->points() < series_->samples();
         for (size_t t = 0; t < series_->tracks(); ++t) {
@@ -315,7 +322,9 @@ private:
 
     // key: device kind, device id, pool type (0x10000 = the device total)
     void counter(uint64_t key, const msms_event& ev, int64_t value) {
-        if (!series_) series_ = std::make_unique<msms_trace::CounterSeries>(base_, max_events_);
+        // Bounded memory: the series holds at most counter_points_max_ points.
+        if (!series_)
+            series_ = std::make_unique<msms_trace::CounterSeries>(base_, std::min(max_events_, counter_points_max_));
         auto it = counters_.find(key);
         if (it == counters_.end()) {
             std::string name = device_name(ev.device_kind, ev.device_id);
@@ -449,6 +458,7 @@ private:
     msmemscope::Host host_;
     msmemscope::RunInfo run_;
     uint64_t max_events_;
+    uint64_t counter_points_max_;
     std::string path_;
     std::FILE* f_ = nullptr;
     std::string buf_;
