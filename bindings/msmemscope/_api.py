@@ -29,7 +29,7 @@ def _check_text(where: str, key: str, value: str) -> None:
 
 def config(**kwargs: Any) -> None:
     """Sets collection options. Keyword-only, every value a string (sinks may
-    also be a list of names); the same names, values and checks as the
+    also be a list of names, aggregate a bool); the same names, values and checks as the
     command line (``msmemscope --help``).
 
     Keys:
@@ -49,6 +49,9 @@ def config(**kwargs: Any) -> None:
       steps        at most 5 step numbers to collect, e.g. "1,2,3"
       collect_mode immediate or deferred
       log_level    info, warn (default), error
+      aggregate    True: long runs keep no per-event rows (csv/db sinks off), only
+                   what the analyses and reports need; the capture is released as
+                   it is read (the command line's --aggregate)
       plugin_path  more folders to search for plugins: a path or a list of paths
                    (the command line's --plugin-path); relative to the current folder
       plugin_options  options of plugins: {"my_peak": {"threshold": 5}} or

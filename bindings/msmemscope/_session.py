@@ -55,6 +55,7 @@ KEYS: Dict[str, str] = {
     "steps": "steps",
     "collect_mode": "collect-mode",
     "log_level": "log-level",
+    "aggregate": "aggregate",
 }
 # What each key accepts (for type errors; value errors come from the C++
 # validator, word for word what the CLI says).
@@ -71,6 +72,7 @@ ALLOWED: Dict[str, str] = {
     "steps": "at most 5 step numbers, e.g. 1,2,3",
     "collect-mode": "immediate, deferred",
     "log-level": "info, warn, error",
+    "aggregate": "True, False (or 'true', 'false')",
 }
 ONCE = ("output", "data-format", "watch")
 
@@ -100,7 +102,10 @@ _warned_cli = False
 
 
 def _cli_options() -> List[str]:
-    return ([f"--{k}={v}" for k, v in sorted(_values.items())] + [f"--plugin-path={p}" for p in _plugin_paths] +
+    # --aggregate is a flag on the command line (no value).
+    flags = [f"--{k}" for k, v in sorted(_values.items()) if k == "aggregate" and v == "true"]
+    return ([f"--{k}={v}" for k, v in sorted(_values.items()) if k != "aggregate"] + flags +
+            [f"--plugin-path={p}" for p in _plugin_paths] +
             [f"--plugin-option={n}.{k}={v}" for n, kv in sorted(_plugin_options.items()) for k, v in sorted(kv.items())])
 
 
@@ -217,6 +222,8 @@ def configure(kwargs: Dict[str, object]) -> None:
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
             if canon == "sinks" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
                 value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
+            if canon == "aggregate" and isinstance(value, bool):
+                value = "true" if value else "false"
             if not isinstance(value, str):
                 raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")

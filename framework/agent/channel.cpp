@@ -1,6 +1,7 @@
 // The capture file writer. No locks on the common path: a thread owns a
 // chunk; only taking a chunk beyond the mapped end takes a (rare) spinlock.
 #include "channel.h"
+#include "options.h"
 #include "stacks.h"
 
 #include <errno.h>
@@ -42,6 +43,10 @@ std::atomic<uint32_t> g_seg_sealed[capture::kMaxSegments];
 std::atomic_flag g_grow_lock = ATOMIC_FLAG_INIT;
 std::atomic<uint64_t> g_next_string_id{1};
 std::atomic<uint32_t> g_next_lane{1};  // lanes: see ChunkHeader::tid in capture_format.h
+std::atomic<uint32_t> g_live_writers{0};  // threads holding a writer (each may hold a chunk)
+// chunks_released when a budget wait last gave up (the host made no
+// progress): no new wait until the host releases more.
+std::atomic<uint64_t> g_budget_gave_up{UINT64_MAX};
 std::atomic<bool> g_closed{false};
 pthread_key_t g_thread_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
@@ -123,7 +128,10 @@ capture::DisabledReason grow(CaptureHeader* h) {
             return errno == ENOMEM ? capture::DisabledReason::AddressSpace : capture::DisabledReason::Other;
         g_segments[seg].store(static_cast<uint8_t*>(p), std::memory_order_release);
     }
+    // Disk is reserved a few chunks at a time (the host may release read
+    // chunks meanwhile: a long run's file holds only what is unread).
     uint64_t target = (seg + 1) * capture::kChunksPerSegment;
+    if (target > mapped + capture::kReserveChunks) target = mapped + capture::kReserveChunks;
     uint64_t limit = file_size_limit();
     uint64_t max_chunks = limit > capture::kHeaderSize ? (limit - capture::kHeaderSize) / capture::kChunkSize : 0;
     if (target > max_chunks) target = max_chunks;
@@ -147,10 +155,41 @@ ChunkHeader* chunk_at(uint64_t index) {
     return reinterpret_cast<ChunkHeader*>(base + (index % capture::kChunksPerSegment) * capture::kChunkSize);
 }
 
+// With a capture budget (options().capture_budget, --aggregate): waits while
+// the chunks taken and not yet released by the host exceed the budget plus
+// the chunks threads hold now (which the host cannot release). Bounded: the
+// wait ends when the host releases no chunk for 2 s (10 s while it has not
+// started reading: start-up), and no further wait starts until it releases
+// one again; the program is slowed to the host's pace, never stopped.
+void wait_for_host(CaptureHeader* h) {
+    uint64_t budget = options().capture_budget;
+    if (budget == 0) return;
+    budget += g_live_writers.load(std::memory_order_relaxed) + static_cast<uint64_t>(__atomic_load_n(&g_handon_n, __ATOMIC_RELAXED));
+    uint64_t released = h->chunks_released.load(std::memory_order_acquire);
+    if (h->chunks_taken.load(std::memory_order_relaxed) < released + budget) return;
+    if (g_budget_gave_up.load(std::memory_order_relaxed) == released) return;
+    uint64_t last = released;
+    int idle = 0;
+    while (h->chunks_taken.load(std::memory_order_relaxed) >= released + budget) {
+        h->waits.fetch_add(1, std::memory_order_relaxed);
+        struct timespec ts = {0, 100000L};
+        nanosleep(&ts, nullptr);
+        released = h->chunks_released.load(std::memory_order_acquire);
+        if (released != last) {
+            last = released;
+            idle = 0;
+        } else if (++idle >= (h->host_polls.load(std::memory_order_relaxed) ? 20000 : 100000)) {
+            g_budget_gave_up.store(released, std::memory_order_relaxed);
+            return;
+        }
+    }
+}
+
 // Takes a fresh chunk; waits with bounded back-off while another thread grows
 // the file or the disk is full; returns nullptr (and why) when no space can
 // be had.
 ChunkHeader* take_chunk(CaptureHeader* h, uint64_t& index, capture::DisabledReason& why) {
+    wait_for_host(h);
     index = h->chunks_taken.fetch_add(1, std::memory_order_relaxed);
     why = capture::DisabledReason::NoSpace;
     for (int attempt = 0; attempt < 200; ++attempt) {
@@ -234,7 +273,10 @@ void thread_exit(void* p) {
         else seal(w);
     }
     t_tls.writer = nullptr;
-    if (w) munmap(w, sizeof(ThreadWriter));
+    if (w) {
+        g_live_writers.fetch_sub(1, std::memory_order_relaxed);
+        munmap(w, sizeof(ThreadWriter));
+    }
 }
 
 void make_key() { pthread_key_create(&g_thread_key, thread_exit); }
@@ -249,6 +291,7 @@ ThreadWriter* new_writer() {
     w->last_abs = now_ns();
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_thread_key, w);
+    g_live_writers.fetch_add(1, std::memory_order_relaxed);
     return w;
 }
 
@@ -452,6 +495,7 @@ int channel_open(const char* session_dir) {
     for (auto& s : g_segments) s.store(nullptr, std::memory_order_relaxed);
     for (auto& n : g_seg_sealed) n.store(0, std::memory_order_relaxed);
     g_handon_n = 0;
+    g_budget_gave_up.store(UINT64_MAX, std::memory_order_relaxed);
     g_next_lane.store(1, std::memory_order_relaxed);
     g_next_string_id.store(1, std::memory_order_relaxed);
     g_generation.fetch_add(1, std::memory_order_relaxed);
@@ -529,6 +573,7 @@ void channel_forget_after_fork() {
     g_handon_lock.clear();
     g_grow_lock.clear();
     g_generation.fetch_add(1, std::memory_order_relaxed);
+    g_live_writers.store(t_tls.writer ? 1 : 0, std::memory_order_relaxed);  // the one thread left
     if (t_tls.writer) t_tls.writer->chunk = nullptr;
 }
 

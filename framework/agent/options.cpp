@@ -84,6 +84,11 @@ void parse_options(const char* text) {
     }
     if (const char* v = find_value("collect_mode", len)) o.deferred = len == 8 && strncmp(v, "deferred", 8) == 0;
     if (const char* v = find_value("follow_fork", len)) o.follow_fork = !(len >= 1 && (v[0] == '0' || v[0] == 'f'));
+    if (const char* v = find_value("capture_budget", len)) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < len && v[i] >= '0' && v[i] <= '9' && n < (1u << 30); ++i) n = n * 10 + (v[i] - '0');
+        o.capture_budget = static_cast<uint32_t>(n);
+    }
     if (const char* v = find_value("call_stack", len)) {
         o.c_depth = stack_depth(v, len, "c");
         o.py_depth = stack_depth(v, len, "python");

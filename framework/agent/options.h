@@ -16,6 +16,10 @@ struct Options {
     bool follow_fork = true;
     uint32_t c_depth = 0;   // 0: no C stacks
     uint32_t py_depth = 0;  // 0: no Python stacks
+    // Chunks the capture may hold unread by the host (beyond the threads'
+    // current ones) before a thread that needs a new chunk waits for the
+    // host to release some (capture_format.h); 0: no bound (--aggregate sets it).
+    uint32_t capture_budget = 0;
 };
 
 const Options& options();

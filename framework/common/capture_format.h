@@ -42,11 +42,12 @@ namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
 constexpr uint32_t kFormatMajor = 2;
-constexpr uint32_t kFormatMinor = 0;
+constexpr uint32_t kFormatMinor = 1;  // 1: chunks_released, released_any, host_polls (host -> agent)
 constexpr uint32_t kHeaderSize = 4096;
 constexpr uint32_t kChunkSize = 64 * 1024;
 constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
-constexpr uint64_t kChunksPerSegment = 512;   // file grows by 32 MiB at a time
+constexpr uint64_t kChunksPerSegment = 512;   // mapped 32 MiB of address space at a time
+constexpr uint64_t kReserveChunks = 32;       // disk reserved (fallocate) 2 MiB at a time
 constexpr uint64_t kMaxSegments = 8192;       // 256 GiB per process
 
 enum class State : uint32_t { Running = 0, Finished = 1 };
@@ -97,6 +98,17 @@ struct CaptureHeader {
     std::atomic<uint32_t> end_kind;       // EndKind
     std::atomic<int32_t> end_code;        // status or signal number
     uint32_t reserved1;
+    // ---- written by the host (format 2.1; zero in older captures)
+    // Chunks the host has read and released (punched out of the file:
+    // fallocate PUNCH_HOLE, the file keeps its size). With a capture budget
+    // (agent option capture_budget=N, --aggregate) the agent waits while
+    // more than N chunks beyond its threads' current ones are unreleased, so
+    // the file's disk use stays bounded whatever the number of events.
+    std::atomic<uint64_t> chunks_released;
+    // 1 once any chunk was released: the capture cannot be replayed whole.
+    std::atomic<uint32_t> released_any;
+    uint32_t reserved2;
+    std::atomic<uint64_t> host_polls;  // the releasing host's polls: non-zero once it reads
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);

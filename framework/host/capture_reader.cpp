@@ -27,7 +27,44 @@ CaptureReader::~CaptureReader() {
     for (const uint8_t* s : segments_)
         if (s) munmap(const_cast<uint8_t*>(s), kSegmentBytes);
     if (header_) munmap(const_cast<CaptureHeader*>(header_), kHeaderSize);
+    if (header_rw_) munmap(header_rw_, kHeaderSize);
+    if (release_fd_ >= 0) close(release_fd_);
     if (fd_ >= 0) close(fd_);
+}
+
+std::string CaptureReader::enable_release(uint64_t retain_bytes) {
+    if (fd_ < 0 || !header_) return "the capture is not open";
+    int fd = ::open(path_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return path_ + ": cannot open for writing: " + strerror(errno);
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || fstat(fd_, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        close(fd);
+        return path_ + ": the file was replaced";
+    }
+    void* p = mmap(nullptr, kHeaderSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        std::string why = path_ + ": cannot map the header for writing: " + strerror(errno);
+        close(fd);
+        return why;
+    }
+    release_fd_ = fd;
+    header_rw_ = static_cast<CaptureHeader*>(p);
+    releasing_ = true;
+    retain_left_ = retain_bytes;
+    return "";
+}
+
+void CaptureReader::release(uint64_t index) {
+    // Holes read back as zeros, and nothing reads a done chunk again. A file
+    // system without hole punching keeps the blocks (nothing else changes).
+    fallocate(release_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(chunk_offset(index)),
+              static_cast<off_t>(kChunkSize));
+    ++released_;
+    if (!released_any_) {
+        released_any_ = true;
+        header_rw_->released_any.store(1, std::memory_order_release);
+    }
+    header_rw_->chunks_released.store(released_, std::memory_order_release);
 }
 
 bool CaptureReader::open(const std::string& path, std::string& error) {
@@ -164,6 +201,18 @@ const uint8_t* CaptureReader::chunk_ptr(uint64_t index) {
 }
 
 void CaptureReader::chunk_done(uint64_t index) {
+    if (releasing_) {
+        if (retain_left_ >= kChunkSize) {
+            retain_left_ -= kChunkSize;
+            retained_.push_back(index);
+        } else {
+            for (uint64_t r : retained_) release(r);
+            retained_.clear();
+            retained_.shrink_to_fit();
+            retain_left_ = 0;
+            release(index);
+        }
+    }
     uint64_t seg = index / kChunksPerSegment;
     if (seg >= seg_done_.size()) return;
     if (++seg_done_[seg] == kChunksPerSegment && segments_[seg]) {
@@ -174,6 +223,7 @@ void CaptureReader::chunk_done(uint64_t index) {
 
 size_t CaptureReader::poll() {
     size_t before = decoded_;
+    if (header_rw_) header_rw_->host_polls.fetch_add(1, std::memory_order_relaxed);
     uint64_t mapped = header_->chunks_mapped.load(std::memory_order_acquire);
     uint64_t taken = header_->chunks_taken.load(std::memory_order_acquire);
     if (taken > mapped) taken = mapped;

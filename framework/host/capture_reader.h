@@ -120,6 +120,18 @@ public:
     uint64_t stragglers() const { return stragglers_; }
     uint64_t corrupt_records() const { return corrupt_; }
     uint64_t events_decoded() const { return decoded_; }
+    // Releases every chunk once it has been read: punched out of the file
+    // (its disk blocks freed; the file keeps its size) and counted in the
+    // header's chunks_released, which a capture budget waits on. The first
+    // retain_bytes of read chunks are kept (so that a crashed plugin's
+    // outputs can be re-run from the whole capture) and released together
+    // once more was read. Only for a live session's own capture: never for
+    // a capture the user keeps (--save-capture) or gave (--replay).
+    // Returns "" or why not (then nothing is released).
+    std::string enable_release(uint64_t retain_bytes);
+    // True once a chunk was released: the capture no longer holds the whole stream.
+    bool released_any() const { return released_any_; }
+    uint64_t chunks_released() const { return released_; }
     // Why part of the capture could not be read at all (e.g. no address
     // space to map it under ulimit -v); "" when everything was readable.
     const std::string& read_error() const { return read_error_; }
@@ -154,6 +166,15 @@ private:
     // Notes that chunk `index` was read to its end (or skipped): a segment
     // whose chunks are all done is unmapped.
     void chunk_done(uint64_t index);
+    void release(uint64_t index);
+
+    int release_fd_ = -1;  // O_RDWR, only when releasing
+    capture::CaptureHeader* header_rw_ = nullptr;
+    bool releasing_ = false;
+    uint64_t retain_left_ = 0;           // bytes still to retain before releasing
+    std::vector<uint64_t> retained_;     // read chunks kept so far
+    bool released_any_ = false;
+    uint64_t released_ = 0;
 
     std::string path_;
     int fd_ = -1;

@@ -62,6 +62,7 @@ struct Config {
     bool follow_fork = true;
     std::string replay;              // replay a saved capture instead of running
     bool save_capture = false;       // keep the raw .msmcap next to the output
+    bool aggregate = false;          // --aggregate: no per-event rows (csv/db off), capture released as read
     std::string serve_session;       // Python mode: serve this session folder
     int parent_pid = 0;              // ... until this process exits
     int ready_fd = -1;               // ... and say on it when a capture is served

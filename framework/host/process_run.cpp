@@ -22,6 +22,7 @@
 
 #include "oom_watch.h"
 #include "step_filter.h"
+#include "supervisor.h"
 #include "symbolizer.h"
 #include "util/text.h"
 
@@ -77,6 +78,16 @@ std::string write_new_file(const std::string& path, const std::string& text) {
     }
     if (close(fd) != 0) return strerror(errno);
     return "";
+}
+
+uint64_t capture_keep_bytes() {
+    constexpr uint64_t kDefaultMiB = 64;
+    const char* v = std::getenv("MSMEMSCOPE_CAPTURE_KEEP_MIB");
+    if (!v || !*v) return kDefaultMiB << 20;
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (*end || n > (1ull << 40)) return kDefaultMiB << 20;
+    return static_cast<uint64_t>(n) << 20;
 }
 
 std::string valid_rank(const std::string& rank) {
@@ -255,6 +266,16 @@ void ProcessRun::run_stream() {
     Record r;  // reused: its strings keep their storage from event to event
     // Only a live process (not a replay) has a cgroup to watch.
     bool live = cfg_.replay.empty();
+    // A live session's capture is temporary (unless --save-capture): what
+    // was read is released, so a long run's disk holds the outputs and the
+    // unread part only. --aggregate releases at once (and the agent waits
+    // for the host past a budget); otherwise the first capture_keep_bytes()
+    // stay for re-running a crashed plugin's outputs.
+    bool released_noted = false;
+    if (live && !cfg_.save_capture) {
+        if (std::string why = reader_.enable_release(cfg_.aggregate ? 0 : capture_keep_bytes()); !why.empty())
+            run.log->warn("the capture's read part is kept: {}", why);
+    }
     OomWatch oom(reader_.pid());
     if (live) oom.sample();
     auto last_sample = std::chrono::steady_clock::now();
@@ -273,6 +294,10 @@ void ProcessRun::run_stream() {
             convert(raw, r, sym);
             if (!steps.keep(r.ev, r.name)) continue;  // --steps
             pipeline.feed(r);
+        }
+        if (!released_noted && reader_.released_any()) {
+            released_noted = true;
+            supervisor::capture_released();
         }
         if (gone) break;
         // A process may move to another cgroup while it runs (a job

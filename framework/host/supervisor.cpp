@@ -46,6 +46,7 @@ struct WorkerPage {
     std::atomic<uint64_t> current{0};
     std::atomic<uint32_t> started{0};
     std::atomic<uint32_t> slots{0};
+    std::atomic<uint32_t> released{0};
     char names[kMaxSlots][kNameSize];
     char output_dir[4096];
 };
@@ -80,6 +81,10 @@ void writing_into(const std::string& output_dir) {
 
 void pipeline_started() {
     if (g_page) g_page->started.store(1, std::memory_order_release);
+}
+
+void capture_released() {
+    if (g_page) g_page->released.store(1, std::memory_order_release);
 }
 
 bool reaped(pid_t pid, int status) {
@@ -250,6 +255,7 @@ struct WorkerEnd {
     PluginCall call{};
     std::string output_dir;
     bool pipeline_started = false;
+    bool released = false;  // the worker released read parts of the capture
 };
 
 // False (errno set, nothing left behind) when no worker could be started.
@@ -312,6 +318,7 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
         end.plugin.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
     end.output_dir.assign(page->output_dir, strnlen(page->output_dir, sizeof(page->output_dir)));
     end.pipeline_started = page->started.load(std::memory_order_acquire) != 0;
+    end.released = page->released.load(std::memory_order_acquire) != 0;
     page->~WorkerPage();
     munmap(mem, sizeof(WorkerPage));
     return true;
@@ -395,6 +402,18 @@ void run_supervised(ProcessRun& run) {
             return;
         }
         std::string msg = "plugin '" + name + "' " + how + " in " + plugin_call_name(end.call);
+        if (end.released) {
+            // The read part of the capture was released (--aggregate, or a
+            // capture past MSMEMSCOPE_CAPTURE_KEEP_MIB): nothing to re-run from.
+            run.summary_.error = run.capture_path_ + ": " + msg +
+                                 "; the outputs cannot be re-run without it because the capture's read part was "
+                                 "already released (--save-capture=true keeps it); the outputs of this process are "
+                                 "incomplete";
+            if (!end.output_dir.empty()) run.summary_.output_dir = end.output_dir;
+            if (!started_before) run.notify_started(run.summary_.error);
+            run.started_ = nullptr;
+            return;
+        }
         std::cerr << "msmemscope: error: " << msg << "; re-running the outputs without it\n";
         notes.push_back(msg + "; the outputs were re-run without it");
         excluded.push_back(name);

@@ -46,6 +46,9 @@ uint32_t register_plugin(const std::string& name);
 void writing_into(const std::string& output_dir);
 // The worker's pipeline has started (plugins created and begun).
 void pipeline_started();
+// The worker released read parts of the capture (CaptureReader::
+// enable_release): a crash from now on cannot be re-run from the capture.
+void capture_released();
 
 // Marks the plugin call in progress for as long as it lives (nests: an
 // analyzer's annotate() calls the sinks).

@@ -49,6 +49,9 @@ std::string Config::agent_options() const {
     s += ";steps=" + join(st, ",");
     if (watch) s += ";watch=" + watch->text;
     s += ";collectors=" + join(collectors, ",");
+    // --aggregate: at most ~6 MiB of the capture unread by the host
+    // (capture_format.h, chunks_released) before the program waits for it.
+    if (aggregate && !save_capture) s += ";capture_budget=96";
     for (auto& name : collectors) {
         auto it = plugin_options.find(name);
         if (it == plugin_options.end()) continue;
@@ -81,6 +84,7 @@ std::string Config::to_json() const {
     j.set("output", Json(output));
     j.set("log_level", Json(log_level));
     j.set("follow_fork", Json(follow_fork));
+    if (aggregate) j.set("aggregate", Json(true));
     j.set("collectors", Json::from_list(collectors));
     Json po = Json::object();
     for (auto& [name, opts] : plugin_options) {

@@ -55,6 +55,10 @@ const std::vector<OptionDef>& options() {
         {"format", 0, true, "data-format", kInputOutput, true, "<FORMAT>", "csv or db (SQLite) [default: csv]"},
         {"data-format", 0, true, "data-format", kHidden, true, "", ""},
         {"sinks", 0, true, nullptr, kInputOutput, false, "<SINK>", "further output sinks by name, e.g. trace,html"},
+        {"aggregate", 0, false, nullptr, kInputOutput, false, "",
+         "long runs: keep no per-event rows, only what the analyses and reports need (summary, findings, html, "
+         "trace); the capture is released as it is read, so disk and memory stay bounded by live blocks and "
+         "allocation sites; the csv and db sinks are off"},
         {"save-capture", 0, true, nullptr, kInputOutput, false, "<BOOL>",
          "true: keep the raw capture (.msmcap) in each process folder [default: false]"},
         // Other

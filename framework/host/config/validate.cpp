@@ -243,7 +243,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         if (!why.empty()) errors.push_back(v->origin + ": " + why);
         else cfg.output = v->value;
     }
-    for (const char* key : {"follow-fork", "save-capture", "compare"}) {
+    for (const char* key : {"follow-fork", "save-capture", "compare", "aggregate"}) {
         if (auto v = get(key)) {
             bool b;
             if (!parse_bool(trim(v->value), b)) {
@@ -252,6 +252,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             }
             if (std::string(key) == "follow-fork") cfg.follow_fork = b;
             else if (std::string(key) == "save-capture") cfg.save_capture = b;
+            else if (std::string(key) == "aggregate") cfg.aggregate = b;
             else cfg.compare = b;
         }
     }
@@ -373,6 +374,24 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             }
             if (std::find(cfg.sinks.begin(), cfg.sinks.end(), name) == cfg.sinks.end()) cfg.sinks.push_back(name);
         }
+    }
+
+    // --aggregate keeps no per-event rows: the sinks that write one per
+    // event are off (said once each); the trace stops growing sooner.
+    if (cfg.aggregate && !cfg.analyze && !cfg.compare) {
+        for (const char* per_event : {"csv", "db"}) {
+            auto it = std::find(cfg.sinks.begin(), cfg.sinks.end(), per_event);
+            if (it == cfg.sinks.end()) continue;
+            cfg.sinks.erase(it);
+            cfg.warnings.push_back(std::string("--aggregate: the ") + per_event +
+                                   " sink is off (it writes a row per event); the summary, the analyses' reports "
+                                   "and the html and trace sinks work in this mode");
+        }
+        if (std::find(cfg.sinks.begin(), cfg.sinks.end(), "trace") != cfg.sinks.end() &&
+            !given["trace"].count("max_events"))
+            if (const PluginInfo* p = find_plugin(catalog, "trace", MSMS_KIND_SINK))
+                for (auto& o : p->options)
+                    if (o.name == "max_events") given["trace"]["max_events"] = "100000";
     }
 
     // Implied events (COMPAT §1): from what the chosen analyzers declare, and

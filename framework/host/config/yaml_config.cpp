@@ -29,7 +29,7 @@ bool yaml_setting(const OptionDef& o) {
     std::string n = o.name;
     if (o.group == kInternal) return false;
     return o.takes_value ? n != "config" && n != "plugin-option" && n != "plugin-path" && n != "describe-plugin"
-                         : n == "compare";
+                         : n == "compare" || n == "aggregate";
 }
 
 // Keys whose values are paths (relative to the YAML file's folder).
