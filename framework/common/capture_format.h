@@ -42,7 +42,7 @@ namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
 constexpr uint32_t kFormatMajor = 2;
-constexpr uint32_t kFormatMinor = 1;  // 1: chunks_released, released_any, host_polls (host -> agent)
+constexpr uint32_t kFormatMinor = 0;
 constexpr uint32_t kHeaderSize = 4096;
 constexpr uint32_t kChunkSize = 64 * 1024;
 constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
@@ -98,7 +98,8 @@ struct CaptureHeader {
     std::atomic<uint32_t> end_kind;       // EndKind
     std::atomic<int32_t> end_code;        // status or signal number
     uint32_t reserved1;
-    // ---- written by the host (format 2.1; zero in older captures)
+    // ---- written by the host that releases the capture (zero otherwise;
+    // appended in format 2.0: readers that do not know them never look)
     // Chunks the host has read and released (punched out of the file:
     // fallocate PUNCH_HOLE, the file keeps its size). With a capture budget
     // (agent option capture_budget=N, --aggregate) the agent waits while

@@ -17,7 +17,7 @@ waits for a line on stdin: the barrier while the test looks at the capture).
 import os
 import re
 import subprocess
-from pathlib import Path
+import textwrap
 
 from conftest import BUILD, CLI, TEST_BIN, dump_files, process_dirs
 
@@ -191,3 +191,33 @@ def test_a_crash_after_the_release_cannot_be_rerun_and_says_why(cli, tmp_path):
         "the capture's read part was already released (--save-capture=true keeps it); the outputs of this process "
         "are incomplete"), errors[0]
     assert "re-running the outputs without it" not in p.stderr
+
+
+def test_python_config_aggregate(tmp_path):
+    # config(aggregate=True) is the command line's --aggregate for a script
+    # that spawns its own host: no per-event rows, the same one warning.
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import ctypes, msmemscope
+        try:
+            msmemscope.config(aggregate=1)
+        except TypeError as e:
+            print("ERR", e)
+        msmemscope.config(device="cpu", aggregate=True, output="out")
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        msmemscope.start()
+        keep = [libc.malloc(4000 + i) for i in range(3)]
+        msmemscope.stop()
+    """))
+    e = env(PYTHONPATH=str(BUILD / "python"))
+    e.pop("MSMEMSCOPE_SESSION", None)
+    p = subprocess.run(["/usr/bin/python3", str(script)], cwd=str(tmp_path), env=e, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert ("ERR msmemscope.config: 'aggregate' must be a string, got int (allowed: True, False (or 'true', "
+            "'false'))") in p.stdout
+    assert [l for l in p.stderr.splitlines() if "--aggregate" in l] == [OFF_CSV]
+    (procdir,) = process_dirs(tmp_path / "out")
+    assert '"aggregate": true' in (procdir / "config.json").read_text()
+    assert not list(procdir.rglob("*.csv"))
