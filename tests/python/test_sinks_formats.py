@@ -153,7 +153,7 @@ def test_trace_over_its_budget_downsamples_counters_never_the_structure(tmp_path
     assert len(ops) == 400 and {e["name"] for e in ops} == {"aten::addmm"}
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "step"] == [f"step {i}" for i in range(1, 9)]
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mstx"] == [f"step {i} done" for i in range(1, 9)]
-    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "leak"] == ["leak 200704 B"]
+    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "leak"] == ["leak 204800 B"]
     assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "python"]) == 800
     # counters: fewer, within the budget, peak and last level of every track kept
     samples, kept = counter_samples(whole), counter_samples(doc)

@@ -1,5 +1,6 @@
 """The html report in a real browser (Debian's headless Chromium), and sink
 selection: --sinks, YAML sinks:, third-party sinks, unknown names."""
+import html
 import json
 import re
 import shutil
@@ -23,14 +24,17 @@ def chromium():
     return exe
 
 
-def browse(page, tmp_path, screenshot=None):
-    """Loads the page; returns the DOM after its script ran."""
+def browse(page, tmp_path, screenshot=None, test=None):
+    """Loads the page; returns the DOM after its script ran. test: the
+    page's test mode "CHART,FROM,TO" (drag over chart CHART from FROM to TO,
+    fractions of its width, click the middle, go through the flame graph)."""
     args = [chromium()] + CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'chromium-profile'}"]
-    dom = subprocess.run(args + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
+    url = page.as_uri() + (f"#msms-test={test}" if test else "")
+    dom = subprocess.run(args + ["--dump-dom", url], capture_output=True, text=True, timeout=180)
     assert dom.returncode == 0, dom.stderr
     if screenshot:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
-        shot = subprocess.run(args + [f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True,
+        shot = subprocess.run(args + [f"--screenshot={screenshot}", url], capture_output=True, text=True,
                               timeout=180)
         assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
     return dom.stdout
@@ -38,7 +42,26 @@ def browse(page, tmp_path, screenshot=None):
 
 def canvases(dom):
     """The attributes of every chart canvas, in page order."""
-    return [dict(re.findall(r'([a-z-]+)="([^"]*)"', tag)) for tag in re.findall(r"<canvas [^>]*>", dom)]
+    return [dict(re.findall(r'([a-z-]+)="([^"]*)"', tag)) for tag in re.findall(r'<canvas id="chart-[^>]*>', dom)]
+
+
+def page_test_result(dom):
+    m = re.search(r'<pre id="msms-test-result">(.*?)</pre>', dom, re.S)
+    assert m, "the page's test mode wrote no result"
+    return json.loads(html.unescape(m.group(1)))
+
+
+def check_labels(state, charts):
+    """Step labels and the peak label of each chart never overlap; every
+    owner of a device's peak table is in its legend."""
+    for c in state["charts"][:charts]:
+        boxes = c["boxes"]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+        assert c["labels"] == sum(1 for b in boxes if not b[4])
+    for legend, owners in zip(state["legends"], state["peak_owners"]):
+        assert set(owners) <= set(legend), (owners, legend)
 
 
 def rows(dom, table_id):
@@ -69,6 +92,56 @@ def test_html_report_in_chromium(tmp_path):
     assert rows(dom, "table-finding-owners") == 1
     assert "PTA@weight" in dom and "leaky_cache" in dom
     assert re.search(r'<div class="v">2</div>', dom)  # the leaks card
+    assert '<canvas id="flame"' in dom and 'data-measure="peak"' in dom
+
+
+def test_html_zoom_live_at_and_flame_graph_in_chromium(tmp_path):
+    """Issue #19 item 2 on the rich stream: a drag over the PTA chart zooms
+    every chart and the tables follow the range; a click lists what was
+    live; the flame graph shows bytes at the peak, leaked and in total."""
+    drive("html", tmp_path, "rich")
+    page = tmp_path / f"report_{TS}.html"
+    dom = browse(page, tmp_path, ARTIFACTS / "report_rich_zoomed.png", test="1,0.3,0.9")
+    r = page_test_result(dom)
+    b, a = r["before"], r["after"]
+    check_labels(b, 3)
+    check_labels(a, 3)
+    zero, span = map(int, b["view"].split(","))
+    assert zero == 0 and 65000 <= span < 66000 and [c["labels"] for c in b["charts"]] == [3, 3, 3]
+    t0, t1 = map(int, a["view"].split(","))
+    assert abs(t0 - 0.3 * span) < 1000 and abs(t1 - 0.9 * span) < 1000
+    assert b["peak_titles"][1] == "Live at the peak (19.1 MiB in 22 blocks), by site"
+    assert a["peak_titles"][1].startswith("Live at the highest point of the selected range (19.1 MiB at 41.0 ")
+    assert b["sites"] == 7 and b["sites_note"].startswith("By bytes allocated over the whole run")
+    assert a["sites_note"].startswith("By bytes allocated in the selected range") and a["sites"] == 1  # the temporaries
+    assert r["live_at"]["title"].startswith("Live at ") and r["live_at"]["rows"] >= 2
+    assert t0 < r["live_at"]["t"] < t1
+    pta = (4 << 20) + (2 << 20) + sum((i + 1) << 16 for i in range(20))
+    assert r["flame"]["npu:0 framework pools"]["peak"]["total"] == pta  # the device's peak
+    assert r["flame"]["npu:0 framework pools"]["leaked"]["total"] == 2 << 20  # the leaks analyzer's gradient
+    assert r["flame"]["npu:0 framework pools"]["total"]["total"] == pta + (8 << 20)
+    assert r["flame"]["cpu host memory"] == {"peak": {"total": 3 << 20, "nodes": 4}, "leaked": {"total": 3 << 20, "nodes": 4},
+                                             "total": {"total": 4 << 20, "nodes": 6}}
+    assert r["flame_zoom"] == "train.py(14): main"  # the widest frame under the root
+
+
+def test_html_steps_after_a_long_import_phase(tmp_path):
+    """The CLI Python case of the issue: 8 steps in the last 5 % of the run.
+    Whole run: labels that fit, none over another or the peak label; zoomed
+    to the steps: all 8 labelled."""
+    drive("html", tmp_path, "train", 20000)
+    page = tmp_path / f"report_{TS}.html"
+    dom = browse(page, tmp_path, ARTIFACTS / "report_train_steps.png", test="1,0.9,1.0")
+    assert 'id="zoom-steps"' in dom
+    r = page_test_result(dom)
+    check_labels(r["before"], 2)
+    check_labels(r["after"], 2)
+    assert 1 <= r["before"]["charts"][1]["labels"] < 8
+    assert [c["labels"] for c in r["after"]["charts"]] == [8, 8]
+    assert r["after"]["legends"] == [["HOST"], ["PTA@ops"]]
+    assert r["after"]["peak_titles"][1].startswith("Live at the highest point of the selected range (200 KiB at ")
+    assert r["flame"]["cpu framework pools"]["leaked"]["total"] == 204800
+    browse(page, tmp_path, ARTIFACTS / "report_train_whole.png")
 
 
 def test_html_report_of_a_large_capture(tmp_path):

@@ -11,10 +11,18 @@
 //   - live blocks: state per live block only; the blocks live at the peak
 //     are the live ones allocated before it plus those freed since (a list
 //     bounded by the number of blocks live at the peak);
-//   - sites: one entry per distinct stack.
+//   - sites: one entry per distinct stack;
+//   - lifetimes (start, end, size, site, owner) of the largest blocks, at
+//     most kMaxLives per device (all of them in a small run): the page lists
+//     what was live at a clicked time and recomputes its tables for a
+//     selected time range from them;
+//   - per device and site: bytes allocated, live at the peak, leaked (the
+//     leaks analyzer's blocks, else those live at the end) for the flame
+//     graph.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "report_template.h"
@@ -38,6 +47,8 @@ constexpr size_t kMaxSites = 200000;     // distinct stacks, then "(other sites)
 constexpr size_t kMaxFindingRows = 5000;  // per table
 constexpr size_t kTopRows = 100;          // rows in the peak / site tables
 constexpr size_t kMaxMarks = 1000;        // steps drawn on the charts
+constexpr size_t kMaxLives = 20000;       // block lifetimes per device in the page
+constexpr size_t kFlameSites = 2000;      // flame graph sites per device and measure
 
 
 // JSON string safe inside <script>: no "</" can close the element.
@@ -50,7 +61,14 @@ void jstr(std::string& out, std::string_view s) {
 
 struct Site {
     std::string text;  // stack text (Python frames first), or "(no stack) POOL"
+    uint32_t py_lines = 0;  // how many of its lines are Python frames
     uint64_t count = 0, bytes = 0, live_bytes = 0, live_count = 0;
+};
+
+struct Life {
+    uint64_t start, end, size;  // end 0: live at the end
+    uint32_t site;
+    uint16_t cat;
 };
 
 struct Block {
@@ -82,6 +100,10 @@ struct Device {
     std::vector<Block> freed_since_peak;
     std::unordered_map<uint64_t, Block> live;
     uint64_t mallocs = 0, frees = 0;
+    // lifetimes of the largest blocks; blocks under lives_min are not kept
+    std::vector<Life> lives;
+    uint64_t lives_min = 0;
+    std::unordered_map<uint32_t, uint64_t> site_bytes;  // allocated per site
 };
 
 class HtmlSink : public msmemscope::ISink {
@@ -115,6 +137,9 @@ public:
     }
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
+        if (table == "leaks")
+            for (uint32_t i = 0; i < n; ++i)
+                if (view(cols[i].key) == "allocation_id") leak_ids_.insert(std::strtoull(std::string(view(cols[i].value)).c_str(), nullptr, 10));
         auto& t = findings_[std::string(table)];
         ++t.total;
         if (t.rows.size() >= kMaxFindingRows) return;
@@ -236,7 +261,9 @@ private:
             s.text = std::string("(no stack) ") + (t ? t : "");
         } else {
             s.text = std::string(view(ev.py_stack));
-            if (ev.py_stack.size && ev.c_stack.size) s.text += "\n";
+            while (!s.text.empty() && s.text.back() == '\n') s.text.pop_back();
+            if (!s.text.empty()) s.py_lines = static_cast<uint32_t>(std::count(s.text.begin(), s.text.end(), '\n') + 1);
+            if (!s.text.empty() && ev.c_stack.size) s.text += "\n";
             s.text += std::string(view(ev.c_stack));
         }
         sites_.push_back(std::move(s));
@@ -277,6 +304,7 @@ private:
         release(*hd, b);
         sites_[b.site].count--;
         sites_[b.site].bytes -= b.size;
+        hd->site_bytes[b.site] -= b.size;
         if (hd->mallocs) --hd->mallocs;
         if (pending_host_ == hd) pending_host_ = nullptr;  // never held by the host heap
         else if (b.seq <= hd->peak_seq) hd->freed_since_peak.push_back(b);
@@ -306,6 +334,7 @@ private:
             d.total += static_cast<int64_t>(ev.size);
             sites_[s].count++;
             sites_[s].bytes += ev.size;
+            d.site_bytes[s] += ev.size;
             sites_[s].live_bytes += ev.size;
             sites_[s].live_count++;
             if (host_heap(ev)) {
@@ -329,9 +358,27 @@ private:
             d.live.erase(it);
             release(d, b);
             if (b.seq <= d.peak_seq) d.freed_since_peak.push_back(b);
+            life(d, b, ev.timestamp_ns);
         }
         note_peak(d, ev.timestamp_ns, seq_);
         sample(d, ev.timestamp_ns);
+    }
+
+    // A block's lifetime, if it is among the largest (end 0: live at the end).
+    void life(Device& d, const Block& b, uint64_t end) {
+        if (b.size < d.lives_min) return;
+        d.lives.push_back(Life{b.ts, end, b.size, b.site, b.cat});
+        if (d.lives.size() < 2 * kMaxLives) return;
+        // keep the kMaxLives largest; smaller blocks are not kept from now on
+        prune_lives(d);
+    }
+    static void prune_lives(Device& d) {
+        if (d.lives.size() <= kMaxLives) return;
+        std::nth_element(d.lives.begin(), d.lives.begin() + static_cast<long>(kMaxLives - 1), d.lives.end(),
+                         [](const Life& x, const Life& y) { return x.size > y.size; });
+        d.lives.resize(kMaxLives);
+        d.lives_min = std::max(d.lives_min, d.lives[kMaxLives - 1].size);
+        for (const Life& l : d.lives) d.lives_min = std::min(d.lives_min, l.size);
     }
 
     void release(Device& d, const Block& b) {
@@ -412,6 +459,109 @@ private:
         out += ']';
     }
 
+    // The page's index of a site (its stack as frame ids, root first).
+    uint32_t site_ref(uint32_t site) {
+        auto [it, inserted] = site_out_.emplace(site, static_cast<uint32_t>(site_order_.size()));
+        if (inserted) site_order_.push_back(site);
+        return it->second;
+    }
+
+    void lives_and_flame(Device& d, std::string& o) {
+        uint64_t base = base_;
+        auto rel = [base](uint64_t t) { return t - std::min(t, base); };
+        for (auto& [key, b] : d.live) life(d, b, 0);
+        prune_lives(d);
+        std::sort(d.lives.begin(), d.lives.end(), [](const Life& x, const Life& y) { return x.start < y.start; });
+        o += "\"lives_min\":" + std::to_string(d.lives_min) + ",\"lives\":[";
+        for (size_t i = 0; i < d.lives.size(); ++i) {
+            const Life& l = d.lives[i];
+            if (i) o += ',';
+            o += '[' + std::to_string(rel(l.start)) + ',' + (l.end ? std::to_string(rel(l.end)) : std::string("-1")) + ',' +
+                 std::to_string(l.size) + ',' + std::to_string(site_ref(l.site)) + ',' + std::to_string(l.cat) + ']';
+        }
+        o += "],";
+        // flame graph measures per site: allocated, live at the peak, leaked
+        std::unordered_map<uint32_t, std::array<uint64_t, 3>> m;
+        for (auto& [site, bytes] : d.site_bytes)
+            if (bytes) m[site][0] = bytes;
+        auto at_peak = [&](const Block& b) {
+            if (b.seq <= d.peak_seq) m[b.site][1] += b.size;
+        };
+        for (auto& [k, b] : d.live) at_peak(b);
+        for (auto& b : d.freed_since_peak) at_peak(b);
+        bool by_analyzer = !leak_ids_.empty();
+        for (auto& [k, b] : d.live)
+            if (!by_analyzer || (!(k >> 63) && leak_ids_.count(k))) m[b.site][2] += b.size;
+        std::vector<std::pair<uint32_t, std::array<uint64_t, 3>>> v(m.begin(), m.end());
+        std::vector<bool> keep(v.size(), false);
+        for (int measure = 0; measure < 3; ++measure) {
+            std::vector<size_t> idx(v.size());
+            for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+            size_t top = std::min(idx.size(), kFlameSites);
+            std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(top), idx.end(),
+                              [&](size_t a, size_t b) { return v[a].second[measure] > v[b].second[measure]; });
+            for (size_t i = 0; i < top; ++i)
+                if (v[idx[i]].second[measure]) keep[idx[i]] = true;
+        }
+        o += "\"leaked_by\":";
+        o += by_analyzer ? "\"leaks\"" : "\"end\"";
+        o += ",\"flame\":[";
+        bool first = true;
+        std::array<uint64_t, 3> rest{0, 0, 0};
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (!keep[i]) {
+                for (int k = 0; k < 3; ++k) rest[k] += v[i].second[k];
+                continue;
+            }
+            if (!first) o += ',';
+            first = false;
+            o += '[' + std::to_string(site_ref(v[i].first)) + ',' + std::to_string(v[i].second[0]) + ',' +
+                 std::to_string(v[i].second[1]) + ',' + std::to_string(v[i].second[2]) + ']';
+        }
+        o += "],\"flame_rest\":[" + std::to_string(rest[0]) + ',' + std::to_string(rest[1]) + ',' + std::to_string(rest[2]) + ']';
+    }
+
+    // "site_paths": per page site, its frames root first (the Python frames
+    // outermost first, then the native ones), as ids into "frames".
+    void site_paths(std::string& o) {
+        std::unordered_map<std::string, uint32_t> ids;
+        std::vector<const std::string*> names;
+        std::string paths = "\"site_paths\":[", py_counts = "\"site_py\":[";
+        for (size_t i = 0; i < site_order_.size(); ++i) {
+            const Site& s = sites_[site_order_[i]];
+            std::vector<std::string> lines;
+            size_t start = 0;
+            while (start <= s.text.size()) {
+                size_t nl = s.text.find('\n', start);
+                if (nl == std::string::npos) nl = s.text.size();
+                if (nl > start) lines.push_back(s.text.substr(start, nl - start));
+                start = nl + 1;
+            }
+            size_t py = std::min<size_t>(s.py_lines, lines.size());
+            std::vector<std::string> path(lines.rend() - static_cast<long>(py), lines.rend());  // Python, outermost first
+            path.insert(path.end(), lines.rbegin(), lines.rend() - static_cast<long>(py));      // native, outermost first
+            if (i) {
+                paths += ',';
+                py_counts += ',';
+            }
+            py_counts += std::to_string(py);
+            paths += '[';
+            for (size_t k = 0; k < path.size(); ++k) {
+                auto [it, inserted] = ids.emplace(path[k], static_cast<uint32_t>(names.size()));
+                if (inserted) names.push_back(&it->first);
+                if (k) paths += ',';
+                paths += std::to_string(it->second);
+            }
+            paths += ']';
+        }
+        o += paths + "]," + py_counts + "],\"frames\":[";
+        for (size_t i = 0; i < names.size(); ++i) {
+            if (i) o += ',';
+            jstr(o, *names[i]);
+        }
+        o += ']';
+    }
+
     std::string render_data() {
         for (auto& dp : devices_) {
             Device& d = *dp;
@@ -471,6 +621,8 @@ private:
             }
             o += "],";
             peak_groups(d, o);
+            o += ',';
+            lives_and_flame(d, o);
             o += '}';
         }
         o += "],\"sites\":[";
@@ -488,7 +640,9 @@ private:
             jstr(o, s.text);
             o += '}';
         }
-        o += "],\"site_count\":" + std::to_string(sites_.size()) + ",\"findings\":{";
+        o += "],\"site_count\":" + std::to_string(sites_.size()) + ",";
+        site_paths(o);
+        o += ",\"findings\":{";
         first = true;
         for (auto& [name, t] : findings_) {
             if (!first) o += ',';
@@ -538,6 +692,9 @@ private:
     uint64_t pending_hkey_ = 0, pending_ts_ = 0, pending_seq_ = 0;
     std::map<std::string, uint64_t> annotations_;
     std::vector<std::pair<uint64_t, std::string>> marks_;
+    std::unordered_set<uint64_t> leak_ids_;            // allocation ids the leaks analyzer reported
+    std::unordered_map<uint32_t, uint32_t> site_out_;  // site -> index in the page
+    std::vector<uint32_t> site_order_;
 };
 
 }  // namespace

@@ -38,6 +38,15 @@ details summary { cursor:pointer; }
 .note { color:var(--muted); font-size:12.5px; margin:2px 0 8px; }
 .empty { color:var(--muted); font-style:italic; }
 .scroll { max-height:520px; overflow:auto; border:1px solid var(--line); border-radius:6px; }
+.canvaswrap { position:relative; }
+.band { position:absolute; top:0; bottom:0; background:rgba(59,111,182,.18); border-left:1px solid #3b6fb6; border-right:1px solid #3b6fb6; display:none; pointer-events:none; }
+.viewbar { display:flex; flex-wrap:wrap; align-items:center; gap:6px 8px; margin:6px 0 10px; }
+.viewbar button { font:12.5px system-ui,sans-serif; padding:3px 10px; border:1px solid var(--line); border-radius:4px; background:#fff; cursor:pointer; }
+.viewbar button.on { background:#1d232b; color:#fff; border-color:#1d232b; }
+.viewbar .note { margin:0 0 0 6px; }
+.viewbar select { font:12.5px system-ui,sans-serif; padding:2px 4px; }
+canvas.flame { height:200px; cursor:pointer; }
+.liveat h3 { margin-top:10px; }
 </style>
 </head>
 <body>
@@ -126,23 +135,94 @@ details summary { cursor:pointer; }
     return niceStep(max / unit, 5) * unit;
   }
 
-  function drawChart(dev, idx, box) {
+  // ------------------------------------------------------------ time view
+  // One view of time for every chart: drag to select a range (zooms to it;
+  // the tables follow it), shift+drag or the arrows to pan, ctrl+wheel or
+  // the buttons to zoom, a click lists what was live then.
+  var SPAN = Math.max(1, D.end_ns - D.start_ns);
+  var V = { t0: 0, t1: SPAN };
+  var charts = [];
+  var frames = D.frames || [], paths = D.site_paths || [], pyn = D.site_py || [];
+  function siteText(s) {
+    var p = paths[s] || [], k = pyn[s] || 0, out = [];
+    for (var i = k - 1; i >= 0; i--) out.push(frames[p[i]]);
+    for (var j = p.length - 1; j >= k; j--) out.push(frames[p[j]]);
+    return out.join("\n");
+  }
+  function zoomed() { return V.t0 > 0 || V.t1 < SPAN; }
+  function setView(t0, t1) {
+    var w = Math.max(1000, t1 - t0);  // at least 1 us
+    if (w >= SPAN) { t0 = 0; t1 = SPAN; } else {
+      if (t0 < 0) t0 = 0;
+      t1 = t0 + w;
+      if (t1 > SPAN) { t1 = SPAN; t0 = SPAN - w; }
+    }
+    V.t0 = t0; V.t1 = t1;
+    charts.forEach(function (c) { c.paint(); });
+    followView();
+  }
+  function stepRange() {
+    var m = D.marks || [];
+    if (!m.length) return null;
+    var a = m[0][0], b = SPAN;
+    var pad = (b - a) * 0.03;
+    return [Math.max(0, a - pad), b];
+  }
+
+  // The value of each category at time t (the last point at or before t).
+  function indexAt(dev, t) {
+    var lo = 0, hi = dev.t.length - 1;
+    if (hi < 0 || dev.t[0] > t) return -1;
+    while (lo < hi) { var mid = (lo + hi + 1) >> 1; if (dev.t[mid] <= t) lo = mid; else hi = mid - 1; }
+    return lo;
+  }
+  function liveAt(dev, t) {
+    var groups = {}, n = 0, bytes = 0;
+    dev.lives.forEach(function (l) {
+      if (l[0] <= t && (l[1] < 0 || l[1] > t)) {
+        var k = l[3] + ":" + l[4], g = groups[k] || (groups[k] = { site: l[3], cat: l[4], bytes: 0, count: 0 });
+        g.bytes += l[2]; g.count++; n++; bytes += l[2];
+      }
+    });
+    var rows = Object.keys(groups).map(function (k) { return groups[k]; });
+    rows.sort(function (a, b) { return b.bytes - a.bytes; });
+    return { rows: rows, blocks: n, bytes: bytes };
+  }
+  // The highest total within [a, b] and its time.
+  function peakIn(dev, a, b) {
+    var best = -1, bt = a, i0 = indexAt(dev, a), k = dev.cats.length;
+    function total(i) { var s = 0; for (var c = 0; c < k; c++) s += Math.max(0, dev.v[c][i]); return s; }
+    if (i0 >= 0) { best = total(i0); bt = a; }
+    for (var i = Math.max(0, i0 + 1); i < dev.t.length && dev.t[i] <= b; i++) {
+      var s = total(i);
+      if (s > best) { best = s; bt = dev.t[i]; }
+    }
+    return { bytes: Math.max(0, best), t: bt };
+  }
+  function livesNote(dev) {
+    return dev.lives_min > 0 ? " (from the " + num(dev.lives.length) + " largest blocks, each \u2265 " + human(dev.lives_min) + ")" : "";
+  }
+
+  function drawChart(dev, idx, box, liveBox) {
+    var wrap = el("div", { "class": "canvaswrap" });
     var canvas = el("canvas", { id: "chart-" + idx, "data-device": dev.label });
-    box.appendChild(canvas);
+    wrap.appendChild(canvas);
+    var band = el("div", { "class": "band" });
+    wrap.appendChild(band);
+    box.appendChild(wrap);
     var tip = el("div", { "class": "tip" });
     box.appendChild(tip);
     var n = dev.t.length, k = dev.cats.length;
-    var span = Math.max(1, D.end_ns - D.start_ns);
     var top = Math.max(1, dev.peak) * 1.08;
-    // cumulative sums per point
     var cum = [];
     for (var c = 0; c < k; c++) {
       var row = new Float64Array(n);
       for (var i = 0; i < n; i++) row[i] = (c ? cum[c - 1][i] : 0) + Math.max(0, dev.v[c][i]);
       cum.push(row);
     }
-    var W, H, L = 78, R = 16, T = 14, B = 34;
-    function X(t) { return L + (W - L - R) * (t / span); }
+    var W, H, L = 78, R = 16, T = 30, B = 34, clickT = null;
+    function X(t) { return L + (W - L - R) * ((t - V.t0) / (V.t1 - V.t0)); }
+    function TX(x) { return V.t0 + (x - L) / (W - L - R) * (V.t1 - V.t0); }
     function Y(b) { return T + (H - T - B) * (1 - b / top); }
     function paint() {
       var dpr = window.devicePixelRatio || 1;
@@ -152,7 +232,6 @@ details summary { cursor:pointer; }
       g.setTransform(dpr, 0, 0, dpr, 0, 0);
       g.clearRect(0, 0, W, H);
       g.font = "11px system-ui, sans-serif";
-      // grid and axes
       var ys = niceBytes(top);
       g.strokeStyle = "#e3e8ee"; g.fillStyle = "#5f6b7a"; g.lineWidth = 1;
       g.textAlign = "right"; g.textBaseline = "middle";
@@ -160,37 +239,35 @@ details summary { cursor:pointer; }
         g.beginPath(); g.moveTo(L, Y(y) + 0.5); g.lineTo(W - R, Y(y) + 0.5); g.stroke();
         g.fillText(human(y), L - 6, Y(y));
       }
-      var xs = niceStep(span, 8);
+      var w = V.t1 - V.t0, xs = niceStep(w, 8);
       g.textAlign = "center"; g.textBaseline = "top";
-      for (var x = 0; x <= span; x += xs) {
+      for (var x = Math.ceil(V.t0 / xs) * xs; x <= V.t1; x += xs) {
         g.beginPath(); g.moveTo(X(x) + 0.5, T); g.lineTo(X(x) + 0.5, H - B); g.stroke();
         g.fillText(dur(x), X(x), H - B + 6);
       }
-      // step marks
-      g.strokeStyle = "rgba(95,107,122,.45)"; g.setLineDash([3, 3]);
-      var marks = D.marks || [], every = Math.max(1, Math.ceil(marks.length / 40));
-      marks.forEach(function (m, j) {
-        g.beginPath(); g.moveTo(X(m[0]) + 0.5, T); g.lineTo(X(m[0]) + 0.5, H - B); g.stroke();
-        if (j % every === 0) { g.fillStyle = "#5f6b7a"; g.textAlign = "left"; g.fillText(m[1], X(m[0]) + 3, T); }
-      });
-      g.setLineDash([]);
+      g.save();
+      g.beginPath(); g.rect(L, 0, W - L - R, H); g.clip();
       // stacked areas, as steps: the value holds until the next point
+      var i0 = Math.max(0, indexAt(dev, V.t0)), i1 = n - 1;
+      while (i1 > i0 && dev.t[i1 - 1] > V.t1) i1--;
       for (var c2 = k - 1; c2 >= 0; c2--) {
         if (!n) break;
         g.beginPath();
-        g.moveTo(X(dev.t[0]), Y(0));
-        for (var i2 = 0; i2 < n; i2++) {
-          if (i2) g.lineTo(X(dev.t[i2]), Y(cum[c2][i2 - 1]));
-          g.lineTo(X(dev.t[i2]), Y(cum[c2][i2]));
+        g.moveTo(X(Math.max(dev.t[i0], V.t0 - w)), Y(0));
+        for (var i2 = i0; i2 <= i1; i2++) {
+          if (i2 > i0) g.lineTo(X(dev.t[i2]), Y(cum[c2][i2 - 1]));
+          g.lineTo(X(Math.max(dev.t[i2], V.t0 - w)), Y(cum[c2][i2]));
         }
-        g.lineTo(X(span), Y(cum[c2][n - 1]));
-        g.lineTo(X(span), Y(0));
+        var endT = i1 === n - 1 ? SPAN : dev.t[i1 + 1];
+        g.lineTo(X(Math.min(endT, V.t1 + w)), Y(cum[c2][i1]));
+        g.lineTo(X(Math.min(endT, V.t1 + w)), Y(0));
         g.closePath();
         g.fillStyle = COLORS[c2 % COLORS.length];
         g.globalAlpha = 0.85; g.fill(); g.globalAlpha = 1;
       }
-      // peak
-      if (dev.peak > 0) {
+      // peak marker and its label (placed first: step labels keep clear of it)
+      var boxes = [];
+      if (dev.peak > 0 && dev.peak_t >= V.t0 && dev.peak_t <= V.t1) {
         var px = X(dev.peak_t), py = Y(dev.peak);
         g.strokeStyle = "#c62828"; g.lineWidth = 1.5; g.setLineDash([5, 3]);
         g.beginPath(); g.moveTo(L, py + 0.5); g.lineTo(W - R, py + 0.5); g.stroke(); g.setLineDash([]);
@@ -198,38 +275,128 @@ details summary { cursor:pointer; }
         g.beginPath(); g.arc(px, py, 4.5, 0, 2 * Math.PI); g.fill();
         g.font = "bold 12px system-ui, sans-serif";
         var label = "peak " + human(dev.peak) + " at " + dur(dev.peak_t);
-        g.textAlign = px > W * 0.7 ? "right" : "left"; g.textBaseline = "bottom";
-        g.fillText(label, px + (px > W * 0.7 ? -8 : 8), py - 3);
+        var lw = g.measureText(label).width, right = px > L + (W - L - R) * 0.7;
+        var lx = right ? px - 8 - lw : px + 8;
+        lx = Math.max(L + 2, Math.min(lx, W - R - lw - 2));
+        var ly = Math.max(T + 14, py - 3);
+        g.textAlign = "left"; g.textBaseline = "bottom";
+        g.fillText(label, lx, ly);
+        boxes.push({ x0: lx - 3, x1: lx + lw + 3, y0: ly - 14, y1: ly + 1, peak: true });
       }
+      // step marks: a line each; labels where they fit (greedy, left to
+      // right, never over one another or over the peak label)
+      g.font = "11px system-ui, sans-serif";
+      g.strokeStyle = "rgba(95,107,122,.45)"; g.setLineDash([3, 3]); g.lineWidth = 1;
+      var marks = D.marks || [], shown = 0, lastEnd = -1e9;
+      marks.forEach(function (m) {
+        if (m[0] < V.t0 || m[0] > V.t1) return;
+        var mx = X(m[0]);
+        g.beginPath(); g.moveTo(mx + 0.5, T - 14); g.lineTo(mx + 0.5, H - B); g.stroke();
+        var tw = g.measureText(m[1]).width, bx = { x0: mx + 2, x1: mx + 5 + tw, y0: T - 16, y1: T - 3 };
+        if (bx.x1 > W - 2) { bx.x0 = mx - 5 - tw; bx.x1 = mx - 2; }  // at the right edge: left of its line
+        if (bx.x0 < lastEnd + 6 || bx.x0 < 2) return;
+        if (boxes.some(function (b) { return b.x0 < bx.x1 && bx.x0 < b.x1 && b.y0 < bx.y1 && bx.y0 < b.y1; })) return;
+        g.fillStyle = "#5f6b7a"; g.textAlign = "left"; g.textBaseline = "bottom";
+        g.fillText(m[1], bx.x0 + 1, T - 3);
+        boxes.push(bx); lastEnd = bx.x1; shown++;
+      });
+      g.setLineDash([]);
+      // the clicked time
+      if (clickT !== null && clickT >= V.t0 && clickT <= V.t1) {
+        g.strokeStyle = "#1d232b"; g.lineWidth = 1.2;
+        g.beginPath(); g.moveTo(X(clickT) + 0.5, T); g.lineTo(X(clickT) + 0.5, H - B); g.stroke();
+      }
+      g.restore();
       g.strokeStyle = "#9aa5b1"; g.lineWidth = 1;
       g.beginPath(); g.moveTo(L + 0.5, T); g.lineTo(L + 0.5, H - B + 0.5); g.lineTo(W - R, H - B + 0.5); g.stroke();
+      canvas.setAttribute("data-step-labels", String(shown));
+      canvas.setAttribute("data-label-boxes", JSON.stringify(boxes.map(function (b) {
+        return [Math.round(b.x0), Math.round(b.y0), Math.round(b.x1), Math.round(b.y1), b.peak ? 1 : 0];
+      })));
+      canvas.setAttribute("data-view", Math.round(V.t0) + "," + Math.round(V.t1));
     }
-    paint();
+    function showLiveAt(t) {
+      clickT = t;
+      paint();
+      liveBox.innerHTML = "";
+      var la = liveAt(dev, t), i = indexAt(dev, t), parts = [];
+      if (i >= 0) for (var c = k - 1; c >= 0; c--) if (dev.v[c][i]) parts.push(dev.cats[c] + " " + human(dev.v[c][i]));
+      liveBox.appendChild(el("h3", null, "Live at " + dur(t) + ": " + human(la.bytes) + " in " + num(la.blocks) +
+        " blocks" + livesNote(dev)));
+      if (parts.length) liveBox.appendChild(el("div", { "class": "note" }, "By owner: " + parts.join(", ")));
+      liveBox.appendChild(table("table-liveat-" + idx, [
+        { title: "Bytes", num: true, get: function (r) { return human(r.bytes); } },
+        { title: "Blocks", num: true, get: function (r) { return num(r.count); } },
+        { title: "Owner", get: function (r) { return dev.cats[r.cat]; } },
+        { title: "Stack", get: function (r) { return stackCell(siteText(r.site)); } }], la.rows.slice(0, 100)));
+      liveBox.setAttribute("data-t", String(Math.round(t)));
+    }
+    // (the first paint comes once the section is in the page: it needs the width)
     window.addEventListener("resize", paint);
+    var drag = null;
+    canvas.addEventListener("mousedown", function (ev) {
+      var r = canvas.getBoundingClientRect();
+      drag = { x: ev.clientX - r.left, pan: ev.shiftKey, v0: V.t0, v1: V.t1, moved: false };
+      ev.preventDefault();
+    });
+    window.addEventListener("mousemove", function (ev) {
+      if (!drag) return;
+      var r = canvas.getBoundingClientRect(), x = ev.clientX - r.left;
+      if (Math.abs(x - drag.x) > 3) drag.moved = true;
+      if (drag.pan) {
+        var dt = (x - drag.x) / (W - L - R) * (drag.v1 - drag.v0);
+        setView(drag.v0 - dt, drag.v1 - dt);
+      } else if (drag.moved) {
+        band.style.display = "block";
+        band.style.left = Math.max(L, Math.min(x, drag.x)) + "px";
+        band.style.width = Math.abs(x - drag.x) + "px";
+      }
+    });
+    window.addEventListener("mouseup", function (ev) {
+      if (!drag) return;
+      var r = canvas.getBoundingClientRect(), x = ev.clientX - r.left, d0 = drag;
+      drag = null;
+      band.style.display = "none";
+      if (d0.pan) return;
+      if (!d0.moved) { if (x >= L && x <= W - R) showLiveAt(TX(x)); return; }
+      var a = TX(Math.max(L, Math.min(x, d0.x))), b = TX(Math.min(W - R, Math.max(x, d0.x)));
+      if (b > a) setView(a, b);
+    });
+    canvas.addEventListener("wheel", function (ev) {
+      if (!ev.ctrlKey) return;
+      ev.preventDefault();
+      var r = canvas.getBoundingClientRect(), t = TX(ev.clientX - r.left), f = ev.deltaY > 0 ? 1.5 : 1 / 1.5;
+      setView(t - (t - V.t0) * f, t + (V.t1 - t) * f);
+    }, { passive: false });
     canvas.addEventListener("mousemove", function (ev) {
-      if (!n) return;
-      var r = canvas.getBoundingClientRect(), t = (ev.clientX - r.left - L) / (W - L - R) * span;
-      var lo = 0, hi = n - 1;
-      while (lo < hi) { var mid = (lo + hi + 1) >> 1; if (dev.t[mid] <= t) lo = mid; else hi = mid - 1; }
-      var lines = [dur(dev.t[lo]) + "   total " + human(cum[k - 1] ? cum[k - 1][lo] : 0)];
+      if (!n || drag) return;
+      var r = canvas.getBoundingClientRect(), t = TX(ev.clientX - r.left);
+      var lo = Math.max(0, indexAt(dev, t));
+      var lines = [dur(t) + "   total " + human(cum[k - 1] ? cum[k - 1][lo] : 0)];
       for (var c3 = k - 1; c3 >= 0; c3--) if (dev.v[c3][lo]) lines.push(dev.cats[c3] + ": " + human(dev.v[c3][lo]));
+      lines.push("drag: zoom to a range \u00b7 click: what was live");
       tip.textContent = lines.join("\n");
       tip.style.display = "block";
-      tip.style.left = Math.min(ev.clientX - r.left + 14, r.width - 220) + "px";
+      tip.style.left = Math.min(ev.clientX - r.left + 14, r.width - 240) + "px";
       tip.style.top = (ev.clientY - r.top + 10) + "px";
     });
     canvas.addEventListener("mouseleave", function () { tip.style.display = "none"; });
     canvas.setAttribute("data-drawn", "true");
     canvas.setAttribute("data-points", String(n));
     canvas.setAttribute("data-series", String(k));
+    // the legend: every owner of this device, with its bytes at the peak
     var legend = el("div", { "class": "legend", id: "legend-" + idx });
+    var pi = indexAt(dev, dev.peak_t);
     dev.cats.forEach(function (name, c4) {
-      var s = el("span");
+      var s = el("span", { "data-owner": name });
       s.appendChild(el("span", { "class": "sw", style: "background:" + COLORS[c4 % COLORS.length] }));
-      s.appendChild(document.createTextNode(name));
+      s.appendChild(document.createTextNode(name + (pi >= 0 ? " (" + human(Math.max(0, dev.v[c4][pi])) + " at the peak)" : "")));
       legend.appendChild(s);
     });
     box.appendChild(legend);
+    var api = { paint: paint, showLiveAt: showLiveAt, canvas: canvas, dev: dev };
+    charts.push(api);
+    return api;
   }
 
   document.getElementById("title").textContent = "msmemscope report \u2014 pid " + D.pid;
@@ -242,31 +409,224 @@ details summary { cursor:pointer; }
 
   main.appendChild(el("h2", null, "Memory over time"));
   if (!D.devices.length) main.appendChild(el("p", { "class": "empty", id: "no-memory" }, "No allocations were recorded."));
+  var bar = el("div", { "class": "viewbar", id: "viewbar" });
+  var viewLabel = el("span", { id: "view-label" });
+  function button(id, text, fn) { var b = el("button", { id: id, type: "button" }, text); b.addEventListener("click", fn); bar.appendChild(b); return b; }
+  if (D.devices.length) {
+    bar.appendChild(viewLabel);
+    button("zoom-reset", "Whole run", function () { setView(0, SPAN); });
+    if (stepRange()) button("zoom-steps", "Zoom to the steps", function () { var r = stepRange(); setView(r[0], r[1]); });
+    button("zoom-out", "Zoom out", function () { var w = V.t1 - V.t0, c = (V.t0 + V.t1) / 2; setView(c - w, c + w); });
+    button("pan-left", "\u25c0", function () { var w = V.t1 - V.t0; setView(V.t0 - w / 3, V.t1 - w / 3); });
+    button("pan-right", "\u25b6", function () { var w = V.t1 - V.t0; setView(V.t0 + w / 3, V.t1 + w / 3); });
+    bar.appendChild(el("span", { "class": "note" }, "Drag on a chart to zoom to a range (the tables follow), shift+drag to pan, ctrl+wheel to zoom, click for what was live."));
+    main.appendChild(bar);
+  }
+  var peakTables = [];
   D.devices.forEach(function (dev, i) {
     var sec = el("section", { id: "device-" + i });
     sec.appendChild(el("h3", null, dev.label + " \u2014 peak " + human(dev.peak) + ", final " + human(dev.final) +
       ", " + num(dev.mallocs) + " allocations, " + num(dev.live) + " blocks live at the end"));
     var box = el("div", { "class": "chartbox" });
     sec.appendChild(box);
-    drawChart(dev, i, box);
-    sec.appendChild(el("h3", null, "Live at the peak (" + human(dev.peak) + " in " + num(dev.peak_blocks) + " blocks), by site"));
-    if (dev.peak_groups > dev.at_peak.length)
-      sec.appendChild(el("div", { "class": "note" }, "The " + dev.at_peak.length + " largest of " + num(dev.peak_groups) + " groups."));
-    sec.appendChild(table("table-peak-" + i, [
+    var liveBox = el("div", { "class": "liveat", id: "live-at-" + i });
+    var chart = drawChart(dev, i, box, liveBox);
+    sec.appendChild(liveBox);
+    var peakBox = el("div", { id: "peak-box-" + i });
+    sec.appendChild(peakBox);
+    peakTables.push({ dev: dev, i: i, box: peakBox });
+    main.appendChild(sec);
+    chart.paint();
+  });
+
+  function peakTable(p) {
+    var dev = p.dev, i = p.i, box = p.box, rows, title, note = null;
+    box.innerHTML = "";
+    if (!zoomed()) {
+      title = "Live at the peak (" + human(dev.peak) + " in " + num(dev.peak_blocks) + " blocks), by site";
+      if (dev.peak_groups > dev.at_peak.length) note = "The " + dev.at_peak.length + " largest of " + num(dev.peak_groups) + " groups.";
+      rows = dev.at_peak;
+    } else {
+      var pk = peakIn(dev, V.t0, V.t1), la = liveAt(dev, pk.t);
+      title = "Live at the highest point of the selected range (" + human(pk.bytes) + " at " + dur(pk.t) + "), by site" + livesNote(dev);
+      rows = la.rows.slice(0, 100).map(function (r) { return { bytes: r.bytes, count: r.count, cat: dev.cats[r.cat], stack: siteText(r.site) }; });
+    }
+    box.appendChild(el("h3", null, title));
+    if (note) box.appendChild(el("div", { "class": "note" }, note));
+    box.appendChild(table("table-peak-" + i, [
       { title: "Bytes", num: true, get: function (r) { return human(r.bytes); } },
       { title: "Blocks", num: true, get: function (r) { return num(r.count); } },
       { title: "Owner", get: function (r) { return r.cat; } },
-      { title: "Stack", get: function (r) { return stackCell(r.stack); } }], dev.at_peak));
-    main.appendChild(sec);
-  });
+      { title: "Stack", get: function (r) { return stackCell(r.stack); } }], rows));
+  }
 
   main.appendChild(el("h2", null, "Top allocation sites"));
-  main.appendChild(el("div", { "class": "note" }, "By bytes allocated over the whole run; " + num(D.site_count) + " distinct sites."));
-  main.appendChild(table("table-sites", [
-    { title: "Allocated", num: true, get: function (r) { return human(r.bytes); } },
-    { title: "Allocations", num: true, get: function (r) { return num(r.count); } },
-    { title: "Live at end", num: true, get: function (r) { return human(r.live_bytes) + " (" + num(r.live_count) + ")"; } },
-    { title: "Stack", get: function (r) { return stackCell(r.stack); } }], D.sites));
+  var sitesBox = el("div", { id: "sites-box" });
+  main.appendChild(sitesBox);
+  function sitesTable() {
+    sitesBox.innerHTML = "";
+    var rows;
+    if (!zoomed()) {
+      sitesBox.appendChild(el("div", { "class": "note" }, "By bytes allocated over the whole run; " + num(D.site_count) + " distinct sites."));
+      rows = D.sites;
+    } else {
+      var by = {};
+      D.devices.forEach(function (dev) {
+        dev.lives.forEach(function (l) {
+          if (l[0] < V.t0 || l[0] > V.t1) return;
+          var g = by[l[3]] || (by[l[3]] = { site: l[3], bytes: 0, count: 0, live_bytes: 0, live_count: 0 });
+          g.bytes += l[2]; g.count++;
+          if (l[1] < 0 || l[1] > V.t1) { g.live_bytes += l[2]; g.live_count++; }
+        });
+      });
+      rows = Object.keys(by).map(function (k) { var g = by[k]; g.stack = siteText(g.site); return g; });
+      rows.sort(function (a, b) { return b.bytes - a.bytes; });
+      rows = rows.slice(0, 100);
+      var sampled = D.devices.some(function (d) { return d.lives_min > 0; });
+      sitesBox.appendChild(el("div", { "class": "note" }, "By bytes allocated in the selected range " + dur(V.t0) + " \u2013 " +
+        dur(V.t1) + (sampled ? " (from the largest blocks of each device)" : "") + "; live at its end in the third column."));
+    }
+    sitesBox.appendChild(table("table-sites", [
+      { title: "Allocated", num: true, get: function (r) { return human(r.bytes); } },
+      { title: "Allocations", num: true, get: function (r) { return num(r.count); } },
+      { title: zoomed() ? "Live at range end" : "Live at end", num: true, get: function (r) { return human(r.live_bytes) + " (" + num(r.live_count) + ")"; } },
+      { title: "Stack", get: function (r) { return stackCell(r.stack); } }], rows));
+  }
+  function followView() {
+    viewLabel.textContent = zoomed() ? "Showing " + dur(V.t0) + " \u2013 " + dur(V.t1) + " of " + dur(SPAN) + " " : "Whole run (" + dur(SPAN) + ") ";
+    peakTables.forEach(peakTable);
+    sitesTable();
+    document.body.setAttribute("data-view", Math.round(V.t0) + "," + Math.round(V.t1));
+  }
+  followView();
+
+  // ------------------------------------------------------------ flame graph
+  // An icicle of call stacks (root on top, the outermost frame first): the
+  // width of a frame is the bytes of the allocations made under it.
+  var MEASURES = [["peak", "Live at the peak", 2], ["leaked", "Leaked", 3], ["total", "Allocated in total", 1]];
+  var flame = { dev: 0, measure: "peak", root: null };
+  function flameTree(dev, col) {
+    var root = { name: "all", value: 0, kids: {}, n: 0 };
+    dev.flame.forEach(function (f) {
+      var v = f[col];
+      if (!v) return;
+      var node = root, p = paths[f[0]] || [];
+      root.value += v;
+      for (var i = 0; i < p.length; i++) {
+        var nm = frames[p[i]];
+        node = node.kids[nm] || (node.kids[nm] = { name: nm, value: 0, kids: {}, parent: node });
+        node.value += v;
+      }
+    });
+    var rest = dev.flame_rest[col - 1];
+    if (rest) {
+      root.value += rest;
+      root.kids["(smaller sites)"] = { name: "(smaller sites)", value: rest, kids: {}, parent: root };
+    }
+    return root;
+  }
+  if (D.devices.length) {
+    main.appendChild(el("h2", null, "Allocation flame graph"));
+    var fbar = el("div", { "class": "viewbar", id: "flame-bar" });
+    var sel = el("select", { id: "flame-device" });
+    D.devices.forEach(function (d, i) { var o = el("option", { value: String(i) }, d.label); sel.appendChild(o); });
+    sel.addEventListener("change", function () { flame.dev = Number(sel.value); flame.root = null; drawFlame(); });
+    fbar.appendChild(sel);
+    MEASURES.forEach(function (m) {
+      var b = el("button", { id: "flame-" + m[0], type: "button", "data-measure": m[0] }, m[1]);
+      b.addEventListener("click", function () { flame.measure = m[0]; flame.root = null; drawFlame(); });
+      fbar.appendChild(b);
+    });
+    var fnote = el("span", { "class": "note", id: "flame-note" });
+    fbar.appendChild(fnote);
+    main.appendChild(fbar);
+    var fbox = el("div", { "class": "chartbox" });
+    var fcanvas = el("canvas", { id: "flame", "class": "flame" });
+    fbox.appendChild(fcanvas);
+    var ftip = el("div", { "class": "tip" });
+    fbox.appendChild(ftip);
+    main.appendChild(fbox);
+    var rects = [];
+    var drawFlame = function () {
+      var dev = D.devices[flame.dev], m = MEASURES.filter(function (x) { return x[0] === flame.measure; })[0];
+      var tree = flameTree(dev, m[2]);
+      var root = flame.root || tree;
+      Array.prototype.forEach.call(fbar.querySelectorAll("button"), function (b) {
+        b.className = b.getAttribute("data-measure") === flame.measure ? "on" : "";
+      });
+      var depth = 0;
+      (function walk(nd, d) { depth = Math.max(depth, d); for (var k2 in nd.kids) walk(nd.kids[k2], d + 1); })(root, 1);
+      var RH = 18, W2 = fcanvas.clientWidth || 1200, H2 = Math.max(60, Math.min(depth, 80) * RH + 4);
+      fcanvas.style.height = H2 + "px";
+      var dpr = window.devicePixelRatio || 1;
+      fcanvas.width = Math.round(W2 * dpr); fcanvas.height = Math.round(H2 * dpr);
+      var g = fcanvas.getContext("2d");
+      g.setTransform(dpr, 0, 0, dpr, 0, 0);
+      g.clearRect(0, 0, W2, H2);
+      g.font = "11px ui-monospace, Menlo, Consolas, monospace"; g.textBaseline = "middle";
+      rects = [];
+      var count = 0;
+      function hue(s) { var h = 0; for (var i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) >>> 0; return h; }
+      function draw(nd, x, w, d) {
+        if (w < 0.5 || d > 80) return;
+        var y = (d - 1) * RH, h = hue(nd.name);
+        g.fillStyle = nd === root && nd.name === "all" ? "#c9d1da" : "hsl(" + (10 + h % 40) + "," + (60 + h % 25) + "%," + (58 + h % 14) + "%)";
+        g.fillRect(x, y, Math.max(0.5, w - 1), RH - 1);
+        rects.push({ x: x, y: y, w: w, nd: nd });
+        count++;
+        if (w > 36) {
+          var label = nd.name + (nd === root ? " \u2014 " + human(nd.value) : "");
+          var fit = Math.floor((w - 6) / 6.6);
+          g.fillStyle = "#1d232b";
+          g.fillText(label.length > fit ? label.slice(0, Math.max(1, fit - 1)) + "\u2026" : label, x + 3, y + RH / 2);
+        }
+        var kids = Object.keys(nd.kids).map(function (k3) { return nd.kids[k3]; }).sort(function (a, b) { return b.value - a.value; });
+        var cx = x;
+        kids.forEach(function (kd) { var kw = w * kd.value / nd.value; draw(kd, cx, kw, d + 1); cx += kw; });
+      }
+      if (root.value > 0) draw(root, 0, W2, 1);
+      else { g.fillStyle = "#5f6b7a"; g.fillText("Nothing " + (m[0] === "leaked" ? "leaked" : "to show") + " on this device.", 8, 14); }
+      fcanvas.setAttribute("data-measure", m[0]);
+      fcanvas.setAttribute("data-device", dev.label);
+      fcanvas.setAttribute("data-total", String(tree.value));
+      fcanvas.setAttribute("data-root", root.name);
+      fcanvas.setAttribute("data-nodes", String(count));
+      fnote.textContent = (m[0] === "leaked" ? (dev.leaked_by === "leaks" ? "Blocks the leaks analyzer reported. " :
+        "Blocks live at the end (the leaks analyzer did not run). ") : "") + human(tree.value) +
+        " in total. Click a frame to zoom into it, the top bar to zoom out.";
+    };
+    fcanvas.addEventListener("click", function (ev) {
+      var r = fcanvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      for (var i = rects.length - 1; i >= 0; i--) {
+        var q = rects[i];
+        if (x >= q.x && x < q.x + q.w && y >= q.y && y < q.y + 18) {
+          flame.root = q.nd === (flame.root || null) ? (q.nd.parent || null) : q.nd;
+          if (flame.root && !flame.root.parent) flame.root = null;
+          drawFlame();
+          return;
+        }
+      }
+    });
+    fcanvas.addEventListener("mousemove", function (ev) {
+      var r = fcanvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+      for (var i = rects.length - 1; i >= 0; i--) {
+        var q = rects[i];
+        if (x >= q.x && x < q.x + q.w && y >= q.y && y < q.y + 18) {
+          var rootv = (flame.root || q.nd).value;
+          var p = q.nd, tot = p; while (tot.parent) tot = tot.parent;
+          ftip.textContent = q.nd.name + "\n" + human(q.nd.value) + " (" + (100 * q.nd.value / Math.max(1, tot.value)).toFixed(1) + "% of all)";
+          ftip.style.display = "block";
+          ftip.style.left = Math.min(x + 14, r.width - 320) + "px";
+          ftip.style.top = (y + 12) + "px";
+          return;
+        }
+      }
+      ftip.style.display = "none";
+    });
+    fcanvas.addEventListener("mouseleave", function () { ftip.style.display = "none"; });
+    window.addEventListener("resize", drawFlame);
+    drawFlame();
+  }
 
   var names = Object.keys(D.findings).sort(function (a, b) {
     var o = { leaks: 0, inefficient: 1 };
@@ -295,6 +655,68 @@ details summary { cursor:pointer; }
     });
     main.appendChild(table("table-finding-" + name.replace(/[^A-Za-z0-9_-]/g, "_"), cols, f.rows));
   });
+  // Test mode (#msms-test=CHART,FROM,TO with FROM/TO fractions of the plot
+  // width): drags over that chart as a user would, clicks the middle of the
+  // new view, switches the flame graph through its measures and writes what
+  // the page showed into #msms-test-result (for headless --dump-dom).
+  var tm = /msms-test=(\d+),([\d.]+),([\d.]+)/.exec(location.hash || "");
+  if (tm && charts[Number(tm[1])]) {
+    var res = { before: {}, after: {} };
+    var snap = function (into) {
+      into.view = document.body.getAttribute("data-view");
+      into.charts = charts.map(function (c) {
+        return { labels: Number(c.canvas.getAttribute("data-step-labels")),
+                 boxes: JSON.parse(c.canvas.getAttribute("data-label-boxes")) };
+      });
+      into.legends = D.devices.map(function (d, i) {
+        return Array.prototype.map.call(document.querySelectorAll("#legend-" + i + " [data-owner]"), function (e) { return e.getAttribute("data-owner"); });
+      });
+      into.peak_owners = D.devices.map(function (d, i) {
+        return Array.prototype.map.call(document.querySelectorAll("#table-peak-" + i + " tbody tr td:nth-child(3)"), function (e) { return e.textContent; });
+      });
+      into.peak_titles = D.devices.map(function (d, i) { return document.querySelector("#peak-box-" + i + " h3").textContent; });
+      into.sites = Number(document.getElementById("table-sites").getAttribute("data-rows"));
+      into.sites_note = document.querySelector("#sites-box .note").textContent;
+    };
+    snap(res.before);
+    var c = charts[Number(tm[1])], r = c.canvas.getBoundingClientRect(), L0 = 78, R0 = 16;
+    var px = function (f) { return r.left + L0 + (r.width - L0 - R0) * f; }, y = r.top + r.height / 2;
+    var fire = function (target, type, x, extra) {
+      var e = new MouseEvent(type, Object.assign({ clientX: x, clientY: y, bubbles: true }, extra || {}));
+      target.dispatchEvent(e);
+    };
+    fire(c.canvas, "mousedown", px(Number(tm[2])));
+    fire(window, "mousemove", px((Number(tm[2]) + Number(tm[3])) / 2));
+    fire(window, "mousemove", px(Number(tm[3])));
+    fire(window, "mouseup", px(Number(tm[3])));
+    snap(res.after);
+    fire(c.canvas, "mousedown", px(0.5));
+    fire(window, "mouseup", px(0.5));
+    var lb = document.getElementById("live-at-" + tm[1]);
+    res.live_at = { t: Number(lb.getAttribute("data-t")), title: lb.querySelector("h3").textContent,
+                    rows: Number(document.getElementById("table-liveat-" + tm[1]).getAttribute("data-rows")) };
+    res.flame = {};
+    var fc = document.getElementById("flame");
+    D.devices.forEach(function (d, i) {
+      var sel2 = document.getElementById("flame-device");
+      sel2.value = String(i); sel2.dispatchEvent(new Event("change"));
+      var per = {};
+      MEASURES.forEach(function (m) {
+        document.getElementById("flame-" + m[0]).click();
+        per[m[0]] = { total: Number(fc.getAttribute("data-total")), nodes: Number(fc.getAttribute("data-nodes")) };
+      });
+      res.flame[d.label] = per;
+    });
+    var sel3 = document.getElementById("flame-device");
+    sel3.value = tm[1]; sel3.dispatchEvent(new Event("change"));
+    document.getElementById("flame-peak").click();
+    // zoom into the widest frame under the root, as a click would
+    var fr = fc.getBoundingClientRect();
+    fire(fc, "click", fr.left + 5, { clientY: fr.top + 18 + 9 });
+    res.flame_zoom = fc.getAttribute("data-root");
+    var out = el("pre", { id: "msms-test-result" }, JSON.stringify(res));
+    document.body.appendChild(out);
+  }
   document.body.setAttribute("data-ready", "1");
 })();
 </script>
