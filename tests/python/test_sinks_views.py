@@ -141,7 +141,6 @@ def test_html_steps_after_a_long_import_phase(tmp_path):
     assert r["after"]["legends"] == [["HOST"], ["PTA@ops"]]
     assert r["after"]["peak_titles"][1].startswith("Live at the highest point of the selected range (200 KiB at ")
     assert r["flame"]["cpu framework pools"]["leaked"]["total"] == 204800
-    browse(page, tmp_path, ARTIFACTS / "report_train_whole.png")
 
 
 def test_html_report_of_a_large_capture(tmp_path):
