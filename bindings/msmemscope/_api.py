@@ -7,7 +7,7 @@ import gc
 import sys
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from . import _collect, _session, watcher
+from . import _collect, _cuda, _session, watcher
 from ._session import _ext
 
 __all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction"]
@@ -125,6 +125,7 @@ def step() -> int:
     """Marks the end of a step (SYSTEM STEP, Name = the step number, 1, 2, ...);
     returns the step number."""
     _session.session()
+    _cuda.flush()  # the caching allocator's blocks of this step before its mark
     return int(_ext.step())
 
 
@@ -169,6 +170,8 @@ def _emit_snapshot(name: str, mask: Optional[List[int]]) -> None:
     if mask is not None:
         attrs += ",device_mask:" + str(mask)
     _ext.event(_ext.EV["SNAPSHOT"], _ext.T["SNAPSHOT"], _ext.DEV["CPU"], -1, 0, 0, 0, 0, name, attrs)
+    # CUDA mode: the cuda collector's rows with the caching allocator's numbers
+    _cuda.take_snapshot(mask, name)
 
 
 _OP = dis.opmap

@@ -35,7 +35,7 @@ from typing import Dict, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _session
+from . import _cuda, _session
 from ._session import _ext
 
 EV = _ext.EV
@@ -52,6 +52,7 @@ _hooks_installed = False
 _module_hooks = []
 _tls = threading.local()
 _optimizer_depth = 0
+_cuda_ops = False  # CUDA mode (_cuda.py): operators on the current CUDA device
 
 
 def _op_name(func) -> str:
@@ -78,10 +79,27 @@ def _tensor_attrs(t: torch.Tensor, extra: str = "") -> str:
     return extra + s if extra else s
 
 
+def _op_device():
+    """An operator row's device: cpu, or in CUDA mode the current CUDA device
+    (upstream: the thread's current device)."""
+    if _cuda_ops:
+        try:
+            if torch.cuda.is_initialized():
+                return _ext.DEV["CUDA"], int(torch.cuda.current_device())
+        except Exception:
+            pass
+    return CPU, -1
+
+
 def _access_event(t, kind_type: int, op: str) -> None:
     if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):
         return
-    if t.device.type != "cpu" or t.is_sparse:
+    if t.is_sparse:
+        return
+    dev_kind, dev_id = CPU, -1
+    if t.device.type == "cuda" and _cuda_ops:
+        dev_kind, dev_id = _ext.DEV["CUDA"], 0 if t.device.index is None else int(t.device.index)
+    elif t.device.type != "cpu":
         return
     try:
         ptr = _base_ptr(t)
@@ -89,7 +107,8 @@ def _access_event(t, kind_type: int, op: str) -> None:
         return
     if not ptr:
         return
-    _ext.event(EV["ACCESS"], kind_type, CPU, -1, ptr, t.numel() * t.element_size(), 0, 0, op, _tensor_attrs(t))
+    _ext.event(EV["ACCESS"], kind_type, dev_kind, dev_id, ptr, t.numel() * t.element_size(), 0, 0, op,
+               _tensor_attrs(t))
 
 
 def _each_tensor(values):
@@ -106,7 +125,8 @@ class _OpMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = _op_name(func)
         collecting = _ext.collecting()
-        _ext.op_begin(name)
+        dev = _op_device()
+        _ext.op_begin(name, *dev)
         try:
             if collecting and _access:
                 for t in _each_tensor(args):
@@ -120,7 +140,7 @@ class _OpMode(TorchDispatchMode):
                     _access_event(t, T["WRITE"], name)
             return out
         finally:
-            _ext.op_end(name)
+            _ext.op_end(name, *dev)
 
 
 def tag(t: torch.Tensor, owner: str, where: str) -> None:
@@ -169,6 +189,7 @@ def _wrap_step(cls) -> None:
             _ext.optimizer_exit()
             _tag_optimizer(self)
             if _optimizer_depth == 0 and _session.auto_steps():
+                _cuda.flush()  # the caching allocator's blocks of this step before its mark
                 _ext.step()  # a plain script under the CLI: the optimizer marks the steps
 
     step_wrapper._msmemscope_wrapped = True
@@ -271,6 +292,15 @@ def enable(trace: bool) -> None:
         _module_hooks.append(m.register_module_forward_hook(_module_post))
     if _mode is None and _observer is None:
         _start_op_tracking()
+    # the target uses torch.cuda: caching allocator, operators on CUDA devices
+    _cuda.enable(torch, _ext.option("device"), _ops_on_cuda)
+
+
+def _ops_on_cuda() -> None:
+    global _cuda_ops
+    _cuda_ops = True
+    if _observer is not None:  # again, now that the driver is loaded
+        _observer.enable(bool(_ext.wants("op_launch")), _access, _ext.op_depth_api, True)
 
 
 def _start_op_tracking() -> None:
@@ -283,7 +313,7 @@ def _start_op_tracking() -> None:
         obs = None
     if obs is not None:
         try:
-            obs.enable(bool(_ext.wants("op_launch")), _access, _ext.op_depth_api)
+            obs.enable(bool(_ext.wants("op_launch")), _access, _ext.op_depth_api, _cuda_ops)
             _observer = obs
             return
         except RuntimeError:
@@ -295,7 +325,9 @@ def _start_op_tracking() -> None:
 def disable() -> None:
     """Turns operator tracking off (stop()); storage tracking stays so that
     the pool numbers remain right in the next range."""
-    global _mode, _trace, _observer
+    global _mode, _trace, _observer, _cuda_ops
+    _cuda.disable()
+    _cuda_ops = False
     if _observer is not None:
         _observer.disable()
         _observer = None

@@ -454,16 +454,25 @@ PYBIND11_MODULE(_msmemscope, m) {
         py::arg("kind"), py::arg("type"), py::arg("dev_kind"), py::arg("dev_id"), py::arg("ptr") = 0,
         py::arg("size") = 0, py::arg("aux0") = 0, py::arg("aux1") = 0, py::arg("name") = "", py::arg("attrs") = "");
     // Operator boundaries (the dispatch mode): also the owner context.
-    m.def("op_begin", [](const std::string& name) {
-        ++t_op_depth;
-        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("op_launch"))
-            g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
-    });
-    m.def("op_end", [](const std::string& name) {
-        if (t_op_depth > 0) --t_op_depth;
-        if (g_agent_loaded && g_agent.collecting() && g_agent.wants("op_launch"))
-            g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, MSMS_DEV_CPU, -1, 0, 0, 0, 0, name.c_str(), nullptr);
-    });
+    // dev_kind/dev_id: the operator row's device (cpu; CUDA mode: the current device).
+    m.def(
+        "op_begin",
+        [](const std::string& name, int dev_kind, int dev_id) {
+            ++t_op_depth;
+            if (g_agent_loaded && g_agent.collecting() && g_agent.wants("op_launch"))
+                g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, static_cast<uint16_t>(dev_kind),
+                              static_cast<int16_t>(dev_id), 0, 0, 0, 0, name.c_str(), nullptr);
+        },
+        py::arg("name"), py::arg("dev_kind") = static_cast<int>(MSMS_DEV_CPU), py::arg("dev_id") = -1);
+    m.def(
+        "op_end",
+        [](const std::string& name, int dev_kind, int dev_id) {
+            if (t_op_depth > 0) --t_op_depth;
+            if (g_agent_loaded && g_agent.collecting() && g_agent.wants("op_launch"))
+                g_agent.event(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, static_cast<uint16_t>(dev_kind),
+                              static_cast<int16_t>(dev_id), 0, 0, 0, 0, name.c_str(), nullptr);
+        },
+        py::arg("name"), py::arg("dev_kind") = static_cast<int>(MSMS_DEV_CPU), py::arg("dev_id") = -1);
     m.attr("op_depth_api") = py::capsule(static_cast<void*>(&g_op_depth_api), "msmemscope.op_depth");
     m.def("optimizer_enter", [] { ++t_optimizer_depth; });
     m.def("optimizer_exit", [] {

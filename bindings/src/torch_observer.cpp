@@ -2,9 +2,11 @@
 // where the libtorch headers are found). A RecordFunction global callback for
 // aten operators (scope FUNCTION) emits, through the agent,
 //   OP_LAUNCH ATEN_START / ATEN_END (Name = the operator as upstream names
-//   it, torch._ops.aten.<op>.<overload>; device cpu), and
+//   it, torch._ops.aten.<op>.<overload>; device cpu, or in CUDA mode the
+//   thread's current CUDA device), and
 //   with "access": ACCESS READ (tensor inputs) / WRITE (tensor outputs), Ptr
-//   the storage's base address, Attr dtype, shape, size, format, type,
+//   the storage's base address, Attr dtype, shape, size, format, type
+//   (CPU tensors on cpu; in CUDA mode CUDA tensors on their own device),
 // the same rows as the Python TorchDispatchMode of _torch.py, without a
 // Python call per operator. It also keeps _msmemscope's per-thread operator
 // depth (the "ops@aten" owner of tensor storage allocated inside an op).
@@ -45,6 +47,11 @@ collecting_fn g_collecting = nullptr;
 OpDepthApi g_depth{nullptr, nullptr};
 std::atomic<bool> g_launch{false};
 std::atomic<bool> g_access{false};
+// CUDA mode (the target uses torch.cuda: msmemscope/_cuda.py): the driver's
+// cuCtxGetDevice, resolved at enable() from the loaded libcuda.so.1.
+using ctx_get_device_fn = int (*)(int*);
+std::atomic<ctx_get_device_fn> g_ctx_get_device{nullptr};
+std::atomic<bool> g_cuda{false};
 bool g_registered = false;
 at::CallbackHandle g_handle = 0;
 
@@ -84,11 +91,27 @@ OpName& op_name(const at::RecordFunction& fn) {
     return it->second;
 }
 
-void emit(uint16_t kind, uint16_t type, uint64_t ptr, uint64_t size, OpName& op, const char* attrs) {
+struct Device {
+    uint16_t kind;
+    int16_t id;
+};
+constexpr Device kCpu{MSMS_DEV_CPU, -1};
+
+// An operator row's device: as upstream's (ReportAtenLaunch: the thread's
+// current device), the thread's current CUDA device in CUDA mode when a
+// context is current; else cpu.
+Device op_device() {
+    ctx_get_device_fn f = g_ctx_get_device.load(std::memory_order_relaxed);
+    int d = -1;
+    if (f && f(&d) == 0 && d >= 0) return Device{MSMS_DEV_CUDA, static_cast<int16_t>(d)};
+    return kCpu;
+}
+
+void emit(uint16_t kind, uint16_t type, Device dev, uint64_t ptr, uint64_t size, OpName& op, const char* attrs) {
     if (g_event_cached)
-        g_event_cached(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, op.name.c_str(), op.cache, attrs);
+        g_event_cached(kind, type, dev.kind, dev.id, ptr, size, 0, 0, op.name.c_str(), op.cache, attrs);
     else
-        g_event(kind, type, MSMS_DEV_CPU, -1, ptr, size, 0, 0, op.name.c_str(), attrs);
+        g_event(kind, type, dev.kind, dev.id, ptr, size, 0, 0, op.name.c_str(), attrs);
 }
 
 const char* dtype_name(c10::ScalarType t) {
@@ -115,7 +138,12 @@ const char* dtype_name(c10::ScalarType t) {
 
 // One ACCESS row for a CPU dense tensor (as _torch._access_event).
 void access_tensor(const at::Tensor& t, uint16_t type, OpName& op) {
-    if (!t.defined() || !t.device().is_cpu() || t.is_sparse() || t.layout() != c10::kStrided) return;
+    if (!t.defined() || t.is_sparse() || t.layout() != c10::kStrided) return;
+    Device dev = kCpu;
+    if (t.device().is_cuda() && g_cuda.load(std::memory_order_relaxed))
+        dev = Device{MSMS_DEV_CUDA, static_cast<int16_t>(t.device().has_index() ? t.device().index() : 0)};
+    else if (!t.device().is_cpu())
+        return;
     if (!t.has_storage()) return;
     const void* base = t.storage().data();
     if (!base) return;
@@ -135,7 +163,7 @@ void access_tensor(const at::Tensor& t, uint16_t type, OpName& op) {
         n += snprintf(attrs + n, sizeof(attrs) - n, i ? ", %lld" : "%lld", static_cast<long long>(sizes[i]));
     snprintf(attrs + n, sizeof(attrs) - n, "]),size:%llu,format:%s,type:PTA", static_cast<unsigned long long>(size),
              t.is_contiguous() ? "contiguous" : "strided");
-    emit(MSMS_EV_ACCESS, type, reinterpret_cast<uint64_t>(base), size, op, attrs);
+    emit(MSMS_EV_ACCESS, type, dev, reinterpret_cast<uint64_t>(base), size, op, attrs);
 }
 
 void access_value(const c10::IValue& v, uint16_t type, OpName& op) {
@@ -157,7 +185,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     // rows, (the operator), the outputs' ACCESS rows, ATEN_END -- an
     // operator's accesses lie inside it, where upstream's inefficient
     // analysis counts them to the operator's API.
-    if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, 0, 0, name, nullptr);
+    if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, op_device(), 0, 0, name, nullptr);
     if (g_access.load(std::memory_order_relaxed) && fn.needsInputs())
         for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name);
     return nullptr;
@@ -168,14 +196,27 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
         OpName& name = op_name(fn);
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
             for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
-        if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, 0, 0, name, nullptr);
+        if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, op_device(), 0, 0, name, nullptr);
     }
     if (g_depth.exit) g_depth.exit();
 }
 
+ctx_get_device_fn resolve_ctx_get_device() {
+    void* f = nullptr;
+    if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
+        f = dlsym(h, "cuCtxGetDevice");
+        dlclose(h);  // NOLOAD took a reference of its own
+    }
+    if (!f) f = dlsym(RTLD_DEFAULT, "cuCtxGetDevice");
+    return reinterpret_cast<ctx_get_device_fn>(f);
+}
+
 // Turns the observer on: launch = ATEN_START/END rows, access = ACCESS rows
-// (needs the operators' inputs and outputs: costs a copy of them per op).
-void enable(bool launch, bool access, py::capsule depth) {
+// (needs the operators' inputs and outputs: costs a copy of them per op),
+// cuda = CUDA mode (operator rows on the current CUDA device, CUDA tensors'
+// ACCESS rows on theirs); the driver must be loaded by then (it is once
+// torch.cuda.is_available() has been asked).
+void enable(bool launch, bool access, py::capsule depth, bool cuda) {
     if (!g_event) {
         g_event = reinterpret_cast<event_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event"));
         g_event_cached = reinterpret_cast<event_cached_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event_cached"));
@@ -188,6 +229,8 @@ void enable(bool launch, bool access, py::capsule depth) {
     g_depth = *static_cast<OpDepthApi*>(depth.get_pointer());
     g_launch = launch;
     g_access = access;
+    g_cuda = cuda;
+    g_ctx_get_device = cuda ? resolve_ctx_get_device() : nullptr;
     if (g_registered) at::removeCallback(g_handle);
     g_handle = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
                                          .needsInputs(access)
@@ -207,7 +250,7 @@ void disable() {
 
 PYBIND11_MODULE(_torch_observer, m) {
     m.doc() = "aten operator tracking by a RecordFunction callback (not a public API)";
-    m.def("enable", &enable, py::arg("launch"), py::arg("access"), py::arg("depth"));
+    m.def("enable", &enable, py::arg("launch"), py::arg("access"), py::arg("depth"), py::arg("cuda") = false);
     m.def("disable", &disable);
     m.def("enabled", [] { return g_registered; });
 }

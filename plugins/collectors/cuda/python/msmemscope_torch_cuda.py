@@ -25,9 +25,13 @@ Python -- the C++ attachAllocatorTraceTracker is not bound):
     msms_cuda_snapshot(device_mask, name, extra_attrs) (cuMemGetInfo numbers)
     with the allocator's reserved/max_reserved/allocated/max_allocated.
 
-Operator, access and decompose events of CUDA tensors come from the Python
-package's TorchDispatchMode code; device_of(tensor) gives them the device
-(cuda:N) to record.
+The Python package ships this module as msmemscope/_torch_cuda.py and its
+_cuda.py switches it on when the target uses torch.cuda (a cuda device in the
+run and torch.cuda.is_available(); started at CUDA's lazy initialisation),
+flushing before each step mark, at take_snapshot() and at stop(). Operator
+and access rows of CUDA tensors come from the package's operator tracking in
+CUDA mode (operators on the thread's current CUDA device, accesses on the
+tensor's device; device_of(tensor) is that mapping).
 
 Recording goes through the agent's C API (msms_agent_enter/event/leave,
 exported by libmsmemscope_agent.so, which the CLI preloads and the Python
