@@ -86,6 +86,8 @@ def test_cuda_kernel_launches_only_at_kernel_level(tmp_path, level, kernels):
 API_SCRIPT = textwrap.dedent("""
     import sys
     import torch
+    if sys.argv[3] == "dispatch":  # no C++ observer: the TorchDispatchMode of _torch.py
+        sys.modules["msmemscope._torch_observer"] = None
     import msmemscope
     kw = dict(device="cpu", events="alloc,free,launch,access", analysis="", output=sys.argv[1])
     if sys.argv[2] != "default":
@@ -100,14 +102,14 @@ API_SCRIPT = textwrap.dedent("""
 """)
 
 
-def torch_api_rows(tmp_path, level):
+def torch_api_rows(tmp_path, level, tracker="observer"):
     pytest.importorskip("torch")
     script = tmp_path / "ops.py"
     script.write_text(API_SCRIPT)
     out = tmp_path / f"out_{level.replace(',', '_')}"
     e = dict(os.environ, PYTHONPATH=str(BUILD / "python"), LD_PRELOAD="")
     e.pop("MSMEMSCOPE_SESSION", None)
-    r = subprocess.run([PY, str(script), str(out), level], cwd=tmp_path, env=e, capture_output=True, text=True,
+    r = subprocess.run([PY, str(script), str(out), level, tracker], cwd=tmp_path, env=e, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert "sum 266240.0" in r.stdout
@@ -117,9 +119,10 @@ def torch_api_rows(tmp_path, level):
 OPS = ["torch._ops.aten.mm.default", "torch._ops.aten.add.Tensor"]
 
 
+@pytest.mark.parametrize("tracker", ["observer", "dispatch"])
 @pytest.mark.parametrize("level,ops", [("default", True), ("kernel", False)])
-def test_torch_operators_and_their_accesses_only_at_op_level(tmp_path, level, ops):
-    rows = torch_api_rows(tmp_path, level)
+def test_torch_operators_and_their_accesses_only_at_op_level(tmp_path, level, ops, tracker):
+    rows = torch_api_rows(tmp_path, level, tracker)
     starts = [r["Name"] for r in rows if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_START"]
     ends = [r["Name"] for r in rows if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_END"]
     access = [(r["Event Type"], r["Name"]) for r in events(rows, "ACCESS")]
