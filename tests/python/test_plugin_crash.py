@@ -105,7 +105,7 @@ def test_a_run_without_misbehaving_plugins_keeps_the_programs_status(cli, tmp_pa
     assert crash_lines(p.stderr) == []
     assert_complete(out)
     # The C plugin exporting its entry as a function ran and reported.
-    assert re.search(r"^  c_function_entry: \d+ events$", p.stdout, re.M), p.stdout
+    assert re.search(r"^c_function_entry: \d+ events$", p.stdout, re.M), p.stdout
 
 
 def test_plugin_aborting_while_loaded_is_refused_and_a_selection_of_it_dropped(cli, tmp_path):
