@@ -117,7 +117,8 @@ def test_aggregate_disk_stays_bounded_by_the_budget_not_the_events(tmp_path):
     # ~6 MiB of unread chunks, so disk use (everything under the output
     # folder, the session folder and its capture included) stays far below.
     out = tmp_path / "out"
-    p = subprocess.Popen([str(CLI), "--device=cpu", "--call-stack=c:16", "--aggregate", "--output", str(out), "--",
+    p = subprocess.Popen([str(CLI), "--device=cpu", "--call-stack=c:16", "--aggregate", "--sinks=trace",
+                          "--plugin-option=trace.max_events=1000", "--output", str(out), "--",
                           str(PROGRAM), "1500000", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env())
     peak, size = 0, 0
@@ -132,6 +133,9 @@ def test_aggregate_disk_stays_bounded_by_the_budget_not_the_events(tmp_path):
     assert p.returncode == 0, stderr
     events = int(re.search(r"^  events: (\d+), dropped: 0$", stdout, re.M).group(1))
     assert events >= 3000100, stdout
+    # The trace sink's note over its budget points to no dump in this mode.
+    assert "(--aggregate: no per-event rows were kept)" in stdout, stdout
+    assert "every event in the dump" not in stdout
     assert size > 20 << 20, size  # what a capture that keeps everything would hold on disk
     assert peak < 14 << 20, peak
 

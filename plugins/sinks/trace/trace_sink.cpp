@@ -269,7 +269,10 @@ private:
         return "the run is over the trace's budget (options max_events=" + std::to_string(max_events_) +
                ", counter_points=" + std::to_string(counter_points_max_) + "): " + n +
                "; every operator, kernel and mstx span, step, mark and leak is in " + path_ +
-               ", every event in the dump (--data-format=db for indexed queries)";
+               // --aggregate (config.json "aggregate": true) writes no dump to point to
+               (run_.config_json.find("\"aggregate\": true") != std::string::npos
+                    ? " (--aggregate: no per-event rows were kept)"
+                    : ", every event in the dump (--data-format=db for indexed queries)");
     }
 
     // The counters, downsampled to what is left of the budget.
