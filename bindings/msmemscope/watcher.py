@@ -19,7 +19,8 @@ The spec ``[start[:outN],]end[,full-content]``: after the start operator, its
 outputs (all, or output N) are watched until the end operator has run;
 without a start operator, the blocks given to ``watcher.watch()`` are
 checkpointed from then until the end operator. Operator names match with or
-without the overload (``aten::mul`` or ``aten::mul.Tensor``); files use the
+without the overload (``aten::mul`` or ``aten::mul.Tensor``), or as upstream's
+dump names them (``torch._ops.aten.mul.Tensor``, ``torch._ops.aten.sum.default``); files use the
 full name with "::" written as "." (``aten.mul.Tensor_1-...``), numbered by
 the op's call (the same in the before and after names of one call, the start
 operator's included). ``dump_nums`` limits how many checkpoints a block gets (-1: no
@@ -98,8 +99,23 @@ def _spec() -> Optional[dict]:
     return _state["spec"]
 
 
+def _upstream_name(name: str, short: str) -> str:
+    """The operator as upstream's dump and watch example name it:
+    torch._ops.aten.mse_loss.default for aten::mse_loss."""
+    ns, _, base = short.partition("::")
+    overload = name[len(short) + 1:] if name != short else "default"
+    return f"torch._ops.{ns}.{base}.{overload}"
+
+
 def _matches(name: str, short: str, wanted: Optional[str]) -> bool:
-    return wanted is not None and (wanted == name or wanted == short)
+    if wanted is None:
+        return False
+    if wanted == name or wanted == short:
+        return True
+    # upstream's spelling (example/watch: --watch=torch._ops.aten.mse_loss.default,...),
+    # with or without the torch._ops. prefix
+    up = _upstream_name(name, short)
+    return wanted == up or "torch._ops." + wanted == up
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -2,6 +2,7 @@
 steps, snapshots, RecordFunction, tracer, describer, watcher and the offline
 functions' argument checks. Scripts run with plain /usr/bin/python3 (the
 package spawns its own host) unless noted."""
+import json
 import os
 import re
 import subprocess
@@ -106,11 +107,34 @@ def test_config_is_keyword_only():
         msmemscope.config("cpu")
 
 
-def test_config_accepts_plugin_names_from_list_plugins():
+def test_config_accepts_plugin_names_from_list_plugins(tmp_path):
+    # the built-in analyzers and sinks are listed by name ...
     analyzers = msmemscope.list_analyzers()
-    if analyzers:
-        msmemscope.config(analysis=",".join(analyzers[:1]))
-    msmemscope.config(sinks="csv", analysis="")
+    assert {"leaks", "decompose", "inefficient", "oom", "watch"} <= set(analyzers), analyzers
+    sinks = {p["name"] for p in msmemscope._offline._plugins() if p["kind"] == "sink"}
+    assert {"csv", "db", "trace", "html"} <= sinks, sinks
+    # ... and names taken from those lists select exactly those plugins for the run
+    run_script(tmp_path, """
+        import msmemscope
+        names = msmemscope.list_analyzers()
+        msmemscope.config(device="cpu", analysis=",".join(n for n in names if n in ("decompose", "leaks")),
+                          sinks="trace,html", output="out")
+        msmemscope.start()
+        keep = bytearray(1 << 20)
+        msmemscope.stop()
+    """)
+    [d] = process_dirs(tmp_path / "out")
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["analysis"] == ["decompose", "leaks"], cfg["analysis"]
+    assert set(cfg["sinks"]) == {"csv", "trace", "html"}, cfg["sinks"]
+    # each selected sink wrote its file, and nothing else did
+    assert len(dump_files(d)) == 1 and len(list(d.glob("trace_*.json"))) == 1 and len(list(d.glob("report_*.html"))) == 1
+    assert not list(d.rglob("*.db"))
+    # each selected analyzer ran (their findings are in the HTML report), and only those
+    html = next(d.glob("report_*.html")).read_text()
+    assert re.search(r'"owners":\{"total":[1-9]', html) and re.search(r'"leaks":\{"total":[1-9]', html)
+    assert '"inefficient":{"total"' not in html and '"oom":{"total"' not in html
+    assert not any("inefficient_type" in r["attr"] for r in read_dump(dump_files(d)[0]))
 
 
 def test_help_of_config_lists_every_key():
