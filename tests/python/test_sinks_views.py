@@ -161,6 +161,28 @@ def test_html_report_of_a_large_capture(tmp_path):
     assert rows(dom, "table-finding-leaks") == 2
 
 
+def test_html_keeps_blocks_live_at_exit_live(cli, test_bin, tmp_path):
+    """The shadow FREEs that close a dump at the end are not frees: the
+    report's final bytes, blocks live at the end and the flame graph's
+    leaked bytes (live at the end: the leaks analyzer reports sites here)
+    are the leaks analyzer's "still allocated at exit"."""
+    p = cli(["--device=cpu", "--call-stack=c:16", "--analysis=leaks", "--sinks=html", f"--output={tmp_path}", "--",
+             test_bin / "demo_train"], tmp_path, check_rc=0)
+    m = re.search(r"Host memory still allocated at exit on device cpu: (\d+) block\(s\), (\d+) bytes", p.stdout)
+    assert m, p.stdout
+    blocks, total = int(m.group(1)), int(m.group(2))
+    page = only(only(process_dirs(tmp_path)).glob("report_*.html"))
+    data = json.loads(page.read_text().split('id="msms-data">')[1].split("</script>")[0])
+    dev = only(data["devices"])
+    assert (dev["final"], dev["live"]) == (total, blocks)
+    assert sum(f[3] for f in dev["flame"]) + dev["flame_rest"][2] == total
+    assert dev["leaked_by"] == "end"
+    # the flame graph's paths start at the outermost frame
+    leak_site = max(dev["flame"], key=lambda f: f[3])[0]
+    path = [data["frames"][i] for i in data["site_paths"][leak_site]]
+    assert path[0].startswith("_start") and "demo_train.c" in path[-1]
+
+
 def test_sinks_by_name_on_the_command_line(cli, test_bin, tmp_path):
     p = cli(BASE + ["--sinks=trace,html", f"--output={tmp_path}", "--", test_bin / "sinks_alloc_loop", "2000"],
             cwd=tmp_path, check_rc=0)

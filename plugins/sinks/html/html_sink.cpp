@@ -126,6 +126,20 @@ public:
         last_ts_ = std::max(last_ts_, ev.timestamp_ns);
         ++kinds_[ev.kind < MSMS_EV_KIND_COUNT ? ev.kind : 0];
         if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
+            if (ev.kind == MSMS_EV_FREE && msmemscope::attr(ev, "shadow") == "true") {
+                // Shadow FREEs (framework/host/shadow.h) close the blocks
+                // still live when collection ends: the report keeps them
+                // live (final, live at the end, leaked). A later MALLOC or
+                // FREE shows they were real (an address reused unseen).
+                msms_event f = ev;
+                f.attrs = nullptr;
+                f.attr_count = 0;
+                f.name = f.py_stack = f.c_stack = msms_str{nullptr, 0};
+                shadow_frees_.push_back(f);
+                return;
+            }
+            for (const msms_event& f : shadow_frees_) memory(f);
+            shadow_frees_.clear();
             memory(ev);
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
             if (marks_.size() < kMaxMarks) marks_.emplace_back(ev.timestamp_ns, "step " + std::string(view(ev.name)));
@@ -692,6 +706,7 @@ private:
     uint64_t pending_hkey_ = 0, pending_ts_ = 0, pending_seq_ = 0;
     std::map<std::string, uint64_t> annotations_;
     std::vector<std::pair<uint64_t, std::string>> marks_;
+    std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     std::unordered_set<uint64_t> leak_ids_;            // allocation ids the leaks analyzer reported
     std::unordered_map<uint32_t, uint32_t> site_out_;  // site -> index in the page
     std::vector<uint32_t> site_order_;
