@@ -14,28 +14,26 @@ from typing import Any, Dict, List, Optional
 from . import _session
 from ._session import _ext
 
-__all__ = ["list_analyzers", "get_analyzer_config", "analyze", "run", "check_input"]
+__all__ = ["analyzer_plugins", "plugin_schema", "run", "check_input", "options"]
 
 
 def _plugins() -> List[dict]:
     return _ext.list_plugins(_session.PREFIX, _session._plugin_paths)
 
 
-def list_analyzers() -> List[str]:
-    """Names of every analyzer plugin found (built-in and third-party)."""
+def analyzer_plugins() -> List[str]:
+    """Names of every analyzer plugin found (built-in and third-party), sorted."""
     return sorted(p["name"] for p in _plugins() if p["kind"] == "analyzer")
 
 
-def get_analyzer_config(name: str) -> Dict[str, dict]:
-    """The options of analyzer ``name``: {option: {type, default, allowed,
-    min, max, description}}."""
-    if not isinstance(name, str):
-        raise TypeError(f"msmemscope.get_analyzer_config: 'name' must be a string, got {type(name).__name__}")
+def plugin_schema(name: str) -> Dict[str, dict]:
+    """The options of analyzer plugin ``name``: {option: {type, default,
+    allowed, min, max, description}}."""
     for p in _plugins():
         if p["kind"] == "analyzer" and p["name"] == name:
             return {o["name"]: {k: v for k, v in o.items() if k != "name"} for o in p["options"]}
-    names = list_analyzers()
-    raise ValueError(f"msmemscope.get_analyzer_config: unknown analyzer '{name}' "
+    names = analyzer_plugins()
+    raise ValueError(f"msmemscope.analyze: unknown analyzer '{name}' "
                      f"(available: {', '.join(names) if names else 'none found'})")
 
 
@@ -83,7 +81,7 @@ def check_input(func: str, input_path: Any) -> str:
 
 
 def options(func: str, analyzer: str, kwargs: Dict[str, Any]) -> Dict[str, str]:
-    schema = get_analyzer_config(analyzer)
+    schema = plugin_schema(analyzer)
     out = {}
     for k, v in kwargs.items():
         if k not in schema:

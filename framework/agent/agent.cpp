@@ -18,6 +18,7 @@
 #include <atomic>
 
 #include "channel.h"
+#include "live_blocks.h"
 #include "options.h"
 #include "stacks.h"
 
@@ -27,6 +28,9 @@ using namespace msms::agent;
 namespace {
 
 std::atomic<bool> g_collecting{false};
+// Blocks allocated while collection is off are remembered (live_blocks.h)
+// from attach until the process ends.
+std::atomic<bool> g_off_tracking{false};
 std::atomic<uint64_t> g_step{0};
 std::atomic<msms_stack_provider> g_py_provider{nullptr};
 char g_session_dir[4096];
@@ -87,10 +91,11 @@ inline void heap_record(uint8_t tag, uint8_t tag_with_stacks, uint64_t ptr, cons
 // The generic record (every event but the compact heap and Python-call
 // ones): interns attrs, takes stacks for memory events when asked for.
 void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr,
-                    uint64_t size, uint64_t aux0, uint64_t aux1, uint64_t name_id, const char* attrs) {
+                    uint64_t size, uint64_t aux0, uint64_t aux1, uint64_t name_id, const char* attrs,
+                    bool stacks = true) {
     uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
     uint64_t cs = 0, ps = 0;
-    if ((kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
+    if (stacks && (kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
         stacks_for(w, cs, ps);
     w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
@@ -114,6 +119,7 @@ void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_
 void at_exit() {
     Tls& t = tls();
     ++t.depth;
+    g_off_tracking.store(false, std::memory_order_relaxed);
     g_collecting.store(false, std::memory_order_release);
     int st = g_exit_status.load();
     if (st >= 0) channel_close(st, capture::EndKind::Exit);
@@ -159,6 +165,7 @@ void child_after_fork() {
         else if (options().c_depth > 0) stacks_init();
     } else {
         g_collecting.store(false);
+        g_off_tracking.store(false, std::memory_order_relaxed);
     }
     --t.depth;
 }
@@ -180,6 +187,7 @@ int attach_impl(const char* dir, const char* opts) {
         install_fatal_handlers();
     }
     if (options().c_depth > 0) stacks_init();
+    g_off_tracking.store(true, std::memory_order_relaxed);
     return 0;
 }
 
@@ -318,7 +326,47 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_event_cached(
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }
 
+namespace {
+
+// Collection starts: every block allocated while it was off and still live
+// is written now as a MALLOC with Attr shadow:true and no stacks (upstream's
+// shadow events; the host then pairs its FREE and counts it in `used`).
+void emit_shadow_mallocs() {
+    uint64_t lost = live_blocks::drain(
+        [](const live_blocks::Block& b, void*) {
+            ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+            if (!w) return count_drop();
+            generic_record(w, MSMS_EV_MALLOC, b.type, b.dev_kind, b.dev_id, b.ptr, b.size, 0, 0, 0, "shadow:true",
+                           false);
+        },
+        nullptr);
+    if (lost) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "msmemscope: warning: %llu block(s) allocated while collection was off could not be remembered "
+                 "(pid %d); their frees are not written\n",
+                 static_cast<unsigned long long>(lost), getpid());
+        ssize_t r = write(2, msg, strlen(msg));
+        (void)r;
+    }
+}
+
+}  // namespace
+
 extern "C" {
+
+__attribute__((visibility("default"))) int msms_agent_off_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id,
+                                                                uint64_t ptr, uint64_t size) {
+    if (tls().depth != 0 || g_collecting.load(std::memory_order_relaxed) ||
+        !g_off_tracking.load(std::memory_order_relaxed))
+        return 0;
+    return live_blocks::note_alloc(type, dev_kind, dev_id, ptr, size) ? 1 : 0;
+}
+
+__attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, uint64_t ptr) {
+    if (tls().depth != 0 || !g_off_tracking.load(std::memory_order_relaxed)) return;
+    live_blocks::note_free(type, ptr);
+}
 
 __attribute__((visibility("default"))) void msms_agent_start(void) {
     if (!channel_is_open()) return;
@@ -326,6 +374,7 @@ __attribute__((visibility("default"))) void msms_agent_start(void) {
     Tls& t = tls();
     Guard g(t);
     msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
+    emit_shadow_mallocs();
 }
 
 __attribute__((visibility("default"))) void msms_agent_stop(void) {
@@ -377,6 +426,7 @@ __attribute__((visibility("default"))) void msms_agent_detach(void) {
     Guard g(t);
     msms_agent_stop();
     g_collecting.store(false);
+    g_off_tracking.store(false, std::memory_order_relaxed);
     channel_close(0, capture::EndKind::Returned);
 }
 
@@ -407,6 +457,7 @@ __attribute__((visibility("default"))) void exit(int status) noexcept {
     ++t.depth;
     capture::CaptureHeader* h = channel_header();
     if (h && h->pid == static_cast<uint32_t>(getpid())) {  // not a vfork child
+        g_off_tracking.store(false, std::memory_order_relaxed);
         g_collecting.store(false, std::memory_order_release);
         channel_close(status & 0xff, capture::EndKind::QuickExit);
     }

@@ -14,8 +14,9 @@
 //    nested operators' included: what running it cost;
 //  - a kernel launch (instantaneous): the size of the first such allocation
 //    after it, as upstream;
-//  - MSMEMSCOPE_COMPARE_RULE=upstream: upstream's rule for operators too (the
-//    size of the first allocation after the op's end).
+//  - --level given explicitly (--level=op as a migrating user types it):
+//    upstream's rule for operators too (the size of the first allocation
+//    after the op's end; csrc/analysis/memory_compare.cpp GetMemoryUsage).
 // A device whose runs have no operator or kernel rows (a C program) is
 // compared by allocation site instead: per site (the first frame of the C
 // stack outside the allocator, else of the Python stack, else the pool), the
@@ -85,24 +86,40 @@ bool counted_pool(const msms_event& ev, bool framework) {
     return framework ? msms_is_framework_pool(ev.type) != 0 : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
 }
 
-bool upstream_rule() {
-    const char* r = std::getenv("MSMEMSCOPE_COMPARE_RULE");
-    return r && std::strcmp(r, "upstream") == 0;
-}
-
 bool is_op_start(const msms_event& ev) {
     return ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START);
 }
 
-void build_entries(DeviceSeq& s, unsigned levels) {
+// upstream: each operator is credited with the first allocation after its
+// end (upstream's rule), else with what it allocated between start and end.
+void build_entries(DeviceSeq& s, unsigned levels, bool upstream) {
     bool framework = false;
     for (auto& r : s.rows)
         if (r.rec.ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(r.rec.ev.type)) framework = true;
     // the size of the first counted allocation after each row, from the back
     std::vector<int64_t> next(s.rows.size() + 1, 0);
-    for (size_t i = s.rows.size(); i-- > 0;)
-        next[i] = counted_pool(s.rows[i].rec.ev, framework) ? static_cast<int64_t>(s.rows[i].rec.ev.size) : next[i + 1];
-    const bool upstream = upstream_rule();
+    if (upstream) {
+        // upstream's GetMemoryUsage: the first row (MALLOC or FREE) of the
+        // run's framework pool, PTA or MINDSPORE, whichever comes first;
+        // a device without either (a CPU run) takes its host pools.
+        uint16_t fw = 0;
+        for (auto& r : s.rows)
+            if ((r.rec.ev.kind == MSMS_EV_MALLOC || r.rec.ev.kind == MSMS_EV_FREE) &&
+                (r.rec.ev.type == MSMS_T_PTA || r.rec.ev.type == MSMS_T_MINDSPORE)) {
+                fw = r.rec.ev.type;
+                break;
+            }
+        auto counts = [fw](const msms_event& ev) {
+            if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return false;
+            return fw ? ev.type == fw : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
+        };
+        for (size_t i = s.rows.size(); i-- > 0;)
+            next[i] = counts(s.rows[i].rec.ev) ? static_cast<int64_t>(s.rows[i].rec.ev.size) : next[i + 1];
+    } else {
+        for (size_t i = s.rows.size(); i-- > 0;)
+            next[i] = counted_pool(s.rows[i].rec.ev, framework) ? static_cast<int64_t>(s.rows[i].rec.ev.size)
+                                                                : next[i + 1];
+    }
     // per thread: the operators running and what they allocated so far
     struct Open {
         const std::string* name;
@@ -276,8 +293,8 @@ int compare_main(const Config& cfg) {
     for (auto& dev : devices) {
         DeviceSeq& a = base[dev];
         DeviceSeq& b = cmp[dev];
-        build_entries(a, cfg.levels);
-        build_entries(b, cfg.levels);
+        build_entries(a, cfg.levels, cfg.level_given);
+        build_entries(b, cfg.levels, cfg.level_given);
         if (a.entries.empty() && b.entries.empty()) {
             // No operator or kernel on this device (a C program): by allocation site.
             std::map<std::string, int64_t> sa, sb;

@@ -45,6 +45,7 @@ struct Config {
     bool devices_given = false;      // --device (or YAML/Python device) was set
     int level = 0;                   // 0 op, 1 kernel (1 whenever kernel is among the levels)
     unsigned levels = 1;             // bit 0: op, bit 1: kernel (--level=op,kernel: both)
+    bool level_given = false;        // --level (or YAML/Python level) was set (--compare: upstream's rule)
     std::set<std::string> events{"alloc", "free", "launch"};          // collected
     std::set<std::string> written_events{"alloc", "free", "launch"};  // written (--events as given)
     int c_depth = 0, py_depth = 0;   // 0: off

@@ -199,14 +199,15 @@ def compare_rows_inside(ops, pid="1"):
 
 @pytest.mark.parametrize("rule", ["ours", "upstream"])
 def test_compare_aligns_ops_with_a_diff(cli, tmp_path, rule):
-    # ours: an op is credited with what it allocates between its start and
-    # end; upstream's (MSMEMSCOPE_COMPARE_RULE=upstream): the first block
-    # allocated after its end
+    # ours (the default): an op is credited with what it allocates between
+    # its start and end; upstream's (selected by giving --level, as a
+    # migrating user's `--compare --level=op` does): the first PTA row after
+    # its end (csrc/analysis/memory_compare.cpp GetMemoryUsage)
     rows = compare_rows_inside if rule == "ours" else compare_rows
     a = write_csv(tmp_path / "a.csv", list(reversed(rows([("add", 10), ("mul", 20), ("relu", 30)]))))
     b = write_csv(tmp_path / "b.csv", rows([("add", 15), ("conv", 99), ("mul", 20), ("relu", 40)]))
-    env = {"MSMEMSCOPE_COMPARE_RULE": "upstream"} if rule == "upstream" else {"MSMEMSCOPE_COMPARE_RULE": ""}
-    p = cli(["--compare", f"--input={a},{b}", f"--output={tmp_path}/out"], cwd=tmp_path, env=env, check_rc=0)
+    level = ["--level=op"] if rule == "upstream" else []
+    p = cli(["--compare", f"--input={a},{b}", f"--output={tmp_path}/out"] + level, cwd=tmp_path, check_rc=0)
     files = list((tmp_path / "out" / "compare").glob("memory_compare_*.csv"))
     assert len(files) == 1, p.stdout + p.stderr
     lines = files[0].read_text().splitlines()
@@ -218,6 +219,32 @@ def test_compare_aligns_ops_with_a_diff(cli, tmp_path, rule):
         "OP_LAUNCH,mul,0,20,20,0",
         "OP_LAUNCH,relu,0,30,40,10",
     ]
+
+
+def test_compare_level_op_is_upstreams_rule(cli, tmp_path):
+    # Each op allocates 10 bytes inside it; after its end comes a FREE and
+    # then the next op's MALLOC. Upstream takes the first row of the
+    # framework pool after the op's end, whatever its event (here the FREE of
+    # a 7-byte block) and on any thread; ours, what the op allocated itself.
+    def rows(names):
+        out, i, ts = [], 0, 100
+        for n in names:
+            for ev, typ, name, attr in (("OP_LAUNCH", "ATEN_START", n, ""),
+                                        ("MALLOC", "PTA", "N/A", "{allocation_id:%d,size:10}"),
+                                        ("OP_LAUNCH", "ATEN_END", n, ""),
+                                        ("FREE", "PTA", "N/A", "{allocation_id:%d,size:7}")):
+                i += 1
+                ts += 10
+                out.append(row(i, ev, typ, name, ts, dev="0", ptr=f"0x{i:016x}", attr=attr % i if attr else "{}"))
+        return out
+    a = write_csv(tmp_path / "a.csv", rows(["add", "mul"]))
+    b = write_csv(tmp_path / "b.csv", rows(["add", "mul"]))
+    for n, (level, want) in enumerate((([], "10"), (["--level=op"], "7"), (["--level=0"], "7"))):
+        out = tmp_path / f"out{n}"
+        cli(["--compare", f"--input={a},{b}", f"--output={out}"] + level, cwd=tmp_path, check_rc=0)
+        lines = next((out / "compare").glob("memory_compare_*.csv")).read_text().splitlines()
+        # upstream's Device Id column: the device's number
+        assert lines[2:] == [f"OP_LAUNCH,add,0,{want},{want},0", f"OP_LAUNCH,mul,0,{want},{want},0"], (level, lines)
 
 
 def test_compare_kernel_level(cli, tmp_path):

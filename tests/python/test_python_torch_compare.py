@@ -35,8 +35,8 @@ def runs(tmp_path_factory):
     return {"a": train(tmp, "a", False), "b": train(tmp, "b", False), "leak": train(tmp, "leak", True)}
 
 
-def compare(tmp_path, base, other, env=None):
-    p = run_cli(["--compare", f"--input={base},{other}", f"--output={tmp_path / 'cmp'}"], tmp_path, env=env,
+def compare(tmp_path, base, other, extra=()):
+    p = run_cli(["--compare", f"--input={base},{other}", f"--output={tmp_path / 'cmp'}"] + list(extra), tmp_path,
                 check_rc=0)
     (f,) = sorted((tmp_path / "cmp" / "compare").glob("memory_compare_*.csv"))
     lines = f.read_text().splitlines()
@@ -66,11 +66,11 @@ def test_leak_shows_on_the_operator_that_allocates_it(tmp_path, runs):
     assert [r for r in rows if r[4] == "N/A"] == []
 
 
-def test_upstream_rule_behind_a_switch(tmp_path, runs):
+def test_level_op_selects_upstreams_rule(tmp_path, runs):
     (tmp_path / "ours").mkdir()
     (tmp_path / "up").mkdir()
     _, ours = compare(tmp_path / "ours", runs["a"], runs["leak"])
-    _, theirs = compare(tmp_path / "up", runs["a"], runs["leak"], env={"MSMEMSCOPE_COMPARE_RULE": "upstream"})
+    _, theirs = compare(tmp_path / "up", runs["a"], runs["leak"], extra=["--level=op"])
     assert [r[:3] for r in ours] == [r[:3] for r in theirs]
     # upstream credits an op with the first allocation after its end, not its own
     assert [r[4] for r in theirs if r[1] == ONES] != ["131072"] * 8

@@ -14,6 +14,7 @@ Python API, and a deferred start (start() after the model is built):
 Shadow rows (Attr shadow:true, COMPAT §8) are what makes both hold when
 collection saw only part of a block's life; they carry no total/used.
 """
+import csv
 import os
 import re
 import subprocess
@@ -23,7 +24,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import BUILD, TEST_BIN, dump_files, process_dirs, read_dump
+from conftest import BUILD, DUMP_HEADER, TEST_BIN, dump_files, process_dirs
 
 PY = "/usr/bin/python3"
 # A value runs until the next ",key:" (upstream's reading of Attr).
@@ -44,6 +45,40 @@ def upstream_attr(text):
     return out
 
 
+def typed(value):
+    v = value.strip()
+    try:
+        return int(v, 16) if v.lower().startswith("0x") else int(v)
+    except ValueError:
+        return v or None
+
+
+def read_rows(path):
+    """The dump's rows as dicts, Attr read once with upstream's reading:
+    'attr' (text values) and, on MALLOC/FREE rows, 'up' (numbers as numbers).
+    Faster than conftest.read_dump on the large dumps of a deferred start
+    under the CLI (every host block of the interpreter is a shadow row)."""
+    rows = []
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r)
+        assert header == DUMP_HEADER, header
+        for rec in r:
+            d = dict(zip(header, rec))
+            text = d["Attr"].strip()
+            if text.startswith("{") and text.endswith("}"):
+                text = text[1:-1]
+            d["attr"] = {k: v.strip() for k, v in _PAIR.findall(text)}
+            if rec[1] in ("MALLOC", "FREE"):
+                d["up"] = {k: typed(v) for k, v in d["attr"].items()}
+            rows.append(d)
+    return rows
+
+
+def up_attr(r):
+    return r["up"] if "up" in r else upstream_attr(r["Attr"])
+
+
 def memory_rows(rows, pools):
     return [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] in pools]
 
@@ -53,7 +88,7 @@ def used_mismatches(rows, pools):
     bad = []
     total = defaultdict(int)
     for r in sorted(memory_rows(rows, pools), key=lambda r: (r["Device Id"], int(r["Timestamp(ns)"]), int(r["ID"]))):
-        a = upstream_attr(r["Attr"])
+        a = up_attr(r)
         size = a.get("size") if isinstance(a.get("size"), int) else 0
         total[r["Device Id"]] += size if r["Event"] == "MALLOC" else -size
         if isinstance(a.get("used"), int) and a["used"] != total[r["Device Id"]]:
@@ -65,14 +100,14 @@ def unpaired(rows, pools):
     """allocation_id -> (MALLOC count, FREE count) where they differ."""
     count = defaultdict(Counter)
     for r in memory_rows(rows, pools):
-        aid = upstream_attr(r["Attr"]).get("allocation_id")
+        aid = up_attr(r).get("allocation_id")
         if aid is not None:
             count[aid][r["Event"]] += 1
     return {aid: (c["MALLOC"], c["FREE"]) for aid, c in count.items() if c["MALLOC"] != c["FREE"]}
 
 
 def check_dump(path, pools_list=(("PTA", "PTA_WORKSPACE"), ("HOST",))):
-    rows = read_dump(path)
+    rows = read_rows(path)
     for pools in pools_list:
         assert used_mismatches(rows, pools) == [], (path, pools)
         assert unpaired(rows, pools) == {}, (path, pools)
@@ -132,7 +167,14 @@ TORCH_LOOP = """
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     keep = []
     print("weight", model.weight.data_ptr())
+    import ctypes                             # host blocks from before start() (libc's, as the
+    libc = ctypes.CDLL(None)                  # program's own malloc: the CLI's hooks see them)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    host_kept, host_freed = libc.malloc(777777), libc.malloc(888888)
+    print("host", host_kept, host_freed)
     msmemscope.start()
+    libc.free(host_freed)
     for step in range(4):
         loss = model(torch.randn(8, 256)).sum()
         loss.backward()
@@ -166,6 +208,24 @@ def run_script(tmp_path, body, cli=None):
     p = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p
+
+
+def check_host_blocks_from_before_start(p, rows):
+    """Under the CLI the agent remembered the host blocks made before start()
+    (issue #15 item 4): shadow MALLOCs at the first START_TRACE, the FREE of
+    the one freed later pairs with its shadow MALLOC, the other gets a shadow
+    FREE at the end and the leak report names where it comes from."""
+    kept, freed = ("0x%016x" % int(v) for v in
+                   [l for l in p.stdout.splitlines() if l.startswith("host ")][0].split()[1:])
+    first_start = min(int(r["ID"]) for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "START_TRACE")
+    born = {r["Ptr"]: r for r in shadows(rows, "MALLOC", "HOST") if int(r["ID"]) > first_start}
+    assert born[kept]["attr"]["size"] == "777777" and born[freed]["attr"]["size"] == "888888"
+    aid = born[freed]["attr"]["allocation_id"]
+    [f] = [r for r in rows if r["Event"] == "FREE" and r["attr"].get("allocation_id") == aid]
+    assert f["Ptr"] == freed and f["attr"].get("shadow") is None, f
+    assert [r for r in shadows(rows, "FREE", "HOST") if r["Ptr"] == kept]
+    assert any(l.strip().endswith("allocated at: before collection started (no stack: allocated while collection "
+                                  "was off)") for l in p.stdout.splitlines()), p.stdout
 
 
 def check_torch_loop(p, rows):
@@ -215,3 +275,4 @@ def test_cli_deferred_start_after_the_model_is_built(tmp_path):
                         "--collect-mode=deferred", "--output=out"])
     rows = check_dump(only_dump(tmp_path / "out"))
     check_torch_loop(p, rows)
+    check_host_blocks_from_before_start(p, rows)

@@ -6,9 +6,10 @@
 
     msmemscope.analyzer.check_inefficient("memscope_dump_x.csv", inefficient_type="early_allocation")
 
-``analyze``, ``list_analyzers`` and ``get_analyzer_config`` are the package's
-own (``msmemscope.analyze``): they cover every analyzer plugin; for "leaks"
-with ``mstx_info`` and for "inefficient", ``analyze`` runs the classes here.
+``list_analyzers`` and ``get_analyzer_config`` return what upstream's do
+(its two analyzers first, then every other analyzer plugin found).
+``analyze`` covers every analyzer plugin; for "leaks" with ``mstx_info`` and
+for "inefficient" it runs the classes here.
 """
 from __future__ import annotations
 
@@ -16,11 +17,41 @@ from .. import _offline
 from .base import AnalysisConfig, BaseAnalyzer
 from .inefficient import InefficientAnalyzer, InefficientConfig, check_inefficient
 from .leaks import LeaksAnalyzer, LeaksConfig, check_leaks
-from .._offline import get_analyzer_config, list_analyzers
+import inspect
+from typing import Any, Dict, List
 
 __all__ = ["analyze", "list_analyzers", "get_analyzer_config", "check_leaks", "check_inefficient",
            "LeaksAnalyzer", "InefficientAnalyzer", "LeaksConfig", "InefficientConfig", "AnalysisConfig",
            "BaseAnalyzer"]
+
+
+# upstream's analyzers and their Config classes, in upstream's order
+# (python/msmemscope/analyzer/__init__.py)
+_CONFIG_MAPPING = {"leaks": LeaksConfig, "inefficient": InefficientConfig}
+
+
+def list_analyzers() -> List[str]:
+    """The analyzer names, as upstream's: "leaks", "inefficient", then every
+    other analyzer plugin found (built-in and third-party), sorted."""
+    found = _offline.analyzer_plugins()
+    first = [n for n in _CONFIG_MAPPING if n in found]
+    return first + [n for n in found if n not in first]
+
+
+def get_analyzer_config(analyzer_type: str) -> Dict[str, Any]:
+    """As upstream's: {"config_class": the Config class's name, "parameters":
+    its constructor's parameters after self}. An analyzer plugin that has no
+    upstream Config class gives "config_class": None, its options as
+    "parameters", and "options": each option's {type, default, allowed, min,
+    max, description}."""
+    names = list_analyzers()
+    if analyzer_type not in names:
+        raise ValueError(f"Unknown analyzer type: {analyzer_type}. Available types are {names}")
+    cls = _CONFIG_MAPPING.get(analyzer_type)
+    if cls is not None:
+        return {"config_class": cls.__name__, "parameters": list(inspect.signature(cls.__init__).parameters)[1:]}
+    schema = _offline.plugin_schema(analyzer_type)
+    return {"config_class": None, "parameters": list(schema), "options": schema}
 
 
 def analyze(name: str, input_path=None, **kwargs):

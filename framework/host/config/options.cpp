@@ -36,7 +36,9 @@ const std::vector<OptionDef>& options() {
          "leaks, decompose, inefficient, oom[:K] (K 1..1000, default 10), other installed analyzers, or none "
          "[default: leaks]"},
         {"compare", 0, false, nullptr, kAnalysis, true, "",
-         "compare two runs offline: --compare --input-path=<base>,<compare>"},
+         "compare two runs offline: --compare --input-path=<base>,<compare>; an operator is credited with what "
+         "it allocated between its start and end, or with --level given (--level=op), as msMemScope: with the "
+         "first PTA/MINDSPORE row after its end"},
         {"watch", 0, true, nullptr, kAnalysis, true, "<CONFIG>",
          "[start[:N]],end[,full-content]: watch the outputs of op start (only output N) until op end"},
         {"analyze", 0, true, nullptr, kAnalysis, false, "<TYPE>",

@@ -177,6 +177,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         if (levels) {
             cfg.levels = levels;
             cfg.level = (levels & 2u) ? 1 : 0;
+            cfg.level_given = true;
         }
     }
     if (auto v = get("events")) {

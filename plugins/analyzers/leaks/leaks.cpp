@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <sstream>
 #include <string>
@@ -73,6 +74,19 @@ bool allocator_frame(const std::string& line) {
     for (const char* n : kNames)
         if (func == n) return true;
     return line.find("libc.so") != std::string::npos && line.find("alloc") != std::string::npos;
+}
+
+// Where a block written as a shadow MALLOC (allocated while collection was
+// off, reported when it started; no stack) comes from, in the report.
+constexpr const char* kBeforeStart = "before collection started (no stack: allocated while collection was off)";
+
+bool is_shadow(const msms_event& ev) {
+    for (uint32_t i = 0; i < ev.attr_count; ++i) {
+        const msms_kv& a = ev.attrs[i];
+        if (a.key.size == 6 && memcmp(a.key.data, "shadow", 6) == 0)
+            return a.value.size == 4 && memcmp(a.value.data, "true", 4) == 0;
+    }
+    return false;
 }
 
 // The first frame of a C stack outside the allocator and libc's wrappers
@@ -223,6 +237,7 @@ private:
     struct ExitBlock {
         uint64_t size, step, kernel, malloc_id, ts;
         uint32_t stack;
+        bool before_start;  // a shadow MALLOC: allocated while collection was off, no stack
     };
     struct Device {
         std::unordered_map<BlockKey, PoolBlock, BlockKeyHash> pool;
@@ -286,7 +301,7 @@ private:
             d.exit.erase(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
             d.exit[block_key(ev)] = ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
-                                              stack_of(ev)};
+                                              stack_of(ev), is_shadow(ev)};
         }
     }
 
@@ -465,7 +480,9 @@ private:
             if (shown < max_lines_) {
                 lines.push_back("    " + pool_name(k->type) + " block of " + mb(b->size) + " Mb(s) at " + hex(k->ptr) +
                                 " in kernel_" + std::to_string(b->kernel) + " at step " + std::to_string(b->step) +
-                                (st.empty() ? std::string() : ", allocated at: " + site_of(st)));
+                                (b->before_start ? ", allocated at: " + std::string(kBeforeStart)
+                                 : st.empty()    ? std::string()
+                                                 : ", allocated at: " + site_of(st)));
                 ++shown;
             } else {
                 ++rest_n;
@@ -489,7 +506,9 @@ private:
         uint64_t host_bytes = 0;
         for (auto& [k, b] : host) {
             const std::string& st = stacks_.text(b->stack);
-            std::string site = st.empty() ? std::string() : site_of(st);
+            std::string site = b->before_start ? std::string(kBeforeStart)
+                               : st.empty()       ? std::string()
+                                                  : site_of(st);
             Group& g = groups[site];
             ++g.n;
             g.bytes += b->size;

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -104,6 +105,7 @@ public:
             if (ev.device_used >= 0) d.device_used = ev.device_used;
             return;
         }
+        if (ev.kind == MSMS_EV_SNAPSHOT) return remember_device_memory(ev);
         if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) on_trigger(ev);
     }
 
@@ -130,6 +132,7 @@ private:
         int64_t allocated = 0, peak = 0, device_used = -1;
         std::map<uint16_t, int64_t> reserved;
         int64_t peak_reserved = 0;
+        uint64_t total = 0, free = 0;  // the device's memory, from its last SNAPSHOT row (0: not known)
         bool after_pending = false;
         bool peak_pending = false;
         uint32_t trigger_pid = 0, trigger_tid = 0;  // the failing thread: the rows it causes carry it
@@ -155,29 +158,46 @@ private:
         return e;
     }
 
+    // The device's total and free memory as its last SNAPSHOT row gave them
+    // (native rows: aux0/aux1; the Python package's: Attr total/free).
+    void remember_device_memory(const msms_event& ev) {
+        uint64_t total = ev.aux0, free = ev.aux1;
+        if (total == 0) {
+            for (uint32_t i = 0; i < ev.attr_count; ++i) {
+                std::string k(view(ev.attrs[i].key)), v(view(ev.attrs[i].value));
+                char* end = nullptr;
+                unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+                if (v.empty() || *end) continue;
+                if (k == "total") total = n;
+                else if (k == "free") free = n;
+            }
+        }
+        if (total == 0 || free > total) return;
+        Device& d = devices_[dev_key(ev)];
+        d.total = total;
+        d.free = free;
+    }
+
     void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts, uint32_t pid, uint32_t tid) {
         int64_t reserved = 0;
         for (auto& [t, r] : d.reserved) reserved += r;
         d.peak_reserved = std::max(d.peak_reserved, reserved);
-        auto num_or_na = [](int64_t v, bool known) { return known ? std::to_string(v) : std::string("N/A"); };
-        bool have_reserved = !d.reserved.empty();
-        // upstream's keys and order (csrc/analysis/dump.cpp); the device's
-        // total and free memory are not known here
-        std::string rate = "N/A";
-        if (have_reserved && reserved > 0) {
+        // upstream's keys, order and number formats (csrc/analysis/dump.cpp
+        // DumpSnapshotEvent): what is not known is 0, a rate over 0 is 0.
+        auto rate = [](double part, double whole) {
             char buf[32];
-            std::snprintf(buf, sizeof(buf), "%f", 100.0 * static_cast<double>(d.allocated) / static_cast<double>(reserved));
-            rate = buf;
-        }
+            std::snprintf(buf, sizeof(buf), "%f", whole > 0 ? 100.0 * part / whole : 0.0);
+            return std::string(buf);
+        };
         std::vector<std::pair<std::string, std::string>> attrs{
-            {"reserved", num_or_na(reserved, have_reserved)},
-            {"max_reserved", num_or_na(d.peak_reserved, have_reserved)},
+            {"reserved", std::to_string(reserved)},
+            {"max_reserved", std::to_string(d.peak_reserved)},
             {"allocated", std::to_string(d.allocated)},
             {"max_allocated", std::to_string(d.peak)},
-            {"total", "N/A"},
-            {"free", "N/A"},
-            {"device_rate", "N/A"},
-            {"reserved_rate", rate}};
+            {"total", std::to_string(d.total)},
+            {"free", std::to_string(d.free)},
+            {"device_rate", rate(static_cast<double>(d.total - d.free), static_cast<double>(d.total))},
+            {"reserved_rate", rate(static_cast<double>(d.allocated), static_cast<double>(reserved))}};
         std::vector<msms_kv> kv;
         for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
         msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts, pid, tid);

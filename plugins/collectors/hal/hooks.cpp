@@ -121,7 +121,17 @@ bool device_wanted(const Where& w) {
 }
 
 void record_malloc(void* ptr, unsigned long long size, unsigned long long flag, bool create) {
-    if (!ptr || !msms_agent_enter()) return;
+    if (!ptr) return;
+    if (!msms_agent_enter()) {
+        // Collection off: the agent remembers the block for a shadow MALLOC
+        // when it starts (agent.h); its free is then reported as usual.
+        Where w = where_of(flag);
+        uint64_t p = reinterpret_cast<uint64_t>(ptr);
+        if (msms_agent_attached() && !msms_agent_collecting() && wants_memory() && device_wanted(w) &&
+            msms_agent_off_alloc(w.type, w.kind, w.id, p, size))
+            g_blocks.put(p, BlockInfo{w.type, w.kind, w.id, 0, size});
+        return;
+    }
     Where w = where_of(flag);
     if (wants_memory() && device_wanted(w)) {
         char attrs[160];
@@ -147,7 +157,7 @@ void record_free(void* ptr) {
     if (!ptr) return;
     BlockInfo b;
     if (!g_blocks.take(reinterpret_cast<uint64_t>(ptr), &b)) return;
-    if (!msms_agent_enter()) return;
+    if (!msms_agent_enter()) return msms_agent_off_free(b.type, reinterpret_cast<uint64_t>(ptr));
     msms_agent_free(b.type, b.device_kind, b.device_id, reinterpret_cast<uint64_t>(ptr));
     msms_agent_leave();
 }

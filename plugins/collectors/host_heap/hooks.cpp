@@ -83,10 +83,14 @@ inline bool ready() {
     return true;
 }
 
+// While collection is off the agent only remembers the block (a shadow
+// MALLOC when collection starts: agent.h).
 inline void record_alloc(void* p, size_t n) {
     if (msms_agent_enter()) {
         msms_agent_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0, nullptr);
         msms_agent_leave();
+    } else {
+        msms_agent_off_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n);
     }
 }
 
@@ -94,6 +98,8 @@ inline void record_free(void* p) {
     if (msms_agent_enter()) {
         msms_agent_free(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p));
         msms_agent_leave();
+    } else {
+        msms_agent_off_free(MSMS_T_HOST, reinterpret_cast<uint64_t>(p));
     }
 }
 

@@ -71,6 +71,16 @@ void msms_agent_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, ui
 /* A block is about to be freed (record before the real call). */
 void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
 
+/* While collection is off (--collect-mode=deferred before start(), or after
+ * stop()) msms_agent_enter() returns 0; a memory hook then calls these
+ * instead (no guard taken), and the blocks still live when collection
+ * starts are written then as MALLOC rows with Attr shadow:true, so that
+ * their FREE pairs with a MALLOC and the leak report knows them.
+ * msms_agent_off_alloc returns 1 when the block was remembered. Both do
+ * nothing while collecting, inside the agent, or with no stream open. */
+int msms_agent_off_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr, uint64_t size);
+void msms_agent_off_free(uint16_t type, uint64_t ptr);
+
 /* Any other event. `name` and `attrs` may be NULL. */
 void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_t device_id,
                       uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1, const char* name,

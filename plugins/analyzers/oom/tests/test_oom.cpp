@@ -111,3 +111,36 @@ TEST_CASE("each byte once: a framework block at a live host block's address is l
     }
     CHECK(h.emitted.back().name == "OOM_Snapshot_After");
 }
+
+TEST_CASE("OOM_Snapshot numbers are upstream's: total/free from the device's last SNAPSHOT, %f rates, 0 when unknown") {
+    // csrc/analysis/dump.cpp DumpSnapshotEvent writes numbers only
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 1000).at(1000));
+    h.feed(trigger(1 << 30).at(2000));  // no snapshot seen yet: total and free unknown
+    EventBuilder snap(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);
+    snap.device(MSMS_DEV_CPU, -1).aux(4000, 3000);  // a native row: aux0 total, aux1 free
+    h.feed(snap);
+    EventBuilder py(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);  // the Python package's row: Attr total/free
+    py.device(MSMS_DEV_NPU, 0).attr("reserved", "0").attr("total", "1000").attr("free", "500");
+    h.feed(py);
+    h.feed(EventBuilder::malloc(0x20, 10).device(MSMS_DEV_NPU, 0).at(3000));
+    h.feed(trigger(1 << 30).at(10'000'000'000ull));  // past interval_ms: dumped again
+    h.feed(trigger(1 << 30).device(MSMS_DEV_NPU, 0).at(10'000'000'000ull));
+    REQUIRE(h.finish() == MSMS_OK);
+    std::vector<OwnedEvent> snaps;
+    for (auto& e : h.emitted)
+        if (e.name == "OOM_Snapshot") snaps.push_back(e);
+    REQUIRE(snaps.size() == 3);
+    CHECK(snaps[0].attr("total") == "0");
+    CHECK(snaps[0].attr("free") == "0");
+    CHECK(snaps[0].attr("device_rate") == "0.000000");
+    CHECK(snaps[0].attr("reserved") == "0");
+    CHECK(snaps[0].attr("reserved_rate") == "0.000000");
+    CHECK(snaps[1].attr("total") == "4000");
+    CHECK(snaps[1].attr("free") == "3000");
+    CHECK(snaps[1].attr("device_rate") == "25.000000");
+    CHECK(snaps[2].ev.device_kind == MSMS_DEV_NPU);
+    CHECK(snaps[2].attr("device_rate") == "50.000000");
+}

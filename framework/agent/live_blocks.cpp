@@ -1,0 +1,139 @@
+#include "live_blocks.h"
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstddef>
+
+namespace msms::agent::live_blocks {
+namespace {
+
+// Slot keys: 0 empty, 1 tombstone, 2 being written; else the block's key
+// (address | pool type << 57).
+constexpr uint64_t kEmpty = 0, kTomb = 1, kBusy = 2;
+constexpr int kTypeShift = 57;
+constexpr uint64_t kPtrLimit = 1ull << kTypeShift;
+// The value: size (44 bits), device kind (4 bits), device id (16 bits).
+constexpr uint64_t kSizeMask = (1ull << 44) - 1;
+
+constexpr int kLevels = 4;
+constexpr int kLevelBits[kLevels] = {16, 18, 20, 22};  // 1 MiB .. 64 MiB of address space
+constexpr unsigned kProbe = 32;
+
+struct Slot {
+    std::atomic<uint64_t> key;
+    std::atomic<uint64_t> val;
+};
+
+std::atomic<Slot*> g_levels[kLevels];
+std::atomic<uint64_t> g_overflow{0};
+
+inline uint64_t hash(uint64_t key) {
+    key ^= key >> 29;
+    return key * 0x9E3779B97F4A7C15ull;
+}
+
+Slot* level(int i, bool create) {
+    Slot* s = g_levels[i].load(std::memory_order_acquire);
+    if (s || !create) return s;
+    size_t bytes = sizeof(Slot) << kLevelBits[i];
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    Slot* expected = nullptr;
+    if (g_levels[i].compare_exchange_strong(expected, static_cast<Slot*>(m), std::memory_order_acq_rel)) {
+        return static_cast<Slot*>(m);
+    }
+    munmap(m, bytes);  // another thread made it first
+    return expected;
+}
+
+inline uint64_t key_of(uint16_t type, uint64_t ptr) { return ptr | (static_cast<uint64_t>(type) << kTypeShift); }
+
+}  // namespace
+
+bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size) {
+    if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
+    const uint64_t key = key_of(type, ptr);
+    const uint64_t val = (size > kSizeMask ? kSizeMask : size) | (static_cast<uint64_t>(dev_kind & 0xF) << 44) |
+                         (static_cast<uint64_t>(static_cast<uint16_t>(dev_id)) << 48);
+    const uint64_t h = hash(key);
+    for (int l = 0; l < kLevels; ++l) {
+        Slot* t = level(l, true);
+        if (!t) break;
+        const uint64_t mask = (1ull << kLevelBits[l]) - 1;
+        for (unsigned i = 0; i < kProbe; ++i) {
+            Slot& s = t[(h + i) & mask];
+            uint64_t k = s.key.load(std::memory_order_relaxed);
+            while (k == kEmpty || k == kTomb) {
+                if (s.key.compare_exchange_weak(k, kBusy, std::memory_order_acquire, std::memory_order_relaxed)) {
+                    s.val.store(val, std::memory_order_relaxed);
+                    s.key.store(key, std::memory_order_release);
+                    return true;
+                }
+            }
+        }
+    }
+    g_overflow.fetch_add(1, std::memory_order_relaxed);
+    return false;
+}
+
+bool note_free(uint16_t type, uint64_t ptr) {
+    if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
+    const uint64_t key = key_of(type, ptr);
+    const uint64_t h = hash(key);
+    for (int l = 0; l < kLevels; ++l) {
+        Slot* t = level(l, false);
+        if (!t) return false;
+        const uint64_t mask = (1ull << kLevelBits[l]) - 1;
+        for (unsigned i = 0; i < kProbe; ++i) {
+            Slot& s = t[(h + i) & mask];
+            uint64_t k = s.key.load(std::memory_order_acquire);
+            if (k == key) {
+                // Only this thread frees this block: nobody else changes the slot now.
+                s.key.store(kTomb, std::memory_order_release);
+                return true;
+            }
+            if (k == kEmpty) break;  // the key was never placed past an empty slot
+        }
+    }
+    return false;
+}
+
+uint64_t drain(void (*fn)(const Block&, void*), void* ctx) {
+    for (int l = 0; l < kLevels; ++l) {
+        Slot* t = level(l, false);
+        if (!t) break;
+        const size_t n = size_t{1} << kLevelBits[l];
+        for (size_t i = 0; i < n; ++i) {
+            uint64_t k = t[i].key.load(std::memory_order_relaxed);
+            // A busy slot is an insert in flight (a thread that saw collection
+            // off a moment ago): it stays for the next drain.
+            while (k != kEmpty && k != kBusy &&
+                   !t[i].key.compare_exchange_weak(k, kEmpty, std::memory_order_acquire, std::memory_order_relaxed)) {
+            }
+            if (k <= kBusy) continue;  // empty, busy, or a tombstone now emptied
+            uint64_t v = t[i].val.load(std::memory_order_relaxed);
+            Block b;
+            b.ptr = k & (kPtrLimit - 1);
+            b.type = static_cast<uint16_t>(k >> kTypeShift);
+            b.size = v & kSizeMask;
+            b.dev_kind = static_cast<uint16_t>((v >> 44) & 0xF);
+            b.dev_id = static_cast<int16_t>(static_cast<uint16_t>(v >> 48));
+            fn(b, ctx);
+        }
+    }
+    return g_overflow.exchange(0, std::memory_order_relaxed);
+}
+
+uint64_t size() {
+    uint64_t n = 0;
+    for (int l = 0; l < kLevels; ++l) {
+        Slot* t = level(l, false);
+        if (!t) break;
+        for (size_t i = 0; i < (size_t{1} << kLevelBits[l]); ++i)
+            if (t[i].key.load(std::memory_order_relaxed) > kBusy) ++n;
+    }
+    return n;
+}
+
+}  // namespace msms::agent::live_blocks
