@@ -79,7 +79,10 @@ def test_oom_rows(both, mode):
     assert len({(a["ptr"]) for a in recent}) == 3
     # allocated: the live bytes counted once (the four tensors once, not twice)
     expected = live_bytes_once(rows, int(trigger["ID"]))
-    assert 4 * MiB <= expected < 5 * MiB
+    # under the CLI (deferred) the host blocks made before start() are live
+    # too, written as shadow MALLOCs at start (issue #15 item 4)
+    fresh = live_bytes_once([r for r in rows if r["attr"].get("shadow") != "true"], int(trigger["ID"]))
+    assert 4 * MiB <= fresh < 5 * MiB and expected >= fresh
     assert got[1]["attr"]["allocated"] == str(expected)
     assert got[-1]["attr"]["allocated"] == str(expected)  # nothing changed before the failure was handled
 
