@@ -112,8 +112,9 @@ int reserve(off_t off, off_t len) {
     return rc;
 }
 
-// Backs more chunks, up to the end of the current segment (mapping it first
-// when new), within the file-size limit; on a full disk, as many as fit.
+// Backs more chunks (mapping the segment first when new), within the
+// file-size limit; on a full disk, as many as fit. The file grows as needed
+// (see below), never past the segment's end.
 // Caller holds g_grow_lock. Returns None on success, else why not.
 capture::DisabledReason grow(CaptureHeader* h) {
     uint64_t mapped = h->chunks_mapped.load(std::memory_order_relaxed);
@@ -129,9 +130,13 @@ capture::DisabledReason grow(CaptureHeader* h) {
         g_segments[seg].store(static_cast<uint8_t*>(p), std::memory_order_release);
     }
     // Disk is reserved a few chunks at a time (the host may release read
-    // chunks meanwhile: a long run's file holds only what is unread).
+    // chunks meanwhile: a long run's file holds only what is unread), and
+    // starting small: each step backs as many chunks as are backed already
+    // (at least one, at most kReserveChunks), so a short run's capture is a
+    // chunk per thread (issue #19 item 6).
+    uint64_t step = mapped < 1 ? 1 : (mapped < capture::kReserveChunks ? mapped : capture::kReserveChunks);
     uint64_t target = (seg + 1) * capture::kChunksPerSegment;
-    if (target > mapped + capture::kReserveChunks) target = mapped + capture::kReserveChunks;
+    if (target > mapped + step) target = mapped + step;
     uint64_t limit = file_size_limit();
     uint64_t max_chunks = limit > capture::kHeaderSize ? (limit - capture::kHeaderSize) / capture::kChunkSize : 0;
     if (target > max_chunks) target = max_chunks;

@@ -61,7 +61,8 @@ struct Config {
     bool analyze = false;            // --analyze: offline analysis of --input
     std::vector<std::string> inputs;
     bool follow_fork = true;
-    std::string replay;              // replay a saved capture instead of running
+    std::string replay;              // replay a saved capture instead of running (as given)
+    std::vector<std::string> replays;  // the captures it names (a pattern may match several)
     bool save_capture = false;       // keep the raw .msmcap next to the output
     bool aggregate = false;          // --aggregate: no per-event rows (csv/db off), capture released as read
     std::string serve_session;       // Python mode: serve this session folder

@@ -88,9 +88,18 @@ bool is_python_program(const std::string& path) {
 }
 
 std::string python_boot_path(const std::string& home, const std::string& session_dir, std::string& error) {
+    // The package next to the prefix: <prefix>/python (build tree, cmake
+    // install), or the folder holding the package whose msmemscope/_prefix
+    // this is (a pip install: site-packages/msmemscope/_prefix).
     std::string pkg_parent = home + "/python";
     struct stat st;
-    if (stat((pkg_parent + "/msmemscope/_boot.py").c_str(), &st) != 0) return "";
+    if (stat((pkg_parent + "/msmemscope/_boot.py").c_str(), &st) != 0) {
+        pkg_parent = home + "/../..";
+        if (stat((pkg_parent + "/msmemscope/_boot.py").c_str(), &st) != 0) return "";
+        char* real = realpath(pkg_parent.c_str(), nullptr);
+        if (real) pkg_parent = real;
+        free(real);
+    }
     std::string dir = session_dir + "/python";
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
         error = "cannot create '" + dir + "': " + strerror(errno);

@@ -4,11 +4,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "compare.h"
 #include "compare_log.h"
 #include "config.h"
+#include "device_check.h"
 #include "offline/offline.h"
 #include "plugin_cli.h"
 #include "registry.h"
@@ -84,19 +86,42 @@ int run_main(int argc, char** argv) {
         return rc == 0 && plugin_dropped ? 71 : rc;
     }
     // A replay without --device reproduces the devices recorded in the capture.
-    if (!cfg.replay.empty() && !cfg.devices_given)
-        if (auto devices = capture_devices(cfg.replay); !devices.empty()) cfg.devices = devices;
+    if (!cfg.replays.empty() && !cfg.devices_given) {
+        std::vector<std::string> devices;
+        for (auto& capture : cfg.replays)
+            for (auto& d : capture_devices(capture))
+                if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+        if (!devices.empty()) cfg.devices = devices;
+    }
     if (!cfg.program.empty()) export_plugin_settings(raw);
     Session session(cfg, registry);
     int code;
     if (!cfg.serve_session.empty()) {
         code = session.serve(cfg.serve_session, cfg.parent_pid);
+    } else if (cfg.replays.size() > 1) {
+        // A pattern that matched several captures (one per process of a
+        // run): each is replayed into its own process folder, in name order.
+        std::cout << "msmemscope: --replay: " << cfg.replays.size() << " captures match '" << cfg.replay << "'\n";
+        code = 0;
+        for (auto& capture : cfg.replays)
+            if (int rc = session.replay(capture); rc && !code) code = rc;
+        if (code == 2 && !session.summaries().empty()) code = 70;  // some were replayed, not all
     } else if (!cfg.replay.empty()) {
         code = session.replay(cfg.replay);
     } else {
         code = session.run_program();
     }
     int status = session.print_summary(std::cout);
+    // A requested device whose driver is not on this machine: said once, with
+    // the fix; nothing collected at all is not a successful profile (70).
+    if (cfg.replay.empty() && cfg.serve_session.empty() && code != 2) {
+        bool memory = false;
+        for (auto& s : session.summaries()) memory = memory || !s.totals.empty();
+        if (missing_driver_hint(cfg, session.summaries(), std::cerr) && !memory && !status) {
+            std::cerr << "msmemscope: error: nothing was collected: no process recorded any memory\n";
+            status = 70;
+        }
+    }
     // The program's own status when every output is complete; else 70 (an
     // output is incomplete) or 71 (a plugin was dropped): README "Exit status".
     if (!status && plugin_dropped && !session.summaries().empty()) status = 71;

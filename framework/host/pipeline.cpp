@@ -264,9 +264,16 @@ void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t use
     t.peak = std::max(t.peak, used);
 }
 
+// The process image was replaced by exec: its whole address space went with
+// it, so every block still live is freed for the analyzers too (a shell's
+// pre-exec image holds no leaks).
+void Pipeline::release_all_by_exec() {
+    if (accounting_ && !finished_) shadow_frees_at_end(0);
+}
+
 // A FREE with shadow:true for every block still live, to the sinks only:
 // the analyzers have finished and still hold those blocks as live (leaks).
-void Pipeline::shadow_frees_at_end() {
+void Pipeline::shadow_frees_at_end(size_t first_consumer) {
     std::vector<std::pair<uint64_t, Record>> frees;
     for (auto& [key, blocks] : live_)
         for (auto& [ptr, b] : blocks)
@@ -275,7 +282,7 @@ void Pipeline::shadow_frees_at_end() {
     std::sort(frees.begin(), frees.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [id, r] : frees) {  // synthetic: not counted as events
         r.ev.id = ++next_id_;
-        dispatch(r, analyzers_.size());
+        dispatch(r, first_consumer == SIZE_MAX ? analyzers_.size() : first_consumer);
     }
     live_.clear();
     if (unseen_frees_)

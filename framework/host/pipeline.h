@@ -47,6 +47,9 @@ public:
     void feed(Record& r);
     // Ends the stream: analyzers finish (they may still emit), then sinks.
     void finish();
+    // Before finish(): the image was replaced by exec, every live block is
+    // released (to the analyzers too, so none is a leak).
+    void release_all_by_exec();
 
     struct DeviceTotals {
         int64_t used = 0, peak = 0;
@@ -87,7 +90,8 @@ private:
 
     // false: a FREE of a block never seen allocated (not written; shadow.h)
     bool account(Record& r);
-    void shadow_frees_at_end();
+    // first_consumer: 0 = analyzers and sinks, SIZE_MAX = the sinks only.
+    void shadow_frees_at_end(size_t first_consumer = SIZE_MAX);
     uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
     void dispatch(Record& r, size_t first_analyzer);
     void build_views(Record& r);

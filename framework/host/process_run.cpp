@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -318,6 +319,8 @@ void ProcessRun::run_stream() {
         }
     }
     summary_.oom_kill_seen = live && oom.increased();
+    if (live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec())
+        pipeline.release_all_by_exec();
     pipeline.finish();
     summary_.events = pipeline.events();
     summary_.dropped = reader_.dropped();
@@ -362,6 +365,36 @@ void ProcessRun::run_stream() {
     }
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
+}
+
+// The stream ended without an end record and the next image of this pid
+// made its capture (pid.N+1), or the process lives on (not a zombie) with
+// another command line: it exec'ed. Waited for briefly while the process
+// lives (the new image's agent starts right after exec).
+bool ProcessRun::replaced_by_exec() const {
+    uint32_t pid = reader_.pid();
+    std::string dir = capture_path_.substr(0, capture_path_.rfind('/') + 1);
+    std::string next = dir + std::to_string(pid) + "." + std::to_string(summary_.capture_index + 1) + ".msmcap";
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    for (;;) {
+        // The next image's capture keeps its name until the session ends
+        // (also when that image has already exited).
+        if (access(next.c_str(), F_OK) == 0 || access((next + ".part").c_str(), F_OK) == 0) return true;
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string line;
+        if (!std::getline(stat, line)) return false;
+        size_t paren = line.rfind(')');
+        if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+        char state = line[paren + 2];
+        if (state == 'Z' || state == 'X') return false;
+        std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+        std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+        std::replace(args.begin(), args.end(), '\0', ' ');
+        while (!args.empty() && args.back() == ' ') args.pop_back();
+        if (!args.empty() && args != summary_.command) return true;
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
 }
 
 }  // namespace msms

@@ -69,6 +69,7 @@ private:
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     std::string folder_name(const std::string& ts) const;
+    bool replaced_by_exec() const;
 
     const Config& cfg_;
     const Registry& registry_;

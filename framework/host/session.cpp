@@ -388,7 +388,10 @@ int Session::replay(const std::string& capture) {
         // Not a readable capture (nothing was run): 2; its output failed: 70.
         return run.summary().pid == 0 ? 2 : 70;
     }
-    summaries_.push_back(run.summary());
+    ProcessSummary s = run.summary();
+    if (cfg_.replays.size() > 1)  // several captures: each message names its own
+        for (auto& why : s.incomplete) why = capture + ": " + why;
+    summaries_.push_back(s);
     return 0;
 }
 
@@ -406,6 +409,8 @@ int Session::print_summary(std::ostream& out) const {
         for (auto& why : s.incomplete) {
             if (cfg_.replay.empty())
                 std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << why << "\n";
+            else if (cfg_.replays.size() > 1)
+                std::cerr << "msmemscope: error: --replay: " << why << "\n";
             else
                 std::cerr << "msmemscope: error: --replay: " << cfg_.replay << ": " << why << "\n";
             status = 70;

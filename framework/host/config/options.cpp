@@ -44,6 +44,12 @@ const std::vector<OptionDef>& options() {
         {"analyze", 0, true, nullptr, kAnalysis, false, "<TYPE>",
          "offline: run these analyzers on --input-path instead of a program, e.g. "
          "--analyze=inefficient --input-path=memscope_dump_x.csv (results are written back into the file)"},
+        {"suppress", 0, true, nullptr, kAnalysis, false, "<FILE>",
+         "leak suppressions: one pattern per line (a function, file or library substring; 'leak:' prefix, "
+         "'*', '^' and '$' as in heaptrack/LSan; '#' comments); matching sites leave the leak report "
+         "(several files: a,b)"},
+        {"default-suppressions", 0, true, nullptr, kAnalysis, false, "<BOOL>",
+         "false: report the CPython interpreter's own one-time allocations too [default: true]"},
         {"replay", 0, true, nullptr, kAnalysis, false, "<FILE>",
          "re-run analyzers and sinks on a saved capture (.msmcap) instead of a program"},
         // Input / output

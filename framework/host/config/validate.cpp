@@ -2,6 +2,7 @@
 // implied events, the analyzers, sinks and collectors chosen.
 #include "config.h"
 
+#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
 
 #include <msmemscope/abi.h>
 #include "options.h"
@@ -106,6 +110,32 @@ std::string check_output_path(const std::string& p) {
     }
     if (std::count(abs.begin(), abs.end(), '/') > 32) return "more than 32 folder levels deep";
     return "";
+}
+
+// A path value that is a shell pattern (bash does not expand globs inside an
+// "--opt=value" word, so `--replay=run1/msmemscope_*/capture_*.msmcap` arrives
+// as typed): expanded here with glob(3), sorted. A value without pattern
+// characters, or one naming an existing file, is kept as it is. No match is
+// an error naming the pattern; the caller decides what several matches mean.
+std::vector<std::string> expand_path_pattern(const std::string& value, const std::string& origin,
+                                             std::vector<std::string>& errors) {
+    struct stat st;
+    if (value.find_first_of("*?[") == std::string::npos || stat(value.c_str(), &st) == 0) return {value};
+    glob_t g{};
+    int rc = glob(value.c_str(), GLOB_ERR, nullptr, &g);
+    std::vector<std::string> out;
+    if (rc == 0)
+        for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
+    globfree(&g);
+    if (out.empty())
+        errors.push_back(origin + ": no file matches the pattern '" + shown(value) + "'");
+    return out;
+}
+
+// "a, b (and N more)" for an error message.
+std::string some_paths(const std::vector<std::string>& paths) {
+    std::vector<std::string> head(paths.begin(), paths.begin() + std::min<size_t>(paths.size(), 5));
+    return join(head, ", ") + (paths.size() > 5 ? " (and " + std::to_string(paths.size() - 5) + " more)" : "");
 }
 
 }  // namespace
@@ -257,14 +287,33 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             else cfg.compare = b;
         }
     }
+    bool input_pattern_failed = false;
     if (auto v = get("input")) {
-        cfg.inputs = split_list(v->value);
-        for (auto& s : cfg.inputs)
-            if (s.size() > 4096) errors.push_back(v->origin + ": path longer than 4096 characters");
+        size_t errors_before = errors.size();
+        cfg.inputs.clear();
+        for (auto& s : split_list(v->value)) {
+            if (s.size() > 4096) {
+                errors.push_back(v->origin + ": path longer than 4096 characters");
+                continue;
+            }
+            // Each input names one file or folder: a pattern must match exactly one.
+            auto found = expand_path_pattern(s, v->origin, errors);
+            if (found.size() > 1)
+                errors.push_back(v->origin + ": the pattern '" + shown(s) + "' matches " + std::to_string(found.size()) +
+                                 " paths (" + some_paths(found) + "); each input must name one file or folder");
+            else if (found.size() == 1)
+                cfg.inputs.push_back(found[0]);
+        }
+        input_pattern_failed = errors.size() > errors_before;
     }
     if (auto v = get("replay")) {
         if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a capture file, .msmcap)");
         cfg.replay = v->value;
+        if (!v->value.empty()) {
+            // Several captures (one per process of a run) are replayed one after another.
+            cfg.replays = expand_path_pattern(v->value, v->origin, errors);
+            if (cfg.replays.size() == 1) cfg.replay = cfg.replays[0];
+        }
     }
     if (auto v = get("serve-session")) {
         if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a session folder)");
@@ -356,6 +405,42 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         if (find_plugin(catalog, "leaks", MSMS_KIND_ANALYZER)) cfg.analyzers.push_back("leaks");
     }
 
+    // Leak suppressions (issue #19 item 7): files the leaks analyzer reads,
+    // checked here so that a wrong path stops the run before it starts.
+    if (auto v = get("suppress")) {
+        std::vector<std::string> files;
+        for (auto& f : split_list(v->value)) {
+            struct stat st;
+            if (stat(f.c_str(), &st) != 0) {
+                errors.push_back(v->origin + ": '" + shown(f) + "': " + strerror(errno));
+                continue;
+            }
+            if (!S_ISREG(st.st_mode) || access(f.c_str(), R_OK) != 0) {
+                errors.push_back(v->origin + ": '" + shown(f) + "' is not a readable file");
+                continue;
+            }
+            char* abs = realpath(f.c_str(), nullptr);
+            files.push_back(abs ? abs : f);
+            free(abs);
+        }
+        if (files.empty() && split_list(v->value).empty())
+            errors.push_back(v->origin + ": empty value (allowed: a suppression file)");
+        if (!find_plugin(catalog, "leaks", MSMS_KIND_ANALYZER))
+            errors.push_back(v->origin + ": the leaks analyzer was not found, so suppressions cannot apply");
+        else if (!files.empty() && !given["leaks"].count("suppress"))
+            given["leaks"]["suppress"] = join(files, ",");
+    }
+    if (auto v = get("default-suppressions")) {
+        bool b;
+        if (!parse_bool(trim(v->value), b)) errors.push_back(bad_value(v->origin, v->value, "true, false"));
+        else if (find_plugin(catalog, "leaks", MSMS_KIND_ANALYZER) && !given["leaks"].count("default_suppressions"))
+            given["leaks"]["default_suppressions"] = b ? "true" : "false";
+    }
+    for (const char* key : {"suppress", "default-suppressions"})
+        if (auto v = get(key); v && std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "leaks") == cfg.analyzers.end())
+            cfg.warnings.push_back(v->origin + ": the leaks analysis is not selected, so leak suppressions have no "
+                                   "effect (select it with --analysis=leaks)");
+
     // Sinks: the data format first, then --sinks.
     auto sinks = names_of_kind(catalog, MSMS_KIND_SINK);
     cfg.sinks.clear();
@@ -396,13 +481,38 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     }
 
     // Implied events (COMPAT §1): from what the chosen analyzers declare, and
-    // alloc <-> free, access -> alloc,free.
-    for (auto& name : cfg.analyzers)
-        if (auto p = find_plugin(catalog, name, MSMS_KIND_ANALYZER))
-            for (auto& e : p->events) cfg.events.insert(e);
-    if (cfg.events.count("alloc") || cfg.events.count("free") || cfg.events.count("access")) {
-        cfg.events.insert("alloc");
-        cfg.events.insert("free");
+    // alloc <-> free, access -> alloc,free. When --events was given, one line
+    // says what was added and why (the additions are collected, not written).
+    {
+        std::set<std::string> listed = cfg.events;
+        std::map<std::string, std::vector<std::string>> why;  // added event -> what needs it
+        for (auto& name : cfg.analyzers)
+            if (auto p = find_plugin(catalog, name, MSMS_KIND_ANALYZER))
+                for (auto& e : p->events)
+                    if (!listed.count(e)) {
+                        cfg.events.insert(e);
+                        auto& r = why[e];
+                        if (std::find(r.begin(), r.end(), "--analysis=" + name) == r.end()) r.push_back("--analysis=" + name);
+                    }
+        if (cfg.events.count("alloc") || cfg.events.count("free") || cfg.events.count("access")) {
+            for (std::string e : {"alloc", "free"}) {
+                if (cfg.events.insert(e).second)
+                    why[e].push_back(listed.count("access") ? "access" : e == "free" ? "alloc" : "free");
+            }
+        }
+        auto v = get("events");
+        std::vector<std::string> added;
+        std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;  // "for ..." -> events
+        for (auto& [e, reasons] : why) {
+            std::string r = join(reasons, ", ");
+            auto it = std::find_if(by_reason.begin(), by_reason.end(), [&](auto& x) { return x.first == r; });
+            if (it == by_reason.end()) by_reason.push_back({r, {e}});
+            else it->second.push_back(e);
+        }
+        for (auto& [r, evs] : by_reason) added.push_back(join(evs, ", ") + " (for " + r + ")");
+        if (v && !added.empty())
+            cfg.warnings.push_back(v->origin + "=" + shown(v->value) + ": also collecting " + join(added, ", ") +
+                                   "; only the events listed are written");
     }
 
     // What is written (--events as given; msMemScope's Dump::ShouldDumpEvent):
@@ -483,7 +593,9 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         }
     }
 
-    if (cfg.compare) {
+    if (input_pattern_failed) {
+        // said above, per pattern
+    } else if (cfg.compare) {
         if (cfg.inputs.size() != 2)
             errors.push_back("--input: --compare needs exactly two inputs, --input=<base>,<compare>");
     } else if (cfg.analyze) {

@@ -33,7 +33,9 @@ bool yaml_setting(const OptionDef& o) {
 }
 
 // Keys whose values are paths (relative to the YAML file's folder).
-bool path_setting(const std::string& setting) { return setting == "output" || setting == "input" || setting == "replay"; }
+bool path_setting(const std::string& setting) {
+    return setting == "output" || setting == "input" || setting == "replay" || setting == "suppress";
+}
 
 struct Loader {
     const std::string& path;
@@ -190,7 +192,8 @@ struct Loader {
                 if (setting != "output")
                     for (auto& s : parts) {
                         struct stat st;
-                        if (stat(s.c_str(), &st) != 0)
+                        // A pattern (replay: run/*/capture_*.msmcap) is expanded and checked at validation.
+                        if (stat(s.c_str(), &st) != 0 && s.find_first_of("*?[") == std::string::npos)
                             error(where + ": '" + shown(s) + "' does not exist (relative paths are relative to the "
                                           "YAML file's folder)");
                     }

@@ -21,12 +21,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "../common/analyzer_util.h"
+#include "suppressions.h"
 
 namespace {
 
@@ -153,6 +155,11 @@ public:
             {"start_index", MSMS_OPT_INT, "0", nullptr, 0, 1000000000, "check_leaks: index of mark A"},
             {"max_lines", MSMS_OPT_INT, "50", nullptr, 1, 100000,
              "most report lines per device for blocks live at exit (the rest are summed up)"},
+            {"suppress", MSMS_OPT_STRING, "", nullptr, 0, 0,
+             "leak suppression files, comma-separated (heaptrack/LSan format: one 'leak:PATTERN' or PATTERN per "
+             "line, '#' comments); CLI --suppress, YAML suppress"},
+            {"default_suppressions", MSMS_OPT_BOOL, "true", nullptr, 0, 0,
+             "suppress the CPython interpreter's own one-time allocations (CLI --default-suppressions)"},
         };
         count = sizeof(specs) / sizeof(specs[0]);
         return specs;
@@ -162,9 +169,15 @@ public:
         mstx_info_ = opts.get("mstx_info");
         start_index_ = static_cast<uint64_t>(opts.get_int("start_index", 0));
         max_lines_ = static_cast<size_t>(opts.get_int("max_lines", 50));
+        for (auto& file : split(opts.get("suppress"))) {
+            std::string why;
+            if (!suppressions_.load_file(file, why)) load_errors_.push_back(why);
+        }
+        if (opts.get_bool("default_suppressions", true)) suppressions_.add_builtin();
     }
 
     void begin(const msmemscope::RunInfo& run) override {
+        for (auto& e : load_errors_) host_.error("leaks: " + e);
         if (steps_selected(run.config_json)) {
             disabled_ = true;
             host_.warn("leaks: the leak analysis is off when --steps selects steps (only some events are collected)");
@@ -405,9 +418,53 @@ private:
     // own, indented: where each leaked block was allocated, the warm-up
     // note, and the driver and host blocks still allocated at exit (which
     // upstream's report does not list).
+    // What the suppressions took out of one device's report.
+    struct Suppressed {
+        uint64_t blocks = 0, bytes = 0;
+        std::map<std::string, std::set<std::string>> sites;  // rule origin (file or built-in) -> sites
+        bool take(msms_leaks::Suppressions& s, const std::string& stack, const std::string& site, uint64_t size) {
+            msms_leaks::Suppressions::Rule* r = s.match(stack, site);
+            if (!r) return false;
+            ++blocks;
+            bytes += size;
+            std::string origin = r->origin.substr(0, r->origin.rfind(':'));
+            sites[origin].insert(site);
+            return true;
+        }
+        // "N allocation site(s) suppressed on device D (B block(s), X bytes): K by the built-in CPython list ..., M by FILE"
+        std::string line(const std::string& device) const {
+            std::set<std::string> all;
+            std::vector<std::string> parts;
+            for (auto& [origin, ss] : sites) {
+                all.insert(ss.begin(), ss.end());
+                parts.push_back(std::to_string(ss.size()) + " by " +
+                                (origin == "built-in (CPython)"
+                                     ? std::string("the built-in CPython list (--default-suppressions=false shows them)")
+                                     : origin));
+            }
+            std::string text = std::to_string(all.size()) + " allocation site(s) suppressed on device " + device + " (" +
+                               std::to_string(blocks) + " block(s), " + std::to_string(bytes) + " bytes): ";
+            for (size_t i = 0; i < parts.size(); ++i) text += (i ? ", " : "") + parts[i];
+            return text;
+        }
+    };
+    std::map<DevKey, Suppressed> suppressed_;
+
+    bool suppressed(const DevKey& dk, uint32_t stack, uint32_t py_stack, uint64_t size) {
+        const std::string& st = stacks_.text(stack);
+        const std::string& py = stacks_.text(py_stack);
+        if (st.empty() && py.empty()) return false;
+        std::string site = !st.empty() && st != py ? site_of(st) : first_frame(py);
+        std::string all = py.empty() || st == py ? st : st.empty() ? py : st + "\n" + py;
+        return suppressed_[dk].take(suppressions_, all, site, size);
+    }
+
     void report_online() {
         std::vector<std::string> extra;
         for (auto& [dk, d] : devices_) {
+            // Suppressed leaks leave the report and the findings.
+            for (auto it = d.leaks.begin(); it != d.leaks.end();)
+                it = suppressed(dk, it->second.stack, it->second.py_stack, it->second.size) ? d.leaks.erase(it) : ++it;
             if (d.leaks.empty()) continue;
             host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
             long double bytes = 0;
@@ -443,6 +500,8 @@ private:
         }
         for (auto& [dk, d] : devices_) report_gap(dk, d);
         for (auto& [dk, d] : devices_) exit_details(dk, d, extra);
+        for (auto& [dk, sup] : suppressed_)
+            if (sup.blocks) extra.push_back("  " + sup.line(dev_name(dk)));
         if (extra.empty()) return;
         host_.report("leaks: msmemscope's details (not in upstream's report):");
         for (auto& l : extra) host_.report(l);
@@ -464,7 +523,8 @@ private:
                             " bytes) allocated then are still live and were not judged.");
         // 1. driver blocks live at exit, one line each (up to max_lines)
         std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
-        for (auto& [k, b] : d.exit) (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
+        for (auto& [k, b] : d.exit)
+            if (!suppressed(dk, b.stack, 0, b.size)) (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
         auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
         std::sort(driver.begin(), driver.end(), by_time);
         if (!driver.empty()) {
@@ -653,7 +713,22 @@ private:
     static constexpr uint64_t kSkipSteps = 1;          // steps 0 and 1 are warm-up
     static constexpr uint64_t kDurationThreshold = 1;  // whole steps lived
 
+    static std::vector<std::string> split(const std::string& list) {
+        std::vector<std::string> out;
+        size_t start = 0;
+        while (start <= list.size()) {
+            size_t comma = list.find(',', start);
+            std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            if (!item.empty()) out.push_back(item);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+        return out;
+    }
+
     msmemscope::Host host_;
+    msms_leaks::Suppressions suppressions_;
+    std::vector<std::string> load_errors_;
     std::string mstx_info_;
     uint64_t start_index_ = 0;
     size_t max_lines_ = 50;

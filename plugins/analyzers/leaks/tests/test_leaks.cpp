@@ -3,7 +3,11 @@
 
 #include <msmemscope/testing.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+
+#include "../suppressions.h"
 
 using namespace msmemscope::testing;
 
@@ -261,4 +265,101 @@ TEST_CASE("each byte once: a framework block at a live host block's address is n
     REQUIRE(h.finish() == MSMS_OK);
     CHECK(has_line(h.reports,
                    "  Host memory still allocated at exit on device cpu: 1 block(s), 16 bytes, from 1 allocation site(s):"));
+}
+
+// ------------------------------------------------ suppressions (issue #19 item 7)
+
+namespace {
+std::string write_temp(const std::string& text) {
+    char path[] = "/tmp/msms_supp_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    close(fd);
+    return path;
+}
+}  // namespace
+
+TEST_CASE("a suppression file removes leak sites by function or library substring, and says how many") {
+    std::string file = write_temp("# one pattern per line, heaptrack/LSan style\n\nleak:make_cache\n  libthird.so$  \n");
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"suppress", file}, {"default_suppressions", "false"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    // kept: the program's own leak
+    h.feed(EventBuilder::malloc(0x1000, 8).c_stack("malloc (libc.so.6)\nmake_buf (prog.c:12)\nmain (prog.c:30)"));
+    // suppressed by function (a deeper frame matches, as LSan does)
+    h.feed(EventBuilder::malloc(0x2000, 100).c_stack("malloc (libc.so.6)\ninner (prog.c:5)\nmake_cache (prog.c:40)"));
+    h.feed(EventBuilder::malloc(0x3000, 100).c_stack("malloc (libc.so.6)\ninner (prog.c:5)\nmake_cache (prog.c:40)"));
+    // suppressed by library (anchored at the frame's end)
+    h.feed(EventBuilder::malloc(0x4000, 50).c_stack("malloc (libc.so.6)\nthird_init+0x10 in /opt/lib/libthird.so"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "  Host memory still allocated at exit on device cpu: 1 block(s), 8 bytes, from 1 allocation site(s):"));
+    CHECK(has_line(h.reports, "    1 block(s), 8 bytes, allocated at: make_buf (prog.c:12)"));
+    CHECK(has_line(h.reports, "  2 allocation site(s) suppressed on device cpu (3 block(s), 250 bytes): 2 by " + file));
+    REQUIRE(h.findings["leaks"].size() == 1);  // suppressed sites are no findings either
+    unlink(file.c_str());
+}
+
+TEST_CASE("when every site is suppressed the device reports no leaks, with the count") {
+    std::string file = write_temp("leak:^make_cache\n");
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"suppress", file}, {"default_suppressions", "false"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x2000, 100).c_stack("malloc (libc.so.6)\nmake_cache (prog.c:40)"));
+    // '^' anchors at the frame's start: "not_make_cache" does not match
+    h.feed(EventBuilder::malloc(0x3000, 7).c_stack("malloc (libc.so.6)\nnot_make_cache (prog.c:9)"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "    1 block(s), 7 bytes, allocated at: not_make_cache (prog.c:9)"));
+    PluginHarness h2(plugin());
+    REQUIRE(h2.create({{"suppress", file}, {"default_suppressions", "false"}}) == MSMS_OK);
+    REQUIRE(h2.begin() == MSMS_OK);
+    h2.feed(EventBuilder::malloc(0x2000, 100).c_stack("malloc (libc.so.6)\nmake_cache (prog.c:40)"));
+    REQUIRE(h2.finish() == MSMS_OK);
+    CHECK(h2.reports == std::vector<std::string>{"leaks: msmemscope's details (not in upstream's report):",
+                                                 "  1 allocation site(s) suppressed on device cpu (1 block(s), 100 "
+                                                 "bytes): 1 by " + file});
+    unlink(file.c_str());
+}
+
+TEST_CASE("the built-in list takes the interpreter's own sites only, and can be turned off") {
+    auto feed = [](PluginHarness& h) {
+        // the interpreter's arena (Debian's python3.11 has no symbols)
+        h.feed(EventBuilder::malloc(0x1000, 262144).c_stack("malloc (libc.so.6)\n0x62d1da in /usr/bin/python3.11"));
+        // the dynamic loader's map of an extension module
+        h.feed(EventBuilder::malloc(0x2000, 600).c_stack(
+            "malloc (libc.so.6)\n_dl_new_object+0x6a at ../include/rtld-malloc.h:44 in /lib64/ld-linux-x86-64.so.2\n"
+            "0x4fb809 in /usr/bin/python3.11"));
+        // an extension module's own leak, called from the interpreter: kept
+        h.feed(EventBuilder::malloc(0x3000, 64).c_stack(
+            "malloc (libc.so.6)\nleaky_fn+0x10 in /tmp/leaky.cpython-311-x86_64-linux-gnu.so\n"
+            "0x4fb809 in /usr/bin/python3.11"));
+    };
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    feed(h);
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 allocation site(s):"));
+    CHECK(has_line(h.reports, "  2 allocation site(s) suppressed on device cpu (2 block(s), 262744 bytes): 2 by the built-in CPython "
+                              "list (--default-suppressions=false shows them)"));
+    PluginHarness off(plugin());
+    REQUIRE(off.create({{"default_suppressions", "false"}}) == MSMS_OK);
+    REQUIRE(off.begin() == MSMS_OK);
+    feed(off);
+    REQUIRE(off.finish() == MSMS_OK);
+    CHECK(has_line(off.reports, "  Host memory still allocated at exit on device cpu: 3 block(s), 262808 bytes, from 3 allocation site(s):"));
+}
+
+TEST_CASE("suppression patterns: '*', '^' and '$'") {
+    using msms_leaks::pattern_matches;
+    CHECK(pattern_matches("cache", "make_cache (prog.c:40)"));
+    CHECK(pattern_matches("make*40", "make_cache (prog.c:40)"));
+    CHECK_FALSE(pattern_matches("make*41", "make_cache (prog.c:40)"));
+    CHECK(pattern_matches("^make_", "make_cache (prog.c:40)"));
+    CHECK_FALSE(pattern_matches("^cache", "make_cache (prog.c:40)"));
+    CHECK(pattern_matches("libthird.so$", "f in /opt/libthird.so"));
+    CHECK_FALSE(pattern_matches("libthird.so$", "f in /opt/libthird.so.1"));
+    CHECK(pattern_matches("^f in*.so$", "f in /opt/libthird.so"));
+    CHECK(pattern_matches("^exact$", "exact"));
+    CHECK_FALSE(pattern_matches("^exact$", "exact2"));
 }

@@ -1,0 +1,28 @@
+// Whether the drivers of the requested devices are on this machine, and the
+// one hint a run gets when one is not (issue #19 item 6): the default device
+// is npu, so a first run on a machine without Ascend software must say why
+// nothing was recorded and how to profile host memory instead.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "process_run.h"
+
+namespace msms {
+
+// The driver library a device kind needs ("npu": libascend_hal.so, "cuda":
+// libcuda.so.1), "" for cpu.
+std::string driver_library(const std::string& device_kind);
+// Whether the dynamic loader finds `library` with this process's environment
+// (the profiled program's too): dlopen'ed in a short-lived child, so that no
+// driver code runs inside the host.
+bool driver_loadable(const std::string& library);
+// For each requested accelerator kind with no memory recorded by any process
+// and no driver on the machine: one warning line with the fix. Returns true
+// when it printed one.
+bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err);
+
+}  // namespace msms

@@ -1,0 +1,130 @@
+#include "suppressions.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace msms_leaks {
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+    return s;
+}
+
+// The interpreter's own one-time allocations, as the allocation sites of a
+// Python run's at-exit host leaks name them. Built-in rules are matched
+// against the allocation site only (the first frame past the allocator), since
+// every frame below a Python program's allocations is the interpreter's.
+const char* const kCPython =
+    "# the interpreter itself (Debian: the python3.x binary; elsewhere libpython3.x.so): its arenas,\n"
+    "# interned strings, static types and module state, held until exit by design\n"
+    "bin/python3\n"
+    "libpython3\n"
+    "# Python frames of the import system\n"
+    "<frozen importlib.\n"
+    "# the dynamic loader's maps of the extension modules the interpreter loaded\n"
+    "ld-linux\n"
+    "# libc's locale, character-set and time-zone tables, set up once at interpreter start\n"
+    "_nl_\n"
+    "setlocale\n"
+    "new_composite_name\n"
+    "read_alias_file\n"
+    "__gconv_\n"
+    "__wcsmbs_load_conv\n"
+    "tzset\n"
+    "__tzfile_read\n"
+    "__tzstring\n";
+
+}  // namespace
+
+bool pattern_matches(std::string_view pattern, std::string_view frame) {
+    bool anchor_start = !pattern.empty() && pattern.front() == '^';
+    if (anchor_start) pattern.remove_prefix(1);
+    bool anchor_end = !pattern.empty() && pattern.back() == '$';
+    if (anchor_end) pattern.remove_suffix(1);
+    // The pieces between '*' must appear in order.
+    std::vector<std::string_view> pieces;
+    size_t start = 0;
+    for (;;) {
+        size_t star = pattern.find('*', start);
+        pieces.push_back(pattern.substr(start, star == std::string_view::npos ? std::string_view::npos : star - start));
+        if (star == std::string_view::npos) break;
+        start = star + 1;
+    }
+    size_t pos = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        std::string_view piece = pieces[i];
+        bool last = i + 1 == pieces.size();
+        if (i == 0 && anchor_start) {
+            if (frame.substr(0, piece.size()) != piece) return false;
+            pos = piece.size();
+            if (last && anchor_end) return pieces.size() == 1 ? frame.size() == piece.size() : true;
+            continue;
+        }
+        if (last && anchor_end) {
+            if (frame.size() < pos + piece.size()) return false;
+            return frame.substr(frame.size() - piece.size()) == piece;
+        }
+        if (piece.empty()) continue;
+        size_t at = frame.find(piece, pos);
+        if (at == std::string_view::npos) return false;
+        pos = at + piece.size();
+    }
+    return true;
+}
+
+void Suppressions::load_text(std::string_view text, const std::string& origin) {
+    size_t line_no = 0, start = 0;
+    while (start <= text.size()) {
+        size_t nl = text.find('\n', start);
+        std::string_view line = text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+        ++line_no;
+        line = trim(line);
+        if (line.rfind("leak:", 0) == 0) line = trim(line.substr(5));
+        if (!line.empty() && line.front() != '#')
+            rules_.push_back(Rule{std::string(line), origin + ":" + std::to_string(line_no), 0});
+        if (nl == std::string_view::npos) break;
+        start = nl + 1;
+    }
+}
+
+bool Suppressions::load_file(const std::string& path, std::string& error) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        error = "cannot read the suppression file '" + path + "'";
+        return false;
+    }
+    std::ostringstream os;
+    os << in.rdbuf();
+    load_text(os.str(), path);
+    return true;
+}
+
+void Suppressions::add_builtin() {
+    size_t first = rules_.size();
+    load_text(kCPython, "built-in (CPython)");
+    for (size_t i = first; i < rules_.size(); ++i) rules_[i].site_only = true;
+}
+
+Suppressions::Rule* Suppressions::match(std::string_view stack, std::string_view site) {
+    if (rules_.empty() || stack.empty()) return nullptr;
+    // The user's rules first (any frame of the stack), then the built-in ones (the site).
+    size_t start = 0;
+    while (start < stack.size()) {
+        size_t nl = stack.find('\n', start);
+        std::string_view frame = trim(stack.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start));
+        if (!frame.empty())
+            for (auto& r : rules_)
+                if (!r.site_only && pattern_matches(r.pattern, frame)) return &r;
+        if (nl == std::string_view::npos) break;
+        start = nl + 1;
+    }
+    site = trim(site);
+    if (!site.empty())
+        for (auto& r : rules_)
+            if (r.site_only && pattern_matches(r.pattern, site)) return &r;
+    return nullptr;
+}
+
+}  // namespace msms_leaks

@@ -1,0 +1,48 @@
+// Leak suppressions (issue #19 item 7), in heaptrack's format (LeakSanitizer's
+// suppression files): one pattern per line, optionally prefixed "leak:";
+// blank lines and lines starting with '#' are ignored. A pattern is a
+// substring of a frame: a function, source file or library name; '*' matches
+// any text, a leading '^' anchors at the frame's start (the function), a
+// trailing '$' at its end (the library). A leak is suppressed when a frame of
+// its allocation stack (C or Python) matches a pattern.
+//
+// The built-in list covers the CPython interpreter's own one-time allocations
+// (its arenas, interned strings and types, the import system, the loader's
+// and libc's tables set up at start): memory every Python run holds until
+// exit by design. Built-in rules match the allocation site only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace msms_leaks {
+
+// '*', '^...', '...$' matching of one pattern against one frame.
+bool pattern_matches(std::string_view pattern, std::string_view frame);
+
+class Suppressions {
+public:
+    struct Rule {
+        std::string pattern;
+        std::string origin;  // "file:line" or "built-in (CPython)"
+        uint64_t sites = 0;  // sites it suppressed
+        bool site_only = false;  // built-in: matched against the allocation site only
+    };
+    // Reads one file; false (and why) when it cannot be read.
+    bool load_file(const std::string& path, std::string& error);
+    // Adds text in the file format (origin: where it came from).
+    void load_text(std::string_view text, const std::string& origin);
+    void add_builtin();
+    // The rule that suppresses a stack ('\n'-separated frames) whose
+    // allocation site (first frame past the allocator) is `site`, or nullptr.
+    Rule* match(std::string_view stack, std::string_view site);
+    bool empty() const { return rules_.empty(); }
+    const std::vector<Rule>& rules() const { return rules_; }
+
+private:
+    std::vector<Rule> rules_;
+};
+
+}  // namespace msms_leaks

@@ -1,0 +1,105 @@
+"""`pip install .` from a checkout (pyproject.toml names setuptools as the
+build backend; Debian: python3-setuptools, python3-wheel, python3-pip).
+
+The package is built with the project's own CMake build, then laid out as
+    site-packages/msmemscope/            the Python package (+ _msmemscope*.so)
+    site-packages/msmemscope/_prefix/    bin/msmemscope, lib/msmemscope/ (agent, plugins)
+    site-packages/mstx/                  the mstx marker module
+    <env>/bin/msmemscope                 console command (msmemscope._cli)
+so that the environment is self-contained and relocatable.
+
+MSMEMSCOPE_BUILD_DIR=<cmake build tree> takes the binaries of an existing
+build of this checkout (built for this interpreter) instead of building anew;
+otherwise a build tree build/pip-<python tag> is configured for the
+interpreter running pip (ccache is used when it is installed).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version():
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        return re.search(r"project\(msmemscope VERSION ([0-9.]+)", f.read()).group(1)
+
+
+def _run(cmd):
+    print("+ " + " ".join(cmd), flush=True)
+    subprocess.check_call(cmd, cwd=ROOT)
+
+
+class _Binary(Distribution):
+    """The wheel holds native code: tag it for this interpreter and platform."""
+
+    def has_ext_modules(self):
+        return True
+
+
+class BuildWithCMake(build_py):
+    def _build_tree(self):
+        given = os.environ.get("MSMEMSCOPE_BUILD_DIR")
+        if given:
+            given = os.path.abspath(given)
+            if not os.path.exists(os.path.join(given, "CMakeCache.txt")):
+                sys.exit(f"msmemscope: MSMEMSCOPE_BUILD_DIR={given} is not a CMake build tree of this project")
+            return given
+        tag = sys.implementation.cache_tag or "py"
+        tree = os.path.join(ROOT, "build", f"pip-{tag}")
+        cfg = ["cmake", "-S", ROOT, "-B", tree, f"-DPython3_EXECUTABLE={sys.executable}",
+               "-DMSMEMSCOPE_BUILD_TESTS=OFF", "-DMSMEMSCOPE_BUILD_BENCH=OFF"]
+        if shutil.which("ccache"):
+            cfg += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+        _run(cfg)
+        _run(["cmake", "--build", tree, "-j", os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))])
+        return tree
+
+    def run(self):
+        tree = self._build_tree()
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        ext = os.path.join(tree, "python", "msmemscope", "_msmemscope" + suffix)
+        if not os.path.exists(ext):
+            sys.exit(f"msmemscope: {ext} is missing: the build tree {tree} was not built for this Python "
+                     f"({sys.executable}); configure it with -DPython3_EXECUTABLE={sys.executable}")
+        stage = tempfile.mkdtemp(prefix="msmemscope_stage_")
+        try:
+            _run(["cmake", "--install", tree, "--prefix", stage])
+            out = os.path.abspath(self.build_lib)
+            pkg = os.path.join(out, "msmemscope")
+            for name in ("msmemscope", "mstx"):
+                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+                src = os.path.join(stage, "python", name)
+                if os.path.isdir(src):
+                    shutil.copytree(src, os.path.join(out, name), symlinks=False)
+            prefix = os.path.join(pkg, "_prefix")
+            shutil.copytree(os.path.join(stage, "bin"), os.path.join(prefix, "bin"))
+            shutil.copytree(os.path.join(stage, "lib", "msmemscope"), os.path.join(prefix, "lib", "msmemscope"))
+            # The prefix lives inside the package: found from the package's own folder.
+            with open(os.path.join(pkg, "_paths.py"), "w") as f:
+                f.write('"""Where this copy of the package finds the msmemscope binary and libraries:\n'
+                        'msmemscope/_prefix (installed by pip); MSMEMSCOPE_HOME, when set, names another prefix."""\n'
+                        "import os\n\n"
+                        "_HERE = os.path.dirname(os.path.abspath(__file__))\n"
+                        'PREFIX = os.environ.get("MSMEMSCOPE_HOME") or os.path.join(_HERE, "_prefix")\n'
+                        f'VERSION = "{_version()}"\n')
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+setup(
+    version=_version(),
+    packages=[],
+    py_modules=[],
+    distclass=_Binary,
+    cmdclass={"build_py": BuildWithCMake},
+    options={"build": {"build_base": os.path.join("build", "pip-setuptools")}},
+    zip_safe=False,
+)
