@@ -96,7 +96,10 @@ class BuildWithCMake(build_py):
 
 setup(
     version=_version(),
-    packages=[],
+    # Declared so that setuptools runs build_py (which the CMake build
+    # replaces); the files come from the CMake install, not from these folders.
+    packages=["msmemscope", "mstx"],
+    package_dir={"msmemscope": "bindings/msmemscope", "mstx": "bindings/mstx/mstx"},
     py_modules=[],
     distclass=_Binary,
     cmdclass={"build_py": BuildWithCMake},

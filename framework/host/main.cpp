@@ -2,6 +2,7 @@
 // runs the program (or a replay, or a comparison) and prints a summary.
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include "compare_log.h"
 #include "config.h"
 #include "device_check.h"
+#include "progress.h"
+#include "run_index.h"
 #include "offline/offline.h"
 #include "plugin_cli.h"
 #include "registry.h"
@@ -28,6 +31,12 @@ namespace {
 
 void warn(const std::vector<std::string>& warnings) {
     for (auto& w : warnings) std::cerr << "msmemscope: warning: " << w << "\n";
+}
+
+std::string fs_timestamp() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return timestamp_string(static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec));
 }
 
 int fail(const std::vector<std::string>& errors) {
@@ -94,6 +103,14 @@ int run_main(int argc, char** argv) {
         if (!devices.empty()) cfg.devices = devices;
     }
     if (!cfg.program.empty()) export_plugin_settings(raw);
+    // One status line on a terminal while the run goes on (not in the
+    // Python mode: the terminal is the Python program's there).
+    bool tty = isatty(STDERR_FILENO) == 1;
+    const char* term = getenv("TERM");
+    progress::Printer printer;
+    if (cfg.serve_session.empty() && tty && !raw.quiet && !(term && std::string(term) == "dumb") &&
+        progress::init(true))
+        printer.start();
     Session session(cfg, registry);
     int code;
     if (!cfg.serve_session.empty()) {
@@ -111,7 +128,21 @@ int run_main(int argc, char** argv) {
     } else {
         code = session.run_program();
     }
+    printer.stop();
     int status = session.print_summary(std::cout);
+    // Several processes: one combined table and <output>/index.html.
+    if (cfg.serve_session.empty()) {
+        std::vector<ProcessSummary> runs;
+        for (auto& s : session.summaries())
+            if (!s.output_dir.empty()) runs.push_back(s);
+        if (runs.size() > 1) {
+            std::string ts = fs_timestamp();
+            if (std::string why = write_run_index(runs, cfg.output, ts, std::cout); !why.empty()) {
+                std::cerr << "msmemscope: error: index: " << why << "\n";
+                if (!status) status = 70;
+            }
+        }
+    }
     // A requested device whose driver is not on this machine: said once, with
     // the fix; nothing collected at all is not a successful profile (70).
     if (cfg.replay.empty() && cfg.serve_session.empty() && code != 2) {

@@ -258,6 +258,7 @@ void ProcessRun::run_stream() {
     }
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
 
+    progress::set_output_dir(progress_, dir);
     Pipeline pipeline(cfg_, registry_);
     pipeline.start(run);
     notify_started("");
@@ -280,6 +281,13 @@ void ProcessRun::run_stream() {
     OomWatch oom(reader_.pid());
     if (live) oom.sample();
     auto last_sample = std::chrono::steady_clock::now();
+    auto last_progress = last_sample;
+    auto report_progress = [&](progress::Phase phase) {
+        if (!progress_) return;
+        std::map<std::string, int64_t> used;
+        for (auto& [pool, t] : pipeline.device_totals()) used[pool] = t.used;
+        progress::update(progress_, phase, pipeline.events(), sym.stacks(), used);
+    };
     for (;;) {
         // Exact order across threads when the target registered for
         // membarrier (capture_format.h), else a kWindowNs reorder window.
@@ -301,6 +309,10 @@ void ProcessRun::run_stream() {
             supervisor::capture_released();
         }
         if (gone) break;
+        if (progress_ && std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(100)) {
+            report_progress(live && !reader_.ended_normally() ? progress::Phase::Running : progress::Phase::Draining);
+            last_progress = std::chrono::steady_clock::now();
+        }
         // A process may move to another cgroup while it runs (a job
         // launcher, or the program itself): look again every 10 ms.
         if (live && std::chrono::steady_clock::now() - last_sample > std::chrono::milliseconds(10)) {
@@ -321,7 +333,9 @@ void ProcessRun::run_stream() {
     summary_.oom_kill_seen = live && oom.increased();
     if (live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec())
         pipeline.release_all_by_exec();
+    report_progress(progress::Phase::Writing);
     pipeline.finish();
+    report_progress(progress::Phase::Done);
     summary_.events = pipeline.events();
     summary_.dropped = reader_.dropped();
     summary_.stragglers = reader_.stragglers();

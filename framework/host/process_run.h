@@ -12,6 +12,7 @@
 #include "capture_reader.h"
 #include "config.h"
 #include "pipeline.h"
+#include "progress.h"
 #include "registry.h"
 
 namespace msms {
@@ -53,6 +54,8 @@ public:
     // loaded, sinks open), or with the reason it could not start.
     void on_started(std::function<void(const std::string& error)> fn) { started_ = std::move(fn); }
     const ProcessSummary& summary() const { return summary_; }
+    // Where this run reports its progress (progress.h); nullptr: nowhere.
+    void set_progress(progress::Slot* slot) { progress_ = slot; }
     // Milliseconds of reorder window: events are delivered once they are this
     // old, so that records of all threads can be merged in time order.
     static constexpr uint64_t kWindowNs = 50'000'000;
@@ -78,6 +81,7 @@ private:
     ProcessSummary summary_;
     std::function<void(const std::string&)> started_;
     std::string log_error_;  // the first failure to write the log
+    progress::Slot* progress_ = nullptr;
 };
 
 // Local time as YYYYmmddHHMMSS.

@@ -137,6 +137,8 @@ void Session::scan() {
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
         ProcessRun* raw = r.run.get();
+        r.progress = progress::acquire();  // before the worker is forked: the page is shared
+        raw->set_progress(r.progress);
         if (cfg_.ready_fd >= 0) {
             // Python mode: start() waits for this line before it returns,
             // so the host's own start-up does not run beside the first
@@ -208,6 +210,7 @@ void Session::dispose_capture(const ProcessRun& run, const std::string& capture)
 void Session::join_all() {
     for (auto& r : running_) {
         if (r.thread.joinable()) r.thread.join();
+        progress::release(r.progress);
         summaries_.push_back(r.run->summary());
         std::error_code ec;
         if (cfg_.save_capture && !r.run->summary().output_dir.empty()) {
@@ -382,7 +385,10 @@ int Session::replay(const std::string& capture) {
         return 2;
     }
     ProcessRun run(cfg_, registry_, capture);
+    progress::Slot* slot = progress::acquire();
+    run.set_progress(slot);
     run_supervised(run);
+    progress::release(slot);
     if (!run.summary().error.empty()) {
         std::cerr << "msmemscope: error: --replay: " << run.summary().error << "\n";
         // Not a readable capture (nothing was run): 2; its output failed: 70.

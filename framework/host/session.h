@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "process_run.h"
+#include "progress.h"
 #include "registry.h"
 
 namespace msms {
@@ -55,6 +56,7 @@ private:
         std::unique_ptr<ProcessRun> run;
         std::thread thread;
         std::string capture;
+        progress::Slot* progress = nullptr;
     };
     std::vector<Running> running_;
     std::vector<ProcessSummary> summaries_;

@@ -26,6 +26,8 @@ public:
     Symbolizer& operator=(const Symbolizer&) = delete;
     // "" for id 0 or an unknown stack.
     const std::string& text(uint64_t stack_id);
+    // Stacks symbolized so far (for the progress line).
+    size_t stacks() const { return cache_.size(); }
 
 protected:
     // One C frame: a return address (the call site is address - 1).

@@ -1,0 +1,201 @@
+#include "run_index.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace msms {
+namespace {
+
+std::string human(long double bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        ++u;
+    }
+    char buf[64];
+    if (u == 0) snprintf(buf, sizeof buf, "%.0Lf B", bytes);
+    else snprintf(buf, sizeof buf, "%.1Lf %s", bytes, units[u]);
+    return buf;
+}
+
+std::string html_escape(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+        switch (c) {
+        case '&': o += "&amp;"; break;
+        case '<': o += "&lt;"; break;
+        case '>': o += "&gt;"; break;
+        case '"': o += "&quot;"; break;
+        case '\'': o += "&#39;"; break;
+        default: o += c;
+        }
+    }
+    return o;
+}
+
+// Each path segment percent-encoded where needed (a relative link).
+std::string url_path(const std::string& rel) {
+    std::string o;
+    for (unsigned char c : rel) {
+        if (isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') o += static_cast<char>(c);
+        else {
+            char buf[4];
+            snprintf(buf, sizeof buf, "%%%02X", c);
+            o += buf;
+        }
+    }
+    return o;
+}
+
+std::string peaks(const ProcessSummary& s) {
+    std::string o;
+    for (auto& [pool, t] : s.totals) o += (o.empty() ? "" : "; ") + pool + " " + human(t.peak);
+    return o.empty() ? "-" : o;
+}
+
+std::string end_of(const ProcessSummary& s) {
+    if (!s.error.empty()) return "not read";
+    if (s.replaced_by_exec) return "exec'ed";
+    switch (s.end_kind) {
+    case 1:
+    case 2: return "exit " + std::to_string(s.end_code);
+    case 3: return "signal " + std::to_string(s.end_code);
+    case 4: return "exited";
+    default: return "no end record";
+    }
+}
+
+}  // namespace
+
+long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations) {
+    // The leaks analyzer's lines: upstream's "====== SUMMARY: X Mb(s) leaked in
+    // N allocation(s) ======" (step leaks), then ours for what is live at
+    // exit: "Driver memory still allocated at exit on device D: N block(s), X
+    // Mb(s):" and "Host memory still allocated at exit on device D: N
+    // block(s), B bytes, ...".
+    long double total = -1;
+    allocations = 0;
+    auto add = [&](long double b, uint64_t n) {
+        total = (total < 0 ? 0 : total) + b;
+        allocations += n;
+    };
+    for (auto& raw : s.report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos) continue;
+        std::string line = raw.substr(first);
+        char* end = nullptr;
+        if (line.rfind("====== SUMMARY: ", 0) == 0) {
+            const char* p = line.c_str() + 16;
+            long double mb = strtold(p, &end);
+            if (end != p && strncmp(end, " Mb(s) leaked in ", 17) == 0)
+                add(mb * 1024.0L * 1024.0L, strtoull(end + 17, nullptr, 10));
+            continue;
+        }
+        for (const char* kind : {"Driver memory still allocated at exit on device ",
+                                 "Host memory still allocated at exit on device "}) {
+            if (line.rfind(kind, 0) != 0) continue;
+            size_t colon = line.find(": ", strlen(kind));
+            if (colon == std::string::npos) continue;
+            const char* p = line.c_str() + colon + 2;
+            uint64_t n = strtoull(p, &end, 10);
+            if (strncmp(end, " block(s), ", 11) != 0) continue;
+            const char* q = end + 11;
+            long double v = strtold(q, &end);
+            if (strncmp(end, " Mb(s)", 6) == 0) v *= 1024.0L * 1024.0L;
+            add(v, n);
+        }
+    }
+    return total;
+}
+
+std::string rank_of(const ProcessSummary& s) {
+    std::string name = fs::path(s.output_dir).filename().string();
+    size_t at = name.rfind("_rank");
+    if (at == std::string::npos) return "";
+    std::string r = name.substr(at + 5);
+    size_t us = r.find('_');  // ..._rank3_2 (a second folder of that name)
+    if (us != std::string::npos) r = r.substr(0, us);
+    for (char c : r)
+        if (!isdigit(static_cast<unsigned char>(c))) return "";
+    return r;
+}
+
+std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::string& output_root,
+                            const std::string& timestamp, std::ostream& out) {
+    // The console table.
+    out << "msmemscope: " << runs.size() << " processes\n";
+    out << "  " << std::left << std::setw(8) << "pid" << std::setw(6) << "rank" << std::setw(15) << "ended"
+        << std::setw(14) << "leaked" << std::setw(34) << "peak" << "command\n";
+    for (auto& s : runs) {
+        uint64_t n = 0;
+        long double leaked = s.replaced_by_exec ? 0 : leaked_bytes(s, n);
+        std::string leak_text = s.replaced_by_exec ? "-" : leaked < 0 ? "-" : human(leaked);
+        std::string rank = rank_of(s);
+        const std::string& cmd = s.command;  // the last column: never cut
+        std::string pk = peaks(s);
+        out << "  " << std::left << std::setw(8) << s.pid << std::setw(6) << (rank.empty() ? "-" : rank)
+            << std::setw(15) << end_of(s) << std::setw(14) << leak_text << std::setw(34) << pk << " " << cmd << "\n";
+    }
+
+    // index.html: a new file renamed into place (never written through a link).
+    std::ostringstream h;
+    h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>msmemscope run " << html_escape(timestamp)
+      << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}"
+         "td.n{text-align:right}</style></head><body>\n<h1>msmemscope: "
+      << runs.size() << " processes</h1>\n<table>\n<tr><th>pid</th><th>rank</th><th>command</th><th>ended</th>"
+         "<th>peak</th><th>leaked</th><th>report</th></tr>\n";
+    fs::path root = fs::absolute(output_root).lexically_normal();
+    for (auto& s : runs) {
+        uint64_t n = 0;
+        long double leaked = s.replaced_by_exec ? 0 : leaked_bytes(s, n);
+        std::string rank = rank_of(s);
+        std::string link;
+        std::error_code ec;
+        fs::path dir = fs::absolute(s.output_dir, ec).lexically_normal();
+        std::string rel_dir = dir.lexically_relative(root).string();
+        std::string report;
+        for (auto& e : fs::directory_iterator(dir, ec)) {
+            std::string f = e.path().filename().string();
+            if (f.rfind("report_", 0) == 0 && f.size() > 5 && f.compare(f.size() - 5, 5, ".html") == 0) report = f;
+        }
+        if (!report.empty())
+            link = "<a href=\"" + html_escape(url_path(rel_dir + "/" + report)) + "\">" + html_escape(report) + "</a>";
+        else if (!s.output_dir.empty())
+            link = "<a href=\"" + html_escape(url_path(rel_dir)) + "/\">" + html_escape(rel_dir) + "/</a>";
+        h << "<tr><td class=\"n\">" << s.pid << "</td><td>" << html_escape(rank.empty() ? "-" : rank) << "</td><td>"
+          << html_escape(s.command) << "</td><td>" << html_escape(end_of(s)) << "</td><td>" << html_escape(peaks(s))
+          << "</td><td class=\"n\">"
+          << (s.replaced_by_exec || leaked < 0 ? std::string("-")
+                                               : html_escape(human(leaked)) + " in " + std::to_string(n) + " allocation(s)")
+          << "</td><td>" << link << "</td></tr>\n";
+    }
+    h << "</table>\n<p>A process that exec'ed continues in the next row of the same pid; its pre-exec image "
+         "holds no leaks.</p>\n</body></html>\n";
+    std::string text = h.str();
+    std::string final_path = (root / "index.html").string();
+    std::string tmp = (root / (".index.html." + std::to_string(getpid()))).string();
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return "cannot create " + tmp + ": " + strerror(errno);
+    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) {
+        std::string why = strerror(errno);
+        unlink(tmp.c_str());
+        return "cannot write " + final_path + ": " + why;
+    }
+    out << "  index: " << final_path << "\n";
+    return "";
+}
+
+}  // namespace msms

@@ -1,0 +1,74 @@
+"""Issue #19 item 7: --suppress=FILE (and YAML suppress:) with heaptrack-style
+patterns; the built-in CPython list, said as "N allocation site(s)
+suppressed", and --default-suppressions=false to turn it off."""
+import os
+import re
+import subprocess
+
+from conftest import CLI, TEST_BIN
+
+DEMO = TEST_BIN / "demo_train"
+
+
+def _run(args, cwd):
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.pop("PYTHONPATH", None)
+    return subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=e, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_suppress_file_removes_sites_from_the_leak_report(tmp_path):
+    p = _run(["--device=cpu", "--call-stack=c:16", "--output=o1", "--", DEMO], tmp_path)
+    assert "from 2 allocation site(s)" in p.stdout, p.stdout
+    supp = tmp_path / "my.supp"
+    supp.write_text("# demo_train keeps one buffer per step on purpose\nleak:demo_train.c:24\n")
+    p = _run(["--device=cpu", "--call-stack=c:16", f"--suppress={supp}", "--output=o2", "--", DEMO], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "\n  Host memory still allocated at exit on device cpu: 1 block(s), 4096 bytes, from 1 allocation site(s):\n" in p.stdout
+    assert f"\n  1 allocation site(s) suppressed on device cpu (8 block(s), 8028 bytes): 1 by {supp}\n" in p.stdout
+    # YAML: the path is relative to the profile's folder.
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "p.supp").write_text("_IO_file_overflow\nleak:^main\n")
+    (tmp_path / "prof" / "p.yaml").write_text("device: cpu\ncall_stack: c:16\nsuppress: p.supp\n")
+    p = _run(["--config", tmp_path / "prof" / "p.yaml", "--output=o3", "--", DEMO], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Detected memory leaks" not in p.stdout
+    assert (f"\n  2 allocation site(s) suppressed on device cpu (9 block(s), 12124 bytes): 2 by "
+            f"{tmp_path}/prof/p.supp\n") in p.stdout
+
+
+def test_suppress_errors(tmp_path):
+    p = _run(["--device=cpu", "--suppress=missing.supp", "--", DEMO], tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.splitlines()[-1] == "msmemscope: error: --suppress: 'missing.supp': No such file or directory"
+    p = _run(["--device=cpu", "--default-suppressions=maybe", "--", DEMO], tmp_path)
+    assert p.returncode == 2
+    assert ("msmemscope: error: --default-suppressions: invalid value 'maybe' (allowed: true, false)"
+            in p.stderr.splitlines())
+    (tmp_path / "s").write_text("x\n")
+    p = _run(["--device=cpu", "--suppress=s", "--analysis=decompose", "--output=o", "--", DEMO], tmp_path)
+    assert p.returncode == 0
+    assert ("msmemscope: warning: --suppress: the leaks analysis is not selected, so leak suppressions have no "
+            "effect (select it with --analysis=leaks)") in p.stderr.splitlines()
+
+
+def test_python_interpreter_sites_are_suppressed_by_default(tmp_path):
+    (tmp_path / "toy.py").write_text("import json, collections\nprint(sum(i * 2 for i in range(1000)))\n")
+    p = _run(["--device=cpu", "--call-stack=c:30", "--output=o1", "--", "/usr/bin/python3", "toy.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"^  (\d+) allocation site\(s\) suppressed on device cpu \((\d+) block\(s\), (\d+) bytes\): \1 by the built-in "
+                  r"CPython list \(--default-suppressions=false shows them\)$", p.stdout, re.M)
+    assert m, p.stdout
+    suppressed = int(m[1])
+    assert suppressed >= 10
+    # No interpreter or loader site is left in the report.
+    sites = re.findall(r"allocated at: (.*)$", p.stdout, re.M)
+    assert not [s for s in sites if "python3.11" in s or "ld-linux" in s], sites
+    # Off: the interpreter's sites are listed again.
+    p = _run(["--device=cpu", "--call-stack=c:30", "--default-suppressions=false", "--output=o2", "--",
+              "/usr/bin/python3", "toy.py"], tmp_path)
+    assert "suppressed" not in p.stdout
+    n = int(re.search(r"from (\d+) allocation site\(s\)", p.stdout)[1])
+    assert n >= 10
+    assert [s for s in re.findall(r"allocated at: (.*)$", p.stdout, re.M) if "python3.11" in s]
