@@ -1,9 +1,12 @@
 #include "device_check.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <set>
 
 #include "util/text.h"
@@ -30,6 +33,83 @@ bool driver_loadable(const std::string& library) {
     return !(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 }
 
+namespace {
+
+// The program's path as execvp would find it ("" when not found).
+std::string resolve_program(const std::string& name) {
+    if (name.empty()) return "";
+    if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+    const char* path = getenv("PATH");
+    std::string dirs = path ? path : "/usr/bin:/bin";
+    size_t at = 0;
+    while (at <= dirs.size()) {
+        size_t end = dirs.find(':', at);
+        if (end == std::string::npos) end = dirs.size();
+        std::string cand = (end > at ? dirs.substr(at, end - at) : ".") + "/" + name;
+        if (access(cand.c_str(), X_OK) == 0) return cand;
+        at = end + 1;
+    }
+    return "";
+}
+
+}  // namespace
+
+bool program_links(const std::string& program, const std::string& library) {
+    std::string exe = resolve_program(program);
+    if (exe.empty()) return false;
+    static const char* const loaders[] = {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"};
+    const char* loader = nullptr;
+    for (const char* l : loaders)
+        if (access(l, X_OK) == 0) loader = l;
+    if (!loader) return false;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return false;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return false;
+    }
+    if (pid == 0) {
+        // The loader lists the program's libraries as it would resolve them
+        // (its RUNPATH included) without running any of its code.
+        dup2(fds[1], 1);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 2);
+        execl(loader, loader, "--list", exe.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(fds[0], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        out.append(buf, static_cast<size_t>(n));
+    }
+    close(fds[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (out.find("\t" + library + " => /") != std::string::npos) return true;
+    // Or the driver sits beside a library the program loads from its own
+    // RUNPATH (a program that loads the driver later, e.g. through NVTX).
+    size_t at = 0;
+    while ((at = out.find(" => /", at)) != std::string::npos) {
+        size_t start = at + 4, end = out.find(" (", start);
+        at = start;
+        if (end == std::string::npos) break;
+        std::string path = out.substr(start, end - start);
+        size_t slash = path.rfind('/');
+        if (slash == std::string::npos) continue;
+        std::string dir = path.substr(0, slash);
+        if (dir.rfind("/lib", 0) == 0 || dir.rfind("/usr/lib", 0) == 0) continue;  // the system's: dlopen saw it
+        if (access((dir + "/" + library).c_str(), F_OK) == 0) return true;
+    }
+    return false;
+}
+
 bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err) {
     std::set<std::string> kinds;
     for (auto& d : cfg.devices) kinds.insert(d.substr(0, d.find(':')));
@@ -44,6 +124,10 @@ bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& r
             for (auto& [label, t] : s.totals)
                 if (label.rfind("cpu", 0) != 0 && label.rfind("N/A", 0) != 0) recorded = true;
         if (recorded || driver_loadable(lib)) continue;
+        // A program that links the driver from its own RUNPATH has it too.
+        bool linked = !cfg.program.empty() && program_links(cfg.program[0], lib);
+        for (auto& s : runs) linked = linked || program_links(s.command.substr(0, s.command.find(' ')), lib);
+        if (linked) continue;
         std::string name = kind == "npu" ? "Ascend NPU" : "NVIDIA CUDA";
         std::vector<std::string> requested;
         for (auto& d : cfg.devices)

@@ -20,6 +20,10 @@ std::string driver_library(const std::string& device_kind);
 // (the profiled program's too): dlopen'ed in a short-lived child, so that no
 // driver code runs inside the host.
 bool driver_loadable(const std::string& library);
+// Whether `program` (a path, or a name looked up in PATH) is linked against
+// `library` and the dynamic loader resolves it (RUNPATH included): asked of
+// the loader (`ld.so --list`) in a child, without running the program.
+bool program_links(const std::string& program, const std::string& library);
 // For each requested accelerator kind with no memory recorded by any process
 // and no driver on the machine: one warning line with the fix. Returns true
 // when it printed one.

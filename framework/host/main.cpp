@@ -146,8 +146,15 @@ int run_main(int argc, char** argv) {
     // A requested device whose driver is not on this machine: said once, with
     // the fix; nothing collected at all is not a successful profile (70).
     if (cfg.replay.empty() && cfg.serve_session.empty() && code != 2) {
+        // Nothing at all: no memory, and no event beyond each agent's own
+        // start row (marks, launches and Python rows are a profile too).
         bool memory = false;
-        for (auto& s : session.summaries()) memory = memory || !s.totals.empty();
+        uint64_t events = 0;
+        for (auto& s : session.summaries()) {
+            memory = memory || !s.totals.empty();
+            events += s.events;
+        }
+        memory = memory || events > session.summaries().size();
         if (missing_driver_hint(cfg, session.summaries(), std::cerr) && !memory && !status) {
             std::cerr << "msmemscope: error: nothing was collected: no process recorded any memory\n";
             status = 70;
