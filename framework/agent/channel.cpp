@@ -150,6 +150,9 @@ capture::DisabledReason grow(CaptureHeader* h) {
         if (target - mapped == 1) return capture::DisabledReason::NoSpace;
         target = mapped + (target - mapped) / 2;  // what is left of the disk
     }
+    // Published only now that the file holds the chunks (a failed or
+    // partial reservation publishes nothing): the host compares the file's
+    // size with this count, reading the count first (capture_reader.cpp).
     h->chunks_mapped.store(target, std::memory_order_release);
     return capture::DisabledReason::None;
 }

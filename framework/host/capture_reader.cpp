@@ -108,10 +108,17 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
         error = path + ": corrupt capture (the header fails its checksum)";
         return false;
     }
-    uint64_t mapped = header_->chunks_mapped.load();
-    uint64_t taken = header_->chunks_taken.load();
+    // A live agent grows the file first and then publishes chunks_mapped
+    // (channel.cpp, grow()): so the header is read first and the size taken
+    // after it. The other way round, a growth between the two made a whole
+    // capture look truncated (tests/unit/test_capture_growth.cpp).
+    uint64_t mapped = header_->chunks_mapped.load(std::memory_order_acquire);
     if (mapped > kChunksPerSegment * kMaxSegments) {
         error = path + ": corrupt capture (bad chunk count " + std::to_string(mapped) + " in the header)";
+        return false;
+    }
+    if (fstat(fd_, &st) != 0) {
+        error = path + ": cannot read its size: " + strerror(errno);
         return false;
     }
     uint64_t want = kHeaderSize + mapped * static_cast<uint64_t>(kChunkSize);
@@ -120,7 +127,6 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
                 " bytes, the file has " + std::to_string(st.st_size) + ")";
         return false;
     }
-    (void)taken;
     return true;
 }
 
@@ -224,6 +230,8 @@ void CaptureReader::chunk_done(uint64_t index) {
 size_t CaptureReader::poll() {
     size_t before = decoded_;
     if (header_rw_) header_rw_->host_polls.fetch_add(1, std::memory_order_relaxed);
+    // The header before the file's size (see open()): a chunk the header
+    // counts as mapped is in the file unless the file was cut.
     uint64_t mapped = header_->chunks_mapped.load(std::memory_order_acquire);
     uint64_t taken = header_->chunks_taken.load(std::memory_order_acquire);
     if (taken > mapped) taken = mapped;
