@@ -29,7 +29,8 @@ def _check_text(where: str, key: str, value: str) -> None:
 
 def config(**kwargs: Any) -> None:
     """Sets collection options. Keyword-only, every value a string (sinks may
-    also be a list of names, aggregate a bool); the same names, values and checks as the
+    also be a list of names, suppress a list of paths, aggregate and
+    default_suppressions a bool); the same names, values and checks as the
     command line (``msmemscope --help``).
 
     Keys:
@@ -57,6 +58,11 @@ def config(**kwargs: Any) -> None:
       plugin_options  options of plugins: {"my_peak": {"threshold": 5}} or
                    {"my_peak.threshold": "5"} (the command line's --plugin-option);
                    values str, int or bool, checked against the plugin's schema
+      suppress     leak suppression files (heaptrack/LSan patterns, one per line):
+                   a path or a list of paths, relative to the current folder (the
+                   command line's --suppress); matching sites leave the leak report
+      default_suppressions  False: report the CPython interpreter's own one-time
+                   allocations too (default True; --default-suppressions)
 
     Under the command line (``msmemscope ... python3 train.py``) the CLI's
     plugin folders and plugin options are known here already, so values

@@ -56,6 +56,8 @@ KEYS: Dict[str, str] = {
     "collect_mode": "collect-mode",
     "log_level": "log-level",
     "aggregate": "aggregate",
+    "suppress": "suppress",
+    "default_suppressions": "default-suppressions",
 }
 # What each key accepts (for type errors; value errors come from the C++
 # validator, word for word what the CLI says).
@@ -73,6 +75,8 @@ ALLOWED: Dict[str, str] = {
     "collect-mode": "immediate, deferred",
     "log-level": "info, warn, error",
     "aggregate": "True, False (or 'true', 'false')",
+    "suppress": "a suppression file path, or a list of paths",
+    "default-suppressions": "True, False (or 'true', 'false')",
 }
 ONCE = ("output", "data-format", "watch")
 
@@ -164,6 +168,21 @@ def _check_plugin_path(value: object) -> List[str]:
     return out
 
 
+def _suppress_files(key: str, value: object) -> str:
+    """suppress=: one path or a list of paths (str or os.PathLike), made
+    absolute here, against the folder current at config() time, as the
+    command line resolves --suppress against its own."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for p in items:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"msmemscope.config: '{key}' must be {ALLOWED['suppress']}, got {type(p).__name__}")
+        text = os.fspath(p)
+        # The validator names an empty value; a comma would split one path in two.
+        out.append(os.path.abspath(text) if text.strip() else text)
+    return ",".join(out)
+
+
 def _option_text(where: str, v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -222,8 +241,10 @@ def configure(kwargs: Dict[str, object]) -> None:
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
             if canon == "sinks" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
                 value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
-            if canon == "aggregate" and isinstance(value, bool):
+            if canon in ("aggregate", "default-suppressions") and isinstance(value, bool):
                 value = "true" if value else "false"
+            if canon == "suppress":
+                value = _suppress_files(key, value)
             if not isinstance(value, str):
                 raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")

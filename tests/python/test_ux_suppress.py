@@ -1,11 +1,19 @@
-"""Issue #19 item 7: --suppress=FILE (and YAML suppress:) with heaptrack-style
-patterns; the built-in CPython list, said as "N allocation site(s)
-suppressed", and --default-suppressions=false to turn it off."""
+"""Issue #19 item 7: --suppress=FILE (and YAML suppress:, Python
+msmemscope.config(suppress=...)) with heaptrack-style patterns; the built-in
+CPython list, said as "N allocation site(s) suppressed", and
+--default-suppressions=false (config(default_suppressions=False)) to turn it off."""
 import os
 import re
 import subprocess
+import sys
+import textwrap
 
-from conftest import CLI, TEST_BIN
+import pytest
+
+from conftest import BUILD, CLI, TEST_BIN
+
+sys.path.insert(0, str(BUILD / "python"))
+import msmemscope  # noqa: E402
 
 DEMO = TEST_BIN / "demo_train"
 
@@ -72,3 +80,66 @@ def test_python_interpreter_sites_are_suppressed_by_default(tmp_path):
     n = int(re.search(r"from (\d+) allocation site\(s\)", p.stdout)[1])
     assert n >= 10
     assert [s for s in re.findall(r"allocated at: (.*)$", p.stdout, re.M) if "python3.11" in s]
+
+
+def _python_api(tmp_path, body):
+    """A script that uses the Python API without the CLI (the package spawns
+    its own host, which prints the leak report on the script's stdout)."""
+    (tmp_path / "api.py").write_text(textwrap.dedent(body))
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.pop("MSMEMSCOPE_SESSION", None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    return subprocess.run(["/usr/bin/python3", "api.py"], cwd=str(tmp_path), env=e, capture_output=True, text=True,
+                          timeout=300)
+
+
+LEAKY = """
+    import os, msmemscope
+    msmemscope.config(device="cpu", call_stack="c:16", output=os.path.abspath("{out}"), {kw})
+    os.chdir("/")  # suppress= was resolved against the folder current at config()
+    msmemscope.start()
+    keep = [bytearray(100000 + i) for i in range(3)]  # alive at exit: reported
+    msmemscope.stop()
+"""
+
+
+def test_python_api_suppress_removes_sites_as_the_command_line_does(tmp_path):
+    # The three buffers come from one site in the interpreter, which the
+    # built-in CPython list hides; with it off, they are reported ...
+    p = _python_api(tmp_path, LEAKY.format(out="o1", kw="default_suppressions=False"))
+    assert p.returncode == 0, p.stderr
+    assert ("\n  Host memory still allocated at exit on device cpu: 3 block(s), 300006 bytes, from 1 allocation "
+            "site(s):\n") in p.stdout, p.stdout
+    assert "suppressed" not in p.stdout
+    # ... and a suppression file given to config() removes them, said as --suppress says it.
+    (tmp_path / "py.supp").write_text("# the interpreter's own buffers\nleak:python3.11\n")
+    p = _python_api(tmp_path, LEAKY.format(out="o2", kw="suppress='py.supp', default_suppressions=False"))
+    assert p.returncode == 0, p.stderr
+    assert "Host memory still allocated at exit" not in p.stdout, p.stdout
+    assert (f"\n  1 allocation site(s) suppressed on device cpu (3 block(s), 300006 bytes): 1 by "
+            f"{tmp_path}/py.supp\n") in p.stdout, p.stdout
+    # A list of files; a pattern that matches nothing leaves the site in the report.
+    (tmp_path / "other.supp").write_text("leak:no_such_function\n")
+    p = _python_api(tmp_path, LEAKY.format(out="o3", kw="suppress=['other.supp'], default_suppressions=False"))
+    assert p.returncode == 0, p.stderr
+    assert "Host memory still allocated at exit on device cpu: 3 block(s), 300006 bytes" in p.stdout, p.stdout
+    assert "suppressed" not in p.stdout
+    # The default list is on unless turned off: the same site, suppressed by it.
+    p = _python_api(tmp_path, LEAKY.format(out="o4", kw="suppress='other.supp'"))
+    assert p.returncode == 0, p.stderr
+    assert ("\n  1 allocation site(s) suppressed on device cpu (3 block(s), 300006 bytes): 1 by the built-in "
+            "CPython list (--default-suppressions=false shows them)\n") in p.stdout, p.stdout
+
+
+def test_python_api_suppress_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as e:
+        msmemscope.config(suppress="missing.supp")
+    assert str(e.value) == f"msmemscope.config: suppress: '{tmp_path}/missing.supp': No such file or directory"
+    with pytest.raises(TypeError) as e:
+        msmemscope.config(suppress=5)
+    assert str(e.value) == "msmemscope.config: 'suppress' must be a suppression file path, or a list of paths, got int"
+    with pytest.raises(ValueError) as e:
+        msmemscope.config(default_suppressions="maybe")
+    assert str(e.value) == "msmemscope.config: default_suppressions: invalid value 'maybe' (allowed: true, false)"
