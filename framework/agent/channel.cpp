@@ -163,7 +163,8 @@ ChunkHeader* chunk_at(uint64_t index) {
     return reinterpret_cast<ChunkHeader*>(base + (index % capture::kChunksPerSegment) * capture::kChunkSize);
 }
 
-// With a capture budget (options().capture_budget, --aggregate): waits while
+// With a capture budget (options().capture_budget: every live capture that is
+// not saved; host/capture_disk.h): waits while
 // the chunks taken and not yet released by the host exceed the budget plus
 // the chunks threads hold now (which the host cannot release). Bounded: the
 // wait ends when the host releases no chunk for 2 s (10 s while it has not

@@ -102,7 +102,8 @@ struct CaptureHeader {
     // appended in format 2.0: readers that do not know them never look)
     // Chunks the host has read and released (punched out of the file:
     // fallocate PUNCH_HOLE, the file keeps its size). With a capture budget
-    // (agent option capture_budget=N, --aggregate) the agent waits while
+    // (agent option capture_budget=N: 96 with --aggregate, else the host's
+    // kept part + unread lead, capture_disk.h) the agent waits while
     // more than N chunks beyond its threads' current ones are unreleased, so
     // the file's disk use stays bounded whatever the number of events.
     std::atomic<uint64_t> chunks_released;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "capture_disk.h"
 #include "oom_watch.h"
 #include "step_filter.h"
 #include "supervisor.h"
@@ -79,16 +80,6 @@ std::string write_new_file(const std::string& path, const std::string& text) {
     }
     if (close(fd) != 0) return strerror(errno);
     return "";
-}
-
-uint64_t capture_keep_bytes() {
-    constexpr uint64_t kDefaultMiB = 64;
-    const char* v = std::getenv("MSMEMSCOPE_CAPTURE_KEEP_MIB");
-    if (!v || !*v) return kDefaultMiB << 20;
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (*end || n > (1ull << 40)) return kDefaultMiB << 20;
-    return static_cast<uint64_t>(n) << 20;
 }
 
 std::string valid_rank(const std::string& rank) {
@@ -270,9 +261,10 @@ void ProcessRun::run_stream() {
     bool live = cfg_.replay.empty();
     // A live session's capture is temporary (unless --save-capture): what
     // was read is released, so a long run's disk holds the outputs and the
-    // unread part only. --aggregate releases at once (and the agent waits
-    // for the host past a budget); otherwise the first capture_keep_bytes()
-    // stay for re-running a crashed plugin's outputs.
+    // unread part only, which the agent bounds by waiting for the host past
+    // a budget (capture_disk.h). --aggregate releases at once; otherwise
+    // the first capture_keep_bytes() stay for re-running a crashed plugin's
+    // outputs.
     bool released_noted = false;
     if (live && !cfg_.save_capture) {
         if (std::string why = reader_.enable_release(cfg_.aggregate ? 0 : capture_keep_bytes()); !why.empty())

@@ -94,10 +94,6 @@ std::string make_dirs(const std::string& path);
 std::string make_fresh_dir(const std::string& path, std::string& error);
 // Writes a new file exclusively (O_EXCL, never through a link); "" or why not.
 std::string write_new_file(const std::string& path, const std::string& text);
-// How much of a live capture's read part is kept for re-running a crashed
-// plugin's outputs before it is released: MSMEMSCOPE_CAPTURE_KEEP_MIB
-// (MiB, 0 = release at once), default 64 MiB.
-uint64_t capture_keep_bytes();
 // A RANK value that may name a folder: 1-9 digits; else "".
 std::string valid_rank(const std::string& rank);
 

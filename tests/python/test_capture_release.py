@@ -7,7 +7,10 @@
   host past a budget, so disk use is bounded whatever the number of events.
 * Without --aggregate and without --save-capture, the read part of the
   capture is punched out of the file too (past MSMEMSCOPE_CAPTURE_KEEP_MIB,
-  default 64, kept so that a crashed plugin can be re-run); --save-capture
+  default 64, kept so that a crashed plugin can be re-run), and the program
+  waits for the host once more than MSMEMSCOPE_CAPTURE_UNREAD_MIB (default
+  256) beyond that is unread: the capture's disk stays under their sum
+  (plus the agent's 2 MiB reserve) however long the run; --save-capture
   keeps everything replayable.
 
 Program: tests/programs/capture/cap_longrun.c (PAIRS malloc/free pairs, then
@@ -31,6 +34,7 @@ def env(**extra):
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
     e.pop("MSMEMSCOPE_CAPTURE_KEEP_MIB", None)
+    e.pop("MSMEMSCOPE_CAPTURE_UNREAD_MIB", None)
     e.update(extra)
     return e
 
@@ -169,6 +173,33 @@ def test_read_chunks_are_punched_out_of_a_running_capture(tmp_path):
     report = leak_report(stdout)
     assert any("38 block(s)" in l and "allocated at: leak_a" in l for l in report), report
     assert any("12 block(s)" in l and "allocated at: leak_b" in l for l in report), report
+
+
+def test_a_long_full_run_keeps_its_capture_bounded_on_disk(tmp_path):
+    # No --aggregate, no --save-capture, small knobs for a short test: 2 MiB
+    # kept for a crash re-run + 4 MiB unread = 96 chunks. 6 M events (a
+    # capture of over 24 MiB apparent size) whose program outruns the host:
+    # the capture's allocated blocks stay under the budget plus the agent's
+    # 2 MiB reserve and a chunk per thread while its apparent size grows.
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(CLI), "--device=cpu", "--events=none", "--output", str(out), "--",
+                          str(PROGRAM), "3000000", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env(MSMEMSCOPE_CAPTURE_KEEP_MIB="2", MSMEMSCOPE_CAPTURE_UNREAD_MIB="4"))
+    peak_blocks, size = 0, 0
+    while not _exited(p, 0.005):
+        for cap in out.glob(".msmemscope_session_*/*.msmcap"):
+            try:
+                st = cap.stat()
+            except OSError:
+                continue
+            peak_blocks = max(peak_blocks, st.st_blocks * 512)
+            size = max(size, st.st_size)
+    stdout, stderr = p.communicate()
+    assert p.returncode == 0, stderr
+    assert re.search(r"^  events: 6000101, dropped: 0$", stdout, re.M), stdout
+    assert "still allocated at exit on device cpu: 100 block(s)" in "\n".join(leak_report(stdout))
+    assert size > 24 << 20, size
+    assert peak_blocks <= (6 << 20) + (2 << 20) + (2 << 16), peak_blocks
 
 
 def test_save_capture_keeps_everything_replayable(cli, tmp_path):

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -228,6 +229,33 @@ TEST_CASE("agent options carry what the target needs") {
     CHECK(s.find(";collectors=host_heap") != std::string::npos);
     // upstream's default level: op
     CHECK(s.find(";level=op;") != std::string::npos);
+}
+
+TEST_CASE("agent options bound the unread capture unless it is saved (issue #18 item 4)") {
+    auto budget_of = [](std::vector<std::string> args) -> std::string {
+        args.insert(args.end(), {"--", "p"});
+        auto r = run(args);
+        REQUIRE(r.ok);
+        std::string s = r.cfg.agent_options();
+        auto at = s.find(";capture_budget=");
+        if (at == std::string::npos) return "none";
+        return s.substr(at + 16, s.find(';', at + 1) - at - 16);
+    };
+    unsetenv("MSMEMSCOPE_CAPTURE_KEEP_MIB");
+    unsetenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB");
+    // 64 MiB kept for a crashed plugin's re-run + 256 MiB unread, in 64 KiB chunks.
+    CHECK(budget_of({"--device=cpu"}) == "5120");
+    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "96");
+    CHECK(budget_of({"--device=cpu", "--save-capture=true"}) == "none");
+    CHECK(budget_of({"--device=cpu", "--aggregate", "--save-capture=true"}) == "none");
+    setenv("MSMEMSCOPE_CAPTURE_KEEP_MIB", "0", 1);
+    setenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB", "32", 1);
+    CHECK(budget_of({"--device=cpu"}) == "512");
+    setenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB", "0", 1);  // never wait
+    CHECK(budget_of({"--device=cpu"}) == "none");
+    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "96");
+    unsetenv("MSMEMSCOPE_CAPTURE_KEEP_MIB");
+    unsetenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB");
 }
 
 TEST_CASE("agent options name every --level given (op, kernel or both)") {

@@ -1,6 +1,7 @@
 // The effective Config's own views: the agent's option string, config.json,
 // the backend name.
 #include "config.h"
+#include "capture_disk.h"
 
 #include "util/json.h"
 #include "util/text.h"
@@ -49,9 +50,12 @@ std::string Config::agent_options() const {
     s += ";steps=" + join(st, ",");
     if (watch) s += ";watch=" + watch->text;
     s += ";collectors=" + join(collectors, ",");
-    // --aggregate: at most ~6 MiB of the capture unread by the host
-    // (capture_format.h, chunks_released) before the program waits for it.
-    if (aggregate && !save_capture) s += ";capture_budget=96";
+    // A capture the host releases as it reads (not --save-capture): at most
+    // this many chunks unreleased before the program waits for the host
+    // (capture_format.h, chunks_released; capture_disk.h for the sizes).
+    if (!save_capture) {
+        if (uint32_t budget = capture_budget_chunks(aggregate)) s += ";capture_budget=" + std::to_string(budget);
+    }
     for (auto& name : collectors) {
         auto it = plugin_options.find(name);
         if (it == plugin_options.end()) continue;

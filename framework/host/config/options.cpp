@@ -68,7 +68,9 @@ const std::vector<OptionDef>& options() {
          "trace); the capture is released as it is read, so disk and memory stay bounded by live blocks and "
          "allocation sites; the csv and db sinks are off"},
         {"save-capture", 0, true, nullptr, kInputOutput, false, "<BOOL>",
-         "true: keep the raw capture (.msmcap) in each process folder [default: false]"},
+         "true: keep the raw capture (.msmcap) in each process folder (about 6 bytes per event without stacks, all "
+         "of it on disk until the run ends) [default: false: what the host has read is released as it goes, and the "
+         "capture holds at most 64 MiB kept for a crash re-run plus 256 MiB not yet read]"},
         // Other
         {"log-level", 0, true, nullptr, kOther, true, "<LEVEL>", "debug, info, warning (or warn), error [default: info]"},
         // Plugins
