@@ -9,6 +9,11 @@ run(), which
   line, and PyTorch's (aten operators, tensor storage as PTA, owners,
   optimizer steps as steps) as soon as the program imports torch: a plain
   ``python3 train.py`` is tracked like a script that uses the API;
+* when the host heap is collected (``--device=cpu``), marks the imports of
+  the Python installation's modules (standard library, site-packages) as
+  import scopes for the agent (host_heap.python_imports=fold, the default;
+  framework/agent/import_fold.h): their host blocks get no rows of their
+  own, those still live when the import ends become shadow MALLOC rows;
 * then runs the sitecustomize that was next on the path (the program's or
   the system's own), exactly as Python would have without us.
 
@@ -16,11 +21,15 @@ Nothing here may stop the program: a failure is one warning on stderr.
 """
 from __future__ import annotations
 
+import atexit
+import importlib._bootstrap
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import site
 import sys
+import threading
 
 
 def _warn(what: str, e: BaseException) -> None:
@@ -62,7 +71,92 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _ImportScopes:
+    """Wraps the import machinery's _load_unlocked (which creates and runs a
+    module that is not loaded yet): loading a module of the Python
+    installation (origin built-in, frozen, or under sys.prefix, the base
+    prefixes, site-packages or this package) is an import scope for the
+    agent, and so is everything it imports in turn. The program's own
+    modules are not: their allocations are recorded as usual (the
+    installation's modules they import get their own scopes)."""
+
+    def __init__(self, ext):
+        self.ext = ext
+        self.local = threading.local()
+        roots = {sys.prefix, sys.exec_prefix, getattr(sys, "base_prefix", sys.prefix),
+                 getattr(sys, "base_exec_prefix", sys.exec_prefix), os.path.dirname(os.path.abspath(__file__))}
+        try:
+            roots.update(site.getsitepackages())
+            roots.add(site.getusersitepackages())
+        except Exception:  # a trimmed site module (virtualenv's old one)
+            pass
+        self.roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
+
+    def installation(self, spec) -> bool:
+        origin = getattr(spec, "origin", None)
+        if not origin or origin in ("built-in", "frozen") or not os.path.isabs(origin):
+            return True
+        return os.path.realpath(origin).startswith(self.roots)
+
+    def after(self, callback) -> None:
+        """Runs callback now, or once this thread's outermost scope ended."""
+        if getattr(self.local, "depth", 0):
+            self.local.pending = getattr(self.local, "pending", []) + [callback]
+        else:
+            callback()
+
+    def install(self) -> None:
+        bootstrap = importlib._bootstrap
+        original = bootstrap._load_unlocked
+        local, ext, scopes = self.local, self.ext, self
+
+        def _load_unlocked(spec):
+            depth = getattr(local, "depth", 0)
+            if depth == 0 and not scopes.installation(spec):
+                return original(spec)
+            local.depth = depth + 1
+            ext.import_enter()
+            try:
+                return original(spec)
+            finally:
+                ext.import_leave()
+                local.depth = depth
+                if depth == 0 and getattr(local, "pending", None):
+                    due, local.pending = local.pending, []
+                    for callback in due:
+                        callback()
+
+        bootstrap._load_unlocked = _load_unlocked
+
+
+_scopes = None
+
+
+def _import_scopes(ext) -> None:
+    """Installs the import scopes when the host heap is collected and
+    host_heap.python_imports is fold (the default)."""
+    global _scopes
+    if "host_heap" not in ext.option("collectors").split(",") or not ext.import_scopes():
+        return
+    mode = ext.option("host_heap.python_imports") or "fold"
+    if mode != "fold":
+        return
+    _scopes = _ImportScopes(ext)
+    _scopes.install()
+    # Registered first, so it runs after the program's own atexit handlers:
+    # the interpreter then tears its modules down (frees without stacks).
+    atexit.register(ext.import_finalizing)
+
+
 def _torch_imported() -> None:
+    if _scopes is not None:
+        # The PyTorch collector starts once the import that brought torch in
+        # has ended (its host blocks are shadow rows by then).
+        return _scopes.after(_torch_imported_now)
+    _torch_imported_now()
+
+
+def _torch_imported_now() -> None:
     try:
         from . import _session, _collect
         if _session._ext.collecting():
@@ -83,6 +177,10 @@ def _start() -> None:
         return
     if not _session._booted:
         return
+    try:
+        _import_scopes(_session._ext)
+    except Exception as e:
+        _warn("the import scopes were not installed (every import-time allocation is recorded)", e)
     if "torch" in sys.modules:
         _torch_imported()
     else:

@@ -49,6 +49,9 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_event_cached", a.event_cached);
     resolve(handle, "msms_agent_collecting_flag", a.collecting_flag);
     resolve(handle, "msms_agent_stream_generation", a.stream_generation);
+    resolve(handle, "msms_agent_import_enter", a.import_enter);
+    resolve(handle, "msms_agent_import_leave", a.import_leave);
+    resolve(handle, "msms_agent_import_finalizing", a.import_finalizing);
     if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
     g_agent = a;
     g_agent_loaded = true;

@@ -437,6 +437,17 @@ PYBIND11_MODULE(_msmemscope, m) {
         g_agent.option(key.c_str(), buf, sizeof(buf));
         return std::string(buf);
     });
+    // Host-heap import scopes (_boot.py); False: the agent has none.
+    m.def("import_scopes", [] { return g_agent_loaded && g_agent.import_enter && g_agent.import_leave; });
+    m.def("import_enter", [] {
+        if (g_agent_loaded && g_agent.import_enter) g_agent.import_enter();
+    });
+    m.def("import_leave", [] {
+        if (g_agent_loaded && g_agent.import_leave) g_agent.import_leave();
+    });
+    m.def("import_finalizing", [] {
+        if (g_agent_loaded && g_agent.import_finalizing) g_agent.import_finalizing();
+    });
     m.def("now", [] {
         need_agent();
         return g_agent.now();

@@ -18,6 +18,7 @@
 #include <atomic>
 
 #include "channel.h"
+#include "import_fold.h"
 #include "live_blocks.h"
 #include "options.h"
 #include "stacks.h"
@@ -249,6 +250,7 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
                                                              uint64_t ptr, uint64_t size, uint64_t aux0,
                                                              const char* attrs) {
     if (type == MSMS_T_HOST && aux0 == 0 && !attrs) {
+        if (import_fold::alloc(ptr, size)) return;  // inside a Python import (import_fold.h)
         heap_record(capture::kHeapMalloc, capture::kHeapMallocS, ptr, &size);
         return;
     }
@@ -258,6 +260,7 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
 __attribute__((visibility("default"))) void msms_agent_free(uint16_t type, uint16_t dev_kind, int16_t dev_id,
                                                             uint64_t ptr) {
     if (type == MSMS_T_HOST) {
+        if (import_fold::release(ptr)) return;
         heap_record(capture::kHeapFree, capture::kHeapFreeS, ptr, nullptr);
         return;
     }
@@ -326,6 +329,21 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_event_cached(
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }
 
+namespace msms::agent {
+// import_fold.cpp's shadow rows.
+void write_shadow_malloc(const live_blocks::Block& b, const char* attrs) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return count_drop();
+    generic_record(w, MSMS_EV_MALLOC, b.type, b.dev_kind, b.dev_id, b.ptr, b.size, 0, 0, 0, attrs, false);
+}
+void write_host_free_plain(uint64_t ptr) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return count_drop();
+    generic_record(w, MSMS_EV_FREE, MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, 0, 0, 0, 0, nullptr, false);
+}
+bool collecting_now() { return g_collecting.load(std::memory_order_relaxed); }
+}  // namespace msms::agent
+
 namespace {
 
 // Collection starts: every block allocated while it was off and still live
@@ -333,13 +351,7 @@ namespace {
 // shadow events; the host then pairs its FREE and counts it in `used`).
 void emit_shadow_mallocs() {
     uint64_t lost = live_blocks::drain(
-        [](const live_blocks::Block& b, void*) {
-            ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
-            if (!w) return count_drop();
-            generic_record(w, MSMS_EV_MALLOC, b.type, b.dev_kind, b.dev_id, b.ptr, b.size, 0, 0, 0, "shadow:true",
-                           false);
-        },
-        nullptr);
+        [](const live_blocks::Block& b, void*) { write_shadow_malloc(b, "shadow:true"); }, nullptr);
     if (lost) {
         char msg[256];
         snprintf(msg, sizeof(msg),

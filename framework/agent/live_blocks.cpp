@@ -51,7 +51,7 @@ inline uint64_t key_of(uint16_t type, uint64_t ptr) { return ptr | (static_cast<
 
 }  // namespace
 
-bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size) {
+bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, bool count_overflow) {
     if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
     const uint64_t key = key_of(type, ptr);
     const uint64_t val = (size > kSizeMask ? kSizeMask : size) | (static_cast<uint64_t>(dev_kind & 0xF) << 44) |
@@ -73,7 +73,7 @@ bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, 
             }
         }
     }
-    g_overflow.fetch_add(1, std::memory_order_relaxed);
+    if (count_overflow) g_overflow.fetch_add(1, std::memory_order_relaxed);
     return false;
 }
 
@@ -89,9 +89,9 @@ bool note_free(uint16_t type, uint64_t ptr) {
             Slot& s = t[(h + i) & mask];
             uint64_t k = s.key.load(std::memory_order_acquire);
             if (k == key) {
-                // Only this thread frees this block: nobody else changes the slot now.
-                s.key.store(kTomb, std::memory_order_release);
-                return true;
+                // Only this thread frees this block; a drain may take the
+                // slot at the same time (then the block was written).
+                return s.key.compare_exchange_strong(k, kTomb, std::memory_order_acq_rel, std::memory_order_relaxed);
             }
             if (k == kEmpty) break;  // the key was never placed past an empty slot
         }

@@ -27,8 +27,10 @@ struct Block {
 };
 
 // Remembers a block (false: not remembered: a full table, or an address or
-// type the table cannot hold).
-bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size);
+// type the table cannot hold; counted as lost unless count_overflow is
+// false, for a caller that writes the block another way).
+bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
+                bool count_overflow = true);
 // Forgets a block (false: it was not in the table).
 bool note_free(uint16_t type, uint64_t ptr);
 // Calls fn for every block held and empties the table. Returns how many

@@ -193,6 +193,8 @@ bool Pipeline::account(Record& r) {
     ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
     ev.process_used = process_used_;
     host_totals(ev, key, used);
+    if (ev.kind == MSMS_EV_MALLOC && ev.type == MSMS_T_HOST && is_import_shadow(r))
+        ++device_totals_[msmemscope::device_label(ev) + "/HOST"].import_shadows;
     if (is_shadow(r)) {
         // counted, not written; no stacks either (upstream's shadow rows: the
         // block was made before, these would be the reporting call's)

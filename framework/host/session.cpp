@@ -434,8 +434,13 @@ int Session::print_summary(std::ostream& out) const {
         if (s.stragglers) out << ", late: " << s.stragglers;
         if (s.corrupt) out << ", corrupt records: " << s.corrupt;
         out << "\n";
-        for (auto& [dev, t] : s.totals)
+        for (auto& [dev, t] : s.totals) {
             out << "  " << dev << ": peak " << human(t.peak) << ", final " << human(t.used) << "\n";
+            if (t.import_shadows)
+                out << "  " << dev << ": " << t.import_shadows
+                    << " block(s) that Python imports left live are shadow rows without stacks; the imports' "
+                       "other allocations are not written (host_heap.python_imports=fold)\n";
+        }
         // Analyzer reports at column 0, as upstream prints them (its leak
         // report: grep '^======'); each analyzer indents its own details.
         for (auto& line : s.report) out << line << "\n";

@@ -36,4 +36,13 @@ bool is_shadow(const Record& r) {
     return false;
 }
 
+bool is_import_shadow(const Record& r) {
+    bool shadow = false, import = false;
+    for (auto& a : r.attrs) {
+        if (a.first == "shadow") shadow = a.second == "true";
+        else if (a.first == "import") import = a.second == "true";
+    }
+    return shadow && import;
+}
+
 }  // namespace msms

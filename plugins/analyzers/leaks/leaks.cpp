@@ -81,14 +81,27 @@ bool allocator_frame(const std::string& line) {
 // Where a block written as a shadow MALLOC (allocated while collection was
 // off, reported when it started; no stack) comes from, in the report.
 constexpr const char* kBeforeStart = "before collection started (no stack: allocated while collection was off)";
+// A shadow MALLOC with Attr import:true: a host block that a Python import
+// made and that was still live when the import ended (framework/agent/import_fold.h).
+constexpr const char* kImport =
+    "while importing Python modules (no stack: host_heap.python_imports=fold; =record keeps the stacks)";
 
-bool is_shadow(const msms_event& ev) {
+bool has_true(const msms_event& ev, const char* key) {
+    size_t n = strlen(key);
     for (uint32_t i = 0; i < ev.attr_count; ++i) {
         const msms_kv& a = ev.attrs[i];
-        if (a.key.size == 6 && memcmp(a.key.data, "shadow", 6) == 0)
+        if (a.key.size == n && memcmp(a.key.data, key, n) == 0)
             return a.value.size == 4 && memcmp(a.value.data, "true", 4) == 0;
     }
     return false;
+}
+
+bool is_shadow(const msms_event& ev) { return has_true(ev, "shadow"); }
+
+// Where a shadow block came from (kBeforeStart or kImport); nullptr: not a shadow.
+const char* shadow_origin(const msms_event& ev) {
+    if (!is_shadow(ev)) return nullptr;
+    return has_true(ev, "import") ? kImport : kBeforeStart;
 }
 
 // The first frame of a C stack outside the allocator and libc's wrappers
@@ -250,7 +263,7 @@ private:
     struct ExitBlock {
         uint64_t size, step, kernel, malloc_id, ts;
         uint32_t stack;
-        bool before_start;  // a shadow MALLOC: allocated while collection was off, no stack
+        const char* shadow;  // a shadow MALLOC (no stack): kBeforeStart or kImport; else nullptr
     };
     struct Device {
         std::unordered_map<BlockKey, PoolBlock, BlockKeyHash> pool;
@@ -314,7 +327,7 @@ private:
             d.exit.erase(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
             d.exit[block_key(ev)] = ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
-                                              stack_of(ev), is_shadow(ev)};
+                                              stack_of(ev), shadow_origin(ev)};
         }
     }
 
@@ -540,7 +553,7 @@ private:
             if (shown < max_lines_) {
                 lines.push_back("    " + pool_name(k->type) + " block of " + mb(b->size) + " Mb(s) at " + hex(k->ptr) +
                                 " in kernel_" + std::to_string(b->kernel) + " at step " + std::to_string(b->step) +
-                                (b->before_start ? ", allocated at: " + std::string(kBeforeStart)
+                                (b->shadow       ? ", allocated at: " + std::string(b->shadow)
                                  : st.empty()    ? std::string()
                                                  : ", allocated at: " + site_of(st)));
                 ++shown;
@@ -566,7 +579,7 @@ private:
         uint64_t host_bytes = 0;
         for (auto& [k, b] : host) {
             const std::string& st = stacks_.text(b->stack);
-            std::string site = b->before_start ? std::string(kBeforeStart)
+            std::string site = b->shadow ? std::string(b->shadow)
                                : st.empty()       ? std::string()
                                                   : site_of(st);
             Group& g = groups[site];

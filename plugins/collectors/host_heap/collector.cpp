@@ -17,6 +17,19 @@ public:
     static constexpr const char* kDevices = "cpu";
 
     HostHeapCollector(msmemscope::Host, const msmemscope::Options&) {}
+
+    // Read in the target (the agent's options) by the Python package's CLI
+    // boot: bindings/msmemscope/_boot.py, framework/agent/import_fold.h.
+    static const msms_option_spec* options(uint32_t& count) {
+        static const msms_option_spec specs[] = {
+            {"python_imports", MSMS_OPT_ENUM, "fold", "fold|record", 0, 0,
+             "Python targets: host blocks allocated while the interpreter imports modules of the Python installation "
+             "(standard library, site-packages) get no row of their own; those still live when the import ends are "
+             "written then as MALLOC rows with Attr shadow:true,import:true and no stacks (fold), or every "
+             "allocation and free is written with its stacks (record)"}};
+        count = 1;
+        return specs;
+    }
 };
 
 }  // namespace

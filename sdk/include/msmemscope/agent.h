@@ -81,6 +81,20 @@ void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uin
 int msms_agent_off_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr, uint64_t size);
 void msms_agent_off_free(uint16_t type, uint64_t ptr);
 
+/* The calling thread enters / leaves the import of a Python module (the
+ * Python package's CLI boot calls these around the import machinery when
+ * host_heap.python_imports=fold, the default). Scopes nest. While one is
+ * open and collection is on, HOST blocks the thread allocates are only
+ * remembered; when its outermost scope ends, those still live are written
+ * as MALLOC rows with Attr shadow:true,import:true and no stacks, and their
+ * later FREEs are written as usual. Blocks allocated and freed inside the
+ * scope are not written. (Newer agents only: look them up with dlsym.) */
+void msms_agent_import_enter(void);
+void msms_agent_import_leave(void);
+/* The interpreter starts its shutdown (after the program's atexit
+ * handlers): from now on HOST frees are written without stacks. */
+void msms_agent_import_finalizing(void);
+
 /* Any other event. `name` and `attrs` may be NULL. */
 void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_t device_id,
                       uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1, const char* name,

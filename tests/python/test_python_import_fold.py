@@ -1,0 +1,163 @@
+"""Host-heap rows of Python imports under the CLI with --device=cpu
+(host_heap.python_imports: framework/agent/import_fold.h, bindings/msmemscope/_boot.py).
+
+Default (fold): while the interpreter loads a module of the Python installation
+(here: one in the user site-packages, PYTHONUSERBASE), its host blocks get no
+rows of their own; those still live when the import ends are MALLOC rows with
+Attr shadow:true,import:true and no stacks, whose FREE pairs with them. The
+program's own modules and the program's body are recorded as always, so the
+body's rows and leak figures are the same as with python_imports=record, which
+writes every import-time allocation with its stacks."""
+import csv
+import re
+import textwrap
+
+import pytest
+
+from conftest import CLI, DUMP_HEADER, dump_files, parse_attr, process_dirs, run_cli
+
+PY = "/usr/bin/python3"
+
+# Sizes are odd so that no other block of the run has them; bytearray(n)
+# allocates n + 1 bytes with malloc (n > 512).
+INSTALLED_KEPT, INSTALLED_TEMP = 777776, 555554     # in the "installed" module (user site)
+OWN_KEPT = 333332                                   # in the program's own module
+BODY_LEAK, BODY_TEMP = 123457, 76543                # libc malloc in the body (the leak is never freed)
+
+INSTALLED_MOD = f"""
+    KEPT = bytearray({INSTALLED_KEPT})
+    _temp = bytearray({INSTALLED_TEMP})
+    del _temp
+"""
+OWN_MOD = f"""
+    import fold_installed_probe
+    OWN = bytearray({OWN_KEPT})
+"""
+PROGRAM = f"""
+    import ctypes
+    import own_probe
+
+    def body():
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.free.argtypes = [ctypes.c_void_p]
+        libc.malloc({BODY_LEAK})
+        libc.free(libc.malloc({BODY_TEMP}))
+
+    body()
+    print("done", len(own_probe.fold_installed_probe.KEPT), len(own_probe.OWN))
+"""
+
+
+def read_rows(procdir):
+    (dump,) = dump_files(procdir)
+    with open(dump, newline="") as f:
+        r = csv.reader(f)
+        assert next(r) == DUMP_HEADER
+        rows = [dict(zip(DUMP_HEADER, rec)) for rec in r]
+    for row in rows:
+        row["attr"] = parse_attr(row["Attr"])
+    return rows
+
+
+def run(tmp_path, mode):
+    work = tmp_path / mode
+    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "fold_installed_probe.py").write_text(textwrap.dedent(INSTALLED_MOD))
+    (work / "own_probe.py").write_text(textwrap.dedent(OWN_MOD))
+    (work / "prog.py").write_text(textwrap.dedent(PROGRAM))
+    args = ["--device=cpu", "--events=alloc,free", "--call-stack=c,python", "--analysis=leaks,decompose",
+            "--output-path=out"]
+    if mode == "record":
+        args.append("--plugin-option=host_heap.python_imports=record")
+    p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"done {INSTALLED_KEPT} {OWN_KEPT}" in p.stdout
+    (procdir,) = process_dirs(work / "out")
+    return p, read_rows(procdir)
+
+
+def host(rows, event, size=None):
+    return [r for r in rows if r["Event"] == event and r["Event Type"] == "HOST"
+            and (size is None or r["attr"].get("size") == str(size))]
+
+
+def freed(rows, malloc_row):
+    """The FREE rows of malloc_row's block (same allocation_id)."""
+    return [r for r in host(rows, "FREE") if r["attr"]["allocation_id"] == malloc_row["attr"]["allocation_id"]]
+
+
+def body_rows(rows):
+    """(event, size, Python frames of prog.py) of the host rows whose Python
+    stack is in the program's body, leaving out msmemscope's own caches."""
+    out = []
+    for r in host(rows, "MALLOC") + host(rows, "FREE"):
+        py = r["Call Stack(Python)"]
+        if "prog.py" not in py or "in body" not in py and "): body" not in py:
+            continue
+        if "msms_py::" in r["Call Stack(C)"]:
+            continue
+        frames = tuple(l.rpartition("/")[2] for l in py.splitlines() if "prog.py" in l)
+        out.append((r["Event"], r["attr"].get("size"), frames))
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fold")
+    return run(tmp, "fold"), run(tmp, "record")
+
+
+def test_installed_module_blocks_still_live_are_shadow_rows(both):
+    (p, rows), _ = both
+    kept = host(rows, "MALLOC", INSTALLED_KEPT + 1)
+    assert len(kept) == 1, kept
+    k = kept[0]
+    assert k["attr"].get("shadow") == "true" and k["attr"].get("import") == "true", k
+    assert k["Call Stack(Python)"] == "" and k["Call Stack(C)"] == "", k
+    # its free at the interpreter's shutdown pairs with it
+    assert len(freed(rows, k)) == 1
+    # a block made and freed during the import has no row at all
+    assert host(rows, "MALLOC", INSTALLED_TEMP + 1) == []
+    # every import shadow row is a MALLOC without stacks; the summary counts them
+    shadows = [r for r in host(rows, "MALLOC") if r["attr"].get("import") == "true"]
+    assert all(r["attr"].get("shadow") == "true" and not r["Call Stack(C)"] and not r["Call Stack(Python)"]
+               for r in shadows)
+    m = re.search(r"^  cpu/HOST: (\d+) block\(s\) that Python imports left live are shadow rows without stacks; "
+                  r"the imports' other allocations are not written \(host_heap.python_imports=fold\)$", p.stdout, re.M)
+    assert m, p.stdout
+    assert int(m.group(1)) == len(shadows) >= 1
+
+
+def test_program_own_module_is_recorded_with_stacks(both):
+    (_, rows), _ = both
+    own = host(rows, "MALLOC", OWN_KEPT + 1)
+    assert len(own) == 1 and "shadow" not in own[0]["attr"], own
+    assert "own_probe.py" in own[0]["Call Stack(Python)"] and own[0]["Call Stack(C)"]
+
+
+def test_record_writes_every_import_allocation_with_stacks(both):
+    _, (p, rows) = both
+    assert not [r for r in rows if r["attr"].get("import") == "true"]
+    assert "python_imports=fold" not in p.stdout
+    for size in (INSTALLED_KEPT + 1, INSTALLED_TEMP + 1):
+        (m,) = host(rows, "MALLOC", size)
+        assert "fold_installed_probe.py" in m["Call Stack(Python)"] and m["Call Stack(C)"], m
+    (t,) = host(rows, "MALLOC", INSTALLED_TEMP + 1)
+    assert len(freed(rows, t)) == 1
+
+
+def test_body_rows_and_leak_figures_are_the_same(both):
+    (pf, fold), (pr, record) = both
+    fb, rb = body_rows(fold), body_rows(record)
+    assert fb == rb
+    assert (("MALLOC", str(BODY_LEAK), ) in {x[:2] for x in fb}
+            and ("FREE", str(BODY_TEMP)) in {x[:2] for x in fb}), fb
+    # the leak report's line of the body's block is the same
+    line = [l for l in pf.stdout.splitlines() if f"{BODY_LEAK} bytes" in l]
+    assert len(line) == 1 and line == [l for l in pr.stdout.splitlines() if f"{BODY_LEAK} bytes" in l], pf.stdout
+    # decompose: the body's block has the same owner in both
+    for rows in (fold, record):
+        (leak,) = host(rows, "MALLOC", BODY_LEAK)
+        assert leak["attr"].get("owner") == "HOST" and "prog.py" in leak["Call Stack(Python)"]
