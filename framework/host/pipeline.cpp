@@ -72,7 +72,8 @@ void Pipeline::start(const RunContext& run) {
     // said on stderr by the supervisor already, here in the run's log.
     for (auto& note : supervisor::exclusion_notes())
         if (run_.log) run_.log->error(note);
-    auto make = [&](const std::string& name, int kind, std::vector<Instance>& into) {
+    using Opts = std::vector<std::pair<std::string, std::string>>;
+    auto make = [&](const std::string& name, int kind, std::vector<Instance>& into, const Opts& host_opts = {}) {
         const LoadedPlugin* p = registry_.find(name, kind);
         if (!p || supervisor::excluded(name)) return;
         Instance inst;
@@ -80,10 +81,15 @@ void Pipeline::start(const RunContext& run) {
         inst.slot = supervisor::register_plugin(name);
         inst.d = p->descriptor;
         inst.keep_library = p->library;
-        std::vector<std::pair<std::string, std::string>> opts;
+        Opts opts;
         auto it = cfg_.plugin_options.find(name);
         if (it != cfg_.plugin_options.end())
             for (auto& kv : it->second) opts.emplace_back(kv.first, kv.second);
+        for (auto& h : host_opts) {  // the host's own settings win
+            opts.erase(std::remove_if(opts.begin(), opts.end(), [&](auto& o) { return o.first == h.first; }),
+                       opts.end());
+            opts.push_back(h);
+        }
         std::vector<msms_kv> kv;
         for (auto& o : opts)
             kv.push_back({{o.first.data(), static_cast<uint32_t>(o.first.size())},
@@ -102,12 +108,28 @@ void Pipeline::start(const RunContext& run) {
         }
         into.push_back(std::move(inst));
     };
-    for (auto& a : cfg_.analyzers) make(a, MSMS_KIND_ANALYZER, analyzers_);
+    // In a live run the oom analyzer writes the rows of an out-of-memory
+    // failure: the host hands it the collectors' OOM_TRIGGER (feed()) and it
+    // writes OOM_Snapshot first, then the trigger and its details, in
+    // upstream's order (csrc/event_trace/hal_hooks/hal_hooks.cpp HandleOOM).
+    const Opts oom_live{{"write_trigger", "true"}};
+    auto selected = [&](const char* name) {
+        return std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), name) != cfg_.analyzers.end();
+    };
+    for (auto& a : cfg_.analyzers)
+        make(a, MSMS_KIND_ANALYZER, analyzers_, !cfg_.analyze && a == "oom" ? oom_live : Opts{});
     // watcher.watch() in the target sends checkpoints without --watch: the
     // watch analyzer (passive: it only acts on "msmemscope.watch" marks) is
     // always there in a live run to write them.
-    if (!cfg_.analyze && std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "watch") == cfg_.analyzers.end())
-        make("watch", MSMS_KIND_ANALYZER, analyzers_);
+    if (!cfg_.analyze && !selected("watch")) make("watch", MSMS_KIND_ANALYZER, analyzers_);
+    // Upstream writes the OOM_Snapshot row at every failure whatever the
+    // analyses; the trigger and the blocks only with its oom analysis. So
+    // without `oom` the analyzer is there too, writing the snapshot only.
+    if (!cfg_.analyze && !selected("oom"))
+        make("oom", MSMS_KIND_ANALYZER, analyzers_, {{"write_trigger", "true"}, {"details", "false"}});
+    if (!cfg_.analyze)
+        for (size_t i = 0; i < analyzers_.size(); ++i)
+            if (analyzers_[i].name == "oom") oom_analyzer_ = i;
     for (auto& s : cfg_.sinks) make(s, MSMS_KIND_SINK, sinks_);
 
     msms_run_info info{};
@@ -364,11 +386,11 @@ void Pipeline::build_views(Record& r) {
     attrs_dirty_ = false;
 }
 
-void Pipeline::dispatch(Record& r, size_t first_analyzer) {
+void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, bool to_sinks) {
     Record* saved = current_;
     current_ = &r;
     build_views(r);
-    for (size_t i = first_analyzer; i < analyzers_.size(); ++i) {
+    for (size_t i = first_analyzer; i < std::min(end_analyzer, analyzers_.size()); ++i) {
         Instance& a = analyzers_[i];
         if (!a.alive) continue;
         current_analyzer_ = i;
@@ -382,7 +404,7 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer) {
         if (attrs_dirty_) build_views(r);
     }
     for (auto& s : sinks_) {
-        if (!s.alive) continue;
+        if (!s.alive || !to_sinks) continue;
         int rc;
         {
             supervisor::CallScope in(s.slot, PluginCall::OnEvent);
@@ -407,10 +429,22 @@ void Pipeline::feed(Record& r) {
         dispatch(s, 0);
     }
     shadow_before_.clear();
-    if (r.ev.id == 0 || accounting_) r.ev.id = ++next_id_;
-    else if (r.ev.id > next_id_) next_id_ = r.ev.id;  // the source's own IDs (offline): annotate/emit stay valid
     ++events_;
-    dispatch(r, 0);
+    if (r.ev.kind == MSMS_EV_OOM_DETAIL && r.ev.type == MSMS_T_OOM_TRIGGER && oom_analyzer_ < analyzers_.size() &&
+        analyzers_[oom_analyzer_].alive) {
+        // A collector's out-of-memory failure: the analyzers up to oom see
+        // it (ID 0: not a row), oom writes the rows (start()).
+        r.ev.id = 0;
+        dispatch(r, 0, oom_analyzer_ + 1, false);
+        if (!analyzers_[oom_analyzer_].alive) {  // it failed on it: the trigger is written as it came
+            r.ev.id = ++next_id_;
+            dispatch(r, oom_analyzer_ + 1);
+        }
+    } else {
+        if (r.ev.id == 0 || accounting_) r.ev.id = ++next_id_;
+        else if (r.ev.id > next_id_) next_id_ = r.ev.id;  // the source's own IDs (offline): annotate/emit stay valid
+        dispatch(r, 0);
+    }
     while (!emitted_.empty()) {
         auto item = std::move(emitted_.front());
         emitted_.pop_front();

@@ -96,7 +96,8 @@ private:
     // first_consumer: 0 = analyzers and sinks, SIZE_MAX = the sinks only.
     void shadow_frees_at_end(size_t first_consumer = SIZE_MAX);
     uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
-    void dispatch(Record& r, size_t first_analyzer);
+    // To the analyzers [first_analyzer, end_analyzer), then (to_sinks) every sink.
+    void dispatch(Record& r, size_t first_analyzer, size_t end_analyzer = SIZE_MAX, bool to_sinks = true);
     void build_views(Record& r);
     void plugin_failed(Instance& inst, const std::string& what);
     // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
@@ -117,6 +118,7 @@ private:
     msms_host_api api_{};
     std::vector<Instance> analyzers_, sinks_;
     bool accounting_ = true;
+    size_t oom_analyzer_ = SIZE_MAX;  // live runs: the oom analyzer, which writes OOM_TRIGGER rows
     bool finished_ = false;
 
     // current event (for add_attr)

@@ -53,8 +53,9 @@ def test_oom_writes_recent_and_top_blocks_and_snapshots(cli, tmp_path):
     rows = read_dump(dump_files(process_dirs(tmp_path / "out")[0])[0])
     kinds = [(r["Event"], r["Event Type"], r["Name"]) for r in rows if r["Event"] in ("OOM_DETAIL", "SNAPSHOT")]
     # upstream's row names (csrc/event_trace/event_report.cpp); the function is in Attr func
-    assert kinds[0] == ("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger")
-    assert kinds[1] == ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot")
+    # upstream's order (hal_hooks.cpp HandleOOM): the snapshot, then the trigger
+    assert kinds[0] == ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot")
+    assert kinds[1] == ("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger")
     assert [k[1] for k in kinds[2:8]] == ["OOM_RECENT_ALLOC"] * 3 + ["OOM_TOP_ALLOC"] * 3
     assert kinds[8] == ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot_After")
     assert {k[2] for k in kinds[2:5]} == {"OOM_RecentAlloc"} and {k[2] for k in kinds[5:8]} == {"OOM_TopAlloc"}

@@ -115,17 +115,30 @@ def test_pinned_rows_need_device_cpu(cli, test_bin, tmp_path):
         x[1] != "HOST_PINNED" for x in rows(d, "cpu"))
 
 
-def test_out_of_memory_records_oom_trigger(cli, test_bin, tmp_path):
-    p, d = run_cuda(cli, tmp_path, test_bin / "cuda_driver_prog", ["oom"], env={"FAKE_CUDA_MEM_LIMIT": "1048576"})
+def test_out_of_memory_rows_as_upstream(cli, test_bin, tmp_path):
+    # Upstream (hal_hooks.cpp HandleOOM) writes the OOM_Snapshot row at every
+    # failure; the trigger and the blocks only with its oom analysis.
+    env = {"FAKE_CUDA_MEM_LIMIT": "1048576"}
+    (tmp_path / "none").mkdir()
+    (tmp_path / "oom").mkdir()
+    p, d = run_cuda(cli, tmp_path / "none", test_bin / "cuda_driver_prog", ["oom"], env=env)
     assert "oom rc=2" in p.stdout
-    assert rows(d, "0") == [
-        ("MALLOC", "HAL", "N/A", "0", ptr(D0),
-         f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:524288,alloc_type:alloc,process_used:524288,device_used:524288,driver:cuda}}"),
-        ("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger", "0", "N/A",
-         "{func:cuMemAlloc_v2,req_size:1048576,flag:0,ret:2,driver:cuda}"),
-        ("FREE", "HAL", "N/A", "0", ptr(D0),
-         f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:0,process_used:0,device_used:0}}"),
-    ]
+    malloc = ("MALLOC", "HAL", "N/A", "0", ptr(D0),
+              f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:524288,alloc_type:alloc,process_used:524288,device_used:524288,driver:cuda}}")
+    snapshot = ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot", "0", "N/A",
+                "{reserved:0,max_reserved:0,allocated:524288,max_allocated:524288,total:0,free:0,"
+                "device_rate:0.000000,reserved_rate:0.000000}")
+    free = ("FREE", "HAL", "N/A", "0", ptr(D0),
+            f"{{allocation_id:1,addr:{ptr(D0)},size:524288,used:0,process_used:0,device_used:0}}")
+    assert rows(d, "0") == [malloc, snapshot, free]
+    assert "1 out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds" in p.stdout
+    p, d = run_cuda(cli, tmp_path / "oom", test_bin / "cuda_driver_prog", ["oom"], env=env, extra=["--analysis=oom:1"])
+    got = rows(d, "0")
+    assert got[:3] == [malloc, snapshot, ("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger", "0", "N/A",
+                                          "{func:cuMemAlloc_v2,req_size:1048576,flag:0,ret:2,driver:cuda}")]
+    # then the blocks, and our OOM_Snapshot_After at the next memory event (the FREE)
+    assert [g[1] for g in got[3:]] == ["OOM_RECENT_ALLOC", "OOM_TOP_ALLOC", "HAL", "SNAPSHOT"]
+    assert got[-1][2] == "OOM_Snapshot_After"
 
 
 def test_kernel_launch_names_and_streams(cli, test_bin, tmp_path):

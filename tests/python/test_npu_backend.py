@@ -62,12 +62,14 @@ class Accounting:
         self.next_id = 0
         self.live = {}  # (pool, ptr) -> (id, size)
         self.used = {}
+        self.peak = {}
         self.driver = 0  # HAL bytes of this device = process_used = device_used
 
     def malloc(self, pool, ptr, size, extra):
         self.next_id += 1
         self.live[(pool, ptr)] = (self.next_id, size)
         self.used[pool] = self.used.get(pool, 0) + size
+        self.peak[pool] = max(self.peak.get(pool, 0), self.used[pool])
         if pool == "HAL":
             self.driver += size
         a = {"allocation_id": str(self.next_id), "addr": hexptr(ptr), "size": str(size),
@@ -108,8 +110,15 @@ def expected_device1(f):
         rows.append(acc.free("HAL", tmp))
         if step == 5:
             flag = 1 | (1 << 10) | (33 << 56)
-            rows.append(("OOM_DETAIL", "OOM_TRIGGER", "OOM_Trigger", "1", "N/A",
-                         {"func": "halMemAlloc", "req_size": str(96 * MiB), "flag": str(flag), "ret": "6"}))
+            # without --analysis=oom upstream writes the snapshot only
+            # (hal_hooks.cpp HandleOOM), with the framework's numbers: the
+            # PTA tensors live (not the HAL segment under them again) and
+            # the caching allocator's reserved (the PTA rows' total)
+            alloc = acc.used["PTA"]
+            rows.append(("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot", "1", "N/A", {
+                "reserved": str(64 * MiB), "max_reserved": str(64 * MiB), "allocated": str(alloc),
+                "max_allocated": str(acc.peak["PTA"]), "total": "0", "free": "0", "device_rate": "0.000000",
+                "reserved_rate": f"{100 * alloc / (64 * MiB):f}"}))
         rows.append(acc.free("PTA", a))
         if step == 3:
             leaked = b
@@ -239,6 +248,10 @@ def test_oom_detail(cli, tmp_path):
     [trig] = [r for r in rows if r["Event Type"] == "OOM_TRIGGER"]
     assert (trig["Name"], trig["Device Id"], trig["attr"]) == (
         "OOM_Trigger", "1", {"func": "halMemAlloc", "req_size": str(96 * MiB), "flag": str(flag), "ret": "6"})
+    # upstream's order (hal_hooks.cpp HandleOOM): the snapshot just before the trigger
+    i = rows.index(trig)
+    assert (rows[i - 1]["Event"], rows[i - 1]["Name"], rows[i - 1]["Device Id"]) == ("SNAPSHOT", "OOM_Snapshot", "1")
+    assert rows[i - 1]["attr"]["allocated"] == str(20 * MiB)  # the PTA tensors live: 4 + 8 + the 8 MiB leak
     pool, ws = f["pool"][1], f["ws"][1]
     live = {("HAL", pool, 64 * MiB), ("HAL", ws, 2 * MiB), ("PTA", f["leak"], 8 * MiB),
             ("PTA", pool, 4 * MiB), ("PTA", pool + 4 * MiB + 4 * 8 * MiB, 8 * MiB)}

@@ -2,15 +2,18 @@
 bp_oom.py), under an address-space limit so that the allocator fails after a
 few 512 MiB tensors:
 
-- docs/zh/best_practices §6 (Python API): "OOM 发生时，工具会自动落盘快照信息到
-  memscope_dump_{timestamp}.csv", and the user guide (memory_profile.md): the
-  snapshots before and after the failure are written (Event SNAPSHOT);
+- docs/zh/best_practices §6 (Python API, default analysis leaks): "OOM 发生时，
+  工具会自动落盘快照信息到 memscope_dump_{timestamp}.csv". What upstream's code
+  writes then (csrc/event_trace/hal_hooks/hal_hooks.cpp HandleOOM, without
+  its oom analysis): one SNAPSHOT row named OOM_Snapshot per failure, with
+  torch's numbers (allocated/reserved: the tensors), nothing else;
 - docs/zh/user_guide/memory_analysis.md "OOM分析" (command line,
-  `msmemscope --analysis=oom:30,leaks python train.py`): OOM_DETAIL rows: the
-  trigger (function, requested size), the K most recent and the K largest
-  blocks still allocated (pool, ptr, size, timestamp), recent ones newest
-  first and the largest ones biggest first (upstream's example/oom/oom_utils.py
-  checks), in the existing dump file."""
+  `msmemscope --analysis=oom:30,leaks python train.py`): the OOM_Snapshot
+  row, then OOM_DETAIL rows: the trigger (function, requested size), the K
+  most recent and the K largest blocks still allocated (pool, ptr, size,
+  timestamp), recent ones newest first and the largest ones biggest first
+  (upstream's example/oom/oom_utils.py checks), in the existing dump file.
+The same without --analysis=oom under the CLI: test_oom_rows_plain.py."""
 import resource
 
 import pytest
@@ -36,16 +39,52 @@ def trigger(rows):
     return trig
 
 
+def tensors_made(stdout):
+    n = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("allocated ")]
+    assert len(n) == 1 and n[0] >= 1, stdout
+    return n[0]
+
+
+def check_snapshot(rows, snap, n):
+    """The OOM_Snapshot row at the failure after n tensors: torch's numbers
+    (the tensors live, each once: not the mallocs under them again), the
+    failing thread (the main thread, whose id is the process id)."""
+    assert (snap["Thread Id"], snap["Device Id"]) == (snap["Process Id"], "cpu"), snap
+    tensors = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA" and int(r["ID"]) < int(snap["ID"])]
+    assert [int(r["attr"]["size"]) for r in tensors[-n:]] == [TENSOR] * n
+    assert {r["Thread Id"] for r in tensors} == {snap["Thread Id"]}
+    live = {}
+    for r in rows:
+        if int(r["ID"]) >= int(snap["ID"]):
+            break
+        if r["Event Type"] == "PTA":
+            if r["Event"] == "MALLOC":
+                live[r["Ptr"]] = int(r["attr"]["size"])
+            elif r["Event"] == "FREE":
+                live.pop(r["Ptr"], None)
+    assert sum(live.values()) == n * TENSOR
+    a = snap["attr"]
+    assert list(a) == ["reserved", "max_reserved", "allocated", "max_allocated", "total", "free", "device_rate",
+                       "reserved_rate"]
+    # the CPU has no caching allocator: reserved is what the tensors hold
+    assert a["allocated"] == a["max_allocated"] == a["reserved"] == a["max_reserved"] == str(n * TENSOR), a
+    assert a["reserved_rate"] == "100.000000"
+
+
 def test_oom_snapshot_python_api(tmp_path):
     p = api(tmp_path, "bp_oom.py", preexec_fn=limited)
     assert "OOM detected: " in p.stdout, p.stdout
+    n = tensors_made(p.stdout)
     rows = upstream_layout(only_process(tmp_path / "output"))
-    trig = trigger(rows)
-    names = [r["Name"] for r in rows_of(rows, "SNAPSHOT")]
-    if "OOM_Snapshot" not in names or "OOM_Snapshot_After" not in names:
-        pytest.xfail("issue #20 item 5 (rows): in Python-API mode only the OOM_TRIGGER row is written, "
-                     f"no snapshots before and after it (SNAPSHOT rows: {names})")
-    assert set(rows_of(rows, "SNAPSHOT")[0]["attr"]) >= {"reserved", "allocated", "total", "free"}
+    assert not rows_of(rows, "OOM_DETAIL")  # upstream: only with its oom analysis
+    snaps = rows_of(rows, "SNAPSHOT")
+    assert snaps and {(r["Event Type"], r["Name"]) for r in snaps} == {("SNAPSHOT", "OOM_Snapshot")}, snaps
+    ids = [int(r["ID"]) for r in rows]
+    assert ids == sorted(ids)
+    check_snapshot(rows, snaps[0], n)
+    # written at the failure, before collection stops
+    assert int(snaps[-1]["ID"]) < int(rows_of(rows, "SYSTEM", "STOP_TRACE")[0]["ID"])
+    assert "out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds" in p.stdout, p.stdout[-2000:]
 
 
 def test_oom_analysis_command_line(tmp_path):
@@ -54,6 +93,10 @@ def test_oom_analysis_command_line(tmp_path):
     assert "OOM detected: " in p.stdout, p.stdout[-3000:]
     rows = upstream_layout(only_process(tmp_path / "out"))
     trig = trigger(rows)
+    # upstream's order (hal_hooks.cpp HandleOOM): the snapshot, then the trigger
+    before = [r for r in rows if int(r["ID"]) == int(trig[0]["ID"]) - 1]
+    assert before and (before[0]["Event"], before[0]["Name"]) == ("SNAPSHOT", "OOM_Snapshot"), before
+    check_snapshot(rows, before[0], tensors_made(p.stdout))
     detail = rows_of(rows, "OOM_DETAIL")
     recent = [r for r in detail if r["Event Type"] == "OOM_RECENT_ALLOC"]
     top = [r for r in detail if r["Event Type"] == "OOM_TOP_ALLOC"]
@@ -68,7 +111,7 @@ def test_oom_analysis_command_line(tmp_path):
     assert stamps == sorted(stamps, reverse=True)
     # the tensors made before the failure are the largest blocks still allocated
     assert sizes[0] >= TENSOR
+    # every block once: a tensor is its PTA block, not also the HOST malloc under it
     ptrs = [r["attr"]["ptr"] for r in first_top]
-    if len(set(ptrs)) != len(ptrs):
-        pytest.xfail("issue #20 item 5 (rows): OOM_TOP_ALLOC lists one block twice (HOST and PTA): "
-                     + ", ".join(f"{r['attr']['pool']}:{r['attr']['ptr']}" for r in first_top[:6]))
+    assert len(set(ptrs)) == len(ptrs), [(r["attr"]["pool"], r["attr"]["ptr"]) for r in first_top]
+    assert first_top[0]["attr"]["pool"] == "PTA"

@@ -1,20 +1,32 @@
 // Analyzer `oom[:K]` (COMPAT §2, §4, §6). Collectors report a failed
 // allocation as OOM_DETAIL/OOM_TRIGGER (size = requested bytes, name = the
-// function, aux1 = the error code). On one, this analyzer emits, on the
-// trigger's device:
-//   SNAPSHOT "OOM_Snapshot"         the device's numbers just before the failure
+// function, aux1 = the error code). At each one this analyzer emits, on the
+// trigger's device, in upstream's order (csrc/event_trace/hal_hooks/
+// hal_hooks.cpp HandleOOM: the snapshot first, then the trigger and the
+// blocks):
+//   SNAPSHOT "OOM_Snapshot"         the device's numbers at the failure, with
+//                                   the failing call's stacks
+//   OOM_DETAIL/OOM_TRIGGER          (write_trigger: the host hands the
+//                                   collectors' trigger to this analyzer in a
+//                                   live run instead of writing it)
 //   OOM_RECENT_ALLOC x K            the K most recently allocated live blocks
 //   OOM_TOP_ALLOC x K               the K largest live blocks
 //   SNAPSHOT "OOM_Snapshot_After"   at the next memory event of that device
-//                                   (or at the end of the run)
+//                                   (or at the end of the run); ours, not
+//                                   upstream's (its docs promise snapshots
+//                                   "before and after" the failure)
+// With details=false (what the host loads when `oom` is not selected: the
+// rows upstream writes without its oom analysis) only OOM_Snapshot.
 // (upstream's row names: the sinks write OOM_DETAIL rows as OOM_Trigger,
 // OOM_RecentAlloc, OOM_TopAlloc; SNAPSHOT keys as upstream's dump.cpp.)
 // OOM_RECENT/TOP_ALLOC carry Attr pool, ptr, size, timestamp, step, kernel,
 // client and the block's stacks. Each byte once (DESIGN §8): a framework
 // block at the address of a live host heap block (a CPU tensor's storage)
 // is listed and counted under the framework only. The rows of a failure
-// carry the failing thread's process and thread id. A failing loop does not flood the output:
-// details are written at most once per `interval_ms` of event time per device.
+// carry the failing thread's process and thread id. A failing loop does not
+// flood the output: as upstream, the snapshot and the trigger are written at
+// every failure, the blocks at most once per `interval_ms` of event time per
+// device.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
@@ -44,6 +56,11 @@ public:
             {"K", MSMS_OPT_INT, "10", nullptr, 1, 1000, "how many recent and largest live blocks to write"},
             {"interval_ms", MSMS_OPT_INT, "1000", nullptr, 0, 3600000,
              "at most one detail dump per device in this much event time"},
+            {"details", MSMS_OPT_BOOL, "true", nullptr, 0, 0,
+             "false: only the OOM_Snapshot row at a failure (upstream's rows without its oom analysis)"},
+            {"write_trigger", MSMS_OPT_BOOL, "false", nullptr, 0, 0,
+             "write the OOM_TRIGGER row after OOM_Snapshot (set by the host in a live run, where it hands "
+             "the trigger to this analyzer instead of writing it)"},
         };
         count = sizeof(specs) / sizeof(specs[0]);
         return specs;
@@ -52,9 +69,20 @@ public:
     OomAnalyzer(msmemscope::Host host, const msmemscope::Options& opts) : host_(host) {
         k_ = static_cast<size_t>(opts.get_int("K", 10));
         interval_ns_ = static_cast<uint64_t>(opts.get_int("interval_ms", 1000)) * 1000000ull;
+        details_ = opts.get_bool("details", true);
+        write_trigger_ = opts.get_bool("write_trigger", false);
     }
 
     void on_event(const msms_event& ev) override {
+        if (!details_) {
+            if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE)
+                light(devices_[dev_key(ev)], ev, !driver_pool(ev.type));
+            else if (ev.kind == MSMS_EV_SNAPSHOT)
+                remember_device_memory(ev);
+            else if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER)
+                on_trigger(ev);
+            return;
+        }
         uint64_t ended = 0;
         steps_.feed(ev, ended);
         if (ev.kind == MSMS_EV_KERNEL_LAUNCH ||
@@ -68,17 +96,24 @@ public:
                 d.after_pending = false;
                 snapshot(dev_key(ev), d, "OOM_Snapshot_After", ev.timestamp_ns, d.trigger_pid, d.trigger_tid);
             }
-            bool framework_malloc = ev.kind == MSMS_EV_MALLOC && !driver_pool(ev.type);
+            const bool fw = !driver_pool(ev.type);
+            bool framework_malloc = ev.kind == MSMS_EV_MALLOC && fw;
             if (d.peak_pending && !framework_malloc) d.peak = std::max(d.peak, d.allocated);
             d.peak_pending = false;
             BlockKey k = block_key(ev);
             if (ev.kind == MSMS_EV_MALLOC) {
                 auto old = d.live.find(k);
                 if (old != d.live.end() && !old->second.taken) d.allocated -= static_cast<int64_t>(old->second.size);
+                if (old != d.live.end() && fw) d.fw_allocated -= static_cast<int64_t>(old->second.size);
                 Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
                         std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
                 d.live[k] = std::move(b);
                 d.allocated += static_cast<int64_t>(ev.size);
+                if (fw) {
+                    d.fw_seen = true;
+                    d.fw_allocated += static_cast<int64_t>(ev.size);
+                    d.fw_peak = std::max(d.fw_peak, d.fw_allocated);
+                }
                 // Each byte once (DESIGN §8): a framework block at the address
                 // of a live host heap block (a CPU tensor's storage from
                 // malloc) is that block; it counts and is listed under the
@@ -93,15 +128,15 @@ public:
                 // a new host block may be taken by the next event: its peak waits
                 if (ev.type == MSMS_T_HOST) d.peak_pending = true;
                 else d.peak = std::max(d.peak, d.allocated);
-                if (ev.pool_total >= 0) d.reserved[ev.type] = ev.pool_total;
             } else {
                 auto it = d.live.find(k);
                 if (it != d.live.end()) {
                     if (!it->second.taken) d.allocated -= static_cast<int64_t>(it->second.size);
+                    if (fw) d.fw_allocated -= static_cast<int64_t>(it->second.size);
                     d.live.erase(it);
                 }
-                if (ev.pool_total >= 0) d.reserved[ev.type] = ev.pool_total;
             }
+            remember_reserved(d, ev, fw);
             if (ev.device_used >= 0) d.device_used = ev.device_used;
             return;
         }
@@ -115,9 +150,13 @@ public:
                 d.after_pending = false;
                 snapshot(dk, d, "OOM_Snapshot_After", 0, d.trigger_pid, d.trigger_tid);
             }
-        if (triggers_)
+        if (triggers_ && details_)
             host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
                          std::to_string(dumps_) + " detail dump(s) written (OOM_DETAIL rows)");
+        else if (triggers_)
+            host_.report("oom: " + std::to_string(triggers_) +
+                         " out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds the failing "
+                         "call and the most recent and largest live blocks (OOM_DETAIL rows)");
     }
 
 private:
@@ -129,9 +168,16 @@ private:
     };
     struct Device {
         std::unordered_map<BlockKey, Block, BlockKeyHash> live;
-        int64_t allocated = 0, peak = 0, device_used = -1;
+        int64_t allocated = 0, peak = 0, device_used = -1, device_peak = 0;
+        std::map<uint16_t, int64_t> fw_used;  // details=false: each framework pool's running live bytes
         std::map<uint16_t, int64_t> reserved;
-        int64_t peak_reserved = 0;
+        int64_t peak_reserved = 0, fw_peak_reserved = 0;
+        // The framework pools' live bytes (PTA, MindSpore, ATB ...): what
+        // upstream's snapshot calls allocated (torch's memory_allocated)
+        // once the device has any; the driver and host blocks under them
+        // are not counted again.
+        bool fw_seen = false;
+        int64_t fw_allocated = 0, fw_peak = 0;
         uint64_t total = 0, free = 0;  // the device's memory, from its last SNAPSHOT row (0: not known)
         bool after_pending = false;
         bool peak_pending = false;
@@ -158,6 +204,51 @@ private:
         return e;
     }
 
+    // details=false (every live run, so it must be cheap): no block list;
+    // the numbers come from the host's running totals (the framework pools'
+    // live bytes, the device's driver bytes without mappings of them).
+    void light(Device& d, const msms_event& ev, bool fw) {
+        if (fw && ev.pool_used >= 0) {
+            d.fw_seen = true;
+            d.fw_used[ev.type] = ev.pool_used;
+            d.fw_allocated = 0;
+            for (auto& [t, u] : d.fw_used) d.fw_allocated += u;
+            d.fw_peak = std::max(d.fw_peak, d.fw_allocated);
+        }
+        if (ev.device_used >= 0) {
+            d.device_used = ev.device_used;
+            d.device_peak = std::max(d.device_peak, ev.device_used);
+        }
+        remember_reserved(d, ev, fw);
+    }
+
+    int64_t allocated_now(const Device& d) const {
+        return d.fw_seen ? d.fw_allocated : details_ ? d.allocated : std::max<int64_t>(d.device_used, 0);
+    }
+
+    static int64_t reserved_sum(const Device& d, bool framework_only) {
+        int64_t sum = 0;
+        for (auto& [t, r] : d.reserved)
+            if (!framework_only || !driver_pool(t)) sum += r;
+        return sum;
+    }
+
+    // A pool's reserved bytes: the event's pool total, or the collector's
+    // Attr total (a framework pool's rows carry the allocator's reserved).
+    void remember_reserved(Device& d, const msms_event& ev, bool fw) {
+        int64_t total = ev.pool_total;
+        if (total < 0 && fw) {
+            std::string v(msmemscope::attr(ev, "total"));
+            char* end = nullptr;
+            long long n = std::strtoll(v.c_str(), &end, 10);
+            if (!v.empty() && !*end && n >= 0) total = n;
+        }
+        if (total < 0) return;
+        d.reserved[ev.type] = total;
+        d.peak_reserved = std::max(d.peak_reserved, reserved_sum(d, false));
+        d.fw_peak_reserved = std::max(d.fw_peak_reserved, reserved_sum(d, true));
+    }
+
     // The device's total and free memory as its last SNAPSHOT row gave them
     // (native rows: aux0/aux1; the Python package's: Attr total/free).
     void remember_device_memory(const msms_event& ev) {
@@ -178,10 +269,15 @@ private:
         d.free = free;
     }
 
-    void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts, uint32_t pid, uint32_t tid) {
-        int64_t reserved = 0;
-        for (auto& [t, r] : d.reserved) reserved += r;
-        d.peak_reserved = std::max(d.peak_reserved, reserved);
+    void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts, uint32_t pid, uint32_t tid,
+                  const msms_event* failure = nullptr) {
+        // upstream's numbers are the framework's (torch_npu memory_reserved,
+        // memory_allocated and their peaks); a device with no framework
+        // block (a native program) gets all its blocks, each byte once.
+        int64_t reserved = reserved_sum(d, d.fw_seen);
+        int64_t allocated = allocated_now(d);
+        int64_t peak_allocated = d.fw_seen ? d.fw_peak : details_ ? d.peak : d.device_peak;
+        int64_t peak_reserved = d.fw_seen ? d.fw_peak_reserved : d.peak_reserved;
         // upstream's keys, order and number formats (csrc/analysis/dump.cpp
         // DumpSnapshotEvent): what is not known is 0, a rate over 0 is 0.
         auto rate = [](double part, double whole) {
@@ -191,19 +287,23 @@ private:
         };
         std::vector<std::pair<std::string, std::string>> attrs{
             {"reserved", std::to_string(reserved)},
-            {"max_reserved", std::to_string(d.peak_reserved)},
-            {"allocated", std::to_string(d.allocated)},
-            {"max_allocated", std::to_string(d.peak)},
+            {"max_reserved", std::to_string(peak_reserved)},
+            {"allocated", std::to_string(allocated)},
+            {"max_allocated", std::to_string(peak_allocated)},
             {"total", std::to_string(d.total)},
             {"free", std::to_string(d.free)},
             {"device_rate", rate(static_cast<double>(d.total - d.free), static_cast<double>(d.total))},
-            {"reserved_rate", rate(static_cast<double>(d.allocated), static_cast<double>(reserved))}};
+            {"reserved_rate", rate(static_cast<double>(allocated), static_cast<double>(reserved))}};
         std::vector<msms_kv> kv;
         for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
         msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts, pid, tid);
         e.name = msmemscope::str(name);
         e.attrs = kv.data();
         e.attr_count = static_cast<uint32_t>(kv.size());
+        if (failure) {  // upstream's OOM snapshot carries the failing call's stacks
+            e.py_stack = failure->py_stack;
+            e.c_stack = failure->c_stack;
+        }
         host_.emit(e);
     }
 
@@ -227,23 +327,34 @@ private:
         ++triggers_;
         DevKey dk = dev_key(ev);
         Device& d = devices_[dk];
-        if (d.dumped && ev.timestamp_ns - d.last_dump_ts < interval_ns_) return;
-        d.dumped = true;
-        d.last_dump_ts = ev.timestamp_ns;
+        bool dump = !(d.dumped && ev.timestamp_ns - d.last_dump_ts < interval_ns_);
+        if (dump) {
+            d.dumped = true;
+            d.last_dump_ts = ev.timestamp_ns;
+        }
+        if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
+        d.peak_pending = false;
+        if (dump)  // once per interval: a failing loop does not flood stderr
+            host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
+                       std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
+                       std::to_string(allocated_now(d)) + " bytes allocated");
+        snapshot(dk, d, "OOM_Snapshot", ev.timestamp_ns, ev.pid, ev.tid, &ev);
+        if (!details_) return;
+        if (write_trigger_) {  // the collector's event as the host would have written it
+            msms_event t = ev;
+            t.struct_size = sizeof(t);
+            t.id = 0;
+            host_.emit(t);
+        }
+        if (!dump) return;
         ++dumps_;
         d.trigger_pid = ev.pid;
         d.trigger_tid = ev.tid;
-        if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
-        d.peak_pending = false;
         using Item = std::pair<const BlockKey*, const Block*>;
         std::vector<Item> all;
         all.reserve(d.live.size());
         for (auto& [k, b] : d.live)
             if (!b.taken) all.emplace_back(&k, &b);
-        host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
-                   std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
-                   std::to_string(all.size()) + " live block(s), " + std::to_string(d.allocated) + " bytes");
-        snapshot(dk, d, "OOM_Snapshot", ev.timestamp_ns, ev.pid, ev.tid);
         size_t n = std::min(k_, all.size());
         std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
             return a.second->ts != b.second->ts ? a.second->ts > b.second->ts : a.second->id > b.second->id;
@@ -259,6 +370,7 @@ private:
     msmemscope::Host host_;
     size_t k_ = 10;
     uint64_t interval_ns_ = 0;
+    bool details_ = true, write_trigger_ = false;
     uint64_t triggers_ = 0, dumps_ = 0;
     StepTracker steps_;
     std::map<DevKey, uint64_t> launches_;

@@ -58,7 +58,7 @@ TEST_CASE("an OOM trigger writes the K most recent and K largest live blocks bet
     CHECK(h.reports == std::vector<std::string>{"oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)"});
 }
 
-TEST_CASE("a failing loop gets one detail dump per interval; the after snapshot comes at the end if nothing follows") {
+TEST_CASE("a failing loop: a snapshot at every failure (as upstream), the blocks once per interval; the after snapshot comes at the end if nothing follows") {
     PluginHarness h(plugin());
     REQUIRE(h.create({{"K", "10"}, {"interval_ms", "1"}}) == MSMS_OK);
     REQUIRE(h.begin() == MSMS_OK);
@@ -72,75 +72,117 @@ TEST_CASE("a failing loop gets one detail dump per interval; the after snapshot 
         if (e.name == "OOM_Snapshot") ++before;
         if (e.name == "OOM_Snapshot_After") ++after;
     }
-    CHECK(before == 2);
+    CHECK(before == 3);
     CHECK(after == 1);
     CHECK(of_type(h, MSMS_T_OOM_TOP_ALLOC).size() == 2);
+    CHECK(of_type(h, MSMS_T_OOM_TRIGGER).empty());  // write_trigger not set: the host writes it
+    // stderr: one warning per dump, not one per failure
+    size_t warnings = 0;
+    for (auto& l : h.logs) warnings += l.first == 1 && l.second.find("bytes failed on device cpu") != std::string::npos;
+    CHECK(warnings == 2);
+    CHECK(h.reports == std::vector<std::string>{"oom: 3 out-of-memory failure(s), 2 detail dump(s) written (OOM_DETAIL rows)"});
 }
 
-TEST_CASE("each byte once: a framework block at a live host block's address is listed and counted once") {
-    // A CPU tensor's storage: malloc (HOST) then the framework's MALLOC
-    // (PTA) at the same address -- one block, the framework's.
+TEST_CASE("write_trigger (a live run: the host hands the trigger over): OOM_Snapshot, then the trigger as it came, then the blocks") {
     PluginHarness h(plugin());
-    REQUIRE(h.create({{"K", "10"}}) == MSMS_OK);
+    REQUIRE(h.create({{"K", "1"}, {"write_trigger", "true"}}) == MSMS_OK);
     REQUIRE(h.begin() == MSMS_OK);
-    auto host = [](uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_HOST).device(MSMS_DEV_CPU, -1); };
-    auto pta = [](uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_PTA).device(MSMS_DEV_CPU, -1); };
-    h.feed(host(0x1000, 4096).thread(7));
-    h.feed(pta(0x1000, 4096).thread(7));
-    h.feed(host(0x9000, 100).thread(7));   // a plain host block
-    h.feed(host(0x5000, 8192).thread(7));  // a second tensor, its storage freed again
-    h.feed(pta(0x5000, 8192).thread(7));
-    h.feed(EventBuilder::free(0x5000, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(7));
-    h.feed(EventBuilder::free(0x5000, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).thread(7));
-    h.feed(trigger(1 << 30).process(42).thread(9));
+    h.feed(EventBuilder::malloc(0x10, 100).at(1000));
+    h.feed(trigger(1 << 30).at(2000).attr("func", "malloc").attr("req_size", "1073741824").c_stack("f\ng")
+               .py_stack("t.py(1): <module>").process(5).thread(6));
     REQUIRE(h.finish() == MSMS_OK);
+    std::vector<std::string> names;
+    for (auto& e : h.emitted) names.push_back(e.name);
+    CHECK(names == std::vector<std::string>{"OOM_Snapshot", "malloc", "", "", "OOM_Snapshot_After"});
+    const OwnedEvent& snap = h.emitted[0];
+    CHECK(snap.c_stack == "f\ng");  // upstream's OOM snapshot carries the failing call's stacks
+    CHECK(snap.py_stack == "t.py(1): <module>");
+    CHECK(snap.ev.timestamp_ns == 2000);
+    const OwnedEvent& t = h.emitted[1];
+    CHECK(t.ev.kind == MSMS_EV_OOM_DETAIL);
+    CHECK(t.ev.type == MSMS_T_OOM_TRIGGER);
+    CHECK(t.ev.size == (1u << 30));
+    CHECK(t.ev.aux1 == 12);
+    CHECK(t.ev.id == 0);  // the host numbers it
+    CHECK(t.attrs == std::vector<std::pair<std::string, std::string>>{{"func", "malloc"}, {"req_size", "1073741824"}});
+    CHECK(t.c_stack == "f\ng");
+    CHECK(t.ev.pid == 5);
+    CHECK(t.ev.tid == 6);
+    CHECK(h.emitted[2].ev.type == MSMS_T_OOM_RECENT_ALLOC);
+    CHECK(h.emitted[3].ev.type == MSMS_T_OOM_TOP_ALLOC);
+}
+
+TEST_CASE("details=false (oom not selected): an OOM_Snapshot row at each failure and nothing else, as upstream") {
+    // No block list (it runs in every live run): the numbers are the host's
+    // running totals, the framework pools' live bytes once there are any.
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"details", "false"}, {"write_trigger", "true"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    auto with_device_used = [](EventBuilder b, int64_t device_used) {
+        OwnedEvent e = b;
+        e.ev.device_used = device_used;
+        return e;
+    };
+    h.feed(with_device_used(EventBuilder::malloc(0x10, 100).used(100).at(1000), 100));
+    h.feed(with_device_used(EventBuilder::malloc(0x20, 50).used(150).at(1500), 150));
+    h.feed(trigger(1 << 30).at(2000).thread(3).c_stack("oom_site"));  // a native program: the heap's bytes
+    h.feed(with_device_used(EventBuilder::malloc(0x100, 4096).used(4246).at(2500), 4246));  // a tensor's storage
+    h.feed(EventBuilder::malloc(0x100, 4096, MSMS_T_PTA).used(4096).total(4096).at(2600));  // ... and the tensor
+    h.feed(trigger(1 << 30).at(3000).thread(3));
+    h.feed(trigger(1 << 30).at(3001).thread(3));  // a retry: a snapshot again (upstream: one per failure)
+    h.feed(EventBuilder::free(0x100, MSMS_T_PTA).used(0).total(0).at(4000));
+    h.feed(EventBuilder::step(2));
+    h.feed(EventBuilder::kernel("k"));
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.emitted.size() == 3);
+    for (auto& e : h.emitted) {
+        CHECK(e.ev.kind == MSMS_EV_SNAPSHOT);
+        CHECK(e.name == "OOM_Snapshot");
+        CHECK(e.ev.tid == 3);
+    }
+    CHECK(h.emitted[0].attr("allocated") == "150");
+    CHECK(h.emitted[0].attr("max_allocated") == "150");
+    CHECK(h.emitted[0].c_stack == "oom_site");
+    CHECK(h.emitted[1].attr("allocated") == "4096");  // the tensor once, not its malloc again
+    CHECK(h.emitted[1].attr("reserved") == "4096");
+    CHECK(h.emitted[1].attr("reserved_rate") == "100.000000");
+    CHECK(h.emitted[2].ev.timestamp_ns == 3001);
+    size_t warnings = 0;
+    for (auto& l : h.logs) warnings += l.first == 1;
+    CHECK(warnings == 1);  // one per interval
+    CHECK(h.reports == std::vector<std::string>{
+        "oom: 3 out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds the failing call and the "
+        "most recent and largest live blocks (OOM_DETAIL rows)"});
+}
+
+TEST_CASE("snapshot numbers on a device with a framework pool: allocated and reserved are the framework's, as upstream's") {
+    // An NPU: the caching allocator's segment is a HAL block, its tensors are
+    // PTA blocks inside it (each byte once: not HAL + PTA); the PTA rows'
+    // Attr total is the allocator's reserved (torch_npu memory_reserved).
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "2"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    auto hal = [](uint64_t p, uint64_t s) { return EventBuilder::malloc(p, s, MSMS_T_HAL).device(MSMS_DEV_NPU, 1); };
+    auto pta = [](uint64_t p, uint64_t s, const char* total) {
+        return EventBuilder::malloc(p, s, MSMS_T_PTA).device(MSMS_DEV_NPU, 1).attr("total", total);
+    };
+    h.feed(hal(0x100000, 64 << 20));
+    h.feed(pta(0x100000, 4 << 20, "67108864"));
+    h.feed(pta(0x500000, 8 << 20, "67108864"));
+    h.feed(EventBuilder::free(0x500000, MSMS_T_PTA).device(MSMS_DEV_NPU, 1).attr("total", "67108864"));
+    h.feed(pta(0x500000, 2 << 20, "67108864"));
+    h.feed(trigger(96 << 20).device(MSMS_DEV_NPU, 1));
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.emitted.front().name == "OOM_Snapshot");
+    const OwnedEvent& s = h.emitted.front();
+    CHECK(s.attr("allocated") == std::to_string(6 << 20));
+    CHECK(s.attr("max_allocated") == std::to_string(12 << 20));
+    CHECK(s.attr("reserved") == std::to_string(64 << 20));
+    CHECK(s.attr("max_reserved") == std::to_string(64 << 20));
+    CHECK(s.attr("reserved_rate") == "9.375000");
+    // the lists are upstream's: every pool's live blocks (the HAL segment too)
     auto top = of_type(h, MSMS_T_OOM_TOP_ALLOC);
     REQUIRE(top.size() == 2);
-    CHECK(top[0].attr("pool") == "PTA");
-    CHECK(top[0].attr("ptr") == "0x1000");
-    CHECK(top[1].attr("pool") == "HOST");
-    CHECK(top[1].attr("ptr") == "0x9000");
-    CHECK(of_type(h, MSMS_T_OOM_RECENT_ALLOC).size() == 2);
-    REQUIRE(h.emitted.front().name == "OOM_Snapshot");
-    CHECK(h.emitted.front().attr("allocated") == "4196");
-    CHECK(h.emitted.front().attr("max_allocated") == "12388");  // 4096 + 100 + 8192, never twice
-    // the rows of a failure carry the failing thread (and process)
-    for (auto& e : h.emitted) {
-        CHECK(e.ev.tid == 9);
-        CHECK(e.ev.pid == 42);
-    }
-    CHECK(h.emitted.back().name == "OOM_Snapshot_After");
-}
-
-TEST_CASE("OOM_Snapshot numbers are upstream's: total/free from the device's last SNAPSHOT, %f rates, 0 when unknown") {
-    // csrc/analysis/dump.cpp DumpSnapshotEvent writes numbers only
-    PluginHarness h(plugin());
-    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
-    REQUIRE(h.begin() == MSMS_OK);
-    h.feed(EventBuilder::malloc(0x10, 1000).at(1000));
-    h.feed(trigger(1 << 30).at(2000));  // no snapshot seen yet: total and free unknown
-    EventBuilder snap(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);
-    snap.device(MSMS_DEV_CPU, -1).aux(4000, 3000);  // a native row: aux0 total, aux1 free
-    h.feed(snap);
-    EventBuilder py(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);  // the Python package's row: Attr total/free
-    py.device(MSMS_DEV_NPU, 0).attr("reserved", "0").attr("total", "1000").attr("free", "500");
-    h.feed(py);
-    h.feed(EventBuilder::malloc(0x20, 10).device(MSMS_DEV_NPU, 0).at(3000));
-    h.feed(trigger(1 << 30).at(10'000'000'000ull));  // past interval_ms: dumped again
-    h.feed(trigger(1 << 30).device(MSMS_DEV_NPU, 0).at(10'000'000'000ull));
-    REQUIRE(h.finish() == MSMS_OK);
-    std::vector<OwnedEvent> snaps;
-    for (auto& e : h.emitted)
-        if (e.name == "OOM_Snapshot") snaps.push_back(e);
-    REQUIRE(snaps.size() == 3);
-    CHECK(snaps[0].attr("total") == "0");
-    CHECK(snaps[0].attr("free") == "0");
-    CHECK(snaps[0].attr("device_rate") == "0.000000");
-    CHECK(snaps[0].attr("reserved") == "0");
-    CHECK(snaps[0].attr("reserved_rate") == "0.000000");
-    CHECK(snaps[1].attr("total") == "4000");
-    CHECK(snaps[1].attr("free") == "3000");
-    CHECK(snaps[1].attr("device_rate") == "25.000000");
-    CHECK(snaps[2].ev.device_kind == MSMS_DEV_NPU);
-    CHECK(snaps[2].attr("device_rate") == "50.000000");
+    CHECK(top[0].attr("pool") == "HAL");
+    CHECK(top[1].attr("pool") == "PTA");
 }
