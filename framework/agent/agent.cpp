@@ -67,25 +67,67 @@ std::atomic<int> g_exit_status{-1};  // from an explicit exit(): the status
 
 // The compact host-heap record (the hot path): tag, time delta, pointer
 // delta, size (mallocs only), and the interned stacks when asked for.
-inline void heap_record(uint8_t tag, uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
+// Without stacks the fields are packed (capture::kPacked): the record is
+// built in two registers and written with two 8-byte stores (one per field
+// when it is longer than 16 bytes), instead of a varint loop per field whose
+// unpredictable lengths cost more than the stores. writer_for's room
+// (kMaxFixedRecord) covers the stores' spill past the record's end.
+inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
-    uint64_t cs = 0, ps = 0;
-    bool st = want_stacks();
-    if (st) {
-        stacks_for(w, cs, ps);
-        w = writer_for(capture::kMaxFixedRecord);
-        if (!w) return count_drop();
+    if (__builtin_expect(!want_stacks(), 1)) {
+        uint64_t ts = stamp(w);
+        uint64_t dt = ts - w->last_ts;
+        uint64_t dp = capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr));
+        w->last_ts = ts;
+        w->last_ptr = ptr;
+        uint32_t tl = capture::packed_len(dt), pl = capture::packed_len(dp);
+        uint32_t hl = 1, sl = 0;
+        uint64_t head = capture::kPacked | ((tl - 1) << 3) | (pl - 1);
+        if (size) {
+            sl = capture::packed_len(*size);
+            head |= capture::kPackedMalloc | ((sl - 1) << 8);
+            hl = 2;
+        }
+        uint8_t* p = w->cur;
+        uint32_t len = hl + tl + pl + sl;
+        if (__builtin_expect(len <= 16, 1)) {
+            // The usual record (6-12 bytes) in two registers, two stores.
+            unsigned __int128 r = head;
+            uint32_t bits = 8 * hl;
+            r |= static_cast<unsigned __int128>(dt) << bits;
+            bits += 8 * tl;
+            r |= static_cast<unsigned __int128>(dp) << bits;
+            bits += 8 * pl;
+            if (size) r |= static_cast<unsigned __int128>(*size) << bits;
+            memcpy(p, &r, 16);
+            p += len;
+        } else {
+            memcpy(p, &head, 8);
+            p += hl;
+            memcpy(p, &dt, 8);
+            p += tl;
+            memcpy(p, &dp, 8);
+            p += pl;
+            if (size) {
+                memcpy(p, size, 8);
+                p += sl;
+            }
+        }
+        commit(w, p);
+        return;
     }
+    uint64_t cs = 0, ps = 0;
+    stacks_for(w, cs, ps);
+    w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return count_drop();
     uint64_t ts = stamp(w);
-    uint8_t* p = begin_record(w, st ? tag_with_stacks : tag, ts);
+    uint8_t* p = begin_record(w, tag_with_stacks, ts);
     p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
     w->last_ptr = ptr;
     if (size) p = capture::put_varint(p, *size);
-    if (st) {
-        p = capture::put_varint(p, cs);
-        p = capture::put_varint(p, ps);
-    }
+    p = capture::put_varint(p, cs);
+    p = capture::put_varint(p, ps);
     commit(w, p);
 }
 
@@ -251,7 +293,7 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
                                                              const char* attrs) {
     if (type == MSMS_T_HOST && aux0 == 0 && !attrs) {
         if (import_fold::alloc(ptr, size)) return;  // inside a Python import (import_fold.h)
-        heap_record(capture::kHeapMalloc, capture::kHeapMallocS, ptr, &size);
+        heap_record(capture::kHeapMallocS, ptr, &size);
         return;
     }
     msms_agent_event(MSMS_EV_MALLOC, type, dev_kind, dev_id, ptr, size, aux0, 0, nullptr, attrs);
@@ -261,7 +303,7 @@ __attribute__((visibility("default"))) void msms_agent_free(uint16_t type, uint1
                                                             uint64_t ptr) {
     if (type == MSMS_T_HOST) {
         if (import_fold::release(ptr)) return;
-        heap_record(capture::kHeapFree, capture::kHeapFreeS, ptr, nullptr);
+        heap_record(capture::kHeapFreeS, ptr, nullptr);
         return;
     }
     msms_agent_event(MSMS_EV_FREE, type, dev_kind, dev_id, ptr, 0, 0, 0, nullptr, nullptr);
@@ -313,9 +355,11 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_py_call(uint64
         if (!w) return count_drop();
     }
     uint64_t ts = stamp(w);
-    if (start > ts) start = ts;
+    // The duration in ns (start is CLOCK_MONOTONIC ns: msms_agent_now).
+    uint64_t end_ns = clock_to_ns(ts);
+    if (start > end_ns) start = end_ns;
     uint8_t* p = begin_record(w, capture::kPyCall, ts);
-    p = capture::put_varint(p, ts - start);
+    p = capture::put_varint(p, end_ns - start);
     p = capture::put_varint(p, name_id);
     commit(w, p);
 }

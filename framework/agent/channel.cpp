@@ -5,6 +5,9 @@
 #include "stacks.h"
 
 #include <errno.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <fcntl.h>
 #include <pthread.h>
 #include <linux/membarrier.h>
@@ -29,6 +32,8 @@ __thread Tls t_tls __attribute__((tls_model("initial-exec"))) = {0, nullptr};
 std::atomic<capture::CaptureHeader*> g_header{nullptr};
 std::atomic<uint32_t> g_generation{1};
 std::atomic<bool> g_disabled{false};
+bool g_clock_tsc = false;
+std::atomic<uint64_t> g_next_calibration{UINT64_MAX};
 
 namespace {
 
@@ -297,7 +302,7 @@ ThreadWriter* new_writer() {
     w->tid = static_cast<uint32_t>(syscall(SYS_gettid));
     w->lane = g_next_lane.fetch_add(1, std::memory_order_relaxed);
     w->generation = g_generation.load(std::memory_order_relaxed);
-    w->last_abs = now_ns();
+    w->last_abs = read_clock();
     pthread_once(&g_key_once, make_key);
     pthread_setspecific(g_thread_key, w);
     g_live_writers.fetch_add(1, std::memory_order_relaxed);
@@ -314,7 +319,116 @@ const char* reason_text(capture::DisabledReason r) {
     }
 }
 
+// ---- the capture's clock (capture_format.h) ----------------------------
+// The first calibration pair (tick, ns) and the current measure of ns per
+// tick (from that pair to the latest one: the agent's own conversions only
+// serve Python call durations; the host converts from the pairs).
+uint64_t g_cal_tick0 = 0, g_cal_ns0 = 0;
+std::atomic<double> g_ns_per_tick{1.0};
+std::atomic<uint64_t> g_calibration_step{0};  // ticks to the next pair
+constexpr uint64_t kFirstCalibrationNs = 200000;  // 200 us, doubling
+constexpr uint64_t kMaxCalibrationNs = 50000000;  // to 50 ms
+
+// The CPU's TSC ticks at a constant rate whatever the frequency and sleep
+// states (CPUID 0x80000007 EDX bit 8, "invariant TSC"); MSMEMSCOPE_CLOCK=monotonic
+// keeps CLOCK_MONOTONIC.
+bool tsc_usable() {
+    const char* e = getenv("MSMEMSCOPE_CLOCK");
+    if (e && strcmp(e, "monotonic") == 0) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return false;
+    if (!__get_cpuid(0x80000007u, &a, &b, &c, &d)) return false;
+    return (d & (1u << 8)) != 0;
+#else
+    return false;
+#endif
+}
+
+// A (tick, ns) pair: CLOCK_MONOTONIC read between two TSC reads, the
+// tightest of a few tries; the tick is the middle of the two.
+void clock_pair(uint64_t& tick, uint64_t& ns) {
+#if defined(__x86_64__) || defined(__i386__)
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 4; ++i) {
+        _mm_lfence();
+        uint64_t a = __rdtsc();
+        _mm_lfence();
+        uint64_t n = now_ns();
+        _mm_lfence();
+        uint64_t b = __rdtsc();
+        if (b >= a && b - a < best) {
+            best = b - a;
+            tick = a + (b - a) / 2;
+            ns = n;
+        }
+    }
+    if (best == UINT64_MAX) {
+        tick = __rdtsc();
+        ns = now_ns();
+    }
+#else
+    tick = ns = now_ns();
+#endif
+}
+
+// Chooses the clock for a stream about to open and takes its first pair
+// (tick0 at ns0; ns per tick measured over ~50 us). False: CLOCK_MONOTONIC.
+bool clock_start(uint64_t& tick0, uint64_t& ns0, double& ns_per_tick) {
+    g_clock_tsc = false;
+    g_next_calibration.store(UINT64_MAX, std::memory_order_relaxed);
+    if (!tsc_usable()) return false;
+    clock_pair(tick0, ns0);
+    uint64_t t1 = 0, n1 = 0;
+    for (int i = 0; i < 1000000; ++i) {
+        clock_pair(t1, n1);
+        if (n1 < ns0 || n1 - ns0 >= 50000) break;
+    }
+    if (t1 <= tick0 || n1 <= ns0) return false;  // a TSC that does not tick
+    ns_per_tick = static_cast<double>(n1 - ns0) / static_cast<double>(t1 - tick0);
+    if (!(ns_per_tick > 1e-3 && ns_per_tick < 1e3)) return false;
+    g_cal_tick0 = tick0;
+    g_cal_ns0 = ns0;
+    g_ns_per_tick.store(ns_per_tick, std::memory_order_relaxed);
+    uint64_t step = static_cast<uint64_t>(kFirstCalibrationNs / ns_per_tick);
+    g_calibration_step.store(step, std::memory_order_relaxed);
+    g_clock_tsc = true;
+    g_next_calibration.store(t1 + step, std::memory_order_relaxed);
+    return true;
+}
+
 }  // namespace
+
+void calibrate(ThreadWriter* w, uint64_t ts) {
+    uint64_t due = g_next_calibration.load(std::memory_order_relaxed);
+    if (ts < due || static_cast<size_t>(w->end - w->cur) < capture::kMaxFixedRecord + capture::kMaxClockRecord) return;
+    // One thread writes the pair; the others go on.
+    uint64_t step = g_calibration_step.load(std::memory_order_relaxed);
+    double rate = g_ns_per_tick.load(std::memory_order_relaxed);
+    uint64_t next_step = step * 2;
+    if (static_cast<double>(next_step) * rate > kMaxCalibrationNs) next_step = step;
+    if (!g_next_calibration.compare_exchange_strong(due, ts + next_step, std::memory_order_relaxed)) return;
+    g_calibration_step.store(next_step, std::memory_order_relaxed);
+    uint64_t tick, ns;
+    clock_pair(tick, ns);
+    if (tick < ts) tick = ts;
+    if (tick > g_cal_tick0 && ns > g_cal_ns0)
+        g_ns_per_tick.store(static_cast<double>(ns - g_cal_ns0) / static_cast<double>(tick - g_cal_tick0),
+                            std::memory_order_relaxed);
+    uint8_t* p = w->cur;
+    *p++ = capture::kClock;
+    p = capture::put_varint(p, ts - w->last_ts);
+    w->last_ts = ts;
+    p = capture::put_varint(p, tick - ts);
+    p = capture::put_varint(p, ns);
+    w->cur = p;
+}
+
+uint64_t clock_to_ns(uint64_t ts) {
+    if (!g_clock_tsc) return ts;
+    double d = static_cast<double>(static_cast<int64_t>(ts - g_cal_tick0)) * g_ns_per_tick.load(std::memory_order_relaxed);
+    return g_cal_ns0 + static_cast<uint64_t>(static_cast<int64_t>(d));
+}
 
 
 bool channel_is_open() { return g_header.load(std::memory_order_acquire) != nullptr; }
@@ -350,7 +464,7 @@ ThreadWriter* writer_for_slow(size_t need) {
         w->tid = tid;
         w->lane = g_next_lane.fetch_add(1, std::memory_order_relaxed);
         w->generation = g_generation.load(std::memory_order_relaxed);
-        w->last_abs = now_ns();
+        w->last_abs = read_clock();
     }
     if (w->chunk == nullptr && adopt(w) && w->cur + need <= w->end) return w;
     if (__builtin_expect(w->chunk == nullptr || w->cur + need > w->end, 0)) {
@@ -496,6 +610,17 @@ int channel_open(const char* session_dir) {
     clock_gettime(CLOCK_MONOTONIC, &mt);
     h->wall_start_ns = static_cast<uint64_t>(rt.tv_sec) * 1000000000ull + rt.tv_nsec;
     h->mono_start_ns = static_cast<uint64_t>(mt.tv_sec) * 1000000000ull + mt.tv_nsec;
+    // The capture's clock: the TSC where it is invariant. The wall clock's
+    // offset stays the one read above (wall_start_ns - mono_start_ns).
+    uint64_t tick0 = 0, ns0 = 0;
+    double ns_per_tick = 0;
+    if (clock_start(tick0, ns0, ns_per_tick)) {
+        h->clock = capture::kClockTsc;
+        h->wall_start_ns += ns0 - h->mono_start_ns;
+        h->mono_start_ns = ns0;
+        h->tsc_start = tick0;
+        h->ns_per_tick_q32 = static_cast<uint64_t>(ns_per_tick * 4294967296.0);
+    }
     fill_cmdline(h);
     // Exact cross-thread ordering (capture_format.h): the host may issue
     // global expedited barriers that reach this process.

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +45,12 @@ extern __thread Tls t_tls __attribute__((tls_model("initial-exec")));
 extern std::atomic<capture::CaptureHeader*> g_header;
 extern std::atomic<uint32_t> g_generation;
 extern std::atomic<bool> g_disabled;
+// The capture's clock (capture_format.h): true when records are stamped
+// with the TSC (set before the stream opens, constant while it is open).
+extern bool g_clock_tsc;
+// The tick (or ns) at which the next calibration pair is due; UINT64_MAX
+// when the clock needs none (CLOCK_MONOTONIC).
+extern std::atomic<uint64_t> g_next_calibration;
 
 inline Tls& tls() { return t_tls; }
 
@@ -73,23 +82,41 @@ inline ThreadWriter* writer_for(size_t need) {
         return w;
     return writer_for_slow(need);
 }
-// The capture's clock (CLOCK_MONOTONIC, ns); inline: it is read once per
-// record, and a call through the PLT per read showed in profiles.
+// CLOCK_MONOTONIC, ns (msms_agent_now, and the capture's clock where the
+// TSC is not used); inline: a call through the PLT per read showed in profiles.
 inline uint64_t now_ns() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+// The capture's clock: TSC ticks or CLOCK_MONOTONIC ns (capture_format.h).
+// A plain rdtsc: the ordering protocol needs no fence here (an interrupt,
+// the host's membarrier IPI included, re-executes a not yet retired read).
+inline uint64_t read_clock() {
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_expect(g_clock_tsc, 1)) return __rdtsc();
+#endif
+    return now_ns();
+}
+// Writes a kClock record at w->cur (published with the record that follows)
+// when one is due and the chunk has room; channel.cpp.
+void calibrate(ThreadWriter* w, uint64_t ts);
+// The capture clock's value ts as CLOCK_MONOTONIC ns, as the agent
+// measures it now (the host's conversion is the reference; this one serves
+// the Python call records' durations).
+uint64_t clock_to_ns(uint64_t ts);
 // Takes the timestamp of the record about to be written into w's chunk (call
-// it after the last writer_for() of the record): marks the record in flight
-// first, so the host never delivers a later event ahead of it (see the
-// ordering protocol in capture_format.h).
+// it after the last writer_for() of the record, and write the record at
+// w->cur after it): marks the record in flight first, so the host never
+// delivers a later event ahead of it (see the ordering protocol in
+// capture_format.h).
 inline uint64_t stamp(ThreadWriter* w) {
     w->chunk->pending.store(w->last_abs + 1, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    uint64_t ts = now_ns();
+    uint64_t ts = read_clock();
     if (__builtin_expect(ts < w->last_abs, 0)) ts = w->last_abs;  // never backwards per thread
     w->last_abs = ts;
+    if (__builtin_expect(ts >= g_next_calibration.load(std::memory_order_relaxed), 0)) calibrate(w, ts);
     return ts;
 }
 // Publishes what was written up to p.

@@ -4,9 +4,10 @@
 #include <cstring>
 
 namespace msms::agent {
-namespace {
 
 Options g_options;
+
+namespace {
 char g_text[8192];
 
 // Finds "key=" at the start of an item; returns the value and its length.
@@ -59,7 +60,6 @@ uint32_t stack_depth(const char* value, size_t len, const char* which) {
 
 }  // namespace
 
-const Options& options() { return g_options; }
 
 void parse_options(const char* text) {
     strncpy(g_text, text, sizeof(g_text) - 1);

@@ -22,7 +22,8 @@ struct Options {
     uint32_t capture_budget = 0;
 };
 
-const Options& options();
+extern Options g_options;
+inline const Options& options() { return g_options; }  // read on every record
 void parse_options(const char* text);
 // Event classes: alloc, free, launch, access, traceback; and the level's
 // views: "op", "kernel", "op_launch" (launch at op level), "kernel_launch"

@@ -9,8 +9,20 @@
 // records into it and publishes its fill level with a release store, so the
 // host can read while the program runs and nothing is lost if it dies.
 //
-// Records: one tag byte, then LEB128 varints. Timestamps are deltas from the
-// previous record of the same chunk (the first one is absolute).
+// Records: one tag byte, then LEB128 varints (the compact heap records of
+// format 3 pack their fields instead: see kPacked). Timestamps are deltas
+// from the previous record of the same chunk (the first one is absolute).
+//
+// The capture's clock (format 3, CaptureHeader::clock): kClockMonotonic
+// timestamps are CLOCK_MONOTONIC ns (as in format 2); kClockTsc timestamps
+// are ticks of the CPU's invariant time-stamp counter (one rdtsc per record
+// instead of a clock_gettime: on a kvm-clock VM the clock read was the
+// largest part of the hot path, issue #18 item 6). The host converts ticks to
+// CLOCK_MONOTONIC ns when it delivers an event (framework/host/tick_clock.h):
+// the header holds a first (tick, ns) pair and the agent's first measure of
+// ns per tick; kClock records add (tick, ns) pairs along the stream, every
+// 200 us at first, then at doubling intervals up to every 50 ms, so the
+// conversion follows the clock's own rate (NTP slewing included).
 //
 // Integrity (format 2): the header's fixed part (who wrote it: pid, times,
 // rank, command) carries a checksum written before the magic, and each chunk
@@ -41,8 +53,17 @@
 namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
-constexpr uint32_t kFormatMajor = 2;
+constexpr uint32_t kFormatMajor = 3;
 constexpr uint32_t kFormatMinor = 0;
+// The oldest major this build still reads (format 2: ns timestamps, varint
+// heap records only; read as a format 3 capture with kClockMonotonic).
+constexpr uint32_t kFormatMajorOldest = 2;
+
+// CaptureHeader::clock.
+enum ClockKind : uint32_t {
+    kClockMonotonic = 0,  // timestamps are CLOCK_MONOTONIC ns (format 2: always)
+    kClockTsc = 1,        // timestamps are TSC ticks (converted by the host)
+};
 constexpr uint32_t kHeaderSize = 4096;
 constexpr uint32_t kChunkSize = 64 * 1024;
 constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
@@ -82,7 +103,7 @@ struct CaptureHeader {
     uint64_t wall_start_ns;  // CLOCK_REALTIME at start
     uint64_t mono_start_ns;  // CLOCK_MONOTONIC at the same moment
     uint32_t ordering;       // 1: membarrier protocol available (see top)
-    uint32_t reserved0;
+    uint32_t clock;          // ClockKind (format 3; zero, i.e. monotonic, in format 2)
     char rank[32];          // RANK / LOCAL_RANK of the process, when set (NUL-terminated)
     char cmdline[1024];     // NUL-separated argv, truncated (ends with a NUL)
     char exe[512];          // NUL-terminated
@@ -111,10 +132,16 @@ struct CaptureHeader {
     std::atomic<uint32_t> released_any;
     uint32_t reserved2;
     std::atomic<uint64_t> host_polls;  // the releasing host's polls: non-zero once it reads
+    // ---- format 3: the clock's first calibration (kClockTsc only, zero
+    // otherwise); written before the magic, covered by fixed_sum.
+    uint64_t tsc_start;         // the TSC at mono_start_ns
+    uint64_t ns_per_tick_q32;   // the agent's first measure of ns per tick, times 2^32
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
 constexpr size_t kFixedEnd = offsetof(CaptureHeader, fixed_sum);
+constexpr size_t kClockBegin = offsetof(CaptureHeader, tsc_start);
+constexpr size_t kClockEnd = offsetof(CaptureHeader, ns_per_tick_q32) + sizeof(uint64_t);
 
 // A chunk belongs to a lane: the chunks one writer took, in order, and the
 // chunk it handed on at exit, written by later threads one after the other.
@@ -152,7 +179,22 @@ enum Tag : uint8_t {
                        // PY_CALL, device NA, aux0 = start)
     kThread = 12,      // tid: the records that follow are this thread's (the
                        // chunk was handed on when its thread exited)
+    kClock = 13,       // ts, mid - ts, ns (format 3, kClockTsc): the clock read
+                       // CLOCK_MONOTONIC ns `ns` at tick `mid` (its order in
+                       // the stream is ts, as for any record)
+    // Format 3: a tag byte with the high bit set is a compact heap record
+    // whose fields are packed little-endian in as many bytes as they need
+    // (no varint loops on the hot path, and one store per field):
+    //   tag = kPacked | kPackedMalloc? | (ts bytes - 1) << 3 | (ptr bytes - 1)
+    //   [malloc: one byte, size bytes - 1] ts delta, zigzag ptr delta[, size]
+    kPacked = 0x80,
+    kPackedMalloc = 0x40,
 };
+
+// Bytes a packed field needs (1..8).
+inline uint32_t packed_len(uint64_t v) { return static_cast<uint32_t>((71 - __builtin_clzll(v | 1)) >> 3); }
+constexpr size_t kMaxPackedRecord = 2 + 3 * 8;
+constexpr size_t kMaxClockRecord = 1 + 3 * 10;
 
 // A 64-bit checksum (four independent multiply-xor lanes: a 64 KiB chunk costs
 // a few microseconds when it is sealed). Not cryptographic: it finds damage.
@@ -179,8 +221,12 @@ inline uint64_t checksum(const void* data, size_t n, uint64_t seed) {
 inline uint64_t chunk_sum(const ChunkHeader* c, uint32_t tid, uint32_t used) {
     return checksum(c + 1, used, (static_cast<uint64_t>(tid) << 32) | used);
 }
+// Format 2: the fixed part; format 3: also the clock's calibration.
 inline uint64_t fixed_sum(const CaptureHeader* h) {
-    return checksum(reinterpret_cast<const char*>(h) + kFixedBegin, kFixedEnd - kFixedBegin, kFormatMajor);
+    uint64_t seed = h->format_major;
+    if (h->format_major >= 3)
+        seed ^= checksum(reinterpret_cast<const char*>(h) + kClockBegin, kClockEnd - kClockBegin, h->format_major);
+    return checksum(reinterpret_cast<const char*>(h) + kFixedBegin, kFixedEnd - kFixedBegin, seed);
 }
 
 inline uint8_t* put_varint(uint8_t* p, uint64_t v) {

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <linux/membarrier.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 #include <sys/syscall.h>
 #include <time.h>
 #include <sys/file.h>
@@ -93,10 +96,10 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
         error = path + ": not a msmemscope capture (bad magic)";
         return false;
     }
-    if (header_->format_major != kFormatMajor) {
+    if (header_->format_major < kFormatMajorOldest || header_->format_major > kFormatMajor) {
         error = path + ": capture format " + std::to_string(header_->format_major) + "." +
                 std::to_string(header_->format_minor) + " is not supported (this build reads " +
-                std::to_string(kFormatMajor) + ".x)";
+                std::to_string(kFormatMajorOldest) + ".x to " + std::to_string(kFormatMajor) + ".x)";
         return false;
     }
     if (header_->chunk_size != kChunkSize || header_->header_size != kHeaderSize) {
@@ -106,6 +109,21 @@ bool CaptureReader::open(const std::string& path, std::string& error) {
     memcpy(static_cast<void*>(&header_copy_), header_, sizeof(CaptureHeader));
     if (header_copy_.fixed_sum != fixed_sum(&header_copy_)) {
         error = path + ": corrupt capture (the header fails its checksum)";
+        return false;
+    }
+    // Format 2 knows one clock (its header's clock field is zero).
+    uint32_t clock = header_copy_.format_major >= 3 ? header_copy_.clock : kClockMonotonic;
+    if (clock == kClockTsc) {
+        if (header_copy_.ns_per_tick_q32 == 0) {
+            error = path + ": corrupt capture (a TSC clock without its rate)";
+            return false;
+        }
+        clock_.reset_tsc(header_copy_.tsc_start, header_copy_.mono_start_ns,
+                         static_cast<double>(header_copy_.ns_per_tick_q32) / 4294967296.0);
+    } else if (clock == kClockMonotonic) {
+        clock_.reset_identity();
+    } else {
+        error = path + ": capture clock " + std::to_string(clock) + " is not supported";
         return false;
     }
     // A live agent grows the file first and then publishes chunks_mapped
@@ -156,9 +174,22 @@ void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char*
 
 uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
     bool gone = writer_gone();
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    uint64_t now = static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+    // In the capture's clock: the TSC (this host runs on the target's
+    // machine) or CLOCK_MONOTONIC.
+    uint64_t now;
+#if defined(__x86_64__) || defined(__i386__)
+    if (clock_.is_tsc()) {
+        _mm_lfence();
+        now = __rdtsc();
+        _mm_lfence();
+        window_ns = clock_.ns_to_ticks(window_ns);
+    } else
+#endif
+    {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        now = static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+    }
     bool exact = !gone && header_->ordering != 0 &&
                  syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
     decoded = poll();
@@ -357,7 +388,7 @@ void CaptureReader::push(const RawEvent& e) {
     auto& q = queue_of(decoding_lane_);
     if (q.empty()) heap_.push(HeapItem{e.ts, decoding_lane_});
     q.push_back(e);
-    q.back().gen = static_cast<uint32_t>(poll_gen_);
+    q.back().gen = static_cast<uint16_t>(poll_gen_);
     ++decoded_;
 }
 
@@ -379,6 +410,41 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used,
         };
         RawEvent e;
         e.tid = c.cur_tid;
+        if (tag & kPacked) {
+            // Format 3's packed heap record (capture_format.h).
+            bool is_malloc = (tag & kPackedMalloc) != 0;
+            uint32_t tl = ((tag >> 3) & 7) + 1, pl = (tag & 7) + 1, sl = 0;
+            if (is_malloc) {
+                if (p >= end || *p > 7) {
+                    ok = false;
+                } else {
+                    sl = *p++ + 1u;
+                }
+            }
+            if (ok && static_cast<size_t>(end - p) < tl + pl + sl) ok = false;
+            if (ok) {
+                auto field = [&](uint32_t n) {
+                    uint64_t x = 0;
+                    for (uint32_t i = 0; i < n; ++i) x |= static_cast<uint64_t>(p[i]) << (8 * i);
+                    p += n;
+                    return x;
+                };
+                last_ts += field(tl);
+                last_ptr += static_cast<uint64_t>(unzigzag(field(pl)));
+                e.ts = last_ts;
+                e.kind = is_malloc ? 1 : 2;  // MSMS_EV_MALLOC / MSMS_EV_FREE
+                e.type = 15;                 // MSMS_T_HOST
+                e.dev_kind = 1;              // MSMS_DEV_CPU
+                e.ptr = last_ptr;
+                if (is_malloc) e.size = field(sl);
+                push(e);
+            }
+            if (!ok) {
+                note_corruption(c.index, static_cast<uint64_t>(rec - payload), "undecodable record");
+                p = end;
+            }
+            continue;
+        }
         switch (tag) {
         case kPad:
             p = end;
@@ -437,8 +503,26 @@ void CaptureReader::decode(ChunkState& c, const uint8_t* payload, uint32_t used,
             e.type = 80;     // MSMS_T_PY_CALL
             e.dev_kind = 0;  // MSMS_DEV_NA
             e.dev_id = -1;
-            e.aux0 = last_ts - v[1];
             e.name_id = v[2];
+            if (clock_.is_tsc()) {
+                // The duration is in ns: the start is known once ts is (pop).
+                e.aux0 = v[1];
+                e.flags = kStartFromDuration;
+            } else {
+                e.aux0 = last_ts - v[1];
+            }
+            push(e);
+            break;
+        }
+        case kClock: {
+            rd(3);
+            if (!ok) break;
+            last_ts += v[0];
+            // Delivered in order with the events, consumed by pop().
+            e.ts = last_ts;
+            e.flags = kCalibration;
+            e.aux0 = last_ts + v[1];
+            e.aux1 = v[2];
             push(e);
             break;
         }
@@ -527,24 +611,42 @@ bool CaptureReader::resolvable(const RawEvent& e) const {
 }
 
 bool CaptureReader::pop(RawEvent& out, uint64_t watermark) {
-    if (heap_.empty()) return false;
-    HeapItem top = heap_.top();
-    if (top.ts > watermark) return false;
-    auto& q = queue_of(top.tid);
-    if (!gone_) {
-        const RawEvent& front = q.front();
-        if (front.gen == static_cast<uint32_t>(poll_gen_) && !resolvable(front)) return false;
+    for (;;) {
+        if (heap_.empty()) return false;
+        HeapItem top = heap_.top();
+        if (top.ts > watermark) return false;
+        auto& q = queue_of(top.tid);
+        if (!gone_) {
+            const RawEvent& front = q.front();
+            if (front.gen == static_cast<uint16_t>(poll_gen_) && !resolvable(front)) return false;
+        }
+        heap_.pop();
+        out = q.front();
+        q.pop_front();
+        if (!q.empty())
+            heap_.push(HeapItem{q.front().ts, top.tid});
+        else
+            fill(top.tid);  // push() puts the thread back on the heap
+        if (out.ts < last_popped_) ++stragglers_;
+        else last_popped_ = out.ts;
+        if (out.flags & kCalibration) {
+            // A calibration pair: converts the events after it.
+            clock_.add_point(out.aux0, out.aux1);
+            continue;
+        }
+        // Capture clock to CLOCK_MONOTONIC ns; delivered times never go back
+        // (two conversions either side of a new pair may differ by the
+        // clock reads' jitter).
+        uint64_t ns = clock_.to_ns(out.ts);
+        if (clock_.is_tsc()) {
+            if (ns < last_out_ns_) ns = last_out_ns_;
+            last_out_ns_ = ns;
+        }
+        out.ts = ns;
+        if (out.flags & kStartFromDuration) out.aux0 = out.aux0 <= ns ? ns - out.aux0 : 0;
+        out.flags = 0;
+        return true;
     }
-    heap_.pop();
-    out = q.front();
-    q.pop_front();
-    if (!q.empty())
-        heap_.push(HeapItem{q.front().ts, top.tid});
-    else
-        fill(top.tid);  // push() puts the thread back on the heap
-    if (out.ts < last_popped_) ++stragglers_;
-    else last_popped_ = out.ts;
-    return true;
 }
 
 const std::string* CaptureReader::string(uint64_t id) const {

@@ -14,13 +14,15 @@
 #include <vector>
 
 #include "../common/capture_format.h"
+#include "tick_clock.h"
 
 namespace msms {
 
 struct RawEvent {
-    uint64_t ts = 0;  // monotonic ns of the target
+    uint64_t ts = 0;  // monotonic ns of the target (capture clock ticks until popped)
     uint32_t tid = 0;
-    uint32_t gen = 0;  // reader's poll generation that decoded it
+    uint16_t gen = 0;    // reader's poll generation that decoded it (low bits)
+    uint16_t flags = 0;  // CaptureReader's own marks until popped
     uint16_t kind = 0, type = 0;
     uint16_t dev_kind = 0;
     int16_t dev_id = -1;
@@ -111,6 +113,8 @@ public:
     uint32_t end_kind() const;
     int32_t end_code() const;
     bool exact_order() const { return header_copy_.ordering != 0; }
+    // The capture's clock (capture_format.h): TSC ticks converted to ns on delivery.
+    bool tsc_clock() const { return clock_.is_tsc(); }
     // Set when open() saw damage it can read around; "" otherwise.
     const std::string& first_corruption() const { return first_corruption_; }
     int64_t end_exit_code() const { return end_code_; }
@@ -160,6 +164,9 @@ private:
     // (a replay never holds the whole capture).
     void fill(uint32_t tid);
     static constexpr size_t kQueueTarget = 4096;
+    // RawEvent::flags while queued.
+    static constexpr uint16_t kCalibration = 1;        // a kClock pair: aux0 tick, aux1 ns
+    static constexpr uint16_t kStartFromDuration = 2;  // kPyCall: aux0 is the duration (ns)
     bool resolvable(const RawEvent& e) const;
     void note_corruption(uint64_t chunk, uint64_t offset, const char* what);
     void push(const RawEvent& e);
@@ -203,7 +210,9 @@ private:
     std::unordered_map<uint64_t, std::string> strings_;
     std::unordered_map<uint64_t, StackDef> stacks_;
     std::vector<ModuleDef> modules_;
-    uint64_t last_popped_ = 0;
+    uint64_t last_popped_ = 0;   // capture clock
+    uint64_t last_out_ns_ = 0;   // delivered timestamps never go back
+    TickClock clock_;
     uint64_t stragglers_ = 0, corrupt_ = 0, decoded_ = 0;
     bool saw_end_ = false;
     int64_t end_code_ = 0;

@@ -57,6 +57,7 @@ Image make_capture(std::vector<std::pair<size_t, size_t>>& protected_ranges) {
     h->end_kind.store(static_cast<uint32_t>(EndKind::Exit));
     std::memcpy(h->magic, kMagic, sizeof(kMagic));
     protected_ranges.push_back({kFixedBegin, kFixedEnd + 8});
+    protected_ranges.push_back({kClockBegin, kClockEnd});  // format 3: in fixed_sum
     protected_ranges.push_back({0, 12});   // magic, major version: checked on open
     protected_ranges.push_back({16, 24});  // layout: checked on open
     uint64_t ts = 2'000'000, ptr = 0x7f0000001000;
@@ -235,5 +236,5 @@ TEST_CASE("capture reader: an older format is refused with the version named") {
     fuzz::write_file(path, img.str());
     Outcome o = read_capture(path);
     CHECK_FALSE(o.opened);
-    CHECK(o.error == path + ": capture format 1.0 is not supported (this build reads 2.x)");
+    CHECK(o.error == path + ": capture format 1.0 is not supported (this build reads 2.x to 3.x)");
 }

@@ -72,4 +72,4 @@ def test_replay_errors(cli, test_bin, tmp_path):
         f.seek(8)
         f.write((99).to_bytes(4, "little"))
     assert err(newer) == (f"msmemscope: error: --replay: {newer}: capture format 99.0 is not supported "
-                          f"(this build reads 2.x)")
+                          f"(this build reads 2.x to 3.x)")
