@@ -228,6 +228,7 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
     for (uint32_t i = 0; i < n; ++i) p = capture::put_varint(p, frames[i]);
     commit(w, p);
     shared_publish(claim, id);
+    if (capture::CaptureHeader* h = channel_header()) h->stacks_defined.fetch_add(1, std::memory_order_relaxed);
     w->string_hash[slot] = hash;
     w->string_id[slot] = id;
     return id;

@@ -118,7 +118,10 @@ struct CaptureHeader {
     int32_t exit_code;                    // from exit(), when known
     std::atomic<uint32_t> end_kind;       // EndKind
     std::atomic<int32_t> end_code;        // status or signal number
-    uint32_t reserved1;
+    // Call stacks the agent defined (kStack records written) so far: the
+    // total the host's "symbolizing N / M stacks" counts towards. Was a
+    // reserved 0 before: captures of older agents say 0 (= not known).
+    std::atomic<uint32_t> stacks_defined;
     // ---- written by the host that releases the capture (zero otherwise;
     // appended in format 2.0: readers that do not know them never look)
     // Chunks the host has read and released (punched out of the file:

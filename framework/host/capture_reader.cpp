@@ -203,6 +203,10 @@ uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
 uint64_t CaptureReader::dropped() const { return header_ ? header_->dropped.load() : 0; }
 uint32_t CaptureReader::disabled_reason() const { return header_ ? header_->disabled_reason.load() : 0; }
 bool CaptureReader::agent_disabled() const { return disabled_reason() != 0; }
+uint64_t CaptureReader::chunks_total() const { return header_ ? header_->chunks_taken.load(std::memory_order_relaxed) : 0; }
+uint64_t CaptureReader::stacks_defined() const {
+    return header_ ? header_->stacks_defined.load(std::memory_order_relaxed) : 0;
+}
 
 bool CaptureReader::writer_gone() {
     if (gone_) return true;
@@ -238,6 +242,7 @@ const uint8_t* CaptureReader::chunk_ptr(uint64_t index) {
 }
 
 void CaptureReader::chunk_done(uint64_t index) {
+    ++chunks_read_;
     if (releasing_) {
         if (retain_left_ >= kChunkSize) {
             retain_left_ -= kChunkSize;

@@ -124,6 +124,11 @@ public:
     uint64_t stragglers() const { return stragglers_; }
     uint64_t corrupt_records() const { return corrupt_; }
     uint64_t events_decoded() const { return decoded_; }
+    // For the progress line: chunks read to their end and chunks the
+    // writer took so far; stacks the agent defined so far (0: not known).
+    uint64_t chunks_read() const { return chunks_read_; }
+    uint64_t chunks_total() const;
+    uint64_t stacks_defined() const;
     // Releases every chunk once it has been read: punched out of the file
     // (its disk blocks freed; the file keeps its size) and counted in the
     // header's chunks_released, which a capture budget waits on. The first
@@ -214,6 +219,7 @@ private:
     uint64_t last_out_ns_ = 0;   // delivered timestamps never go back
     TickClock clock_;
     uint64_t stragglers_ = 0, corrupt_ = 0, decoded_ = 0;
+    uint64_t chunks_read_ = 0;
     bool saw_end_ = false;
     int64_t end_code_ = 0;
     bool gone_ = false;

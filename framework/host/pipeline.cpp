@@ -23,16 +23,7 @@ namespace {
 std::string to_s(msms_str s) { return std::string(s.data ? s.data : "", s.size); }
 }  // namespace
 
-Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {
-    api_.struct_size = sizeof(api_);
-    api_.host = this;
-    api_.log = &api_log;
-    api_.add_attr = &api_add_attr;
-    api_.annotate = &api_annotate;
-    api_.emit = &api_emit;
-    api_.add_finding = &api_add_finding;
-    api_.report = &api_report;
-}
+Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {}
 
 Pipeline::~Pipeline() {
     for (auto* list : {&analyzers_, &sinks_})
@@ -94,11 +85,25 @@ void Pipeline::start(const RunContext& run) {
         for (auto& o : opts)
             kv.push_back({{o.first.data(), static_cast<uint32_t>(o.first.size())},
                           {o.second.data(), static_cast<uint32_t>(o.second.size())}});
+        auto api = std::make_unique<HostApi>();
+        api->pipeline = this;
+        api->plugin = name;
+        api->api.struct_size = sizeof(msms_host_api);
+        api->api.host = api.get();
+        api->api.log = &api_log;
+        api->api.add_attr = &api_add_attr;
+        api->api.annotate = &api_annotate;
+        api->api.emit = &api_emit;
+        api->api.add_finding = &api_add_finding;
+        api->api.report = &api_report;
+        api->api.progress = &api_progress;
+        const msms_host_api* host_api = &api->api;
+        apis_.push_back(std::move(api));
         msms_error err{};
         int rc;
         {
             supervisor::CallScope in(inst.slot, PluginCall::Create);
-            rc = inst.d->create(&api_, kv.data(), static_cast<uint32_t>(kv.size()), &inst.obj, &err);
+            rc = inst.d->create(host_api, kv.data(), static_cast<uint32_t>(kv.size()), &inst.obj, &err);
         }
         if (rc != MSMS_OK || !inst.obj) {
             inst.obj = nullptr;
@@ -472,6 +477,12 @@ void Pipeline::finish() {
         }
         if (rc != MSMS_OK)
             plugin_failed(a, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+        if (progress_) {
+            Progress p;
+            p.plugin = a.name;
+            p.ended = true;
+            progress_(p);
+        }
         while (!emitted_.empty()) {
             auto item = std::move(emitted_.front());
             emitted_.pop_front();
@@ -484,18 +495,42 @@ void Pipeline::finish() {
     for (auto& s : sinks_) {
         if (!s.alive || !s.d->finish) continue;
         msms_error err{};
-        supervisor::CallScope in(s.slot, PluginCall::Finish);
-        if (s.d->finish(s.obj, &err) != MSMS_OK)
-            plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+        {
+            supervisor::CallScope in(s.slot, PluginCall::Finish);
+            if (s.d->finish(s.obj, &err) != MSMS_OK)
+                plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+        }
+        if (progress_) {
+            Progress p;
+            p.plugin = s.name;
+            p.ended = true;
+            progress_(p);
+        }
     }
 }
 
 // ---------------------------------------------------------------- host API
 
-void Pipeline::api_log(void* h, int level, msms_str m) { static_cast<Pipeline*>(h)->log(level, to_s(m)); }
+void Pipeline::api_log(void* h, int level, msms_str m) { of(h)->log(level, to_s(m)); }
+
+int Pipeline::api_progress(void* h, const msms_progress* p) {
+    Pipeline* self = of(h);
+    if (!p || p->struct_size < offsetof(msms_progress, flags) + sizeof(p->flags)) return MSMS_ERR_INVALID_ARGUMENT;
+    if (p->unit > MSMS_PROGRESS_ITEMS) return MSMS_ERR_INVALID_ARGUMENT;
+    if (!self->progress_) return MSMS_OK;
+    Progress r;
+    r.plugin = static_cast<HostApi*>(h)->plugin;
+    r.what = to_s(p->what).substr(0, 64);
+    r.done = p->done;
+    r.total = p->total;
+    r.unit = p->unit;
+    r.estimate = (p->flags & MSMS_PROGRESS_ESTIMATE) != 0;
+    self->progress_(r);
+    return MSMS_OK;
+}
 
 int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
-    auto* p = static_cast<Pipeline*>(h);
+    auto* p = of(h);
     if (!p->current_) return MSMS_ERR_INVALID_ARGUMENT;
     std::string key = to_s(k);
     p->attrs_dirty_ = true;
@@ -510,7 +545,7 @@ int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
 }
 
 int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
-    auto* p = static_cast<Pipeline*>(h);
+    auto* p = of(h);
     if (id == 0 || id > p->next_id_) return MSMS_ERR_INVALID_ARGUMENT;
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_annotation) continue;
@@ -525,7 +560,7 @@ int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
 }
 
 int Pipeline::api_emit(void* h, const msms_event* ev) {
-    auto* p = static_cast<Pipeline*>(h);
+    auto* p = of(h);
     if (!ev || ev->struct_size < offsetof(msms_event, c_stack_id)) return MSMS_ERR_INVALID_ARGUMENT;
     Record r;
     std::memcpy(&r.ev, ev, std::min<size_t>(sizeof(msms_event), ev->struct_size));
@@ -543,7 +578,7 @@ int Pipeline::api_emit(void* h, const msms_event* ev) {
 }
 
 int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n) {
-    auto* p = static_cast<Pipeline*>(h);
+    auto* p = of(h);
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_finding) continue;
         int rc;
@@ -556,6 +591,6 @@ int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint
     return MSMS_OK;
 }
 
-void Pipeline::api_report(void* h, msms_str line) { static_cast<Pipeline*>(h)->report_.push_back(to_s(line)); }
+void Pipeline::api_report(void* h, msms_str line) { of(h)->report_.push_back(to_s(line)); }
 
 }  // namespace msms

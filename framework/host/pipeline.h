@@ -65,6 +65,19 @@ public:
     // Disable pool accounting (input already carries allocation ids and totals).
     void set_accounting(bool on) { accounting_ = on; }
 
+    // Plugin progress (ABI 1.2 host API `progress`): each report of a
+    // plugin, and `ended` once its finish() has returned (the status line
+    // forgets it then). Called on the pipeline's thread.
+    struct Progress {
+        std::string plugin;  // type name
+        std::string what;    // the plugin's phrase; "" = "writing <plugin>"
+        uint64_t done = 0, total = 0;
+        uint32_t unit = MSMS_PROGRESS_BYTES;
+        bool estimate = false;
+        bool ended = false;
+    };
+    void on_progress(std::function<void(const Progress&)> f) { progress_ = std::move(f); }
+
 private:
     struct Instance {
         std::string name;
@@ -104,7 +117,17 @@ private:
     std::string with_reason(const Instance& inst, const std::string& what) const;
     void log(int level, const std::string& msg);
 
+    // Each plugin instance gets its own host API struct, so that a callback
+    // knows which plugin called (progress is per plugin).
+    struct HostApi {
+        msms_host_api api{};
+        Pipeline* pipeline = nullptr;
+        std::string plugin;
+    };
+    static Pipeline* of(void* h) { return static_cast<HostApi*>(h)->pipeline; }
+
     // host API trampolines
+    static int api_progress(void* h, const msms_progress* p);
     static void api_log(void* h, int level, msms_str m);
     static int api_add_attr(void* h, msms_str k, msms_str v);
     static int api_annotate(void* h, uint64_t id, msms_str k, msms_str v);
@@ -115,7 +138,8 @@ private:
     const Config& cfg_;
     const Registry& registry_;
     RunContext run_;
-    msms_host_api api_{};
+    std::vector<std::unique_ptr<HostApi>> apis_;  // stable addresses: plugins keep them
+    std::function<void(const Progress&)> progress_;
     std::vector<Instance> analyzers_, sinks_;
     bool accounting_ = true;
     size_t oom_analyzer_ = SIZE_MAX;  // live runs: the oom analyzer, which writes OOM_TRIGGER rows

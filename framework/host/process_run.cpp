@@ -251,6 +251,23 @@ void ProcessRun::run_stream() {
 
     progress::set_output_dir(progress_, dir);
     Pipeline pipeline(cfg_, registry_);
+    if (progress_) {
+        // Plugins' own progress (ABI 1.2): what each sink is writing.
+        pipeline.on_progress([this](const Pipeline::Progress& p) {
+            if (p.ended) {
+                progress::task_ended(progress_, p.plugin);
+                return;
+            }
+            progress::TaskReport t;
+            t.plugin = p.plugin;
+            t.what = p.what;
+            t.done = p.done;
+            t.total = p.total;
+            t.unit = p.unit;
+            t.estimate = p.estimate;
+            progress::task(progress_, t);
+        });
+    }
     pipeline.start(run);
     notify_started("");
     Symbolizer sym(reader_);
@@ -276,9 +293,15 @@ void ProcessRun::run_stream() {
     auto last_progress = last_sample;
     auto report_progress = [&](progress::Phase phase) {
         if (!progress_) return;
-        std::map<std::string, int64_t> used;
-        for (auto& [pool, t] : pipeline.device_totals()) used[pool] = t.used;
-        progress::update(progress_, phase, pipeline.events(), sym.stacks(), used);
+        progress::State st;
+        st.phase = phase;
+        st.events = pipeline.events();
+        st.stacks = sym.stacks();
+        st.stacks_total = reader_.stacks_defined();
+        st.chunks_read = reader_.chunks_read();
+        st.chunks_total = reader_.chunks_total();
+        for (auto& [pool, t] : pipeline.device_totals()) st.used[pool] = t.used;
+        progress::update(progress_, st);
     };
     for (;;) {
         // Exact order across threads when the target registered for
@@ -322,6 +345,8 @@ void ProcessRun::run_stream() {
             if (std::chrono::steady_clock::now() < next) std::this_thread::sleep_until(next);
         }
     }
+    // Where reading ended (every stack symbolized, the whole capture read).
+    report_progress(progress::Phase::Draining);
     summary_.oom_kill_seen = live && oom.increased();
     if (live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec())
         pipeline.release_all_by_exec();

@@ -22,6 +22,9 @@ static_assert(MSMS_ABI_MINOR != 0 || sizeof(msms_event) == 192, "event size of A
 static_assert(MSMS_ABI_MINOR != 0 || sizeof(msms_host_api) == 64, "host API size of ABI 1.0");
 static_assert(MSMS_ABI_MINOR != 0 || sizeof(msms_run_info) == 80, "run info size of ABI 1.0");
 static_assert(MSMS_ABI_MINOR != 0 || sizeof(msms_option_spec) == 56, "option spec size of ABI 1.0");
+// ABI 1.1 appended msms_plugin_descriptor.last_error; 1.2 msms_host_api.progress.
+static_assert(MSMS_ABI_MINOR < 1 || sizeof(msms_plugin_descriptor) >= 144, "descriptor size of ABI 1.1");
+static_assert(MSMS_ABI_MINOR < 2 || sizeof(msms_host_api) >= 72, "host API size of ABI 1.2");
 static_assert(sizeof(msms_plugin_descriptor) >= 136 && sizeof(msms_event) >= 192 && sizeof(msms_host_api) >= 64 &&
               sizeof(msms_run_info) >= 80);
 static_assert(sizeof(msms_str) == 16 && sizeof(msms_kv) == 32 && sizeof(msms_error) == 512);
@@ -85,6 +88,17 @@ static_assert(sizeof(msms_kv) == 32, "msms_kv is used in arrays: changing it is 
     static_assert(offsetof(msms_host_api, emit) == 40);
     static_assert(offsetof(msms_host_api, add_finding) == 48);
     static_assert(offsetof(msms_host_api, report) == 56);
+    static_assert(offsetof(msms_plugin_descriptor, last_error) == 136);  // 1.1
+    static_assert(offsetof(msms_host_api, progress) == 64);              // 1.2
+    // msms_progress (1.2): its own struct_size, append-only.
+    static_assert(offsetof(msms_progress, struct_size) == 0);
+    static_assert(offsetof(msms_progress, unit) == 4);
+    static_assert(offsetof(msms_progress, what) == 8);
+    static_assert(offsetof(msms_progress, done) == 24);
+    static_assert(offsetof(msms_progress, total) == 32);
+    static_assert(offsetof(msms_progress, flags) == 40);
+    static_assert(offsetof(msms_progress, reserved) == 44);
+    static_assert(sizeof(msms_progress) >= 48);
     static_assert(offsetof(msms_run_info, struct_size) == 0);
     static_assert(offsetof(msms_run_info, pid) == 4);
     static_assert(offsetof(msms_run_info, output_dir) == 8);
@@ -129,6 +143,7 @@ static_assert(MSMS_T_TYPE_LIMIT == 128);
 static_assert(MSMS_DEV_NA == 0 && MSMS_DEV_CPU == 1 && MSMS_DEV_NPU == 2 && MSMS_DEV_CUDA == 3);
 static_assert(MSMS_OPT_STRING == 0 && MSMS_OPT_INT == 1 && MSMS_OPT_BOOL == 2 && MSMS_OPT_ENUM == 3 &&
               MSMS_OPT_LIST == 4);
+static_assert(MSMS_PROGRESS_BYTES == 0 && MSMS_PROGRESS_ITEMS == 1 && MSMS_PROGRESS_ESTIMATE == 1);
 static_assert(MSMS_KIND_COLLECTOR == 1 && MSMS_KIND_ANALYZER == 2 && MSMS_KIND_SINK == 3);
 
 TEST_CASE("the entry symbol's name is part of the ABI") {

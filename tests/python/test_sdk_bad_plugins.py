@@ -48,7 +48,7 @@ def test_list_plugins_names_each_refusal(cli, tmp_path):
         "file: No such file or directory",
         f"refused: {fixture('no_entry')}: no entry symbol 'msmemscope_plugin'",
         f"refused: {fixture('null_descriptor')}: the entry returned no descriptor",
-        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.1",
+        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.2",
     ]
     others = [line for line in refused if "duplicate_csv" not in line and "asan_built" not in line]
     assert others == expected
@@ -72,7 +72,7 @@ def test_refusals_are_warnings_on_a_normal_run(cli, tmp_path):
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=",
              "--output", str(tmp_path / "out"), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
     assert (f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: "
-            "wrong ABI version: got 2.0, supported 1.1") in p.stderr.splitlines()
+            "wrong ABI version: got 2.0, supported 1.2") in p.stderr.splitlines()
     assert (f"msmemscope: warning: plugin {fixture('no_entry')} refused: "
             "no entry symbol 'msmemscope_plugin'") in p.stderr.splitlines()
 
@@ -132,7 +132,7 @@ def test_conformance_rejects_the_bad_fixtures_with_precise_reasons():
     assert p.returncode == 1, p.stdout + p.stderr
     lines, result = verdicts(p.stdout)
     assert result[fixture("wrong_abi")] == "FAIL"
-    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.1"]
+    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.2"]
     assert lines[fixture("no_entry")] == ["FAIL  load: no entry symbol 'msmemscope_plugin'"]
     assert lines[fixture("null_descriptor")] == ["FAIL  load: the entry returned no descriptor"]
     assert lines[fixture("bad_name")] == [

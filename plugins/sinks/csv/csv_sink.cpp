@@ -72,9 +72,15 @@ public:
         std::free(aligned_);
     }
     std::string& buffer() { return buf_; }
-    void maybe_flush() {
-        if (buf_.size() >= kFlushAt) flush();
+    // True when it wrote (the progress line is told then).
+    bool maybe_flush() {
+        if (buf_.size() < kFlushAt) return false;
+        flush();
+        return true;
     }
+    // Bytes in the file so far, and once what is buffered is written too.
+    uint64_t written() const { return base_; }
+    uint64_t pending() const { return buf_.size(); }
     // Writes what the buffer holds: whole blocks (direct), or everything.
     void flush() {
         if (fd_ < 0 || buf_.empty()) return;
@@ -176,7 +182,7 @@ public:
                                                 msms::kPythonTraceHeader);
             }
             trace_rows_.append(trace_->buffer(), ev);
-            trace_->maybe_flush();
+            if (trace_->maybe_flush()) progress();
             return;
         }
         if (ev.device_kind == MSMS_DEV_NA) {
@@ -187,12 +193,14 @@ public:
             std::string head, tail;
             msms::append_dump_row_head(head, ev);
             msms::append_dump_row_tail(tail, ev);
+            bool wrote = false;
             for (auto& [dev, f] : files_) {
                 f->buffer() += head;
                 f->buffer() += dev;
                 f->buffer() += tail;
-                f->maybe_flush();
+                wrote |= f->maybe_flush();
             }
+            if (wrote) progress();
             if (history_.size() < kMaxHistory) {
                 history_.emplace_back(std::move(head), std::move(tail));
             } else if (!history_full_) {
@@ -205,7 +213,7 @@ public:
         }
         File& f = open(msmemscope::device_label(ev));
         msms::append_dump_row(f.buffer(), ev);
-        f.maybe_flush();
+        if (f.maybe_flush()) progress();
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
@@ -214,14 +222,27 @@ public:
 
     void finish() override {
         if (files_.empty()) open("cpu");  // an empty run still leaves a valid file
+        uint64_t total = 0;
+        for_each_file([&](File& f) { total += f.written() + f.pending(); });
+        progress(total);
         for (auto& [dev, f] : files_) f->close();
         if (trace_) trace_->close();
-        if (!patches_.empty())
-            for (auto& [dev, f] : files_) apply_patches(f->path());
+        if (!patches_.empty()) {
+            // Analyzers' later Attr changes: every dump file is read and written again.
+            uint64_t rewrite = 0, done = 0;
+            for (auto& [dev, f] : files_) rewrite += file_size(f->path());
+            for (auto& [dev, f] : files_) apply_patches(f->path(), done, rewrite);
+        }
+        // The end: the files' final sizes.
+        uint64_t final_size = 0;
+        for_each_file([&](File& f) { final_size += file_size(f.path()); });
+        host_.progress(final_size, final_size);
     }
 
 private:
     static constexpr size_t kMaxHistory = 100000;
+    static constexpr uint64_t kReportEvery = 8 << 20;
+    uint64_t reported_ = 0;
 
     File& open(const std::string& dev) {
         auto it = files_.find(dev);
@@ -237,9 +258,26 @@ private:
         return *files_.emplace(dev, std::move(f)).first->second;
     }
 
+    template <class F>
+    void for_each_file(F f) {
+        for (auto& [dev, file] : files_) f(*file);
+        if (trace_) f(*trace_);
+    }
+    // Bytes written so far, for the status line (ABI 1.2 progress).
+    void progress(uint64_t total = 0) {
+        uint64_t done = 0;
+        for_each_file([&](File& f) { done += f.written(); });
+        host_.progress(done, total);
+    }
+    static uint64_t file_size(const std::string& path) {
+        struct stat st;
+        return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    }
+
     static bool is_memory_event(const std::string& e) { return e == "MALLOC" || e == "FREE" || e == "ACCESS"; }
 
-    void apply_patches(const std::string& path) {
+    // done/total: bytes rewritten over every file, for the status line.
+    void apply_patches(const std::string& path, uint64_t& done, uint64_t total) {
         std::FILE* in = std::fopen(path.c_str(), "r");
         if (!in) throw std::runtime_error("cannot reread " + path);
         std::string tmp = path + ".tmp";
@@ -280,6 +318,11 @@ private:
             header = false;
             line += '\n';
             std::fwrite(line.data(), 1, line.size(), out);
+            done += reader.raw().size() + 1;
+            if (done - reported_ >= kReportEvery) {
+                reported_ = done;
+                host_.progress(std::min(done, total), total, "updating csv");
+            }
         }
         std::fclose(in);
         if (std::fclose(out) != 0) throw std::runtime_error("cannot write " + tmp);

@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -60,6 +61,9 @@ using msmemscope::view;
 
 constexpr int kSchemaVersion = 2;  // layout "view"; "table" keeps 1
 constexpr uint64_t kBatch = 200000;
+constexpr uint64_t kPageSize = 16384;
+// The status line (ABI 1.2 progress) hears of the files' size every so many rows.
+constexpr uint64_t kProgressRows = 16384;
 
 using msmemscope::device_label;
 
@@ -214,7 +218,7 @@ public:
         // WAL writes it twice (measured: 20% less CPU, half the I/O on 4M
         // rows); commits stay atomic. No fsync: a killed host leaves a
         // consistent file at the last commit; only an OS crash could lose more.
-        exec("PRAGMA page_size=16384");
+        exec("PRAGMA page_size=" + std::to_string(kPageSize));
         exec("PRAGMA journal_mode=TRUNCATE");
         exec("PRAGMA synchronous=OFF");
         // A large cache helps the table layout build its indexes at the end;
@@ -369,6 +373,19 @@ public:
 
     uint64_t rows() const { return rows_; }
     const std::string& path() const { return path_; }
+    // The database's size as SQLite sees it now (pages, written or still
+    // cached in the open transaction): what the status line shows.
+    uint64_t size_bytes() {
+        uint64_t pages = 0;
+        sqlite3_exec(
+            db_, "PRAGMA page_count",
+            [](void* out, int n, char** v, char**) {
+                if (n > 0 && v[0]) *static_cast<uint64_t*>(out) = std::strtoull(v[0], nullptr, 10);
+                return 0;
+            },
+            &pages, nullptr);
+        return pages * kPageSize;
+    }
 
 private:
     void exec(const std::string& sql) {
@@ -875,6 +892,7 @@ public:
             // device's file with that file's Device Id (as the csv sink);
             // files of devices seen later get the earlier ones first.
             for (auto& [dev, d] : dbs_) d->row(ev);
+            tick_progress();
             if (pending_.size() < kMaxPending) {
                 pending_.emplace_back(ev);
             } else if (!pending_full_) {
@@ -886,6 +904,7 @@ public:
             return;
         }
         open(device_label(ev)).row(ev);
+        tick_progress();
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
@@ -899,11 +918,34 @@ public:
 
     void finish() override {
         if (dbs_.empty()) open("cpu");  // an empty run still leaves a valid file
-        for (auto& [dev, d] : dbs_) d->finish();
-        dbs_.clear();
+        report_size();
+        std::vector<std::string> paths;
+        for (auto& [dev, d] : dbs_) {
+            d->finish();
+            paths.push_back(d->path());
+        }
+        dbs_.clear();  // closed: the files are complete
+        uint64_t total = 0;
+        std::error_code ec;
+        for (auto& p : paths) {
+            auto n = fs::file_size(p, ec);
+            if (!ec) total += n;
+        }
+        host_.progress(total, total);  // the end: the files' size
     }
 
 private:
+    void tick_progress() {
+        if (++since_progress_ < kProgressRows) return;
+        since_progress_ = 0;
+        report_size();
+    }
+    void report_size() {
+        uint64_t bytes = 0;
+        for (auto& [dev, d] : dbs_) bytes += d->size_bytes();
+        host_.progress(bytes);
+    }
+
     Database& open(const std::string& dev) {
         auto it = dbs_.find(dev);
         if (it != dbs_.end()) return *it->second;
@@ -946,6 +988,7 @@ private:
     bool pending_full_ = false;
     std::string first_device_;
     std::map<std::string, std::unique_ptr<Database>> dbs_;
+    uint64_t since_progress_ = 0;
 };
 
 }  // namespace

@@ -430,8 +430,18 @@ private:
         std::FILE* f = std::fopen(path_.c_str(), "wb");
         if (!f) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
         bool failed = false;
+        // The status line (ABI 1.2 progress): bytes written, and the total
+        // estimated from the trace entries written so far (most of the file).
+        uint64_t written = 0, reported = 0, entries = 0, entries_total = 0;
+        for (auto& dp : devices_) entries_total += dp->trace.size();
         PickleWriter w([&](const char* p, size_t n) {
             if (!failed && std::fwrite(p, 1, n, f) != n) failed = true;
+            written += n;
+            if (written - reported >= (4u << 20)) {
+                reported = written;
+                bool est = entries && entries < entries_total;
+                host_.progress(written, est ? written * entries_total / entries : 0, {}, MSMS_PROGRESS_BYTES, est);
+            }
         });
         for (auto& s : stacks_) s.memo = -1;
         w.dict_begin();
@@ -444,6 +454,7 @@ private:
         for (auto& dp : devices_) {
             w.list_begin();
             for (const Entry& e : dp->trace) {
+                ++entries;
                 w.dict_begin();
                 w.key("action");
                 w.str(kActionNames[e.action]);
@@ -486,6 +497,7 @@ private:
         int err = failed ? (errno ? errno : EIO) : 0;
         if (std::fclose(f) != 0 && !err) err = errno ? errno : EIO;
         if (err) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(err));
+        host_.progress(written, written);  // the end: the file's size
         for (auto& dp : devices_)
             if (dp->dropped)
                 host_.report("memory_viz: " + dp->name() + ": the trace keeps the last " + std::to_string(dp->trace.size()) +

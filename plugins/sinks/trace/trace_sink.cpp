@@ -211,6 +211,7 @@ public:
             throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
         }
         f_ = nullptr;
+        host_.progress(file_bytes_, file_bytes_);  // the end: the file's size
         if (!n.empty()) {
             host_.warn("trace: " + n);
             host_.report("trace: " + n);
@@ -455,7 +456,9 @@ private:
         if (!f_ || buf_.empty()) return;
         if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
             throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        file_bytes_ += buf_.size();
         buf_.clear();
+        host_.progress(file_bytes_);  // the status line (ABI 1.2): bytes so far
     }
 
     msmemscope::Host host_;
@@ -465,6 +468,7 @@ private:
     std::string path_;
     std::FILE* f_ = nullptr;
     std::string buf_;
+    uint64_t file_bytes_ = 0;  // written to f_ so far
     uint64_t base_ = 0, last_ts_ = 0, written_ = 0, leaks_ = 0;
     uint64_t py_written_ = 0, py_dropped_ = 0, counter_points_ = 0;
     bool base_set_ = false, counters_downsampled_ = false, first_ = true;

@@ -22,8 +22,10 @@ extern "C" {
 #endif
 
 #define MSMS_ABI_MAJOR 1u
-/* 1.1: msms_plugin_descriptor.last_error (older plugins load unchanged). */
-#define MSMS_ABI_MINOR 1u
+/* 1.1: msms_plugin_descriptor.last_error (older plugins load unchanged).
+ * 1.2: msms_host_api.progress (optional for plugins: older ones load and
+ *      run unchanged, never calling it). */
+#define MSMS_ABI_MINOR 2u
 
 /* Name of the one exported entry, in either of two forms (the host tells
  * them apart by the ELF symbol type, see msmemscope/entry.hpp):
@@ -234,6 +236,27 @@ static inline int msms_is_framework_pool(uint16_t type) {
            type == MSMS_T_MINDSPORE;
 }
 
+/* ---------------------------------------------------------------- progress */
+/* ABI 1.2: how far a plugin's own long work has got (a sink writing its
+ * files), for the status line the CLI draws on a terminal. */
+typedef enum msms_progress_unit {
+    MSMS_PROGRESS_BYTES = 0, /* done/total are bytes (of the plugin's files) */
+    MSMS_PROGRESS_ITEMS = 1  /* done/total are items (rows, stacks, entries) */
+} msms_progress_unit;
+
+#define MSMS_PROGRESS_ESTIMATE 1u /* flags: total is an estimate, not exact */
+
+typedef struct msms_progress {
+    uint32_t struct_size; /* sizeof(msms_progress) of the caller */
+    uint32_t unit;        /* msms_progress_unit */
+    msms_str what;        /* short phrase: "writing csv", "creating indexes";
+                             empty = "writing <type name>" */
+    uint64_t done;
+    uint64_t total;       /* 0 = not known (the host may estimate it) */
+    uint32_t flags;       /* MSMS_PROGRESS_ESTIMATE */
+    uint32_t reserved;
+} msms_progress;
+
 /* ---------------------------------------------------------------- host API */
 /* Given to every plugin instance at create(); valid until destroy(). */
 typedef struct msms_host_api {
@@ -256,6 +279,16 @@ typedef struct msms_host_api {
     int (*add_finding)(void* host, msms_str table, const msms_kv* cols, uint32_t n);
     /* A line for the end-of-run report on stdout. */
     void (*report)(void* host, msms_str line);
+
+    /* ABI 1.2 (a 1.0/1.1 host's struct ends before it: check struct_size,
+     * or use msmemscope::Host::progress, which does). Where the plugin's
+     * own work stands, e.g. bytes of its files written so far and their
+     * total, from any callback (on_event, finish ...). The host only stores
+     * the numbers (cheap; still, call it per flush or per batch, not per
+     * event); each call replaces the plugin's previous one, and the host
+     * forgets it when finish() returns. The last call of finish() should
+     * say done == total == the files' final size. */
+    int (*progress)(void* host, const msms_progress* p);
 } msms_host_api;
 
 /* What a run looks like, given to begin(). */

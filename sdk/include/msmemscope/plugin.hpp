@@ -20,6 +20,7 @@
 
 #include <boost/dll/alias.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +139,27 @@ public:
     }
     void report(std::string_view line) const {
         if (api_ && api_->report) api_->report(api_->host, str(line));
+    }
+    // ABI 1.2: where this plugin's own work stands (the status line on a
+    // terminal), e.g. host.progress(bytes_written, total_bytes). total 0 =
+    // not known; `what` empty = "writing <type name>". Does nothing on a
+    // host older than 1.2. Returns whether the host took it.
+    bool progress(uint64_t done, uint64_t total = 0, std::string_view what = {},
+                  msms_progress_unit unit = MSMS_PROGRESS_BYTES, bool estimate = false) const {
+        if (!has_progress()) return false;
+        msms_progress p{};
+        p.struct_size = sizeof(p);
+        p.unit = static_cast<uint32_t>(unit);
+        p.what = str(what);
+        p.done = done;
+        p.total = total;
+        p.flags = estimate ? MSMS_PROGRESS_ESTIMATE : 0u;
+        return api_->progress(api_->host, &p) == MSMS_OK;
+    }
+    // The host is 1.2 or newer and takes progress reports.
+    bool has_progress() const {
+        return api_ && api_->struct_size >= offsetof(msms_host_api, progress) + sizeof(api_->progress) &&
+               api_->progress;
     }
     const msms_host_api* api() const { return api_; }
 

@@ -177,7 +177,16 @@ public:
             return MSMS_OK;
         };
         api_.report = [](void* h, msms_str line) { self(h)->reports.emplace_back(view(line)); };
+        api_.progress = [](void* h, const msms_progress* p) -> int {
+            if (!p || p->struct_size < offsetof(msms_progress, flags) + sizeof(p->flags)) return MSMS_ERR_INVALID_ARGUMENT;
+            self(h)->progress.push_back({std::string(view(p->what)), p->done, p->total, p->unit, p->flags});
+            return MSMS_OK;
+        };
     }
+    // Plays an older host: the host API struct the plugin gets claims this
+    // size (e.g. offsetof(msms_host_api, progress) for a 1.1 host), so the
+    // plugin must not call what lies beyond. Call before create().
+    void set_host_api_size(uint32_t size) { api_.struct_size = size; }
     ~PluginHarness() {
         if (obj_) d_->destroy(obj_);
     }
@@ -236,6 +245,13 @@ public:
     std::map<std::string, std::vector<std::map<std::string, std::string>>> findings;
     std::vector<std::string> reports;
     std::vector<std::pair<int, std::string>> logs;
+    // ABI 1.2 progress reports, in order.
+    struct Progress {
+        std::string what;
+        uint64_t done, total;
+        uint32_t unit, flags;
+    };
+    std::vector<Progress> progress;
     std::string last_error;
 
 private:
