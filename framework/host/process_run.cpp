@@ -249,7 +249,7 @@ void ProcessRun::run_stream() {
     }
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
 
-    progress::set_output_dir(progress_, dir);
+    progress::start_run(progress_, dir);
     Pipeline pipeline(cfg_, registry_);
     if (progress_) {
         // Plugins' own progress (ABI 1.2): what each sink is writing.

@@ -156,10 +156,11 @@ void release(Slot* s) {
     if (s) s->in_use.store(0);
 }
 
-void set_output_dir(Slot* s, const std::string& dir) {
+void start_run(Slot* s, const std::string& dir) {
     if (!s) return;
     WriteScope w(s);
     copy_text(s->output_dir, sizeof s->output_dir, dir);
+    memset(s->tasks, 0, sizeof s->tasks);
 }
 
 void update(Slot* s, const State& st) {

@@ -80,8 +80,9 @@ bool enabled();
 Slot* acquire();
 void release(Slot* s);
 
-// Worker side (any process).
-void set_output_dir(Slot* s, const std::string& dir);
+// Worker side (any process). A run (or its re-run after a plugin crashed)
+// starts: its folder, and no plugin's work from an earlier attempt.
+void start_run(Slot* s, const std::string& output_dir);
 void update(Slot* s, const State& state);
 // A plugin's report replaces its previous one; task_ended forgets it.
 void task(Slot* s, const TaskReport& t);
