@@ -1,5 +1,8 @@
 // The capture file writer. No locks on the common path: a thread owns a
 // chunk; only taking a chunk beyond the mapped end takes a (rare) spinlock.
+// A thread writes its chunks in its staging slot and copies each full one to
+// its place in the file (capture_format.h, "Staging"); without a slot (none
+// could be mapped, or MSMEMSCOPE_CAPTURE_STAGING=0) it writes the chunk in place.
 #include "channel.h"
 #include "options.h"
 #include "stacks.h"
@@ -17,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,12 +71,29 @@ struct HandedOn {
     uint64_t index;
     uint8_t* cur;
     uint64_t last_ts, last_ptr;
+    capture::StageHeader* stage;  // the staging slot the chunk is in (nullptr: written in place)
+    uint64_t stage_index;
 };
 constexpr int kHandOnSlots = 64;
 constexpr size_t kHandOnMinRoom = 8192;  // a chunk with less room left is sealed
 HandedOn g_handon[kHandOnSlots];
 int g_handon_n = 0;
 std::atomic_flag g_handon_lock = ATOMIC_FLAG_INIT;
+
+// Staging slots (capture_format.h): every slot mapped in this stream, and
+// the ones no thread holds now (a new thread takes one of those first).
+// Guarded by g_stage_lock (taken when a thread starts or exits).
+struct StageSlot {
+    capture::StageHeader* hdr;
+    uint64_t index;
+};
+constexpr int kMaxStages = 4096;
+StageSlot g_stage_all[kMaxStages];
+int g_stage_n = 0;
+StageSlot g_stage_free[kMaxStages];
+int g_stage_free_n = 0;
+std::atomic_flag g_stage_lock = ATOMIC_FLAG_INIT;
+bool g_staging = true;  // MSMEMSCOPE_CAPTURE_STAGING=0: every chunk written in place
 
 void lock(std::atomic_flag& f) {
     while (f.test_and_set(std::memory_order_acquire)) {
@@ -117,23 +138,13 @@ int reserve(off_t off, off_t len) {
     return rc;
 }
 
-// Backs more chunks (mapping the segment first when new), within the
-// file-size limit; on a full disk, as many as fit. The file grows as needed
-// (see below), never past the segment's end.
+// Backs more chunks within the file-size limit; on a full disk, as many as
+// fit. The file grows as needed (see below), never past a segment's end.
 // Caller holds g_grow_lock. Returns None on success, else why not.
 capture::DisabledReason grow(CaptureHeader* h) {
     uint64_t mapped = h->chunks_mapped.load(std::memory_order_relaxed);
     uint64_t seg = mapped / capture::kChunksPerSegment;
     if (seg >= capture::kMaxSegments) return capture::DisabledReason::FileSize;
-    if (!g_segments[seg].load(std::memory_order_relaxed)) {
-        // The whole segment's address range (pages past the end of the file
-        // are never touched: only backed chunks are handed out).
-        off_t off = static_cast<off_t>(capture::kHeaderSize + seg * kSegmentBytes);
-        void* p = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, off);
-        if (p == MAP_FAILED)
-            return errno == ENOMEM ? capture::DisabledReason::AddressSpace : capture::DisabledReason::Other;
-        g_segments[seg].store(static_cast<uint8_t*>(p), std::memory_order_release);
-    }
     // Disk is reserved a few chunks at a time (the host may release read
     // chunks meanwhile: a long run's file holds only what is unread), and
     // starting small: each step backs as many chunks as are backed already
@@ -162,9 +173,27 @@ capture::DisabledReason grow(CaptureHeader* h) {
     return capture::DisabledReason::None;
 }
 
-ChunkHeader* chunk_at(uint64_t index) {
-    uint8_t* base = g_segments[index / capture::kChunksPerSegment].load(std::memory_order_acquire);
-    if (!base) return nullptr;
+// A chunk written in place (no staging slot): its segment is mapped when
+// first needed (the whole segment's address range; pages past the end of the
+// file are never touched, only backed chunks are handed out).
+ChunkHeader* chunk_at(uint64_t index, capture::DisabledReason& why) {
+    uint64_t seg = index / capture::kChunksPerSegment;
+    uint8_t* base = g_segments[seg].load(std::memory_order_acquire);
+    if (!base) {
+        off_t off = static_cast<off_t>(capture::kHeaderSize + seg * kSegmentBytes);
+        void* p = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, off);
+        if (p == MAP_FAILED) {
+            why = errno == ENOMEM ? capture::DisabledReason::AddressSpace : capture::DisabledReason::Other;
+            return nullptr;
+        }
+        uint8_t* expected = nullptr;
+        if (g_segments[seg].compare_exchange_strong(expected, static_cast<uint8_t*>(p), std::memory_order_acq_rel)) {
+            base = static_cast<uint8_t*>(p);
+        } else {
+            munmap(p, kSegmentBytes);
+            base = expected;
+        }
+    }
     return reinterpret_cast<ChunkHeader*>(base + (index % capture::kChunksPerSegment) * capture::kChunkSize);
 }
 
@@ -178,7 +207,10 @@ ChunkHeader* chunk_at(uint64_t index) {
 void wait_for_host(CaptureHeader* h) {
     uint64_t budget = options().capture_budget;
     if (budget == 0) return;
-    budget += g_live_writers.load(std::memory_order_relaxed) + static_cast<uint64_t>(__atomic_load_n(&g_handon_n, __ATOMIC_RELAXED));
+    // Chunks the host cannot release: the ones threads hold, and the
+    // staging slots (never released while the process runs).
+    budget += g_live_writers.load(std::memory_order_relaxed) + static_cast<uint64_t>(__atomic_load_n(&g_handon_n, __ATOMIC_RELAXED)) +
+              static_cast<uint64_t>(__atomic_load_n(&g_stage_n, __ATOMIC_RELAXED));
     uint64_t released = h->chunks_released.load(std::memory_order_acquire);
     if (h->chunks_taken.load(std::memory_order_relaxed) < released + budget) return;
     if (g_budget_gave_up.load(std::memory_order_relaxed) == released) return;
@@ -199,38 +231,34 @@ void wait_for_host(CaptureHeader* h) {
     }
 }
 
-// Takes a fresh chunk; waits with bounded back-off while another thread grows
-// the file or the disk is full; returns nullptr (and why) when no space can
-// be had.
-ChunkHeader* take_chunk(CaptureHeader* h, uint64_t& index, capture::DisabledReason& why) {
+// Takes a fresh chunk index, backed by the file; waits with bounded back-off
+// while another thread grows the file or the disk is full; false (and why)
+// when no space can be had.
+bool take_index(CaptureHeader* h, uint64_t& index, capture::DisabledReason& why) {
     wait_for_host(h);
     index = h->chunks_taken.fetch_add(1, std::memory_order_relaxed);
     why = capture::DisabledReason::NoSpace;
     for (int attempt = 0; attempt < 200; ++attempt) {
-        if (index < h->chunks_mapped.load(std::memory_order_acquire)) return chunk_at(index);
+        if (index < h->chunks_mapped.load(std::memory_order_acquire)) return true;
         if (!g_grow_lock.test_and_set(std::memory_order_acquire)) {
             why = capture::DisabledReason::None;
             while (why == capture::DisabledReason::None && index >= h->chunks_mapped.load(std::memory_order_acquire))
                 why = grow(h);
             g_grow_lock.clear(std::memory_order_release);
-            if (why == capture::DisabledReason::None) return chunk_at(index);
+            if (why == capture::DisabledReason::None) return true;
             // A limit does not go away by waiting; a full disk may.
-            if (why != capture::DisabledReason::NoSpace) return nullptr;
+            if (why != capture::DisabledReason::NoSpace) return false;
         }
         h->waits.fetch_add(1, std::memory_order_relaxed);
         struct timespec ts = {0, attempt < 100 ? 10000L : 1000000L};
         nanosleep(&ts, nullptr);
     }
-    return nullptr;
+    return false;
 }
 
-// Publishes the chunk's checksum and seals it; unmaps its segment once every
-// chunk of it is sealed.
-void seal_chunk(ChunkHeader* c, uint64_t index) {
-    uint32_t used = c->used.load(std::memory_order_relaxed);
-    if (used > capture::kChunkPayload) used = capture::kChunkPayload;
-    c->checksum = capture::chunk_sum(c, c->tid, used);
-    c->sealed.store(1, std::memory_order_release);
+// Counts a sealed chunk in its segment; unmaps the segment (if chunks were
+// written in place there) once every chunk of it is sealed.
+void count_sealed(uint64_t index) {
     uint64_t seg = index / capture::kChunksPerSegment;
     if (seg < capture::kMaxSegments &&
         g_seg_sealed[seg].fetch_add(1, std::memory_order_acq_rel) + 1 == capture::kChunksPerSegment) {
@@ -239,11 +267,122 @@ void seal_chunk(ChunkHeader* c, uint64_t index) {
     }
 }
 
+// Publishes the checksum of a chunk written in place and seals it.
+void seal_chunk(ChunkHeader* c, uint64_t index) {
+    uint32_t used = c->used.load(std::memory_order_relaxed);
+    if (used > capture::kChunkPayload) used = capture::kChunkPayload;
+    c->checksum = capture::chunk_sum(c, c->tid, used);
+    c->sealed.store(1, std::memory_order_release);
+    count_sealed(index);
+}
+
+// The bytes of a sealed chunk's header, as pwrite puts them in the file.
+struct RawChunkHeader {
+    uint32_t magic, tid, used, sealed;
+    uint64_t pending, checksum;
+};
+static_assert(sizeof(RawChunkHeader) == sizeof(ChunkHeader) && offsetof(RawChunkHeader, checksum) == offsetof(ChunkHeader, checksum),
+              "RawChunkHeader is ChunkHeader's layout");
+
+// Writes all of iov at off (short writes and signals continue); errno or 0.
+int pwrite_all(struct iovec* iov, int n, off_t off) {
+    while (n > 0) {
+        ssize_t r = pwritev(g_fd, iov, n, off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (r == 0) return EIO;
+        off += r;
+        while (n > 0 && static_cast<size_t>(r) >= iov->iov_len) {
+            r -= static_cast<ssize_t>(iov->iov_len);
+            ++iov;
+            --n;
+        }
+        if (n > 0) {
+            iov->iov_base = static_cast<char*>(iov->iov_base) + r;
+            iov->iov_len -= static_cast<size_t>(r);
+        }
+    }
+    return 0;
+}
+
+// Copies the chunk staged in slot s to its place `index` in the file, sealed
+// (its records and header first, its magic last: the host sees either no
+// chunk there or the whole one), then frees the slot (target 0). On a write
+// error the records stay in the slot, where the host reads them, and
+// collection is turned off.
+void flush_stage(capture::StageHeader* s, uint64_t index) {
+    uint32_t used = s->used.load(std::memory_order_relaxed);
+    if (used > capture::kChunkPayload) used = capture::kChunkPayload;
+    RawChunkHeader raw{capture::kChunkMagic, s->tid, used, 1, 0,
+                       capture::chunk_sum(reinterpret_cast<const ChunkHeader*>(s), s->tid, used)};
+    off_t off = static_cast<off_t>(capture::chunk_offset(index));
+    struct iovec body[2] = {{reinterpret_cast<char*>(&raw) + sizeof(raw.magic), sizeof(raw) - sizeof(raw.magic)},
+                            {s + 1, used}};
+    struct iovec magic[1] = {{&raw.magic, sizeof(raw.magic)}};
+    int e = pwrite_all(body, 2, off + static_cast<off_t>(sizeof(raw.magic)));
+    if (e == 0) e = pwrite_all(magic, 1, off);
+    if (e != 0) {
+        disable(e == ENOSPC || e == EDQUOT ? capture::DisabledReason::NoSpace : capture::DisabledReason::Other,
+                "the capture file cannot be written");
+        return;
+    }
+    s->target.store(0, std::memory_order_release);
+    count_sealed(index);
+}
+
+// A chunk is staged when it is written in its thread's staging slot.
+inline bool staged(const ThreadWriter* w) {
+    return w->stage && w->chunk == reinterpret_cast<ChunkHeader*>(w->stage);
+}
+
 void seal(ThreadWriter* w) {
     if (w && w->chunk) {
-        seal_chunk(w->chunk, w->chunk_index);
+        if (staged(w)) flush_stage(w->stage, w->chunk_index);
+        else seal_chunk(w->chunk, w->chunk_index);
         w->chunk = nullptr;
     }
+}
+
+// Gives w's staging slot back for the next thread that needs one.
+void stage_release(ThreadWriter* w) {
+    if (!w->stage) return;
+    lock(g_stage_lock);
+    if (g_stage_free_n < kMaxStages) g_stage_free[g_stage_free_n++] = StageSlot{w->stage, w->stage_index};
+    g_stage_lock.clear(std::memory_order_release);
+    w->stage = nullptr;
+}
+
+// w's staging slot: one a thread gave back, else a new one (a fresh chunk
+// index, mapped and faulted in once). nullptr when none can be had: the
+// thread writes its chunks in place.
+capture::StageHeader* stage_for(ThreadWriter* w, CaptureHeader* h) {
+    if (w->stage) return w->stage;
+    if (!g_staging) return nullptr;
+    lock(g_stage_lock);
+    bool reuse = g_stage_free_n > 0;
+    StageSlot slot{};
+    if (reuse) slot = g_stage_free[--g_stage_free_n];
+    bool room = g_stage_n < kMaxStages;
+    g_stage_lock.clear(std::memory_order_release);
+    if (!reuse) {
+        if (!room) return nullptr;
+        capture::DisabledReason why;
+        if (!take_index(h, slot.index, why)) return nullptr;  // the in-place path says why
+        void* p = mmap(nullptr, capture::kChunkSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd,
+                       static_cast<off_t>(capture::chunk_offset(slot.index)));
+        if (p == MAP_FAILED) return nullptr;  // the index stays unused: all zero, skipped by the host
+        madvise(p, capture::kChunkSize, kMadvPopulateWrite);
+        slot.hdr = static_cast<capture::StageHeader*>(p);
+        slot.hdr->magic.store(capture::kStageMagic, std::memory_order_release);
+        lock(g_stage_lock);
+        if (g_stage_n < kMaxStages) g_stage_all[g_stage_n++] = slot;
+        g_stage_lock.clear(std::memory_order_release);
+    }
+    w->stage = slot.hdr;
+    w->stage_index = slot.index;
+    return slot.hdr;
 }
 
 // Takes over a chunk an exited thread left with room in it; false if none.
@@ -254,6 +393,12 @@ bool adopt(ThreadWriter* w) {
     if (got) e = g_handon[--g_handon_n];
     g_handon_lock.clear(std::memory_order_release);
     if (!got) return false;
+    if (e.stage) {
+        // The chunk comes with the staging slot it is in.
+        stage_release(w);
+        w->stage = e.stage;
+        w->stage_index = e.stage_index;
+    }
     w->chunk = e.chunk;
     w->chunk_index = e.index;
     w->cur = e.cur;
@@ -278,14 +423,18 @@ void thread_exit(void* p) {
         if (!g_closed.load() && static_cast<size_t>(w->end - w->cur) >= kHandOnMinRoom) {
             lock(g_handon_lock);
             if (g_handon_n < kHandOnSlots) {
-                g_handon[g_handon_n++] = HandedOn{w->chunk, w->chunk_index, w->cur, w->last_ts, w->last_ptr};
+                bool st = staged(w);
+                g_handon[g_handon_n++] = HandedOn{w->chunk, w->chunk_index, w->cur, w->last_ts, w->last_ptr,
+                                                  st ? w->stage : nullptr, st ? w->stage_index : 0};
                 handed = true;
+                if (st) w->stage = nullptr;
             }
             g_handon_lock.clear(std::memory_order_release);
         }
         if (handed) w->chunk = nullptr;
         else seal(w);
     }
+    if (w && w->generation == g_generation.load(std::memory_order_relaxed)) stage_release(w);
     t_tls.writer = nullptr;
     if (w) {
         g_live_writers.fetch_sub(1, std::memory_order_relaxed);
@@ -470,21 +619,32 @@ ThreadWriter* writer_for_slow(size_t need) {
     if (__builtin_expect(w->chunk == nullptr || w->cur + need > w->end, 0)) {
         if (need > capture::kChunkPayload) return nullptr;
         seal(w);
+        if (g_disabled.load(std::memory_order_relaxed)) return nullptr;  // the chunk could not be written
+        capture::StageHeader* st = stage_for(w, h);
         uint64_t index = 0;
         capture::DisabledReason why;
-        ChunkHeader* c = take_chunk(h, index, why);
+        ChunkHeader* c = take_index(h, index, why) ? (st ? reinterpret_cast<ChunkHeader*>(st) : chunk_at(index, why)) : nullptr;
         if (!c) {
             disable(why, reason_text(why));
             return nullptr;
         }
-        // One call instead of sixteen page faults while the chunk fills
-        // (a no-op on kernels without MADV_POPULATE_WRITE).
-        madvise(c, capture::kChunkSize, kMadvPopulateWrite);
-        c->tid = w->lane;
-        c->used.store(0, std::memory_order_relaxed);
-        c->sealed.store(0, std::memory_order_relaxed);
-        c->pending.store(0, std::memory_order_relaxed);
-        c->magic.store(capture::kChunkMagic, std::memory_order_release);
+        if (st) {
+            // The slot stages chunk `index` from now on: its lane and fill
+            // level first, then the target (release), as the host reads them.
+            st->tid = w->lane;
+            st->used.store(0, std::memory_order_relaxed);
+            st->pending.store(0, std::memory_order_relaxed);
+            st->target.store(index + 1, std::memory_order_release);
+        } else {
+            // One call instead of sixteen page faults while the chunk fills
+            // (a no-op on kernels without MADV_POPULATE_WRITE).
+            madvise(c, capture::kChunkSize, kMadvPopulateWrite);
+            c->tid = w->lane;
+            c->used.store(0, std::memory_order_relaxed);
+            c->sealed.store(0, std::memory_order_relaxed);
+            c->pending.store(0, std::memory_order_relaxed);
+            c->magic.store(capture::kChunkMagic, std::memory_order_release);
+        }
         w->chunk = c;
         w->chunk_index = index;
         w->cur = reinterpret_cast<uint8_t*>(c + 1);
@@ -629,6 +789,10 @@ int channel_open(const char* session_dir) {
     for (auto& s : g_segments) s.store(nullptr, std::memory_order_relaxed);
     for (auto& n : g_seg_sealed) n.store(0, std::memory_order_relaxed);
     g_handon_n = 0;
+    g_stage_n = 0;
+    g_stage_free_n = 0;
+    const char* staging = getenv("MSMEMSCOPE_CAPTURE_STAGING");
+    g_staging = !(staging && strcmp(staging, "0") == 0);
     g_budget_gave_up.store(UINT64_MAX, std::memory_order_relaxed);
     g_next_lane.store(1, std::memory_order_relaxed);
     g_next_string_id.store(1, std::memory_order_relaxed);
@@ -666,7 +830,10 @@ void channel_close(int code, capture::EndKind kind) {
     }
     // Chunks of exited threads waiting for a new one: nobody else will write them.
     lock(g_handon_lock);
-    for (int i = 0; i < g_handon_n; ++i) seal_chunk(g_handon[i].chunk, g_handon[i].index);
+    for (int i = 0; i < g_handon_n; ++i) {
+        if (g_handon[i].stage) flush_stage(g_handon[i].stage, g_handon[i].index);
+        else seal_chunk(g_handon[i].chunk, g_handon[i].index);
+    }
     g_handon_n = 0;
     g_handon_lock.clear(std::memory_order_release);
     h->exit_code = code;
@@ -704,11 +871,19 @@ void channel_forget_after_fork() {
     g_fd = -1;
     g_closed.store(false);
     g_handon_n = 0;  // the parent's chunks
+    // The parent's staging slots: never written by the child.
+    for (int i = 0; i < g_stage_n; ++i) munmap(g_stage_all[i].hdr, capture::kChunkSize);
+    g_stage_n = 0;
+    g_stage_free_n = 0;
+    g_stage_lock.clear();
     g_handon_lock.clear();
     g_grow_lock.clear();
     g_generation.fetch_add(1, std::memory_order_relaxed);
     g_live_writers.store(t_tls.writer ? 1 : 0, std::memory_order_relaxed);  // the one thread left
-    if (t_tls.writer) t_tls.writer->chunk = nullptr;
+    if (t_tls.writer) {
+        t_tls.writer->chunk = nullptr;
+        t_tls.writer->stage = nullptr;
+    }
 }
 
 }  // namespace msms::agent

@@ -19,8 +19,10 @@ namespace msms::agent {
 // heap); the initial-exec TLS slot only holds a pointer and the guard so that
 // the agent can also be dlopen'ed (Python mode) without exhausting static TLS.
 struct ThreadWriter {
-    capture::ChunkHeader* chunk;
+    capture::ChunkHeader* chunk;  // the chunk written now: its staging slot's header when staged
     uint64_t chunk_index;
+    capture::StageHeader* stage;  // this thread's staging slot (capture_format.h), nullptr: none
+    uint64_t stage_index;
     uint8_t* cur;
     uint8_t* end;
     uint64_t last_ts;   // delta base of the current chunk (0 at its start)

@@ -31,6 +31,24 @@
 // size. A chunk whose thread exits is handed to the next new thread (a kThread
 // record names the new writer) instead of being sealed mostly empty.
 //
+// Staging (format 4): a thread does not write its records into the chunk's
+// own place in the file. It writes them into a staging slot: a chunk-sized
+// slot of the file (header magic kStageMagic) that it maps once and reuses
+// for every chunk it fills, and when the chunk is full it copies the records
+// to the chunk's place with pwrite (the chunk's header last). Writing into
+// freshly mapped pages cost a page fault per 4 KiB, several microseconds each
+// on a virtual machine, and the largest part of the hot path (issue #18
+// item 6); the kernel's copy costs about a microsecond per page and the
+// staging pages stay mapped. A staging slot's header is a ChunkHeader whose
+// last field names the chunk it stages (StageHeader): while it does, the
+// chunk's records are read from the slot (the host copies what was published
+// and then checks that the slot still stages that chunk, as a sequence lock);
+// once the chunk is copied to its place the slot is reset (target 0, then
+// the next chunk). A process that dies leaves its last chunks in their slots,
+// complete up to their published fill level. Chunk indices keep their meaning
+// (taken in order from chunks_taken): a staging slot is one index, taken when
+// a thread first needs one; the slots of exited threads are reused.
+//
 // Exact ordering across threads (no reorder window): while a thread is
 // between reading the clock and publishing its record it keeps
 // ChunkHeader::pending non-zero (its previous timestamp + 1, a lower bound of
@@ -53,10 +71,11 @@
 namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
-constexpr uint32_t kFormatMajor = 3;
+constexpr uint32_t kFormatMajor = 4;
 constexpr uint32_t kFormatMinor = 0;
 // The oldest major this build still reads (format 2: ns timestamps, varint
-// heap records only; read as a format 3 capture with kClockMonotonic).
+// heap records only; read as a format 3 capture with kClockMonotonic; format
+// 3: no staging slots, read as format 4).
 constexpr uint32_t kFormatMajorOldest = 2;
 
 // CaptureHeader::clock.
@@ -67,6 +86,7 @@ enum ClockKind : uint32_t {
 constexpr uint32_t kHeaderSize = 4096;
 constexpr uint32_t kChunkSize = 64 * 1024;
 constexpr uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK"
+constexpr uint32_t kStageMagic = 0x45475453;  // "STGE": a staging slot (format 4)
 constexpr uint64_t kChunksPerSegment = 512;   // mapped 32 MiB of address space at a time
 constexpr uint64_t kReserveChunks = 32;       // disk reserved (fallocate) 2 MiB at a time
 constexpr uint64_t kMaxSegments = 8192;       // 256 GiB per process
@@ -161,6 +181,22 @@ struct ChunkHeader {
     uint64_t checksum;  // chunk_sum(): written before sealed is set
 };
 constexpr uint32_t kChunkPayload = kChunkSize - sizeof(ChunkHeader);
+
+// A staging slot's header (format 4, see "Staging" above): a ChunkHeader
+// whose fields say the same of the chunk being staged (tid: its lane; used,
+// pending: as for a chunk), but whose last field names that chunk.
+struct StageHeader {
+    std::atomic<uint32_t> magic;   // kStageMagic
+    uint32_t tid;                  // lane of the chunk staged now
+    std::atomic<uint32_t> used;    // bytes of its records published
+    std::atomic<uint32_t> sealed;  // always 0
+    std::atomic<uint64_t> pending; // as ChunkHeader::pending
+    std::atomic<uint64_t> target;  // index + 1 of the chunk staged; 0: none
+};
+static_assert(sizeof(StageHeader) == sizeof(ChunkHeader) && offsetof(StageHeader, used) == offsetof(ChunkHeader, used) &&
+                  offsetof(StageHeader, pending) == offsetof(ChunkHeader, pending) &&
+                  offsetof(StageHeader, target) == offsetof(ChunkHeader, checksum),
+              "a staging slot's header is laid out as a chunk's");
 
 inline uint64_t chunk_offset(uint64_t index) { return kHeaderSize + index * kChunkSize; }
 

@@ -295,28 +295,41 @@ size_t CaptureReader::poll() {
         }
         pending.push_back(next_chunk_);
     }
-    for (uint64_t idx : pending) {
-        auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(idx));
-        uint32_t magic = ch ? ch->magic.load(std::memory_order_acquire) : 0;
-        if (magic != kChunkMagic) {
-            // Taken but never set up (the writer died in between) is
-            // harmless when all zero; anything else is damage.
-            if (ch && gone_ && magic != 0) note_corruption(idx, 0, "bad chunk magic");
-            if (ch && gone_) chunk_done(idx);
-            else if (!gone_ || !ch) uninitialized_.push_back(idx);
-            continue;
-        }
-        // Keyed by lane; the thread comes from the chunk's first record.
-        uint32_t lane = ch->tid;
-        thread_chunks_[lane].push_back(ChunkState{idx, lane, 0, 0});
+    // Chunks written in place (or copied to their place) are found by
+    // index; chunks still staged by their slots. A lane's chunks are found
+    // in index order within a poll and sorted so; a staged chunk's earlier
+    // chunks were in their place before it was staged, so they are found in
+    // the same poll at the latest (scan_stages).
+    std::vector<ChunkState> found;
+    std::vector<uint64_t> zeros;
+    size_t stages_before = stages_.size();
+    for (uint64_t idx : pending) classify(idx, found, zeros);
+    scan_stages(0, taken, found, zeros);
+    // Indices that were not set up when first read: set up since (a chunk
+    // copied to its place while the slot already stages the next one), or
+    // still not.
+    pending.swap(zeros);
+    zeros.clear();
+    stages_before = stages_.size();
+    for (uint64_t idx : pending) classify(idx, found, zeros);
+    if (stages_.size() > stages_before) scan_stages(stages_before, taken, found, zeros);
+    for (uint64_t idx : zeros) {
+        // Taken but never set up (the writer died in between): nothing to read.
+        if (gone_) chunk_done(idx);
+        else uninitialized_.push_back(idx);
     }
+    std::sort(found.begin(), found.end(), [](const ChunkState& a, const ChunkState& b) { return a.index < b.index; });
+    for (ChunkState& c : found) thread_chunks_[c.tid].push_back(std::move(c));
     // In-flight records (read before the records themselves: a record
     // published after this point has its pending mark visible here).
     ++poll_gen_;
     pending_bound_ = UINT64_MAX;
     for (auto& [tid, chunks] : thread_chunks_) {
         if (chunks.empty()) continue;
-        auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(chunks.back().index));
+        // A staged chunk's mark is in its slot (a later chunk's mark there
+        // is a later lower bound: as good).
+        const ChunkState& last = chunks.back();
+        auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(last.stage != kNotStaged ? last.stage : last.index));
         uint64_t pend = ch->pending.load(std::memory_order_acquire);
         if (pend && pend - 1 < pending_bound_) pending_bound_ = pend - 1;
     }
@@ -324,7 +337,15 @@ size_t CaptureReader::poll() {
     // chunk's fill level read after it is final), then decode lazily.
     for (auto& [tid, chunks] : thread_chunks_) {
         for (ChunkState& c : chunks) {
+            if (c.stage != kNotStaged && snapshot_staged(c)) continue;
             auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(c.index));
+            if (ch->magic.load(std::memory_order_acquire) != kChunkMagic) {
+                // A chunk that left its slot is in its place, whole.
+                if (!c.final) note_corruption(c.index, 0, "a staged chunk missing from its place");
+                c.limit = c.read;
+                c.final = true;
+                continue;
+            }
             bool sealed = ch->sealed.load(std::memory_order_acquire) != 0;
             uint32_t used = ch->used.load(std::memory_order_acquire);
             bool bad = false;
@@ -357,6 +378,76 @@ size_t CaptureReader::poll() {
     return decoded_ - before;
 }
 
+void CaptureReader::classify(uint64_t idx, std::vector<ChunkState>& found, std::vector<uint64_t>& zeros) {
+    auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(idx));
+    uint32_t magic = ch ? ch->magic.load(std::memory_order_acquire) : 0;
+    if (magic == kChunkMagic) {
+        // Keyed by lane; the thread comes from the chunk's first record.
+        found.push_back(ChunkState{idx, ch->tid, 0, 0});
+    } else if (magic == kStageMagic && header_copy_.format_major >= 4) {
+        stages_.push_back(StageSlot{idx});
+    } else if (!ch && gone_) {
+        // Not mappable: nothing more can be read.
+    } else if (magic != 0 && gone_) {
+        // Taken but never set up is harmless when all zero; anything else is damage.
+        note_corruption(idx, 0, "bad chunk magic");
+        chunk_done(idx);
+    } else {
+        zeros.push_back(idx);
+    }
+}
+
+void CaptureReader::scan_stages(size_t from, uint64_t taken, std::vector<ChunkState>& found, std::vector<uint64_t>& zeros) {
+    for (size_t i = from; i < stages_.size(); ++i) {
+        StageSlot& s = stages_[i];
+        auto* sh = reinterpret_cast<const StageHeader*>(chunk_ptr(s.index));
+        uint64_t t = sh->target.load(std::memory_order_acquire);
+        if (t == 0 || t == s.last_target) continue;
+        uint32_t lane = sh->tid;
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (sh->target.load(std::memory_order_relaxed) != t) continue;  // moved on meanwhile: the next poll
+        uint64_t j = t - 1;
+        // Taken after this poll read the count: its records come after the
+        // poll's barrier (the next poll reads them).
+        if (j >= taken) continue;
+        s.last_target = t;
+        // Already in its place: found by index (this poll or before).
+        auto* at = reinterpret_cast<const ChunkHeader*>(chunk_ptr(j));
+        if (at && at->magic.load(std::memory_order_acquire) == kChunkMagic) continue;
+        auto z = std::find(zeros.begin(), zeros.end(), j);
+        if (z != zeros.end()) zeros.erase(z);
+        auto u = std::find(uninitialized_.begin(), uninitialized_.end(), j);
+        if (u != uninitialized_.end()) uninitialized_.erase(u);
+        ChunkState c{j, lane, 0, 0};
+        c.stage = s.index;
+        c.copy.reset(new uint8_t[kChunkPayload]);
+        found.push_back(std::move(c));
+    }
+}
+
+bool CaptureReader::snapshot_staged(ChunkState& c) {
+    auto* sh = reinterpret_cast<const StageHeader*>(chunk_ptr(c.stage));
+    uint64_t t = sh->target.load(std::memory_order_acquire);
+    if (t == c.index + 1) {
+        uint32_t used = sh->used.load(std::memory_order_acquire);
+        if (used > kChunkPayload) used = kChunkPayload;
+        if (used > c.limit) memcpy(c.copy.get() + c.limit, reinterpret_cast<const uint8_t*>(sh + 1) + c.limit, used - c.limit);
+        // A sequence lock: the copy holds this chunk's records only if the
+        // slot still stages it after the copy.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (sh->target.load(std::memory_order_relaxed) == t) {
+            if (used > c.limit) c.limit = used;
+            c.final = gone_;  // the writer gone: nothing more will come
+            return true;
+        }
+    }
+    // Copied to its place (the slot was reset only after that): read from
+    // there on, the same bytes.
+    c.stage = kNotStaged;
+    c.copy.reset();
+    return false;
+}
+
 void CaptureReader::fill(uint32_t tid) {
     auto it = thread_chunks_.find(tid);
     if (it == thread_chunks_.end()) return;
@@ -367,8 +458,10 @@ void CaptureReader::fill(uint32_t tid) {
     while (!chunks.empty() && q.size() < kQueueTarget) {
         ChunkState& c = chunks.front();
         if (c.read < c.limit) {
-            auto* ch = reinterpret_cast<const ChunkHeader*>(chunk_ptr(c.index));
-            decode(c, reinterpret_cast<const uint8_t*>(ch + 1), c.limit, kQueueTarget - q.size());
+            const uint8_t* payload = c.copy ? c.copy.get()
+                                            : reinterpret_cast<const uint8_t*>(
+                                                  reinterpret_cast<const ChunkHeader*>(chunk_ptr(c.index)) + 1);
+            decode(c, payload, c.limit, kQueueTarget - q.size());
         }
         if (c.read >= c.limit && c.final) {
             chunk_done(c.index);

@@ -158,8 +158,25 @@ private:
         uint32_t limit = 0;     // bytes published as of the last poll
         bool final = false;     // sealed (or writer gone) as of the last poll
         bool checked = false;   // the seal's checksum was verified
+        // Staged (capture_format.h, "Staging"): the chunk's records are in
+        // the staging slot `stage`; what it published is copied into
+        // `copy` (read from there) until it is in its place.
+        uint64_t stage = kNotStaged;
+        std::unique_ptr<uint8_t[]> copy;
+    };
+    static constexpr uint64_t kNotStaged = UINT64_MAX;
+    // A staging slot and the last chunk seen staged in it (index + 1).
+    struct StageSlot {
+        uint64_t index;
+        uint64_t last_target = 0;
     };
     const uint8_t* chunk_ptr(uint64_t index);
+    // Sorts what poll() found into the per-thread chunk lists.
+    void classify(uint64_t idx, std::vector<ChunkState>& found, std::vector<uint64_t>& zeros);
+    void scan_stages(size_t from, uint64_t taken, std::vector<ChunkState>& found, std::vector<uint64_t>& zeros);
+    // Copies what a staged chunk published since the last poll; false when
+    // the chunk is no longer staged (then it is read from its place).
+    bool snapshot_staged(ChunkState& c);
     // Decodes c from c.read up to `limit`, stopping after max_events events.
     void decode(ChunkState& c, const uint8_t* payload, uint32_t limit, size_t max_events);
     // Decodes thread tid's published records until its queue holds
@@ -198,6 +215,7 @@ private:
     std::string read_error_;
     uint64_t next_chunk_ = 0;             // next chunk index not yet assigned to a thread
     std::vector<uint64_t> uninitialized_; // taken but not set up yet
+    std::vector<StageSlot> stages_;       // staging slots seen (format 4)
     std::map<uint32_t, std::deque<ChunkState>> thread_chunks_;
     std::unordered_map<uint32_t, EventRing> queues_;
     EventRing* last_queue_ = nullptr;  // queue_of()'s one-entry cache

@@ -26,6 +26,21 @@ def alloc_id(attr_text):
     return int(m.group(1)) if m else None
 
 
+def first_chunk_in_place(capture):
+    """Index of the first chunk written to its place in a capture file
+    (format 4: a thread's first chunk index is its staging slot, magic
+    "STGE"; the chunks it fills are copied after it, magic "CHNK")."""
+    with open(capture, "rb") as f:
+        i = 0
+        while True:
+            f.seek(4096 + i * 65536)
+            magic = f.read(4)
+            assert len(magic) == 4, f"{capture}: no chunk in place"
+            if magic == b"CHNK":
+                return i
+            i += 1
+
+
 def only_dump(procdir):
     files = dump_files(procdir)
     assert len(files) == 1, files

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from capture_util import first_chunk_in_place
 from conftest import CLI, process_dirs
 
 ARGS = ["--device=cpu", "--events=alloc,free", "--analysis="]
@@ -144,16 +145,18 @@ def test_replay_of_a_corrupt_capture_exits_70(cli, test_bin, tmp_path):
     cli(ARGS + ["--save-capture=true", f"--output={tmp_path}/out", "--", test_bin / "short_threads", 3, 100],
         tmp_path, check_rc=0)
     cap = next(process_dirs(tmp_path / "out")[0].glob("*.msmcap"))
+    first = first_chunk_in_place(cap)
+    at = 4096 + first * 65536 + 32 + 10  # inside the first chunk's records
     with open(cap, "r+b") as f:
-        f.seek(4096 + 32 + 10)  # inside the first chunk's records
+        f.seek(at)
         b = f.read(1)
-        f.seek(4096 + 32 + 10)
+        f.seek(at)
         f.write(bytes([b[0] ^ 0x40]))
     p = cli(ARGS + [f"--replay={cap}", f"--output={tmp_path}/again"], tmp_path)
     assert p.returncode == 70, p.stdout + p.stderr
     errs = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")]
     assert errs == [f"msmemscope: error: --replay: {cap}: corrupt capture: 1 damaged part(s) skipped "
-                    f"(first: checksum mismatch in chunk 0 at offset 0)"], p.stderr
+                    f"(first: checksum mismatch in chunk {first} at offset 0)"], p.stderr
 
 
 def test_full_disk_never_costs_the_program(test_bin, tmp_path):

@@ -234,11 +234,11 @@ TEST_CASE("capture reader: format 2 captures (ns, varint records) still read") {
 
 TEST_CASE("capture reader: formats it does not read are named") {
     TempFile f;
-    write_capture(f.path, 4, 0, 0, 1, 0, [](uint8_t* p) { return p; });
+    write_capture(f.path, 5, 0, 0, 1, 0, [](uint8_t* p) { return p; });
     CaptureReader r;
     std::string err;
     CHECK_FALSE(r.open(f.path, err));
-    CHECK(err == f.path + ": capture format 4.0 is not supported (this build reads 2.x to 3.x)");
+    CHECK(err == f.path + ": capture format 5.0 is not supported (this build reads 2.x to 4.x)");
     write_capture(f.path, 3, 7, 0, 1, 0, [](uint8_t* p) { return p; });
     CaptureReader r2;
     CHECK_FALSE(r2.open(f.path, err));
