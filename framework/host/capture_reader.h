@@ -126,7 +126,8 @@ public:
     uint64_t events_decoded() const { return decoded_; }
     // For the progress line: chunks read to their end and chunks the
     // writer took so far; stacks the agent defined so far (0: not known).
-    uint64_t chunks_read() const { return chunks_read_; }
+    // (A staging slot holds no chunk of its own: counted as read once seen.)
+    uint64_t chunks_read() const { return chunks_read_ + stages_.size(); }
     uint64_t chunks_total() const;
     uint64_t stacks_defined() const;
     // Releases every chunk once it has been read: punched out of the file

@@ -158,6 +158,8 @@ def test_phases_with_numbers_that_grow_and_end_at_the_file_sizes(tmp_path):
 
     # The capture read after the program ended, with how much of it.
     assert any(re.search(r"\| program ended, reading its capture \d+%", s) for s in lines), lines[-5:]
+    # ... up to all of it (a thread's staging slot counts as read: it holds no chunk of its own).
+    assert any("| program ended, reading its capture 100%" in s for s in lines), lines[-5:]
     assert any("| writing outputs" in s for s in lines), lines[-5:]
 
     # Symbolizing: done / total, growing, ending with every stack the program defined.
