@@ -30,14 +30,20 @@ struct ChunkSpec {
     uint32_t tid;
     bool sealed;
     uint32_t handed_to;  // non-zero: a kThread record half-way
+    uint64_t stages = 0;  // non-zero: a staging slot (format 4) holding chunk stages - 1
 };
 
 // A small valid capture: 3 chunks (two threads, the second chunk handed on
-// to a third thread), strings, heap and generic records, an end record.
+// to a third thread), a fourth thread's chunk still in its staging slot
+// (index 3, staging chunk 4, whose place is empty), strings, heap and
+// generic records, an end record.
+constexpr uint64_t kCaptureChunks = 5;
+constexpr uint64_t kCaptureEvents = 4 * 200 * 3;
 Image make_capture(std::vector<std::pair<size_t, size_t>>& protected_ranges) {
-    const std::vector<ChunkSpec> chunks = {{1, 100, true, 0}, {2, 101, true, 0}, {1, 100, false, 102}};
+    const std::vector<ChunkSpec> chunks = {
+        {1, 100, true, 0}, {2, 101, true, 0}, {1, 100, false, 102}, {3, 103, false, 0, 5}};
     Image img;
-    img.words.assign((kHeaderSize + chunks.size() * kChunkSize) / 8, 0);
+    img.words.assign((kHeaderSize + kCaptureChunks * kChunkSize) / 8, 0);
     auto* h = reinterpret_cast<CaptureHeader*>(img.bytes());
     h->format_major = kFormatMajor;
     h->format_minor = kFormatMinor;
@@ -51,8 +57,8 @@ Image make_capture(std::vector<std::pair<size_t, size_t>>& protected_ranges) {
     std::memcpy(h->cmdline, "prog\0--arg\0", 11);
     std::strcpy(h->exe, "/bin/prog");
     h->fixed_sum = fixed_sum(h);
-    h->chunks_taken.store(chunks.size());
-    h->chunks_mapped.store(chunks.size());
+    h->chunks_taken.store(kCaptureChunks);
+    h->chunks_mapped.store(kCaptureChunks);
     h->state.store(static_cast<uint32_t>(State::Finished));
     h->end_kind.store(static_cast<uint32_t>(EndKind::Exit));
     std::memcpy(h->magic, kMagic, sizeof(kMagic));
@@ -110,7 +116,13 @@ Image make_capture(std::vector<std::pair<size_t, size_t>>& protected_ranges) {
             protected_ranges.push_back({base, base + 12});                            // magic, tid, used
             protected_ranges.push_back({base + 24, base + sizeof(ChunkHeader) + used});  // checksum, records
         }
-        c->magic.store(kChunkMagic);
+        if (chunks[i].stages) {
+            auto* st = reinterpret_cast<StageHeader*>(c);
+            st->target.store(chunks[i].stages);
+            st->magic.store(kStageMagic);
+        } else {
+            c->magic.store(kChunkMagic);
+        }
     }
     return img;
 }
@@ -146,7 +158,7 @@ Outcome read_capture(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("capture reader: a valid capture reads whole, the handed-on chunk included") {
+TEST_CASE("capture reader: a valid capture reads whole, the handed-on and the staged chunk included") {
     fuzz::TempDir dir;
     std::vector<std::pair<size_t, size_t>> prot;
     Image img = make_capture(prot);
@@ -154,7 +166,7 @@ TEST_CASE("capture reader: a valid capture reads whole, the handed-on chunk incl
     Outcome o = read_capture(dir.file("ok.msmcap"));
     REQUIRE(o.opened);
     CHECK(o.corrupt == 0);
-    CHECK(o.events == 3 * 200 * 3);
+    CHECK(o.events == kCaptureEvents);
 }
 
 TEST_CASE("capture reader: every damage to a protected byte is reported (fixed seed)") {
@@ -224,7 +236,7 @@ TEST_CASE("capture reader: a sparse capture claiming 256 GiB is read in a moment
     Outcome o = read_capture(path);
     CHECK(budget.left());  // a hang would have taken minutes (it did: #16)
     REQUIRE(o.opened);
-    CHECK(o.events == 3 * 200 * 3);
+    CHECK(o.events == kCaptureEvents);
 }
 
 TEST_CASE("capture reader: an older format is refused with the version named") {
