@@ -219,14 +219,28 @@ struct Session {
         for (int i = 0; i < 1000 && !(reader.writer_gone() && reader.empty()); ++i) poll();
         poll();
     }
-    // Writer w's mallocs arrived once each, in order: sizes 1..n.
-    void check_writer(uint64_t w, uint64_t n) {
+    // What writer w's mallocs delivered so far are its first ones, once
+    // each, in order: sizes 1, 2, 3, ...
+    bool in_order(uint64_t w) {
         const auto& got = mallocs[w];
-        CHECK(got.size() == n);
-        bool in_order = true;
-        for (size_t i = 0; i < got.size(); ++i) in_order = in_order && got[i] == i + 1;
-        CHECK(in_order);
+        bool ok = true;
+        for (size_t i = 0; i < got.size(); ++i) ok = ok && got[i] == i + 1;
+        return ok;
+    }
+    // All n of writer w's pairs arrived, once each, in order.
+    void check_writer(uint64_t w, uint64_t n) {
+        CHECK(mallocs[w].size() == n);
+        CHECK(in_order(w));
         CHECK(frees[w] == n);
+    }
+    // The child detaches (its chunks go to their places) and exits; the
+    // reader then delivers the rest.
+    void finish() {
+        send("q");
+        int st = 0;
+        wait_child(&st);
+        CHECK(WIFEXITED(st));
+        drain();
     }
 };
 
@@ -251,11 +265,7 @@ TEST_CASE("records in a staging slot are read while the chunk fills, then from i
     }
     uint64_t total = 10 + 5000 + 7 + 30000 + 1 + 12345 + 64000;
     CHECK(s.mallocs[0].size() == total);
-    s.send("q");
-    int st = 0;
-    s.wait_child(&st);
-    CHECK(WIFEXITED(st));
-    s.drain();
+    s.finish();
     s.check_writer(0, total);
     CHECK(s.ordered);
     CHECK(s.reader.corrupt_records() == 0);
@@ -271,10 +281,7 @@ TEST_CASE("a thread's staging slot goes on with the chunk to the next thread") {
     s.poll();
     CHECK(s.mallocs[2].size() == 20000);
     s.send("w 50");
-    s.send("q");
-    int st = 0;
-    s.wait_child(&st);
-    s.drain();
+    s.finish();
     s.check_writer(1, 100);
     s.check_writer(2, 20000);
     s.check_writer(0, 50);
@@ -310,17 +317,10 @@ TEST_CASE("two threads filling their slots while the host reads") {
     for (int i = 0; i < 200; ++i) s.poll();
     // What was delivered meanwhile is each writer's first pairs, in order,
     // once each (a copy torn by a slot moving on would show here).
-    for (uint64_t w : {101, 102}) {
-        const auto& got = s.mallocs[w];
-        bool prefix = true;
-        for (size_t i = 0; i < got.size(); ++i) prefix = prefix && got[i] == i + 1;
-        CHECK(prefix);
-    }
+    CHECK(s.in_order(101));
+    CHECK(s.in_order(102));
     REQUIRE(read(s.ack, &a, 1) == 1);  // both joined
-    s.send("q");
-    int st = 0;
-    s.wait_child(&st);
-    s.drain();
+    s.finish();
     s.check_writer(101, 150000);
     s.check_writer(102, 150000);
     CHECK(s.ordered);
@@ -334,10 +334,7 @@ TEST_CASE("without staging (MSMEMSCOPE_CAPTURE_STAGING=0) chunks are written in 
     CHECK(s.mallocs[0].size() == 10);
     s.send("w 40000");
     s.send("t 300");
-    s.send("q");
-    int st = 0;
-    s.wait_child(&st);
-    s.drain();
+    s.finish();
     s.check_writer(0, 40010);
     s.check_writer(1, 300);
     CHECK(s.ordered);
