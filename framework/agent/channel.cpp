@@ -57,6 +57,24 @@ std::atomic<uint32_t> g_live_writers{0};  // threads holding a writer (each may 
 // progress): no new wait until the host releases more.
 std::atomic<uint64_t> g_budget_gave_up{UINT64_MAX};
 std::atomic<bool> g_closed{false};
+// The capture's descriptor is not touched once the stream is closed: the
+// Python package closes it after msms_agent_detach (so that the host sees
+// the stream end) and the number may then name another file of the
+// program's. Everything that uses g_fd after the stream opened (growth,
+// mapping a slot or a segment, copying a chunk to its place) holds a
+// FileUse; channel_close sets g_files_closed, then waits for the users in
+// flight. (Sequentially consistent on both sides: either the user sees the
+// flag or the closer sees the user.)
+std::atomic<bool> g_files_closed{false};
+std::atomic<int> g_file_users{0};
+struct FileUse {
+    bool ok;
+    FileUse() {
+        g_file_users.fetch_add(1);
+        ok = !g_files_closed.load();
+    }
+    ~FileUse() { g_file_users.fetch_sub(1); }
+};
 pthread_key_t g_thread_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
@@ -313,6 +331,8 @@ int pwrite_all(struct iovec* iov, int n, off_t off) {
 // error the records stay in the slot, where the host reads them, and
 // collection is turned off.
 void flush_stage(capture::StageHeader* s, uint64_t index) {
+    FileUse use;
+    if (!use.ok) return;  // the stream is closed: the chunk stays in its slot, where the host reads it
     uint32_t used = s->used.load(std::memory_order_relaxed);
     if (used > capture::kChunkPayload) used = capture::kChunkPayload;
     RawChunkHeader raw{capture::kChunkMagic, s->tid, used, 1, 0,
@@ -346,11 +366,15 @@ void seal(ThreadWriter* w) {
 }
 
 // Gives w's staging slot back for the next thread that needs one.
+// (A slot that still stages a chunk, one that could not be copied to its
+// place, is kept out of the pool: the host reads the chunk there.)
 void stage_release(ThreadWriter* w) {
     if (!w->stage) return;
-    lock(g_stage_lock);
-    if (g_stage_free_n < kMaxStages) g_stage_free[g_stage_free_n++] = StageSlot{w->stage, w->stage_index};
-    g_stage_lock.clear(std::memory_order_release);
+    if (w->stage->target.load(std::memory_order_relaxed) == 0) {
+        lock(g_stage_lock);
+        if (g_stage_free_n < kMaxStages) g_stage_free[g_stage_free_n++] = StageSlot{w->stage, w->stage_index};
+        g_stage_lock.clear(std::memory_order_release);
+    }
     w->stage = nullptr;
 }
 
@@ -601,6 +625,10 @@ void disable(capture::DisabledReason reason, const char* why) {
 ThreadWriter* writer_for_slow(size_t need) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
     if (!h || g_disabled.load(std::memory_order_relaxed)) return nullptr;
+    // A record racing the end of the stream (collection is off by then)
+    // takes no new chunk: its file may be closed already.
+    FileUse use;
+    if (!use.ok) return nullptr;
     ThreadWriter* w = t_tls.writer;
     if (__builtin_expect(w == nullptr, 0)) {
         w = new_writer();
@@ -841,6 +869,13 @@ void channel_close(int code, capture::EndKind kind) {
     if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(kind)))
         h->end_code.store(code, std::memory_order_relaxed);
     h->state.store(static_cast<uint32_t>(capture::State::Finished), std::memory_order_release);
+    // From here on g_fd is not used (see FileUse); a user in flight (a
+    // chunk copy takes microseconds) is waited for, boundedly.
+    g_files_closed.store(true);
+    for (uint64_t give_up = now_ns() + 2000000000ull; g_file_users.load() != 0 && now_ns() < give_up;) {
+        struct timespec ts = {0, 10000L};
+        nanosleep(&ts, nullptr);
+    }
     // Mappings stay: other threads may still be inside a hook. The lock goes
     // with the process.
 }
@@ -870,6 +905,8 @@ void channel_forget_after_fork() {
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
     g_closed.store(false);
+    g_files_closed.store(false);
+    g_file_users.store(0);
     g_handon_n = 0;  // the parent's chunks
     // The parent's staging slots: never written by the child.
     for (int i = 0; i < g_stage_n; ++i) munmap(g_stage_all[i].hdr, capture::kChunkSize);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +72,12 @@ void write_pairs(const Agent& a, uint64_t writer, uint64_t first, uint64_t n) {
 //   w N   the main thread writes N more pairs (writer 0)
 //   t N   a new thread writes N pairs as writer k (k = 1, 2, ...) and exits
 //   p N   two threads write N pairs each at once (writers 101, 102)
+//   x N   a thread writes N pairs and waits; the child detaches and closes
+//         its capture descriptors (as the Python package does after
+//         msms_agent_detach), opens a new file (which gets the freed
+//         descriptor number), lets the thread exit, and acknowledges with
+//         'k' when that file is still empty ('F' when the exiting thread's
+//         chunk copy landed in it)
 //   k     the child kills itself (SIGKILL: nothing is flushed)
 //   q     the child detaches (its chunks are copied to their place) and exits
 struct ThreadJob {
@@ -81,6 +88,36 @@ void* run_job(void* p) {
     auto* j = static_cast<ThreadJob*>(p);
     write_pairs(*j->a, j->writer, 1, j->n);
     return nullptr;
+}
+
+// For 'x': writes, says so, waits for the gate, exits.
+struct GatedJob {
+    ThreadJob job;
+    int wrote_w, gate_r;
+};
+void* run_gated(void* p) {
+    auto* g = static_cast<GatedJob*>(p);
+    run_job(&g->job);
+    char c = 'w';
+    if (write(g->wrote_w, &c, 1) != 1 || read(g->gate_r, &c, 1) != 1) _exit(95);
+    return nullptr;
+}
+
+// Closes every descriptor of this process that names a capture file.
+void close_capture_fds() {
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) _exit(96);
+    std::vector<int> fds;
+    while (dirent* e = readdir(d)) {
+        char link[4096];
+        std::string path = std::string("/proc/self/fd/") + e->d_name;
+        ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+        if (n <= 0) continue;
+        link[n] = 0;
+        if (strstr(link, ".msmcap")) fds.push_back(atoi(e->d_name));
+    }
+    closedir(d);
+    for (int fd : fds) close(fd);
 }
 
 [[noreturn]] void child_main(const std::string& dir, int cmd_fd, int ack_fd) {
@@ -108,6 +145,24 @@ void* run_job(void* p) {
             if (write(ack_fd, &ack, 1) != 1) _exit(93);
             pthread_join(t1, nullptr);
             pthread_join(t2, nullptr);
+        } else if (op == 'x' && fscanf(in, "%lu", &n) == 1) {
+            int wrote[2], gate[2];
+            if (pipe(wrote) != 0 || pipe(gate) != 0) _exit(97);
+            GatedJob g{{&a, 7, n}, wrote[1], gate[0]};
+            pthread_t t;
+            pthread_create(&t, nullptr, run_gated, &g);
+            char c = 0;
+            if (read(wrote[0], &c, 1) != 1) _exit(98);
+            a.detach();
+            close_capture_fds();
+            std::string victim = dir + "/victim";
+            int v = ::open(victim.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (write(gate[1], &c, 1) != 1) _exit(99);
+            pthread_join(t, nullptr);
+            struct stat st {};
+            char ack = (v >= 0 && fstat(v, &st) == 0 && st.st_size == 0) ? 'k' : 'F';
+            if (write(ack_fd, &ack, 1) != 1) _exit(93);
+            continue;
         } else if (op == 'k') {
             kill(getpid(), SIGKILL);
         } else if (op == 'q') {
@@ -303,6 +358,21 @@ TEST_CASE("a process killed with chunks still staged loses none of what it publi
     s.drain();
     s.check_writer(0, 73000);
     s.check_writer(1, 500);
+    CHECK(s.reader.corrupt_records() == 0);
+}
+
+TEST_CASE("a thread that exits after the stream closed never writes through a descriptor number reused since") {
+    Session s(nullptr);
+    s.send("w 100");
+    // The exiting thread's chunk is not copied anywhere once the stream is
+    // closed: it stays in its slot, where the host reads it.
+    CHECK(s.send("x 2000") == 'k');
+    int st = 0;
+    REQUIRE(write(s.cmd, "k\n", 2) == 2);
+    s.wait_child(&st);
+    s.drain();
+    s.check_writer(0, 100);
+    s.check_writer(7, 2000);
     CHECK(s.reader.corrupt_records() == 0);
 }
 
