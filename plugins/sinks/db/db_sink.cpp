@@ -38,14 +38,18 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -252,7 +256,7 @@ public:
             std::string many = "INSERT OR REPLACE INTO msms_dump_rows VALUES " + one;
             for (size_t i = 1; i < kBatchRows; ++i) many += "," + one;
             ins_rows_ = Stmt(db_, many);
-            pend_.resize(kBatchRows * kCols);
+            pend_.resize(kGroupRows * kCols);
             ins_ctx_ = Stmt(db_, "INSERT INTO msms_dump_ctx VALUES (?,?,?,?,?,?,?)");
             ins_fmt_ = Stmt(db_, "INSERT INTO msms_attr_formats VALUES (?,?)");
             ins_live_ = Stmt(db_, "INSERT OR IGNORE INTO msms_live_blocks VALUES (?)");
@@ -273,13 +277,17 @@ public:
         meta("config", run.config_json);
         meta("complete", "false");
         exec("BEGIN");
+        // Last: nothing above may throw with the thread running.
+        if (!table_) writer_ = std::thread([this] { write_rows(); });
     }
     ~Database() {
         if (db_) {
             try {
                 flush_rows();  // rows of a run that ended early
+                drain();
             } catch (...) {
             }
+            stop_writer();
             sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
             for (Stmt* s : {&ins_dump_, &ins_block_, &ins_row_, &ins_rows_, &ins_ctx_, &ins_fmt_, &ins_live_, &ins_stack_,
                             &upd_attr_, &ins_finding_, &ins_meta_})
@@ -310,6 +318,7 @@ public:
                  "\"Process Id\" INTEGER)");
             it = ins_py_.emplace(pid, Stmt(db_, "INSERT INTO " + table + " VALUES (?,?,?,?,?)")).first;
         }
+        drain();
         // Start/end times as TEXT, N/A when unknown (upstream's table).
         std::string start = ev.aux0 ? std::to_string(ev.aux0) : "N/A";
         std::string end = ev.timestamp_ns ? std::to_string(ev.timestamp_ns) : "N/A";
@@ -324,6 +333,7 @@ public:
 
     void annotate(uint64_t id, std::string_view key, std::string_view value) {
         flush_rows();
+        drain();  // the row it changes is in; the connection is this thread's
         std::string path = "$.";
         msms::json_quote(path, key);  // $."key" handles any characters
         std::string v;
@@ -344,12 +354,14 @@ public:
             msms::json_attr_value(j, view(cols[i].value));
         }
         j += '}';
+        drain();
         ins_finding_.text(1, table).i64(2, static_cast<int64_t>(++findings_)).text(3, j).run(db_);
         tick();
     }
 
     void finish() {
         flush_rows();
+        drain();
         // Blocks never freed: free_id and free_ts stay NULL.
         for (auto& [id, b] : live_) {
             if (table_) block(id, b, -1, -1);
@@ -377,6 +389,7 @@ public:
     // cached in the open transaction): what the status line shows.
     uint64_t size_bytes() {
         uint64_t pages = 0;
+        drain();
         sqlite3_exec(
             db_, "PRAGMA page_count",
             [](void* out, int n, char** v, char**) {
@@ -389,6 +402,7 @@ public:
 
 private:
     void exec(const std::string& sql) {
+        drain();
         char* msg = nullptr;
         if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
             std::string why = msg ? msg : "unknown error";
@@ -396,7 +410,10 @@ private:
             throw std::runtime_error(path_ + ": SQLite: " + why + " (in: " + sql + ")");
         }
     }
-    void meta(const std::string& k, const std::string& v) { ins_meta_.text(1, k).text(2, v).run(db_); }
+    void meta(const std::string& k, const std::string& v) {
+        drain();
+        ins_meta_.text(1, k).text(2, v).run(db_);
+    }
     struct Live {
         uint64_t malloc_id, ts, ptr, size, c_stack, py_stack;
         uint32_t tid;
@@ -508,8 +525,10 @@ private:
         bool c = kind[0] == 'c';
         if (id && id <= static_cast<uint64_t>(INT64_MAX)) {
             auto& seen = c ? c_seen_ : py_seen_;
-            if (seen.insert(id).second)
+            if (seen.insert(id).second) {
+                drain();
                 ins_stack_.text(1, kind).i64(2, static_cast<int64_t>(id)).text(3, view(text)).run(db_);
+            }
             return static_cast<int64_t>(id);
         }
         auto& by_text = c ? c_text_ : py_text_;
@@ -517,6 +536,7 @@ private:
         if (found != by_text.end()) return found->second;
         auto it = by_text.emplace(std::string(view(text)), -static_cast<int64_t>(by_text.size() + 1)).first;
         {
+            drain();
             ins_stack_.text(1, kind).i64(2, it->second).text(3, view(text)).run(db_);
         }
         return it->second;
@@ -539,6 +559,7 @@ private:
         if (found != ctx_.end()) return found->second;
         auto it = ctx_.emplace(key_, static_cast<int64_t>(ctx_.size() + 1)).first;
         {
+            drain();
             ins_ctx_.i64(1, it->second)
                 .text(2, kind_text(ev))
                 .text(3, type_text(ev.type))
@@ -639,6 +660,7 @@ private:
         fmt = static_cast<int64_t>(formats_.size() + 1);
         formats_.emplace(fkey_, fmt);
         std::string expr = format_expr(fkey_);
+        drain();
         ins_fmt_.i64(1, fmt).text(2, expr).run(db_);
         format_exprs_.emplace_back(fmt, std::move(expr));
         make_views();  // the view renders the new layout from now on
@@ -739,7 +761,7 @@ private:
         }
         v[15].set(py);
         v[16].set(c);
-        if (++npend_ == kBatchRows) flush_rows();
+        if (++npend_ == kGroupRows) flush_rows();
     }
 
     // Rows go to SQLite kBatchRows at a time, in one multi-row INSERT: the
@@ -769,18 +791,86 @@ private:
     };
     static constexpr int kCols = 17;
     static constexpr size_t kBatchRows = 32;
+    // Rows are handed to the row writer thread kGroupRows at a time (view
+    // layout): SQLite's work for the rows (a third of the host's CPU on a
+    // stack-heavy run) runs beside the decoding and the row building
+    // instead of after them. The connection is used by one thread at a
+    // time (SQLITE_OPEN_NOMUTEX): every other use of it drains the writer
+    // first (drain()), which is rare on the rows' path (a new stack,
+    // context or Attr layout, a commit every kBatch rows).
+    static constexpr size_t kGroupRows = 64 * kBatchRows;
     void flush_rows() {
         if (!npend_) return;
-        if (npend_ == kBatchRows) {
-            for (size_t i = 0; i < kBatchRows * kCols; ++i) pend_[i].bind(ins_rows_, static_cast<int>(i + 1));
-            ins_rows_.run(db_);
-        } else {
-            for (size_t r = 0; r < npend_; ++r) {
-                for (int i = 0; i < kCols; ++i) pend_[r * kCols + i].bind(ins_row_, i + 1);
-                ins_row_.run(db_);
-            }
+        if (writer_.joinable()) {
+            std::unique_lock<std::mutex> lk(mu_);
+            idle_.wait(lk, [this] { return !busy_; });
+            rethrow_writer_error();
+            work_.swap(pend_);
+            nwork_ = npend_;
+            busy_ = true;
+            npend_ = 0;
+            lk.unlock();
+            more_.notify_one();
+            if (pend_.size() != kGroupRows * kCols) pend_.resize(kGroupRows * kCols);
+            return;
         }
+        insert_rows(pend_, npend_);
         npend_ = 0;
+    }
+    // n rows of `rows`: kBatchRows per INSERT, the rest one by one.
+    void insert_rows(const std::vector<Val>& rows, size_t n) {
+        size_t r = 0;
+        for (; r + kBatchRows <= n; r += kBatchRows) {
+            for (size_t i = 0; i < kBatchRows * kCols; ++i) rows[r * kCols + i].bind(ins_rows_, static_cast<int>(i + 1));
+            ins_rows_.run(db_);
+        }
+        for (; r < n; ++r) {
+            for (int i = 0; i < kCols; ++i) rows[r * kCols + i].bind(ins_row_, i + 1);
+            ins_row_.run(db_);
+        }
+    }
+    // The row writer thread: one group at a time, in order.
+    void write_rows() {
+        std::unique_lock<std::mutex> lk(mu_);
+        for (;;) {
+            more_.wait(lk, [this] { return busy_ || stop_; });
+            if (!busy_) return;  // stopped with nothing left
+            lk.unlock();
+            std::exception_ptr e;
+            try {
+                insert_rows(work_, nwork_);
+            } catch (...) {
+                e = std::current_exception();
+            }
+            lk.lock();
+            if (e && !writer_error_) writer_error_ = e;
+            busy_ = false;
+            idle_.notify_all();
+        }
+    }
+    // Waits until the writer holds no rows (the connection is then this
+    // thread's); the writer's error, if any, is thrown here.
+    void drain() {
+        if (!writer_.joinable()) return;
+        std::unique_lock<std::mutex> lk(mu_);
+        idle_.wait(lk, [this] { return !busy_; });
+        rethrow_writer_error();
+    }
+    void rethrow_writer_error() {
+        if (writer_error_) {
+            std::exception_ptr e = writer_error_;
+            writer_error_ = nullptr;
+            std::rethrow_exception(e);
+        }
+    }
+    void stop_writer() {
+        if (!writer_.joinable()) return;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stop_ = true;
+        }
+        more_.notify_one();
+        writer_.join();
     }
 
     // memscope_dump (and msms_blocks) as views over the rows; made again
@@ -850,8 +940,16 @@ private:
     Slot slots_[kSlots];
     int nslots_ = 0;
     std::string attr_, key_, fkey_, escaped_;
-    std::vector<Val> pend_;  // kBatchRows rows of kCols values
+    std::vector<Val> pend_;  // kGroupRows rows of kCols values
     size_t npend_ = 0;
+    // The row writer (flush_rows): the rows it writes, guarded by mu_.
+    std::thread writer_;
+    std::mutex mu_;
+    std::condition_variable more_, idle_;
+    std::vector<Val> work_;
+    size_t nwork_ = 0;
+    bool busy_ = false, stop_ = false;
+    std::exception_ptr writer_error_;
     uint64_t rows_ = 0, since_commit_ = 0, findings_ = 0;
 };
 

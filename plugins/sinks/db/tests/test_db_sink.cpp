@@ -210,7 +210,47 @@ std::string write_variety(const std::string& name, const char* layout) {
     return dir + "/device_cpu/dump/memscope_dump_20260101000000.db";
 }
 
+// A stream long enough for the view layout's row writer thread to take
+// several groups of rows (2048 each) while the sink keeps adding what it
+// writes itself in between: a new call stack every 97 rows, a new thread
+// (row context) every 500, a new Attr layout every 3000, an annotation of
+// an earlier row every 1000, a commit every 200000 (not reached: the last
+// group is written at finish).
+std::string write_long(const std::string& name, const char* layout) {
+    std::string dir = fresh_dir(name);
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"layout", layout}}) == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    for (int i = 1; i <= 9000; ++i) {
+        auto m = EventBuilder::malloc(0x100000 + 64 * i, 64 + i % 7)
+                     .allocation_id(i)
+                     .at(1000 + i)
+                     .thread(100 + i / 500)
+                     .c_stack("f" + std::to_string(i / 97) + "\nmain")
+                     .attr("allocation_id", std::to_string(i))
+                     .attr("size", std::to_string(64 + i % 7));
+        if (i % 3000 == 0) m.attr("layout" + std::to_string(i / 3000), "x");
+        h.feed(m);
+        if (i % 1000 == 0) REQUIRE(h.annotate(static_cast<uint64_t>(i - 10), "owner", "PTA@" + std::to_string(i)) == MSMS_OK);
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    return dir + "/device_cpu/dump/memscope_dump_20260101000000.db";
+}
+
 }  // namespace
+
+TEST_CASE("db: layout view written by its row writer thread gives back the table layout's rows, in a long stream") {
+    std::string table = write_long("long_table", "table");
+    std::string viewed = write_long("long_view", "view");
+    Db t(table), v(viewed);
+    auto rows = v.q("SELECT * FROM memscope_dump ORDER BY \"ID\"");
+    REQUIRE(rows.size() == 9000);
+    CHECK(rows == t.q("SELECT * FROM memscope_dump ORDER BY \"ID\""));
+    // the annotated rows carry their owner
+    CHECK(v.one("SELECT count(*) FROM memscope_dump WHERE json_extract(\"Attr\", '$.owner') LIKE 'PTA@%'") == "9");
+    CHECK(v.one("SELECT count(*) FROM msms_stacks WHERE kind='c'") == std::to_string(9000 / 97 + 1));
+    CHECK(v.one("SELECT value FROM msms_meta WHERE key='complete'") == "true");
+}
 
 TEST_CASE("db: layout view gives back exactly the rows and blocks of layout table") {
     std::string table = write_variety("variety_table", "table");
