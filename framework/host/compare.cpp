@@ -163,12 +163,12 @@ void build_entries(DeviceSeq& s, unsigned levels, bool upstream) {
 
 // C programs (no operator, no kernel): the bytes allocated per site.
 std::string site_of(const Record& r) {
-    auto first_outside = [](const std::string& stack, bool c) -> std::string {
+    auto first_outside = [](std::string_view stack, bool c) -> std::string {
         size_t start = 0;
         std::string first;
         while (start < stack.size()) {
             size_t nl = stack.find('\n', start);
-            std::string line = stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+            std::string line(stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
             while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
             size_t lead = line.find_first_not_of(' ');
             line = lead == std::string::npos ? "" : line.substr(lead);
@@ -187,8 +187,8 @@ std::string site_of(const Record& r) {
         }
         return first;
     };
-    if (!r.c_stack.empty()) return first_outside(r.c_stack, true);
-    if (!r.py_stack.empty()) return first_outside(r.py_stack, false);
+    if (!r.c_text().empty()) return first_outside(r.c_text(), true);
+    if (!r.py_text().empty()) return first_outside(r.py_text(), false);
     const char* t = msms_event_type_name(r.ev.type);
     return std::string("(no stack) ") + (t ? t : "N/A");
 }

@@ -228,6 +228,7 @@ bool Pipeline::account(Record& r) {
         ev.pool_used = ev.device_used = ev.process_used = -1;
         r.c_stack.clear();
         r.py_stack.clear();
+        r.c_ref = r.py_ref = std::string_view();
         ev.c_stack_id = ev.py_stack_id = 0;
     }
     return true;
@@ -386,8 +387,9 @@ void Pipeline::build_views(Record& r) {
     r.ev.attrs = kv_.data();
     r.ev.attr_count = static_cast<uint32_t>(kv_.size());
     r.ev.name = {r.name.data(), static_cast<uint32_t>(r.name.size())};
-    r.ev.py_stack = {r.py_stack.data(), static_cast<uint32_t>(r.py_stack.size())};
-    r.ev.c_stack = {r.c_stack.data(), static_cast<uint32_t>(r.c_stack.size())};
+    std::string_view py = r.py_text(), c = r.c_text();
+    r.ev.py_stack = {py.data(), static_cast<uint32_t>(py.size())};
+    r.ev.c_stack = {c.data(), static_cast<uint32_t>(c.size())};
     attrs_dirty_ = false;
 }
 

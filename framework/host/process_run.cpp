@@ -161,8 +161,8 @@ void ProcessRun::convert(const RawEvent& e, Record& r, Symbolizer& sym) {
     }
     ev.c_stack_id = e.cstack;
     ev.py_stack_id = e.pystack;
-    if (e.cstack) r.c_stack = sym.text(e.cstack);
-    if (e.pystack) r.py_stack = sym.text(e.pystack);
+    if (e.cstack) r.c_ref = sym.text(e.cstack);
+    if (e.pystack) r.py_ref = sym.text(e.pystack);
 }
 
 void ProcessRun::notify_started(const std::string& error) {
