@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -17,13 +16,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 #include <unordered_map>
 
 #include "dump_row.h"
 #include "util/csv.h"
+#include "util/job_thread.h"
 #include "util/text.h"
 #include "util/written_events.h"
 
@@ -126,7 +124,7 @@ public:
             flush();
         } catch (...) {
         }
-        stop_writer();
+        writer_.stop();
         ::close(fd_);
         fd_ = -1;
     }
@@ -135,70 +133,41 @@ public:
 private:
     static constexpr size_t kFlushAt = 8 << 20;
     static constexpr size_t kAlign = 4096;
-    // ---- the direct writer thread: at most one block in flight.
+    // ---- the direct writer thread (writer_): at most one block in flight.
     // Hands spare_ (n bytes for offset `at`) to the writer; the buffers swap.
     void submit_block(size_t n, uint64_t at) {
-        if (!writer_.joinable()) writer_ = std::thread([this] { write_blocks(); });
-        std::lock_guard<std::mutex> lk(mu_);
+        writer_.wait();
         std::swap(aligned_, spare_);
         job_n_ = n;
         job_at_ = at;
         job_done_ = 0;
         job_errno_ = 0;
-        busy_ = true;
-        more_.notify_one();
+        writer_.submit([this] { write_block(); });
     }
     // Waits for the block in flight. A block the disk refused (EINVAL) or
     // took short (the file-size limit) goes on through the page cache from
     // where it stopped; any other error is thrown here.
     void wait_block() {
-        if (!writer_.joinable()) return;
-        std::unique_lock<std::mutex> lk(mu_);
-        idle_.wait(lk, [this] { return !busy_; });
+        writer_.wait();
         if (job_n_ == 0) return;
         size_t n = job_n_, done = job_done_;
-        int e = job_errno_;
-        uint64_t at = job_at_;
         job_n_ = 0;
-        lk.unlock();
         if (done == n) return;
-        if (e && e != EINVAL) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(e));
+        if (job_errno_ && job_errno_ != EINVAL)
+            throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(job_errno_));
         stop_direct();
-        write_all(aligned_ + done, n - done, at + done);
+        write_all(aligned_ + done, n - done, job_at_ + done);
     }
-    void write_blocks() {
-        std::unique_lock<std::mutex> lk(mu_);
-        for (;;) {
-            more_.wait(lk, [this] { return busy_ || stop_; });
-            if (!busy_) return;
-            size_t n = job_n_;
-            uint64_t at = job_at_;
-            lk.unlock();
-            size_t done = 0;
-            int e = 0;
-            while (done < n) {
-                ssize_t w = ::pwrite(fd_, aligned_ + done, n - done, static_cast<off_t>(at + done));
-                if (w < 0 && errno == EINTR) continue;
-                if (w < 0) e = errno;
-                if (w <= 0) break;
-                done += static_cast<size_t>(w);
-                if (done < n) break;  // short: the rest through the page cache
-            }
-            lk.lock();
-            job_done_ = done;
-            job_errno_ = e;
-            busy_ = false;
-            idle_.notify_all();
+    // On the writer thread: the block, or as much as the disk takes.
+    void write_block() {
+        while (job_done_ < job_n_) {
+            ssize_t w = ::pwrite(fd_, aligned_ + job_done_, job_n_ - job_done_, static_cast<off_t>(job_at_ + job_done_));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) job_errno_ = errno;
+            if (w <= 0) return;
+            job_done_ += static_cast<size_t>(w);
+            if (job_done_ < job_n_) return;  // short: the rest through the page cache
         }
-    }
-    void stop_writer() {
-        if (!writer_.joinable()) return;
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            stop_ = true;
-        }
-        more_.notify_one();
-        writer_.join();
     }
     void stop_direct() {
         if (!direct_) return;
@@ -226,13 +195,11 @@ private:
     char* spare_ = nullptr;    // the next block
     uint64_t base_ = 0;  // file offset of buf_[0]
     std::string buf_;
-    std::thread writer_;
-    std::mutex mu_;
-    std::condition_variable more_, idle_;
+    // The block in flight (set before it is handed over, read after wait()).
     size_t job_n_ = 0, job_done_ = 0;
     uint64_t job_at_ = 0;
     int job_errno_ = 0;
-    bool busy_ = false, stop_ = false;
+    msms::JobThread writer_;  // last: stopped first
 };
 
 class CsvSink : public msmemscope::ISink {

@@ -38,22 +38,19 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include "../csv/dump_row.h"
+#include "util/job_thread.h"
 #include "util/json.h"
 #include "util/written_events.h"
 
@@ -277,8 +274,6 @@ public:
         meta("config", run.config_json);
         meta("complete", "false");
         exec("BEGIN");
-        // Last: nothing above may throw with the thread running.
-        if (!table_) writer_ = std::thread([this] { write_rows(); });
     }
     ~Database() {
         if (db_) {
@@ -287,7 +282,7 @@ public:
                 drain();
             } catch (...) {
             }
-            stop_writer();
+            writer_.stop();
             sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
             for (Stmt* s : {&ins_dump_, &ins_block_, &ins_row_, &ins_rows_, &ins_ctx_, &ins_fmt_, &ins_live_, &ins_stack_,
                             &upd_attr_, &ins_finding_, &ins_meta_})
@@ -801,16 +796,12 @@ private:
     static constexpr size_t kGroupRows = 64 * kBatchRows;
     void flush_rows() {
         if (!npend_) return;
-        if (writer_.joinable()) {
-            std::unique_lock<std::mutex> lk(mu_);
-            idle_.wait(lk, [this] { return !busy_; });
-            rethrow_writer_error();
+        if (!table_) {
+            writer_.wait();  // the group before is in; its error is thrown here
             work_.swap(pend_);
             nwork_ = npend_;
-            busy_ = true;
             npend_ = 0;
-            lk.unlock();
-            more_.notify_one();
+            writer_.submit([this] { insert_rows(work_, nwork_); });
             if (pend_.size() != kGroupRows * kCols) pend_.resize(kGroupRows * kCols);
             return;
         }
@@ -829,49 +820,9 @@ private:
             ins_row_.run(db_);
         }
     }
-    // The row writer thread: one group at a time, in order.
-    void write_rows() {
-        std::unique_lock<std::mutex> lk(mu_);
-        for (;;) {
-            more_.wait(lk, [this] { return busy_ || stop_; });
-            if (!busy_) return;  // stopped with nothing left
-            lk.unlock();
-            std::exception_ptr e;
-            try {
-                insert_rows(work_, nwork_);
-            } catch (...) {
-                e = std::current_exception();
-            }
-            lk.lock();
-            if (e && !writer_error_) writer_error_ = e;
-            busy_ = false;
-            idle_.notify_all();
-        }
-    }
     // Waits until the writer holds no rows (the connection is then this
     // thread's); the writer's error, if any, is thrown here.
-    void drain() {
-        if (!writer_.joinable()) return;
-        std::unique_lock<std::mutex> lk(mu_);
-        idle_.wait(lk, [this] { return !busy_; });
-        rethrow_writer_error();
-    }
-    void rethrow_writer_error() {
-        if (writer_error_) {
-            std::exception_ptr e = writer_error_;
-            writer_error_ = nullptr;
-            std::rethrow_exception(e);
-        }
-    }
-    void stop_writer() {
-        if (!writer_.joinable()) return;
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            stop_ = true;
-        }
-        more_.notify_one();
-        writer_.join();
-    }
+    void drain() { writer_.wait(); }
 
     // memscope_dump (and msms_blocks) as views over the rows; made again
     // whenever a new Attr layout appears (inside the open transaction, so
@@ -942,14 +893,11 @@ private:
     std::string attr_, key_, fkey_, escaped_;
     std::vector<Val> pend_;  // kGroupRows rows of kCols values
     size_t npend_ = 0;
-    // The row writer (flush_rows): the rows it writes, guarded by mu_.
-    std::thread writer_;
-    std::mutex mu_;
-    std::condition_variable more_, idle_;
+    // The row writer (flush_rows): the rows it writes, untouched here
+    // between submit() and the next wait().
     std::vector<Val> work_;
     size_t nwork_ = 0;
-    bool busy_ = false, stop_ = false;
-    std::exception_ptr writer_error_;
+    msms::JobThread writer_;
     uint64_t rows_ = 0, since_commit_ = 0, findings_ = 0;
 };
 
