@@ -302,7 +302,6 @@ size_t CaptureReader::poll() {
     // the same poll at the latest (scan_stages).
     std::vector<ChunkState> found;
     std::vector<uint64_t> zeros;
-    size_t stages_before = stages_.size();
     for (uint64_t idx : pending) classify(idx, found, zeros);
     scan_stages(0, taken, found, zeros);
     // Indices that were not set up when first read: set up since (a chunk
@@ -310,7 +309,7 @@ size_t CaptureReader::poll() {
     // still not.
     pending.swap(zeros);
     zeros.clear();
-    stages_before = stages_.size();
+    size_t stages_before = stages_.size();
     for (uint64_t idx : pending) classify(idx, found, zeros);
     if (stages_.size() > stages_before) scan_stages(stages_before, taken, found, zeros);
     for (uint64_t idx : zeros) {
@@ -383,7 +382,7 @@ void CaptureReader::classify(uint64_t idx, std::vector<ChunkState>& found, std::
     uint32_t magic = ch ? ch->magic.load(std::memory_order_acquire) : 0;
     if (magic == kChunkMagic) {
         // Keyed by lane; the thread comes from the chunk's first record.
-        found.push_back(ChunkState{idx, ch->tid, 0, 0});
+        found.emplace_back(idx, ch->tid);
     } else if (magic == kStageMagic && header_copy_.format_major >= 4) {
         stages_.push_back(StageSlot{idx});
     } else if (!ch && gone_) {
@@ -414,11 +413,11 @@ void CaptureReader::scan_stages(size_t from, uint64_t taken, std::vector<ChunkSt
         // Already in its place: found by index (this poll or before).
         auto* at = reinterpret_cast<const ChunkHeader*>(chunk_ptr(j));
         if (at && at->magic.load(std::memory_order_acquire) == kChunkMagic) continue;
+        // Not set up in its place: this poll's classify() put it among the
+        // zeros (uninitialized_ is empty while a poll sorts its indices).
         auto z = std::find(zeros.begin(), zeros.end(), j);
         if (z != zeros.end()) zeros.erase(z);
-        auto u = std::find(uninitialized_.begin(), uninitialized_.end(), j);
-        if (u != uninitialized_.end()) uninitialized_.erase(u);
-        ChunkState c{j, lane, 0, 0};
+        ChunkState c(j, lane);
         c.stage = s.index;
         c.copy.reset(new uint8_t[kChunkPayload]);
         found.push_back(std::move(c));

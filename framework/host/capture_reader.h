@@ -150,9 +150,10 @@ private:
     // A chunk is read in its lane (ChunkHeader::tid, capture_format.h); the
     // thread of its records comes from kThread records (cur_tid).
     struct ChunkState {
+        ChunkState(uint64_t i, uint32_t lane) : index(i), tid(lane) {}
         uint64_t index;
         uint32_t tid;  // the lane
-        uint32_t cur_tid;
+        uint32_t cur_tid = 0;
         uint32_t read = 0;
         uint64_t last_ts = 0;   // delta decoding state (starts at 0 per chunk)
         uint64_t last_ptr = 0;
