@@ -483,7 +483,7 @@ EventRing& CaptureReader::queue_of(uint32_t tid) {
 
 void CaptureReader::push(const RawEvent& e) {
     auto& q = queue_of(decoding_lane_);
-    if (q.empty()) heap_.push(HeapItem{e.ts, decoding_lane_});
+    if (q.empty()) heap_push(HeapItem{e.ts, decoding_lane_});
     q.push_back(e);
     q.back().gen = static_cast<uint16_t>(poll_gen_);
     ++decoded_;
@@ -707,23 +707,40 @@ bool CaptureReader::resolvable(const RawEvent& e) const {
     return true;
 }
 
+void CaptureReader::heap_push(const HeapItem& h) {
+    heap_.push_back(h);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<HeapItem>());
+}
+
+void CaptureReader::heap_pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<HeapItem>());
+    heap_.pop_back();
+}
+
 bool CaptureReader::pop(RawEvent& out, uint64_t watermark) {
     for (;;) {
         if (heap_.empty()) return false;
-        HeapItem top = heap_.top();
+        HeapItem top = heap_.front();
         if (top.ts > watermark) return false;
         auto& q = queue_of(top.tid);
         if (!gone_) {
             const RawEvent& front = q.front();
             if (front.gen == static_cast<uint16_t>(poll_gen_) && !resolvable(front)) return false;
         }
-        heap_.pop();
         out = q.front();
         q.pop_front();
-        if (!q.empty())
-            heap_.push(HeapItem{q.front().ts, top.tid});
-        else
+        if (!q.empty()) {
+            HeapItem next{q.front().ts, top.tid};
+            if (heap_.size() == 1 || !(next > heap_[1] || (heap_.size() > 2 && next > heap_[2]))) {
+                heap_.front() = next;  // still the earliest: the heap holds
+            } else {
+                heap_pop();
+                heap_push(next);
+            }
+        } else {
+            heap_pop();
             fill(top.tid);  // push() puts the thread back on the heap
+        }
         if (out.ts < last_popped_) ++stragglers_;
         else last_popped_ = out.ts;
         if (out.flags & kCalibration) {

@@ -231,7 +231,12 @@ private:
         uint32_t tid;
         bool operator>(const HeapItem& o) const { return ts != o.ts ? ts > o.ts : tid > o.tid; }
     };
-    std::priority_queue<HeapItem, std::vector<HeapItem>, std::greater<HeapItem>> heap_;
+    // A min-heap of the threads with decoded events (std::push_heap et al.
+    // with std::greater): pop() replaces the top in place while its thread
+    // has more, a no-op for a one-thread program.
+    std::vector<HeapItem> heap_;
+    void heap_push(const HeapItem& h);
+    void heap_pop();
     std::unordered_map<uint64_t, std::string> strings_;
     std::unordered_map<uint64_t, StackDef> stacks_;
     std::vector<ModuleDef> modules_;

@@ -177,7 +177,8 @@ bool Pipeline::account(Record& r) {
         auto v = live_.find(vkey);
         if (v != live_.end() && v->second.count(ev.ptr)) key = vkey;
     }
-    auto& live = live_[key];
+    PoolSlot& slot = pool_slot(key, ev);
+    auto& live = *slot.live;
     int64_t delta = 0;
     if (ev.kind == MSMS_EV_MALLOC) {
         ev.allocation_id = ++next_alloc_id_;
@@ -210,16 +211,16 @@ bool Pipeline::account(Record& r) {
             return false;  // allocated before collection started: pairs with nothing
         }
     }
-    int64_t& used = pool_used_[key];
+    int64_t& used = *slot.used;
     used += delta;
     ev.pool_used = used;
     if (is_driver_pool(ev.type) && !key.virt) {
-        device_used_[{ev.device_kind, ev.device_id}] += delta;
+        *slot.device_used += delta;
         process_used_ += delta;
     }
-    ev.device_used = device_used_[{ev.device_kind, ev.device_id}];
+    ev.device_used = *slot.device_used;
     ev.process_used = process_used_;
-    host_totals(ev, key, used);
+    host_totals(ev, slot, used);
     if (ev.kind == MSMS_EV_MALLOC && ev.type == MSMS_T_HOST && is_import_shadow(r))
         ++device_totals_[msmemscope::device_label(ev) + "/HOST"].import_shadows;
     if (is_shadow(r)) {
@@ -238,20 +239,34 @@ bool Pipeline::account(Record& r) {
 // took over (same address, e.g. a CPU tensor's storage from malloc) counts
 // under the framework only; the HOST peak of a new host block waits for the
 // next event, which may be that framework block (rows keep their numbers).
-void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t used) {
-    std::pair<uint16_t, int16_t> dev{ev.device_kind, ev.device_id};
-    std::string label = msmemscope::device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "");
-    if (!host_peak_pending_.empty()) {
+Pipeline::PoolSlot& Pipeline::pool_slot(const PoolKey& key, const msms_event& ev) {
+    PoolSlot& s = slot_;
+    if (s.valid && !(s.key < key) && !(key < s.key)) return s;
+    std::pair<uint16_t, int16_t> dev{key.dev_kind, key.dev_id};
+    s.key = key;
+    s.live = &live_[key];
+    s.used = &pool_used_[key];
+    s.device_used = &device_used_[dev];
+    s.taken = &host_taken_[dev];
+    s.taken_bytes = &host_taken_bytes_[dev];
+    s.totals = &device_totals_[msmemscope::device_label(ev) + "/" + msms_event_type_name(ev.type) + (key.virt ? " mapped" : "")];
+    s.valid = true;
+    return s;
+}
+
+void Pipeline::host_totals(const msms_event& ev, const PoolSlot& s, int64_t used) {
+    const PoolKey& key = s.key;
+    if (host_peak_pending_) {
         bool takes = ev.kind == MSMS_EV_MALLOC && !is_driver_pool(ev.type);
         if (!takes) {
-            auto& p = device_totals_[host_peak_pending_];
+            auto& p = *host_peak_pending_;
             p.peak = std::max(p.peak, p.used);
-            host_peak_pending_.clear();
+            host_peak_pending_ = nullptr;
         }
     }
     if (ev.type == MSMS_T_HOST && !key.virt) {
-        auto& taken = host_taken_[dev];
-        int64_t& excluded = host_taken_bytes_[dev];
+        auto& taken = *s.taken;
+        int64_t& excluded = *s.taken_bytes;
         if (ev.kind == MSMS_EV_FREE) {
             auto it = taken.find(ev.ptr);
             if (it != taken.end()) {
@@ -262,9 +277,9 @@ void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t use
             excluded = 0;  // the address came back without a FREE: recount below
             for (auto& [p, sz] : taken) excluded += static_cast<int64_t>(sz);
         }
-        auto& t = device_totals_[label];
+        auto& t = *s.totals;
         t.used = used - excluded;
-        if (ev.kind == MSMS_EV_MALLOC) host_peak_pending_ = label;
+        if (ev.kind == MSMS_EV_MALLOC) host_peak_pending_ = &t;
         else t.peak = std::max(t.peak, t.used);
         return;
     }
@@ -273,23 +288,22 @@ void Pipeline::host_totals(const msms_event& ev, const PoolKey& key, int64_t use
         auto h = live_.find(hk);
         if (h != live_.end()) {
             auto b = h->second.find(ev.ptr);
-            auto& taken = host_taken_[dev];
+            auto& taken = *s.taken;
             if (b != h->second.end() && !taken.count(ev.ptr)) {
                 taken[ev.ptr] = b->second.size;
-                host_taken_bytes_[dev] += static_cast<int64_t>(b->second.size);
-                std::string hl = msmemscope::device_label(ev) + "/HOST";
-                auto& ht = device_totals_[hl];
+                *s.taken_bytes += static_cast<int64_t>(b->second.size);
+                auto& ht = device_totals_[msmemscope::device_label(ev) + "/HOST"];
                 ht.used -= static_cast<int64_t>(b->second.size);
-                if (host_peak_pending_ == hl) host_peak_pending_.clear();  // never held by HOST
+                if (host_peak_pending_ == &ht) host_peak_pending_ = nullptr;  // never held by HOST
             }
         }
-        if (!host_peak_pending_.empty()) {
-            auto& p = device_totals_[host_peak_pending_];
+        if (host_peak_pending_) {
+            auto& p = *host_peak_pending_;
             p.peak = std::max(p.peak, p.used);
-            host_peak_pending_.clear();
+            host_peak_pending_ = nullptr;
         }
     }
-    auto& t = device_totals_[label];
+    auto& t = *s.totals;
     t.used = used;
     t.peak = std::max(t.peak, used);
 }
@@ -315,6 +329,7 @@ void Pipeline::shadow_frees_at_end(size_t first_consumer) {
         dispatch(r, first_consumer == SIZE_MAX ? analyzers_.size() : first_consumer);
     }
     live_.clear();
+    slot_.valid = false;
     if (unseen_frees_)
         log(0, std::to_string(unseen_frees_) + " free(s) of blocks allocated before collection started were not "
                "written (no MALLOC to pair with)");
@@ -358,13 +373,31 @@ void Pipeline::build_views(Record& r) {
     const msms_event& ev = r.ev;
     if (!r.complete_attrs) {
         if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
-            if (begin_entry("allocation_id")) { append_uint(attr_text_, ev.allocation_id); end_entry(); }
-            if (begin_entry("addr")) { append_hex_ptr(attr_text_, ev.ptr); end_entry(); }
-            if (begin_entry("size")) { append_uint(attr_text_, ev.size); end_entry(); }
-            if (ev.pool_used >= 0 && begin_entry("used")) { append_int(attr_text_, ev.pool_used); end_entry(); }
-            if (ev.pool_total >= 0 && begin_entry("total")) { append_int(attr_text_, ev.pool_total); end_entry(); }
-            if (ev.process_used >= 0 && begin_entry("process_used")) { append_int(attr_text_, ev.process_used); end_entry(); }
-            if (ev.device_used >= 0 && begin_entry("device_used")) { append_int(attr_text_, ev.device_used); end_entry(); }
+            // Every row has these (a hot path): formatted into one buffer,
+            // appended once.
+            char buf[256];
+            char* p = buf;
+            auto entry = [&](std::string_view k) -> bool {
+                if (!r.attrs.empty() && has_extra(k)) return false;
+                attr_spans_.push_back({static_cast<size_t>(p - buf), k.size(), static_cast<size_t>(p - buf) + k.size(), 0});
+                std::memcpy(p, k.data(), k.size());
+                p += k.size();
+                return true;
+            };
+            auto done = [&]() { attr_spans_.back().value_len = static_cast<size_t>(p - buf) - attr_spans_.back().value_off; };
+            auto signed_value = [&](int64_t v) {
+                if (v < 0) *p++ = '-';
+                p = format_uint(p, v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
+                done();
+            };
+            if (entry("allocation_id")) { p = format_uint(p, ev.allocation_id); done(); }
+            if (entry("addr")) { p = format_hex_ptr(p, ev.ptr); done(); }
+            if (entry("size")) { p = format_uint(p, ev.size); done(); }
+            if (ev.pool_used >= 0 && entry("used")) signed_value(ev.pool_used);
+            if (ev.pool_total >= 0 && entry("total")) signed_value(ev.pool_total);
+            if (ev.process_used >= 0 && entry("process_used")) signed_value(ev.process_used);
+            if (ev.device_used >= 0 && entry("device_used")) signed_value(ev.device_used);
+            attr_text_.append(buf, static_cast<size_t>(p - buf));
         } else if (ev.kind == MSMS_EV_ACCESS) {
             if (ev.allocation_id && begin_entry("allocation_id")) { append_uint(attr_text_, ev.allocation_id); end_entry(); }
         } else if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
@@ -461,10 +494,10 @@ void Pipeline::feed(Record& r) {
 }
 
 void Pipeline::finish() {
-    if (!host_peak_pending_.empty()) {
-        auto& p = device_totals_[host_peak_pending_];
+    if (host_peak_pending_) {
+        auto& p = *host_peak_pending_;
         p.peak = std::max(p.peak, p.used);
-        host_peak_pending_.clear();
+        host_peak_pending_ = nullptr;
     }
     if (finished_) return;
     for (size_t i = 0; i < analyzers_.size(); ++i) {

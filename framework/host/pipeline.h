@@ -175,8 +175,24 @@ private:
     // their bytes, left out of the console's HOST figures.
     std::map<std::pair<uint16_t, int16_t>, std::unordered_map<uint64_t, uint64_t>> host_taken_;
     std::map<std::pair<uint16_t, int16_t>, int64_t> host_taken_bytes_;
-    std::string host_peak_pending_;  // HOST label whose peak waits for the next event
-    void host_totals(const msms_event& ev, const PoolKey& key, int64_t used);
+    DeviceTotals* host_peak_pending_ = nullptr;  // HOST totals whose peak waits for the next event
+    // The maps' entries of the pool the last event was in (found again only
+    // when the pool changes: a label built and six lookups per event were a
+    // tenth of the host's time on a heap-heavy run). Entries of std::map
+    // never move; live_.clear() drops the cache.
+    struct PoolSlot {
+        PoolKey key{};
+        bool valid = false;
+        std::unordered_map<uint64_t, LiveBlock>* live = nullptr;
+        int64_t* used = nullptr;
+        int64_t* device_used = nullptr;
+        std::unordered_map<uint64_t, uint64_t>* taken = nullptr;
+        int64_t* taken_bytes = nullptr;
+        DeviceTotals* totals = nullptr;
+    };
+    PoolSlot slot_;
+    PoolSlot& pool_slot(const PoolKey& key, const msms_event& ev);
+    void host_totals(const msms_event& ev, const PoolSlot& s, int64_t used);
     std::vector<std::string> report_;
     std::vector<std::string> plugin_errors_;
 };

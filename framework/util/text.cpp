@@ -192,14 +192,20 @@ void append_int(std::string& out, int64_t v) {
     }
 }
 
-void append_hex_ptr(std::string& out, uint64_t v) {
+char* format_hex_ptr(char* dst, uint64_t v) {
     static const char* digits = "0123456789abcdef";
-    char buf[18] = {'0', 'x'};
+    dst[0] = '0';
+    dst[1] = 'x';
     for (int i = 17; i >= 2; --i) {
-        buf[i] = digits[v & 15];
+        dst[i] = digits[v & 15];
         v >>= 4;
     }
-    out.append(buf, 18);
+    return dst + 18;
+}
+
+void append_hex_ptr(std::string& out, uint64_t v) {
+    char buf[18];
+    out.append(buf, static_cast<size_t>(format_hex_ptr(buf, v) - buf));
 }
 
 }  // namespace msms

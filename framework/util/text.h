@@ -31,5 +31,6 @@ char* format_uint(char* dst, uint64_t v);
 char* format_8_digits(char* dst, uint32_t v);
 void append_int(std::string& out, int64_t v);
 void append_hex_ptr(std::string& out, uint64_t v);  // 0x%016x
+char* format_hex_ptr(char* dst, uint64_t v);        // 0x%016x at dst (18 chars); returns the end
 
 }  // namespace msms

@@ -46,6 +46,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -241,7 +242,11 @@ public:
             ins_block_ = Stmt(db_, "INSERT INTO msms_blocks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
             upd_attr_ = Stmt(db_, "UPDATE memscope_dump SET \"Attr\"=json_set(\"Attr\", ?, json(?)) WHERE \"ID\"=?");
         } else {
-            exec("CREATE TABLE msms_dump_rows (id INTEGER PRIMARY KEY, ctx INTEGER NOT NULL, ts INTEGER, ptr INTEGER, "
+            // No NOT NULL (every row has its ctx anyway): a constraint that
+            // can abort a multi-row INSERT makes SQLite copy each page the
+            // statement touches into a statement journal first (~14% of the
+            // inserts' instructions).
+            exec("CREATE TABLE msms_dump_rows (id INTEGER PRIMARY KEY, ctx INTEGER, ts INTEGER, ptr INTEGER, "
                  "link INTEGER, size INTEGER, mid INTEGER, fmt INTEGER, a1, a2, a3, a4, a5, a6, attr TEXT, "
                  "py INTEGER, c INTEGER)");
             exec("CREATE TABLE msms_dump_ctx (id INTEGER PRIMARY KEY, \"Event\" TEXT, \"Event Type\" TEXT, "
@@ -288,6 +293,7 @@ public:
                             &upd_attr_, &ins_finding_, &ins_meta_})
                 *s = Stmt();
             for (auto& [k, s] : ins_py_) s = Stmt();
+            batch_stmts_.clear();
             sqlite3_close(db_);
         }
     }
@@ -539,6 +545,24 @@ private:
 
     int64_t context(const msms_event& ev, std::string_view dev) {
         std::string_view name = name_text(ev);
+        // The last few contexts first (a heap-heavy run alternates between
+        // two: MALLOC and FREE of one thread), without building the key.
+        for (const RecentCtx& c : recent_ctx_)
+            if (c.id && c.kind == ev.kind && c.type == ev.type && c.pid == ev.pid && c.tid == ev.tid && c.dev == dev &&
+                c.name == name)
+                return c.id;
+        int64_t id = context_id(ev, dev, name);
+        RecentCtx& c = recent_ctx_[next_recent_ctx_++ % kRecentCtx];
+        c.kind = ev.kind;
+        c.type = ev.type;
+        c.pid = ev.pid;
+        c.tid = ev.tid;
+        c.dev.assign(dev);
+        c.name.assign(name);
+        c.id = id;
+        return id;
+    }
+    int64_t context_id(const msms_event& ev, std::string_view dev, std::string_view name) {
         key_.clear();
         char head[16];
         std::memcpy(head, &ev.kind, 2);
@@ -567,6 +591,16 @@ private:
         return it->second;
     }
 
+    struct RecentCtx {
+        uint16_t kind = 0, type = 0;
+        uint32_t pid = 0, tid = 0;
+        std::string dev, name;
+        int64_t id = 0;  // 0: empty
+    };
+    static constexpr size_t kRecentCtx = 4;
+    RecentCtx recent_ctx_[kRecentCtx];
+    size_t next_recent_ctx_ = 0;
+
     struct Slot {
         bool is_int;
         int64_t n;
@@ -581,12 +615,20 @@ private:
         const msms_kv* kv = ev.attrs;
         uint32_t n = ev.attr_count;
         if (n > 64) return false;
-        // the order attr_json writes (upstream's for memory rows)
-        uint32_t order[65];
+        // the order attr_json writes (upstream's for memory rows): the same
+        // keys as the row before (nearly always) give the same order
+        uint32_t* order = order_;
         uint32_t m = 0;
-        for (uint32_t i = 0; i < n; ++i) order[m++] = i;
         constexpr uint32_t kSynthAddr = UINT32_MAX;
-        if (msms::is_memory_row(ev.kind)) {
+        bool same_keys = same_keys_as_before(ev);
+        int64_t before = same_keys ? fmt_before_ : 0;
+        fmt_before_ = 0;  // set again below when this row gets a layout
+        if (same_keys) {
+            m = order_len_;
+        } else {
+            for (uint32_t i = 0; i < n; ++i) order[m++] = i;
+        }
+        if (!same_keys && msms::is_memory_row(ev.kind)) {
             bool has_addr = false;
             for (uint32_t i = 0; i < n; ++i) has_addr |= view(kv[i].key) == "addr";
             // stable insertion sort by rank (a handful of keys; no allocation)
@@ -610,8 +652,11 @@ private:
                 ++m;
             }
         }
+        if (!same_keys) remember_keys(ev, m);
+        // Each value's source and slot; the layout is the row before's when
+        // those are too (then no key is built and no layout looked up).
+        bool same_layout = before > 0;
         for (uint32_t j = 0; j < m; ++j) {
-            std::string_view key = order[j] == kSynthAddr ? std::string_view("addr") : view(kv[order[j]].key);
             Src src;
             int slot = 0;
             if (order[j] == kSynthAddr) {
@@ -640,15 +685,25 @@ private:
                     if (!(slot = text_slot(std::string_view(escaped_).substr(1, escaped_.size() - 2)))) return false;
                 }
             }
+            char code[2] = {static_cast<char>(src), static_cast<char>('0' + slot)};
+            same_layout = same_layout && codes_[2 * j] == code[0] && codes_[2 * j + 1] == code[1];
+            codes_[2 * j] = code[0];
+            codes_[2 * j + 1] = code[1];
+        }
+        if (same_layout) {
+            fmt = fmt_before_ = before;
+            return true;
+        }
+        for (uint32_t j = 0; j < m; ++j) {
+            std::string_view key = order[j] == kSynthAddr ? std::string_view("addr") : view(kv[order[j]].key);
             uint32_t kn = static_cast<uint32_t>(key.size());
             fkey_.append(reinterpret_cast<const char*>(&kn), 4);
             fkey_ += key;
-            fkey_ += static_cast<char>(src);
-            fkey_ += static_cast<char>('0' + slot);
+            fkey_.append(codes_ + 2 * j, 2);
         }
         auto it = formats_.find(fkey_);
         if (it != formats_.end()) {
-            fmt = it->second;
+            fmt = fmt_before_ = it->second;
             return true;
         }
         if (formats_.size() >= kMaxFormats) return false;
@@ -659,7 +714,34 @@ private:
         ins_fmt_.i64(1, fmt).text(2, expr).run(db_);
         format_exprs_.emplace_back(fmt, std::move(expr));
         make_views();  // the view renders the new layout from now on
+        fmt_before_ = fmt;
         return true;
+    }
+    // The keys of the row before encode_attr's, in their order, and their
+    // order for the Attr text: rows of one kind and pool share them.
+    bool same_keys_as_before(const msms_event& ev) const {
+        if (ev.attr_count != key_lens_.size() || msms::is_memory_row(ev.kind) != keys_memory_ ||
+            (ev.kind == MSMS_EV_ACCESS) != keys_access_)
+            return false;
+        size_t at = 0;
+        for (uint32_t i = 0; i < ev.attr_count; ++i) {
+            std::string_view k = view(ev.attrs[i].key);
+            if (k.size() != key_lens_[i] || std::memcmp(k.data(), keys_.data() + at, k.size()) != 0) return false;
+            at += k.size();
+        }
+        return true;
+    }
+    void remember_keys(const msms_event& ev, uint32_t m) {
+        keys_.clear();
+        key_lens_.clear();
+        for (uint32_t i = 0; i < ev.attr_count; ++i) {
+            std::string_view k = view(ev.attrs[i].key);
+            keys_ += k;
+            key_lens_.push_back(static_cast<uint32_t>(k.size()));
+        }
+        keys_memory_ = msms::is_memory_row(ev.kind);
+        keys_access_ = ev.kind == MSMS_EV_ACCESS;
+        order_len_ = m;
     }
     int int_slot(int64_t n) {
         for (int i = 0; i < nslots_; ++i)
@@ -754,8 +836,8 @@ private:
             v[14].t.clear();
             attr_json(v[14].t, ev);
         }
-        v[15].set(py);
-        v[16].set(c);
+        v[15].set_if(py != 0, py);  // no stack: NULL (the view renders '' either way)
+        v[16].set_if(c != 0, c);
         if (++npend_ == kGroupRows) flush_rows();
     }
 
@@ -808,17 +890,56 @@ private:
         insert_rows(pend_, npend_);
         npend_ = 0;
     }
-    // n rows of `rows`: kBatchRows per INSERT, the rest one by one.
+    // n rows of `rows`: kBatchRows per INSERT, the rest one by one. A batch
+    // names only the columns that one of its rows has (a heap row has ~10
+    // of the 17; the others default to NULL): binding and SQLite's copying
+    // of the values were half the writer's time.
     void insert_rows(const std::vector<Val>& rows, size_t n) {
         size_t r = 0;
         for (; r + kBatchRows <= n; r += kBatchRows) {
-            for (size_t i = 0; i < kBatchRows * kCols; ++i) rows[r * kCols + i].bind(ins_rows_, static_cast<int>(i + 1));
-            ins_rows_.run(db_);
+            const Val* b = &rows[r * kCols];
+            uint32_t mask = 0;
+            for (size_t i = 0; i < kBatchRows * kCols; ++i)
+                if (b[i].kind) mask |= 1u << (i % kCols);
+            mask |= 3u;  // id and ctx: always there
+            Stmt* st = batch_stmt(mask);
+            if (!st) {
+                for (size_t i = 0; i < kBatchRows * kCols; ++i) b[i].bind(ins_rows_, static_cast<int>(i + 1));
+                ins_rows_.run(db_);
+                continue;
+            }
+            int col = 1;
+            for (size_t k = 0; k < kBatchRows; ++k)
+                for (int i = 0; i < kCols; ++i)
+                    if (mask >> i & 1u) b[k * kCols + i].bind(*st, col++);
+            st->run(db_);
         }
         for (; r < n; ++r) {
             for (int i = 0; i < kCols; ++i) rows[r * kCols + i].bind(ins_row_, i + 1);
             ins_row_.run(db_);
         }
+    }
+    // The multi-row INSERT naming the columns of `mask`, prepared once;
+    // nullptr (the statement of all columns) past kMaxBatchStmts shapes.
+    static constexpr size_t kMaxBatchStmts = 64;
+    Stmt* batch_stmt(uint32_t mask) {
+        static const char* const kNames[kCols] = {"id", "ctx", "ts", "ptr", "link", "size", "mid", "fmt", "a1",
+                                                  "a2", "a3", "a4", "a5", "a6", "attr", "py", "c"};
+        if (mask == (1u << kCols) - 1) return nullptr;
+        auto it = batch_stmts_.find(mask);
+        if (it != batch_stmts_.end()) return &it->second;
+        if (batch_stmts_.size() >= kMaxBatchStmts) return nullptr;
+        std::string cols, one;
+        for (int i = 0; i < kCols; ++i) {
+            if (!(mask >> i & 1u)) continue;
+            cols += cols.empty() ? "" : ",";
+            cols += kNames[i];
+            one += one.empty() ? "(?" : ",?";
+        }
+        one += ')';
+        std::string sql = "INSERT OR REPLACE INTO msms_dump_rows (" + cols + ") VALUES " + one;
+        for (size_t i = 1; i < kBatchRows; ++i) sql += "," + one;
+        return &batch_stmts_.emplace(mask, Stmt(db_, sql)).first->second;
     }
     // Waits until the writer holds no rows (the connection is then this
     // thread's); the writer's error, if any, is thrown here.
@@ -890,6 +1011,14 @@ private:
     std::vector<std::pair<int64_t, std::string>> format_exprs_;
     Slot slots_[kSlots];
     int nslots_ = 0;
+    // encode_attr's memory of the row before (same_keys_as_before)
+    std::string keys_;
+    std::vector<uint32_t> key_lens_;
+    bool keys_memory_ = false, keys_access_ = false;
+    uint32_t order_[65];
+    uint32_t order_len_ = 0;
+    char codes_[130];
+    int64_t fmt_before_ = 0;  // the layout of the row before; 0: none
     std::string attr_, key_, fkey_, escaped_;
     std::vector<Val> pend_;  // kGroupRows rows of kCols values
     size_t npend_ = 0;
@@ -897,6 +1026,7 @@ private:
     // between submit() and the next wait().
     std::vector<Val> work_;
     size_t nwork_ = 0;
+    std::unordered_map<uint32_t, Stmt> batch_stmts_;  // the writer's (insert_rows)
     msms::JobThread writer_;
     uint64_t rows_ = 0, since_commit_ = 0, findings_ = 0;
 };
