@@ -98,9 +98,11 @@ public:
             size_t done = 0;
             while (direct_ && done < whole) {
                 size_t n = std::min(whole - done, static_cast<size_t>(kFlushAt));
+                // Copied while the block before is still being written (the
+                // writer has the other buffer): the disk waits for no copy.
+                std::memcpy(spare_, buf_.data() + done, n);
                 wait_block();  // the block before: written (or gone on through the page cache)
                 if (!direct_) break;
-                std::memcpy(spare_, buf_.data() + done, n);
                 submit_block(n, base_ + done);
                 done += n;
             }
