@@ -1,0 +1,77 @@
+// One CSV output file of the csv sink, written through a large buffer. The
+// rows of a run with call stacks are gigabytes: through the page cache, the
+// kernel's copying and page bookkeeping cost more CPU than building the rows
+// (2.4 GB: ~3.5 s of system time on the 2-vCPU VM of bench/README.md, whose
+// every new page is a hypervisor fault, against ~0.5 s with O_DIRECT). So
+// whole 8 MiB blocks go to the disk directly (O_DIRECT, from an aligned
+// copy) on a writer thread, while the sink builds the next rows (double
+// buffered); the last partial block goes through the page cache at close.
+// Where O_DIRECT is refused (tmpfs, some network file systems) or a write
+// comes back short (the file-size limit), the file goes on through the page
+// cache. The header is written at once: a host killed later leaves a
+// readable file with what it had written, never a 0-byte one.
+//
+// A second writer through the page cache, taking blocks while the direct
+// one is busy, was tried (issue #18 item 2): on this VM its blocks took
+// 24-100 ms against 9 ms to the disk, even with the disk throttled to
+// 200 MB/s, and slowed the direct writes beside them; it was not kept.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "util/job_thread.h"
+
+namespace msms {
+
+class OutputFile {
+public:
+    // Creates (truncates) path, its folder too; throws with the reason.
+    OutputFile(const std::string& path, const char* header);
+    ~OutputFile();
+    OutputFile(const OutputFile&) = delete;
+    OutputFile& operator=(const OutputFile&) = delete;
+
+    // Rows are appended here; maybe_flush() writes whole blocks of it.
+    std::string& buffer() { return buf_; }
+    // True when it wrote (the progress line is told then).
+    bool maybe_flush();
+    // Bytes handed to the file so far, and still buffered.
+    uint64_t written() const { return base_; }
+    uint64_t pending() const { return buf_.size(); }
+    // Writes what the buffer holds: whole blocks (direct), or everything.
+    void flush();
+    // Everything written, the thread ended, the file closed; errors are
+    // swallowed (the destructor calls it): flush() first to see them.
+    void close();
+    const std::string& path() const { return path_; }
+    // Blocks written with O_DIRECT so far (tests).
+    uint64_t direct_blocks() const { return blocks_; }
+
+    static constexpr size_t kBlock = 8 << 20;
+
+private:
+    static constexpr size_t kAlign = 4096;
+    void submit_block(size_t n, uint64_t at);
+    void wait_block();
+    void write_block();
+    void stop_direct();
+    void write_all(const char* p, size_t n, uint64_t at);
+
+    std::string path_;
+    int fd_ = -1;
+    bool direct_ = false;
+    char* aligned_ = nullptr;  // the block in flight (the writer's)
+    char* spare_ = nullptr;    // the next block
+    uint64_t base_ = 0;        // file offset of buf_[0]
+    uint64_t blocks_ = 0;
+    std::string buf_;
+    // The block in flight (set before it is handed over, read after wait()).
+    size_t job_n_ = 0, job_done_ = 0;
+    uint64_t job_at_ = 0;
+    int job_errno_ = 0;
+    JobThread writer_;  // last: stopped first
+};
+
+}  // namespace msms
