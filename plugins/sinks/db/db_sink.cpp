@@ -258,7 +258,7 @@ public:
             std::string many = "INSERT OR REPLACE INTO msms_dump_rows VALUES " + one;
             for (size_t i = 1; i < kBatchRows; ++i) many += "," + one;
             ins_rows_ = Stmt(db_, many);
-            pend_.resize(kGroupRows * kCols);
+            pend_.vals.resize(kGroupRows * kCols);
             ins_ctx_ = Stmt(db_, "INSERT INTO msms_dump_ctx VALUES (?,?,?,?,?,?,?)");
             ins_fmt_ = Stmt(db_, "INSERT INTO msms_attr_formats VALUES (?,?)");
             ins_live_ = Stmt(db_, "INSERT OR IGNORE INTO msms_live_blocks VALUES (?)");
@@ -803,7 +803,7 @@ private:
         bool coded = encode_attr(ev, ptr_col, link_col, size_col, fmt);
         int64_t c = stack_id("c", ev.c_stack_id, ev.c_stack);
         int64_t py = stack_id("python", ev.py_stack_id, ev.py_stack);
-        Val* v = &pend_[npend_ * kCols];
+        Val* v = &pend_.vals[npend_ * kCols];
         v[0].set(static_cast<int64_t>(ev.id));
         v[1].set(context(ev, dev));
         v[2].set(static_cast<int64_t>(ev.timestamp_ns));
@@ -826,15 +826,17 @@ private:
             for (int i = 0; i < kSlots; ++i) {
                 if (i >= nslots_) v[8 + i].kind = 0;
                 else if (slots_[i].is_int) v[8 + i].set(slots_[i].n);
-                else v[8 + i].set(slots_[i].text);
+                else v[8 + i].set_text(pend_.text, slots_[i].text);
             }
             v[14].kind = 0;
         } else {
             v[7].kind = 0;
             for (int i = 0; i < kSlots; ++i) v[8 + i].kind = 0;
+            size_t at = pend_.text.size();
+            attr_json(pend_.text, ev);
             v[14].kind = 2;
-            v[14].t.clear();
-            attr_json(v[14].t, ev);
+            v[14].n = static_cast<int64_t>(at);
+            v[14].len = static_cast<uint32_t>(pend_.text.size() - at);
         }
         v[15].set_if(py != 0, py);  // no stack: NULL (the view renders '' either way)
         v[16].set_if(c != 0, c);
@@ -844,10 +846,13 @@ private:
     // Rows go to SQLite kBatchRows at a time, in one multi-row INSERT: the
     // statement's own cost (step, reset, the statement transaction) once
     // per batch instead of once per row.
+    // A value of a row: 16 bytes (a million rows' values are written by
+    // the sink's thread and read by the writer's); text lives in its
+    // group's Rows::text.
     struct Val {
-        int kind = 0;  // 0 NULL, 1 integer, 2 text
-        int64_t n = 0;
-        std::string t;
+        int64_t n = 0;     // the integer, or the text's offset
+        uint32_t kind = 0;  // 0 NULL, 1 integer, 2 text
+        uint32_t len = 0;   // the text's length
         void set(int64_t v) {
             kind = 1;
             n = v;
@@ -856,15 +861,21 @@ private:
             kind = has ? 1 : 0;
             n = v;
         }
-        void set(const std::string& v) {
+        void set_text(std::string& texts, const std::string& v) {
             kind = 2;
-            t = v;
+            n = static_cast<int64_t>(texts.size());
+            len = static_cast<uint32_t>(v.size());
+            texts += v;
         }
-        void bind(Stmt& s, int col) const {
+        void bind(Stmt& s, int col, const std::string& texts) const {
             if (kind == 1) s.i64(col, n);
-            else if (kind == 2) s.text(col, t);
+            else if (kind == 2) s.text(col, std::string_view(texts).substr(static_cast<size_t>(n), len));
             else s.null(col);
         }
+    };
+    struct Rows {
+        std::vector<Val> vals;  // kGroupRows rows of kCols values
+        std::string text;       // their text values
     };
     static constexpr int kCols = 17;
     static constexpr size_t kBatchRows = 32;
@@ -880,42 +891,45 @@ private:
         if (!npend_) return;
         if (!table_) {
             writer_.wait();  // the group before is in; its error is thrown here
-            work_.swap(pend_);
+            std::swap(work_, pend_);
             nwork_ = npend_;
             npend_ = 0;
             writer_.submit([this] { insert_rows(work_, nwork_); });
-            if (pend_.size() != kGroupRows * kCols) pend_.resize(kGroupRows * kCols);
+            if (pend_.vals.size() != kGroupRows * kCols) pend_.vals.resize(kGroupRows * kCols);
+            pend_.text.clear();
             return;
         }
         insert_rows(pend_, npend_);
         npend_ = 0;
+        pend_.text.clear();
     }
     // n rows of `rows`: kBatchRows per INSERT, the rest one by one. A batch
     // names only the columns that one of its rows has (a heap row has ~10
     // of the 17; the others default to NULL): binding and SQLite's copying
     // of the values were half the writer's time.
-    void insert_rows(const std::vector<Val>& rows, size_t n) {
+    void insert_rows(const Rows& rows, size_t n) {
+        const std::string& texts = rows.text;
         size_t r = 0;
         for (; r + kBatchRows <= n; r += kBatchRows) {
-            const Val* b = &rows[r * kCols];
+            const Val* b = &rows.vals[r * kCols];
             uint32_t mask = 0;
             for (size_t i = 0; i < kBatchRows * kCols; ++i)
                 if (b[i].kind) mask |= 1u << (i % kCols);
             mask |= 3u;  // id and ctx: always there
             Stmt* st = batch_stmt(mask);
             if (!st) {
-                for (size_t i = 0; i < kBatchRows * kCols; ++i) b[i].bind(ins_rows_, static_cast<int>(i + 1));
+                for (size_t i = 0; i < kBatchRows * kCols; ++i) b[i].bind(ins_rows_, static_cast<int>(i + 1), texts);
                 ins_rows_.run(db_);
                 continue;
             }
             int col = 1;
             for (size_t k = 0; k < kBatchRows; ++k)
                 for (int i = 0; i < kCols; ++i)
-                    if (mask >> i & 1u) b[k * kCols + i].bind(*st, col++);
+                    if (mask >> i & 1u) b[k * kCols + i].bind(*st, col++, texts);
             st->run(db_);
         }
         for (; r < n; ++r) {
-            for (int i = 0; i < kCols; ++i) rows[r * kCols + i].bind(ins_row_, i + 1);
+            for (int i = 0; i < kCols; ++i) rows.vals[r * kCols + i].bind(ins_row_, i + 1, texts);
             ins_row_.run(db_);
         }
     }
@@ -1020,11 +1034,11 @@ private:
     char codes_[130];
     int64_t fmt_before_ = 0;  // the layout of the row before; 0: none
     std::string attr_, key_, fkey_, escaped_;
-    std::vector<Val> pend_;  // kGroupRows rows of kCols values
+    Rows pend_;
     size_t npend_ = 0;
     // The row writer (flush_rows): the rows it writes, untouched here
     // between submit() and the next wait().
-    std::vector<Val> work_;
+    Rows work_;
     size_t nwork_ = 0;
     std::unordered_map<uint32_t, Stmt> batch_stmts_;  // the writer's (insert_rows)
     msms::JobThread writer_;
