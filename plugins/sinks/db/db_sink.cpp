@@ -905,8 +905,8 @@ private:
     }
     // n rows of `rows`: kBatchRows per INSERT, the rest one by one. A batch
     // names only the columns that one of its rows has (a heap row has ~10
-    // of the 17; the others default to NULL): binding and SQLite's copying
-    // of the values were half the writer's time.
+    // of the 17; the others default to NULL): a fifth fewer instructions
+    // per row than binding all 17 (callgrind, 100k heap rows).
     void insert_rows(const Rows& rows, size_t n) {
         const std::string& texts = rows.text;
         size_t r = 0;
