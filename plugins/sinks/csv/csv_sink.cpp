@@ -4,14 +4,11 @@
 // (annotations, e.g. inefficient) are applied in one pass at the end.
 #include <msmemscope/plugin.hpp>
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>

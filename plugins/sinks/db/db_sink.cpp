@@ -843,9 +843,6 @@ private:
         if (++npend_ == kGroupRows) flush_rows();
     }
 
-    // Rows go to SQLite kBatchRows at a time, in one multi-row INSERT: the
-    // statement's own cost (step, reset, the statement transaction) once
-    // per batch instead of once per row.
     // A value of a row: 16 bytes (a million rows' values are written by
     // the sink's thread and read by the writer's); text lives in its
     // group's Rows::text.
@@ -878,6 +875,9 @@ private:
         std::string text;       // their text values
     };
     static constexpr int kCols = 17;
+    // Rows go to SQLite kBatchRows at a time, in one multi-row INSERT: the
+    // statement's own cost (step, reset, the statement transaction) once
+    // per batch instead of once per row.
     static constexpr size_t kBatchRows = 32;
     // Rows are handed to the row writer thread kGroupRows at a time (view
     // layout): SQLite's work for the rows (a third of the host's CPU on a
