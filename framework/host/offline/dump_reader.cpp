@@ -48,6 +48,21 @@ bool to_u64(const std::string& s, uint64_t& out) {
     return true;
 }
 
+// A whole signed decimal int64, as upstream's StrToInt64 (std::stoll, the
+// whole string consumed) reads the Attr size: an optional sign, digits, no
+// overflow, nothing after.
+bool to_i64_strict(const std::string& s, int64_t& out) {
+    std::string t = trim(s);
+    size_t i = (!t.empty() && (t[0] == '-' || t[0] == '+')) ? 1 : 0;
+    if (i >= t.size() || t.find_first_not_of("0123456789", i) != std::string::npos) return false;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(t.c_str(), &end, 10);
+    if (errno == ERANGE || !end || *end) return false;
+    out = v;
+    return true;
+}
+
 int64_t to_i64(const std::string& s, int64_t fallback) {
     std::string t = trim(s);
     if (t.empty()) return fallback;
@@ -110,9 +125,13 @@ bool make_row(const std::vector<std::string>& f, DumpRow& row, std::string& what
         return nullptr;
     };
     if (auto s = get("size")) {
-        int64_t v = to_i64(*s, -1);
-        if (v < 0) return what = "invalid size '" + *s + "' in Attr (expected a number of bytes)", false;
-        ev.size = static_cast<uint64_t>(v);
+        // Signed, as upstream reads it: its 2025 builds write a PTA FREE's
+        // size as the negative change (size:-512). The Record keeps the
+        // bytes (the magnitude); the row keeps the value as written.
+        int64_t v = 0;
+        if (!to_i64_strict(*s, v)) return what = "invalid size '" + *s + "' in Attr (expected a number of bytes)", false;
+        row.attr_size = v;
+        ev.size = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
     }
     if (auto s = get("allocation_id")) ev.allocation_id = static_cast<uint64_t>(to_i64(*s, 0));
     if (auto s = get("used")) ev.pool_used = to_i64(*s, -1);
@@ -270,6 +289,11 @@ bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::stri
             }
             fields[i] = t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(len)) : "";
         }
+        // Upstream's DB writer stores an MSTX name inside the double quotes
+        // its CSV writer puts round it ("step start"): the name is what is
+        // inside, as in its CSV.
+        if (trim(fields[1]) == "MSTX" && fields[3].size() >= 2 && fields[3].front() == '"' && fields[3].back() == '"')
+            fields[3] = fields[3].substr(1, fields[3].size() - 2);
         DumpRow row;
         row.line = n;
         std::string what;

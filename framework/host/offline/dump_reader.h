@@ -16,6 +16,10 @@ struct DumpRow {
     uint64_t file_id = 0;  // the row's own ID column
     size_t line = 0;       // CSV line (or DB row number) the row starts on
     std::string device;    // the Device Id column as written
+    // Attr `size` as written, signed (upstream's 2025 builds write a PTA
+    // FREE's size negative, -512); rec.ev.size holds its magnitude. 0 when
+    // the row has none.
+    int64_t attr_size = 0;
 };
 
 // Reads a .csv or .db file. False with `error` = "<file>:<line>: <what>".
