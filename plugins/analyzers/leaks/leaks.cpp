@@ -16,7 +16,11 @@
 // leaks found), never to the history.
 #include <msmemscope/plugin.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -168,6 +172,9 @@ public:
             {"start_index", MSMS_OPT_INT, "0", nullptr, 0, 1000000000, "check_leaks: index of mark A"},
             {"max_lines", MSMS_OPT_INT, "50", nullptr, 1, 100000,
              "most report lines per device for blocks live at exit (the rest are summed up)"},
+            {"console_lines", MSMS_OPT_INT, "20", nullptr, 1, 100000,
+             "most lines per device for blocks leaked within steps: upstream's 'Direct ...' lines (the rest: "
+             "'... N more in FILE', every block in leaks_{timestamp}.txt in the run folder) and our sites"},
             {"suppress", MSMS_OPT_STRING, "", nullptr, 0, 0,
              "leak suppression files, comma-separated (heaptrack/LSan format: one 'leak:PATTERN' or PATTERN per "
              "line, '#' comments); CLI --suppress, YAML suppress"},
@@ -182,6 +189,7 @@ public:
         mstx_info_ = opts.get("mstx_info");
         start_index_ = static_cast<uint64_t>(opts.get_int("start_index", 0));
         max_lines_ = static_cast<size_t>(opts.get_int("max_lines", 50));
+        console_lines_ = static_cast<size_t>(opts.get_int("console_lines", 20));
         for (auto& file : split(opts.get("suppress"))) {
             std::string why;
             if (!suppressions_.load_file(file, why)) load_errors_.push_back(why);
@@ -189,7 +197,19 @@ public:
         if (opts.get_bool("default_suppressions", true)) suppressions_.add_builtin();
     }
 
+    ~LeaksAnalyzer() override {
+        if (dir_fd_ >= 0) ::close(dir_fd_);
+    }
+
     void begin(const msmemscope::RunInfo& run) override {
+        // The run folder, held from now on: the full leak list is written
+        // under this descriptor (only if the console list is cut).
+        out_dir_ = run.output_dir.empty() ? "." : run.output_dir;
+        ts_ = run.timestamp;
+        if (dir_fd_ < 0) {
+            dir_fd_ = ::open(out_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (dir_fd_ < 0) dir_error_ = std::strerror(errno);
+        }
         for (auto& e : load_errors_) host_.error("leaks: " + e);
         if (steps_selected(run.config_json)) {
             disabled_ = true;
@@ -360,23 +380,65 @@ private:
             for (auto& [k, b] : d.pool) ++b.duration;
     }
 
+    // One warning line per device and step (issue #27): upstream's line when
+    // one block newly outlived its step ("ptr: P has lasted for N steps ..."),
+    // else the count, the first few addresses and the bytes of all of them;
+    // a memory fluctuation found at the same step end is said on that line.
     void step_end(uint64_t step) {
         for (auto& [dk, d] : devices_) {
+            struct Fresh {
+                uint64_t n = 0, bytes = 0, min_dur = UINT64_MAX, max_dur = 0;
+                std::vector<uint64_t> ptrs;  // the first few, in address order
+            };
+            std::map<uint16_t, Fresh> fresh;  // by pool
+            std::vector<std::pair<uint64_t, const PoolBlock*>> found;
             for (auto& [k, b] : d.pool) {
                 if (b.step <= kSkipSteps || b.duration < kDurationThreshold) continue;
                 LeakKey lk{k.ptr, k.type, b.step};
-                if (!d.leaks.count(lk))
-                    host_.warn("leaks: [device " + dev_name(dk) + "][step " + std::to_string(step) + "]: ptr: " +
-                               hex(k.ptr) + " has lasted for " + std::to_string(b.duration) +
-                               " steps. Please check if there is leaks in " + pool_name(k.type) + ".");
+                if (!d.leaks.count(lk)) {
+                    Fresh& f = fresh[k.type];
+                    ++f.n;
+                    f.bytes += b.size;
+                    f.min_dur = std::min(f.min_dur, b.duration);
+                    f.max_dur = std::max(f.max_dur, b.duration);
+                    f.ptrs.push_back(k.ptr);
+                }
                 d.leaks[lk] = LeakInfo{b.size, b.kernel, b.duration, b.malloc_id, b.stack, b.py_stack, b.op};
             }
-            check_gap(dk, d, step);
+            std::vector<std::string> parts;
+            for (auto& [type, f] : fresh) {
+                std::string steps = std::to_string(f.max_dur);
+                if (f.min_dur != f.max_dur) steps = std::to_string(f.min_dur) + "-" + steps;
+                if (f.n == 1) {
+                    parts.push_back("ptr: " + hex(f.ptrs[0]) + " has lasted for " + steps +
+                                    " steps. Please check if there is leaks in " + pool_name(type) + ".");
+                    continue;
+                }
+                std::sort(f.ptrs.begin(), f.ptrs.end());
+                std::string list;
+                for (size_t i = 0; i < f.ptrs.size() && i < kWarnPtrs; ++i) list += (i ? ", " : "") + hex(f.ptrs[i]);
+                if (f.n > kWarnPtrs) list += " and " + std::to_string(f.n - kWarnPtrs) + " more";
+                parts.push_back(std::to_string(f.n) + " ptrs (" + list + "; " + std::to_string(f.bytes) +
+                                " bytes) have lasted for " + steps + " steps. Please check if there is leaks in " +
+                                pool_name(type) + ".");
+            }
+            std::vector<std::string> gaps = check_gap(d, step);
+            if (parts.empty()) {
+                for (auto& g : gaps) host_.warn("leaks: memory fluctuation: [device " + dev_name(dk) + "]: " + g);
+                continue;
+            }
+            std::string line = "leaks: [device " + dev_name(dk) + "][step " + std::to_string(step) + "]: ";
+            for (size_t i = 0; i < parts.size(); ++i) line += (i ? " " : "") + parts[i];
+            for (auto& g : gaps) line += " Memory fluctuation: " + g;
+            host_.warn(line);
         }
     }
 
-    void check_gap(const DevKey& dk, Device& d, uint64_t step) {
-        if (step <= kSkipSteps) return;
+    // Upstream's memory fluctuation check; returns what to warn about
+    // ("PTA Min/Max Allocated memory largest gap increases to X, last is Y").
+    std::vector<std::string> check_gap(Device& d, uint64_t step) {
+        std::vector<std::string> out;
+        if (step <= kSkipSteps) return out;
         for (auto& [type, s] : d.status) {
             if (s.step_max == 0) continue;
             double gap = static_cast<double>(s.step_min) / static_cast<double>(s.step_max);
@@ -385,24 +447,22 @@ private:
             } else {
                 char buf[256];
                 if (gap > s.max_gap.ratio) {
-                    std::snprintf(buf, sizeof(buf),
-                                  "leaks: memory fluctuation: [device %s]: %s Min/Max Allocated memory largest gap "
-                                  "increases to %f, last is %f",
-                                  dev_name(dk).c_str(), pool_name(type).c_str(), gap, s.max_gap.ratio);
-                    host_.warn(buf);
+                    std::snprintf(buf, sizeof(buf), "%s Min/Max Allocated memory largest gap increases to %f, last is %f",
+                                  pool_name(type).c_str(), gap, s.max_gap.ratio);
+                    out.push_back(buf);
                     s.max_gap = Gap{gap, step, s.step_min};
                 }
                 if (gap < s.min_gap.ratio) {
                     std::snprintf(buf, sizeof(buf),
-                                  "leaks: memory fluctuation: [device %s]: %s Min/Max Allocated memory smallest gap "
-                                  "decreases to %f, last is %f",
-                                  dev_name(dk).c_str(), pool_name(type).c_str(), gap, s.min_gap.ratio);
-                    host_.warn(buf);
+                                  "%s Min/Max Allocated memory smallest gap decreases to %f, last is %f",
+                                  pool_name(type).c_str(), gap, s.min_gap.ratio);
+                    out.push_back(buf);
                     s.min_gap = Gap{gap, step, s.step_min};
                 }
             }
             s.step_max = s.step_min = 0;
         }
+        return out;
     }
 
     void finding(const DevKey& dk, uint16_t type, const char* kind, const std::vector<std::pair<std::string, std::string>>& extra) {
@@ -472,44 +532,77 @@ private:
         return suppressed_[dk].take(suppressions_, all, site, size);
     }
 
+    // Where a leaked block came from, in our words: "allocated by: operator
+    // OP, called from FILE(LINE): FUNC" (the operator the program called and
+    // its first own frame), "allocated at: C_SITE" (the first C frame outside
+    // the allocator), either or both ("; " between), "" when nothing is known.
+    std::string where_from(const LeakInfo& l, std::string* py_site_out = nullptr) const {
+        const std::string& st = stacks_.text(l.stack);
+        const std::string& py = stacks_.text(l.py_stack);
+        const std::string& op = stacks_.text(l.op);
+        std::string py_site = py.empty() ? std::string() : user_frame(py);
+        if (py_site_out) *py_site_out = py_site;
+        std::string c_site = ev_c_site(st, py);
+        std::string by;
+        if (!op.empty()) by += "operator " + op;
+        if (!py_site.empty()) by += (by.empty() ? "" : ", ") + std::string("called from ") + py_site;
+        std::string text;
+        if (!by.empty()) text = "allocated by: " + by;
+        if (!c_site.empty()) text += (text.empty() ? "" : "; ") + std::string("allocated at: ") + c_site;
+        return text;
+    }
+
+    // The console report of the step rule, per device: upstream's ERROR line,
+    // its "Direct ..." line for the first console_lines blocks, then "... N
+    // more in FILE" where FILE (leaks_{ts}.txt in the run folder) holds every
+    // block's line with where it was allocated, and upstream's SUMMARY of all
+    // of them; the gap analysis; then ours: the leaked blocks grouped by
+    // site (operator and first user frame), largest first.
     void report_online() {
         std::vector<std::string> extra;
+        bool cut = false;
         for (auto& [dk, d] : devices_) {
             // Suppressed leaks leave the report and the findings.
             for (auto it = d.leaks.begin(); it != d.leaks.end();)
                 it = suppressed(dk, it->second.stack, it->second.py_stack, it->second.size) ? d.leaks.erase(it) : ++it;
+            if (d.leaks.size() > console_lines_) cut = true;
+        }
+        // The full list first, so that the console can name it.
+        std::string file, file_error;
+        if (cut && !write_full_list(file, file_error)) host_.error("leaks: " + file_error);
+        for (auto& [dk, d] : devices_) {
             if (d.leaks.empty()) continue;
             host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
             long double bytes = 0;
             uint64_t count = 0;
+            struct Site {
+                uint64_t n = 0, bytes = 0, first_step = UINT64_MAX, last_step = 0;
+            };
+            std::map<std::string, Site> sites;
             for (auto& [k, l] : d.leaks) {
-                host_.report("Direct " + console_pool(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) +
-                             " in kernel_" + std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".");
-                const std::string& st = stacks_.text(l.stack);
-                const std::string& py = stacks_.text(l.py_stack);
-                const std::string& op = stacks_.text(l.op);
-                std::string py_site = py.empty() ? std::string() : user_frame(py);
-                std::string c_site = ev_c_site(st, py);
-                // What allocated it: the operator and the program's line.
-                std::string by;
-                if (!op.empty()) by += "operator " + op;
-                if (!py_site.empty()) by += (by.empty() ? "" : ", ") + std::string("called from ") + py_site;
-                std::string which = "  " + hex(k.ptr) + " (device " + dev_name(dk) + ", step " +
-                                    std::to_string(k.step) + "): ";
-                if (!by.empty()) extra.push_back(which + "allocated by: " + by);
-                if (!c_site.empty()) extra.push_back(which + "allocated at: " + c_site);
+                if (count < console_lines_) host_.report(direct_line(k, l));
+                std::string py_site;
+                Site& s = sites[where_from(l, &py_site)];
+                ++s.n;
+                s.bytes += l.size;
+                s.first_step = std::min(s.first_step, k.step);
+                s.last_step = std::max(s.last_step, k.step);
                 bytes += l.size;
                 ++count;
                 finding(dk, k.type, "step",
                         {{"ptr", hex(k.ptr)}, {"size", std::to_string(l.size)}, {"step", std::to_string(k.step)},
                          {"kernel", std::to_string(l.kernel)}, {"lasted_steps", std::to_string(l.duration)},
-                         {"event_id", std::to_string(l.malloc_id)}, {"operator", op}, {"python_site", py_site},
-                         {"stack", st}});
+                         {"event_id", std::to_string(l.malloc_id)}, {"operator", stacks_.text(l.op)},
+                         {"python_site", py_site}, {"stack", stacks_.text(l.stack)}});
             }
+            if (count > console_lines_)
+                host_.report("... " + std::to_string(count - console_lines_) + " more in " +
+                             (file.empty() ? "(no file: " + file_error + ")" : file));
             std::ostringstream os;  // upstream streams the sum with the default precision (6 digits)
             os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << count
                << " allocation(s) ======";
             host_.report(os.str());
+            site_lines(dk, sites, count, static_cast<uint64_t>(bytes), extra);
         }
         for (auto& [dk, d] : devices_) report_gap(dk, d);
         for (auto& [dk, d] : devices_) exit_details(dk, d, extra);
@@ -518,6 +611,137 @@ private:
         if (extra.empty()) return;
         host_.report("leaks: msmemscope's details (not in upstream's report):");
         for (auto& l : extra) host_.report(l);
+    }
+
+    template <class Site>
+    static std::vector<std::pair<std::string, Site>> largest_first(const std::map<std::string, Site>& sites) {
+        std::vector<std::pair<std::string, Site>> sorted(sites.begin(), sites.end());
+        std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) {
+            if (a.second.bytes != b.second.bytes) return a.second.bytes > b.second.bytes;
+            if (a.second.n != b.second.n) return a.second.n > b.second.n;
+            return a.first < b.first;
+        });
+        return sorted;
+    }
+
+    template <class Site>
+    static std::string site_line(const std::string& where, const Site& s) {
+        std::string steps = s.first_step == s.last_step
+                                ? "step " + std::to_string(s.first_step)
+                                : "steps " + std::to_string(s.first_step) + "-" + std::to_string(s.last_step);
+        return std::to_string(s.n) + " block(s), " + std::to_string(s.bytes) + " bytes (" + steps + "): " +
+               (where.empty() ? std::string("allocated at: an unknown site (collect stacks with --call-stack=python or c)")
+                              : where);
+    }
+
+    // Ours: one device's leaked blocks by site, largest first (console_lines
+    // sites at most; the rest summed up).
+    template <class Site>
+    void site_lines(const DevKey& dk, const std::map<std::string, Site>& sites, uint64_t count, uint64_t bytes,
+                    std::vector<std::string>& lines) const {
+        auto sorted = largest_first(sites);
+        lines.push_back("  Leaked blocks on device " + dev_name(dk) + " by site, largest first: " +
+                        std::to_string(count) + " block(s), " + std::to_string(bytes) + " bytes, from " +
+                        std::to_string(sorted.size()) + " site(s):");
+        uint64_t more_sites = 0, more_n = 0, more_bytes = 0;
+        for (size_t i = 0; i < sorted.size(); ++i) {
+            if (i < console_lines_) {
+                lines.push_back("    " + site_line(sorted[i].first, sorted[i].second));
+            } else {
+                ++more_sites;
+                more_n += sorted[i].second.n;
+                more_bytes += sorted[i].second.bytes;
+            }
+        }
+        if (more_sites)
+            lines.push_back("    ... and " + std::to_string(more_sites) + " more site(s): " + std::to_string(more_n) +
+                            " block(s), " + std::to_string(more_bytes) + " bytes");
+    }
+
+    static std::string direct_line(const LeakKey& k, const LeakInfo& l) {
+        return "Direct " + console_pool(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) + " in kernel_" +
+               std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".";
+    }
+
+    // leaks_{ts}.txt in the run folder: per device, upstream's report of
+    // every leaked block, each "Direct ..." line followed by where the block
+    // was allocated, then every site. Written to a fresh temporary in the
+    // folder (O_EXCL|O_NOFOLLOW, under the directory descriptor taken in
+    // begin()) and renamed over the name, so nothing but our own file is
+    // ever written. `path` receives the name to print.
+    bool write_full_list(std::string& path, std::string& why) {
+        if (dir_fd_ < 0) {
+            why = "the full list was not written: cannot open the run folder " + out_dir_ + ": " + dir_error_;
+            return false;
+        }
+        std::string name = "leaks_" + ts_ + ".txt";
+        std::string tmp = "." + name + ".tmp." + std::to_string(getpid());
+        int fd = openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            why = "the full list was not written: " + out_dir_ + "/" + tmp + ": " + std::strerror(errno);
+            return false;
+        }
+        std::string text;
+        auto flush = [&](bool force) {
+            if (!force && text.size() < (1u << 16)) return true;
+            size_t off = 0;
+            while (off < text.size()) {
+                ssize_t w = ::write(fd, text.data() + off, text.size() - off);
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) return false;
+                off += static_cast<size_t>(w);
+            }
+            text.clear();
+            return true;
+        };
+        bool ok = true;
+        for (auto& [dk, d] : devices_) {
+            if (d.leaks.empty()) continue;
+            text += "====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======\n";
+            long double bytes = 0;
+            struct Site {
+                uint64_t n = 0, bytes = 0, first_step = UINT64_MAX, last_step = 0;
+            };
+            std::map<std::string, Site> sites;
+            for (auto& [k, l] : d.leaks) {
+                std::string where = where_from(l);
+                text += direct_line(k, l) + "\n";
+                text += "  " + (where.empty() ? std::string("allocated at: an unknown site") : where) + "\n";
+                Site& s = sites[where];
+                ++s.n;
+                s.bytes += l.size;
+                s.first_step = std::min(s.first_step, k.step);
+                s.last_step = std::max(s.last_step, k.step);
+                bytes += l.size;
+                ok = ok && flush(false);
+            }
+            std::ostringstream os;
+            os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << d.leaks.size()
+               << " allocation(s) ======\n";
+            text += os.str();
+            auto sorted = largest_first(sites);
+            text += "Leaked blocks on device " + dev_name(dk) + " by site, largest first (" +
+                    std::to_string(sorted.size()) + " site(s)):\n";
+            for (auto& [where, s] : sorted) text += "  " + site_line(where, s) + "\n";
+            ok = ok && flush(false);
+        }
+        ok = ok && flush(true);
+        int err = ok ? 0 : errno;
+        if (::close(fd) != 0 && ok) {
+            ok = false;
+            err = errno;
+        }
+        if (ok && renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) != 0) {
+            ok = false;
+            err = errno;
+        }
+        if (!ok) {
+            unlinkat(dir_fd_, tmp.c_str(), 0);
+            why = "the full list was not written: " + out_dir_ + "/" + name + ": " + std::strerror(err ? err : EIO);
+            return false;
+        }
+        path = out_dir_ + "/" + name;
+        return true;
     }
 
     // Ours: the warm-up note and the blocks still allocated at exit of one device.
@@ -725,6 +949,7 @@ private:
 
     static constexpr uint64_t kSkipSteps = 1;          // steps 0 and 1 are warm-up
     static constexpr uint64_t kDurationThreshold = 1;  // whole steps lived
+    static constexpr size_t kWarnPtrs = 3;             // addresses named in a step's warning
 
     static std::vector<std::string> split(const std::string& list) {
         std::vector<std::string> out;
@@ -744,7 +969,9 @@ private:
     std::vector<std::string> load_errors_;
     std::string mstx_info_;
     uint64_t start_index_ = 0;
-    size_t max_lines_ = 50;
+    size_t max_lines_ = 50, console_lines_ = 20;
+    std::string out_dir_ = ".", ts_, dir_error_;
+    int dir_fd_ = -1;
     bool disabled_ = false, warned_sources_ = false;
     StepTracker steps_;
     Stacks stacks_;

@@ -164,12 +164,32 @@ TEST_CASE("memory fluctuation: a new extreme of min/max within a step is warned 
     h.feed(pta_free(0x2, 100));
     h.feed(EventBuilder::step(3));  // 100/200 = 0.5: largest gap increases
     REQUIRE(h.finish() == MSMS_OK);
+    // 0x1 (step 2) outlived step 3 at the same step end: one line per step says both
     bool warned = false;
     for (auto& [level, m] : h.logs)
-        if (m == "leaks: memory fluctuation: [device 0]: PTA Min/Max Allocated memory largest gap increases to "
-                 "0.500000, last is 0.250000")
+        if (m == "leaks: [device 0][step 3]: ptr: 0x1 has lasted for 1 steps. Please check if there is leaks in PTA. "
+                 "Memory fluctuation: PTA Min/Max Allocated memory largest gap increases to 0.500000, last is 0.250000")
             warned = level == 1;
     CHECK(warned);
+    CHECK(h.logs.size() == 1);
+}
+
+TEST_CASE("memory fluctuation without a new leak is upstream's line alone") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(pta_malloc(0x1, 100, 100));  // step 0: warm-up, never judged
+    h.feed(EventBuilder::step(1));      // now in step 2
+    h.feed(pta_malloc(0x2, 300, 400));
+    h.feed(pta_free(0x2, 100));
+    h.feed(EventBuilder::step(2));  // min/max = 100/400
+    h.feed(pta_malloc(0x2, 100, 200));
+    h.feed(pta_free(0x2, 100));
+    h.feed(EventBuilder::step(3));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.logs == std::vector<std::pair<int, std::string>>{
+                        {1, "leaks: memory fluctuation: [device 0]: PTA Min/Max Allocated memory largest gap increases "
+                            "to 0.500000, last is 0.250000"}});
 }
 
 TEST_CASE("offline mark rule: HAL blocks allocated between A and B and not freed by C") {
@@ -233,7 +253,10 @@ TEST_CASE("a leaked block names its operator and the program's line; warm-up blo
     // step 0's block is warm-up (still live, not judged); steps 2 and 3 leak; step 4's is the last
     CHECK(has_line(h.reports,
                    "Direct Pytorch Caching memory pool leak of 0.000977 Mb(s) at 0x20000 in kernel_4 at step 2."));
-    CHECK(has_line(h.reports, "  0x20000 (device cpu, step 2): allocated by: operator aten::ones, called from "
+    // ours: by site (operator and first user frame), with the blocks' count, bytes and steps
+    CHECK(has_line(h.reports, "  Leaked blocks on device cpu by site, largest first: 2 block(s), 2048 bytes, from 1 "
+                              "site(s):"));
+    CHECK(has_line(h.reports, "    2 block(s), 2048 bytes (steps 2-3): allocated by: operator aten::ones, called from "
                               "/home/u/train.py(42): keep"));
     CHECK(has_line(h.reports, "  Note: steps 0 and 1 are warm-up and not checked for leaks; on device cpu, 1 block(s) "
                               "(1024 bytes) allocated then are still live and were not judged."));
@@ -362,4 +385,166 @@ TEST_CASE("suppression patterns: '*', '^' and '$'") {
     CHECK(pattern_matches("^f in*.so$", "f in /opt/libthird.so"));
     CHECK(pattern_matches("^exact$", "exact"));
     CHECK_FALSE(pattern_matches("^exact$", "exact2"));
+}
+
+// ------------------------------------------------ a large leak on the console (issue #27 item 3)
+
+namespace {
+std::string temp_dir() {
+    char path[] = "/tmp/msms_leaks_XXXXXX";
+    REQUIRE(mkdtemp(path) != nullptr);
+    return path;
+}
+std::vector<std::string> read_lines(const std::string& path) {
+    std::vector<std::string> out;
+    FILE* f = fopen(path.c_str(), "r");
+    if (!f) return out;
+    char buf[4096];
+    while (fgets(buf, sizeof(buf), f)) {
+        std::string l(buf);
+        if (!l.empty() && l.back() == '\n') l.pop_back();
+        out.push_back(l);
+    }
+    fclose(f);
+    return out;
+}
+size_t count_prefix(const std::vector<std::string>& lines, const std::string& p) {
+    return static_cast<size_t>(
+        std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(p, 0) == 0; }));
+}
+// Steps 1..`steps`: each keeps `a` blocks of 1 KiB made by aten::mul at
+// train.py(10) and `b` blocks of 4 KiB made by aten::add at train.py(20).
+void feed_big_leak(PluginHarness& h, int steps, int a, int b) {
+    const std::string mul = "/home/u/train.py(10): step\n/home/u/train.py(30): main";
+    const std::string add = "/home/u/train.py(20): step\n/home/u/train.py(30): main";
+    uint64_t ptr = 0x100000;
+    int64_t used = 0;
+    for (int step = 1; step <= steps; ++step) {
+        for (int i = 0; i < a + b; ++i) {
+            bool is_a = i < a;
+            uint64_t size = is_a ? 1024 : 4096;
+            h.feed(EventBuilder::op(is_a ? "aten::mul" : "aten::add", true).device(MSMS_DEV_CPU, -1).thread(3));
+            used += static_cast<int64_t>(size);
+            h.feed(EventBuilder::malloc(ptr, size, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(3).used(used)
+                       .py_stack(is_a ? mul : add));
+            h.feed(EventBuilder::op(is_a ? "aten::mul" : "aten::add", false).device(MSMS_DEV_CPU, -1).thread(3));
+            ptr += 0x10000;
+        }
+        h.feed(EventBuilder::step(static_cast<uint64_t>(step)));
+    }
+}
+}  // namespace
+
+TEST_CASE("a leak of a thousand blocks: 20 upstream lines, '... N more in FILE', the file holds them all") {
+    std::string dir = temp_dir();
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260102030405") == MSMS_OK);
+    // 12 steps of 100 blocks: steps 2..11 leak (0 and 1 are warm-up, 12 is the last): 1000 blocks
+    feed_big_leak(h, 12, 90, 10);
+    REQUIRE(h.finish() == MSMS_OK);
+    const std::string file = dir + "/leaks_20260102030405.txt";
+    auto& r = h.reports;
+    REQUIRE(r.size() >= 23);
+    CHECK(r[0] == "====== ERROR: Detected memory leaks on device cpu ======");
+    for (size_t i = 1; i <= 20; ++i) CHECK(r[i].rfind("Direct Pytorch Caching memory pool leak of 0.00", 0) == 0);
+    CHECK(r[1] == "Direct Pytorch Caching memory pool leak of 0.000977 Mb(s) at 0x740000 in kernel_101 at step 2.");
+    CHECK(r[21] == "... 980 more in " + file);
+    // upstream's SUMMARY counts every block: 10 steps x (90 x 1 KiB + 10 x 4 KiB)
+    CHECK(r[22] == "====== SUMMARY: 1.26953 Mb(s) leaked in 1000 allocation(s) ======");
+    // ours: two sites, largest first, their blocks and bytes add up to the SUMMARY's
+    CHECK(has_line(r, "  Leaked blocks on device cpu by site, largest first: 1000 block(s), 1331200 bytes, from 2 "
+                      "site(s):"));
+    CHECK(has_line(r, "    900 block(s), 921600 bytes (steps 2-11): allocated by: operator aten::mul, called from "
+                      "/home/u/train.py(10): step"));
+    CHECK(has_line(r, "    100 block(s), 409600 bytes (steps 2-11): allocated by: operator aten::add, called from "
+                      "/home/u/train.py(20): step"));
+    auto big = std::find(r.begin(), r.end(), "    900 block(s), 921600 bytes (steps 2-11): allocated by: operator "
+                                             "aten::mul, called from /home/u/train.py(10): step");
+    REQUIRE(big != r.end());
+    CHECK((big + 1)->rfind("    100 block(s)", 0) == 0);
+    CHECK(r.size() < 40);  // one screen
+    // the file: every block's upstream line, each followed by where it was allocated, and the sites
+    auto lines = read_lines(file);
+    CHECK(count_prefix(lines, "Direct Pytorch Caching memory pool leak of ") == 1000);
+    CHECK(count_prefix(lines, "  allocated by: operator aten::mul, called from /home/u/train.py(10): step") == 900);
+    CHECK(count_prefix(lines, "  allocated by: operator aten::add, called from /home/u/train.py(20): step") == 100);
+    REQUIRE(lines.size() == 1 + 2000 + 1 + 1 + 2);
+    CHECK(lines[0] == "====== ERROR: Detected memory leaks on device cpu ======");
+    CHECK(lines[1] == r[1]);
+    CHECK(lines[2001] == r[22]);
+    CHECK(lines[2003] == "  900 block(s), 921600 bytes (steps 2-11): allocated by: operator aten::mul, called from "
+                         "/home/u/train.py(10): step");
+    // every block is still a finding
+    CHECK(h.findings["leaks"].size() == 1000);
+    // the step warnings: one line per step, naming the first addresses
+    size_t warned = 0;
+    for (auto& [level, m] : h.logs)
+        if (m.find("have lasted for") != std::string::npos) ++warned;
+    CHECK(warned == 10);
+    bool step3 = false;
+    for (auto& [level, m] : h.logs)
+        if (m.rfind("leaks: [device cpu][step 3]: 100 ptrs (0x740000, 0x750000, 0x760000 and 97 more; 133120 bytes) "
+                    "have lasted for 1 steps. Please check if there is leaks in PTA.", 0) == 0)
+            step3 = true;
+    CHECK(step3);
+    // only our own file, no temporary left behind
+    CHECK(unlink(file.c_str()) == 0);
+    CHECK(rmdir(dir.c_str()) == 0);
+}
+
+TEST_CASE("the full list replaces our own earlier file (a re-run) and never follows a link") {
+    std::string dir = temp_dir();
+    const std::string file = dir + "/leaks_20260102030405.txt";
+    // an earlier run's file: replaced
+    FILE* f = fopen(file.c_str(), "w");
+    REQUIRE(f);
+    fputs("old\n", f);
+    fclose(f);
+    {
+        PluginHarness h(plugin());
+        REQUIRE(h.create({{"console_lines", "5"}}) == MSMS_OK);
+        REQUIRE(h.begin(dir, "20260102030405") == MSMS_OK);
+        feed_big_leak(h, 4, 3, 1);  // steps 2, 3: 8 blocks
+        REQUIRE(h.finish() == MSMS_OK);
+        CHECK(has_line(h.reports, "... 3 more in " + file));
+        CHECK(count_prefix(read_lines(file), "Direct ") == 8);
+    }
+    unlink(file.c_str());
+    // the run folder given as a link to another folder: not opened, the console says so
+    std::string other = temp_dir();
+    std::string link = dir + "/link";
+    REQUIRE(symlink(other.c_str(), link.c_str()) == 0);
+    {
+        PluginHarness h(plugin());
+        REQUIRE(h.create({{"console_lines", "5"}}) == MSMS_OK);
+        REQUIRE(h.begin(link, "20260102030405") == MSMS_OK);
+        feed_big_leak(h, 4, 3, 1);
+        REQUIRE(h.finish() == MSMS_OK);
+        bool said = false;
+        for (auto& l : h.reports)
+            if (l.rfind("... 3 more in (no file: the full list was not written: cannot open the run folder " + link, 0) == 0)
+                said = true;
+        CHECK(said);
+        CHECK(has_line(h.reports, "====== SUMMARY: 0.0136719 Mb(s) leaked in 8 allocation(s) ======"));
+        bool logged = false;
+        for (auto& [level, m] : h.logs)
+            if (level == 2 && m.rfind("leaks: the full list was not written", 0) == 0) logged = true;
+        CHECK(logged);
+    }
+    CHECK(rmdir(other.c_str()) == 0);  // nothing was written through the link
+    unlink(link.c_str());
+    CHECK(rmdir(dir.c_str()) == 0);
+}
+
+TEST_CASE("a small leak writes no file and prints every block") {
+    std::string dir = temp_dir();
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260102030405") == MSMS_OK);
+    feed_big_leak(h, 4, 8, 2);  // 20 blocks: exactly the console's
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(count_prefix(h.reports, "Direct ") == 20);
+    CHECK(count_prefix(h.reports, "... ") == 0);
+    CHECK(rmdir(dir.c_str()) == 0);  // empty
 }
