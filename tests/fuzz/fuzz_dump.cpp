@@ -83,9 +83,27 @@ TEST_CASE("dump CSV reader: nonsense values are refused with the line") {
     fuzz::write_file(path, std::string(kHeader) + "1,MALLOC,HOST,N/A,5,7,7,cpu,0xZZZ,{size:1},,\n");
     CHECK_FALSE(read_dump_csv(path, rows, err));
     CHECK(err == path + ":2: invalid Ptr '0xZZZ'");
-    fuzz::write_file(path, std::string(kHeader) + "1,MALLOC,HOST,N/A,5,7,7,cpu,0x10,{size:-5},,\n");
+    fuzz::write_file(path, std::string(kHeader) + "1,MALLOC,HOST,N/A,5,7,7,cpu,0x10,{size:5x},,\n");
     CHECK_FALSE(read_dump_csv(path, rows, err));
-    CHECK(err == path + ":2: invalid size '-5' in Attr (expected a number of bytes)");
+    CHECK(err == path + ":2: invalid size '5x' in Attr (expected a number of bytes)");
+    fuzz::write_file(path, std::string(kHeader) + "1,MALLOC,HOST,N/A,5,7,7,cpu,0x10,{size:9223372036854775808},,\n");
+    CHECK_FALSE(read_dump_csv(path, rows, err));
+    CHECK(err == path + ":2: invalid size '9223372036854775808' in Attr (expected a number of bytes)");
+}
+
+TEST_CASE("dump CSV reader: a negative size is read as upstream reads it (int64)") {
+    // upstream's 2025 builds write a PTA FREE's size as the negative change
+    fuzz::TempDir dir;
+    std::string path = dir.file("memscope_dump_n.csv");
+    std::vector<DumpRow> rows;
+    std::string err;
+    fuzz::write_file(path, std::string(kHeader) +
+                               "1,FREE,PTA,N/A,5,7,7,0,20616939174400,\"{addr:20616939174400,size:-512,owner:}\",,\n");
+    REQUIRE(read_dump_csv(path, rows, err));
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].attr_size == -512);
+    CHECK(rows[0].rec.ev.size == 512);
+    CHECK(rows[0].rec.ev.ptr == 20616939174400ull);
 }
 
 TEST_CASE("dump DB reader: random values and damaged files (fixed seed)") {
