@@ -1,8 +1,10 @@
 """Interpreter-start hook of a Python program run under the msmemscope CLI.
 
-The CLI puts a small ``sitecustomize.py`` (in its session folder) and this
-package first on a Python target's import path (PYTHONPATH). That file calls
-run(), which
+The CLI writes a small ``sitecustomize.py`` (in its session folder); in every
+process of the run that is a CPython interpreter, however it was started, the
+agent puts that folder and this package first on the import path (PYTHONPATH,
+framework/agent/python_boot.h). That file restores the program's own
+PYTHONPATH in os.environ and calls run(), which
 
 * joins the CLI's session and starts the Python-side collectors the CLI's
   options ask for (Python stacks, the trace) before the program's first

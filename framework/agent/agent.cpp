@@ -21,6 +21,7 @@
 #include "import_fold.h"
 #include "live_blocks.h"
 #include "options.h"
+#include "python_boot.h"
 #include "stacks.h"
 
 using namespace msms;
@@ -253,6 +254,10 @@ __attribute__((constructor(101))) void agent_init() {
         ssize_t r = write(2, msg, strlen(msg));
         (void)r;
         return;
+    }
+    {
+        Guard g(tls());
+        python_boot_prepare();
     }
     if (!options().deferred) msms_agent_start();
 }

@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdlib>
 #include <fstream>
 
@@ -50,43 +49,6 @@ std::string resolve_program(const std::string& name, std::string& error) {
     return "";
 }
 
-bool is_python_program(const std::string& path) {
-    auto python_name = [](std::string base) {
-        size_t slash = base.rfind('/');
-        if (slash != std::string::npos) base = base.substr(slash + 1);
-        if (base.rfind("python", 0) != 0) return false;
-        // python, python3, python3.11, python3.11-dbg, pythonw ...
-        for (size_t i = 6; i < base.size(); ++i) {
-            char c = base[i];
-            if (!(isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-' || isalpha(static_cast<unsigned char>(c))))
-                return false;
-        }
-        return true;
-    };
-    if (python_name(path)) return true;
-    // A script: "#!/usr/bin/python3 ..." or "#!/usr/bin/env [-S] python3 ...".
-    std::ifstream f(path, std::ios::binary);
-    char head[256] = {0};
-    f.read(head, sizeof(head) - 1);
-    if (f.gcount() < 2 || head[0] != '#' || head[1] != '!') return false;
-    std::string line(head + 2, strnlen(head + 2, sizeof(head) - 3));
-    line = line.substr(0, line.find('\n'));
-    size_t pos = 0;
-    while (pos < line.size()) {
-        while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
-        size_t end = line.find_first_of(" \t\r", pos);
-        std::string word = line.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-        if (!word.empty() && python_name(word)) return true;
-        size_t slash = word.rfind('/');
-        std::string base = slash == std::string::npos ? word : word.substr(slash + 1);
-        // only through env and its options
-        if (!word.empty() && base != "env" && word[0] != '-') return false;
-        if (end == std::string::npos) break;
-        pos = end;
-    }
-    return false;
-}
-
 std::string python_boot_path(const std::string& home, const std::string& session_dir, std::string& error) {
     // The package next to the prefix: <prefix>/python (build tree, cmake
     // install), or the folder holding the package whose msmemscope/_prefix
@@ -113,6 +75,13 @@ std::string python_boot_path(const std::string& home, const std::string& session
 def _msmemscope_boot():
     import os, sys
     here = os.path.dirname(os.path.abspath(__file__))
+    # The agent put this folder first on PYTHONPATH (framework/agent/python_boot.h):
+    # the program and its children see the PYTHONPATH they were given.
+    was = os.environ.pop('MSMEMSCOPE_PYTHONPATH_WAS', None)
+    if was == '-':
+        os.environ.pop('PYTHONPATH', None)
+    elif was is not None and was.startswith('='):
+        os.environ['PYTHONPATH'] = was[1:]
     try:
         from msmemscope import _boot
     except Exception as e:  # the package cannot load: run the program untouched
@@ -161,29 +130,25 @@ pid_t launch(const LaunchSpec& spec, std::string& error) {
     }
     if (!preload.empty()) envs.push_back("LD_PRELOAD=" + preload);
     for (auto& kv : spec.env) envs.push_back(kv.first + "=" + kv.second);
-    // A Python target: msmemscope's package first on its import path, and
-    // its collectors started at interpreter start (plain scripts are
-    // tracked like ones that import msmemscope).
+    // Python is recognised by the process, not by the command line (DESIGN
+    // §9): every process of the run gets the boot path, and the agent puts it
+    // first on PYTHONPATH in a process that is a CPython interpreter, however
+    // it was started (a shell script, torchrun, `python -m`, `#!`, env ...).
     std::string home, session;
     for (auto& kv : spec.env) {
         if (kv.first == "MSMEMSCOPE_HOME") home = kv.second;
         if (kv.first == "MSMEMSCOPE_SESSION") session = kv.second;
     }
-    if (!home.empty() && !session.empty() && !spec.argv.empty() && is_python_program(spec.argv[0])) {
+    if (!home.empty() && !session.empty()) {
         std::string why;
         std::string path = python_boot_path(home, session, why);
         if (!why.empty()) {
             error = why;
             return -1;
         }
-        if (!path.empty()) {
-            const char* old_pp = std::getenv("PYTHONPATH");
-            if (old_pp && *old_pp) path += std::string(":") + old_pp;
-            for (auto it = envs.begin(); it != envs.end();)
-                it = it->rfind("PYTHONPATH=", 0) == 0 ? envs.erase(it) : it + 1;
-            envs.push_back("PYTHONPATH=" + path);
-            envs.push_back("MSMEMSCOPE_PYTHON_BOOT=1");
-        }
+        for (auto it = envs.begin(); it != envs.end();)
+            it = it->rfind("MSMEMSCOPE_PYTHON_PATH=", 0) == 0 ? envs.erase(it) : it + 1;
+        if (!path.empty()) envs.push_back("MSMEMSCOPE_PYTHON_PATH=" + path);
     }
     std::vector<char*> envp, argv;
     for (auto& s : envs) envp.push_back(const_cast<char*>(s.c_str()));

@@ -17,14 +17,13 @@ struct LaunchSpec {
 
 // Finds argv[0] like execvp would; "" + error when missing or not executable.
 std::string resolve_program(const std::string& name, std::string& error);
-// True when the program is a Python interpreter (python, python3,
-// python3.11 ...) or a script whose "#!" line names one.
-bool is_python_program(const std::string& resolved_path);
-// For a Python target: the environment that puts msmemscope's own package
-// first on its import path and starts the package's collectors at
-// interpreter start (a sitecustomize written into `session_dir`/python that
-// chains to the target's own sitecustomize). `home` is MSMEMSCOPE_HOME.
-// Returns the PYTHONPATH value ("" when the package is not found there).
+// The import path that starts the package's collectors at interpreter start
+// in every Python process of the run: a sitecustomize written into
+// `session_dir`/python (it chains to the target's own sitecustomize), then
+// the folder holding msmemscope's package. `home` is MSMEMSCOPE_HOME.
+// The launcher hands it to the program as MSMEMSCOPE_PYTHON_PATH; the agent
+// prepends it to PYTHONPATH in each process that is a CPython interpreter
+// (framework/agent/python_boot.h). "" when the package is not found there.
 std::string python_boot_path(const std::string& home, const std::string& session_dir, std::string& error);
 
 // Forks and execs. Returns the child's pid, or -1 with the reason in error

@@ -1,0 +1,30 @@
+// Python is recognised by the process, not by the command line (DESIGN §9).
+//
+// The launcher hands every process of a run MSMEMSCOPE_PYTHON_PATH (the
+// session's sitecustomize folder, then the folder holding the msmemscope
+// package). At load, the agent of a process that is a CPython interpreter
+// puts that first on PYTHONPATH, before the interpreter reads its
+// environment, so the package's collectors start at interpreter start
+// however the interpreter was reached: a shell script, torchrun, `python -m`,
+// `env`, `nohup`, `xargs`, a `#!` line or a symlink. Non-Python processes are
+// left alone. The user's own PYTHONPATH is kept after ours and remembered in
+// MSMEMSCOPE_PYTHONPATH_WAS ("=value", or "-" when it was unset), which
+// msmemscope._boot restores in os.environ so the program and its children see
+// their own environment.
+//
+// Interpreters started with -E or -I ignore PYTHONPATH: they run without the
+// Python-side collectors (host memory is still recorded).
+#pragma once
+
+namespace msms::agent {
+
+// True when the process is a CPython interpreter: its executable or a
+// library it was linked with exports Py_BytesMain (CPython >= 3.8).
+bool is_python_interpreter();
+
+// Called once from the agent's constructor, single-threaded, before the
+// program's main: prepends MSMEMSCOPE_PYTHON_PATH to PYTHONPATH when the
+// process is a CPython interpreter. Never fails the program.
+void python_boot_prepare();
+
+}  // namespace msms::agent
