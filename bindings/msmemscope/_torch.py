@@ -14,11 +14,23 @@
   framework pool, MALLOC/FREE with Event Type PTA, owner and total;
 * owners: a block allocated inside an operator is ``PTA@ops@aten``, inside
   ``Optimizer.step`` ``PTA@optimizer_state``, inside a describer scope
-  ``PTA@<label>``. After each optimizer step the parameters, gradients and
-  optimizer state are tagged (once per storage and owner) by an ACCESS row
-  of type UNKNOWN, Name ``optimizer.step`` and Attr ``owner`` =
-  ``PTA@weight`` / ``PTA@gradient`` / ``PTA@optimizer_state``, which the
-  decompose analysis can carry back to the block's MALLOC row;
+  ``PTA@<label>``. A block that turns out to be a parameter, a gradient or
+  optimizer state is tagged by an ACCESS row of type UNKNOWN whose Attr
+  ``owner`` is ``PTA@weight`` / ``PTA@gradient`` / ``PTA@optimizer_state``
+  (Name: where it was learnt), which the decompose analysis carries back to
+  the block's MALLOC row. Parameters are weights from the moment they exist:
+  at ``Module.register_parameter`` (Name ``module.register``) and, for a
+  module built before collection began, at its first forward (Name
+  ``module.forward``, a global forward pre-hook: one dict look-up per module
+  call after that). Gradients are tagged when autograd has accumulated them
+  (after each ``backward()``, Name ``autograd.backward``); after each
+  optimizer step the parameters, gradients and state (Name
+  ``optimizer.step``); at stop() every known parameter and gradient (Name
+  ``msmemscope.stop``). A tag belongs to a block: it is not repeated while
+  the tensor it was written for is alive and still on that block (which
+  therefore cannot have been freed); once that tensor is gone, a new block
+  at the same address (``zero_grad(set_to_none=True)`` then the next
+  backward) is tagged again;
 * module calls (Python trace on): ``nn.Module: ClassName`` spans;
 * steps: in a plain script under the CLI (no API call), each optimizer
   step ends a step (SYSTEM STEP), as msmemscope.step() would;
@@ -30,7 +42,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional
+import weakref
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -43,7 +56,14 @@ T = _ext.T
 CPU = _ext.DEV["CPU"]
 
 _names: Dict[object, str] = {}
-_tagged: Dict[int, str] = {}
+# base address -> (owner, weak reference to the tensor the tag was written
+# for): the tag stands while that tensor lives on that block.
+_tagged: Dict[int, Tuple[str, "weakref.ref"]] = {}
+# parameters seen (registered, in a module that ran, or in an optimizer) and
+# modules whose parameters are known: id -> weak reference (gone with them)
+_params: Dict[int, "weakref.ref"] = {}
+_seen_modules: Dict[int, "weakref.ref"] = {}
+_weight_hook = None
 _mode: Optional["_OpMode"] = None
 _observer = None  # the C++ observer module while it tracks operators
 _access = False
@@ -143,6 +163,15 @@ class _OpMode(TorchDispatchMode):
             _ext.op_end(name, *dev)
 
 
+def _forget(table: dict, key: int):
+    """A weak reference callback: drops table[key] if it is still this reference."""
+    def cb(ref, table=table, key=key):
+        held = table.get(key)
+        if held is ref or (type(held) is tuple and held[1] is ref):
+            del table[key]
+    return cb
+
+
 def tag(t: torch.Tensor, owner: str, where: str) -> None:
     """Says which owner a tensor's storage has (ACCESS UNKNOWN with Attr owner)."""
     if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse:
@@ -151,21 +180,112 @@ def tag(t: torch.Tensor, owner: str, where: str) -> None:
         ptr = _base_ptr(t)
     except RuntimeError:
         return
-    if not ptr or _tagged.get(ptr) == owner:
+    if not ptr:
         return
-    _tagged[ptr] = owner
+    held = _tagged.get(ptr)
+    if held is not None and held[0] == owner:
+        other = held[1]()
+        if other is not None:
+            try:
+                if _base_ptr(other) == ptr:
+                    return  # the same block: a live tensor still holds it
+            except RuntimeError:
+                pass
     _ext.event(EV["ACCESS"], T["UNKNOWN"], CPU, -1, ptr, t.numel() * t.element_size(), 0, 0, where,
                _tensor_attrs(t, f"owner:{owner},"))
+    try:
+        _tagged[ptr] = (owner, weakref.ref(t, _forget(_tagged, ptr)))
+    except TypeError:  # a tensor type without weak references: tag it each time
+        _tagged.pop(ptr, None)
+
+
+def _know_param(p) -> None:
+    key = id(p)
+    if key not in _params:
+        try:
+            _params[key] = weakref.ref(p, _forget(_params, key))
+        except TypeError:
+            pass
+
+
+def _tag_params(params, where: str, grads: bool = True) -> None:
+    for p in params:
+        tag(p, "PTA@weight", where)
+        if grads:
+            g = p.grad
+            if g is not None:
+                tag(g, "PTA@gradient", where)
+
+
+def _known_params():
+    out = []
+    for r in list(_params.values()):
+        p = r()
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def _tag_known(where: str, weights: bool = True) -> None:
+    """The gradients (and weights) of every known parameter."""
+    if not _params or not _ext.collecting():
+        return
+    for p in _known_params():
+        if weights:
+            tag(p, "PTA@weight", where)
+        g = p.grad
+        if g is not None:
+            tag(g, "PTA@gradient", where)
+
+
+def _weights_pre(module, inputs):
+    """Global forward pre-hook: a module's parameters (its submodules'
+    included) are weights from its first forward on."""
+    if id(module) in _seen_modules or not _ext.collecting():
+        return
+    try:
+        for m in module.modules():
+            key = id(m)
+            if key not in _seen_modules:
+                _seen_modules[key] = weakref.ref(m, _forget(_seen_modules, key))
+        params = list(module.parameters())
+    except Exception:
+        return
+    for p in params:
+        _know_param(p)
+    _tag_params(params, "module.forward")
+
+
+def _wrap_register_parameter() -> None:
+    """Module.register_parameter (also what `module.x = Parameter(...)`
+    calls): a parameter is a weight from its registration on."""
+    cls = torch.nn.Module
+    reg = cls.__dict__.get("register_parameter")
+    if reg is None or getattr(reg, "_msmemscope_wrapped", False):
+        return
+
+    def register_parameter(self, name, param):
+        reg(self, name, param)
+        if isinstance(param, torch.Tensor):
+            _know_param(param)
+            if _ext.collecting():
+                tag(param, "PTA@weight", "module.register")
+
+    register_parameter._msmemscope_wrapped = True
+    register_parameter.__wrapped__ = reg
+    register_parameter.__name__ = reg.__name__
+    register_parameter.__doc__ = reg.__doc__
+    cls.register_parameter = register_parameter
 
 
 def _tag_optimizer(opt) -> None:
     if not _ext.collecting():
         return
     for group in getattr(opt, "param_groups", ()):
-        for p in group.get("params", ()):
-            tag(p, "PTA@weight", "optimizer.step")
-            if p.grad is not None:
-                tag(p.grad, "PTA@gradient", "optimizer.step")
+        params = group.get("params", ())
+        for p in params:
+            _know_param(p)
+        _tag_params(params, "optimizer.step")
     for st in getattr(opt, "state", {}).values():
         if isinstance(st, dict):
             for v in st.values():
@@ -224,19 +344,23 @@ def _patch_optimizers() -> None:
 
 def _wrap_autograd() -> None:
     """backward() and autograd.grad(): their caller's Python stack is what
-    an autograd engine thread (no Python frames of its own) allocates for."""
+    an autograd engine thread (no Python frames of its own) allocates for.
+    After backward() the gradients it accumulated are tagged."""
     import torch.autograd as ag
     for name in ("backward", "grad"):
         fn = getattr(ag, name, None)
         if fn is None or getattr(fn, "_msmemscope_wrapped", False):
             continue
 
-        def wrapper(*args, __fn=fn, **kwargs):
+        def wrapper(*args, __fn=fn, __accumulates=name == "backward", **kwargs):
             _ext.autograd_enter()
             try:
-                return __fn(*args, **kwargs)
+                out = __fn(*args, **kwargs)
             finally:
                 _ext.autograd_exit()
+            if __accumulates and _params:
+                _tag_known("autograd.backward", weights=False)
+            return out
 
         wrapper._msmemscope_wrapped = True
         wrapper.__wrapped__ = fn
@@ -273,7 +397,7 @@ def _module_post(module, inputs, output):
 
 def enable(trace: bool) -> None:
     """Turns the PyTorch collector on (start())."""
-    global _mode, _access, _trace, _hooks_installed
+    global _mode, _access, _trace, _hooks_installed, _weight_hook
     # --level: operator rows (ATEN_START/END) and their ACCESS rows are op
     # level, as upstream's aten collector (on only when op is among the levels)
     _access = bool(_ext.wants("op_access"))
@@ -286,8 +410,11 @@ def enable(trace: bool) -> None:
             pass  # no GOT patcher: operators are still recorded
         _patch_optimizers()
         _wrap_autograd()
+        _wrap_register_parameter()
+    from torch.nn.modules import module as m
+    if _weight_hook is None:
+        _weight_hook = m.register_module_forward_pre_hook(_weights_pre)
     if trace and not _module_hooks:
-        from torch.nn.modules import module as m
         _module_hooks.append(m.register_module_forward_pre_hook(_module_pre))
         _module_hooks.append(m.register_module_forward_hook(_module_post))
     if _mode is None and _observer is None:
@@ -325,7 +452,16 @@ def _start_op_tracking() -> None:
 def disable() -> None:
     """Turns operator tracking off (stop()); storage tracking stays so that
     the pool numbers remain right in the next range."""
-    global _mode, _trace, _observer, _cuda_ops
+    global _mode, _trace, _observer, _cuda_ops, _weight_hook
+    # what stop() (or the exit) leaves: every known parameter and gradient
+    try:
+        _tag_known("msmemscope.stop")
+    except Exception:
+        pass
+    if _weight_hook is not None:
+        _weight_hook.remove()
+        _weight_hook = None
+    _seen_modules.clear()  # the next range looks at each module's parameters again
     _cuda.disable()
     _cuda_ops = False
     if _observer is not None:

@@ -49,10 +49,12 @@ def check_owners(rows, report):
     for r in mallocs:
         assert r["Attr"].count("owner:") == 1, r["Attr"]
     # the weights were allocated in the describer scope "model" and relabelled
-    # after the optimizer step: the MALLOC row shows the final owner
+    # once registered as parameters (or at their module's first forward, or
+    # the optimizer step): the MALLOC row shows the final owner
     tagged = {}
     for r in rows:
-        if r["Event"] == "ACCESS" and r["Event Type"] == "UNKNOWN" and r["Name"] == "optimizer.step":
+        if r["Event"] == "ACCESS" and r["Event Type"] == "UNKNOWN" and r["Name"] in (
+                "module.register", "module.forward", "optimizer.step"):
             tagged.setdefault(r["Ptr"], r["attr"]["owner"])
     by_ptr = {}
     for r in mallocs:
