@@ -15,10 +15,14 @@
 //  - a kernel launch (instantaneous): the size of the first such allocation
 //    after it, as upstream;
 //  - --level given explicitly (--level=op as a migrating user types it):
-//    upstream's rule for operators too (the size of the first allocation
-//    after the op's end; csrc/analysis/memory_compare.cpp GetMemoryUsage).
-// A device whose runs have no operator or kernel rows (a C program) is
-// compared by allocation site instead: per site (the first frame of the C
+//    upstream's rule for operators too (the Attr size of the first row,
+//    MALLOC or FREE, of the framework pool after the op's end, as written:
+//    negative for a FREE in upstream's 2025 files; csrc/analysis/
+//    memory_compare.cpp GetMemoryUsage).
+// A device whose runs have no operator or kernel rows is left out when
+// another device has some (upstream compares device numbers only; its host
+// rows, Device Id host or cpu, never). When no device has any (a C program),
+// the runs are compared by allocation site instead: per site (the first frame of the C
 // stack outside the allocator, else of the Python stack, else the pool), the
 // bytes allocated there, one row per site (Event MALLOC, Name the site); the
 // console says so.
@@ -114,7 +118,7 @@ void build_entries(DeviceSeq& s, unsigned levels, bool upstream) {
             return fw ? ev.type == fw : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
         };
         for (size_t i = s.rows.size(); i-- > 0;)
-            next[i] = counts(s.rows[i].rec.ev) ? static_cast<int64_t>(s.rows[i].rec.ev.size) : next[i + 1];
+            next[i] = counts(s.rows[i].rec.ev) ? s.rows[i].attr_size : next[i + 1];
     } else {
         for (size_t i = s.rows.size(); i-- > 0;)
             next[i] = counted_pool(s.rows[i].rec.ev, framework) ? static_cast<int64_t>(s.rows[i].rec.ev.size)
@@ -290,11 +294,24 @@ int compare_main(const Config& cfg) {
                        timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".csv";
     std::string text = ",,,Base,Compare\nEvent,Name,Device Id,Allocated Memory(byte),Allocated Memory(byte),Diff Memory(byte)\n";
     size_t rows = 0;
+    bool any_entries = false;
+    for (auto& dev : devices) {
+        build_entries(base[dev], cfg.levels, cfg.level_given);
+        build_entries(cmp[dev], cfg.levels, cfg.level_given);
+        if (!base[dev].entries.empty() || !cmp[dev].entries.empty()) any_entries = true;
+    }
     for (auto& dev : devices) {
         DeviceSeq& a = base[dev];
         DeviceSeq& b = cmp[dev];
-        build_entries(a, cfg.levels, cfg.level_given);
-        build_entries(b, cfg.levels, cfg.level_given);
+        if (a.entries.empty() && b.entries.empty() && any_entries) {
+            // Other devices have operators or kernels: this one (the host
+            // rows of an NPU run, Device Id host or cpu) is left out, as
+            // upstream leaves out every row that is not a device number.
+            if (!a.rows.empty() || !b.rows.empty())
+                std::cout << "msmemscope: compare: device " << dev << " has no operator or kernel rows in either run; "
+                          << "left out (the other devices' are compared)\n";
+            continue;
+        }
         if (a.entries.empty() && b.entries.empty()) {
             // No operator or kernel on this device (a C program): by allocation site.
             std::map<std::string, int64_t> sa, sb;
@@ -335,7 +352,7 @@ int compare_main(const Config& cfg) {
             const Entry* any = y ? y : x;
             csv_field(text, any->event);
             text += ',';
-            csv_field(text, any->name);
+            csv_field(text, any->name.empty() ? std::string("N/A") : any->name);  // the Name column said N/A
             text += ',';
             csv_field(text, dev);
             text += ',';
