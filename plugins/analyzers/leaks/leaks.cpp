@@ -170,11 +170,10 @@ public:
             {"mstx_info", MSMS_OPT_STRING, "", nullptr, 0, 0,
              "offline check_leaks: name of the mstx marks A, B, C (empty: the step rule)"},
             {"start_index", MSMS_OPT_INT, "0", nullptr, 0, 1000000000, "check_leaks: index of mark A"},
-            {"max_lines", MSMS_OPT_INT, "50", nullptr, 1, 100000,
-             "most report lines per device for blocks live at exit (the rest are summed up)"},
-            {"console_lines", MSMS_OPT_INT, "20", nullptr, 1, 100000,
-             "most lines per device for blocks leaked within steps: upstream's 'Direct ...' lines (the rest: "
-             "'... N more in FILE', every block in leaks_{timestamp}.txt in the run folder) and our sites"},
+            {"max_lines", MSMS_OPT_INT, "20", nullptr, 1, 100000,
+             "most console lines per device of each list: upstream's 'Direct ...' lines (then '... N more in "
+             "FILE': every block in leaks_{timestamp}.txt in the run folder), our leak sites, driver blocks and "
+             "host sites live at exit (the rest are summed up)"},
             {"suppress", MSMS_OPT_STRING, "", nullptr, 0, 0,
              "leak suppression files, comma-separated (heaptrack/LSan format: one 'leak:PATTERN' or PATTERN per "
              "line, '#' comments); CLI --suppress, YAML suppress"},
@@ -188,8 +187,7 @@ public:
     LeaksAnalyzer(msmemscope::Host host, const msmemscope::Options& opts) : host_(host) {
         mstx_info_ = opts.get("mstx_info");
         start_index_ = static_cast<uint64_t>(opts.get_int("start_index", 0));
-        max_lines_ = static_cast<size_t>(opts.get_int("max_lines", 50));
-        console_lines_ = static_cast<size_t>(opts.get_int("console_lines", 20));
+        max_lines_ = static_cast<size_t>(opts.get_int("max_lines", 20));
         for (auto& file : split(opts.get("suppress"))) {
             std::string why;
             if (!suppressions_.load_file(file, why)) load_errors_.push_back(why);
@@ -553,7 +551,7 @@ private:
     }
 
     // The console report of the step rule, per device: upstream's ERROR line,
-    // its "Direct ..." line for the first console_lines blocks, then "... N
+    // its "Direct ..." line for the first max_lines blocks, then "... N
     // more in FILE" where FILE (leaks_{ts}.txt in the run folder) holds every
     // block's line with where it was allocated, and upstream's SUMMARY of all
     // of them; the gap analysis; then ours: the leaked blocks grouped by
@@ -565,7 +563,7 @@ private:
             // Suppressed leaks leave the report and the findings.
             for (auto it = d.leaks.begin(); it != d.leaks.end();)
                 it = suppressed(dk, it->second.stack, it->second.py_stack, it->second.size) ? d.leaks.erase(it) : ++it;
-            if (d.leaks.size() > console_lines_) cut = true;
+            if (d.leaks.size() > max_lines_) cut = true;
         }
         // The full list first, so that the console can name it.
         std::string file, file_error;
@@ -580,7 +578,7 @@ private:
             };
             std::map<std::string, Site> sites;
             for (auto& [k, l] : d.leaks) {
-                if (count < console_lines_) host_.report(direct_line(k, l));
+                if (count < max_lines_) host_.report(direct_line(k, l));
                 std::string py_site;
                 Site& s = sites[where_from(l, &py_site)];
                 ++s.n;
@@ -595,8 +593,8 @@ private:
                          {"event_id", std::to_string(l.malloc_id)}, {"operator", stacks_.text(l.op)},
                          {"python_site", py_site}, {"stack", stacks_.text(l.stack)}});
             }
-            if (count > console_lines_)
-                host_.report("... " + std::to_string(count - console_lines_) + " more in " +
+            if (count > max_lines_)
+                host_.report("... " + std::to_string(count - max_lines_) + " more in " +
                              (file.empty() ? "(no file: " + file_error + ")" : file));
             std::ostringstream os;  // upstream streams the sum with the default precision (6 digits)
             os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << count
@@ -634,7 +632,7 @@ private:
                               : where);
     }
 
-    // Ours: one device's leaked blocks by site, largest first (console_lines
+    // Ours: one device's leaked blocks by site, largest first (max_lines
     // sites at most; the rest summed up).
     template <class Site>
     void site_lines(const DevKey& dk, const std::map<std::string, Site>& sites, uint64_t count, uint64_t bytes,
@@ -645,7 +643,7 @@ private:
                         std::to_string(sorted.size()) + " site(s):");
         uint64_t more_sites = 0, more_n = 0, more_bytes = 0;
         for (size_t i = 0; i < sorted.size(); ++i) {
-            if (i < console_lines_) {
+            if (i < max_lines_) {
                 lines.push_back("    " + site_line(sorted[i].first, sorted[i].second));
             } else {
                 ++more_sites;
@@ -969,7 +967,7 @@ private:
     std::vector<std::string> load_errors_;
     std::string mstx_info_;
     uint64_t start_index_ = 0;
-    size_t max_lines_ = 50, console_lines_ = 20;
+    size_t max_lines_ = 20;
     std::string out_dir_ = ".", ts_, dir_error_;
     int dir_fd_ = -1;
     bool disabled_ = false, warned_sources_ = false;

@@ -503,7 +503,7 @@ TEST_CASE("the full list replaces our own earlier file (a re-run) and never foll
     fclose(f);
     {
         PluginHarness h(plugin());
-        REQUIRE(h.create({{"console_lines", "5"}}) == MSMS_OK);
+        REQUIRE(h.create({{"max_lines", "5"}}) == MSMS_OK);
         REQUIRE(h.begin(dir, "20260102030405") == MSMS_OK);
         feed_big_leak(h, 4, 3, 1);  // steps 2, 3: 8 blocks
         REQUIRE(h.finish() == MSMS_OK);
@@ -517,7 +517,7 @@ TEST_CASE("the full list replaces our own earlier file (a re-run) and never foll
     REQUIRE(symlink(other.c_str(), link.c_str()) == 0);
     {
         PluginHarness h(plugin());
-        REQUIRE(h.create({{"console_lines", "5"}}) == MSMS_OK);
+        REQUIRE(h.create({{"max_lines", "5"}}) == MSMS_OK);
         REQUIRE(h.begin(link, "20260102030405") == MSMS_OK);
         feed_big_leak(h, 4, 3, 1);
         REQUIRE(h.finish() == MSMS_OK);
