@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import select
 import shutil
 import subprocess
@@ -297,6 +298,7 @@ class Session:
         self.host: Optional[subprocess.Popen] = None
         self.lifeline: Optional[subprocess.Popen] = None
         self.dir = ""
+        self.watch_token = ""  # watch staging files' token (watcher.py); the CLI's is in the environment
         self.closed = False
         if self.cli:
             preloaded = _agent_preloaded()
@@ -337,6 +339,9 @@ class Session:
         for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_AGENT_OPTS"):
             env.pop(k, None)
         env["MSMEMSCOPE_HOME"] = PREFIX
+        # The host moves only watch staging files carrying this token (watcher.py).
+        self.watch_token = secrets.token_hex(16)
+        env["MSMEMSCOPE_WATCH_TOKEN"] = self.watch_token
         # The host serves until its "parent" is gone. That parent is a
         # lifeline process that ends when this process closes its pipe: at
         # exit (then we wait for the host to finish every file) or when this

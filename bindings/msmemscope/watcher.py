@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 import threading
 from typing import Any, Dict, List, Optional
 
@@ -120,7 +119,6 @@ def _matches(name: str, short: str, wanted: Optional[str]) -> bool:
 
 # ---------------------------------------------------------------- checkpoints
 _counts: Dict[str, int] = {}
-_tmpdir: List[str] = []
 
 
 def _span(t) -> tuple:
@@ -134,31 +132,42 @@ def _span(t) -> tuple:
     return t.data_ptr(), extent * t.element_size()
 
 
-def _bin_dir(fresh: bool = False) -> str:
-    """The private staging folder of full-content dumps. The host moves each
-    dump into the run folder and removes the folder once it is empty, so it is
-    made again when it is gone."""
-    if fresh or not _tmpdir or not os.path.isdir(_tmpdir[0]):
-        _tmpdir[:] = [tempfile.mkdtemp(prefix=f"msmemscope_watch_{os.getpid()}_")]
-    return _tmpdir[0]
+def _staging() -> tuple:
+    """(session folder, token) where full-content dumps are staged: the
+    CLI's session (MSMEMSCOPE_SESSION, MSMEMSCOPE_WATCH_TOKEN) or the one the
+    Python package opened for its host. ("", "") when there is none."""
+    s = getattr(_session, "_session", None)
+    if s is not None and getattr(s, "dir", "") and getattr(s, "watch_token", ""):
+        return s.dir, s.watch_token
+    return os.environ.get("MSMEMSCOPE_SESSION", ""), os.environ.get("MSMEMSCOPE_WATCH_TOKEN", "")
 
 
-def _new_bin() -> tuple:
-    try:
-        return tempfile.mkstemp(suffix=".bin", dir=_bin_dir())
-    except FileNotFoundError:  # removed by the host between the check and mkstemp
-        return tempfile.mkstemp(suffix=".bin", dir=_bin_dir(fresh=True))
+_warned_staging: List[bool] = []
+
+
+def _new_bin():
+    """A new staging file (fd, name) in the session folder: the watch
+    analyzer moves only files named watch_{token}_{pid}_{n}.bin there
+    (plugins/analyzers/watch/README.md). None when there is no session."""
+    folder, token = _staging()
+    return _proto.new_staging_file(folder, token) if folder else None
 
 
 def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, size: int, full: bool) -> None:
     ext = _session._ext
     when = "after" if after else "before"
     head = f"op:{op},count:{count},watched:{watched},idx:{idx},when:{when},size:{size},"
-    if full:
-        fd, path = _new_bin()
+    staged = _new_bin() if full else None
+    if full and staged is None and not _warned_staging:
+        _warned_staging.append(True)
+        import warnings
+        warnings.warn("msmemscope.watcher: full-content dumps need the session folder of a run (none here); "
+                      "checkpoints are written as hashes instead", stacklevel=2)
+    if staged is not None:
+        fd, name = staged
         with os.fdopen(fd, "wb") as f:
             f.write(ctypes.string_at(addr, size) if size else b"")
-        attrs = head + "file:" + path
+        attrs = head + "file:" + name
     else:
         attrs = head + f"crc64:{crc64(addr, size) if size else 0:016x}"
     ext.event(ext.EV["MSTX"], ext.T["MARK"], ext.DEV["CPU"], -1, 0, size, 0, 0, "msmemscope.watch", attrs)

@@ -5,12 +5,14 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -80,6 +82,44 @@ CaptureState capture_state(const std::string& path) {
     }
     close(fd);
     return st;
+}
+
+// Watch staging (issue #29, plugins/analyzers/watch/README.md): the target
+// stages full-content dumps in the session folder under names carrying a
+// random per-session token; the watch analyzer moves only such files, and
+// learns folder and token from these host-only variables, set in live runs
+// (never in --replay or --analyze: host_process_setup clears them).
+std::string new_watch_token() {
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) continue;
+            return "";
+        }
+        got += static_cast<size_t>(n);
+    }
+    static const char* hex = "0123456789abcdef";
+    std::string t;
+    for (unsigned char c : b) {
+        t += hex[c >> 4];
+        t += hex[c & 15];
+    }
+    return t;
+}
+
+bool valid_watch_token(const char* t) {
+    if (!t || strlen(t) != 32) return false;
+    for (const char* c = t; *c; ++c)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+    return true;
+}
+
+void publish_watch_staging(const std::string& dir, const std::string& token) {
+    if (!valid_watch_token(token.c_str())) return;
+    setenv("MSMEMSCOPE_HOST_WATCH_STAGING", fs::absolute(dir).string().c_str(), 1);
+    setenv("MSMEMSCOPE_HOST_WATCH_TOKEN", token.c_str(), 1);
 }
 
 }  // namespace
@@ -301,7 +341,9 @@ int Session::run_program() {
     spec.argv = cfg_.program;
     spec.argv[0] = prog;
     spec.preload = preload;
+    std::string watch_token = new_watch_token();
     spec.env = {{"MSMEMSCOPE_SESSION", fs::absolute(dir_).string()},
+                {"MSMEMSCOPE_WATCH_TOKEN", watch_token},
                 {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options()},
                 {"MSMEMSCOPE_HOME", fs::path(Registry::agent_dir()).parent_path().parent_path().string()}};
     struct sigaction ign{}, old_int{}, old_term{};
@@ -314,6 +356,7 @@ int Session::run_program() {
         return 2;
     }
     root_pid_ = pid;
+    publish_watch_staging(dir_, watch_token);  // after the launch: not in the program's environment
     yield_to_target();
     g_forward_pid = pid;
     struct sigaction fwd{};
@@ -361,6 +404,8 @@ int Session::serve(const std::string& dir, pid_t parent) {
     }
     dir_ = dir;
     own_dir_ = true;
+    // The Python package made the token with the folder and gave it to us.
+    if (const char* t = getenv("MSMEMSCOPE_WATCH_TOKEN"); valid_watch_token(t)) publish_watch_staging(dir_, t);
     signal(SIGINT, SIG_IGN);
     if (cfg_.ready_fd >= 0) {
         // Nobody may be reading any more (the Python process reads until its

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -21,6 +22,10 @@ void host_process_setup() {
     g_user_umask = umask(0);
     umask(g_user_umask | S_IWOTH);
     signal(SIGXFSZ, SIG_IGN);
+    // Set by a live session only (session.cpp): never inherited, so that
+    // --replay and --analyze move no watch staging file.
+    unsetenv("MSMEMSCOPE_HOST_WATCH_STAGING");
+    unsetenv("MSMEMSCOPE_HOST_WATCH_TOKEN");
     g_set_up = true;
 }
 

@@ -5,13 +5,29 @@
 //
 //   hash mode:  <proc>/device_{dev}/watch_dump/watch_dump_data_check_sum_{ts}.csv
 //               "Tensor info,Check data sum" rows
-//   full:       <proc>/device_{dev}/watch_dump/{name}.bin (the target's file moved)
+//   full:       <proc>/device_{dev}/watch_dump/{name}.bin (the target's staging file moved)
 // with name = {dev}_{tid}.{op}_{count}-{watched}_{idx}_{before|after}.bin ('/' and "::" -> '.').
 // At the end it reports, per watched tensor, the first op whose "after" hash
 // differs from its "before" hash (the op that changed it).
+//
+// Only our own files (issue #29, DESIGN §9): a `file` Attr is never a path.
+// It is the name of a staging file the target made in this live run's
+// session folder (0700, of this user), watch_{token}_{pid}_{n}.bin, where the
+// token is the host's random per-session value (MSMEMSCOPE_HOST_WATCH_*,
+// set by the host in live runs only) and pid the process of this capture.
+// The file is opened without following links and must be a regular file of
+// this user with one link. Anything else a mark names (a path, a link, a
+// folder, '..', another token, any file at all in --replay or --analyze) is
+// neither opened for writing, moved nor deleted: one warning says how many.
 #include <msmemscope/plugin.hpp>
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -41,11 +57,14 @@ public:
     ~WatchAnalyzer() override {
         for (auto& [dev, f] : files_)
             if (f) std::fclose(f);
+        if (staging_fd_ >= 0) close(staging_fd_);
     }
 
     void begin(const msmemscope::RunInfo& run) override {
         dir_ = run.output_dir;
         ts_ = run.timestamp;
+        pid_ = run.pid;
+        open_staging();
     }
 
     void on_event(const msms_event& ev) override {
@@ -64,23 +83,11 @@ public:
         std::string_view file = attr(ev, "file");
         std::string_view crc = attr(ev, "crc64");
         if (!file.empty()) {
-            std::error_code ec;
-            fs::create_directories(folder, ec);
-            fs::path to = fs::path(folder) / name;
-            fs::rename(std::string(file), to, ec);
-            if (ec) {  // another file system: copy
-                ec.clear();
-                fs::copy_file(std::string(file), to, fs::copy_options::overwrite_existing, ec);
-                if (!ec) fs::remove(std::string(file), ec);
-            }
-            if (ec) {
-                host_.error("watch: cannot move " + std::string(file) + " to " + to.string() + ": " + ec.message());
-            } else {
+            std::string why = move_staged(file, folder, name);
+            if (why.empty()) {
                 ++written_;
-                // The target's private staging folder goes once it is empty
-                // (the target makes a new one if it needs it again).
-                fs::path staging = fs::path(std::string(file)).parent_path();
-                if (staging.filename().string().rfind("msmemscope_watch_", 0) == 0) fs::remove(staging, ec);
+            } else if (!ignored_++) {
+                ignored_example_ = "'" + printable(file) + "' (" + why + ")";
             }
         } else if (!crc.empty()) {
             std::FILE* f = csv(dev, folder);
@@ -109,6 +116,11 @@ public:
                 std::fclose(f);
                 f = nullptr;
             }
+        if (ignored_)
+            host_.warn("watch: " + std::to_string(ignored_) +
+                       " checkpoint file(s) named by the events were ignored, first " + ignored_example_ +
+                       "; only the profiled program's own staging files of this live run are moved (never a path "
+                       "read from a capture or dump)");
         if (!written_) return;
         host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
         for (auto& [tensor, t] : tensors_)
@@ -134,6 +146,79 @@ private:
         return out;
     }
 
+    // The session folder of this live run, when the host says so: a folder
+    // (not a link) of this user that only this user can enter.
+    void open_staging() {
+        const char* dir = std::getenv("MSMEMSCOPE_HOST_WATCH_STAGING");
+        const char* token = std::getenv("MSMEMSCOPE_HOST_WATCH_TOKEN");
+        if (!dir || !*dir || !token || std::strlen(token) != 32) return;
+        for (const char* c = token; *c; ++c)
+            if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return;
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) return;
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+            close(fd);
+            return;
+        }
+        staging_fd_ = fd;
+        token_ = token;
+    }
+
+    // watch_{token}_{pid}_{n}.bin with this session's token and this capture's pid.
+    bool staging_name(std::string_view f) const {
+        std::string head = "watch_" + token_ + "_" + std::to_string(pid_) + "_";
+        if (f.size() <= head.size() + 4 || f.compare(0, head.size(), head) != 0) return false;
+        if (f.compare(f.size() - 4, 4, ".bin") != 0) return false;
+        for (size_t i = head.size(); i < f.size() - 4; ++i)
+            if (f[i] < '0' || f[i] > '9') return false;
+        return true;
+    }
+
+    // Moves one staging file into `folder` as `name`; the reason when it is not moved.
+    std::string move_staged(std::string_view file, const std::string& folder, const std::string& name) {
+        if (staging_fd_ < 0) return "not a live run's session folder";
+        if (file.find('/') != std::string_view::npos || file == "." || file == "..")
+            return "not a file name of the session folder";
+        if (!staging_name(file)) return "not a staging file name of this session and process";
+        std::string src(file);
+        int fd = openat(staging_fd_, src.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return errno == ELOOP ? "a symbolic link" : std::string(std::strerror(errno));
+        struct stat st;
+        std::string why;
+        if (fstat(fd, &st) != 0) why = std::strerror(errno);
+        else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+        else if (st.st_uid != geteuid()) why = "not a file of this user";
+        else if (st.st_nlink != 1) why = "a file with other links";
+        if (why.empty()) {
+            std::error_code ec;
+            fs::create_directories(folder, ec);
+            int to = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (to < 0) {
+                host_.error("watch: cannot open " + folder + ": " + std::strerror(errno));
+                why = "the watch_dump folder cannot be opened";
+            } else {
+                if (renameat(staging_fd_, src.c_str(), to, name.c_str()) != 0) {
+                    host_.error("watch: cannot move the staging file " + src + " to " + folder + "/" + name + ": " +
+                                std::strerror(errno));
+                    why = "cannot be moved";
+                }
+                close(to);
+            }
+        }
+        close(fd);
+        return why;
+    }
+
+    // A name from the events as it may be shown: no control characters, bounded.
+    static std::string printable(std::string_view s) {
+        std::string out(s.substr(0, 200));
+        for (auto& c : out)
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+        if (s.size() > 200) out += "...";
+        return out;
+    }
+
     struct Tensor {
         std::string before_call, before, changed_by;
     };
@@ -156,6 +241,11 @@ private:
     std::map<std::string, std::FILE*> files_;
     std::map<std::string, Tensor> tensors_;
     uint64_t written_ = 0;
+    uint32_t pid_ = 0;
+    int staging_fd_ = -1;
+    std::string token_;
+    uint64_t ignored_ = 0;
+    std::string ignored_example_;
 };
 
 }  // namespace

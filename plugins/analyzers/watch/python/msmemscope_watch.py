@@ -13,7 +13,6 @@ tensor's bytes; without that library a pure-Python CRC-64 is used.
 """
 import ctypes
 import os
-import tempfile
 
 _POLY = 0x42F0E1EBA9EA3693
 _MASK = 0xFFFFFFFFFFFFFFFF
@@ -79,6 +78,31 @@ def crc64(data):
     return crc64_py(buf)
 
 
+_staged = [0]
+
+
+def new_staging_file(folder=None, token=None):
+    """A new full-content staging file, (fd, name), in the run's session
+    folder ($MSMEMSCOPE_SESSION) named watch_{token}_{pid}_{n}.bin with the
+    run's token ($MSMEMSCOPE_WATCH_TOKEN): the only files the host's watch
+    analyzer moves (../README.md). None without a session."""
+    folder = folder or os.environ.get("MSMEMSCOPE_SESSION", "")
+    token = token or os.environ.get("MSMEMSCOPE_WATCH_TOKEN", "")
+    if not folder or len(token) != 32:
+        return None
+    while True:
+        _staged[0] += 1
+        name = "watch_%s_%d_%d.bin" % (token, os.getpid(), _staged[0])
+        try:
+            fd = os.open(os.path.join(folder, name),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+        return fd, name
+
+
 def tensor_buffer(t):
     """(address, nbytes) of a contiguous CPU tensor's data (a contiguous copy otherwise)."""
     if not t.is_contiguous():
@@ -142,9 +166,11 @@ class Watcher:
         t, addr, n = tensor_buffer(t)
         path = None
         if self.full:
-            fd, path = tempfile.mkstemp(suffix=".bin", prefix="msmemscope_watch_")
-            with os.fdopen(fd, "wb") as f:
-                f.write(ctypes.string_at(addr, n))
+            staged = new_staging_file()
+            if staged is not None:
+                fd, path = staged
+                with os.fdopen(fd, "wb") as f:
+                    f.write(ctypes.string_at(addr, n))
         lib.msms_watch_record(op.encode(), count, str(watched).encode(), idx, 1 if after else 0,
                               ctypes.c_void_p(addr), n, path.encode() if path else None, dev_kind, dev_id)
 

@@ -3,6 +3,7 @@
 
 #include <msmemscope/testing.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -75,27 +76,170 @@ TEST_CASE("hash mode writes the check-sum CSV and finds the op that changed the 
     fs::remove_all(dir);
 }
 
-TEST_CASE("full-content mode moves the target's file into watch_dump under the upstream name") {
-    fs::path dir = temp_dir("msms_watch_full");
-    fs::path bin = dir / "tmp.bin";
+namespace {
+const char* kToken = "0123456789abcdef0123456789abcdef";
+
+// A live run's session folder (0700) the host names to the plugin.
+struct Staging {
+    fs::path dir;
+    explicit Staging(const char* name) {
+        dir = temp_dir(name) / ".msmemscope_session_test";
+        fs::create_directories(dir);
+        fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+        setenv("MSMEMSCOPE_HOST_WATCH_STAGING", dir.c_str(), 1);
+        setenv("MSMEMSCOPE_HOST_WATCH_TOKEN", kToken, 1);
+    }
+    ~Staging() {
+        unsetenv("MSMEMSCOPE_HOST_WATCH_STAGING");
+        unsetenv("MSMEMSCOPE_HOST_WATCH_TOKEN");
+    }
+    // pid 1: the harness's RunInfo.pid
+    static std::string name(int n, int pid = 1) {
+        return std::string("watch_") + kToken + "_" + std::to_string(pid) + "_" + std::to_string(n) + ".bin";
+    }
+};
+
+EventBuilder full_checkpoint(const std::string& file) {
+    return EventBuilder::mark("msmemscope.watch")
+        .device(MSMS_DEV_NPU, 2)
+        .thread(5)
+        .attr("op", "Foo/aten::add")
+        .attr("count", "3")
+        .attr("watched", "aten::mul")
+        .attr("idx", "1")
+        .attr("when", "before")
+        .attr("file", file);
+}
+
+struct Node {
+    ino_t ino;
+    std::string content;
+};
+Node node(const fs::path& p) {
+    struct stat st{};
+    REQUIRE(lstat(p.c_str(), &st) == 0);
+    return {st.st_ino, S_ISREG(st.st_mode) ? slurp(p) : std::string()};
+}
+
+// One checkpoint naming `file`: nothing is moved, the original stays (same
+// inode, content, place), no watch_dump file, one warning naming it.
+void check_ignored(const fs::path& out, const std::string& file, const fs::path& original, const char* why) {
+    Node before = node(original);
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(out.string(), "20260102030405") == MSMS_OK);
+    h.feed(full_checkpoint(file));
+    h.feed(full_checkpoint(file));
+    REQUIRE(h.finish() == MSMS_OK);
+    Node after = node(original);
+    CHECK(after.ino == before.ino);
+    CHECK(after.content == before.content);
+    CHECK(!fs::exists(out / "device_2" / "watch_dump" / "2_5.Foo.aten.add_3-aten.mul_1_before.bin"));
+    REQUIRE(h.logs.size() == 1);
+    CHECK(h.logs[0].first == 1);
+    CHECK(h.logs[0].second == "watch: 2 checkpoint file(s) named by the events were ignored, first '" + file + "' (" +
+                                  why +
+                                  "); only the profiled program's own staging files of this live run are moved "
+                                  "(never a path read from a capture or dump)");
+    CHECK(h.reports.empty());
+}
+}  // namespace
+
+TEST_CASE("full-content mode moves the target's staging file into watch_dump under the upstream name") {
+    Staging s("msms_watch_full");
+    fs::path out = s.dir.parent_path() / "out";
+    fs::create_directories(out);
+    fs::path bin = s.dir / Staging::name(7);
     { std::ofstream(bin) << "abcd"; }
     PluginHarness h(plugin());
     REQUIRE(h.create() == MSMS_OK);
-    REQUIRE(h.begin(dir.string(), "20260102030405") == MSMS_OK);
-    h.feed(EventBuilder::mark("msmemscope.watch")
-               .device(MSMS_DEV_NPU, 2)
-               .thread(5)
-               .attr("op", "Foo/aten::add")
-               .attr("count", "3")
-               .attr("watched", "aten::mul")
-               .attr("idx", "1")
-               .attr("when", "before")
-               .attr("file", bin.string()));
+    REQUIRE(h.begin(out.string(), "20260102030405") == MSMS_OK);
+    h.feed(full_checkpoint(Staging::name(7)));
     REQUIRE(h.finish() == MSMS_OK);
     // '/' and "::" become '.': no colons in file names
-    fs::path to = dir / "device_2" / "watch_dump" / "2_5.Foo.aten.add_3-aten.mul_1_before.bin";
+    fs::path to = out / "device_2" / "watch_dump" / "2_5.Foo.aten.add_3-aten.mul_1_before.bin";
     CHECK(fs::exists(to));
     CHECK(!fs::exists(bin));
     CHECK(slurp(to) == "abcd");
+    CHECK(h.logs.empty());
+    CHECK(h.reports == std::vector<std::string>{"watch: 1 checkpoint(s) written under device_*/watch_dump"});
+    fs::remove_all(s.dir.parent_path());
+}
+
+TEST_CASE("a file a checkpoint names outside the session folder is never moved (issue #29)") {
+    Staging s("msms_watch_outside");
+    fs::path out = s.dir.parent_path() / "out";
+    fs::path secret_dir = s.dir.parent_path() / "private";
+    fs::create_directories(secret_dir);
+    fs::path secret = secret_dir / "secret";
+    { std::ofstream(secret) << "root's"; }
+    fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+    fs::permissions(secret_dir, fs::perms::owner_all, fs::perm_options::replace);
+    check_ignored(out, secret.string(), secret, "not a file name of the session folder");
+    // the same name, even with this session's token, outside the folder
+    fs::path named = secret_dir / Staging::name(1);
+    { std::ofstream(named) << "x"; }
+    check_ignored(out, named.string(), named, "not a file name of the session folder");
+    fs::remove_all(s.dir.parent_path());
+}
+
+TEST_CASE("a symbolic link in the session folder is never followed or moved") {
+    Staging s("msms_watch_link");
+    fs::path out = s.dir.parent_path() / "out";
+    fs::path target = s.dir.parent_path() / "target";
+    { std::ofstream(target) << "precious"; }
+    fs::create_symlink(target, s.dir / Staging::name(2));
+    check_ignored(out, Staging::name(2), s.dir / Staging::name(2), "a symbolic link");
+    CHECK(fs::is_symlink(s.dir / Staging::name(2)));
+    CHECK(slurp(target) == "precious");
+    fs::remove_all(s.dir.parent_path());
+}
+
+TEST_CASE("a directory, a hard link, '..', another token or another process's file are never moved") {
+    Staging s("msms_watch_other");
+    fs::path out = s.dir.parent_path() / "out";
+    // a directory tree under a staging name
+    fs::create_directories(s.dir / Staging::name(3) / "sub");
+    { std::ofstream(s.dir / Staging::name(3) / "sub" / "f") << "tree"; }
+    check_ignored(out, Staging::name(3), s.dir / Staging::name(3), "not a regular file");
+    CHECK(slurp(s.dir / Staging::name(3) / "sub" / "f") == "tree");
+    // a file with a second link elsewhere
+    fs::path elsewhere = s.dir.parent_path() / "elsewhere";
+    { std::ofstream(elsewhere) << "linked"; }
+    fs::create_hard_link(elsewhere, s.dir / Staging::name(4));
+    check_ignored(out, Staging::name(4), elsewhere, "a file with other links");
+    // '..' out of the session folder
+    fs::path up = s.dir.parent_path() / "up";
+    { std::ofstream(up) << "up"; }
+    check_ignored(out, "../up", up, "not a file name of the session folder");
+    check_ignored(out, "..", s.dir.parent_path(), "not a file name of the session folder");
+    // a token that is not this session's, a pid that is not this capture's
+    fs::path other = s.dir / "watch_ffffffffffffffffffffffffffffffff_1_5.bin";
+    { std::ofstream(other) << "o"; }
+    check_ignored(out, other.filename().string(), other, "not a staging file name of this session and process");
+    fs::path pid = s.dir / Staging::name(6, 2);
+    { std::ofstream(pid) << "p"; }
+    check_ignored(out, Staging::name(6, 2), pid, "not a staging file name of this session and process");
+    fs::remove_all(s.dir.parent_path());
+}
+
+TEST_CASE("without a live session (--replay, --analyze) no file is moved, even a staging name") {
+    fs::path dir = temp_dir("msms_watch_replay");
+    fs::path bin = dir / Staging::name(1);
+    { std::ofstream(bin) << "abcd"; }
+    unsetenv("MSMEMSCOPE_HOST_WATCH_STAGING");
+    unsetenv("MSMEMSCOPE_HOST_WATCH_TOKEN");
+    check_ignored(dir / "out", bin.string(), bin, "not a live run's session folder");
+    check_ignored(dir / "out", Staging::name(1), bin, "not a live run's session folder");
     fs::remove_all(dir);
+}
+
+TEST_CASE("a session folder others can enter is not used") {
+    Staging s("msms_watch_open");
+    fs::permissions(s.dir, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec,
+                    fs::perm_options::replace);
+    fs::path bin = s.dir / Staging::name(1);
+    { std::ofstream(bin) << "abcd"; }
+    check_ignored(s.dir.parent_path() / "out", Staging::name(1), bin, "not a live run's session folder");
+    fs::remove_all(s.dir.parent_path());
 }
