@@ -5,7 +5,8 @@ The package is built with the project's own CMake build, then laid out as
     site-packages/msmemscope/            the Python package (+ _msmemscope*.so)
     site-packages/msmemscope/_prefix/    bin/msmemscope, lib/msmemscope/ (agent, plugins)
     site-packages/mstx/                  the mstx marker module
-    <env>/bin/msmemscope                 console command (msmemscope._cli)
+    <env>/bin/msmemscope                 the command (bindings/pip/msmemscope: a Python
+                                         script the shell can source for --load-api-env)
 so that the environment is self-contained and relocatable.
 
 MSMEMSCOPE_BUILD_DIR=<cmake build tree> takes the binaries of an existing
@@ -82,14 +83,13 @@ class BuildWithCMake(build_py):
             prefix = os.path.join(pkg, "_prefix")
             shutil.copytree(os.path.join(stage, "bin"), os.path.join(prefix, "bin"))
             shutil.copytree(os.path.join(stage, "lib", "msmemscope"), os.path.join(prefix, "lib", "msmemscope"))
-            # The prefix lives inside the package: found from the package's own folder.
+            # The prefix lives inside the package: found from the package's own
+            # (real) folder. The same _paths.py as CMake's, configured here.
+            with open(os.path.join(ROOT, "bindings", "msmemscope", "_paths.py.in")) as f:
+                text = f.read()
+            text = text.replace("@MSMEMSCOPE_PREFIX_FROM_PACKAGE@", "_prefix").replace("@PROJECT_VERSION@", _version())
             with open(os.path.join(pkg, "_paths.py"), "w") as f:
-                f.write('"""Where this copy of the package finds the msmemscope binary and libraries:\n'
-                        'msmemscope/_prefix (installed by pip); MSMEMSCOPE_HOME, when set, names another prefix."""\n'
-                        "import os\n\n"
-                        "_HERE = os.path.dirname(os.path.abspath(__file__))\n"
-                        'PREFIX = os.environ.get("MSMEMSCOPE_HOME") or os.path.join(_HERE, "_prefix")\n'
-                        f'VERSION = "{_version()}"\n')
+                f.write(text)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
@@ -101,6 +101,9 @@ setup(
     packages=["msmemscope", "mstx"],
     package_dir={"msmemscope": "bindings/msmemscope", "mstx": "bindings/mstx/mstx"},
     py_modules=[],
+    # Not a console entry point: `source msmemscope --load-api-env` needs a file
+    # the shell can read (bindings/pip/msmemscope, shell and Python at once).
+    scripts=["bindings/pip/msmemscope"],
     distclass=_Binary,
     cmdclass={"build_py": BuildWithCMake},
     options={"build": {"build_base": os.path.join("build", "pip-setuptools")}},

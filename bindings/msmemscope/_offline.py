@@ -39,6 +39,7 @@ def plugin_schema(name: str) -> Dict[str, dict]:
 
 def _offline_option() -> Optional[str]:
     """The CLI's offline-analysis option, if this build's CLI has one."""
+    _session._paths.checked_host()  # as root: refused unless root's own (#29)
     try:
         text = subprocess.run([_session.CLI, "--help"], capture_output=True, text=True, timeout=60).stdout
     except OSError:

@@ -36,7 +36,7 @@ except ImportError as e:  # pragma: no cover - a broken build
                       f"rebuild with -DPython3_EXECUTABLE={sys.executable}") from e
 
 PREFIX = _paths.PREFIX
-CLI = os.path.join(PREFIX, "bin", "msmemscope")
+CLI = _paths.HOST  # the host binary (bin/msmemscope is the script that execs it)
 AGENT = os.path.join(PREFIX, "lib", "msmemscope", "libmsmemscope_agent.so")
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -323,6 +323,7 @@ class Session:
             return
         cfg = current_config()
         self.config = cfg
+        _paths.checked_host()  # as root: refused unless root's own (#29), before anything is created
         out = cfg["output"]
         try:
             os.makedirs(out, exist_ok=True)

@@ -37,6 +37,7 @@
 #include "config.h"
 #include "registry.h"
 #include "py_trace.h"
+#include "util/file_trust.h"
 #include "util/text.h"
 
 namespace py = pybind11;
@@ -409,6 +410,9 @@ PYBIND11_MODULE(_msmemscope, m) {
           py::arg("plugin_paths"), py::arg("plugin_options") = std::map<std::string, std::map<std::string, std::string>>{},
           py::arg("plugin_options_origin") = std::string("plugin_options"));
     m.def("list_plugins", &list_plugins, py::arg("prefix"), py::arg("plugin_paths"));
+    // The host's trust check (util/file_trust.h): the package checks every
+    // executable it runs with it (the host binary from MSMEMSCOPE_HOME, #29).
+    m.def("untrusted_reason", [](const std::string& path) { return msms::untrusted_reason(path); }, py::arg("path"));
     m.def("attach", [](const std::string& dir, const std::string& opts) {
         need_agent();
         return g_agent.attach(dir.c_str(), opts.c_str());

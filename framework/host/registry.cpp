@@ -369,6 +369,16 @@ void Registry::discover(const std::vector<std::string>& dirs) {
         std::sort(files.begin(), files.end());
         for (auto& f : files) all.push_back(f);
     }
+    // As root, the helper is run only when it passes the check a plugin does
+    // (#29): MSMEMSCOPE_HOME or the Python package's prefix may name a tree
+    // another user owns. Refused, it is never run and the files are loaded
+    // here only (each one checked again by load()).
+    if (!probe_helper_.empty() && !all.empty()) {
+        if (std::string why = untrusted_reason(probe_helper_); !why.empty()) {
+            refused_.push_back({probe_helper_, "the plugin probe helper is not run: " + why, ""});
+            probe_helper_.clear();
+        }
+    }
     auto crashed = probe(all);
     size_t next = 0;
     for (size_t i = 0; i < all.size(); ++i) {
