@@ -67,3 +67,31 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
                         "toy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "toy ok" in p.stdout and "cannot load the msmemscope package" not in p.stderr, p.stderr
+    # Issue #28 item 5: the command is also a shell script: `source msmemscope
+    # --load-api-env` sets (and --unload-api-env removes) the package's own entries.
+    lib = os.path.realpath(p_site_prefix(venv)) + "/lib/msmemscope"
+    hooks = ":".join(f"{lib}/agent/libmsms_{n}_hook.so" for n in ("hal", "mstx", "kernel_launch", "cuda"))
+    show = 'echo "P=${LD_PRELOAD-<unset>}"; echo "L=${LD_LIBRARY_PATH-<unset>}"'
+    p = subprocess.run(["bash", "-c", f'export LD_PRELOAD=/opt/own.so; unset LD_LIBRARY_PATH; '
+                                      f'source "{exe}" --load-api-env; {show}; source "{exe}" --unload-api-env; {show}'],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        f"msmemscope: API environment loaded: LD_PRELOAD and LD_LIBRARY_PATH name {lib} "
+        "(undo: source msmemscope --unload-api-env)",
+        f"P={hooks}:/opt/own.so", f"L={lib}",
+        f"msmemscope: API environment unloaded: {lib} removed from LD_PRELOAD and LD_LIBRARY_PATH",
+        "P=/opt/own.so", "L=<unset>"], p.stdout + p.stderr
+    for cmd in ([str(exe), "--load-api-env"], ["bash", str(exe), "--unload-api-env"]):
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stdout == "", (cmd, p.returncode, p.stdout, p.stderr)
+        assert f"{cmd[-1]} must be sourced (from bash or zsh)" in p.stderr, p.stderr
+    p = subprocess.run(["bash", str(exe), "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("msmemscope "), p.stderr
+
+
+def p_site_prefix(venv):
+    """The package's _prefix inside the venv's site-packages."""
+    found = list((venv / "lib").glob("python3*/site-packages/msmemscope/_prefix"))
+    assert len(found) == 1, found
+    return found[0]
