@@ -130,3 +130,28 @@ def test_torch_through_bash_costs_what_it_costs_directly(tmp_path):
     # import folding works through bash too: without it `import torch` alone
     # gives about three times the rows
     assert abs(b_rows - d_rows) <= d_rows * 0.02, (b_rows, d_rows)
+
+
+def test_torchrun_below_bash_profiles_every_rank(tmp_path):
+    pytest.importorskip("torch.distributed")
+    wd = workdir(tmp_path)
+    # --redirects/--tee 1: torch 1.13's default "0" is not a member of its Std
+    # flag enum under Python 3.11 (torchrun fails before starting a worker).
+    (wd / "ddp.sh").write_text("python3 -m torch.distributed.run --standalone --nproc_per_node=2 "
+                               "--redirects=1 --tee=1 ddp.py\n")
+    p = run_cli(["--device=cpu", "--call-stack=python", "--events=alloc,free,launch", "--analysis=",
+                 "--output=out", "bash", "ddp.sh"], wd, env=env(PYTHONPATH=""), timeout=300, check_rc=0)
+    assert "rank 0 done" in p.stdout and "rank 1 done" in p.stdout, p.stdout + p.stderr
+    ranks = sorted(d for d in process_dirs(wd / "out") if "_rank" in d.name)
+    assert [d.name.rsplit("_", 1)[1] for d in ranks] == ["rank0", "rank1"], [d.name for d in process_dirs(wd / "out")]
+    for d in ranks:
+        (dump,) = dump_files(d)
+        pta = with_stack = 0
+        with open(dump) as f:
+            for line in f:
+                if ",MALLOC,PTA," in line:
+                    pta += 1
+                    with_stack += "ddp.py(12): <module>" in line
+        # each rank's tensors, those of the forward line with that line
+        # (DDP's reducer allocates from threads without Python frames)
+        assert pta > 50 and with_stack >= 5, (d.name, pta, with_stack)

@@ -1,0 +1,17 @@
+"""Two-rank DDP training on gloo, started by torchrun below a shell script
+(tests/python/test_python_any_launch.py)."""
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(5):
+    loss = model(torch.ones(32, 256)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("rank", rank, "done", flush=True)
+dist.destroy_process_group()
