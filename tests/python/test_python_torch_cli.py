@@ -62,9 +62,10 @@ def test_plain_script_is_tracked_like_the_api(tmp_path):
     # the leak analysis works from the optimizer's steps and names the operator
     direct = re.findall(r"^Direct Pytorch Caching memory pool leak of 0\.125000 Mb\(s\) at (0x[0-9a-f]+) ", p.stdout, re.M)
     assert len(direct) == 6, p.stdout
-    ops = [re.search(rf"^  {ptr} \(device cpu, step \d+\): allocated by: operator ([^,\s]+)", p.stdout, re.M).group(1)
-           for ptr in direct]
-    assert ops == ["torch._ops.aten.ones.default"] * 6, p.stdout
+    # our details group them by site (issue #27 item 3): all six from one operator
+    sites = re.findall(r"^    (\d+) block\(s\), (\d+) bytes \(steps? [\d-]+\): allocated by: operator ([^,\s]+)",
+                       p.stdout, re.M)
+    assert sites == [("6", str(6 * 131072), "torch._ops.aten.ones.default")], p.stdout
 
 
 def test_import_works_and_own_sitecustomize_is_chained(tmp_path):

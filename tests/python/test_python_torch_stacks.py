@@ -119,12 +119,14 @@ def test_leak_report_names_operator_and_user_line(api_run):
     leak_idx = [i for i, l in enumerate(lines) if l.startswith("Direct Pytorch Caching memory pool leak of ")]
     assert len(leak_idx) == 6, text  # steps 2..7; step 0 is warm-up, step 8 the last
     for i in leak_idx:
-        # upstream's line, then (in our own section after upstream's report) where it was allocated
+        # upstream's line
         m = re.fullmatch(r"Direct Pytorch Caching memory pool leak of 0\.125000 Mb\(s\) at (0x[0-9a-f]+) in "
                          r"kernel_\d+ at step (\d+)\.", lines[i])
         assert m, lines[i]
-        assert (f"{m.group(1)} (device cpu, step {m.group(2)}): allocated by: operator torch._ops.aten.ones.default, "
-                f"called from {script_frame('# KEEP_LINE', 'keep_one')}") in lines[leak_idx[-1]:], text
+    # then, in our own section after upstream's report, where they were
+    # allocated, grouped by site (issue #27 item 3): the six blocks, one site
+    assert (f"6 block(s), {6 * 131072} bytes (steps 2-7): allocated by: operator torch._ops.aten.ones.default, "
+            f"called from {script_frame('# KEEP_LINE', 'keep_one')}") in lines[leak_idx[-1]:], text
     note = [l for l in lines if l.startswith("Note: steps 0 and 1 are warm-up")]
     assert len(note) == 1 and re.search(r"on device cpu, \d+ block\(s\) \(\d+ bytes\) allocated then are still live",
                                         note[0])
