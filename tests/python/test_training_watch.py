@@ -107,9 +107,9 @@ def test_start_op_wrapping_a_watched_tensor_numbers_before_and_after_alike(tmp_p
 
 
 def test_full_content_staging_folders_are_removed(tmp_path, monkeypatch):
-    """The target stages full-content dumps in a private msmemscope_watch_*
-    folder of its temp folder; the host moves each dump into the run folder
-    and removes the staging folder once empty: nothing is left in $TMPDIR."""
+    """The target stages full-content dumps in the run's own session folder
+    (never in $TMPDIR, issue #29); the host moves each dump into the run
+    folder: nothing is left in $TMPDIR, and nothing named msmemscope_watch_*."""
     staging = tmp_path / "tmp"
     staging.mkdir()
     monkeypatch.setenv("TMPDIR", str(staging))
