@@ -6,7 +6,9 @@ pytorch.org/memory_viz page reads in later versions (the dict with
 'segments' and 'device_traces'); selected from the command line, YAML and
 Python (sinks as a list); works from --replay; frames are our Python and C
 frames."""
+import json
 import pickle
+import sqlite3
 import subprocess
 
 import pytest
@@ -118,6 +120,10 @@ def test_blocks_lie_in_the_driver_blocks_they_were_carved_from(tmp_path):
     assert seg["blocks"][0]["frames"] == [{"filename": "Empty.cpp", "line": 88, "name": "at::empty"}]
     # a block outside every driver block is its own segment
     assert [(s["address"], s["total_size"]) for s in fw if s["address"] != a] == [(0x1000, 256)]
+    # each byte once: the driver block the pool carved from is the pool's
+    # segment only, and its driver trace entries moved with it (#27 item 4)
+    assert not [s for s in snap["segments"] if s["device"] == 0 and s["address"] == a]
+    assert not [e for e in snap["device_traces"][0] if e["addr"] == a]
     actions = [(e["action"], e["addr"] - a if e["addr"] >= a else e["addr"]) for e in snap["device_traces"][1]]
     assert actions == [("segment_alloc", 0), ("alloc", 0), ("alloc", 4096), ("alloc", 65536),
                        ("free_requested", 4096), ("free_completed", 4096),
@@ -190,3 +196,183 @@ def test_trace_keeps_the_most_recent_entries(tmp_path):
     assert trace[-1]["action"] == "alloc"  # the last event of the stream
     assert "report: memory_viz: cpu host memory: the trace keeps the last 1000 of" in out
     assert len(snap["segments"]) == 512  # the window live at the end
+
+
+# ---------------------------------------------------------------- issue #27 item 4
+# A real PyTorch training script: AdamW steps that each keep 100 tensors
+# (freed at the interpreter's teardown under the CLI) and 4 tensors leaked
+# for good (alive after exit too), so that both the host heap and the PTA
+# pool hold bytes at the end.
+STEPS_SCRIPT = '''"""argv: cli | api <out> <max_trace_entries>"""
+import ctypes
+import sys
+
+import torch
+
+api = sys.argv[1] == "api"
+if api:
+    import msmemscope
+    msmemscope.config(device="cpu", events="alloc,free", call_stack="python:20", analysis="decompose",
+                      format="db", output=sys.argv[2], sinks=["memory_viz"],
+                      plugin_options={"memory_viz": {"max_trace_entries": sys.argv[3]}})
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+history = []
+leaked = [torch.full((4096,), float(i)) for i in range(4)]
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(leaked))  # never freed, not even at exit
+if api:
+    msmemscope.start()
+for step in range(12):
+    x = torch.randn(32, 64)
+    y = torch.randint(0, 8, (32,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)  # STEP_FORWARD
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    history.append([torch.ones(256) for _ in range(100)])  # STEP_KEEP
+if api:
+    msmemscope.stop()
+print("done", len(history))
+'''
+
+
+def human(n):
+    """The console's figures (framework/host/session.cpp human())."""
+    v, u = float(n), 0
+    while abs(v) >= 1024 and u < 4:
+        v, u = v / 1024, u + 1
+    return f"{n} B" if u == 0 else f"{v:.1f} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][u]}"
+
+
+def owners_live(d):
+    """Live bytes at the end per pool from the decomposition (db findings)."""
+    db = only(d.glob("device_cpu/dump/memscope_dump_*.db"))
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = [json.loads(c) for (c,) in con.execute("SELECT cols FROM msms_findings WHERE \"table\"='owners'")]
+    finally:
+        con.close()
+    live = {}
+    for o in rows:
+        pool = o["owner"].split("@")[0]
+        live[pool] = live.get(pool, 0) + int(o["live_bytes"])
+    return live
+
+
+def totals(snap):
+    """Per device name: (segments' total_size, active bytes), from torch's own functions."""
+    names = snap["msmemscope"]["devices"]
+    out = {}
+    for i, name in enumerate(names):
+        segs = [s for s in snap["segments"] if s["device"] == i]
+        st = mv.stats(segs)
+        out[name] = (st["total_size"].value if segs else 0, st["active_allocated"].value if segs else 0)
+    return out
+
+
+def script_line(src, marker):
+    return next(i for i, l in enumerate(src.splitlines(), 1) if marker in l)
+
+
+def check_each_byte_once(snap, totals_by_name, live, stdout):
+    host, fw = "cpu host memory", "cpu framework pools (PTA)"
+    assert snap["msmemscope"]["devices"] == [host, fw]
+    # the host's segments are cpu/HOST's final bytes, the pool's active
+    # blocks cpu/PTA's (the console's figures; the decomposition's exactly)
+    assert totals_by_name[host] == (live["HOST"], live["HOST"])
+    assert totals_by_name[fw][1] == live["PTA"] >= 4 * 4096 * 4
+    # a CPU tensor's malloc is the pool's segment, of its size
+    assert totals_by_name[fw][0] == live["PTA"]
+    pta_line = next(l for l in stdout.splitlines() if l.strip().startswith("cpu/PTA: peak"))
+    assert pta_line.endswith(f"final {human(live['PTA'])}"), pta_line
+    host_line = next(l for l in stdout.splitlines() if l.strip().startswith("cpu/HOST: peak"))
+    assert host_line.endswith(f"final {human(live['HOST'])}"), host_line
+    # torch's _memory_viz.memory() totals each byte once: host + pool
+    mem = lines(mv.memory(snap["segments"], format_flamegraph=lambda s: s))
+    assert sum(n for _, n in mem) == live["HOST"] + live["PTA"]
+    # no address is a segment of both devices
+    addrs = [{s["address"] for s in snap["segments"] if s["device"] == i} for i in (0, 1)]
+    assert not addrs[0] & addrs[1]
+
+
+def test_torch_api_each_byte_once(tmp_path):
+    """Python API (stop() with tensors live): the snapshot's segments total
+    what the console and the decomposition say; over the whole trace, no
+    byte is live on the host device and in the pool at once."""
+    script = tmp_path / "steps.py"
+    script.write_text(STEPS_SCRIPT)
+    env = {"PYTHONPATH": str(BUILD / "python"), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([PY, str(script), "api", "out", "1000000"], cwd=str(tmp_path), env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = only(process_dirs(tmp_path / "out"))
+    snap = load(only(d.glob("memory_viz_*.pickle")))
+    check_snapshot(snap)
+    assert snap["msmemscope"]["trace_dropped"] == [0, 0]
+    live = owners_live(d)
+    check_each_byte_once(snap, totals(snap), live, p.stdout)
+    # the weights, the optimizer state and the kept tensors are live at stop()
+    assert live["PTA"] >= 12 * 100 * 1024
+    # Over time: replay both traces by time (frees first within a
+    # microsecond): a host block and a pool segment never share an address.
+    events = []
+    for dev, trace in enumerate(snap["device_traces"]):
+        for e in trace:
+            if e["action"] in ("segment_alloc", "segment_free"):
+                events.append((e["time_us"], e["action"] == "segment_alloc", dev, e["addr"]))
+    events.sort()
+    live_at = [set(), set()]
+    taken = 0
+    for _, alloc, dev, addr in events:
+        if alloc:
+            assert addr not in live_at[1 - dev], hex(addr)
+            live_at[dev].add(addr)
+            taken += dev == 1
+        else:
+            live_at[dev].discard(addr)
+    assert taken >= 12 * 100  # each kept tensor's malloc went to the pool, not to the host
+    # the PTA device's allocs carry the training loop's frames
+    src = STEPS_SCRIPT
+    keep = script_line(src, "# STEP_KEEP")
+    allocs = [e for e in snap["device_traces"][1] if e["action"] == "alloc"]
+    assert sum(any(f["filename"] == str(script) and f["line"] == keep for f in e["frames"]) for e in allocs) == 1200
+
+
+def test_torch_cli_trace_keeps_the_steps(cli, tmp_path):
+    """CLI: the interpreter's teardown frees the kept tensors (3,600 PTA
+    actions) and Python's objects; with max_trace_entries=1000 each trace is
+    the 500 entries before the end of the last step and the 500 after it,
+    so the PTA trace shows the training steps' allocations, not only the
+    teardown's frees. The segments total the console's final figures."""
+    script = tmp_path / "steps.py"
+    script.write_text(STEPS_SCRIPT)
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=decompose", "--format=db", "--call-stack=python:20",
+             "--sinks=memory_viz", "--plugin-option=memory_viz.max_trace_entries=1000", f"--output={tmp_path}/run",
+             "--", PY, script, "cli"], tmp_path, check_rc=0)
+    d = only(process_dirs(tmp_path / "run"))
+    snap = load(only(d.glob("memory_viz_*.pickle")))
+    live = owners_live(d)
+    check_each_byte_once(snap, totals(snap), live, p.stdout)
+    assert live["PTA"] == 4 * 4096 * 4  # the leaked tensors: the rest was freed at teardown
+    meta = snap["msmemscope"]
+    host, pta = snap["device_traces"]
+    assert len(host) == len(pta) == 1000
+    for i in (0, 1):
+        assert meta["trace_cut"][i] > 0
+        assert meta["trace_dropped"][i] == meta["trace_actions"][i] - 1000
+    assert meta["trace_cut"][1] > 3000  # most of the teardown's frees of the 1,200 kept tensors
+    assert ("memory_viz: cpu framework pools (PTA): the trace keeps 1000 of "
+            f"{meta['trace_actions'][1]} actions: the last 500 before the end of the last step and the 500 after it; "
+            f"the last {meta['trace_cut'][1]} are left out (option max_trace_entries)\n") in p.stdout
+    # allocations of the training steps, with the loop's lines
+    keep, fwd = script_line(STEPS_SCRIPT, "# STEP_KEEP"), script_line(STEPS_SCRIPT, "# STEP_FORWARD")
+    ours = [e for e in pta if e["action"] == "alloc" and any(f["filename"] == str(script) for f in e["frames"])]
+    step_lines = {f["line"] for e in ours for f in e["frames"] if f["filename"] == str(script)}
+    assert len(ours) >= 100 and {keep, fwd} <= step_lines, step_lines
+    # and the start of the teardown: frees of the kept tensors after them
+    last_alloc = max(i for i, e in enumerate(pta) if e["action"] == "alloc")
+    assert sum(e["action"] == "free_completed" for e in pta[last_alloc:]) >= 100
+    # the trace stays consistent within its window, in time order
+    times = [e["time_us"] for e in pta]
+    assert times == sorted(times)

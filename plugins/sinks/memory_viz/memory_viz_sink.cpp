@@ -10,23 +10,37 @@
 //    'device_traces': [[{'action', 'addr', 'size', 'stream', 'time_us',
 //                        'frames'}, ...] per device],
 //    'msmemscope': {'devices': [names], 'pid', 'command', 'trace_actions',
-//                   'trace_dropped'}}
+//                   'trace_dropped', 'trace_cut'}}
 //
 // Devices (the index of device_traces and a segment's 'device'), in order
 // of first use:
 //   - "<device> framework pools (PTA, ...)" for every device with a
 //     framework pool (cpu PTA, npu, cuda). Its segments are the driver
-//     blocks the pool carved its blocks from (HAL on npu/cuda, the host heap
-//     for cpu PTA), found by address; a block outside every live driver
-//     block is its own segment. Segment space without a live block is an
-//     'inactive' block, as in PyTorch's caching allocator.
+//     blocks the pool carved its blocks from: on npu/cuda the HAL block
+//     holding the framework block; on cpu the host heap block at the
+//     framework block's address (PyTorch's CPU tensors come from malloc;
+//     the host's accounting rule, framework/host/pipeline.cpp). A block
+//     outside every such driver block is its own segment. Segment space
+//     without a live block is an 'inactive' block, as in PyTorch's caching
+//     allocator.
 //   - "cpu host memory" (malloc and friends) and "<device> driver memory"
-//     (HAL): every allocation is a segment holding one block.
+//     (HAL): every allocation is a segment holding one block, except the
+//     driver blocks that became a framework segment.
+// Each byte once (DESIGN §8): a driver block that became a framework
+// segment leaves the driver device (its segment, its trace entries and its
+// free), so torch's _memory_viz totals of the snapshot are the console's:
+// the host device's segments total cpu/HOST's final bytes, the framework
+// device's active blocks the pool's.
 // The trace of each device is alloc / free_requested / free_completed plus
 // segment_alloc / segment_free, with the Python and C frames we collected
 // (C frames first, innermost first, then the Python frames). PyTorch keeps
 // the most recent trace entries only (trace_alloc_max_entries); so does
-// this sink, past `max_trace_entries` per device, and says so.
+// this sink, past `max_trace_entries` per device, and says so, with one
+// exception: once two steps have ended (SYSTEM STEP), when the entries after
+// the end of the last step would fill more than half of it (an interpreter's teardown after
+// training), the trace is the entries before the end of the last step and
+// the first ones after it, half of the limit each, so the steps stay in
+// view; the later entries are left out (meta 'trace_cut').
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
@@ -61,8 +75,9 @@ struct Entry {
 };
 
 struct Block {
-    uint64_t addr, size;
+    uint64_t addr, size, ts;
     uint32_t stack;
+    uint16_t type;
 };
 
 struct Segment {
@@ -75,10 +90,20 @@ struct Device {
     std::string base;  // "cpu", "npu:0"
     bool framework = false;
     std::set<std::string> pools;
-    std::deque<Entry> trace;
-    uint64_t actions = 0, dropped = 0;
+    // The trace kept (see the top of the file): before the first step, the
+    // most recent entries in `pre`; after a step's end, `pre` holds what was
+    // kept before it and `post` what came after, up to the limit, and
+    // `spill` the most recent entries past that (the next step's `pre`).
+    std::deque<Entry> pre, post, spill;
+    bool stepped = false, spill_lost = false;
+    uint32_t steps = 0;  // step ends seen while not `stepped`
+    uint64_t actions = 0;
+    uint64_t spilled = 0;  // entries past `post` since the last step's end (the cut, at the end)
+    uint64_t kept() const { return stepped ? pre.size() + post.size() : pre.size(); }
+    uint64_t dropped() const { return actions > kept() ? actions - kept() : 0; }
     std::unordered_map<uint64_t, Block> live;  // allocation id (or address | 1<<63) -> block
     std::map<uint64_t, uint64_t> by_addr;      // driver devices: address -> live key
+    std::unordered_map<uint64_t, uint64_t> taken;  // driver devices: blocks now a framework segment, key -> address
     std::map<uint64_t, Segment> segs;          // framework devices: address -> segment
     std::string name() const {
         if (!framework) return base + (base == "cpu" ? " host memory" : " driver memory");
@@ -124,6 +149,10 @@ public:
     }
 
     void on_event(const msms_event& ev) override {
+        if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
+            for (auto& d : devices_) step_end(*d);
+            return;
+        }
         if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return;
         if (ev.kind == MSMS_EV_FREE && msmemscope::attr(ev, "shadow") == "true") {
             // Shadow FREEs (framework/host/shadow.h) close the blocks still
@@ -193,15 +222,69 @@ private:
 
     void record(Device& d, Action a, uint64_t addr, uint64_t size, uint64_t ts, uint32_t st) {
         ++d.actions;
-        if (max_entries_ == 0) {
-            ++d.dropped;
+        if (max_entries_ == 0) return;
+        Entry e{addr, size, ts, st, static_cast<uint8_t>(a)};
+        if (!d.stepped) {  // no step yet: the most recent entries
+            d.pre.push_back(e);
+            if (d.pre.size() > max_entries_) d.pre.pop_front();
             return;
         }
-        if (d.trace.size() >= max_entries_) {
-            d.trace.pop_front();
-            ++d.dropped;
+        if (d.spill.empty()) {
+            if (d.pre.size() + d.post.size() < max_entries_) {
+                d.post.push_back(e);
+                return;
+            }
+            if (d.pre.size() > max_entries_ / 2) {  // still more than half before the step's end
+                d.pre.pop_front();
+                d.post.push_back(e);
+                return;
+            }
         }
-        d.trace.push_back(Entry{addr, size, ts, st, static_cast<uint8_t>(a)});
+        d.spill.push_back(e);
+        ++d.spilled;
+        if (d.spill.size() > max_entries_) {
+            d.spill.pop_front();
+            d.spill_lost = true;
+        }
+    }
+
+    // The end of a step: what is kept before it is the most recent entries.
+    void step_end(Device& d) {
+        if (!d.stepped) {  // steps from the second step's end on (one end alone is no loop)
+            d.stepped = ++d.steps >= 2;
+            return;
+        }
+        if (d.spill_lost) {
+            d.pre.swap(d.spill);
+        } else {
+            for (const Entry& e : d.post) d.pre.push_back(e);
+            for (const Entry& e : d.spill) d.pre.push_back(e);
+            while (d.pre.size() > max_entries_) d.pre.pop_front();
+        }
+        d.post.clear();
+        d.spill.clear();
+        d.spill_lost = false;
+        d.spilled = 0;
+    }
+
+    // A driver block became a framework segment: its segment_alloc and
+    // alloc leave the driver device's trace (found from the most recent
+    // entry back to the block's time; already left out if not found).
+    void retract(Device& d, const Block& b) {
+        d.actions = d.actions >= 2 ? d.actions - 2 : 0;
+        int left = 2;
+        for (std::deque<Entry>* q : {&d.spill, &d.post, &d.pre}) {
+            for (size_t i = q->size(); i-- > 0 && left;) {
+                const Entry& e = (*q)[i];
+                if (e.ts < b.ts) return;
+                if (e.addr == b.addr && (e.action == kAlloc || e.action == kSegmentAlloc)) {
+                    q->erase(q->begin() + static_cast<std::ptrdiff_t>(i));
+                    if (q == &d.spill && d.spilled) --d.spilled;
+                    --left;
+                }
+            }
+            if (!left) return;
+        }
     }
 
     void malloc_(const msms_event& ev) {
@@ -215,19 +298,28 @@ private:
         if (fw) {
             if (!segment_of(d, ev.ptr, ev.size)) {
                 Device* drv = find_device(ev, false);
-                const Block* backing = drv ? driver_block_at(*drv, ev.ptr, ev.size) : nullptr;
-                if (backing) {
-                    d.segs[backing->addr] = Segment{backing->size, backing->stack, false};
-                    record(d, kSegmentAlloc, backing->addr, backing->size, ev.timestamp_ns, backing->stack);
+                uint64_t bkey = drv ? driver_block_at(*drv, ev.ptr, ev.size) : 0;
+                if (bkey) {
+                    // The driver block is this pool's segment now, and the
+                    // driver device's no more (each byte once).
+                    auto bit = drv->live.find(bkey);
+                    Block backing = bit->second;
+                    drv->live.erase(bit);
+                    drv->by_addr.erase(backing.addr);
+                    drv->taken[bkey] = backing.addr;
+                    retract(*drv, backing);
+                    d.segs[backing.addr] = Segment{backing.size, backing.stack, false};
+                    record(d, kSegmentAlloc, backing.addr, backing.size, ev.timestamp_ns, backing.stack);
                 } else {
                     d.segs[ev.ptr] = Segment{ev.size, st, true};
                     record(d, kSegmentAlloc, ev.ptr, ev.size, ev.timestamp_ns, st);
                 }
             }
-            d.live[key] = Block{ev.ptr, ev.size, st};
+            d.live[key] = Block{ev.ptr, ev.size, ev.timestamp_ns, st, ev.type};
             record(d, kAlloc, ev.ptr, ev.size, ev.timestamp_ns, st);
         } else {
-            d.live[key] = Block{ev.ptr, ev.size, st};
+            d.taken.erase(key);
+            d.live[key] = Block{ev.ptr, ev.size, ev.timestamp_ns, st, ev.type};
             d.by_addr[ev.ptr] = key;
             record(d, kSegmentAlloc, ev.ptr, ev.size, ev.timestamp_ns, st);
             record(d, kAlloc, ev.ptr, ev.size, ev.timestamp_ns, st);
@@ -238,17 +330,27 @@ private:
         bool fw = msms_is_framework_pool(fr.type);
         Device* d = find_device(fr.device_kind, fr.device_id, fw);
         if (!d) return;  // allocated before collection started
-        auto it = d->live.find(fr.key);
-        if (it == d->live.end()) return;
-        drop_block(*d, it->first, fr.ts, fr.stack);
-        if (!fw) {
-            // A framework segment carved from this driver block ends with it.
-            if (Device* f = find_device(fr.device_kind, fr.device_id, true)) {
-                auto s = f->segs.find(fr.ptr);
-                if (s != f->segs.end() && !s->second.synthetic) {
-                    record(*f, kSegmentFree, fr.ptr, s->second.size, fr.ts, fr.stack);
-                    f->segs.erase(s);
-                }
+        if (fw) {
+            auto it = d->live.find(fr.key);
+            if (it != d->live.end()) drop_block(*d, it->first, fr.ts, fr.stack);
+            return;
+        }
+        uint64_t addr;
+        if (auto t = d->taken.find(fr.key); t != d->taken.end()) {
+            addr = t->second;  // a framework segment: its free is the pool's only
+            d->taken.erase(t);
+        } else {
+            auto it = d->live.find(fr.key);
+            if (it == d->live.end()) return;
+            addr = it->second.addr;
+            drop_block(*d, it->first, fr.ts, fr.stack);
+        }
+        // A framework segment carved from this driver block ends with it.
+        if (Device* f = find_device(fr.device_kind, fr.device_id, true)) {
+            auto s = f->segs.find(addr);
+            if (s != f->segs.end() && !s->second.synthetic) {
+                record(*f, kSegmentFree, addr, s->second.size, fr.ts, fr.stack);
+                f->segs.erase(s);
             }
         }
     }
@@ -282,13 +384,18 @@ private:
         if (it->second.synthetic) return nullptr;
         return addr + size <= it->first + it->second.size ? &it->second : nullptr;
     }
-    const Block* driver_block_at(Device& drv, uint64_t addr, uint64_t size) {
+    // The key of the live driver block a framework block [addr, addr+size)
+    // was carved from, 0 when none: a HAL (or pinned) block holding it; a
+    // host heap block only at its very address, as the host accounts it
+    // (framework/host/pipeline.cpp: the HOST figures leave exactly those out).
+    uint64_t driver_block_at(Device& drv, uint64_t addr, uint64_t size) {
         auto it = drv.by_addr.upper_bound(addr);
-        if (it == drv.by_addr.begin()) return nullptr;
+        if (it == drv.by_addr.begin()) return 0;
         --it;
         auto b = drv.live.find(it->second);
-        if (b == drv.live.end()) return nullptr;
-        return addr + size <= b->second.addr + b->second.size ? &b->second : nullptr;
+        if (b == drv.live.end()) return 0;
+        if (b->second.type == MSMS_T_HOST && b->second.addr != addr) return 0;
+        return addr + size <= b->second.addr + b->second.size ? b->first : 0;
     }
 
     // ---------------------------------------------------------------- output
@@ -433,7 +540,7 @@ private:
         // The status line (ABI 1.2 progress): bytes written, and the total
         // estimated from the trace entries written so far (most of the file).
         uint64_t written = 0, reported = 0, entries = 0, entries_total = 0;
-        for (auto& dp : devices_) entries_total += dp->trace.size();
+        for (auto& dp : devices_) entries_total += dp->kept();
         PickleWriter w([&](const char* p, size_t n) {
             if (!failed && std::fwrite(p, 1, n, f) != n) failed = true;
             written += n;
@@ -453,7 +560,7 @@ private:
         w.list_begin();
         for (auto& dp : devices_) {
             w.list_begin();
-            for (const Entry& e : dp->trace) {
+            auto entry = [&](const Entry& e) {
                 ++entries;
                 w.dict_begin();
                 w.key("action");
@@ -469,7 +576,10 @@ private:
                 w.key("frames");
                 frames(w, e.stack);
                 w.dict_end();
-            }
+            };
+            for (const Entry& e : dp->pre) entry(e);
+            if (dp->stepped)
+                for (const Entry& e : dp->post) entry(e);
             w.list_end();
         }
         w.list_end();
@@ -489,7 +599,11 @@ private:
         w.list_end();
         w.key("trace_dropped");
         w.list_begin();
-        for (auto& dp : devices_) w.unsigned_integer(dp->dropped);
+        for (auto& dp : devices_) w.unsigned_integer(dp->dropped());
+        w.list_end();
+        w.key("trace_cut");  // of those, the most recent ones (after the window kept around the last step's end)
+        w.list_begin();
+        for (auto& dp : devices_) w.unsigned_integer(dp->stepped ? dp->spilled : 0);
         w.list_end();
         w.dict_end();
         w.dict_end();
@@ -498,10 +612,18 @@ private:
         if (std::fclose(f) != 0 && !err) err = errno ? errno : EIO;
         if (err) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(err));
         host_.progress(written, written);  // the end: the file's size
-        for (auto& dp : devices_)
-            if (dp->dropped)
-                host_.report("memory_viz: " + dp->name() + ": the trace keeps the last " + std::to_string(dp->trace.size()) +
+        for (auto& dp : devices_) {
+            if (!dp->dropped()) continue;
+            if (dp->stepped && dp->spilled)
+                host_.report("memory_viz: " + dp->name() + ": the trace keeps " + std::to_string(dp->kept()) + " of " +
+                             std::to_string(dp->actions) + " actions: the last " + std::to_string(dp->pre.size()) +
+                             " before the end of the last step and the " + std::to_string(dp->post.size()) +
+                             " after it; the last " + std::to_string(dp->spilled) +
+                             " are left out (option max_trace_entries)");
+            else
+                host_.report("memory_viz: " + dp->name() + ": the trace keeps the last " + std::to_string(dp->kept()) +
                              " of " + std::to_string(dp->actions) + " actions (option max_trace_entries)");
+        }
     }
 
     msmemscope::Host host_;
