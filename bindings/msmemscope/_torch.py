@@ -26,7 +26,10 @@
   (after each ``backward()``, Name ``autograd.backward``); after each
   optimizer step the parameters, gradients and state (Name
   ``optimizer.step``); at stop() every known parameter and gradient (Name
-  ``msmemscope.stop``). A tag belongs to a block: it is not repeated while
+  ``msmemscope.stop``). A parameter built in a describer scope, or tagged
+  by the user, keeps the user's label until an optimizer step says weight
+  (upstream's best practice §4: the layer made in ``model_init`` shows
+  ``model_init``). A tag belongs to a block: it is not repeated while
   the tensor it was written for is alive and still on that block (which
   therefore cannot have been freed); once that tensor is gone, a new block
   at the same address (``zero_grad(set_to_none=True)`` then the next
@@ -172,8 +175,36 @@ def _forget(table: dict, key: int):
     return cb
 
 
-def tag(t: torch.Tensor, owner: str, where: str) -> None:
-    """Says which owner a tensor's storage has (ACCESS UNKNOWN with Attr owner)."""
+_CLASSES = frozenset(("PTA@weight", "PTA@gradient", "PTA@optimizer_state"))
+
+
+def _held(ptr: int) -> Optional[str]:
+    """The owner last written for the block at ptr, while the tensor it was
+    written for still lives on it (so that block has not been freed)."""
+    held = _tagged.get(ptr)
+    if held is None:
+        return None
+    other = held[1]()
+    if other is None:
+        return None
+    try:
+        return held[0] if _base_ptr(other) == ptr else None
+    except RuntimeError:
+        return None
+
+
+def _remember(t: torch.Tensor, ptr: int, owner: str) -> None:
+    try:
+        _tagged[ptr] = (owner, weakref.ref(t, _forget(_tagged, ptr)))
+    except TypeError:  # a tensor type without weak references: tag it each time
+        _tagged.pop(ptr, None)
+
+
+def tag(t: torch.Tensor, owner: str, where: str, weak: bool = False) -> None:
+    """Says which owner a tensor's storage has (ACCESS UNKNOWN with Attr owner).
+    weak: only where the user gave the block no label of their own (a
+    describer scope or tag); a parameter is a weight unless the user said
+    otherwise."""
     if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse:
         return
     try:
@@ -182,21 +213,12 @@ def tag(t: torch.Tensor, owner: str, where: str) -> None:
         return
     if not ptr:
         return
-    held = _tagged.get(ptr)
-    if held is not None and held[0] == owner:
-        other = held[1]()
-        if other is not None:
-            try:
-                if _base_ptr(other) == ptr:
-                    return  # the same block: a live tensor still holds it
-            except RuntimeError:
-                pass
+    held = _held(ptr) if ptr in _tagged else None
+    if held == owner or (weak and held is not None and held not in _CLASSES):
+        return  # the same block: a live tensor still holds it
     _ext.event(EV["ACCESS"], T["UNKNOWN"], CPU, -1, ptr, t.numel() * t.element_size(), 0, 0, where,
                _tensor_attrs(t, f"owner:{owner},"))
-    try:
-        _tagged[ptr] = (owner, weakref.ref(t, _forget(_tagged, ptr)))
-    except TypeError:  # a tensor type without weak references: tag it each time
-        _tagged.pop(ptr, None)
+    _remember(t, ptr, owner)
 
 
 def _know_param(p) -> None:
@@ -208,9 +230,9 @@ def _know_param(p) -> None:
             pass
 
 
-def _tag_params(params, where: str, grads: bool = True) -> None:
+def _tag_params(params, where: str, grads: bool = True, weak: bool = False) -> None:
     for p in params:
-        tag(p, "PTA@weight", where)
+        tag(p, "PTA@weight", where, weak)
         if grads:
             g = p.grad
             if g is not None:
@@ -232,7 +254,7 @@ def _tag_known(where: str, weights: bool = True) -> None:
         return
     for p in _known_params():
         if weights:
-            tag(p, "PTA@weight", where)
+            tag(p, "PTA@weight", where, weak=True)
         g = p.grad
         if g is not None:
             tag(g, "PTA@gradient", where)
@@ -253,7 +275,13 @@ def _weights_pre(module, inputs):
         return
     for p in params:
         _know_param(p)
-    _tag_params(params, "module.forward")
+    _tag_params(params, "module.forward", weak=True)
+
+
+def _describer_label() -> str:
+    from . import describe
+    s = describe._labels()
+    return s[-1] if s else ""
 
 
 def _wrap_register_parameter() -> None:
@@ -269,7 +297,16 @@ def _wrap_register_parameter() -> None:
         if isinstance(param, torch.Tensor):
             _know_param(param)
             if _ext.collecting():
-                tag(param, "PTA@weight", "module.register")
+                label = _describer_label()
+                if label:
+                    # built in the user's describer scope: their label stays
+                    # (the optimizer step still says weight, as before)
+                    try:
+                        _remember(param, _base_ptr(param), "PTA@" + label)
+                    except RuntimeError:
+                        pass
+                else:
+                    tag(param, "PTA@weight", "module.register")
 
     register_parameter._msmemscope_wrapped = True
     register_parameter.__wrapped__ = reg
@@ -421,6 +458,10 @@ def enable(trace: bool) -> None:
         _start_op_tracking()
     # the target uses torch.cuda: caching allocator, operators on CUDA devices
     _cuda.enable(torch, _ext.option("device"), _ops_on_cuda)
+    # --watch / config(watch=...): its dispatch mode goes in with the
+    # collector, so a script without a watcher call is watched too (#28 item 3)
+    from . import watcher
+    watcher.range_started()
 
 
 def _ops_on_cuda() -> None:
