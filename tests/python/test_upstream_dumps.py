@@ -327,3 +327,21 @@ def test_what_upstream_refuses_is_still_refused(tmp_path, edit, message):
     p = run_cli(["--analyze=leaks", f"--input={bad}", f"--output={tmp_path / 'out'}"], tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"msmemscope: error: --input: {bad}{message}" in p.stderr, p.stderr
+
+
+def test_leaks_mark_rule_on_upstreams_dump_says_what_its_check_leaks_says(tmp_path):
+    # Upstream's offline check_leaks(input, mstx_info, 0) on this file: one mark
+    # per device, so each device gets its "fewer than 3 data points" error.
+    # Upstream names the host rows `host`, the file's spelling, and goes
+    # through the devices in the order they first appear (0, host, 1).
+    (f,) = copy_fixtures(tmp_path, BASE)
+    mark = "[mstx]: mstxMarkA :------training start----- "
+    p = run_cli(["--analyze=leaks", f"--input={f}", f"--plugin-option=leaks.mstx_info={mark}",
+                 f"--output={tmp_path / 'out'}"], tmp_path, check_rc=0)
+    lines = p.stdout.splitlines()
+    assert lines[lines.index(f"msmemscope: analysed {f} (330 rows) with leaks") + 1:] == [
+        line
+        for dev in ("cpu", "0", "1")
+        for line in (f"INFO: Starting to analyze data for device {dev}...",
+                     f"ERROR: Device {dev} has fewer than 3 data points. Please re-collect the data points.")
+    ], p.stdout
