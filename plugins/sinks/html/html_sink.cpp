@@ -17,8 +17,12 @@
 //     what was live at a clicked time and recomputes its tables for a
 //     selected time range from them;
 //   - per device and site: bytes allocated, live at the peak, leaked (the
-//     leaks analyzer's blocks, else those live at the end) for the flame
-//     graph.
+//     blocks and bytes of the leaks analyzer's findings, found by their
+//     MALLOC's event id; when the analysis did not run, the blocks live at
+//     the end, and the page says that is what they are) for the flame graph;
+//   - owners: the MALLOC's Attr `owner` (decompose's owner names) and the
+//     owner annotations of a later relabel (weights, gradients tagged after
+//     their allocation) move a live block's bytes to that series from then on.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
@@ -73,8 +77,23 @@ struct Life {
 
 struct Block {
     uint64_t size, ts, seq;
+    uint64_t id;     // the MALLOC's event id (what analyzers' findings and annotations name)
     uint32_t site;
+    uint32_t bound;  // step and mark boundaries seen before the MALLOC
     uint16_t cat;
+};
+
+// A row of the leaks analyzer's findings, as the page needs it.
+struct LeakRow {
+    std::string kind, device, pool, stack, site;
+    uint64_t event_id = 0, allocation_id = 0, size = 0, count = 1;
+};
+
+// What a device's leaked view shows: the leak analysis's blocks and bytes.
+struct LeakSum {
+    uint64_t blocks = 0, bytes = 0;
+    std::map<std::string, std::pair<uint64_t, uint64_t>> kinds;  // kind -> blocks, bytes
+    std::unordered_map<uint32_t, uint64_t> site_bytes;
 };
 
 struct Point {
@@ -85,6 +104,9 @@ struct Point {
 
 struct Device {
     std::string label;
+    uint16_t kind = 0;
+    int16_t id = -1;
+    bool framework = false;
     std::vector<std::string> cats;
     std::map<std::string, uint16_t> cat_index;
     std::vector<int64_t> cur;
@@ -115,7 +137,10 @@ public:
 
     HtmlSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
 
-    void begin(const msmemscope::RunInfo& run) override { run_ = run; }
+    void begin(const msmemscope::RunInfo& run) override {
+        run_ = run;
+        leaks_ran_ = analysis_listed(run.config_json, "leaks");
+    }
 
     void on_event(const msms_event& ev) override {
         ++events_;
@@ -141,19 +166,37 @@ public:
             for (const msms_event& f : shadow_frees_) memory(f);
             shadow_frees_.clear();
             memory(ev);
+        } else if (ev.kind == MSMS_EV_MSTX) {
+            ++bounds_;
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
+            ++bounds_;
             if (marks_.size() < kMaxMarks) marks_.emplace_back(ev.timestamp_ns, "step " + std::string(view(ev.name)));
         }
     }
 
-    void on_annotation(uint64_t, std::string_view key, std::string_view value) override {
+    void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
         if (key == "inefficient_type") ++annotations_[std::string(value)];
+        else if (key == "owner") relabel(id, value);
     }
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
-        if (table == "leaks")
-            for (uint32_t i = 0; i < n; ++i)
-                if (view(cols[i].key) == "allocation_id") leak_ids_.insert(std::strtoull(std::string(view(cols[i].value)).c_str(), nullptr, 10));
+        if (table == "leaks") {
+            LeakRow r;
+            auto number = [](std::string_view v) { return std::strtoull(std::string(v).c_str(), nullptr, 10); };
+            for (uint32_t i = 0; i < n; ++i) {
+                std::string_view k = view(cols[i].key), v = view(cols[i].value);
+                if (k == "kind") r.kind = v;
+                else if (k == "device") r.device = v;
+                else if (k == "pool") r.pool = v;
+                else if (k == "stack") r.stack = v;
+                else if (k == "site") r.site = v;
+                else if (k == "event_id") r.event_id = number(v);
+                else if (k == "allocation_id") r.allocation_id = number(v);
+                else if (k == "size") r.size = number(v);
+                else if (k == "count") r.count = number(v);
+            }
+            leak_rows_.push_back(std::move(r));
+        }
         auto& t = findings_[std::string(table)];
         ++t.total;
         if (t.rows.size() >= kMaxFindingRows) return;
@@ -201,6 +244,167 @@ public:
     }
 
 private:
+    struct Gone {  // a freed block a finding may name
+        uint64_t id, allocation_id;
+        uint32_t site;
+        Device* dev;
+    };
+
+    // Whether the run's configuration lists the analyzer (config.json's
+    // "analysis" array); an empty or foreign configuration lists none.
+    static bool analysis_listed(std::string_view config, std::string_view name) {
+        size_t k = config.find("\"analysis\"");
+        if (k == std::string_view::npos) return false;
+        size_t a = config.find('[', k), b = config.find(']', k);
+        if (a == std::string_view::npos || b == std::string_view::npos || a > b) return false;
+        std::string quoted = "\"" + std::string(name) + "\"";
+        return config.substr(a, b - a).find(quoted) != std::string_view::npos;
+    }
+    bool leaks_ran() const { return leaks_ran_ || !leak_rows_.empty(); }
+
+    // decompose moved a live block to another owner (a later tag: weight,
+    // gradient...): its bytes are that owner's from now on.
+    void relabel(uint64_t id, std::string_view owner) {
+        auto it = live_id_.find(id);
+        if (it == live_id_.end() || owner.empty()) return;
+        Device& d = *it->second.first;
+        auto b = d.live.find(it->second.second);
+        if (b == d.live.end()) return;
+        uint16_t c = category(d, std::string(owner));
+        Block& blk = b->second;
+        if (c == blk.cat) return;
+        d.cur[blk.cat] -= static_cast<int64_t>(blk.size);
+        d.cur[c] += static_cast<int64_t>(blk.size);
+        blk.cat = c;
+        if (pending_host_ != &d) sample(d, last_ts_);
+    }
+
+    // A site made from a finding's own stack text (a group of host blocks
+    // the leaks analyzer reported by site, without their ids).
+    uint32_t text_site(const std::string& stack, const std::string& where, const std::string& pool) {
+        std::string text = stack;
+        while (!text.empty() && text.back() == '\n') text.pop_back();
+        if (text.empty()) text = "(no stack) " + (where.empty() ? pool : where);
+        auto it = text_sites_.find(text);
+        if (it != text_sites_.end()) return it->second;
+        Site s;
+        s.text = text;
+        // Python frames ("file(line): function") come first.
+        size_t start = 0;
+        while (start < text.size()) {
+            size_t nl = text.find('\n', start);
+            if (nl == std::string::npos) nl = text.size();
+            std::string_view line(text.data() + start, nl - start);
+            size_t c = line.find("): ");
+            size_t o = c == std::string_view::npos ? c : line.rfind('(', c);
+            bool py = o != std::string_view::npos && o + 1 < c &&
+                      std::all_of(line.begin() + static_cast<long>(o) + 1, line.begin() + static_cast<long>(c),
+                                  [](char ch) { return ch >= '0' && ch <= '9'; });
+            if (!py) break;
+            ++s.py_lines;
+            start = nl + 1;
+        }
+        sites_.push_back(std::move(s));
+        uint32_t i = static_cast<uint32_t>(sites_.size() - 1);
+        text_sites_.emplace(text, i);
+        return i;
+    }
+
+    static std::string short_device(const Device& d) {  // the analyzers' device names
+        if (d.kind == MSMS_DEV_CPU) return "cpu";
+        if (d.kind == MSMS_DEV_NPU || d.kind == MSMS_DEV_CUDA) return std::to_string(d.id < 0 ? 0 : d.id);
+        return "N/A";
+    }
+
+    // Each finding of the leaks analyzer on its device and site: the block
+    // its MALLOC's event id (or allocation id) names, else (host blocks
+    // reported per site) the finding's own stack on the device it names.
+    void resolve_leaks() {
+        std::unordered_map<uint64_t, std::pair<Device*, uint32_t>> by_aid;
+        bool want_aid = false;
+        for (const LeakRow& r : leak_rows_) want_aid |= r.allocation_id != 0 && r.event_id == 0;
+        if (want_aid)
+            for (auto& dp : devices_)
+                for (auto& [key, b] : dp->live)
+                    if (!(key >> 63)) by_aid[key] = {dp.get(), b.site};
+        std::unordered_map<uint64_t, const Gone*> gone_id, gone_aid;
+        for (const Gone& g : gone_) {
+            gone_id[g.id] = &g;
+            if (want_aid && g.allocation_id) gone_aid[g.allocation_id] = &g;
+        }
+        for (const LeakRow& r : leak_rows_) {
+            Device* dev = nullptr;
+            uint32_t site = 0;
+            bool found = false;
+            if (r.event_id) {
+                auto l = live_id_.find(r.event_id);
+                if (l != live_id_.end()) {
+                    auto b = l->second.first->live.find(l->second.second);
+                    if (b != l->second.first->live.end()) {
+                        dev = l->second.first;
+                        site = b->second.site;
+                        found = true;
+                    }
+                }
+                auto g = found ? gone_id.end() : gone_id.find(r.event_id);
+                if (g != gone_id.end()) {
+                    dev = g->second->dev;
+                    site = g->second->site;
+                    found = true;
+                }
+            } else if (r.allocation_id) {
+                auto a = by_aid.find(r.allocation_id);
+                if (a != by_aid.end()) {
+                    dev = a->second.first;
+                    site = a->second.second;
+                    found = true;
+                } else if (auto g = gone_aid.find(r.allocation_id); g != gone_aid.end()) {
+                    dev = g->second->dev;
+                    site = g->second->site;
+                    found = true;
+                }
+            }
+            if (!found) {
+                bool framework = r.pool == "PTA" || r.pool == "PTA_WORKSPACE" || r.pool == "ATB" || r.pool == "MINDSPORE";
+                for (auto& dp : devices_)
+                    if (dp->framework == framework && short_device(*dp) == r.device) {
+                        dev = dp.get();
+                        break;
+                    }
+                if (dev) site = text_site(r.stack, r.site, r.pool);
+            }
+            uint64_t blocks = r.count, bytes = r.size;
+            leak_total_.first += blocks;
+            leak_total_.second += bytes;
+            auto& k = leak_kinds_[r.kind.empty() ? std::string("leak") : r.kind];
+            k.first += blocks;
+            k.second += bytes;
+            if (!dev) {
+                unplaced_.first += blocks;
+                unplaced_.second += bytes;
+                continue;
+            }
+            LeakSum& sum = leaked_[dev];
+            sum.blocks += blocks;
+            sum.bytes += bytes;
+            auto& dk = sum.kinds[r.kind.empty() ? std::string("leak") : r.kind];
+            dk.first += blocks;
+            dk.second += bytes;
+            sum.site_bytes[site] += bytes;
+        }
+    }
+    void kinds_json(std::string& o, const std::map<std::string, std::pair<uint64_t, uint64_t>>& kinds) {
+        o += '{';
+        bool first = true;
+        for (auto& [k, v] : kinds) {
+            if (!first) o += ',';
+            first = false;
+            jstr(o, k);
+            o += ":[" + std::to_string(v.first) + ',' + std::to_string(v.second) + ']';
+        }
+        o += '}';
+    }
+
     struct Findings {
         std::vector<std::string> cols;
         std::vector<std::vector<std::string>> rows;
@@ -234,21 +438,22 @@ private:
         else if (ev.device_kind == MSMS_DEV_CPU) label += " host memory";
         else label += " device memory (driver)";
         devices_.back()->label = label;
+        devices_.back()->kind = ev.device_kind;
+        devices_.back()->id = ev.device_id;
+        devices_.back()->framework = framework;
         dev_index_.emplace(key, devices_.size() - 1);
         return *devices_.back();
     }
 
+    // A block's series: its owner as the decomposition names it (Attr
+    // `owner`, e.g. PTA@weight, PTA@ops@aten), else its pool type.
     uint16_t category(Device& d, const msms_event& ev) {
         std::string_view owner = msmemscope::attr(ev, "owner");
-        std::string name;
-        if (!owner.empty()) {
-            size_t a = owner.find('@');
-            size_t b = a == std::string_view::npos ? a : owner.find('@', a + 1);
-            name = std::string(owner.substr(0, b));
-        } else {
-            const char* t = msms_event_type_name(ev.type);
-            name = t ? t : "N/A";
-        }
+        if (!owner.empty()) return category(d, std::string(owner));
+        const char* t = msms_event_type_name(ev.type);
+        return category(d, std::string(t ? t : "N/A"));
+    }
+    uint16_t category(Device& d, std::string name) {
         auto it = d.cat_index.find(name);
         if (it != d.cat_index.end()) return it->second;
         if (d.cats.size() >= kMaxCategories) {
@@ -323,6 +528,7 @@ private:
         if (it == hd->live.end()) return;
         Block b = it->second;
         hd->live.erase(it);
+        live_id_.erase(b.id);
         release(*hd, b);
         sites_[b.site].count--;
         sites_[b.site].bytes -= b.size;
@@ -345,13 +551,15 @@ private:
             ++d.mallocs;
             uint16_t c = category(d, ev);
             uint32_t s = site(ev);
-            Block b{ev.size, ev.timestamp_ns, seq_, s, c};
+            Block b{ev.size, ev.timestamp_ns, seq_, ev.id, s, bounds_, c};
             auto key = ev.allocation_id ? ev.allocation_id : (ev.ptr | (1ull << 63));
             auto [it, inserted] = d.live.emplace(key, b);
             if (!inserted) {  // an id seen twice: replace the old state
                 release(d, it->second);
+                live_id_.erase(it->second.id);
                 it->second = b;
             }
+            if (ev.id) live_id_[ev.id] = {&d, key};
             d.cur[c] += static_cast<int64_t>(ev.size);
             d.total += static_cast<int64_t>(ev.size);
             sites_[s].count++;
@@ -378,9 +586,15 @@ private:
             if (it == d.live.end()) return;  // allocated before collection started (or taken by a framework block)
             Block b = it->second;
             d.live.erase(it);
+            live_id_.erase(b.id);
             release(d, b);
             if (b.seq <= d.peak_seq) d.freed_since_peak.push_back(b);
             life(d, b, ev.timestamp_ns);
+            // A leak finding may name a block freed later (a step leak freed
+            // at teardown, a HAL block freed after the third mark): kept
+            // when a step or mark boundary passed in its life.
+            if (ev.type != MSMS_T_HOST && bounds_ > b.bound)
+                gone_.push_back(Gone{b.id, key >> 63 ? 0 : key, b.site, &d});
         }
         note_peak(d, ev.timestamp_ns, seq_);
         sample(d, ev.timestamp_ns);
@@ -462,6 +676,14 @@ private:
         };
         for (auto& [id, b] : d.live) add(b);
         for (auto& b : d.freed_since_peak) add(b);
+        // bytes at the peak whose allocation has a stack: the page opens on
+        // the device with the most of them
+        uint64_t attributed = 0;
+        for (auto& [k, g] : groups) {
+            const std::string& t = sites_[k.first].text;
+            if (t.rfind("(no stack)", 0) != 0 && t != "(other sites)") attributed += g.first;
+        }
+        out += "\"attributed\":" + std::to_string(attributed) + ',';
         std::vector<std::pair<std::pair<uint32_t, uint16_t>, std::pair<uint64_t, uint64_t>>> v(groups.begin(), groups.end());
         std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
         out += "\"peak_blocks\":";
@@ -511,9 +733,14 @@ private:
         };
         for (auto& [k, b] : d.live) at_peak(b);
         for (auto& b : d.freed_since_peak) at_peak(b);
-        bool by_analyzer = !leak_ids_.empty();
-        for (auto& [k, b] : d.live)
-            if (!by_analyzer || (!(k >> 63) && leak_ids_.count(k))) m[b.site][2] += b.size;
+        bool by_analyzer = leaks_ran();
+        if (by_analyzer) {
+            auto l = leaked_.find(&d);
+            if (l != leaked_.end())
+                for (auto& [site, bytes] : l->second.site_bytes) m[site][2] += bytes;
+        } else {
+            for (auto& [k, b] : d.live) m[b.site][2] += b.size;
+        }
         std::vector<std::pair<uint32_t, std::array<uint64_t, 3>>> v(m.begin(), m.end());
         std::vector<bool> keep(v.size(), false);
         for (int measure = 0; measure < 3; ++measure) {
@@ -527,6 +754,14 @@ private:
         }
         o += "\"leaked_by\":";
         o += by_analyzer ? "\"leaks\"" : "\"end\"";
+        if (by_analyzer) {
+            auto l = leaked_.find(&d);
+            LeakSum none;
+            const LeakSum& ls = l == leaked_.end() ? none : l->second;
+            o += ",\"leak_blocks\":" + std::to_string(ls.blocks) + ",\"leak_bytes\":" + std::to_string(ls.bytes) +
+                 ",\"leak_kinds\":";
+            kinds_json(o, ls.kinds);
+        }
         o += ",\"flame\":[";
         bool first = true;
         std::array<uint64_t, 3> rest{0, 0, 0};
@@ -585,6 +820,7 @@ private:
     }
 
     std::string render_data() {
+        resolve_leaks();
         for (auto& dp : devices_) {
             Device& d = *dp;
             if (d.have_bucket) {
@@ -606,7 +842,13 @@ private:
             jstr(o, msms_event_kind_name(k));
             o += ':' + std::to_string(kinds_[k]);
         }
-        o += "},\"marks\":[";
+        o += "},\"leaks_ran\":";
+        o += leaks_ran() ? "true" : "false";
+        o += ",\"leak_total\":[" + std::to_string(leak_total_.first) + ',' + std::to_string(leak_total_.second) +
+             "],\"leak_unplaced\":[" + std::to_string(unplaced_.first) + ',' + std::to_string(unplaced_.second) +
+             "],\"leak_kinds\":";
+        kinds_json(o, leak_kinds_);
+        o += ",\"marks\":[";
         for (size_t i = 0; i < marks_.size(); ++i) {
             if (i) o += ',';
             o += "[" + std::to_string(marks_[i].first - std::min(marks_[i].first, base_)) + ",";
@@ -715,7 +957,15 @@ private:
     std::map<std::string, uint64_t> annotations_;
     std::vector<std::pair<uint64_t, std::string>> marks_;
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
-    std::unordered_set<uint64_t> leak_ids_;            // allocation ids the leaks analyzer reported
+    uint32_t bounds_ = 0;                              // step and mark events seen
+    bool leaks_ran_ = false;                           // the configuration lists the leaks analysis
+    std::vector<LeakRow> leak_rows_;                   // every finding of the leaks analyzer
+    std::unordered_map<uint64_t, std::pair<Device*, uint64_t>> live_id_;  // MALLOC event id -> live block
+    std::vector<Gone> gone_;
+    std::unordered_map<std::string, uint32_t> text_sites_;
+    std::unordered_map<const Device*, LeakSum> leaked_;
+    std::map<std::string, std::pair<uint64_t, uint64_t>> leak_kinds_;
+    std::pair<uint64_t, uint64_t> leak_total_{0, 0}, unplaced_{0, 0};
     std::unordered_map<uint32_t, uint32_t> site_out_;  // site -> index in the page
     std::vector<uint32_t> site_order_;
 };

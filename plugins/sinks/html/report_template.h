@@ -46,6 +46,12 @@ details summary { cursor:pointer; }
 .viewbar .note { margin:0 0 0 6px; }
 .viewbar select { font:12.5px system-ui,sans-serif; padding:2px 4px; }
 canvas.flame { height:200px; cursor:pointer; }
+td.stack { min-width:34em; }
+td.stack pre { white-space:pre; word-break:normal; overflow-x:auto; max-width:70em; }
+table[id^="table-finding-"] td { white-space:nowrap; }
+table[id^="table-finding-"] td.text { white-space:pre-line; min-width:22em; max-width:32em; overflow-wrap:anywhere; }
+table[id^="table-finding-"] td.lines { white-space:pre-line; }
+.viewbar label { font-size:12.5px; }
 .liveat h3 { margin-top:10px; }
 </style>
 </head>
@@ -85,14 +91,14 @@ canvas.flame { height:200px; cursor:pointer; }
     return ns + " ns";
   }
   function num(n) { return Number(n).toLocaleString("en-US"); }
-  function card(k, v) {
-    var c = el("div", { "class": "card" });
+  function card(k, v, id) {
+    var c = el("div", id ? { "class": "card", id: id } : { "class": "card" });
     c.appendChild(el("div", { "class": "k" }, k));
     c.appendChild(el("div", { "class": "v" }, v));
     document.getElementById("cards").appendChild(c);
   }
   function stackCell(text) {
-    var td = el("td");
+    var td = el("td", { "class": "stack" });
     var lines = String(text || "").split("\n");
     if (lines.length <= 4) { td.appendChild(el("pre", null, text)); return td; }
     var det = el("details"), sum = el("summary");
@@ -404,8 +410,10 @@ canvas.flame { height:200px; cursor:pointer; }
   card("events", num(D.events));
   card("duration", dur(Math.max(0, D.end_ns - D.start_ns)));
   D.devices.forEach(function (d) { card(d.label + " peak / final", human(d.peak) + " / " + human(d.final)); });
-  var leaks = D.findings.leaks;
-  card("leaks found", leaks ? num(leaks.total) : "\u2014");
+  // the leak analysis's own count: blocks (a row of host blocks reported
+  // by site counts its blocks), never rows
+  if (D.leaks_ran) card("leaked blocks (leaks analysis)", num(D.leak_total[0]) + " \u00b7 " + human(D.leak_total[1]), "card-leaks");
+  else card("leaks", "not analysed (--analysis=leaks)", "card-leaks");
 
   main.appendChild(el("h2", null, "Memory over time"));
   if (!D.devices.length) main.appendChild(el("p", { "class": "empty", id: "no-memory" }, "No allocations were recorded."));
@@ -503,10 +511,36 @@ canvas.flame { height:200px; cursor:pointer; }
   // ------------------------------------------------------------ flame graph
   // An icicle of call stacks (root on top, the outermost frame first): the
   // width of a frame is the bytes of the allocations made under it.
-  var MEASURES = [["peak", "Live at the peak", 2], ["leaked", "Leaked", 3], ["total", "Allocated in total", 1]];
-  var flame = { dev: 0, measure: "peak", root: null };
+  // "Leaked" is the leaks analysis's blocks; without it, what it is: the
+  // blocks live at the end.
+  var MEASURES = [["peak", "Live at the peak", 2], ["leaked", D.leaks_ran ? "Leaked (leaks analysis)" : "Live at the end", 3],
+                  ["total", "Allocated in total", 1]];
+  // The page opens on the device with the most memory that has a stack at its peak.
+  var flame = { dev: 0, measure: "peak", root: null, fold: true };
+  D.devices.forEach(function (d, i) { if ((d.attributed || 0) > (D.devices[flame.dev].attributed || 0)) flame.dev = i; });
+  // Frames that only pass the call on (nn.Module's __call__, decorators):
+  // folded into their caller unless the box is unticked.
+  var WRAPPERS = [/\/torch\/nn\/modules\/module\.py\(\d+\): (_call_impl|_wrapped_call_impl|__call__)$/,
+                  /\/torch\/(autograd\/grad_mode|utils\/_contextlib)\.py\(\d+\): decorate_context$/,
+                  /\/torch\/optim\/optimizer\.py\(\d+\): (wrapper|profile_hook_step)$/,
+                  /^<frozen importlib\._bootstrap>\(\d+\): _call_with_frames_removed$/];
+  function isWrapper(nm) { for (var i = 0; i < WRAPPERS.length; i++) if (WRAPPERS[i].test(nm)) return true; return false; }
+  // A frame's label: file names without their folders ("functional.py(3292): mse_loss");
+  // the full text is in the tooltip.
+  function shortFrame(nm) { return String(nm).replace(/(?:\/[^\s\/()]+)*\/([^\s\/()]+)/g, "$1"); }
+  var KINDS = { step: "outlived their step", exit: "still allocated at the end", mark: "not freed by the third mark" };
+  function leakNote(dev) {
+    if (!D.leaks_ran) return "The leaks analysis did not run (--analysis=leaks): these are the blocks live at the end of " +
+      "collection (at exit, or at stop() with the Python API), not necessarily leaks. ";
+    var k = dev.leak_kinds || {}, parts = Object.keys(k).map(function (n) {
+      return num(k[n][0]) + " " + (KINDS[n] || n) + " (" + human(k[n][1]) + ")";
+    });
+    return "The " + num(dev.leak_blocks || 0) + " blocks the leaks analysis reported on this device" +
+      (parts.length ? ": " + parts.join(", ") : "") + ". ";
+  }
   function flameTree(dev, col) {
     var root = { name: "all", value: 0, kids: {}, n: 0 };
+    flame.folded = 0;
     dev.flame.forEach(function (f) {
       var v = f[col];
       if (!v) return;
@@ -514,6 +548,7 @@ canvas.flame { height:200px; cursor:pointer; }
       root.value += v;
       for (var i = 0; i < p.length; i++) {
         var nm = frames[p[i]];
+        if (flame.fold && isWrapper(nm)) { flame.folded++; continue; }
         node = node.kids[nm] || (node.kids[nm] = { name: nm, value: 0, kids: {}, parent: node });
         node.value += v;
       }
@@ -530,6 +565,7 @@ canvas.flame { height:200px; cursor:pointer; }
     var fbar = el("div", { "class": "viewbar", id: "flame-bar" });
     var sel = el("select", { id: "flame-device" });
     D.devices.forEach(function (d, i) { var o = el("option", { value: String(i) }, d.label); sel.appendChild(o); });
+    sel.value = String(flame.dev);
     sel.addEventListener("change", function () { flame.dev = Number(sel.value); flame.root = null; drawFlame(); });
     fbar.appendChild(sel);
     MEASURES.forEach(function (m) {
@@ -537,6 +573,12 @@ canvas.flame { height:200px; cursor:pointer; }
       b.addEventListener("click", function () { flame.measure = m[0]; flame.root = null; drawFlame(); });
       fbar.appendChild(b);
     });
+    var flab = el("label", { title: "nn.Module.__call__/_call_impl, torch.no_grad and optimizer decorators" });
+    var fold = el("input", { type: "checkbox", id: "flame-fold", checked: "checked" });
+    fold.addEventListener("change", function () { flame.fold = fold.checked; flame.root = null; drawFlame(); });
+    flab.appendChild(fold);
+    flab.appendChild(document.createTextNode(" fold wrapper frames"));
+    fbar.appendChild(flab);
     var fnote = el("span", { "class": "note", id: "flame-note" });
     fbar.appendChild(fnote);
     main.appendChild(fbar);
@@ -575,7 +617,7 @@ canvas.flame { height:200px; cursor:pointer; }
         rects.push({ x: x, y: y, w: w, nd: nd });
         count++;
         if (w > 36) {
-          var label = nd.name + (nd === root ? " \u2014 " + human(nd.value) : "");
+          var label = (nd.name === "all" && !nd.parent ? nd.name : shortFrame(nd.name)) + (nd === root ? " \u2014 " + human(nd.value) : "");
           var fit = Math.floor((w - 6) / 6.6);
           g.fillStyle = "#1d232b";
           g.fillText(label.length > fit ? label.slice(0, Math.max(1, fit - 1)) + "\u2026" : label, x + 3, y + RH / 2);
@@ -585,15 +627,19 @@ canvas.flame { height:200px; cursor:pointer; }
         kids.forEach(function (kd) { var kw = w * kd.value / nd.value; draw(kd, cx, kw, d + 1); cx += kw; });
       }
       if (root.value > 0) draw(root, 0, W2, 1);
-      else { g.fillStyle = "#5f6b7a"; g.fillText("Nothing " + (m[0] === "leaked" ? "leaked" : "to show") + " on this device.", 8, 14); }
+      else {
+        g.fillStyle = "#5f6b7a";
+        g.fillText(m[0] !== "leaked" ? "Nothing to show on this device." : D.leaks_ran ?
+          "The leaks analysis reported no block on this device." : "No block was live at the end on this device.", 8, 14);
+      }
       fcanvas.setAttribute("data-measure", m[0]);
       fcanvas.setAttribute("data-device", dev.label);
       fcanvas.setAttribute("data-total", String(tree.value));
       fcanvas.setAttribute("data-root", root.name);
       fcanvas.setAttribute("data-nodes", String(count));
-      fnote.textContent = (m[0] === "leaked" ? (dev.leaked_by === "leaks" ? "Blocks the leaks analyzer reported. " :
-        "Blocks live at the end (the leaks analyzer did not run). ") : "") + human(tree.value) +
-        " in total. Click a frame to zoom into it, the top bar to zoom out.";
+      fcanvas.setAttribute("data-folded", String(flame.folded));
+      fnote.textContent = (m[0] === "leaked" ? leakNote(dev) : "") + human(tree.value) +
+        " in total. Click a frame to zoom into it, the top bar to zoom out; hover for the full path.";
     };
     fcanvas.addEventListener("click", function (ev) {
       var r = fcanvas.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
@@ -635,25 +681,59 @@ canvas.flame { height:200px; cursor:pointer; }
   ["leaks", "inefficient"].forEach(function (must) {
     if (names.indexOf(must) < 0) {
       main.appendChild(el("h2", null, must === "leaks" ? "Leaks" : "Inefficient memory"));
-      main.appendChild(el("p", { "class": "empty", id: "no-" + must }, "None reported (the " + must +
-        " analyzer found nothing or did not run: --analysis=" + must + ")."));
+      main.appendChild(el("p", { "class": "empty", id: "no-" + must }, must === "leaks" ? (D.leaks_ran ?
+        "The leaks analysis reported no leak." : "The leaks analysis did not run (--analysis=leaks).") :
+        "None reported (the " + must + " analyzer found nothing or did not run: --analysis=" + must + ")."));
     }
   });
+  // The leaks table in a few columns, the stack last and wide enough to read:
+  // where (device, pool), what (kind, step), blocks, bytes, address, the
+  // operator and the program's line (or the site), the stack.
+  function leakCols(f) {
+    function v(r, n) { var j = f.cols.indexOf(n); return j < 0 ? "" : r[j]; }
+    function join(parts, sep) { return parts.filter(function (x) { return x; }).join(sep); }
+    return [
+      { title: "Device", get: function (r) { return join([v(r, "device"), v(r, "pool")], " "); } },
+      { title: "Kind", get: function (r) {
+        var k = v(r, "kind"), st = v(r, "step"), l = v(r, "lasted_steps");
+        if (k === "exit") return "live at the end";
+        return join([k === "step" ? "" : k, st ? "step " + st : "", l ? "lasted " + l + " steps" : ""], ", ");
+      } },
+      { title: "Blocks", num: true, get: function (r) { return num(v(r, "count") || 1); } },
+      { title: "Bytes", num: true, get: function (r) { return human(Number(v(r, "size") || 0)); } },
+      { title: "Address", get: function (r) { return el("td", { "class": "lines" }, join([v(r, "ptr") || v(r, "addr"), v(r, "event_id") ? "event " + v(r, "event_id") :
+        v(r, "allocation_id") ? "allocation " + v(r, "allocation_id") : ""], "\n")); } },
+      { title: "Allocated by", get: function (r) {
+        return el("td", { "class": "text" }, join([v(r, "operator"), v(r, "python_site") ? "called from " + v(r, "python_site") : "",
+          v(r, "site"), v(r, "kernel") && !v(r, "lasted_steps") ? "kernel " + v(r, "kernel") : ""], "\n"));
+      } },
+      { title: "Stack", get: function (r) { return stackCell(v(r, "stack")); } }];
+  }
   names.forEach(function (name) {
     var f = D.findings[name];
     var title = name === "leaks" ? "Leaks" : name === "inefficient" ? "Inefficient memory" : "Findings: " + name;
-    main.appendChild(el("h2", null, title + " (" + num(f.total) + ")"));
+    if (name === "leaks")  // blocks and bytes as the analysis counts them; a row may be a site of many blocks
+      main.appendChild(el("h2", null, title + ": " + num(D.leak_total[0]) + " blocks, " + human(D.leak_total[1]) +
+        " (" + num(f.total) + " rows)"));
+    else main.appendChild(el("h2", null, title + " (" + num(f.total) + ")"));
     if (f.total > f.rows.length) main.appendChild(el("div", { "class": "note" }, "The first " + num(f.rows.length) + " rows."));
+    var used = f.cols.map(function (c, j) { return f.rows.some(function (r) { return r[j] !== ""; }); });
     var cols = f.cols.map(function (c, j) {
       var isNum = f.rows.length > 0 && f.rows.every(function (r) { return /^-?\d+$/.test(r[j]); });
       var isStack = /stack/i.test(c);
+      // long texts (operators, sites) wrap in a column of their own width; short ones never wrap
+      var isText = !isStack && f.rows.some(function (r) { return r[j].length > 24; });
       return { title: c, num: isNum && !/id$/.test(c), get: function (r) {
         if (isStack) return stackCell(r[j]);
+        if (isText) return el("td", { "class": "text" }, r[j]);
         if (isNum && (c === "size" || /bytes|size$/.test(c))) return human(Number(r[j]));
         return r[j];
       } };
     });
-    main.appendChild(table("table-finding-" + name.replace(/[^A-Za-z0-9_-]/g, "_"), cols, f.rows));
+    if (name === "leaks") cols = leakCols(f);
+    else cols = cols.filter(function (c, j) { return used[j]; });
+    var tbox = table("table-finding-" + name.replace(/[^A-Za-z0-9_-]/g, "_"), cols, f.rows);
+    main.appendChild(tbox);
   });
   // Test mode (#msms-test=CHART,FROM,TO with FROM/TO fractions of the plot
   // width): drags over that chart as a user would, clicks the middle of the
