@@ -154,8 +154,8 @@ _msms_api_env() {
     return 0
 }
 
-_msms_api_env "$@"
-_msms_rc=$?
+_msms_rc=0
+_msms_api_env "$@" || _msms_rc=$?
 unset -f _msms_real_dir _msms_strip _msms_is_lib _msms_under_lib _msms_has _msms_api_env
 unset _msms_self _msms_sourced _msms_p _msms_n _msms_l _msms_d _msms_bin _msms_lib _msms_added _msms_so _msms_f \
     _msms_removed _msms_new _msms_out _msms_rest _msms_e

@@ -246,3 +246,14 @@ def test_package_folder_reached_through_a_symlinked_parent(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [os.path.realpath(BUILD), "config ok"]
+
+
+def test_sourcing_under_set_eu():
+    # A strict calling shell (set -eu) is neither ended nor tripped by the script.
+    p = bash(f'set -eu; unset LD_PRELOAD LD_LIBRARY_PATH; source "{WRAPPER}" --load-api-env >/dev/null; '
+             f'source "{WRAPPER}" --unload-api-env >/dev/null; source "{WRAPPER}" --unload-api-env >/dev/null; '
+             f'source "{WRAPPER}" --bogus 2>/dev/null || echo "rc=$?"; {SHOW}')
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "rc=2"
+    v = values(p.stdout)
+    assert v["PRELOAD"] == "<unset>" and v["LIBS"] == "<unset>" and v["SET"] == "0"
