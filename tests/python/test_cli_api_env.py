@@ -10,10 +10,13 @@ beside it (bin/msmemscope.bin) unchanged.
 Item 6: the Python package finds its prefix (plugins, agent, host) through its
 own real folder, also when it is reached through a symlink."""
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
 import time
+
+import pytest
 
 from conftest import BUILD, TEST_BIN
 
@@ -257,3 +260,20 @@ def test_sourcing_under_set_eu():
     assert p.stdout.splitlines()[0] == "rc=2"
     v = values(p.stdout)
     assert v["PRELOAD"] == "<unset>" and v["LIBS"] == "<unset>" and v["SET"] == "0"
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (Debian: zsh); bash is tested above")
+def test_sourced_from_zsh(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "msmemscope").symlink_to(WRAPPER)
+    env = _env(PATH=f"{tmp_path}/bin:{os.environ['PATH']}", LD_PRELOAD="/opt/other/hook.so")
+    show = 'echo "PRELOAD=${LD_PRELOAD-<unset>}"; echo "LIBS=${LD_LIBRARY_PATH-<unset>}"'
+    p = subprocess.run(["zsh", "-f", "-c", f"cd /; source msmemscope --load-api-env >/dev/null; {show}; "
+                                           f"source msmemscope --unload-api-env >/dev/null; {show}"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [f"PRELOAD={':'.join(HOOKS)}:/opt/other/hook.so", f"LIBS={LIB}",
+                                     "PRELOAD=/opt/other/hook.so", "LIBS=<unset>"]
+    p = subprocess.run(["zsh", "-f", "-c", f'"{WRAPPER}" --load-api-env'], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "--load-api-env must be sourced (from bash or zsh)" in p.stderr
