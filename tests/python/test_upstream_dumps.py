@@ -345,3 +345,38 @@ def test_leaks_mark_rule_on_upstreams_dump_says_what_its_check_leaks_says(tmp_pa
         for line in (f"INFO: Starting to analyze data for device {dev}...",
                      f"ERROR: Device {dev} has fewer than 3 data points. Please re-collect the data points.")
     ], p.stdout
+
+
+# Two processes in one file, each numbering its rows from 1 (as upstream's
+# step_compare dumps): the mark rule finds a leak in each; the row of ID 2
+# exists in both processes, so which row the result is about is not known
+# and it is not written back; ID 3 is pid 100's alone.
+TWO_PROCESSES = """\
+ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,Call Stack(Python),Call Stack(C)
+1,MSTX,Mark,"m",10,100,100,0,N/A,,,
+2,MALLOC,HAL,N/A,20,100,100,0,4096,"{addr:4096,size:1048576,owner:,MID:7}",,
+3,MALLOC,HAL,N/A,25,100,100,0,12288,"{addr:12288,size:1048576,owner:,MID:7}",,
+4,MSTX,Mark,"m",30,100,100,0,N/A,,,
+5,MSTX,Mark,"m",40,100,100,0,N/A,,,
+1,MSTX,Mark,"m",11,200,200,1,N/A,,,
+2,MALLOC,HAL,N/A,21,200,200,1,8192,"{addr:8192,size:2097152,owner:,MID:7}",,
+4,MSTX,Mark,"m",31,200,200,1,N/A,,,
+5,MSTX,Mark,"m",41,200,200,1,N/A,,,
+"""
+
+
+def test_results_on_an_id_two_processes_share_are_not_written_back(tmp_path):
+    f = tmp_path / "memscope_dump_two.csv"
+    f.write_text(TWO_PROCESSES)
+    p = run_cli(["--analyze=leaks", f"--input={f}", "--plugin-option=leaks.mstx_info=m",
+                 f"--output={tmp_path / 'out'}"], tmp_path, check_rc=0)
+    for line in ("Direct Hal memory leak of 1.0 Mb(s) at 0x0000000000001000 in Index 2.",
+                 "Direct Hal memory leak of 1.0 Mb(s) at 0x0000000000003000 in Index 3.",
+                 "Direct Hal memory leak of 2.0 Mb(s) at 0x0000000000002000 in Index 2."):
+        assert line in p.stdout.splitlines(), p.stdout
+    assert (f"msmemscope: warning: 2 result(s) not written back into {f}: the ID of their row is also the ID "
+            "of another process's row in the file") in p.stderr, p.stderr
+    assert f"msmemscope: wrote 1 result(s) back into {f}" in p.stdout
+    expected = TWO_PROCESSES.replace("{addr:12288,size:1048576,owner:,MID:7}",
+                                     "{addr:12288,size:1048576,owner:,MID:7,leak:hal}")
+    assert f.read_text() == expected

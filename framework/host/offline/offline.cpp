@@ -59,13 +59,18 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
     pipeline.set_accounting(false);
     pipeline.start(run);
     // Which row each delivered event is (by its ID).
+    // Upstream's files can hold several processes, each numbering its rows
+    // from 1: an ID that names rows of more than one is not written back
+    // (which row the result is about is not known).
     std::unordered_map<uint64_t, size_t> row_of;
+    std::unordered_map<uint64_t, bool> shared_id;
     row_of.reserve(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
         Record r = rows[i].rec;
         r.ev.id = rows[i].file_id;
         pipeline.feed(r);
-        row_of.emplace(r.ev.id, i);
+        auto [it, added] = row_of.emplace(r.ev.id, i);
+        if (!added && rows[it->second].rec.ev.pid != r.ev.pid) shared_id[r.ev.id] = true;
     }
     pipeline.finish();
 
@@ -80,6 +85,7 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
 
     if (!side.empty()) {
         std::vector<AttrPatch> patches;
+        size_t ambiguous = 0;
         std::ifstream in(side);
         std::string line;
         while (std::getline(in, line)) {
@@ -89,12 +95,19 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
             if (!parse_uint(line.substr(0, t1), id)) continue;
             auto it = row_of.find(id);
             if (it == row_of.end()) continue;  // an event an analyzer emitted: not in the file
+            if (shared_id.count(id)) {
+                ++ambiguous;
+                continue;
+            }
             const DumpRow& row = rows[it->second];
             patches.push_back(AttrPatch{row.file_id, row.rec.ev.pid, line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
         }
         in.close();
         std::error_code ec;
         fs::remove(side, ec);
+        if (ambiguous)
+            std::cerr << "msmemscope: warning: " << ambiguous << " result(s) not written back into " << path
+                      << ": the ID of their row is also the ID of another process's row in the file\n";
         if (!patches.empty()) {
             if (!patch_dump(path, patches, err)) {
                 std::cerr << "msmemscope: error: " << err << "\n";
