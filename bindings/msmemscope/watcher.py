@@ -16,9 +16,12 @@ The host's ``watch`` analyzer writes ``device_cpu/watch_dump/`` and reports
 the operator that changed a watched tensor.
 
 The spec ``[start[:outN],]end[,full-content]``: after the start operator, its
-outputs (all, or output N) are watched until the end operator has run;
-without a start operator, the blocks given to ``watcher.watch()`` are
-checkpointed from then until the end operator. Operator names match with or
+outputs (all, or output N) are watched until the end operator has run, and
+again from the start operator's next call (every start->end window of the
+run); without a start operator, the blocks given to ``watcher.watch()`` are
+checkpointed from then until the end operator. Under the command line
+(``--watch``) the dispatch mode goes in when the PyTorch collector starts
+(``_torch.enable``): the script needs no call of its own. Operator names match with or
 without the overload (``aten::mul`` or ``aten::mul.Tensor``), or as upstream's
 dump names them (``torch._ops.aten.mul.Tensor``, ``torch._ops.aten.sum.default``); files use the
 full name with "::" written as "." (``aten.mul.Tensor_1-...``), numbered by
@@ -220,8 +223,12 @@ def _after(op: str, short: str, count: int, out) -> None:
         return
     _checkpoint(op, count, True)
     if spec is not None and _matches(op, short, spec["end"]) and (spec["active"] or spec["start"] is None):
+        # The window closes; with a start operator the next call of it opens
+        # the next one (every start->end window of the run, as upstream's
+        # MemoryWatch clears its target after the last operator). Without
+        # one, the blocks given to watch() were checkpointed until here.
         spec["active"] = False
-        spec["done"] = True
+        spec["done"] = spec["start"] is None
         spec["tensors"] = []
 
 
