@@ -323,7 +323,9 @@ class Session:
             return
         cfg = current_config()
         self.config = cfg
-        _paths.checked_host()  # as root: refused unless root's own (#29), before anything is created
+        # As root: refused unless root's own (#29), before anything is created.
+        _paths.checked_host()
+        _paths.checked(AGENT, "the msmemscope agent")
         out = cfg["output"]
         try:
             os.makedirs(out, exist_ok=True)
@@ -460,10 +462,18 @@ def session() -> Session:
     return _get_session()
 
 
+_step_on = False     # --step-on named the functions that end the steps
+
+
+def steps_from_step_on() -> None:
+    global _step_on
+    _step_on = True
+
+
 def auto_steps() -> bool:
-    """A plain script under the CLI (no API calls): each optimizer step ends
-    a step, as msmemscope.step() would."""
-    return _booted and not _api_used
+    """A plain script under the CLI (no API calls, no --step-on): each
+    optimizer step ends a step, as msmemscope.step() would."""
+    return _booted and not _api_used and not _step_on
 
 
 def boot() -> None:

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "util/file_trust.h"
+
 namespace msms_py {
 
 AgentApi g_agent{};
@@ -28,6 +30,10 @@ std::string load_agent(const std::string& path) {
     void* handle = RTLD_DEFAULT;
     std::string origin = "preloaded";
     if (!dlsym(RTLD_DEFAULT, "msms_agent_attach")) {
+        // As root, only an agent that passes the host's trust check (#29):
+        // the path comes from the package's prefix or MSMEMSCOPE_HOME.
+        if (std::string why = msms::untrusted_reason(path); !why.empty())
+            throw std::runtime_error("the msmemscope agent " + path + " is refused: " + why);
         handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
         if (!handle) throw std::runtime_error(std::string("cannot load the msmemscope agent: ") + dlerror());
         origin = path;

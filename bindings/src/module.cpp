@@ -163,6 +163,8 @@ int install_heap_hooks(const std::string& hook_library, const std::string& skip)
     if (g_hook_handle) return 0;
     // RTLD_LOCAL: the hooks must not become the process's malloc for symbol
     // lookups; only the GOT slots we patch call them.
+    if (std::string why = msms::untrusted_reason(hook_library); !why.empty())
+        throw std::runtime_error("the heap hook library " + hook_library + " is refused: " + why);
     void* h = dlopen(hook_library.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) throw std::runtime_error(std::string("cannot load ") + hook_library + ": " + dlerror());
     static const char* names[] = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",

@@ -175,3 +175,75 @@ def test_python_session_and_offline_refuse_another_users_host_binary(home, tmp_p
     assert p.stdout.splitlines() == [refusal, refusal]
     assert not marker.exists()
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []  # nothing created before the check
+
+
+def _planted_library(path, marker, tmp_path):
+    """A shared library whose constructor creates `marker`."""
+    src = tmp_path / "planted.c"
+    src.write_text(textwrap.dedent(f"""\
+        #include <stdio.h>
+        __attribute__((constructor)) static void planted(void) {{
+            FILE* f = fopen("{marker}", "w");
+            if (f) fclose(f);
+        }}
+    """))
+    path.unlink(missing_ok=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(path), str(src)], check=True, timeout=120)
+
+
+def test_python_session_refuses_another_users_agent(home, tmp_path):
+    # Host binary and plugins root's (the real ones), the agent another user's.
+    h, marker = home
+    shutil.copy2(BUILD / "lib" / "msmemscope" / "msmemscope-plugin-probe", h / "lib" / "msmemscope")
+    shutil.copy2(BUILD / "bin" / "msmemscope.bin", h / "bin" / "msmemscope.bin")
+    agent = h / "lib" / "msmemscope" / "libmsmemscope_agent.so"
+    _planted_library(agent, marker, tmp_path)
+    # positive control: the planted library does create the marker when loaded
+    ctl = tmp_path / "control.so"
+    _planted_library(ctl, tmp_path / "control_ran", tmp_path)
+    subprocess.run(["/usr/bin/python3", "-c", f"import ctypes; ctypes.CDLL('{ctl}')"], check=True, timeout=60)
+    assert (tmp_path / "control_ran").exists()
+    os.chown(agent, NOBODY, NOBODY)
+    p = _python(h, tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", output="out")
+        try:
+            msmemscope.start()
+        except RuntimeError as e:
+            print(e)
+        from msmemscope import _msmemscope as ext
+        try:
+            ext.load_agent(msmemscope._session.AGENT)  # the package's own native check, under it
+        except RuntimeError as e:
+            print(e)
+    """)
+    assert p.returncode == 0, p.stderr
+    why = f"not loaded as root: {agent} belongs to user id {NOBODY}, not root"
+    assert p.stdout.splitlines() == [f"msmemscope: the msmemscope agent {agent} is refused: {why}",
+                                     f"the msmemscope agent {agent} is refused: {why}"]
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_heap_hooks_of_another_user_are_not_loaded(tmp_path):
+    tmp = tmp_path.resolve()
+    marker = tmp / "planted_ran"
+    hook = tmp / "hooks" / "libmsms_host_heap_hook.so"
+    hook.parent.mkdir()
+    _planted_library(hook, marker, tmp)
+    os.chown(hook, NOBODY, NOBODY)
+    code = textwrap.dedent(f"""\
+        import msmemscope
+        from msmemscope import _msmemscope as ext
+        ext.load_agent(msmemscope._session.AGENT)
+        try:
+            ext.install_heap_hooks("{hook}", "_msmemscope")
+        except RuntimeError as e:
+            print(e)
+    """)
+    p = subprocess.run(["/usr/bin/python3", "-c", code], cwd=tmp, env=_env(PYTHONPATH=str(BUILD / "python")),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == (f"the heap hook library {hook} is refused: not loaded as root: {hook} belongs to user id "
+                        f"{NOBODY}, not root\n")
+    assert not marker.exists()
