@@ -380,3 +380,52 @@ def test_results_on_an_id_two_processes_share_are_not_written_back(tmp_path):
     expected = TWO_PROCESSES.replace("{addr:12288,size:1048576,owner:,MID:7}",
                                      "{addr:12288,size:1048576,owner:,MID:7,leak:hal}")
     assert f.read_text() == expected
+
+
+# Call stacks as upstream writes them: the C stack is backtrace_symbols()'s
+# lines inside double quotes it adds itself, the Python stack of a thread
+# without Python is "NA" (csrc/utility/call_stack.cpp, cpython.cpp). In CSV
+# the quotes are the field's; in its SQLite file they are part of the value.
+def stack_rows(size):
+    c = '"./app(alloc_weights+0x1a) [0x401a1a]\n./app(main+0x42) [0x401042]\n"'
+    return [
+        ["1", "MALLOC", "HAL", "N/A", "10", "7", "7", "0", "4096", "{addr:4096,size:%d,owner:,MID:7}" % size,
+         '"NA"', c],
+        ["2", "MALLOC", "HAL", "N/A", "20", "7", "7", "0", "8192", "{addr:8192,size:512,owner:,MID:7}", '"NA"', ""],
+    ]
+
+
+def write_upstream_csv(path, rows):
+    # upstream's CSV writer: fields as they are, the quoted ones carrying their quotes
+    header = "ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,Call Stack(Python),Call Stack(C)"
+    lines = [header] + [",".join(r[:9] + ['"%s"' % r[9]] + r[10:]) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_upstream_db(path, rows):
+    con = sqlite3.connect(path)
+    con.execute('CREATE TABLE memscope_dump ("ID" INTEGER, "Event" TEXT, "Event Type" TEXT, "Name" TEXT, '
+                '"Timestamp(ns)" INTEGER, "Process Id" INTEGER, "Thread Id" INTEGER, "Device Id" TEXT, '
+                '"Ptr" TEXT, "Attr" TEXT, "Call Stack(Python)" TEXT, "Call Stack(C)" TEXT)')
+    for r in rows:
+        r = list(r)
+        r[8] = "0x%016x" % int(r[8])
+        r[9] = upstream_json(r[9])
+        con.execute("INSERT INTO memscope_dump VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", r)
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("form", ["csv", "db"])
+def test_upstreams_call_stacks_name_the_sites(tmp_path, form):
+    # No operator or kernel rows: compared by allocation site, the first C
+    # frame; a row whose only stack is upstream's "NA" has none.
+    a, b = tmp_path / f"memscope_dump_a.{form}", tmp_path / f"memscope_dump_b.{form}"
+    write = write_upstream_csv if form == "csv" else write_upstream_db
+    write(a, stack_rows(1024))
+    write(b, stack_rows(4096))
+    run_cli(["--compare", f"--input={a},{b}", f"--output={tmp_path / 'out'}"], tmp_path, check_rc=0)
+    assert sorted(compare_rows(tmp_path / "out")) == [
+        "MALLOC,(no stack) HAL,0,512,512,0",
+        "MALLOC,./app(alloc_weights+0x1a) [0x401a1a],0,1024,4096,3072",
+    ]

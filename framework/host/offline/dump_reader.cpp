@@ -155,7 +155,9 @@ bool make_row(const std::vector<std::string>& f, DumpRow& row, std::string& what
                 break;
             }
     }
-    r.py_stack = f[10];
+    // Upstream writes "NA" for the Python stack of a thread without Python
+    // (csrc/utility/cpython.cpp): no stack.
+    r.py_stack = trim(f[10]) == "NA" ? std::string() : f[10];
     r.c_stack = f[11];
     return true;
 }
@@ -289,11 +291,15 @@ bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::stri
             }
             fields[i] = t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(len)) : "";
         }
-        // Upstream's DB writer stores an MSTX name inside the double quotes
-        // its CSV writer puts round it ("step start"): the name is what is
-        // inside, as in its CSV.
-        if (trim(fields[1]) == "MSTX" && fields[3].size() >= 2 && fields[3].front() == '"' && fields[3].back() == '"')
-            fields[3] = fields[3].substr(1, fields[3].size() - 2);
+        // Upstream's DB writer stores an MSTX name and the call stacks inside
+        // the double quotes its CSV writer relies on ("step start"): the
+        // value is what is inside, as in its CSV.
+        auto unwrap = [](std::string& v) {
+            if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+        };
+        if (trim(fields[1]) == "MSTX") unwrap(fields[3]);
+        unwrap(fields[10]);
+        unwrap(fields[11]);
         DumpRow row;
         row.line = n;
         std::string what;
