@@ -665,7 +665,7 @@ private:
     // every leaked block, each "Direct ..." line followed by where the block
     // was allocated, then every site. Written to a fresh temporary in the
     // folder (O_EXCL|O_NOFOLLOW, under the directory descriptor taken in
-    // begin()) and renamed over the name, so nothing but our own file is
+    // begin()) and linked to a free name, so nothing but our own file is
     // ever written. `path` receives the name to print.
     bool write_full_list(std::string& path, std::string& why) {
         if (dir_fd_ < 0) {
@@ -729,12 +729,19 @@ private:
             ok = false;
             err = errno;
         }
-        if (ok && renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) != 0) {
-            ok = false;
-            err = errno;
+        // Published under a name nothing has yet (a hard link fails where
+        // the name exists: no file is ever replaced, e.g. when --analyze
+        // writes into a folder of the user's, or a re-run into the same one).
+        for (int i = 1; ok; ++i) {
+            if (i > 1) name = "leaks_" + ts_ + "_" + std::to_string(i) + ".txt";
+            if (linkat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str(), 0) == 0) break;
+            if (errno != EEXIST || i >= 100) {
+                ok = false;
+                err = errno;
+            }
         }
+        unlinkat(dir_fd_, tmp.c_str(), 0);
         if (!ok) {
-            unlinkat(dir_fd_, tmp.c_str(), 0);
             why = "the full list was not written: " + out_dir_ + "/" + name + ": " + std::strerror(err ? err : EIO);
             return false;
         }

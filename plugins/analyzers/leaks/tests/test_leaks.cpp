@@ -493,10 +493,10 @@ TEST_CASE("a leak of a thousand blocks: 20 upstream lines, '... N more in FILE',
     CHECK(rmdir(dir.c_str()) == 0);
 }
 
-TEST_CASE("the full list replaces our own earlier file (a re-run) and never follows a link") {
+TEST_CASE("the full list never replaces a file (takes the next free name) and never follows a link") {
     std::string dir = temp_dir();
     const std::string file = dir + "/leaks_20260102030405.txt";
-    // an earlier run's file: replaced
+    // a file of that name already there (the user's, or an earlier run's): kept
     FILE* f = fopen(file.c_str(), "w");
     REQUIRE(f);
     fputs("old\n", f);
@@ -507,8 +507,11 @@ TEST_CASE("the full list replaces our own earlier file (a re-run) and never foll
         REQUIRE(h.begin(dir, "20260102030405") == MSMS_OK);
         feed_big_leak(h, 4, 3, 1);  // steps 2, 3: 8 blocks
         REQUIRE(h.finish() == MSMS_OK);
-        CHECK(has_line(h.reports, "... 3 more in " + file));
-        CHECK(count_prefix(read_lines(file), "Direct ") == 8);
+        const std::string second = dir + "/leaks_20260102030405_2.txt";
+        CHECK(has_line(h.reports, "... 3 more in " + second));
+        CHECK(count_prefix(read_lines(second), "Direct ") == 8);
+        CHECK(read_lines(file) == std::vector<std::string>{"old"});
+        unlink(second.c_str());
     }
     unlink(file.c_str());
     // the run folder given as a link to another folder: not opened, the console says so
