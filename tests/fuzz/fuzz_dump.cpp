@@ -98,12 +98,18 @@ TEST_CASE("dump CSV reader: a negative size is read as upstream reads it (int64)
     std::vector<DumpRow> rows;
     std::string err;
     fuzz::write_file(path, std::string(kHeader) +
-                               "1,FREE,PTA,N/A,5,7,7,0,20616939174400,\"{addr:20616939174400,size:-512,owner:}\",,\n");
+                               "1,FREE,PTA,N/A,5,7,7,0,20616939174400,\"{addr:20616939174400,size:-512,owner:}\",,\n"
+                               "2,SYSTEM,acl init,N/A,6,7,7,N/A,N/A,,,\n"
+                               "3,SYSTEM,acl finalize,N/A,7,7,7,N/A,N/A,,\"NA\",\n");
     REQUIRE(read_dump_csv(path, rows, err));
-    REQUIRE(rows.size() == 1);
+    REQUIRE(rows.size() == 3);
     CHECK(rows[0].attr_size == -512);
     CHECK(rows[0].rec.ev.size == 512);
     CHECK(rows[0].rec.ev.ptr == 20616939174400ull);
+    // its spellings before 2025-04-29, and its "no Python stack"
+    CHECK(rows[1].rec.ev.type == MSMS_T_ACL_INIT);
+    CHECK(rows[2].rec.ev.type == MSMS_T_ACL_FINI);
+    CHECK(rows[2].rec.py_stack.empty());
 }
 
 TEST_CASE("dump DB reader: random values and damaged files (fixed seed)") {

@@ -80,6 +80,8 @@ uint16_t kind_of(const std::string& s, bool& ok) {
 
 uint16_t type_of(const std::string& s) {
     if (s == "PTA_CACHING") return MSMS_T_PTA;  // older upstream spelling
+    if (s == "acl init") return MSMS_T_ACL_INIT;  // upstream's builds before 2025-04-29
+    if (s == "acl finalize") return MSMS_T_ACL_FINI;
     for (uint16_t t = 1; t < MSMS_T_TYPE_LIMIT; ++t)
         if (const char* n = msms_event_type_name(t); n && s == n) return t;
     return MSMS_T_NONE;
