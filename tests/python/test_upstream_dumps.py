@@ -429,3 +429,32 @@ def test_upstreams_call_stacks_name_the_sites(tmp_path, form):
         "MALLOC,(no stack) HAL,0,512,512,0",
         "MALLOC,./app(alloc_weights+0x1a) [0x401a1a],0,1024,4096,3072",
     ]
+
+
+def test_python_api_reads_upstreams_dump_as_upstreams_python_does(tmp_path):
+    # msmemscope.analyzer.check_leaks / check_inefficient (upstream's offline
+    # API) on the step_compare dump: check_leaks prints what upstream's prints
+    # on it (run once against upstream's python/msmemscope/analyzer/leaks.py),
+    # devices in the order they first appear, `host` as the file spells it.
+    import os
+    import subprocess
+    import sys
+    from conftest import BUILD
+    (f,) = copy_fixtures(tmp_path, BASE)
+    mark = "[mstx]: mstxMarkA :------training start----- "
+    script = ("import sys\nfrom msmemscope.analyzer import check_leaks, check_inefficient\n"
+              "check_leaks(sys.argv[1], sys.argv[2], 0)\nprint('--')\ncheck_inefficient(sys.argv[1])\n")
+    env = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    env.pop("LD_PRELOAD", None)
+    p = subprocess.run(["/usr/bin/python3", "-c", script, str(f), mark], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    leaks_part, ineff_part = p.stdout.split("--\n")
+    assert leaks_part.splitlines() == [
+        line
+        for dev in ("0", "host", "1")
+        for line in (f"INFO: Starting to analyze data for device {dev}...",
+                     f"ERROR: Device {dev} has fewer than 3 data points. Please re-collect the data points.")
+    ], p.stdout
+    assert "INFO: CSV file read successfully" in ineff_part.splitlines(), p.stdout + p.stderr
+    assert "ERROR" not in ineff_part, p.stdout + p.stderr
