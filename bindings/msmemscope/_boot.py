@@ -167,6 +167,20 @@ def _torch_imported_now() -> None:
         _warn("the PyTorch collector did not start", e)
 
 
+def _step_on(session) -> None:
+    """--step-on=module:function: those functions' returns end the steps
+    (msmemscope/_step_on.py), instead of the optimizer's."""
+    from . import _step_on as step_on
+
+    def mark() -> None:
+        from . import _cuda
+        _cuda.flush()  # the caching allocator's blocks of this step before its mark
+        session._ext.step()
+
+    if step_on.install(session._ext.option("step_on"), mark):
+        session.steps_from_step_on()
+
+
 def _start() -> None:
     if not os.environ.get("MSMEMSCOPE_SESSION"):
         return
@@ -183,6 +197,10 @@ def _start() -> None:
         _import_scopes(_session._ext)
     except Exception as e:
         _warn("the import scopes were not installed (every import-time allocation is recorded)", e)
+    try:
+        _step_on(_session)
+    except Exception as e:
+        _warn("--step-on was not installed (steps come from optimizer steps)", e)
     if "torch" in sys.modules:
         _torch_imported()
     else:

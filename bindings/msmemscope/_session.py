@@ -462,10 +462,18 @@ def session() -> Session:
     return _get_session()
 
 
+_step_on = False     # --step-on named the functions that end the steps
+
+
+def steps_from_step_on() -> None:
+    global _step_on
+    _step_on = True
+
+
 def auto_steps() -> bool:
-    """A plain script under the CLI (no API calls): each optimizer step ends
-    a step, as msmemscope.step() would."""
-    return _booted and not _api_used
+    """A plain script under the CLI (no API calls, no --step-on): each
+    optimizer step ends a step, as msmemscope.step() would."""
+    return _booted and not _api_used and not _step_on
 
 
 def boot() -> None:

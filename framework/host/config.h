@@ -41,6 +41,8 @@ struct WatchSpec {
 
 struct Config {
     std::vector<long long> steps;
+    // --step-on: "module:qualname" each (validate.cpp normalises module.function).
+    std::vector<std::string> step_on;
     std::vector<std::string> devices{"npu"};
     bool devices_given = false;      // --device (or YAML/Python device) was set
     int level = 0;                   // 0 op, 1 kernel (1 whenever kernel is among the levels)

@@ -49,6 +49,7 @@ std::string Config::agent_options() const {
     for (auto n : steps) st.push_back(std::to_string(n));
     s += ";steps=" + join(st, ",");
     if (watch) s += ";watch=" + watch->text;
+    if (!step_on.empty()) s += ";step_on=" + join(step_on, ",");
     s += ";collectors=" + join(collectors, ",");
     // A capture the host releases as it reads (not --save-capture): at most
     // this many chunks unreleased before the program waits for the host
@@ -69,6 +70,7 @@ std::string Config::to_json() const {
     Json st = Json::array();
     for (auto n : steps) st.push(Json(static_cast<int64_t>(n)));
     j.set("steps", st);
+    if (!step_on.empty()) j.set("step_on", Json::from_list(step_on));
     j.set("device", Json::from_list(devices));
     std::vector<std::string> lv;
     if (levels & 1u) lv.push_back("op");

@@ -23,6 +23,10 @@ const std::vector<OptionDef>& options() {
          "alloc/free (and what the analyses need) are collected whenever any of them is"},
         {"steps", 0, true, nullptr, kCollection, true, "<STEP>",
          "step ids to collect, at most 5, each 1..4294967295, e.g. --steps=1,2,3 [default: all steps]"},
+        {"step-on", 0, true, nullptr, kCollection, false, "<FUNC>",
+         "Python functions whose every return ends a step, for programs that never call optimizer.step() or "
+         "msmemscope.step() (an inference loop): module:function or module:Class.method (module.function also), "
+         "several comma-separated, e.g. --step-on=__main__:generate_token [default: optimizer steps]"},
         {"call-stack", 0, true, nullptr, kCollection, true, "<TYPE>[:<DEPTH>]",
          "python, c, each with an optional :depth 0..1000 (default 50), e.g. c:20,python:10"},
         {"collect-mode", 0, true, nullptr, kCollection, true, "<MODE>",

@@ -66,6 +66,41 @@ std::string parse_watch(const std::string& value, WatchSpec& w) {
     return "";
 }
 
+// A dotted Python name: identifiers (ASCII) joined by single dots.
+bool dotted_name(const std::string& s) {
+    if (s.empty() || s.size() > 256) return false;
+    bool start = true;
+    for (char c : s) {
+        if (c == '.') {
+            if (start) return false;
+            start = true;
+        } else if (isalpha(static_cast<unsigned char>(c)) || c == '_' || (!start && isdigit(static_cast<unsigned char>(c)))) {
+            start = false;
+        } else {
+            return false;
+        }
+    }
+    return !start;
+}
+
+// --step-on: "module:qualname", or "module.function" (split at the last dot).
+bool parse_step_on(const std::string& s, std::string& norm) {
+    size_t colon = s.find(':');
+    std::string module, qual;
+    if (colon != std::string::npos) {
+        module = s.substr(0, colon);
+        qual = s.substr(colon + 1);
+    } else {
+        size_t dot = s.rfind('.');
+        if (dot == std::string::npos) return false;
+        module = s.substr(0, dot);
+        qual = s.substr(dot + 1);
+    }
+    if (!dotted_name(module) || !dotted_name(qual)) return false;
+    norm = module + ":" + qual;
+    return true;
+}
+
 bool valid_output_char(const std::string& s, size_t& i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
@@ -162,6 +197,17 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
                 cfg.steps.push_back(static_cast<long long>(n));
         }
         if (items.size() > 5) errors.push_back(v->origin + ": at most 5 steps, got " + std::to_string(items.size()));
+    }
+    if (auto v = get("step-on")) {
+        cfg.step_on.clear();
+        auto items = split_list(v->value);
+        const char* allowed = "module:function or module:Class.method, e.g. --step-on=__main__:generate_token";
+        if (items.empty()) errors.push_back(v->origin + ": empty value (allowed: " + allowed + ")");
+        for (auto& s : items) {
+            std::string norm;
+            if (!parse_step_on(s, norm)) errors.push_back(bad_value(v->origin, s, allowed));
+            else cfg.step_on.push_back(norm);
+        }
     }
     if (auto v = get("device")) {
         cfg.devices_given = true;
