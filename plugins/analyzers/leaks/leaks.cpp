@@ -567,7 +567,8 @@ private:
         }
         // The full list first, so that the console can name it.
         std::string file, file_error;
-        if (cut && !write_full_list(file, file_error)) host_.error("leaks: " + file_error);
+        if (cut && !write_full_list(file, file_error))
+            host_.error("leaks: the full list of leaked blocks was not written: " + file_error);
         for (auto& [dk, d] : devices_) {
             if (d.leaks.empty()) continue;
             host_.report("====== ERROR: Detected memory leaks on device " + dev_name(dk) + " ======");
@@ -594,8 +595,9 @@ private:
                          {"python_site", py_site}, {"stack", stacks_.text(l.stack)}});
             }
             if (count > max_lines_)
-                host_.report("... " + std::to_string(count - max_lines_) + " more in " +
-                             (file.empty() ? "(no file: " + file_error + ")" : file));
+                host_.report("... " + std::to_string(count - max_lines_) +
+                             (file.empty() ? " more (the full list was not written: " + file_error + ")"
+                                           : " more in " + file));
             std::ostringstream os;  // upstream streams the sum with the default precision (6 digits)
             os << "====== SUMMARY: " << bytes / (1024.0L * 1024.0L) << " Mb(s) leaked in " << count
                << " allocation(s) ======";
@@ -669,14 +671,14 @@ private:
     // ever written. `path` receives the name to print.
     bool write_full_list(std::string& path, std::string& why) {
         if (dir_fd_ < 0) {
-            why = "the full list was not written: cannot open the run folder " + out_dir_ + ": " + dir_error_;
+            why = "cannot open the run folder " + out_dir_ + ": " + dir_error_;
             return false;
         }
         std::string name = "leaks_" + ts_ + ".txt";
         std::string tmp = "." + name + ".tmp." + std::to_string(getpid());
         int fd = openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) {
-            why = "the full list was not written: " + out_dir_ + "/" + tmp + ": " + std::strerror(errno);
+            why = out_dir_ + "/" + tmp + ": " + std::strerror(errno);
             return false;
         }
         std::string text;
@@ -742,7 +744,7 @@ private:
         }
         unlinkat(dir_fd_, tmp.c_str(), 0);
         if (!ok) {
-            why = "the full list was not written: " + out_dir_ + "/" + name + ": " + std::strerror(err ? err : EIO);
+            why = out_dir_ + "/" + name + ": " + std::strerror(err ? err : EIO);
             return false;
         }
         path = out_dir_ + "/" + name;
