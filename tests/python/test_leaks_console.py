@@ -145,3 +145,39 @@ def test_step_warnings_are_one_line_per_step(run):
         assert l.startswith("[msmemscope] warning: leaks: [device cpu][step ")
     # nothing else from the leak check per block
     assert not [l for l in err if "ptr: 0x" in l]
+
+
+def _dump_with_step_leaks(path, steps=11, per_step=5):
+    """An upstream-format dump whose every PTA block is kept: steps 2..10 leak."""
+    header = ("ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,"
+              "Call Stack(Python),Call Stack(C)")
+    rows, i, ts, used, ptr = [header], 0, 1000, 0, 0x100000
+    for step in range(1, steps + 1):
+        for _ in range(per_step):
+            i += 1; ts += 10; used += 1024; ptr += 0x1000
+            rows.append(f'{i},MALLOC,PTA,N/A,{ts},100,200,0,0x{ptr:016x},'
+                        f'"{{allocation_id:{i},addr:0x{ptr:x},size:1024,used:{used}}}",,')
+        i += 1; ts += 10
+        rows.append(f"{i},SYSTEM,STEP,{step},{ts},100,200,N/A,N/A,{{}},,")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_offline_analysis_writes_the_full_list_into_the_output_folder(tmp_path):
+    f = _dump_with_step_leaks(tmp_path / "memscope_dump_1.csv")
+    (tmp_path / "res").mkdir()
+    p = run_cli(["--analyze=leaks", f"--input={f}", "--output=res"], tmp_path, check_rc=0)
+    lines = p.stdout.splitlines()
+    [more] = [l for l in lines if l.startswith("... ")]
+    m = re.fullmatch(r"\.\.\. 25 more in res/(leaks_\d{14}\.txt)", more)
+    assert m, more
+    assert lines[lines.index(more) + 1] == "====== SUMMARY: 0.0439453 Mb(s) leaked in 45 allocation(s) ======"
+    text = (tmp_path / "res" / m[1]).read_text().splitlines()
+    assert len([l for l in text if l.startswith("Direct ")]) == 45
+    assert [x.name for x in (tmp_path / "res").iterdir()] == [m[1]]
+    # without a folder to write into, the console says so and the run's numbers stay
+    p = run_cli(["--analyze=leaks", f"--input={f}"], tmp_path, check_rc=0)
+    assert ("... 25 more (the full list was not written: cannot open the run folder memscopeDumpResults: "
+            "No such file or directory)") in p.stdout.splitlines()
+    assert "====== SUMMARY: 0.0439453 Mb(s) leaked in 45 allocation(s) ======" in p.stdout
+    assert not (tmp_path / "memscopeDumpResults").exists()
