@@ -284,7 +284,7 @@ private:
     uint32_t text_site(const std::string& stack, const std::string& where, const std::string& pool) {
         std::string text = stack;
         while (!text.empty() && text.back() == '\n') text.pop_back();
-        if (text.empty()) text = "(no stack) " + (where.empty() ? pool : where);
+        if (text.empty()) text = "(no stack) " + (where.empty() ? pool.empty() ? std::string("(a block not in this capture)") : pool : where);
         auto it = text_sites_.find(text);
         if (it != text_sites_.end()) return it->second;
         Site s;
@@ -820,6 +820,7 @@ private:
     }
 
     std::string render_data() {
+        size_t real_sites = sites_.size();  // the sites table lists allocations, not the leak rows' own stacks
         resolve_leaks();
         for (auto& dp : devices_) {
             Device& d = *dp;
@@ -890,7 +891,7 @@ private:
             o += '}';
         }
         o += "],\"sites\":[";
-        std::vector<uint32_t> order(sites_.size());
+        std::vector<uint32_t> order(real_sites);
         for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
         size_t top = std::min(order.size(), kTopRows);
         std::partial_sort(order.begin(), order.begin() + static_cast<long>(top), order.end(),
@@ -904,7 +905,7 @@ private:
             jstr(o, s.text);
             o += '}';
         }
-        o += "],\"site_count\":" + std::to_string(sites_.size()) + ",";
+        o += "],\"site_count\":" + std::to_string(real_sites) + ",";
         site_paths(o);
         o += ",\"findings\":{";
         first = true;
