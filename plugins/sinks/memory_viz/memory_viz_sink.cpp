@@ -128,7 +128,8 @@ public:
     static const msms_option_spec* options(uint32_t& n) {
         static const msms_option_spec specs[] = {
             {"max_trace_entries", MSMS_OPT_INT, "1000000", nullptr, 0, 1000000000,
-             "trace entries kept per device, the most recent ones (PyTorch's trace_alloc_max_entries)"},
+             "trace entries kept per device, the most recent ones (PyTorch's trace_alloc_max_entries); when those "
+             "after the last step's end would fill more than half, half before it and half after"},
         };
         n = 1;
         return specs;
