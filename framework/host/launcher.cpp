@@ -168,6 +168,7 @@ pid_t launch(const LaunchSpec& spec, std::string& error) {
         close(pipefd[0]);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        if (spec.child_mask) sigprocmask(SIG_SETMASK, spec.child_mask, nullptr);
         host_process_restore_for_child();  // SIGXFSZ and the umask as the user had them
         // Tell the agent which process is the root (for --follow-fork=false).
         char root[64];

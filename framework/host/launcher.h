@@ -2,6 +2,7 @@
 // preloaded and the session's environment.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <string>
@@ -13,6 +14,9 @@ struct LaunchSpec {
     std::vector<std::string> argv;
     std::vector<std::string> preload;  // absolute paths, agent first
     std::vector<std::pair<std::string, std::string>> env;
+    // The signal mask the program starts with (the caller may block signals
+    // around the launch); nullptr: the caller's mask.
+    const sigset_t* child_mask = nullptr;
 };
 
 // Finds argv[0] like execvp would; "" + error when missing or not executable.

@@ -27,10 +27,22 @@ namespace fs = std::filesystem;
 namespace msms {
 namespace {
 
+// The program's pid while it runs; 0 once it has ended (cleared before it is
+// reaped, so a signal is never sent to a pid that may have been reused).
 volatile sig_atomic_t g_forward_pid = 0;
 
-void forward_signal(int sig) {
-    if (g_forward_pid > 0) kill(static_cast<pid_t>(g_forward_pid), sig);
+// SIGINT, SIGTERM and SIGHUP to the CLI (DESIGN §9): while the program runs
+// they are forwarded to it (a SIGINT typed at the terminal reached the
+// program's process group already: not sent twice); once it has ended, the
+// tool stops writing and says what is incomplete (supervisor::abandon).
+void on_stop_signal(int sig, siginfo_t* info, void*) {
+    pid_t pid = static_cast<pid_t>(g_forward_pid);
+    if (pid > 0) {
+        if (sig == SIGINT && info && info->si_code == SI_KERNEL) return;
+        kill(pid, sig);
+        return;
+    }
+    supervisor::abandon(sig);
 }
 
 std::string human(int64_t bytes) {
@@ -346,46 +358,66 @@ int Session::run_program() {
                 {"MSMEMSCOPE_WATCH_TOKEN", watch_token},
                 {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options()},
                 {"MSMEMSCOPE_HOME", fs::path(Registry::agent_dir()).parent_path().parent_path().string()}};
-    struct sigaction ign{}, old_int{}, old_term{};
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGINT, &ign, &old_int);  // Ctrl-C reaches the program; we keep draining
+    // Blocked until the program's pid is known to the handler.
+    sigset_t stop_set, old_mask;
+    sigemptyset(&stop_set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_set, sig);
+    pthread_sigmask(SIG_BLOCK, &stop_set, &old_mask);
+    struct sigaction on_stop{}, old_int{}, old_term{}, old_hup{};
+    on_stop.sa_sigaction = on_stop_signal;
+    on_stop.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&on_stop.sa_mask);
+    sigaction(SIGINT, &on_stop, &old_int);
+    sigaction(SIGTERM, &on_stop, &old_term);
+    sigaction(SIGHUP, &on_stop, &old_hup);
+    auto restore = [&] {
+        g_forward_pid = 0;
+        sigaction(SIGINT, &old_int, nullptr);
+        sigaction(SIGTERM, &old_term, nullptr);
+        sigaction(SIGHUP, &old_hup, nullptr);
+        pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    };
+    spec.child_mask = &old_mask;  // the program starts with the caller's mask
     pid_t pid = launch(spec, err);
     if (pid < 0) {
-        sigaction(SIGINT, &old_int, nullptr);
+        restore();
         std::cerr << "msmemscope: error: " << err << "\n";
         return 2;
     }
     root_pid_ = pid;
+    g_forward_pid = pid;
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     publish_watch_staging(dir_, watch_token);  // after the launch: not in the program's environment
     yield_to_target();
-    g_forward_pid = pid;
-    struct sigaction fwd{};
-    fwd.sa_handler = forward_signal;
-    sigaction(SIGTERM, &fwd, &old_term);
-    sigaction(SIGHUP, &fwd, nullptr);
 
     int root_code = 0;
-    bool children_left = true;
-    while (children_left) {
+    for (;;) {
+        // Which child ended, without reaping it yet: the program's pid stops
+        // being a forwarding target before it can be reused.
+        siginfo_t si{};
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0) {
+            if (errno == EINTR) continue;
+            break;  // ECHILD: every child has been reaped
+        }
+        if (si.si_pid == 0) {
+            scan();
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            continue;
+        }
+        if (si.si_pid == root_pid_) g_forward_pid = 0;
         int st = 0;
-        pid_t w = waitpid(-1, &st, WNOHANG);
+        pid_t w = waitpid(si.si_pid, &st, WNOHANG);
         if (w == root_pid_) {
             root_code = exit_code_of(st);
             root_status_ = describe_status(st);
-        } else if (w > 0 && supervisor::reaped(w, st)) {
-            // a pipeline worker (supervisor.h): its supervisor has the status now
-        } else if (w < 0 && errno == ECHILD) {
-            children_left = false;
-        } else if (w == 0) {
-            scan();
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        } else if (w > 0) {
+            supervisor::reaped(w, st);  // a pipeline worker (supervisor.h): its supervisor has the status now
         }
+        // w <= 0: a worker's supervisor thread reaped it first (wait_worker)
     }
     scan();  // captures created just before the last exit
     join_all();
-    g_forward_pid = 0;
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
+    restore();
     return root_code;
 }
 

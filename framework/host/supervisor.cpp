@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,7 +62,38 @@ std::mutex g_reap_mu;
 std::condition_variable g_reap_cv;
 std::set<pid_t> g_workers;
 std::map<pid_t, int> g_reaped;
+// The workers alive, for abandon() in a signal handler: a fixed table of
+// atomics (no lock, no allocation there).
+constexpr size_t kMaxLive = 1024;
+std::atomic<pid_t> g_live[kMaxLive];
+std::atomic<int> g_abandon_sig{0};
+
+void live_add(pid_t pid) {
+    for (auto& slot : g_live) {
+        pid_t empty = 0;
+        if (slot.compare_exchange_strong(empty, pid)) break;
+    }
+    // abandon() may have run between the fork and the line above.
+    if (g_abandon_sig.load()) kill(pid, SIGKILL);
+}
+
+void live_remove(pid_t pid) {
+    for (auto& slot : g_live) {
+        pid_t p = pid;
+        if (slot.compare_exchange_strong(p, 0)) break;
+    }
+}
 }  // namespace
+
+void abandon(int sig) noexcept {
+    g_abandon_sig.store(sig);
+    for (auto& slot : g_live) {
+        pid_t p = slot.load();
+        if (p > 0) kill(p, SIGKILL);
+    }
+}
+
+int abandoned() noexcept { return g_abandon_sig.load(); }
 
 bool excluded(const std::string& name) { return g_excluded.count(name) != 0; }
 const std::vector<std::string>& exclusion_notes() { return g_notes; }
@@ -233,6 +265,7 @@ int wait_worker(pid_t pid) {
         if (w == pid) {
             std::lock_guard<std::mutex> lk(supervisor::g_reap_mu);
             supervisor::g_workers.erase(pid);
+            supervisor::live_remove(pid);
             return status;
         }
         if (w < 0 && errno == EINTR) continue;
@@ -243,6 +276,7 @@ int wait_worker(pid_t pid) {
     status = supervisor::g_reaped[pid];
     supervisor::g_reaped.erase(pid);
     supervisor::g_workers.erase(pid);
+    supervisor::live_remove(pid);
     return status;
 }
 
@@ -276,14 +310,21 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
     std::cerr.flush();
     fflush(nullptr);
     pid_t pid;
+    pid_t parent = getpid();
     {
         // Held across fork: the session's reaped() waits until the new
         // pid is known to be a worker.
         std::lock_guard<std::mutex> lk(supervisor::g_reap_mu);
         pid = fork();
-        if (pid > 0) supervisor::g_workers.insert(pid);
+        if (pid > 0) {
+            supervisor::g_workers.insert(pid);
+            supervisor::live_add(pid);
+        }
     }
     if (pid == 0) {
+        // A host that is killed takes its worker with it.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(70);
         close(fds[0]);
         supervisor::g_page = page;
         supervisor::g_current = &page->current;
@@ -353,7 +394,18 @@ void run_supervised(ProcessRun& run) {
     }
     std::vector<std::string> excluded, notes;
     bool started_before = false;
+    // Told to stop (supervisor::abandon): what this process's outputs lack.
+    auto stop_abandoned = [&](const std::string& output_dir) {
+        std::string where = output_dir.empty() ? run.capture_path_ : output_dir;
+        run.summary_.error = where + ": not finished: msmemscope was interrupted by " +
+                             signal_text(supervisor::abandoned()) +
+                             " after the program had ended; the outputs of this process are incomplete";
+        if (!output_dir.empty()) run.summary_.output_dir = output_dir;
+        if (!started_before) run.notify_started(run.summary_.error);
+        run.started_ = nullptr;
+    };
     for (int attempt = 0;; ++attempt) {
+        if (supervisor::abandoned()) return stop_abandoned("");
         WorkerEnd end;
         bool forked = run_worker(excluded, notes, [&](int result_fd) {
             if (started_before) run.on_started({});  // Python has its line already
@@ -373,6 +425,7 @@ void run_supervised(ProcessRun& run) {
         ProcessSummary got;
         bool complete = WIFEXITED(status) && WEXITSTATUS(status) == 0 && decode(end.data, got);
         started_before = started_before || end.pipeline_started;
+        if (!complete && supervisor::abandoned()) return stop_abandoned(end.output_dir);
 
         if (complete) {
             got.plugin_errors.insert(got.plugin_errors.begin(), notes.begin(), notes.end());

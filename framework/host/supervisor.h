@@ -75,6 +75,14 @@ private:
 // the supervisor waiting for it. Returns false when pid is not a worker.
 bool reaped(pid_t pid, int status);
 
+// The tool was told to stop once the program had ended (SIGINT, SIGTERM or
+// SIGHUP, session.cpp): every worker is killed, no new one starts, and each
+// process's outputs not finished are reported incomplete (exit 70). Safe in a
+// signal handler.
+void abandon(int sig) noexcept;
+// The signal abandon() was called with; 0 when it was not.
+int abandoned() noexcept;
+
 }  // namespace supervisor
 
 // Runs run.run() in a worker process, re-running it without each plugin that

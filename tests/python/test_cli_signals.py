@@ -1,0 +1,101 @@
+"""SIGINT, SIGTERM and SIGHUP to the CLI (issue #28 item 7, #29 item 3,
+DESIGN §9): while the program runs they are forwarded to it (a SIGINT sent by
+another process too, once); once it has ended, the tool stops within seconds,
+kills its pipeline workers (a plugin that never returns included) and says
+which outputs are incomplete, exit 70 — never writing on for minutes, never
+leaving a worker behind, never signalling the program's old pid.
+Barriers are FIFOs: nothing here sleeps.
+"""
+import os
+import re
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from conftest import BUILD, CLI
+
+FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
+
+
+def env(**extra):
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.update(PYTHONPATH="", PATH="/usr/bin:/bin", **extra)
+    return e
+
+
+def wait_fifo(path, timeout=120):
+    """Blocks until a writer has written a byte into the FIFO at path."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(open(path, "rb").read(1)), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert got, f"nobody wrote into {path}"
+
+
+def pids_with_arg(arg):
+    """Processes whose command line holds arg (the run's unique output path)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if arg.encode() in f.read():
+                    out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_after_the_program_ended_the_tool_stops_and_says_what_is_incomplete(tmp_path, sig):
+    fifo = tmp_path / "in_finish"
+    os.mkfifo(fifo)
+    out = str(tmp_path / "out")
+    p = subprocess.Popen([str(CLI), "--plugin-path", str(FIXTURES), "--device=cpu", "--analysis=",
+                          "--sinks=hang_in_finish", "--output", out, "--", "/bin/ls", "/"],
+                         cwd=tmp_path, env=env(MSMEMSCOPE_FIXTURE_FIFO=str(fifo)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    wait_fifo(fifo)  # the program has ended; the worker is inside the plugin's finish()
+    p.send_signal(sig)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 70, (stdout, stderr)
+    name = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}[sig]
+    lines = [l for l in stderr.splitlines() if l.startswith("msmemscope: error:")]
+    assert len(lines) == 1, stderr
+    assert re.fullmatch(rf"msmemscope: error: {re.escape(out)}/msmemscope_\d+_\d+_cpu: not finished: msmemscope was "
+                        rf"interrupted by {name} after the program had ended; the outputs of this process are "
+                        r"incomplete", lines[0]), lines[0]
+    # the hung worker went with it, and so did the session folder
+    assert pids_with_arg(out) == []
+    assert [f for f in os.listdir(out) if f.startswith(".msmemscope_session_")] == []
+
+
+def test_a_signal_sent_to_the_cli_while_the_program_runs_reaches_the_program_once(tmp_path):
+    fifo = tmp_path / "ready"
+    os.mkfifo(fifo)
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import signal, sys\n"
+        "hits = []\n"
+        "def on_int(sig, frame):\n"
+        "    hits.append(sig)\n"
+        "    if len(hits) == 1:\n"
+        "        print('interrupted', flush=True)\n"
+        "        sys.exit(3)\n"
+        "signal.signal(signal.SIGINT, on_int)\n"
+        f"open({str(fifo)!r}, 'w').write('r')\n"
+        "signal.pause()\n")
+    p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=", "--output", str(tmp_path / "out"), "--",
+                          "/usr/bin/python3", str(prog)], cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    wait_fifo(fifo)
+    p.send_signal(signal.SIGINT)  # from a process, as `kill -INT` does
+    stdout, stderr = p.communicate(timeout=120)
+    # the program's own status passes through: it got the signal and exited 3
+    assert p.returncode == 3, (stdout, stderr)
+    assert stdout.count("interrupted") == 1
+    assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/python3 .*prog\.py\) exited with code 3$", stdout, re.M), stdout
