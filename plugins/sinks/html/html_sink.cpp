@@ -53,6 +53,7 @@ constexpr size_t kTopRows = 100;          // rows in the peak / site tables
 constexpr size_t kMaxMarks = 1000;        // steps drawn on the charts
 constexpr size_t kMaxLives = 20000;       // block lifetimes per device in the page
 constexpr size_t kFlameSites = 2000;      // flame graph sites per device and measure
+constexpr size_t kMaxGone = 4000000;      // freed blocks a leak finding may name (24 bytes each)
 
 
 // JSON string safe inside <script>: no "</" can close the element.
@@ -140,6 +141,7 @@ public:
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
         leaks_ran_ = analysis_listed(run.config_json, "leaks");
+        keep_gone_ = leaks_ran_ || run.config_json.find("\"analysis\"") == std::string::npos;
     }
 
     void on_event(const msms_event& ev) override {
@@ -593,7 +595,10 @@ private:
             // A leak finding may name a block freed later (a step leak freed
             // at teardown, a HAL block freed after the third mark): kept
             // when a step or mark boundary passed in its life.
-            if (ev.type != MSMS_T_HOST && bounds_ > b.bound)
+            // (Only when the leak analysis runs or the configuration is not
+            // known; past kMaxGone such blocks a finding falls back to its
+            // own stack on its device: same blocks and bytes, its own site.)
+            if (ev.type != MSMS_T_HOST && bounds_ > b.bound && keep_gone_ && gone_.size() < kMaxGone)
                 gone_.push_back(Gone{b.id, key >> 63 ? 0 : key, b.site, &d});
         }
         note_peak(d, ev.timestamp_ns, seq_);
@@ -960,6 +965,7 @@ private:
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     uint32_t bounds_ = 0;                              // step and mark events seen
     bool leaks_ran_ = false;                           // the configuration lists the leaks analysis
+    bool keep_gone_ = true;                            // findings may name freed blocks
     std::vector<LeakRow> leak_rows_;                   // every finding of the leaks analyzer
     std::unordered_map<uint64_t, std::pair<Device*, uint64_t>> live_id_;  // MALLOC event id -> live block
     std::vector<Gone> gone_;

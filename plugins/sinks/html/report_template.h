@@ -671,6 +671,9 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     });
     fcanvas.addEventListener("mouseleave", function () { ftip.style.display = "none"; });
     window.addEventListener("resize", drawFlame);
+    // #msms-flame=MEASURE opens the flame graph on that measure (peak, leaked, total)
+    var fm = /msms-flame=(peak|leaked|total)/.exec(location.hash || "");
+    if (fm) flame.measure = fm[1];
     drawFlame();
   }
 
