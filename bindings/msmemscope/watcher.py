@@ -114,6 +114,9 @@ def _matches(name: str, short: str, wanted: Optional[str]) -> bool:
         return False
     if wanted == name or wanted == short:
         return True
+    # the default overload spelled out (aten::sum.default for aten::sum)
+    if name == short and wanted == short + ".default":
+        return True
     # upstream's spelling (example/watch: --watch=torch._ops.aten.mse_loss.default,...),
     # with or without the torch._ops. prefix
     up = _upstream_name(name, short)

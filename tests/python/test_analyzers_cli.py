@@ -284,6 +284,8 @@ def test_watch_finds_the_op_that_overwrote_the_tensor(cli, tmp_path):
     assert len(files) == 1
     lines = files[0].read_text().splitlines()
     assert lines[0] == "Tensor info,Check data sum"
+    # the helper's 7 checkpoints (mul after; add, fill_, sum before and after), each once
+    assert len(lines) == 8, lines
     names = [l.split(",")[0].split(".", 1)[1] for l in lines[1:]]
     assert names[0] == "aten.mul.Tensor_1-aten.mul.Tensor_0_after.bin"
     assert "aten.fill_.Scalar_1-aten.mul.Tensor_0_before.bin" in names

@@ -99,3 +99,21 @@ def test_watch_without_a_call_in_the_script_every_window(tmp_path):
     assert len({w[0][1] for w in windows}) == 5  # each epoch's loss is another value
     assert "was changed by" not in p.stdout
     assert "watch: 45 checkpoint(s) written under device_*/watch_dump" in p.stdout
+
+
+def test_operator_names_match_as_upstream_spells_them():
+    """--watch names an operator with or without its overload, upstream's
+    torch._ops form, and the default overload spelled out."""
+    import subprocess
+    import sys
+    code = ("from msmemscope import watcher as w\n"
+            "print([w._matches('aten::sum', 'aten::sum', x) for x in ('aten::sum', 'aten::sum.default', "
+            "'torch._ops.aten.sum.default', 'aten.sum.default', 'aten::sum.dim_IntList', 'aten::su')])\n"
+            "print([w._matches('aten::mul.Tensor', 'aten::mul', x) for x in ('aten::mul', 'aten::mul.Tensor', "
+            "'torch._ops.aten.mul.Tensor', 'aten::mul.default', 'aten::mul.Scalar')])")
+    env = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    env.pop("LD_PRELOAD", None)
+    env.pop("MSMEMSCOPE_SESSION", None)
+    p = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["[True, True, True, True, False, False]", "[True, True, True, False, False]"]

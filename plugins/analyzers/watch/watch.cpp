@@ -198,10 +198,16 @@ private:
                 host_.error("watch: cannot open " + folder + ": " + std::strerror(errno));
                 why = "the watch_dump folder cannot be opened";
             } else {
+                struct stat moved;
                 if (renameat(staging_fd_, src.c_str(), to, name.c_str()) != 0) {
                     host_.error("watch: cannot move the staging file " + src + " to " + folder + "/" + name + ": " +
                                 std::strerror(errno));
                     why = "cannot be moved";
+                } else if (fstatat(to, name.c_str(), &moved, AT_SYMLINK_NOFOLLOW) != 0 || moved.st_ino != st.st_ino ||
+                           moved.st_dev != st.st_dev) {
+                    // replaced between the check and the move (only this user can)
+                    host_.error("watch: the staging file " + src + " was replaced while it was moved to " + folder +
+                                "/" + name);
                 }
                 close(to);
             }
@@ -229,8 +235,15 @@ private:
         std::error_code ec;
         fs::create_directories(folder, ec);
         std::string path = folder + "/watch_dump_data_check_sum_" + ts_ + ".csv";
-        std::FILE* f = std::fopen(path.c_str(), "w");
-        if (!f) throw std::runtime_error("watch: cannot write " + path + ": " + std::strerror(errno));
+        // A new file of our own in the run folder: never one that was there
+        // (O_EXCL), never through a link.
+        int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        std::FILE* f = fd < 0 ? nullptr : fdopen(fd, "w");
+        if (!f) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            throw std::runtime_error("watch: cannot write " + path + ": " + std::strerror(e));
+        }
         std::fputs("Tensor info,Check data sum\n", f);
         files_[dev] = f;
         return f;

@@ -7,6 +7,16 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+# Under the CLI the package itself watches what --watch names (issue #28
+# item 3); this program tests the helper alone, so the package's watch mode
+# (installed when torch was imported) is taken out first.
+try:
+    from msmemscope import watcher as _package_watcher
+    _package_watcher._state.update(spec=None, spec_read=True)
+    _package_watcher.range_stopped()
+except ImportError:
+    pass
+
 sys.path.insert(0, sys.argv[1])  # plugins/analyzers/watch/python
 import msmemscope_watch  # noqa: E402
 
