@@ -62,9 +62,11 @@ _names: Dict[object, str] = {}
 # base address -> (owner, weak reference to the tensor the tag was written
 # for): the tag stands while that tensor lives on that block.
 _tagged: Dict[int, Tuple[str, "weakref.ref"]] = {}
-# parameters seen (registered, in a module that ran, or in an optimizer) and
-# modules whose parameters are known: id -> weak reference (gone with them)
-_params: Dict[int, "weakref.ref"] = {}
+# parameters seen (registered, in a module that ran, or in an optimizer):
+# id -> [weak reference to it, weak reference to the gradient last tagged,
+# that gradient's data pointer] (gone with the parameter); modules whose
+# parameters are known: id -> weak reference
+_params: Dict[int, list] = {}
 _seen_modules: Dict[int, "weakref.ref"] = {}
 _weight_hook = None
 _mode: Optional["_OpMode"] = None
@@ -170,7 +172,7 @@ def _forget(table: dict, key: int):
     """A weak reference callback: drops table[key] if it is still this reference."""
     def cb(ref, table=table, key=key):
         held = table.get(key)
-        if held is ref or (type(held) is tuple and held[1] is ref):
+        if held is ref or (type(held) in (tuple, list) and held[1 if type(held) is tuple else 0] is ref):
             del table[key]
     return cb
 
@@ -225,7 +227,7 @@ def _know_param(p) -> None:
     key = id(p)
     if key not in _params:
         try:
-            _params[key] = weakref.ref(p, _forget(_params, key))
+            _params[key] = [weakref.ref(p, _forget(_params, key)), None, 0]
         except TypeError:
             pass
 
@@ -239,25 +241,29 @@ def _tag_params(params, where: str, grads: bool = True, weak: bool = False) -> N
                 tag(g, "PTA@gradient", where)
 
 
-def _known_params():
-    out = []
-    for r in list(_params.values()):
-        p = r()
-        if p is not None:
-            out.append(p)
-    return out
-
-
 def _tag_known(where: str, weights: bool = True) -> None:
-    """The gradients (and weights) of every known parameter."""
+    """The gradients (and weights) of every known parameter. After each
+    backward(): a gradient already tagged (the same tensor on the same
+    storage: accumulated in place) costs a few attribute reads."""
     if not _params or not _ext.collecting():
         return
-    for p in _known_params():
+    for entry in list(_params.values()):
+        p = entry[0]()
+        if p is None:
+            continue
         if weights:
             tag(p, "PTA@weight", where, weak=True)
         g = p.grad
-        if g is not None:
-            tag(g, "PTA@gradient", where)
+        if g is None:
+            continue
+        gref = entry[1]
+        if gref is not None and gref() is g and entry[2] == g.data_ptr():
+            continue
+        tag(g, "PTA@gradient", where)
+        try:
+            entry[1], entry[2] = weakref.ref(g), g.data_ptr()
+        except TypeError:
+            pass
 
 
 def _weights_pre(module, inputs):
