@@ -534,7 +534,9 @@ private:
     // OP, called from FILE(LINE): FUNC" (the operator the program called and
     // its first own frame), "allocated at: C_SITE" (the first C frame outside
     // the allocator), either or both ("; " between), "" when nothing is known.
-    std::string where_from(const LeakInfo& l, std::string* py_site_out = nullptr) const {
+    // A site (site = true: the key the report groups by) is the operator and
+    // the first user frame when the block has one; the C site only without.
+    std::string where_from(const LeakInfo& l, std::string* py_site_out = nullptr, bool site = false) const {
         const std::string& st = stacks_.text(l.stack);
         const std::string& py = stacks_.text(l.py_stack);
         const std::string& op = stacks_.text(l.op);
@@ -546,6 +548,7 @@ private:
         if (!py_site.empty()) by += (by.empty() ? "" : ", ") + std::string("called from ") + py_site;
         std::string text;
         if (!by.empty()) text = "allocated by: " + by;
+        if (site && !py_site.empty()) return text;
         if (!c_site.empty()) text += (text.empty() ? "" : "; ") + std::string("allocated at: ") + c_site;
         return text;
     }
@@ -581,7 +584,7 @@ private:
             for (auto& [k, l] : d.leaks) {
                 if (count < max_lines_) host_.report(direct_line(k, l));
                 std::string py_site;
-                Site& s = sites[where_from(l, &py_site)];
+                Site& s = sites[where_from(l, &py_site, true)];
                 ++s.n;
                 s.bytes += l.size;
                 s.first_step = std::min(s.first_step, k.step);
@@ -707,7 +710,7 @@ private:
                 std::string where = where_from(l);
                 text += direct_line(k, l) + "\n";
                 text += "  " + (where.empty() ? std::string("allocated at: an unknown site") : where) + "\n";
-                Site& s = sites[where];
+                Site& s = sites[where_from(l, nullptr, true)];
                 ++s.n;
                 s.bytes += l.size;
                 s.first_step = std::min(s.first_step, k.step);

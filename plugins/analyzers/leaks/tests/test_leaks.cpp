@@ -551,3 +551,32 @@ TEST_CASE("a small leak writes no file and prints every block") {
     CHECK(count_prefix(h.reports, "... ") == 0);
     CHECK(rmdir(dir.c_str()) == 0);  // empty
 }
+
+TEST_CASE("a site is the operator and the first user frame; the C site only for blocks without one") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    const std::string py = "/home/u/train.py(7): step";
+    for (uint64_t step = 1; step <= 3; ++step) {
+        h.feed(EventBuilder::op("aten::mul", true).device(MSMS_DEV_CPU, -1).thread(3));
+        // same operator and user line, two C paths: one site
+        h.feed(EventBuilder::malloc(0x1000 * step, 100, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(3).used(1)
+                   .py_stack(py).c_stack("malloc (libc.so.6)\npath_a (libtorch.so)"));
+        h.feed(EventBuilder::malloc(0x1000 * step + 0x100, 100, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(3).used(2)
+                   .py_stack(py).c_stack("malloc (libc.so.6)\npath_b (libtorch.so)"));
+        h.feed(EventBuilder::op("aten::mul", false).device(MSMS_DEV_CPU, -1).thread(3));
+        // no Python stack: the operator and the C site
+        h.feed(EventBuilder::malloc(0x100000 * step, 10, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(3).used(3)
+                   .c_stack("malloc (libc.so.6)\nmake_x (prog.c:3)"));
+        h.feed(EventBuilder::malloc(0x100000 * step + 0x100, 20, MSMS_T_PTA).device(MSMS_DEV_CPU, -1).thread(3).used(4)
+                   .c_stack("malloc (libc.so.6)\nmake_y (prog.c:9)"));
+        h.feed(EventBuilder::step(step));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(has_line(h.reports, "  Leaked blocks on device cpu by site, largest first: 4 block(s), 230 bytes, from 3 "
+                              "site(s):"));
+    CHECK(has_line(h.reports, "    2 block(s), 200 bytes (step 2): allocated by: operator aten::mul, called from "
+                              "/home/u/train.py(7): step"));
+    CHECK(has_line(h.reports, "    1 block(s), 20 bytes (step 2): allocated at: make_y (prog.c:9)"));
+    CHECK(has_line(h.reports, "    1 block(s), 10 bytes (step 2): allocated at: make_x (prog.c:3)"));
+}
