@@ -419,6 +419,11 @@ class Session:
                 continue  # preloaded the upstream way: the hooks are already interposed
             if "host_heap" in name:
                 _ext.install_heap_hooks(lib, "_msmemscope")
+            elif "mstx_hook" in name:
+                # mstx loads its tool through MSTX_INJECTION_PATH (the tool's
+                # constructor sets it, as under the CLI); os.environ is told
+                # too, so children started with a copy of it inherit it.
+                os.environ["MSTX_INJECTION_PATH"] = _ext.install_mstx_tool(lib) or lib
             # Other collectors' target libraries interpose device runtimes that
             # a CPU process does not have loaded; they need the CLI (LD_PRELOAD).
 

@@ -179,6 +179,31 @@ int install_heap_hooks(const std::string& hook_library, const std::string& skip)
     return g_agent.got_install(nullptr, hooks.data(), static_cast<uint32_t>(hooks.size()), skip_all.c_str());
 }
 
+// ---------------------------------------------------------------- mstx tool
+// The mstx collector's tool library (libmsms_mstx_hook.so), loaded into a
+// process that runs without the CLI: mstx finds its tool through
+// MSTX_INJECTION_PATH, which the library's constructor sets to its own path
+// (as when the CLI preloads it). Nothing is patched: mstx calls the tool's
+// functions once it has loaded it, at its next call (sdk/mstx retries a
+// library that found no tool when the variable changes).
+void* g_mstx_handle = nullptr;
+
+std::string install_mstx_tool(const std::string& library) {
+    need_agent();
+    if (g_mstx_handle) return library;
+    if (std::string why = msms::untrusted_reason(library); !why.empty())
+        throw std::runtime_error("the mstx tool library " + library + " is refused: " + why);
+    void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw std::runtime_error(std::string("cannot load ") + library + ": " + dlerror());
+    if (!dlsym(h, "InitInjectionMstx")) {
+        dlclose(h);
+        throw std::runtime_error(library + " is no mstx tool (no InitInjectionMstx)");
+    }
+    g_mstx_handle = h;
+    const char* env = getenv("MSTX_INJECTION_PATH");
+    return env ? env : "";
+}
+
 // ---------------------------------------------------------------- PTA (torch CPU allocator)
 using posix_memalign_fn = int (*)(void**, size_t, size_t);
 using free_fn = void (*)(void*);
@@ -501,6 +526,7 @@ PYBIND11_MODULE(_msmemscope, m) {
         t_owner_label[n] = 0;
     });
     m.def("install_heap_hooks", &install_heap_hooks, py::arg("hook_library"), py::arg("skip"));
+    m.def("install_mstx_tool", &install_mstx_tool, py::arg("library"));
     m.def("install_torch_hooks", &install_torch_hooks, py::arg("library"));
     m.def("torch_hooks_off", [] { g_pta_on = false; });
     m.def("pta_shadow_sync", &pta_shadow_sync, py::arg("existing"));

@@ -68,41 +68,77 @@ static int get_module_table(mstxFuncModule module, mstxFuncTable* out, unsigned 
     return MSTX_SUCCESS;
 }
 
-enum { UNINIT = 0, BUSY = 1, DONE = 2 };
+/*
+ * States: UNINIT (no call yet), BUSY (one thread loads the tool, the others
+ * wait), DONE (a tool installed its functions: never reloaded), NO_TOOL (no
+ * tool was found, or it refused: calls do nothing).
+ *
+ * NO_TOOL is not final: a profiler may come into the process after the
+ * program's first mstx call (msmemscope.start() in a script that ran without
+ * the CLI loads msmemscope's tool then and sets MSTX_INJECTION_PATH). While
+ * NO_TOOL, each call compares MSTX_INJECTION_PATH with the value last tried
+ * (by hash: no copy, no allocation) and loads the tool again when it names
+ * another library. Marks and ranges are rare, so the getenv is cheap enough.
+ */
+enum { UNINIT = 0, BUSY = 1, DONE = 2, NO_TOOL = 3 };
 static volatile int g_state = UNINIT;
+static uint64_t g_tried_hash; /* hash of the MSTX_INJECTION_PATH last tried; 0 = none */
 
-static void load_tool(void) {
+static uint64_t path_hash(const char* path) {
+    if (!path || !*path) return 0;
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a, never 0 for a non-empty path in practice */
+    for (const unsigned char* c = (const unsigned char*)path; *c; ++c) h = (h ^ *c) * 1099511628211ULL;
+    return h ? h : 1;
+}
+
+static void clear_tool(void) {
+    /* a tool that failed half-way must not be called */
+    g_tool.mark = 0;
+    g_tool.range_start = 0;
+    g_tool.range_end = 0;
+    g_tool.tool_id = 0;
+    g_tool.domain_create = 0;
+    g_tool.domain_destroy = 0;
+    g_tool.domain_mark = 0;
+    g_tool.domain_range_start = 0;
+    g_tool.domain_range_end = 0;
+    g_tool.heap_register = 0;
+    g_tool.heap_unregister = 0;
+    g_tool.regions_register = 0;
+    g_tool.regions_unregister = 0;
+}
+
+/* Runs in state BUSY; returns the next state. */
+static int load_tool(void) {
     const char* path = getenv(MSTX_INJECTION_PATH_ENV);
+    __atomic_store_n(&g_tried_hash, path_hash(path), __ATOMIC_RELAXED);
     void* lib = (path && *path) ? dlopen(path, RTLD_LAZY | RTLD_LOCAL) : NULL;
     mstxInitInjectionFunc init =
         (mstxInitInjectionFunc)dlsym(lib ? lib : RTLD_DEFAULT, MSTX_INJECTION_INIT_SYMBOL);
     if (!init || init(get_module_table) != MSTX_SUCCESS) {
-        /* a tool that failed half-way must not be called */
-        g_tool.mark = 0;
-        g_tool.range_start = 0;
-        g_tool.range_end = 0;
-        g_tool.tool_id = 0;
-        g_tool.domain_create = 0;
-        g_tool.domain_destroy = 0;
-        g_tool.domain_mark = 0;
-        g_tool.domain_range_start = 0;
-        g_tool.domain_range_end = 0;
-        g_tool.heap_register = 0;
-        g_tool.heap_unregister = 0;
-        g_tool.regions_register = 0;
-        g_tool.regions_unregister = 0;
+        clear_tool();
+        return NO_TOOL;
     }
+    return DONE;
 }
 
 static inline void init_once(void) {
-    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == DONE) return;
-    int expected = UNINIT;
-    if (__atomic_compare_exchange_n(&g_state, &expected, BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        load_tool();
-        __atomic_store_n(&g_state, DONE, __ATOMIC_RELEASE);
-        return;
+    for (;;) {
+        int s = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
+        if (s == DONE) return;
+        if (s == BUSY) {
+            sched_yield();
+            continue;
+        }
+        if (s == NO_TOOL &&
+            path_hash(getenv(MSTX_INJECTION_PATH_ENV)) == __atomic_load_n(&g_tried_hash, __ATOMIC_RELAXED))
+            return;
+        int expected = s;
+        if (__atomic_compare_exchange_n(&g_state, &expected, BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&g_state, load_tool(), __ATOMIC_RELEASE);
+            return;
+        }
     }
-    while (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) != DONE) sched_yield();
 }
 
 MSTX_API void mstxMarkA(const char* message, aclrtStream stream) {
