@@ -43,6 +43,9 @@ struct Config {
     std::vector<long long> steps;
     // --step-on: "module:qualname" each (validate.cpp normalises module.function).
     std::vector<std::string> step_on;
+    // --plugin-time-budget (seconds; 0: none): one plugin call, and finish().
+    unsigned plugin_call_budget_s = 60;
+    unsigned plugin_finish_budget_s = 600;
     std::vector<std::string> devices{"npu"};
     bool devices_given = false;      // --device (or YAML/Python device) was set
     int level = 0;                   // 0 op, 1 kernel (1 whenever kernel is among the levels)

@@ -19,6 +19,7 @@
 #include "registry.h"
 #include "replay_devices.h"
 #include "session.h"
+#include "supervisor.h"
 #include "util/host_process.h"
 
 #ifndef MSMEMSCOPE_VERSION
@@ -78,6 +79,7 @@ int run_main(int argc, char** argv) {
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
+    supervisor::set_time_budget({cfg.plugin_call_budget_s, cfg.plugin_finish_budget_s});
     warn(cfg.warnings);
     if (geteuid() == 0)
         std::cerr << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "

@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +47,7 @@ constexpr size_t kNameSize = 72;
 
 struct WorkerPage {
     std::atomic<uint64_t> current{0};
+    std::atomic<uint64_t> calls{0};
     std::atomic<uint32_t> started{0};
     std::atomic<uint32_t> slots{0};
     std::atomic<uint32_t> released{0};
@@ -54,6 +57,7 @@ struct WorkerPage {
 
 WorkerPage* g_page = nullptr;
 std::atomic<uint64_t>* g_current = nullptr;
+std::atomic<uint64_t>* g_calls = nullptr;
 
 namespace {
 std::set<std::string> g_excluded;   // in a worker
@@ -84,6 +88,12 @@ void live_remove(pid_t pid) {
     }
 }
 }  // namespace
+
+namespace {
+TimeBudget g_budget;
+}
+void set_time_budget(TimeBudget b) { g_budget = b; }
+TimeBudget time_budget() { return g_budget; }
 
 void abandon(int sig) noexcept {
     g_abandon_sig.store(sig);
@@ -292,7 +302,44 @@ struct WorkerEnd {
     std::string output_dir;
     bool pipeline_started = false;
     bool released = false;  // the worker released read parts of the capture
+    unsigned over_budget_s = 0;  // the watchdog killed it: the budget the call exceeded
 };
+
+// The watchdog: reads what the worker writes, and once a second looks at the
+// plugin call it is in; a call that has not ended within its budget gets the
+// worker killed (SIGKILL) and end.over_budget_s set.
+void read_watched(int fd, pid_t pid, const WorkerPage* page, WorkerEnd& end) {
+    using clock = std::chrono::steady_clock;
+    uint64_t seen_calls = page->calls.load(std::memory_order_relaxed);
+    auto since = clock::now();
+    char buf[65536];
+    for (;;) {
+        struct pollfd p{fd, POLLIN, 0};
+        int r = poll(&p, 1, 1000);
+        if (r < 0 && errno == EINTR) continue;
+        if (r > 0) {
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) return;
+            end.data.append(buf, static_cast<size_t>(n));
+        }
+        if (end.over_budget_s) continue;  // killed: wait for the end of the pipe
+        uint64_t cur = page->current.load(std::memory_order_relaxed);
+        uint64_t calls = page->calls.load(std::memory_order_relaxed);
+        auto now = clock::now();
+        if (cur == 0 || calls != seen_calls) {
+            seen_calls = calls;
+            since = now;
+            continue;
+        }
+        supervisor::TimeBudget b = supervisor::time_budget();
+        unsigned budget = static_cast<PluginCall>(cur & 0xffffffffu) == PluginCall::Finish ? b.finish_s : b.call_s;
+        if (budget && now - since >= std::chrono::seconds(budget)) {
+            end.over_budget_s = budget;
+            kill(pid, SIGKILL);
+        }
+    }
+}
 
 // False (errno set, nothing left behind) when no worker could be started.
 bool run_worker(const std::vector<std::string>& excluded, const std::vector<std::string>& notes,
@@ -328,6 +375,7 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
         close(fds[0]);
         supervisor::g_page = page;
         supervisor::g_current = &page->current;
+        supervisor::g_calls = &page->calls;
         supervisor::g_excluded = std::set<std::string>(excluded.begin(), excluded.end());
         supervisor::g_notes = notes;
         int rc = body(fds[1]);
@@ -345,13 +393,7 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
         errno = e;
         return false;
     }
-    char buf[65536];
-    for (;;) {
-        ssize_t n = read(fds[0], buf, sizeof(buf));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        end.data.append(buf, static_cast<size_t>(n));
-    }
+    read_watched(fds[0], pid, page, end);
     close(fds[0]);
     end.status = wait_worker(pid);
     uint64_t cur = page->current.load(std::memory_order_acquire);
@@ -365,6 +407,10 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
     page->~WorkerPage();
     munmap(mem, sizeof(WorkerPage));
     return true;
+}
+
+std::string over_budget_text(const WorkerEnd& end) {
+    return "exceeded its time budget (" + std::to_string(end.over_budget_s) + " s, --plugin-time-budget)";
 }
 
 // Whether a worker that ended badly can be re-run without the plugin it was
@@ -442,12 +488,15 @@ void run_supervised(ProcessRun& run) {
             return;
         }
         const std::string& name = end.plugin;
-        std::string how = WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
-                                              : "ended the pipeline (exit status " +
-                                                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+        std::string how = end.over_budget_s ? over_budget_text(end)
+                          : WIFSIGNALED(status)
+                              ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
+                              : "ended the pipeline (exit status " +
+                                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
         if (!can_exclude(end, excluded, attempt)) {
-            std::string what = WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
-                                                   : "ended without a summary (status " + std::to_string(status) + ")";
+            std::string what = end.over_budget_s       ? over_budget_text(end)
+                               : WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
+                                                     : "ended without a summary (status " + std::to_string(status) + ")";
             run.summary_.error = run.capture_path_ + ": the pipeline " + what +
                                  (name.empty() ? " outside any plugin" : " in plugin '" + name + "'") +
                                  "; the outputs of this process are incomplete";
@@ -497,7 +546,7 @@ int run_call_supervised(const std::function<int()>& body) {
             int rc = WEXITSTATUS(status);
             return rc == 0 && !excluded.empty() ? 71 : rc;
         }
-        std::string how = "crashed (" + signal_text(WTERMSIG(status)) + ")";
+        std::string how = end.over_budget_s ? over_budget_text(end) : "crashed (" + signal_text(WTERMSIG(status)) + ")";
         if (!can_exclude(end, excluded, attempt)) {
             std::cerr << "msmemscope: error: the analysis " << how
                       << (end.plugin.empty() ? " outside any plugin" : " in plugin '" + end.plugin + "'")

@@ -33,6 +33,18 @@ struct WorkerPage;
 extern WorkerPage* g_page;
 // (slot << 32 | call) of the plugin call in progress; 0 outside plugins.
 extern std::atomic<uint64_t>* g_current;
+// Plugin calls begun so far: the supervisor's watchdog sees a call that does
+// not end as `current` set and this count standing still.
+extern std::atomic<uint64_t>* g_calls;
+
+// How long one plugin call may take before its worker is killed and the
+// plugin treated as crashed (--plugin-time-budget): finish() has its own.
+struct TimeBudget {
+    unsigned call_s = 60;
+    unsigned finish_s = 600;
+};
+void set_time_budget(TimeBudget b);
+TimeBudget time_budget();
 
 // In a worker: true when the supervisor left this plugin out (it crashed in
 // an earlier attempt). Always false outside a worker.
@@ -59,6 +71,8 @@ public:
             prev_ = g_current->load(std::memory_order_relaxed);
             g_current->store((static_cast<uint64_t>(slot) << 32) | static_cast<uint32_t>(call),
                              std::memory_order_relaxed);
+            // one writer (the pipeline's thread): no locked increment needed
+            g_calls->store(g_calls->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         }
     }
     ~CallScope() {

@@ -174,3 +174,31 @@ def test_offline_analyze_survives_a_crashing_analyzer(cli, tmp_path):
     assert csv_file.read_bytes() == before
     # the write-back's private folder goes too, although a worker crashed
     assert list(tmp.iterdir()) == []
+
+
+def test_a_plugin_stuck_in_on_event_is_killed_at_its_time_budget(cli, tmp_path):
+    # (issue #29 item 3) the watchdog kills the worker once one call has not
+    # ended within --plugin-time-budget; the plugin is treated as crashed
+    p, out = run(cli, tmp_path, "--analysis=leaks,hang_in_event", "--plugin-time-budget=1", rc=71)
+    assert [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")] == [
+        "msmemscope: error: plugin 'hang_in_event' exceeded its time budget (1 s, --plugin-time-budget) in on_event; "
+        "re-running the outputs without it"]
+    assert_complete(out)
+    assert ("  error: plugin 'hang_in_event' exceeded its time budget (1 s, --plugin-time-budget) in on_event; the "
+            "outputs were re-run without it" in p.stdout.splitlines()), p.stdout
+
+
+def test_a_sink_stuck_in_finish_is_killed_at_the_finish_budget(cli, tmp_path):
+    # the finish budget is the second number; a sink that lost its output: 70
+    p, out = run(cli, tmp_path, "--analysis=", "--sinks=hang_in_finish", "--plugin-time-budget=30,1", rc=70)
+    assert [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error: plugin")] == [
+        "msmemscope: error: plugin 'hang_in_finish' exceeded its time budget (1 s, --plugin-time-budget) in finish; "
+        "re-running the outputs without it"]
+    assert_complete(out)
+
+
+def test_time_budget_values(cli, tmp_path):
+    for bad in ["x", "1,2,3", "-1", "86401"]:
+        p = cli(["--device=cpu", f"--plugin-time-budget={bad}", "--", "/bin/true"], cwd=tmp_path, check_rc=2)
+        assert p.stderr.endswith(f"msmemscope: error: --plugin-time-budget: invalid value '{bad}' (allowed: seconds "
+                                 "0..86400 for one call, optionally ',' and seconds for finish(), e.g. 60,600)\n"), p.stderr

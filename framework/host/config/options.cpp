@@ -78,6 +78,9 @@ const std::vector<OptionDef>& options() {
         // Other
         {"log-level", 0, true, nullptr, kOther, true, "<LEVEL>", "debug, info, warning (or warn), error [default: info]"},
         // Plugins
+        {"plugin-time-budget", 0, true, nullptr, kPlugins, false, "<SECONDS>[,<FINISH_SECONDS>]",
+         "how long one plugin call (on_event, begin ...) and its finish() may take; a plugin over it is killed "
+         "and treated as crashed (the outputs are re-run without it); 0: no limit [default: 60,600]"},
         {"list-plugins", 0, false, nullptr, kPlugins, false, "",
          "print every plugin found (name, kind, version, path) and why any was refused; with --verbose, "
          "each plugin's options (type, default, range, help) too"},

@@ -198,6 +198,19 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         }
         if (items.size() > 5) errors.push_back(v->origin + ": at most 5 steps, got " + std::to_string(items.size()));
     }
+    if (auto v = get("plugin-time-budget")) {
+        auto items = split_list(v->value);
+        const char* allowed = "seconds 0..86400 for one call, optionally ',' and seconds for finish(), e.g. 60,600";
+        unsigned long long n[2] = {0, 0};
+        bool ok = !items.empty() && items.size() <= 2;
+        for (size_t i = 0; ok && i < items.size(); ++i) ok = parse_uint(items[i], n[i]) && n[i] <= 86400;
+        if (!ok) {
+            errors.push_back(bad_value(v->origin, v->value, allowed));
+        } else {
+            cfg.plugin_call_budget_s = static_cast<unsigned>(n[0]);
+            cfg.plugin_finish_budget_s = static_cast<unsigned>(items.size() == 2 ? n[1] : std::max(n[0], 600ull));
+        }
+    }
     if (auto v = get("step-on")) {
         cfg.step_on.clear();
         auto items = split_list(v->value);
