@@ -1,6 +1,9 @@
 // Unit tests of the decompose analyzer on synthetic event streams.
 #include <doctest/doctest.h>
 
+#include <map>
+#include <string>
+
 #include <msmemscope/testing.hpp>
 
 using namespace msmemscope::testing;
@@ -67,6 +70,31 @@ TEST_CASE("an owner label arriving later relabels the block and annotates its MA
     CHECK(h.findings["owners"][1]["owner"] == "PTA@optimizer_state");
     CHECK(h.findings["owners"][1]["live_bytes"] == "64");
     CHECK(h.findings["owners"][1]["allocations"] == "1");
+}
+
+TEST_CASE("a tag belongs to a block: a new block at a freed one's address starts with its own owner") {
+    // zero_grad(set_to_none=True): the next gradient may land where the last
+    // one was; its tag comes again, after its MALLOC (issue #27 item 2)
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x20, 64, MSMS_T_PTA).attr("owner", "ops@aten").id(1));
+    h.feed(EventBuilder::access(0x20).device(MSMS_DEV_CPU, -1).attr("owner", "gradient").id(2));
+    h.feed(EventBuilder::free(0x20, MSMS_T_PTA).id(3));
+    h.feed(EventBuilder::access(0x20).device(MSMS_DEV_CPU, -1).attr("owner", "weight").id(4));  // no block there: ignored
+    h.feed(EventBuilder::malloc(0x20, 32, MSMS_T_PTA).attr("owner", "ops@aten").id(5));
+    CHECK(h.annotations[1]["owner"] == "PTA@gradient");
+    CHECK(h.annotations.count(5) == 0);
+    CHECK(h.delivered[4].attr("owner") == "PTA@ops@aten");
+    h.feed(EventBuilder::access(0x20).device(MSMS_DEV_CPU, -1).attr("owner", "gradient").id(6));
+    CHECK(h.annotations[5]["owner"] == "PTA@gradient");
+    REQUIRE(h.finish() == MSMS_OK);
+    std::map<std::string, std::map<std::string, std::string>> by_owner;
+    for (auto& f : h.findings["owners"]) by_owner[f["owner"]] = f;
+    CHECK(by_owner["PTA@gradient"]["live_bytes"] == "32");
+    CHECK(by_owner["PTA@gradient"]["peak_bytes"] == "64");
+    CHECK(by_owner["PTA@ops@aten"]["live_bytes"] == "0");
+    CHECK(by_owner.count("PTA@weight") == 0);
 }
 
 TEST_CASE("each byte once: a framework block at a live host block's address leaves HOST") {
