@@ -63,6 +63,10 @@ def config(**kwargs: Any) -> None:
                    command line's --suppress); matching sites leave the leak report
       default_suppressions  False: report the CPython interpreter's own one-time
                    allocations too (default True; --default-suppressions)
+      plugin_time_budget  "SECONDS[,FINISH_SECONDS]": a plugin call over it is
+                   stopped and the plugin treated as crashed (default "60,600";
+                   --plugin-time-budget). At exit the interpreter waits for the
+                   host at most MSMEMSCOPE_STOP_WAIT_S seconds (default 600).
 
     Under the command line (``msmemscope ... python3 train.py``) the CLI's
     plugin folders and plugin options are known here already, so values

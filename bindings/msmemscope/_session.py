@@ -59,6 +59,7 @@ KEYS: Dict[str, str] = {
     "aggregate": "aggregate",
     "suppress": "suppress",
     "default_suppressions": "default-suppressions",
+    "plugin_time_budget": "plugin-time-budget",
 }
 # What each key accepts (for type errors; value errors come from the C++
 # validator, word for word what the CLI says).
@@ -78,6 +79,7 @@ ALLOWED: Dict[str, str] = {
     "aggregate": "True, False (or 'true', 'false')",
     "suppress": "a suppression file path, or a list of paths",
     "default-suppressions": "True, False (or 'true', 'false')",
+    "plugin-time-budget": "seconds for one plugin call, optionally ',' and seconds for finish(), e.g. '60,600'",
 }
 ONCE = ("output", "data-format", "watch")
 
@@ -445,7 +447,25 @@ class Session:
                 pass
             self.lifeline.wait()
         if self.host is not None:
-            self.host.wait()
+            self._wait_for_host()
+
+    def _wait_for_host(self) -> None:
+        """Waits for the host to write every file, at most
+        MSMEMSCOPE_STOP_WAIT_S seconds (default 600; 0: no limit): the
+        user's interpreter is never held longer. The host then goes on
+        alone (it is not killed) and says in its log what it finished."""
+        text = os.environ.get("MSMEMSCOPE_STOP_WAIT_S", "600")
+        try:
+            limit = float(text)
+        except ValueError:
+            limit = 600.0
+        try:
+            self.host.wait(timeout=limit if limit > 0 else None)
+        except subprocess.TimeoutExpired:
+            sys.stderr.write(f"msmemscope: warning: the host (pid {self.host.pid}) is still writing the outputs "
+                             f"into {self.config['output']} after {limit:g} s (MSMEMSCOPE_STOP_WAIT_S); not waiting for it any "
+                             "longer: it finishes on its own, and a plugin that hangs is stopped at its time "
+                             "budget\n")
 
 
 _api_used = False   # the program called the API (start, step, config ...)
