@@ -1,10 +1,17 @@
 // Sink `csv`: memscope_dump_{ts}.csv per device (COMPAT §3, §4) and the
 // python_trace CSV (§5). Rows arrive in time order and are written as they
 // come, through a large buffer. Attr changes that analyzers make later
-// (annotations, e.g. inefficient) are applied in one pass at the end.
+// (annotations, e.g. inefficient, decompose's owners) are applied at the end:
+// the sink keeps where every 32nd row of a file starts, finds each annotated
+// row from there, and the file is written again with the kernel copying the
+// rows between them (copy_file_range), only the annotated rows parsed
+// (issue #30: a 700 MB dump with Python stacks, parsed a byte at a time with
+// fgetc, was 30-40% of the host's CPU time for a PyTorch training loop).
 #include <msmemscope/plugin.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -73,6 +80,7 @@ public:
             msms::append_dump_row_tail(tail, ev);
             bool wrote = false;
             for (auto& [dev, f] : files_) {
+                note_row(*f, ev.id);
                 f->buffer() += head;
                 f->buffer() += dev;
                 f->buffer() += tail;
@@ -81,6 +89,7 @@ public:
             if (wrote) progress();
             if (history_.size() < kMaxHistory) {
                 history_.emplace_back(std::move(head), std::move(tail));
+                history_ids_.push_back(ev.id);
             } else if (!history_full_) {
                 history_full_ = true;
                 host_.warn("csv: more than " + std::to_string(kMaxHistory) +
@@ -90,6 +99,7 @@ public:
             return;
         }
         File& f = open(msmemscope::device_label(ev));
+        note_row(f, ev.id);
         msms::append_dump_row(f.buffer(), ev);
         if (f.maybe_flush()) progress();
     }
@@ -109,7 +119,11 @@ public:
             // Analyzers' later Attr changes: every dump file is read and written again.
             uint64_t rewrite = 0, done = 0;
             for (auto& [dev, f] : files_) rewrite += file_size(f->path());
-            for (auto& [dev, f] : files_) apply_patches(f->path(), done, rewrite);
+            for (auto& [dev, f] : files_) {
+                RowIndex& ix = index_[f.get()];
+                if (ix.ordered) apply_patches_indexed(f->path(), ix, done, rewrite);
+                else apply_patches(f->path(), done, rewrite);
+            }
         }
         // The end: the files' final sizes.
         uint64_t final_size = 0;
@@ -119,6 +133,217 @@ public:
 
 private:
     static constexpr size_t kMaxHistory = 100000;
+
+    // Where rows start in one file: every kEvery-th row's ID and offset.
+    // The fast rewrite needs IDs rising through the file (rows come in time
+    // order with rising IDs); a file where they do not falls back to the
+    // full parse.
+    struct RowIndex {
+        static constexpr uint64_t kEvery = 32;
+        std::vector<std::pair<uint64_t, uint64_t>> marks;
+        uint64_t rows = 0, last_id = 0;
+        bool ordered = true;
+    };
+    void note_row(File& f, uint64_t id) {
+        RowIndex& ix = index_[&f];
+        if (ix.rows && id <= ix.last_id) ix.ordered = false;
+        if (ix.rows % RowIndex::kEvery == 0) ix.marks.emplace_back(id, f.written() + f.pending());
+        ix.last_id = id;
+        ++ix.rows;
+    }
+
+    // A file read from arbitrary offsets through a window.
+    class Window {
+    public:
+        Window(int fd, uint64_t size) : fd_(fd), size_(size) {}
+        uint64_t size() const { return size_; }
+        // The byte at `off` (< size()).
+        char at(uint64_t off) {
+            if (off < at_ || off >= at_ + buf_.size()) fill(off);
+            return buf_[off - at_];
+        }
+        // The first `c` in [off, end) or `end`.
+        uint64_t find(uint64_t off, uint64_t end, char c) {
+            while (off < end) {
+                if (off < at_ || off >= at_ + buf_.size()) fill(off);
+                size_t n = static_cast<size_t>(std::min<uint64_t>(end, at_ + buf_.size()) - off);
+                const char* b = buf_.data() + (off - at_);
+                if (const void* q = std::memchr(b, c, n)) return off + static_cast<uint64_t>(static_cast<const char*>(q) - b);
+                off += n;
+            }
+            return end;
+        }
+        void read(uint64_t off, uint64_t end, std::string& out) {
+            out.resize(static_cast<size_t>(end - off));
+            size_t got = 0;
+            while (got < out.size()) {
+                ssize_t r = ::pread(fd_, &out[got], out.size() - got, static_cast<off_t>(off + got));
+                if (r <= 0) throw std::runtime_error("cannot reread a csv file: " + std::string(std::strerror(errno)));
+                got += static_cast<size_t>(r);
+            }
+        }
+
+    private:
+        void fill(uint64_t off) {
+            size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, size_ - off));
+            at_ = off;
+            read(off, off + n, buf_);
+        }
+        static constexpr size_t kChunk = 1 << 20;
+        int fd_;
+        uint64_t size_, at_ = 0;
+        std::string buf_;
+    };
+
+    // The end of the record starting at `off` (after its newline, or the
+    // file's end), with CsvReader's rules: a quote opens a quoted field only
+    // at the field's start, "" inside is a quote.
+    static uint64_t record_end(Window& w, uint64_t off) {
+        const uint64_t size = w.size();
+        bool field_start = true, was_quoted = false;
+        while (off < size) {
+            char ch = w.at(off);
+            if (ch == '"' && field_start && !was_quoted) {
+                // to the closing quote (a doubled one stays inside)
+                uint64_t q = off + 1;
+                for (;;) {
+                    q = w.find(q, size, '"');
+                    if (q >= size) return size;
+                    if (q + 1 < size && w.at(q + 1) == '"') {
+                        q += 2;
+                        continue;
+                    }
+                    break;
+                }
+                off = q + 1;
+                was_quoted = true;
+                field_start = false;
+                continue;
+            }
+            if (ch == '\n') return off + 1;
+            if (ch == ',') {
+                field_start = true;
+                was_quoted = false;
+            } else {
+                field_start = false;
+            }
+            ++off;
+        }
+        return size;
+    }
+
+    // The leading ID of the record at `off` (0 when it has none).
+    static uint64_t record_id(Window& w, uint64_t off) {
+        uint64_t id = 0;
+        for (int i = 0; i < 20 && off < w.size(); ++i, ++off) {
+            char c = w.at(off);
+            if (c < '0' || c > '9') break;
+            id = id * 10 + static_cast<uint64_t>(c - '0');
+        }
+        return id;
+    }
+
+    static void copy_range(int in, int out, uint64_t from, uint64_t to) {
+        loff_t off = static_cast<loff_t>(from);
+        bool kernel = true;
+        std::string buf;
+        while (static_cast<uint64_t>(off) < to) {
+            size_t n = static_cast<size_t>(std::min<uint64_t>(to - static_cast<uint64_t>(off), 64u << 20));
+            if (kernel) {
+                ssize_t r = ::copy_file_range(in, &off, out, nullptr, n, 0);
+                if (r > 0) continue;
+                if (r < 0 && errno == EINTR) continue;
+                kernel = false;  // not supported here (EXDEV, ENOSYS, EINVAL...): by hand
+            }
+            buf.resize(std::min<size_t>(n, 1 << 20));
+            ssize_t r = ::pread(in, &buf[0], buf.size(), off);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) throw std::runtime_error("cannot reread a csv file: " + std::string(std::strerror(errno)));
+            write_all(out, buf.data(), static_cast<size_t>(r));
+            off += r;
+        }
+    }
+    static void write_all(int fd, const char* p, size_t n) {
+        while (n) {
+            ssize_t r = ::write(fd, p, n);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) throw std::runtime_error("cannot write a csv file: " + std::string(std::strerror(errno)));
+            p += r;
+            n -= static_cast<size_t>(r);
+        }
+    }
+
+    // The same result as apply_patches, reading only the annotated rows.
+    void apply_patches_indexed(const std::string& path, const RowIndex& ix, uint64_t& done, uint64_t total) {
+        int in = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (in < 0) throw std::runtime_error("cannot reread " + path);
+        struct stat st;
+        if (::fstat(in, &st) != 0) {
+            ::close(in);
+            throw std::runtime_error("cannot reread " + path);
+        }
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        std::string tmp = path + ".tmp";
+        int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (out < 0) {
+            ::close(in);
+            throw std::runtime_error("cannot write " + tmp);
+        }
+        try {
+            std::vector<uint64_t> ids;
+            ids.reserve(patches_.size());
+            for (auto& [id, kv] : patches_) ids.push_back(id);
+            std::sort(ids.begin(), ids.end());
+            Window w(in, size);
+            uint64_t pos = 0;  // copied up to here; always a record's start
+            std::string rec, line;
+            std::vector<std::string> fields;
+            for (uint64_t id : ids) {
+                auto m = std::upper_bound(ix.marks.begin(), ix.marks.end(), std::make_pair(id, UINT64_MAX));
+                if (m == ix.marks.begin()) continue;  // before the first row
+                --m;
+                uint64_t off = std::max(m->second, pos);
+                uint64_t stop = (m + 1 != ix.marks.end()) ? (m + 1)->second : size;
+                while (off < stop && off < size) {
+                    uint64_t rid = record_id(w, off);
+                    uint64_t end = record_end(w, off);
+                    if (rid > id) break;
+                    if (rid == id) {
+                        copy_range(in, out, pos, off);
+                        w.read(off, end, rec);
+                        if (!rec.empty() && rec.back() == '\n') rec.pop_back();
+                        if (!patch_record(rec, fields, line)) line = rec;
+                        line += '\n';
+                        write_all(out, line.data(), line.size());
+                        pos = end;
+                        break;
+                    }
+                    off = end;
+                }
+            }
+            copy_range(in, out, pos, size);
+        } catch (...) {
+            ::close(in);
+            ::close(out);
+            throw;
+        }
+        ::close(in);
+        if (::close(out) != 0) throw std::runtime_error("cannot write " + tmp);
+        std::rename(tmp.c_str(), path.c_str());
+        done += size;
+        host_.progress(std::min(done, total), total, "updating csv");
+    }
+
+    // One record's text (no newline) with the analyzers' Attr changes in
+    // `line`; false when it has none.
+    bool patch_record(const std::string& rec, std::vector<std::string>& fields, std::string& line) {
+        std::FILE* f = ::fmemopen(const_cast<char*>(rec.data()), rec.size(), "r");
+        if (!f) throw std::runtime_error("cannot parse a csv row");
+        msms::CsvReader reader(f);
+        bool ok = reader.next(fields);
+        std::fclose(f);
+        return ok && patch_fields(fields, line);
+    }
     static constexpr uint64_t kReportEvery = 8 << 20;
     uint64_t reported_ = 0;
 
@@ -127,7 +352,9 @@ private:
         if (it != files_.end()) return *it->second;
         auto f = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv", msms::kDumpHeader);
         if (first_device_.empty()) first_device_ = dev;
-        for (auto& [head, tail] : history_) {
+        for (size_t i = 0; i < history_.size(); ++i) {
+            auto& [head, tail] = history_[i];
+            note_row(*f, history_ids_[i]);
             f->buffer() += head;
             f->buffer() += dev;
             f->buffer() += tail;
@@ -154,6 +381,34 @@ private:
 
     static bool is_memory_event(const std::string& e) { return e == "MALLOC" || e == "FREE" || e == "ACCESS"; }
 
+    // A row's fields with the analyzers' Attr changes, as text in `line`;
+    // false when the row has none.
+    bool patch_fields(std::vector<std::string>& fields, std::string& line) {
+        if (fields.size() != 12) return false;
+        unsigned long long id = 0;
+        auto it = msms::parse_uint(fields[0], id) ? patches_.find(id) : patches_.end();
+        if (it == patches_.end()) return false;
+        auto attrs = msms::parse_attr_list(fields[9]);
+        for (auto& [k, v] : it->second) {
+            bool set = false;
+            for (auto& a : attrs)
+                if (a.first == k) {
+                    a.second = v;
+                    set = true;
+                }
+            if (!set) attrs.emplace_back(k, v);
+        }
+        if (is_memory_event(fields[1])) msms::order_memory_attrs(attrs);
+        fields[9] = msms::render_attr(attrs);
+        line.clear();
+        for (size_t i = 0; i < fields.size(); ++i) {
+            if (i) line += ',';
+            msms::csv_field(line, fields[i], i >= 9 && !fields[i].empty());
+        }
+        return true;
+    }
+
+    // The full parse of a file (IDs not rising through it).
     // done/total: bytes rewritten over every file, for the status line.
     void apply_patches(const std::string& path, uint64_t& done, uint64_t total) {
         std::FILE* in = std::fopen(path.c_str(), "r");
@@ -169,30 +424,7 @@ private:
         std::string line;
         bool header = true;
         while (reader.next(fields)) {
-            line = reader.raw();
-            if (!header && fields.size() == 12) {
-                unsigned long long id = 0;
-                auto it = msms::parse_uint(fields[0], id) ? patches_.find(id) : patches_.end();
-                if (it != patches_.end()) {
-                    auto attrs = msms::parse_attr_list(fields[9]);
-                    for (auto& [k, v] : it->second) {
-                        bool set = false;
-                        for (auto& a : attrs)
-                            if (a.first == k) {
-                                a.second = v;
-                                set = true;
-                            }
-                        if (!set) attrs.emplace_back(k, v);
-                    }
-                    if (is_memory_event(fields[1])) msms::order_memory_attrs(attrs);
-                    fields[9] = msms::render_attr(attrs);
-                    line.clear();
-                    for (size_t i = 0; i < fields.size(); ++i) {
-                        if (i) line += ',';
-                        msms::csv_field(line, fields[i], i >= 9 && !fields[i].empty());
-                    }
-                }
-            }
+            if (header || !patch_fields(fields, line)) line = reader.raw();
             header = false;
             line += '\n';
             std::fwrite(line.data(), 1, line.size(), out);
@@ -215,6 +447,8 @@ private:
     msms::PythonTraceRowWriter trace_rows_;
     // Rows without a device so far, before and after their Device Id.
     std::vector<std::pair<std::string, std::string>> history_;
+    std::vector<uint64_t> history_ids_;
+    std::unordered_map<const File*, RowIndex> index_;
     bool history_full_ = false;
     std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> patches_;
 };
