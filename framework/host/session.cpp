@@ -18,6 +18,7 @@
 #include <iostream>
 
 #include "launcher.h"
+#include "stale_sessions.h"
 #include "supervisor.h"
 #include "util/file_trust.h"
 #include "util/text.h"
@@ -339,6 +340,8 @@ int Session::run_program() {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;
     }
+    // Session folders of earlier runs whose host was killed (stale_sessions.h).
+    remove_stale_sessions(cfg_.output);
     // A fresh folder only this user can enter (mkdtemp: 0700, a new name
     // each run): nothing planted beforehand is ever read as a capture.
     std::string tmpl = cfg_.output + "/.msmemscope_session_XXXXXX";
@@ -349,6 +352,10 @@ int Session::run_program() {
     }
     dir_ = tmpl;
     own_dir_ = true;
+    if (std::string why = write_session_owner(dir_); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: " << why << "\n";
+        return 2;
+    }
     LaunchSpec spec;
     spec.argv = cfg_.program;
     spec.argv[0] = prog;
@@ -436,6 +443,9 @@ int Session::serve(const std::string& dir, pid_t parent) {
     }
     dir_ = dir;
     own_dir_ = true;
+    // This host owns the folder from now on (a later run removes it if this
+    // host is killed); the package's start() never judged it before.
+    write_session_owner(dir_);
     // The Python package made the token with the folder and gave it to us.
     if (const char* t = getenv("MSMEMSCOPE_WATCH_TOKEN"); valid_watch_token(t)) publish_watch_staging(dir_, t);
     signal(SIGINT, SIG_IGN);

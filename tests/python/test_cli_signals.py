@@ -8,6 +8,7 @@ Barriers are FIFOs: nothing here sleeps.
 """
 import os
 import re
+import select
 import signal
 import subprocess
 import threading
@@ -99,3 +100,49 @@ def test_a_signal_sent_to_the_cli_while_the_program_runs_reaches_the_program_onc
     assert p.returncode == 3, (stdout, stderr)
     assert stdout.count("interrupted") == 1
     assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/python3 .*prog\.py\) exited with code 3$", stdout, re.M), stdout
+
+
+def start_time(pid):
+    text = open(f"/proc/{pid}/stat").read()
+    return text[text.rindex(")") + 2:].split()[19]
+
+
+def test_a_killed_hosts_worker_goes_with_it_and_the_next_run_removes_its_session(tmp_path):
+    fifo = tmp_path / "in_finish"
+    os.mkfifo(fifo)
+    out = str(tmp_path / "out")
+    args = [str(CLI), "--plugin-path", str(FIXTURES), "--device=cpu", "--analysis=", "--output", out]
+    p = subprocess.Popen(args + ["--sinks=hang_in_finish", "--", "/bin/ls", "/"], cwd=tmp_path,
+                         env=env(MSMEMSCOPE_FIXTURE_FIFO=str(fifo)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    wait_fifo(fifo)
+    p.kill()
+    p.wait()
+    # the worker was in the plugin's finish(): it dies with its host
+    for pid in pids_with_arg(out):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        assert select.select([fd], [], [], 60)[0], f"worker {pid} outlived its host"
+        os.close(fd)
+    (stale,) = [f for f in os.listdir(out) if f.startswith(".msmemscope_session_")]
+    # Folders a later run must leave alone: one whose host is alive (this
+    # test's own pid and start time), one without an owner file, a link.
+    alive = tmp_path / "out" / ".msmemscope_session_alive"
+    alive.mkdir(mode=0o700)
+    (alive / "owner").write_text(f"msmemscope-session {os.getpid()} {start_time(os.getpid())}\n")
+    (tmp_path / "out" / ".msmemscope_session_noowner").mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (target / "owner").write_text("msmemscope-session 1 1\n")
+    (tmp_path / "out" / ".msmemscope_session_link").symlink_to(target)
+    # a pid reused by another process (another start time) is dead too
+    reused = tmp_path / "out" / ".msmemscope_session_reused"
+    reused.mkdir(mode=0o700)
+    (reused / "owner").write_text(f"msmemscope-session {os.getpid()} 1\n")
+    subprocess.run(args + ["--", "/bin/true"], cwd=tmp_path, env=env(), check=True, capture_output=True)
+    left = sorted(f for f in os.listdir(out) if f.startswith(".msmemscope_session_"))
+    assert left == [".msmemscope_session_alive", ".msmemscope_session_link", ".msmemscope_session_noowner"]
+    assert stale not in left
+    assert (target / "owner").exists()
