@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 
+#include "util/file_trust.h"
 #include "util/host_process.h"
 
 namespace msms {
@@ -49,6 +52,22 @@ std::string resolve_program(const std::string& name, std::string& error) {
     return "";
 }
 
+namespace {
+// The first file of the package folder (and its sub-folders) that root may
+// not run: "" when all pass, or when not root.
+std::string untrusted_package_file(const std::string& dir) {
+    if (geteuid() != 0) return "";
+    std::error_code ec;
+    for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code ec2;
+        if (it->is_symlink(ec2) || it->is_regular_file(ec2) || it->is_directory(ec2)) {
+            if (std::string why = untrusted_reason(it->path().string()); !why.empty()) return why;
+        }
+    }
+    return untrusted_reason(dir);
+}
+}  // namespace
+
 std::string python_boot_path(const std::string& home, const std::string& session_dir, std::string& error) {
     // The package next to the prefix: <prefix>/python (build tree, cmake
     // install), or the folder holding the package whose msmemscope/_prefix
@@ -61,6 +80,13 @@ std::string python_boot_path(const std::string& home, const std::string& session
         char* real = realpath(pkg_parent.c_str(), nullptr);
         if (real) pkg_parent = real;
         free(real);
+    }
+    // As root, the package runs in every Python process of the run: each of
+    // its files passes the check plugins pass (util/file_trust.h).
+    if (std::string why = untrusted_package_file(pkg_parent + "/msmemscope"); !why.empty()) {
+        std::cerr << "msmemscope: warning: the msmemscope Python package is refused: " << why
+                  << "; Python processes run without the Python-side collectors\n";
+        return "";
     }
     std::string dir = session_dir + "/python";
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {

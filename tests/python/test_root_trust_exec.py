@@ -247,3 +247,30 @@ def test_heap_hooks_of_another_user_are_not_loaded(tmp_path):
     assert p.stdout == (f"the heap hook library {hook} is refused: not loaded as root: {hook} belongs to user id "
                         f"{NOBODY}, not root\n")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("owner", [0, NOBODY], ids=["root_control", "nobody"])
+def test_the_python_package_booted_in_python_processes_is_checked(tmp_path, owner):
+    # The CLI puts <prefix>/python first on every Python process's path
+    # (framework/host/launcher.cpp): as root, a package file another user
+    # owns refuses the package (Python runs without the Python-side
+    # collectors) and its code never runs.
+    tmp = tmp_path.resolve()
+    prefix = tmp / "prefix"
+    for sub in ("bin", "lib", "python"):
+        shutil.copytree(BUILD / sub, prefix / sub, symlinks=True)
+    marker = tmp / "planted_ran"
+    boot = prefix / "python" / "msmemscope" / "_boot.py"
+    boot.write_text(f"open({str(marker)!r}, 'w').close()\ndef run(here):\n    pass\n")
+    os.chown(boot, owner, owner)
+    p = subprocess.run([str(prefix / "bin" / "msmemscope"), "--device=cpu", "--analysis=", "--output", str(tmp / "out"),
+                        "--", "/usr/bin/python3", "-c", "print('program ran')"], cwd=tmp, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "program ran" in p.stdout, p.stderr
+    refusal = (f"msmemscope: warning: the msmemscope Python package is refused: not loaded as root: {boot} belongs to "
+               f"user id {NOBODY}, not root; Python processes run without the Python-side collectors\n")
+    if owner == 0:
+        assert marker.exists() and "Python package is refused" not in p.stderr
+    else:
+        assert not marker.exists()
+        assert refusal in p.stderr, p.stderr
