@@ -51,3 +51,65 @@ TEST_CASE("csv: a dump of many blocks holds every row once, in order, byte for b
     CHECK(text.back() == '\n');
     CHECK(text.find('\0') == std::string::npos);
 }
+
+namespace {
+std::string read_all(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Rows whose stacks hold quotes, commas and newlines; `annotate` ids get an
+// owner after every row is written (as decompose does).
+std::string dump_with(const std::string& dir, const std::vector<uint64_t>& annotate, bool rising = true) {
+    fs::remove_all(dir);
+    PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    const int rows = 1000;
+    for (int i = 1; i <= rows; ++i) {
+        // not rising: rows 500 and 501 swapped (IDs out of order in the file)
+        int id = rising ? i : (i == 500 ? 501 : i == 501 ? 500 : i);
+        std::string stack = "f(\"" + std::to_string(id) + "\", x)\n";
+        for (int f = 0; f < id % 7; ++f) stack += "g,\"h\"\"\",\n";
+        h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(id), 64)
+                   .id(static_cast<uint64_t>(id))
+                   .at(1000 + static_cast<uint64_t>(id))
+                   .py_stack(stack)
+                   .attr("allocation_id", std::to_string(id)));
+    }
+    for (uint64_t id : annotate) REQUIRE(h.annotate(id, "owner", "PTA@weight") == MSMS_OK);
+    REQUIRE(h.finish() == MSMS_OK);
+    return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+}
+}  // namespace
+
+TEST_CASE("csv: analyzers' Attr changes reach exactly their rows, the rest byte for byte") {
+    std::string base = std::string(MSMS_TEST_OUT) + "/patches";
+    std::string plain = dump_with(base + "_none", {});
+    // the first row, rows at and around every 32nd (where the sink keeps
+    // offsets), neighbours, the last row, and IDs that are not in the file
+    std::vector<uint64_t> ids = {1, 2, 31, 32, 33, 64, 65, 500, 501, 999, 1000, 1001, 5000};
+    std::string patched = dump_with(base + "_some", ids);
+    std::string expected = plain;
+    for (uint64_t id : ids) {
+        if (id > 1000) continue;
+        std::string from = "{allocation_id:" + std::to_string(id) + "}";
+        std::string to = "{allocation_id:" + std::to_string(id) + ",owner:PTA@weight}";
+        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
+        REQUIRE(at != std::string::npos);
+        size_t a = expected.find(from, at);
+        REQUIRE(a != std::string::npos);
+        expected.replace(a, from.size(), to);
+    }
+    CHECK(patched.size() == expected.size());
+    CHECK(patched == expected);
+    // IDs not rising through the file: the full parse gives the same rows.
+    std::string swapped = dump_with(base + "_swapped", ids, false);
+    std::string swapped_plain = dump_with(base + "_swapped_none", {}, false);
+    CHECK(swapped != swapped_plain);
+    for (uint64_t id : {500, 501, 64}) {
+        std::string to = "{allocation_id:" + std::to_string(id) + ",owner:PTA@weight}";
+        CHECK(swapped.find(to) != std::string::npos);
+    }
+    CHECK(swapped.size() == patched.size());
+}
