@@ -9,15 +9,16 @@ variant once, in turn), so that a shared machine's load falls on all alike.
 For each variant: end-to-end wall time (start to exit) / bare's, the training
 loop's own time (printed by the script) / bare's, the seconds the tool still
 worked after the program ended (exit time minus the program's own end
-time), and the bytes it wrote (the output folder after the run). Medians,
+time), the CPU time of all its processes (user + system; steadier than
+wall time on a shared machine) / bare's, and the bytes it wrote (the output folder after the run). Medians,
 with the range over the rounds in parentheses.
 
 Usage: bench/torch/run.py [--rounds 3] [--steps 20] [--msmemscope build/bin/msmemscope]
-       [--python /usr/bin/python3] [--only csv,db,...] [--keep DIR]
+       [--python /usr/bin/python3] [--only csv,db,...] [--workdir DIR]
 """
 import argparse
-import importlib.util
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -77,9 +78,12 @@ def dir_bytes(d):
 def run_one(cmd_of, workdir):
     d = tempfile.mkdtemp(prefix="out_", dir=workdir)
     cmd = cmd_of(d)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     p = subprocess.run(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t1 = time.time()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     loop = end = None
     for line in p.stdout.splitlines():
         if line.startswith("loop_s="):
@@ -89,7 +93,7 @@ def run_one(cmd_of, workdir):
         sys.stderr.write("FAILED (%d): %s\n%s\n" % (p.returncode, " ".join(cmd), p.stderr[-3000:]))
         shutil.rmtree(d, ignore_errors=True)
         return None
-    r = {"wall": t1 - t0, "loop": loop, "after": max(0.0, t1 - end), "bytes": dir_bytes(d)}
+    r = {"wall": t1 - t0, "loop": loop, "after": max(0.0, t1 - end), "cpu": cpu, "bytes": dir_bytes(d)}
     shutil.rmtree(d, ignore_errors=True)
     return r
 
@@ -132,8 +136,8 @@ def main():
             r = run_one(cmd_of, workdir)
             if r:
                 res[key].append(r)
-                print("round %d %-16s wall %7.2f s  loop %6.2f s  after %6.2f s  %10.1f MB" %
-                      (rnd + 1, key, r["wall"], r["loop"], r["after"], r["bytes"] / 1e6), flush=True)
+                print("round %d %-16s wall %7.2f s  loop %6.2f s  after %6.2f s  cpu %7.2f s  %10.1f MB" %
+                      (rnd + 1, key, r["wall"], r["loop"], r["after"], r["cpu"], r["bytes"] / 1e6), flush=True)
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     bare = res["bare"]
@@ -143,17 +147,18 @@ def main():
     print()
     print("rounds: %d, steps: %d; bare: wall %.2f s, loop %.2f s (medians)" % (args.rounds, args.steps, bw, bl))
     print()
-    print("| tool | wall ÷ bare | training loop ÷ bare | s after the program ended | written MB |")
-    print("|---|---|---|---|---:|")
+    print("| tool | wall ÷ bare | training loop ÷ bare | CPU (all processes) ÷ bare | s after the program ended | written MB |")
+    print("|---|---|---|---|---|---:|")
     for key, label, _ in vs:
         rs = res[key]
         if not rs:
-            print("| %s | failed | | | |" % label)
+            print("| %s | failed | | | | |" % label)
             continue
         # ratios per round against that round's bare run (interleaved pairs)
         walls = [r["wall"] / bare[min(i, len(bare) - 1)]["wall"] for i, r in enumerate(rs)]
         loops = [r["loop"] / bare[min(i, len(bare) - 1)]["loop"] for i, r in enumerate(rs)]
-        print("| %s | %s | %s | %s | %.1f |" % (label, fmt_ratio(walls), fmt_ratio(loops),
+        cpus = [r["cpu"] / bare[min(i, len(bare) - 1)]["cpu"] for i, r in enumerate(rs)]
+        print("| %s | %s | %s | %s | %s | %.1f |" % (label, fmt_ratio(walls), fmt_ratio(loops), fmt_ratio(cpus),
                                                fmt_s([r["after"] for r in rs]),
                                                statistics.median(r["bytes"] for r in rs) / 1e6))
 

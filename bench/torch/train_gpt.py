@@ -93,7 +93,9 @@ def main():
         prof.export_chrome_trace(args.torch_profiler)
     # end_wall: when the program is done (the host's work after it is the
     # CLI's exit time minus this).
-    print("loop_s=%.4f loss=%.4f end_wall=%.6f" % (loop, loss.item(), time.time()), flush=True)
+    # end_mono: the same on CLOCK_MONOTONIC (perf record -k CLOCK_MONOTONIC).
+    print("loop_s=%.4f loss=%.4f end_wall=%.6f end_mono=%.6f" % (loop, loss.item(), time.time(), time.monotonic()),
+          flush=True)
 
 
 if __name__ == "__main__":
