@@ -63,30 +63,20 @@ struct OpName {
     uint64_t cache[2] = {0, 0};
 };
 
-// Per thread. Operators with a schema: by the name's pointer (the schema's
-// string, stable). Others (autograd's "evaluate_function: AddmmBackward0",
-// "detach" ...) name a string that the RecordFunction owns and whose memory
-// the next one reuses for another name: by the text.
+// Per thread, by the name's pointer (the schema's string, stable). Only
+// records with a schema get here (on_start).
 thread_local std::unordered_map<const char*, OpName>* t_by_schema = nullptr;
-thread_local std::unordered_map<std::string, OpName>* t_by_text = nullptr;
 
-OpName& op_name(const at::RecordFunction& fn) {
+OpName& op_name(const at::RecordFunction& fn, const c10::OperatorName& op) {
     const char* raw = fn.name();
-    auto op = fn.operator_name();
-    if (!op) {
-        if (!t_by_text) t_by_text = new std::unordered_map<std::string, OpName>();
-        auto [it, fresh] = t_by_text->try_emplace(std::string(raw));
-        if (fresh) it->second.name = it->first;
-        return it->second;
-    }
     if (!t_by_schema) t_by_schema = new std::unordered_map<const char*, OpName>();
     auto [it, fresh] = t_by_schema->try_emplace(raw);
     if (fresh) {
-        size_t sep = op->name.find("::");
+        size_t sep = op.name.find("::");
         it->second.name = sep == std::string::npos
                               ? std::string(raw)
-                              : "torch._ops." + op->name.substr(0, sep) + "." + op->name.substr(sep + 2) + "." +
-                                    (op->overload_name.empty() ? std::string("default") : op->overload_name);
+                              : "torch._ops." + op.name.substr(0, sep) + "." + op.name.substr(sep + 2) + "." +
+                                    (op.overload_name.empty() ? std::string("default") : op.overload_name);
     }
     return it->second;
 }
@@ -177,10 +167,17 @@ void access_value(const c10::IValue& v, uint16_t type, OpName& op) {
     }
 }
 
+// Rows only for operators, as upstream's dispatch-mode collection names them
+// (torch._ops.aten.<op>.<overload>): records without a schema -- autograd's
+// engine ranges ("autograd::engine::evaluate_function: AddmmBackward0"),
+// user scopes -- write nothing (issue #28 item 8); they still count for the
+// depth, so their allocations keep the Python stack taken at their entry.
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (g_depth.enter) g_depth.enter();
     if (!g_collecting()) return nullptr;
-    OpName& name = op_name(fn);
+    auto op = fn.operator_name();
+    if (!op) return nullptr;
+    OpName& name = op_name(fn, *op);
     // Upstream's order (aten_collection.py): ATEN_START, the inputs' ACCESS
     // rows, (the operator), the outputs' ACCESS rows, ATEN_END -- an
     // operator's accesses lie inside it, where upstream's inefficient
@@ -192,8 +189,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-    if (g_collecting()) {
-        OpName& name = op_name(fn);
+    auto op = g_collecting() ? fn.operator_name() : c10::nullopt;
+    if (op) {
+        OpName& name = op_name(fn, *op);
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
             for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
         if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, op_device(), 0, 0, name, nullptr);
