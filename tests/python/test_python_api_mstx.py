@@ -107,6 +107,31 @@ def test_mstx_steps_select_the_same_rows(tmp_path):
     assert step_blocks(api_rows) == step_blocks(cli_rows) == [2]
 
 
+def leak_report(p):
+    """The leak analysis's step findings (pointers aside): upstream's report
+    on stdout and its per-step warnings."""
+    keep = ("Direct Pytorch", "====== SUMMARY", "MinGap", "MaxGap", "[msmemscope] warning: leaks:",
+            "    3 block(s)")
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith(keep)]
+    return [re.sub(r"0x[0-9a-f]+", "0x?", l) for l in lines]
+
+
+def test_mstx_steps_are_the_leak_analysis_steps_in_both(tmp_path):
+    pytest.importorskip("torch")
+    cli = run([BUILD / "bin" / "msmemscope", "--device=cpu", "--events=alloc,free", "--analysis=leaks",
+               "--collect-mode=deferred", f"--output={tmp_path / 'cli'}", "--", PY, PROGRAMS / "torch_steps.py"],
+              tmp_path)
+    api = run([PY, PROGRAMS / "torch_steps.py", "api", tmp_path / "api"], tmp_path)
+    report = leak_report(cli)
+    # the block kept in steps 2, 3 and 4 outlives its step (step 1 is warm-up;
+    # step 5's has no next step)
+    assert [l for l in report if l.startswith("Direct")] == [
+        f"Direct Pytorch Caching memory pool leak of {mb} Mb(s) at 0x? in kernel_0 at step {s}."
+        for mb, s in (("0.007668", 2), ("0.007706", 3), ("0.007744", 4))]
+    assert len(report) == 10, report
+    assert leak_report(api) == report
+
+
 def test_api_with_the_tool_preloaded_the_upstream_way(tmp_path):
     # upstream's test_multirank_api.sh: LD_PRELOAD names the hook libraries,
     # then the script uses the API; the preloaded tool is used as it is
