@@ -195,3 +195,28 @@ def test_upstream_multirank_api_counts_its_mstx_rows(tmp_path):
         assert total == 202  # upstream's multirank_test: mstx_num
     finally:
         shutil.rmtree(out, ignore_errors=True)  # two dumps of about 400 MB (C and Python stacks)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the trust check applies to root only; CI runs as root")
+@pytest.mark.parametrize("owner", [0, 65534], ids=["root_control", "nobody"])
+def test_as_root_another_users_mstx_tool_is_not_loaded(tmp_path, owner):
+    # issue #29 item 2: what the package loads passes the plugins' trust check
+    tmp = tmp_path.resolve()
+    marker = tmp / "planted_ran"
+    tool = tmp / "hooks" / "libmsms_mstx_hook.so"
+    tool.parent.mkdir()
+    (tmp / "planted.c").write_text('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) '
+                                   f'{{ FILE* f = fopen("{marker}", "w"); if (f) fclose(f); }}\n')
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tool), str(tmp / "planted.c")], check=True, timeout=120)
+    os.chown(tool, owner, owner)
+    code = ("import msmemscope\nfrom msmemscope import _msmemscope as ext\n"
+            "ext.load_agent(msmemscope._session.AGENT)\n"
+            f"try:\n    ext.install_mstx_tool('{tool}')\nexcept RuntimeError as e:\n    print(e)\n")
+    p = run([PY, "-c", code], tmp)
+    if owner:
+        assert p.stdout == (f"the mstx tool library {tool} is refused: not loaded as root: {tool} belongs to user "
+                            f"id {owner}, not root\n")
+        assert not marker.exists()
+    else:  # positive control: root's own library is loaded (and is no mstx tool)
+        assert p.stdout == f"{tool} is no mstx tool (no InitInjectionMstx)\n"
+        assert marker.exists()
