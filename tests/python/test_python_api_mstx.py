@@ -12,6 +12,7 @@ mstx marks and "step start" ranges) adapted to cpu: its 202 MSTX rows.
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 
 import pytest
@@ -40,15 +41,15 @@ def run(cmd, cwd, timeout=300, **extra):
     return p
 
 
-def via_cli(tmp_path, out, steps=None):
+def via_cli(tmp_path, out, **config):
     opts = ["--device=cpu", "--events=alloc,free", "--analysis=", "--collect-mode=deferred", f"--output={out}"]
-    if steps:
-        opts.append(f"--steps={steps}")
+    opts += [f"--{k.replace('_', '-')}={v}" for k, v in config.items()]
     return run([BUILD / "bin" / "msmemscope"] + opts + ["--", PY, PROGRAMS / "marks.py"], tmp_path)
 
 
-def via_api(tmp_path, out, steps=None, **extra):
-    return run([PY, PROGRAMS / "marks.py", "api", out] + ([steps] if steps else []), tmp_path, **extra)
+def via_api(tmp_path, out, env=None, **config):
+    return run([PY, PROGRAMS / "marks.py", "api", out] + [f"{k}={v}" for k, v in config.items()], tmp_path,
+               **(env or {}))
 
 
 def the_rows(out):
@@ -107,6 +108,23 @@ def test_mstx_steps_select_the_same_rows(tmp_path):
     assert step_blocks(api_rows) == step_blocks(cli_rows) == [2]
 
 
+def db_marks(out):
+    [d] = process_dirs(out)
+    [db] = sorted(d.rglob("memscope_dump_*.db"))
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT Event, \"Event Type\", Name, \"Device Id\", Ptr, Attr FROM memscope_dump "
+                           "WHERE Event IN ('MSTX', 'SYSTEM') ORDER BY ID").fetchall()
+
+
+def test_db_output_has_the_same_mstx_rows(tmp_path):
+    # upstream's multirank_api_db: the same rows in the database
+    via_cli(tmp_path, tmp_path / "cli", data_format="db")
+    via_api(tmp_path, tmp_path / "api", data_format="db")
+    cli = db_marks(tmp_path / "cli")
+    assert [r[:3] for r in cli] == EXPECTED
+    assert db_marks(tmp_path / "api") == cli
+
+
 def leak_report(p):
     """The leak analysis's step findings (pointers aside): upstream's report
     on stdout and its per-step warnings."""
@@ -136,7 +154,7 @@ def test_api_with_the_tool_preloaded_the_upstream_way(tmp_path):
     # upstream's test_multirank_api.sh: LD_PRELOAD names the hook libraries,
     # then the script uses the API; the preloaded tool is used as it is
     via_cli(tmp_path, tmp_path / "cli")
-    via_api(tmp_path, tmp_path / "api", LD_PRELOAD=str(HOOK))
+    via_api(tmp_path, tmp_path / "api", env={"LD_PRELOAD": str(HOOK)})
     assert marks(the_rows(tmp_path / "api")) == marks(the_rows(tmp_path / "cli"))
 
 

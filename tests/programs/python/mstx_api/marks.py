@@ -1,7 +1,7 @@
 # mstx marks and ranges, the same script under the CLI and with the Python
 # API alone (tests/python/test_python_api_mstx.py).
 #   python3 marks.py                     under the CLI (--collect-mode=deferred)
-#   python3 marks.py api OUT [STEPS]     msmemscope.config(output=OUT, steps=STEPS)
+#   python3 marks.py api OUT [KEY=VALUE...]   msmemscope.config(output=OUT, KEY=VALUE...)
 import sys
 
 import mstx
@@ -13,7 +13,7 @@ STEP_BYTES = 300000  # one block of STEP_BYTES + i in step i + 1
 # mstx library finds no tool at this call.
 mstx.mark("before start", None)
 if sys.argv[1:2] == ["api"]:
-    kw = {"steps": sys.argv[3]} if len(sys.argv) > 3 else {}
+    kw = dict(a.split("=", 1) for a in sys.argv[3:])
     msmemscope.config(device="cpu", events="alloc,free", analysis="", output=sys.argv[2], **kw)
 msmemscope.start()
 mstx.mark("training start", None)
