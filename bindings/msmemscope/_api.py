@@ -107,8 +107,14 @@ def _report_existing_tensors() -> None:
     if torch is None or not _ext.collecting():
         return
     existing = {}
+    tensor = torch.Tensor
     for obj in gc.get_objects():
-        if not isinstance(obj, torch.Tensor):
+        # type(), not isinstance(): isinstance reads obj.__class__ through the
+        # object's own __getattribute__ when its type is not a Tensor, and
+        # some objects warn on any attribute read (torch.distributed.reduce_op:
+        # "torch.distributed.reduce_op is deprecated").
+        cls = type(obj)
+        if cls is not tensor and not issubclass(cls, tensor):
             continue
         try:
             if obj.device.type != "cpu" or obj.is_sparse or obj.is_meta:
