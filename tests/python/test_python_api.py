@@ -54,7 +54,7 @@ def kinds(rows):
     ({"devcie": "cpu"}, TypeError,
      "msmemscope.config: unknown key 'devcie'; did you mean 'device'? (allowed: device, level, events, call_stack, "
      "analysis, watch, data_format, format, output, output_path, sinks, steps, collect_mode, log_level, "
-     "aggregate, suppress, default_suppressions, plugin_path, plugin_options)"),
+     "aggregate, suppress, default_suppressions, plugin_time_budget, plugin_path, plugin_options)"),
     ({"level": 0}, TypeError, "msmemscope.config: 'level' must be a string, got int (allowed: 0, op, 1, kernel)"),
     ({"device": ["cpu"]}, TypeError,
      "msmemscope.config: 'device' must be a string, got list (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; "
