@@ -192,6 +192,7 @@ void ProcessRun::run_stream() {
         return;
     }
     summary_.pid = reader_.pid();
+    summary_.ppid = reader_.ppid();
     summary_.command = join(reader_.cmdline(), " ");
     {
         // <dir>/<pid>.<n>.msmcap
@@ -350,6 +351,13 @@ void ProcessRun::run_stream() {
     summary_.oom_kill_seen = live && oom.increased();
     if (live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec())
         pipeline.release_all_by_exec();
+    // A child forked without exec that ended with _exit() (Python's
+    // multiprocessing and DataLoader workers): its memory went with it.
+    if (reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::QuickExit) && summary_.capture_index == 0 &&
+        forked_without_exec()) {
+        pipeline.release_all_by_exec();
+        summary_.exit_after_fork = true;
+    }
     report_progress(progress::Phase::Writing);
     pipeline.finish();
     report_progress(progress::Phase::Done);
@@ -396,6 +404,48 @@ void ProcessRun::run_stream() {
     }
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
+}
+
+// This process was forked from a profiled process and did not exec: a
+// capture of its parent (the pid its agent saw as parent) in the same session
+// folder has the same program and command and began before this one. (A
+// child that exec'ed after vfork or posix_spawn runs another program; one
+// that exec'ed after fork has a capture index > 0.) The parent's capture is
+// read while it is there: the session empties a capture once it has been
+// read to its end, so a parent that ended first is not found (its child's
+// memory then counts as still allocated at exit).
+bool ProcessRun::forked_without_exec() const {
+    uint32_t ppid = reader_.ppid();
+    if (ppid == 0 || ppid == reader_.pid()) return false;
+    fs::path dir = fs::path(capture_path_).parent_path();
+    if (dir.empty()) dir = ".";
+    std::string prefix = std::to_string(ppid) + ".";
+    std::vector<std::string> mine = reader_.cmdline();
+    std::string my_exe = reader_.exe();
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::string name = it->path().filename().string();
+        if (name.rfind(prefix, 0) != 0 || name.size() < 7 || name.compare(name.size() - 7, 7, ".msmcap") != 0) continue;
+        int fd = open(it->path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        alignas(capture::CaptureHeader) unsigned char buf[sizeof(capture::CaptureHeader)];
+        bool got = pread(fd, buf, sizeof buf, 0) == static_cast<ssize_t>(sizeof buf);
+        close(fd);
+        const auto& h = *reinterpret_cast<const capture::CaptureHeader*>(buf);
+        if (!got || memcmp(h.magic, capture::kMagic, sizeof h.magic) != 0 || h.pid != ppid) continue;
+        if (h.wall_start_ns > reader_.wall_start()) continue;
+        std::string exe(h.exe, strnlen(h.exe, sizeof h.exe));
+        std::vector<std::string> args;
+        const char* p = h.cmdline;
+        const char* e = p + sizeof h.cmdline;
+        while (p < e && *p) {
+            size_t n = strnlen(p, static_cast<size_t>(e - p));
+            args.emplace_back(p, n);
+            p += n + 1;
+        }
+        if (exe == my_exe && args == mine) return true;
+    }
+    return false;
 }
 
 // The stream ended without an end record and the next image of this pid

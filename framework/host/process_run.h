@@ -19,6 +19,7 @@ namespace msms {
 
 struct ProcessSummary {
     uint32_t pid = 0;
+    uint32_t ppid = 0;  // the parent when the capture began (getppid() in the agent)
     std::string command;
     std::string output_dir;
     uint64_t events = 0, dropped = 0, stragglers = 0, corrupt = 0;
@@ -32,6 +33,13 @@ struct ProcessSummary {
     uint32_t capture_index = 0;  // n of <pid>.<n>.msmcap: > 0 after exec
     bool exact_order = false;    // membarrier ordering (no reorder window)
     bool replaced_by_exec = false;
+    // A child forked from a profiled process (same program and command, no
+    // exec) that ended with _exit(): what it still held went with it, as
+    // with exec, so nothing is "still allocated at exit" (issue #27 item 8).
+    bool exit_after_fork = false;
+    // How it ended, in the words of the summary line ("exited with code 0",
+    // ...): set by the session, which also knows the program's wait status.
+    std::string ended;
     std::string damage;          // first damaged place in the capture, "" if none  // set by the session: a later capture has this pid
     std::string error;  // a capture that could not be read
     std::map<std::string, Pipeline::DeviceTotals> totals;
@@ -73,6 +81,7 @@ private:
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     std::string folder_name(const std::string& ts) const;
     bool replaced_by_exec() const;
+    bool forked_without_exec() const;
 
     const Config& cfg_;
     const Registry& registry_;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -63,17 +64,27 @@ std::string peaks(const ProcessSummary& s) {
     return o.empty() ? "-" : o;
 }
 
+// How it ended: the words of the process's summary line (Session::how_ended),
+// without the explanations in parentheses that line adds.
 std::string end_of(const ProcessSummary& s) {
     if (!s.error.empty()) return "not read";
-    if (s.replaced_by_exec) return "exec'ed";
-    switch (s.end_kind) {
-    case 1:
-    case 2: return "exit " + std::to_string(s.end_code);
-    case 3: return "signal " + std::to_string(s.end_code);
-    case 4: return "exited";
-    default: return "no end record";
+    std::string how = s.ended;
+    if (how.empty()) {  // not set by a session (a caller of its own)
+        if (s.replaced_by_exec) how = "replaced by exec";
+        else if (s.end_kind == 1 || s.end_kind == 2) how = "exited with code " + std::to_string(s.end_code);
+        else if (s.end_kind == 3) how = "killed by signal " + std::to_string(s.end_code);
+        else if (s.end_kind == 4) how = "exited normally";
+        else how = "ended without an end record";
     }
+    for (const char* why : {" (continued in ", " (killed by SIGKILL or the OOM killer)"}) {
+        size_t at = how.find(why);
+        if (at != std::string::npos) how.erase(at);
+    }
+    return how;
 }
+
+// Its memory went with it (exec, or _exit after fork): nothing leaked.
+bool no_leaks(const ProcessSummary& s) { return s.replaced_by_exec || s.exit_after_fork; }
 
 }  // namespace
 
@@ -133,18 +144,27 @@ std::string rank_of(const ProcessSummary& s) {
 std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::string& output_root,
                             const std::string& timestamp, std::ostream& out) {
     // The console table.
+    // pid, the parent it was started by, rank, how it ended (the words of
+    // its summary line), leaked, peak, and its own command line (a child
+    // forked without exec runs its parent's command: the parent pid says
+    // which process it came from).
     out << "msmemscope: " << runs.size() << " processes\n";
-    out << "  " << std::left << std::setw(8) << "pid" << std::setw(6) << "rank" << std::setw(15) << "ended"
-        << std::setw(14) << "leaked" << std::setw(34) << "peak" << "command\n";
+    size_t ended_w = 6;
+    for (auto& s : runs) ended_w = std::max(ended_w, end_of(s).size() + 2);
+    out << "  " << std::left << std::setw(8) << "pid" << std::setw(8) << "ppid" << std::setw(6) << "rank"
+        << std::setw(static_cast<int>(ended_w)) << "ended" << std::setw(14) << "leaked" << std::setw(34) << "peak"
+        << "command\n";
     for (auto& s : runs) {
         uint64_t n = 0;
-        long double leaked = s.replaced_by_exec ? 0 : leaked_bytes(s, n);
-        std::string leak_text = s.replaced_by_exec ? "-" : leaked < 0 ? "-" : human(leaked);
+        long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
+        std::string leak_text = no_leaks(s) ? "-" : leaked < 0 ? "-" : human(leaked);
         std::string rank = rank_of(s);
         const std::string& cmd = s.command;  // the last column: never cut
         std::string pk = peaks(s);
-        out << "  " << std::left << std::setw(8) << s.pid << std::setw(6) << (rank.empty() ? "-" : rank)
-            << std::setw(15) << end_of(s) << std::setw(14) << leak_text << std::setw(34) << pk << " " << cmd << "\n";
+        out << "  " << std::left << std::setw(8) << s.pid << std::setw(8)
+            << (s.ppid ? std::to_string(s.ppid) : std::string("-")) << std::setw(6) << (rank.empty() ? "-" : rank)
+            << std::setw(static_cast<int>(ended_w)) << end_of(s) << std::setw(14) << leak_text << std::setw(34) << pk
+            << " " << cmd << "\n";
     }
 
     // index.html: a new file renamed into place (never written through a link).
@@ -153,12 +173,12 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
       << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
          "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}"
          "td.n{text-align:right}</style></head><body>\n<h1>msmemscope: "
-      << runs.size() << " processes</h1>\n<table>\n<tr><th>pid</th><th>rank</th><th>command</th><th>ended</th>"
+      << runs.size() << " processes</h1>\n<table>\n<tr><th>pid</th><th>ppid</th><th>rank</th><th>command</th><th>ended</th>"
          "<th>peak</th><th>leaked</th><th>report</th></tr>\n";
     fs::path root = fs::absolute(output_root).lexically_normal();
     for (auto& s : runs) {
         uint64_t n = 0;
-        long double leaked = s.replaced_by_exec ? 0 : leaked_bytes(s, n);
+        long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
         std::string rank = rank_of(s);
         std::string link;
         std::error_code ec;
@@ -173,15 +193,18 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
             link = "<a href=\"" + html_escape(url_path(rel_dir + "/" + report)) + "\">" + html_escape(report) + "</a>";
         else if (!s.output_dir.empty())
             link = "<a href=\"" + html_escape(url_path(rel_dir)) + "/\">" + html_escape(rel_dir) + "/</a>";
-        h << "<tr><td class=\"n\">" << s.pid << "</td><td>" << html_escape(rank.empty() ? "-" : rank) << "</td><td>"
+        h << "<tr><td class=\"n\">" << s.pid << "</td><td class=\"n\">"
+          << (s.ppid ? std::to_string(s.ppid) : std::string("-")) << "</td><td>"
+          << html_escape(rank.empty() ? "-" : rank) << "</td><td>"
           << html_escape(s.command) << "</td><td>" << html_escape(end_of(s)) << "</td><td>" << html_escape(peaks(s))
           << "</td><td class=\"n\">"
-          << (s.replaced_by_exec || leaked < 0 ? std::string("-")
+          << (no_leaks(s) || leaked < 0 ? std::string("-")
                                                : html_escape(human(leaked)) + " in " + std::to_string(n) + " allocation(s)")
           << "</td><td>" << link << "</td></tr>\n";
     }
     h << "</table>\n<p>A process that exec'ed continues in the next row of the same pid; its pre-exec image "
-         "holds no leaks.</p>\n</body></html>\n";
+         "holds no leaks. Nor does a child forked without exec that ended with _exit(): its memory went with "
+         "it.</p>\n</body></html>\n";
     std::string text = h.str();
     std::string final_path = (root / "index.html").string();
     std::string tmp = (root / (".index.html." + std::to_string(getpid()))).string();

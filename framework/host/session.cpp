@@ -223,7 +223,8 @@ static std::string describe_end(const ProcessSummary& s) {
     if (s.replaced_by_exec) return "replaced by exec (continued in the next capture of this pid)";
     switch (static_cast<capture::EndKind>(s.end_kind)) {
     case capture::EndKind::Exit: return "exited with code " + std::to_string(s.end_code);
-    case capture::EndKind::QuickExit: return "exited with code " + std::to_string(s.end_code) + " (_exit)";
+    case capture::EndKind::QuickExit:
+        return "exited with code " + std::to_string(s.end_code) + (s.exit_after_fork ? " (_exit after fork)" : " (_exit)");
     case capture::EndKind::Signal: {
         const char* name = sigabbrev_np(s.end_code);
         return "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
@@ -234,6 +235,18 @@ static std::string describe_end(const ProcessSummary& s) {
     if (s.ended_normally) return "detached";
     if (s.oom_kill_seen) return "killed by the OOM killer (SIGKILL)";
     return "ended without an end record (killed by SIGKILL or the OOM killer)";
+}
+
+// How it ended, in one wording for the summary line and the table of
+// processes: the program the CLI started by its wait status, every other
+// process by what its agent recorded.
+std::string Session::how_ended(const ProcessSummary& s) const {
+    std::string how;
+    if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
+    else how = describe_end(s);
+    // SIGKILL while a memory cgroup it was in counted an OOM kill.
+    if (s.oom_kill_seen && how == "killed by signal 9 (SIGKILL)") how = "killed by the OOM killer (SIGKILL)";
+    return how;
 }
 
 // As soon as a process's capture has been read to its end, its space goes
@@ -276,6 +289,7 @@ void Session::join_all() {
     for (auto& a : summaries_)
         for (auto& b : summaries_)
             if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty()) a.replaced_by_exec = true;
+    for (auto& s : summaries_) s.ended = how_ended(s);
     std::stable_sort(summaries_.begin(), summaries_.end(), [&](const ProcessSummary& a, const ProcessSummary& b) {
         if ((a.pid == static_cast<uint32_t>(root_pid_)) != (b.pid == static_cast<uint32_t>(root_pid_)))
             return a.pid == static_cast<uint32_t>(root_pid_);
@@ -482,6 +496,7 @@ int Session::replay(const std::string& capture) {
         return run.summary().pid == 0 ? 2 : 70;
     }
     ProcessSummary s = run.summary();
+    s.ended = how_ended(s);
     if (cfg_.replays.size() > 1)  // several captures: each message names its own
         for (auto& why : s.incomplete) why = capture + ": " + why;
     summaries_.push_back(s);
@@ -510,11 +525,7 @@ int Session::print_summary(std::ostream& out) const {
         }
         // (The pipeline said on stderr which plugin was dropped and why.)
         if (s.plugin_dropped && status == 0) status = 71;
-        std::string how;
-        if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
-        else how = describe_end(s);
-        // SIGKILL while a memory cgroup it was in counted an OOM kill.
-        if (s.oom_kill_seen && how == "killed by signal 9 (SIGKILL)") how = "killed by the OOM killer (SIGKILL)";
+        std::string how = s.ended.empty() ? how_ended(s) : s.ended;
         out << "msmemscope: pid " << s.pid << " (" << s.command << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";
         out << "  events: " << s.events << ", dropped: " << s.dropped;

@@ -39,6 +39,9 @@ public:
     int print_summary(std::ostream& out) const;
     const std::vector<ProcessSummary>& summaries() const { return summaries_; }
     std::string root_status() const { return root_status_; }
+    // How a process ended, as the summary line and the table of processes
+    // say it ("exited with code 0", "killed by signal 9 (SIGKILL)", ...).
+    std::string how_ended(const ProcessSummary& s) const;
 
 private:
     void scan();

@@ -181,12 +181,13 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 344,
+static_assert(sizeof(ProcessSummary) == 376,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
     Writer w;
     w.u(s.pid);
+    w.u(s.ppid);
     w.s(s.command);
     w.s(s.output_dir);
     w.u(s.events);
@@ -201,6 +202,8 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.capture_index);
     w.u(s.exact_order);
     w.u(s.replaced_by_exec);
+    w.u(s.exit_after_fork);
+    w.s(s.ended);
     w.s(s.damage);
     w.s(s.error);
     w.u(s.totals.size());
@@ -226,6 +229,7 @@ std::string encode(const ProcessSummary& s) {
 bool decode(const std::string& in, ProcessSummary& s) {
     Reader r{in};
     s.pid = static_cast<uint32_t>(r.u());
+    s.ppid = static_cast<uint32_t>(r.u());
     s.command = r.s();
     s.output_dir = r.s();
     s.events = r.u();
@@ -240,6 +244,8 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.capture_index = static_cast<uint32_t>(r.u());
     s.exact_order = r.u() != 0;
     s.replaced_by_exec = r.u() != 0;
+    s.exit_after_fork = r.u() != 0;
+    s.ended = r.s();
     s.damage = r.s();
     s.error = r.s();
     s.totals.clear();

@@ -49,18 +49,24 @@ def test_launcher_script_gets_a_combined_table_and_index(tmp_path):
         if "replaced by exec" in b.splitlines()[0]:
             assert "Detected memory leaks" not in b, b
     # The combined table.
-    m = re.search(r"^msmemscope: (\d+) processes\n  pid +rank +ended +leaked +peak +command\n((?:  \d+ .*\n)+)"
+    m = re.search(r"^msmemscope: (\d+) processes\n  pid +ppid +rank +ended +leaked +peak +command\n((?:  \d+ .*\n)+)"
                   r"  index: (.*)$", out, re.M)
     assert m, out
     assert int(m[1]) == len(pids) >= 5
     rows = m[2].splitlines()
     assert len(rows) == len(pids)
     # The two programs, with their ranks, leaks and peaks; the two pre-exec images: no leaks.
-    prog = re.compile(r"^  \d+ +(\d+) +(?:exit 0|exited) +(\d+\.\d KiB) +cpu/HOST 111\.8 KiB +" + re.escape(str(DEMO)) + "$")
+    # How each ended in the words of its summary line (the programs returned
+    # from main: their agents saw no status), and each one's parent: bash.
+    root = re.match(r"^  (\d+) +\d+ +- +exited with code 0 +", rows[0])
+    assert root, rows
+    prog = re.compile(r"^  \d+ +(\d+) +(\d+) +exited (?:with code 0|normally) +(\d+\.\d KiB) +cpu/HOST 111\.8 KiB +"
+                      + re.escape(str(DEMO)) + "$")
     progs = [prog.match(r) for r in rows if prog.match(r)]
-    assert sorted(x[1] for x in progs) == ["0", "1"], rows
-    assert all(x[2] == "11.8 KiB" for x in progs)
-    execed_rows = [r for r in rows if re.match(r"^  \d+ +\S+ +exec'ed +- ", r)]
+    assert sorted(x[2] for x in progs) == ["0", "1"], rows
+    assert all(x[3] == "11.8 KiB" for x in progs)
+    assert all(x[1] == root[1] for x in progs), rows
+    execed_rows = [r for r in rows if re.match(r"^  \d+ +" + root[1] + r" +\S+ +replaced by exec +- ", r)]
     assert len(execed_rows) == 2, rows
     index = Path(m[3])
     assert index == (tmp_path / "out" / "index.html").resolve() or index == tmp_path / "out" / "index.html"
