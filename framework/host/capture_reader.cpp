@@ -72,7 +72,9 @@ void CaptureReader::release(uint64_t index) {
 
 bool CaptureReader::open(const std::string& path, std::string& error) {
     path_ = path;
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO given as a capture opens at once (and is refused
+    // below) instead of waiting for a writer; no effect on a regular file.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd_ < 0) {
         error = path + ": cannot open: " + strerror(errno);
         return false;

@@ -547,7 +547,7 @@ void Pipeline::finish() {
 
 // ---------------------------------------------------------------- host API
 
-void Pipeline::api_log(void* h, int level, msms_str m) { of(h)->log(level, to_s(m)); }
+void Pipeline::api_log(void* h, int level, msms_str m) { of(h)->log(level, escape_controls(to_s(m))); }
 
 int Pipeline::api_progress(void* h, const msms_progress* p) {
     Pipeline* self = of(h);
@@ -556,7 +556,7 @@ int Pipeline::api_progress(void* h, const msms_progress* p) {
     if (!self->progress_) return MSMS_OK;
     Progress r;
     r.plugin = static_cast<HostApi*>(h)->plugin;
-    r.what = to_s(p->what).substr(0, 64);
+    r.what = escape_controls(to_s(p->what).substr(0, 64));
     r.done = p->done;
     r.total = p->total;
     r.unit = p->unit;
@@ -627,6 +627,6 @@ int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint
     return MSMS_OK;
 }
 
-void Pipeline::api_report(void* h, msms_str line) { of(h)->report_.push_back(to_s(line)); }
+void Pipeline::api_report(void* h, msms_str line) { of(h)->report_.push_back(escape_controls(to_s(line))); }
 
 }  // namespace msms

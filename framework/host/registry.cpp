@@ -194,7 +194,8 @@ std::string check_descriptor(const msms_plugin_descriptor* d) {
 std::string plugin_last_error(const msms_plugin_descriptor* d, void* instance) {
     if (!d || !instance || d->abi_minor < 1 || d->struct_size < kSize11 || !d->last_error) return "";
     const char* m = d->last_error(instance);
-    return m ? std::string(m, strnlen(m, MSMS_ERROR_MESSAGE_SIZE)) : "";
+    // Shown on the terminal and in the summary: control characters escaped.
+    return m ? escape_controls(std::string_view(m, strnlen(m, MSMS_ERROR_MESSAGE_SIZE))) : "";
 }
 
 Registry::Registry() {

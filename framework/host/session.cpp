@@ -526,7 +526,7 @@ int Session::print_summary(std::ostream& out) const {
         // (The pipeline said on stderr which plugin was dropped and why.)
         if (s.plugin_dropped && status == 0) status = 71;
         std::string how = s.ended.empty() ? how_ended(s) : s.ended;
-        out << "msmemscope: pid " << s.pid << " (" << s.command << ") " << how << "\n";
+        out << "msmemscope: pid " << s.pid << " (" << escape_controls(s.command) << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";
         out << "  events: " << s.events << ", dropped: " << s.dropped;
         if (s.stragglers) out << ", late: " << s.stragglers;
@@ -557,7 +557,7 @@ int Session::print_summary(std::ostream& out) const {
         if (!files.empty()) out << "  files (in " << s.output_dir << "):\n";
         const size_t kMaxListed = 30;
         for (size_t i = 0; i < files.size() && i < kMaxListed; ++i)
-            out << "    " << files[i].first << " (" << human(static_cast<int64_t>(files[i].second)) << ")\n";
+            out << "    " << escape_controls(files[i].first) << " (" << human(static_cast<int64_t>(files[i].second)) << ")\n";
         if (files.size() > kMaxListed) out << "    ... and " << files.size() - kMaxListed << " more\n";
     }
     return status;

@@ -4,9 +4,43 @@
 
 namespace msms {
 
+namespace {
+// The length of the well-formed UTF-8 sequence at s[i] (2..4), or 0.
+inline size_t utf8_sequence(std::string_view s, size_t i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; ++k)
+        if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+    unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+    if ((c == 0xE0 && c1 < 0xA0) || (c == 0xF0 && c1 < 0x90)) return 0;  // overlong
+    if (c == 0xED && c1 >= 0xA0) return 0;                                // surrogates
+    if (c == 0xF4 && c1 >= 0x90) return 0;                                // above U+10FFFF
+    return n;
+}
+}  // namespace
+
 void json_quote(std::string& out, std::string_view s) {
     out += '"';
-    for (unsigned char c : s) {
+    for (size_t i = 0; i < s.size();) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x80) {
+            // JSON text is UTF-8: a byte that is not part of a well-formed
+            // sequence (a Latin-1 file name, a cut string) is written as the
+            // character of the same number (\u00XX), so the file stays valid.
+            size_t n = utf8_sequence(s, i);
+            if (n) {
+                out.append(s.data() + i, n);
+                i += n;
+            } else {
+                char buf[8];
+                std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+                out += buf;
+                ++i;
+            }
+            continue;
+        }
+        ++i;
         switch (c) {
         case '"': out += "\\\""; break;
         case '\\': out += "\\\\"; break;

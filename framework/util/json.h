@@ -45,7 +45,9 @@ private:
     std::vector<std::pair<std::string, Json>> items_;
 };
 
-// Appends s as a JSON string literal (with quotes).
+// Appends s as a JSON string literal (with quotes). The result is always
+// valid UTF-8: a byte of s that is not part of a well-formed UTF-8 sequence
+// is written as \u00XX (the Latin-1 character of that byte).
 void json_quote(std::string& out, std::string_view s);
 // A value from an Attr entry as JSON: numbers stay numbers, "[1, 2]" lists
 // become arrays when they parse as numbers, everything else a string.

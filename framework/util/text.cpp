@@ -1,6 +1,12 @@
 #include "text.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace msms {
@@ -206,6 +212,108 @@ char* format_hex_ptr(char* dst, uint64_t v) {
 void append_hex_ptr(std::string& out, uint64_t v) {
     char buf[18];
     out.append(buf, static_cast<size_t>(format_hex_ptr(buf, v) - buf));
+}
+
+namespace {
+// The length of the well-formed UTF-8 sequence at s[i] (2..4), or 0.
+size_t utf8_length(std::string_view s, size_t i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; ++k)
+        if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+    unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+    if (c == 0xE0 && c1 < 0xA0) return 0;   // overlong
+    if (c == 0xED && c1 >= 0xA0) return 0;  // surrogates
+    if (c == 0xF0 && c1 < 0x90) return 0;   // overlong
+    if (c == 0xF4 && c1 >= 0x90) return 0;  // above U+10FFFF
+    return n;
+}
+}  // namespace
+
+std::string escape_controls(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    char buf[8];
+    for (size_t i = 0; i < s.size();) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            ++i;
+            if (c == '\n') out += "\\n";
+            else if (c == '\r') out += "\\r";
+            else if (c == '\t') out += "\\t";
+            else if (c < 0x20 || c == 0x7F) {
+                std::snprintf(buf, sizeof buf, "\\x%02x", c);
+                out += buf;
+            } else {
+                out += static_cast<char>(c);
+            }
+            continue;
+        }
+        size_t n = utf8_length(s, i);
+        if (n == 0) {
+            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            out += buf;
+            ++i;
+            continue;
+        }
+        if (n == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0) {  // C1 controls (CSI = U+009B)
+            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(s[i + 1]));
+            out += buf;
+        } else {
+            out.append(s.data() + i, n);
+        }
+        i += n;
+    }
+    return out;
+}
+
+std::string file_kind(unsigned mode) {
+    if (S_ISREG(mode)) return "";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISDIR(mode)) return "a folder";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    return "not a regular file";
+}
+
+int open_regular_file(const std::string& path, std::string& why) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        why = "'" + escape_controls(path) + "': " + std::strerror(errno);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        why = "'" + escape_controls(path) + "': " + std::strerror(errno);
+        ::close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        why = "'" + escape_controls(path) + "' is not a regular file (" + file_kind(st.st_mode) + "); give a file";
+        ::close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+int read_at_most(int fd, size_t limit, std::string& out) {
+    out.clear();
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (n == 0) return 1;
+        if (out.size() + static_cast<size_t>(n) > limit) return 0;
+        out.append(buf, static_cast<size_t>(n));
+    }
 }
 
 }  // namespace msms

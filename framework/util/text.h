@@ -33,4 +33,29 @@ void append_int(std::string& out, int64_t v);
 void append_hex_ptr(std::string& out, uint64_t v);  // 0x%016x
 char* format_hex_ptr(char* dst, uint64_t v);        // 0x%016x at dst (18 chars); returns the end
 
+// Text from outside (a program argument, a path, a plugin's error text) as
+// it may be shown on a terminal: control characters (C0, DEL and the C1
+// range U+0080..U+009F) are written escaped ("\n", "\t", "\x1b", "\u009b");
+// bytes that are not UTF-8 are shown as "\xHH". Printable text is unchanged.
+std::string escape_controls(std::string_view s);
+
+// What kind of file a st_mode names, for a message: "a FIFO", "a socket",
+// "a character device", "a block device", "a folder", "a symbolic link",
+// "not a regular file" for anything else; "" for a regular file.
+std::string file_kind(unsigned mode);
+
+// Opens an input file for reading without ever blocking on it: O_NONBLOCK
+// (a FIFO opens at once; the flag is cleared again on a regular file), then
+// fstat. A file that is not regular (FIFO, pipe, socket, device, folder) is
+// closed again. Returns the descriptor, or -1 with `why` set to
+// "'<path>' is not a regular file (a FIFO); give a file" or
+// "'<path>': <strerror>" (the path escaped for the terminal).
+int open_regular_file(const std::string& path, std::string& why);
+
+// Reads fd to its end into out, at most `limit` bytes: the limit holds for
+// the bytes actually read, whatever the file's size says. Returns 1 when the
+// whole file was read, 0 when it has more than `limit` bytes, -1 on a read
+// error (errno set).
+int read_at_most(int fd, size_t limit, std::string& out);
+
 }  // namespace msms

@@ -141,7 +141,8 @@ def test_analyze_write_back_keeps_mode_and_refuses_links(cli, tmp_path):
 def test_non_regular_and_huge_inputs_are_refused(cli, tmp_path):
     p = cli(["--analyze=leaks", "--input=/dev/zero", f"--output={tmp_path}/o"], tmp_path, timeout=60)
     assert p.returncode == 2
-    assert p.stderr.strip().splitlines()[-1] == "msmemscope: error: --input: /dev/zero: not a regular file"
+    assert p.stderr.strip().splitlines()[-1] == ("msmemscope: error: --input: '/dev/zero' is not a regular file "
+                                                  "(a character device); give a file or a folder")
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the permission checks apply to a root host")

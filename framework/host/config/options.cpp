@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/text.h"
+
 namespace msms {
 namespace cfgopt {
 
@@ -140,10 +142,12 @@ const OptionDef* find_option(const std::string& name) {
 }
 
 std::string shown(const std::string& value) {
-    if (value.size() <= 80) return value;
+    // Control characters (an escape sequence, a newline) are shown escaped,
+    // never sent to the terminal as they are.
+    if (value.size() <= 80) return escape_controls(value);
     size_t cut = 80;
     while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
-    return value.substr(0, cut) + "\xE2\x80\xA6";
+    return escape_controls(value.substr(0, cut)) + "\xE2\x80\xA6";
 }
 
 }  // namespace cfgopt

@@ -38,7 +38,8 @@ std::string bad_value(const std::string& origin, const std::string& value, const
 const PluginInfo* find_plugin(const Catalog& c, const std::string& name, int kind);
 std::vector<std::string> names_of_kind(const Catalog& c, int kind);
 bool parse_bool(const std::string& v, bool& out);
-// A value echoed in an error: at most 80 characters, then "…".
+// A value echoed in an error: at most 80 characters, then "…"; control
+// characters escaped (util/text.h escape_controls).
 std::string shown(const std::string& value);
 
 }  // namespace cfgopt

@@ -105,7 +105,9 @@ bool valid_output_char(const std::string& s, size_t& i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
         ++i;
-        return isalnum(c) || c == '.' || c == '/' || c == '_' || c == '-' || c == '~' || isspace(c);
+        // A space, but no other white space: '\n', '\r', '\t', '\v', '\f' in a
+        // folder name break every line that names it (the summary, logs).
+        return isalnum(c) || c == '.' || c == '/' || c == '_' || c == '-' || c == '~' || c == ' ';
     }
     // Chinese characters U+4E00..U+9FA5 (three UTF-8 bytes), as msMemScope allows.
     if (i + 2 < s.size() && (c & 0xF0) == 0xE0 && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80) {
@@ -127,7 +129,7 @@ std::string check_output_path(const std::string& p) {
     for (size_t i = 0; i < p.size();) {
         size_t at = i;
         if (!valid_output_char(p, i)) {
-            std::string ch = p.substr(at, i - at);
+            std::string ch = escape_controls(p.substr(at, i - at));
             return "invalid character '" + ch + "' in '" + shown(p) +
                    "' (allowed: letters, digits, '.', '/', '_', '-', '~', spaces, Chinese characters)";
         }
@@ -165,6 +167,20 @@ std::vector<std::string> expand_path_pattern(const std::string& value, const std
     if (out.empty())
         errors.push_back(origin + ": no file matches the pattern '" + shown(value) + "'");
     return out;
+}
+
+// An input that exists but is not a regular file (a FIFO, a pipe from
+// "<(...)", a socket, a device; a folder unless folders are allowed): one
+// message naming what it is, before anything opens it (a FIFO would block
+// the open, a device would be read without end). "" when it is fine or does
+// not exist (said elsewhere, where the file is opened).
+// folder_said: a folder is left to the reader, which says what it expected.
+std::string not_regular(const std::string& origin, const std::string& path, bool folder_ok, bool folder_said = false) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || ((folder_ok || folder_said) && S_ISDIR(st.st_mode)))
+        return "";
+    return origin + ": '" + shown(path) + "' is not a regular file (" + file_kind(st.st_mode) + "); give a file" +
+           (folder_ok ? " or a folder" : "");
 }
 
 // "a, b (and N more)" for an error message.
@@ -360,8 +376,11 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             if (found.size() > 1)
                 errors.push_back(v->origin + ": the pattern '" + shown(s) + "' matches " + std::to_string(found.size()) +
                                  " paths (" + some_paths(found) + "); each input must name one file or folder");
-            else if (found.size() == 1)
-                cfg.inputs.push_back(found[0]);
+            else if (found.size() == 1) {
+                std::string why = not_regular(v->origin, found[0], true);
+                if (!why.empty()) errors.push_back(why);
+                else cfg.inputs.push_back(found[0]);
+            }
         }
         input_pattern_failed = errors.size() > errors_before;
     }
@@ -372,6 +391,11 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             // Several captures (one per process of a run) are replayed one after another.
             cfg.replays = expand_path_pattern(v->value, v->origin, errors);
             if (cfg.replays.size() == 1) cfg.replay = cfg.replays[0];
+            // A folder is said by the capture reader ("not a msmemscope capture").
+            for (auto& r : cfg.replays) {
+                std::string why = not_regular(v->origin, r, false, true);
+                if (!why.empty()) errors.push_back(why);
+            }
         }
     }
     if (auto v = get("serve-session")) {
@@ -472,6 +496,10 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             struct stat st;
             if (stat(f.c_str(), &st) != 0) {
                 errors.push_back(v->origin + ": '" + shown(f) + "': " + strerror(errno));
+                continue;
+            }
+            if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+                errors.push_back(not_regular(v->origin, f, false));
                 continue;
             }
             if (!S_ISREG(st.st_mode) || access(f.c_str(), R_OK) != 0) {

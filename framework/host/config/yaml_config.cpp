@@ -3,14 +3,18 @@
 // `plugins: {search_paths, options}`. Every relative path in a profile
 // (output, input, replay, plugins.search_paths) is relative to the folder of
 // the YAML file, so a profile means the same from any working directory.
-// Limits: the file at most 1 MiB; duplicate keys are errors; unknown keys are
+// Limits: the file at most 1 MiB (bytes read; a FIFO, device or other
+// non-regular file is refused before it is read); duplicate keys are errors; unknown keys are
 // reported (the first 20, then a count); echoed values are cut at 80 characters.
 #include "config.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 
 #include "options.h"
@@ -213,29 +217,47 @@ bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>
         return false;
     }
     if (stat(path.c_str(), &st) != 0) {
-        errors.push_back(path + ": cannot read the file");
+        errors.push_back(escape_controls(path) + ": cannot read the file");
         return false;
     }
     if (S_ISDIR(st.st_mode)) {
         errors.push_back(origin + ": '" + shown(path) + "' is a folder, not a YAML file");
         return false;
     }
-    if (st.st_size > kMaxYamlBytes) {
-        errors.push_back(origin + ": '" + shown(path) + "' is larger than 1 MiB (" + std::to_string(st.st_size) +
-                         " bytes); a profile is a short list of options");
+    // Opened without blocking (a FIFO would wait for a writer) and read only
+    // when it is a regular file; the 1 MiB limit holds for the bytes read,
+    // not for what the file's size says.
+    std::string why;
+    int fd = open_regular_file(path, why);
+    if (fd < 0) {
+        errors.push_back(origin + ": " + why);
+        return false;
+    }
+    std::string text;
+    int got = fstat(fd, &st) == 0 && st.st_size > kMaxYamlBytes
+                  ? 0
+                  : read_at_most(fd, static_cast<size_t>(kMaxYamlBytes), text);
+    int read_errno = errno;
+    close(fd);
+    if (got == 0) {
+        std::string size = st.st_size > kMaxYamlBytes ? std::to_string(st.st_size) + " bytes"
+                                                      : "more than " + std::to_string(kMaxYamlBytes) + " bytes read";
+        errors.push_back(origin + ": '" + shown(path) + "' is larger than 1 MiB (" + size +
+                         "); a profile is a short list of options");
+        return false;
+    }
+    if (got < 0) {
+        errors.push_back(escape_controls(path) + ": cannot read the file: " + strerror(read_errno));
         return false;
     }
     YAML::Node root;
     try {
-        root = YAML::LoadFile(path);
-    } catch (const YAML::BadFile&) {
-        errors.push_back(path + ": cannot read the file");
-        return false;
+        root = YAML::Load(text);
     } catch (const YAML::Exception& e) {
-        errors.push_back(path + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+        errors.push_back(escape_controls(path) + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
         return false;
     } catch (const std::exception& e) {
-        errors.push_back(path + ": cannot read the file: " + e.what());
+        errors.push_back(escape_controls(path) + ": cannot read the file: " + e.what());
         return false;
     }
     if (root.IsNull()) return true;

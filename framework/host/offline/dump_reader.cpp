@@ -200,9 +200,19 @@ void apply(std::vector<std::pair<std::string, std::string>>& attrs, const std::s
 }  // namespace
 
 bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
-    std::FILE* f = std::fopen(path.c_str(), "r");
+    // Opened without blocking on a FIFO and read only when it is a regular file.
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        error = path + ": not a regular file";
+        return false;
+    }
+    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    std::FILE* f = fd >= 0 ? fdopen(fd, "r") : nullptr;
     if (!f) {
         error = path + ": cannot read the file: " + std::strerror(errno);
+        if (fd >= 0) close(fd);
         return false;
     }
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
@@ -257,6 +267,17 @@ bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::str
 }
 
 bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+    {
+        // SQLite would block opening a FIFO: a non-regular file is refused first.
+        int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        struct stat st;
+        bool regular = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+        if (fd >= 0) close(fd);
+        if (fd >= 0 && !regular) {
+            error = path + ": not a regular file";
+            return false;
+        }
+    }
     sqlite3* db = nullptr;
     if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
         error = path + ": cannot open the database: " + (db ? sqlite3_errmsg(db) : "out of memory");
