@@ -65,6 +65,7 @@ struct Config {
     bool compare = false;
     bool analyze = false;            // --analyze: offline analysis of --input
     std::vector<std::string> inputs;
+    std::vector<std::string> merge;  // --merge: run folders to combine (merge.h); output "" = default
     bool follow_fork = true;
     std::string replay;              // replay a saved capture instead of running (as given)
     std::vector<std::string> replays;  // the captures it names (a pattern may match several)

@@ -12,6 +12,7 @@
 #include "compare_log.h"
 #include "config.h"
 #include "device_check.h"
+#include "merge.h"
 #include "progress.h"
 #include "run_index.h"
 #include "offline/offline.h"
@@ -86,6 +87,7 @@ int run_main(int argc, char** argv) {
                      "root owns or could write (they or a folder above them) are refused; run as an ordinary "
                      "user where possible\n";
 
+    if (!cfg.merge.empty()) return merge_main(cfg);  // --merge: runs of several nodes
     if (cfg.compare) {
         CompareLog log(cfg.output);
         int rc = compare_main(cfg);

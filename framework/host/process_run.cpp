@@ -23,6 +23,7 @@
 
 #include "capture_disk.h"
 #include "oom_watch.h"
+#include "process_summary_json.h"
 #include "step_filter.h"
 #include "supervisor.h"
 #include "symbolizer.h"
@@ -273,6 +274,7 @@ void ProcessRun::run_stream() {
     notify_started("");
     Symbolizer sym(reader_);
     StepFilter steps(cfg_.steps);
+    StepCounter step_count;  // for summary.json
     RawEvent raw;
     Record r;  // reused: its strings keep their storage from event to event
     // Only a live process (not a replay) has a cgroup to watch.
@@ -317,6 +319,7 @@ void ProcessRun::run_stream() {
             if (!keep(raw)) continue;
             r.reset();
             convert(raw, r, sym);
+            step_count.feed(r.ev, r.name);
             if (!steps.keep(r.ev, r.name)) continue;  // --steps
             pipeline.feed(r);
         }
@@ -349,8 +352,9 @@ void ProcessRun::run_stream() {
     // Where reading ended (every stack symbolized, the whole capture read).
     report_progress(progress::Phase::Draining);
     summary_.oom_kill_seen = live && oom.increased();
-    if (live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec())
-        pipeline.release_all_by_exec();
+    bool exec_replaced =
+        live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec();
+    if (exec_replaced) pipeline.release_all_by_exec();
     // A child forked without exec that ended with _exit() (Python's
     // multiprocessing and DataLoader workers): its memory went with it.
     if (reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::QuickExit) && summary_.capture_index == 0 &&
@@ -402,6 +406,18 @@ void ProcessRun::run_stream() {
         if (sink) summary_.incomplete.push_back(e + output_limit_reached(dir));
         else summary_.plugin_dropped = true;
     }
+    // summary.json (process_summary_json.h): what --merge combines.
+    SummaryFacts facts;
+    facts.ppid = reader_.ppid();
+    facts.rank = valid_rank(reader_.rank());
+    facts.steps = step_count.steps();
+    facts.wall_start_ns = reader_.wall_start();
+    facts.exec_replaced = exec_replaced;
+    facts.leaks_ran = cfg_.steps.empty() && !supervisor::excluded("leaks") &&
+                      std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") != cfg_.analyzers.end();
+    for (auto& e : summary_.plugin_errors) facts.leaks_ran = facts.leaks_ran && e.rfind("plugin 'leaks'", 0) != 0;
+    if (std::string why = write_process_summary_json(dir, summary_, facts); !why.empty())
+        summary_.incomplete.push_back(dir + "/summary.json: cannot write: " + why);
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
 }

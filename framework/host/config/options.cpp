@@ -56,6 +56,10 @@ const std::vector<OptionDef>& options() {
          "(several files: a,b)"},
         {"default-suppressions", 0, true, nullptr, kAnalysis, false, "<BOOL>",
          "false: report the CPython interpreter's own one-time allocations too [default: true]"},
+        {"merge", 0, true, nullptr, kAnalysis, false, "<DIR>",
+         "combine runs of several nodes: --merge=<folder>[,<folder>...] reads each msmemscope_*/summary.json and "
+         "writes one cross-rank table (merge.csv, merge_imbalance.csv, merge.db, index.html) into --output "
+         "[default: memscopeDumpResults/merge_<ts>]"},
         {"replay", 0, true, nullptr, kAnalysis, false, "<FILE>",
          "re-run analyzers and sinks on a saved capture (.msmcap) instead of a program"},
         // Input / output

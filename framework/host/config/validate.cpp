@@ -398,6 +398,14 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             }
         }
     }
+    if (auto v = get("merge")) {
+        // --merge (merge.h): folders of runs (or process folders) to combine.
+        for (auto& f : split_list(v->value)) cfg.merge.push_back(trim(f));
+        if (cfg.merge.empty()) errors.push_back(v->origin + ": empty value (give --merge=<folder>[,<folder>...])");
+        if (cfg.compare || get("analyze") || get("replay") || !cfg.program.empty())
+            errors.push_back(v->origin + ": --merge runs alone (no program, --compare, --analyze or --replay)");
+        if (!get("output")) cfg.output.clear();  // merge_main: memscopeDumpResults/merge_<ts>
+    }
     if (auto v = get("serve-session")) {
         if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a session folder)");
         cfg.serve_session = v->value;
@@ -697,7 +705,8 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             if (stat(in.c_str(), &st) != 0)
                 errors.push_back(get("input")->origin + ": '" + shown(in) + "' does not exist");
         }
-    if (!cfg.compare && !cfg.analyze && !get("replay") && !get("serve-session") && cfg.program.empty() && !raw.list_plugins)
+    if (!cfg.compare && !cfg.analyze && !get("replay") && !get("serve-session") && !get("merge") && cfg.program.empty() &&
+        !raw.list_plugins)
         errors.push_back("no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
     return errors.size() == before;
 }

@@ -1,0 +1,239 @@
+#include "process_summary_json.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "common/capture_format.h"
+#include "util/json.h"
+
+#ifndef MSMEMSCOPE_VERSION
+#define MSMEMSCOPE_VERSION "0.0.0"
+#endif
+
+namespace msms {
+namespace {
+
+struct Site {
+    std::string kind;    // "leak" (outlived its step) or "live_at_exit" (host heap)
+    std::string device;
+    std::string where;
+    uint64_t blocks = 0, bytes = 0;
+};
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// The leak analysis's per-site lines (plugins/analyzers/leaks):
+//   "  Leaked blocks on device D by site, largest first: ..." then
+//   "    N block(s), B bytes (step S): WHERE"
+//   "  Host memory still allocated at exit on device D: ..." then
+//   "    N block(s), B bytes, allocated at: WHERE"
+std::vector<Site> report_sites(const std::vector<std::string>& report) {
+    std::vector<Site> sites;
+    std::string kind, device;
+    for (auto& raw : report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos) continue;
+        std::string line = raw.substr(first);
+        auto header = [&](const char* prefix, const char* k, const char* end) {
+            if (!starts_with(line, prefix)) return false;
+            size_t at = strlen(prefix);
+            size_t stop = line.find(end, at);
+            kind = k;
+            device = line.substr(at, stop == std::string::npos ? std::string::npos : stop - at);
+            return true;
+        };
+        if (header("Leaked blocks on device ", "leak", " by site") ||
+            header("Host memory still allocated at exit on device ", "live_at_exit", ": "))
+            continue;
+        if (first < 4 || kind.empty()) {
+            if (first < 4) kind.clear();
+            continue;
+        }
+        const char* p = line.c_str();
+        char* end = nullptr;
+        uint64_t n = strtoull(p, &end, 10);
+        if (end == p || strncmp(end, " block(s), ", 11) != 0) continue;
+        const char* q = end + 11;
+        uint64_t bytes = strtoull(q, &end, 10);
+        if (end == q || strncmp(end, " bytes", 6) != 0) continue;
+        std::string rest = end + 6;
+        std::string where;
+        if (starts_with(rest, ", allocated at: ")) where = rest.substr(16);
+        else if (starts_with(rest, " (")) {
+            size_t c = rest.find("): ");
+            if (c == std::string::npos) continue;
+            where = rest.substr(c + 3);
+            if (starts_with(where, "allocated at: ")) where = where.substr(14);
+        } else {
+            continue;
+        }
+        sites.push_back(Site{kind, device, where, n, bytes});
+    }
+    std::stable_sort(sites.begin(), sites.end(), [](const Site& a, const Site& b) { return a.bytes > b.bytes; });
+    if (sites.size() > 10) sites.resize(10);
+    return sites;
+}
+
+// Leaked bytes and blocks as the leak analysis reported them: upstream's
+// "====== SUMMARY: X Mb(s) leaked in N allocation(s) ======" per device (in
+// bytes where its own line "Leaked blocks on device D by site, largest
+// first: N block(s), B bytes" gives them exactly), the driver blocks ("...: N
+// block(s), X Mb(s):") and the host blocks ("...: N block(s), B bytes, ...")
+// still allocated at exit. False when the report has none of them.
+bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint64_t& blocks) {
+    std::vector<std::pair<long double, uint64_t>> upstream, exact;
+    long double total = 0;
+    uint64_t n_total = 0;
+    bool any = false;
+    for (auto& raw : report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos) continue;
+        std::string line = raw.substr(first);
+        char* end = nullptr;
+        if (starts_with(line, "====== SUMMARY: ")) {
+            const char* p = line.c_str() + 16;
+            long double mb = strtold(p, &end);
+            if (end != p && strncmp(end, " Mb(s) leaked in ", 17) == 0)
+                upstream.emplace_back(mb * 1024.0L * 1024.0L, strtoull(end + 17, nullptr, 10));
+            continue;
+        }
+        if (starts_with(line, "Leaked blocks on device ")) {
+            size_t at = line.find(" largest first: ");
+            if (at == std::string::npos) continue;
+            const char* p = line.c_str() + at + 16;
+            uint64_t n = strtoull(p, &end, 10);
+            if (strncmp(end, " block(s), ", 11) != 0) continue;
+            exact.emplace_back(static_cast<long double>(strtoull(end + 11, nullptr, 10)), n);
+            continue;
+        }
+        for (const char* kind : {"Driver memory still allocated at exit on device ",
+                                 "Host memory still allocated at exit on device "}) {
+            if (!starts_with(line, kind)) continue;
+            size_t colon = line.find(": ", strlen(kind));
+            if (colon == std::string::npos) continue;
+            const char* p = line.c_str() + colon + 2;
+            uint64_t n = strtoull(p, &end, 10);
+            if (strncmp(end, " block(s), ", 11) != 0) continue;
+            const char* q = end + 11;
+            long double v = strtold(q, &end);
+            if (strncmp(end, " Mb(s)", 6) == 0) v *= 1024.0L * 1024.0L;
+            total += v;
+            n_total += n;
+            any = true;
+        }
+    }
+    // One "Leaked blocks" line per SUMMARY line, in the same device order.
+    auto& step = exact.size() == upstream.size() ? exact : upstream;
+    for (auto& [b, n] : step) {
+        total += b;
+        n_total += n;
+        any = true;
+    }
+    bytes = static_cast<uint64_t>(std::llround(static_cast<double>(total)));
+    blocks = n_total;
+    return any;
+}
+
+Json ended(const ProcessSummary& s, const SummaryFacts& f) {
+    Json e = Json::object();
+    std::string how, text;
+    auto kind = static_cast<capture::EndKind>(s.end_kind);
+    if (f.exec_replaced) {
+        how = "exec";
+        text = "replaced by exec (continued in the next capture of this pid)";
+    } else if (kind == capture::EndKind::Exit || kind == capture::EndKind::QuickExit) {
+        how = "exit";
+        text = "exited with code " + std::to_string(s.end_code) + (kind == capture::EndKind::QuickExit ? " (_exit)" : "");
+    } else if (kind == capture::EndKind::Signal) {
+        how = "signal";
+        const char* name = sigabbrev_np(s.end_code);
+        text = "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
+    } else if (kind == capture::EndKind::Returned) {
+        how = "exit";
+        text = "exited normally";
+    } else if (s.ended_normally) {
+        how = "detached";
+        text = "detached";
+    } else if (s.oom_kill_seen) {
+        how = "oom_kill";
+        text = "killed by the OOM killer (SIGKILL)";
+    } else {
+        how = "unknown";
+        text = "ended without an end record (killed by SIGKILL or the OOM killer)";
+    }
+    e.set("how", Json(how));
+    if (how == "exit" && kind != capture::EndKind::Returned) e.set("code", Json(static_cast<int64_t>(s.end_code)));
+    else if (how == "exit") e.set("code", Json(0));
+    else e.set("code", Json());
+    if (how == "signal") e.set("signal", Json(static_cast<int64_t>(s.end_code)));
+    e.set("text", Json(text));
+    return e;
+}
+
+}  // namespace
+
+std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f) {
+    Json j = Json::object();
+    j.set("format", Json("msmemscope-process-summary"));
+    j.set("format_version", Json(1));
+    j.set("msmemscope_version", Json(MSMEMSCOPE_VERSION));
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    j.set("hostname", Json(std::string(host)));
+    j.set("pid", Json(static_cast<uint64_t>(s.pid)));
+    j.set("ppid", f.ppid ? Json(static_cast<uint64_t>(f.ppid)) : Json());
+    j.set("rank", f.rank.empty() ? Json() : Json(static_cast<int64_t>(std::strtoll(f.rank.c_str(), nullptr, 10))));
+    j.set("command", Json(s.command));
+    j.set("folder", Json(std::filesystem::path(s.output_dir).filename().string()));
+    j.set("start_ns", Json(f.wall_start_ns));
+    j.set("ended", ended(s, f));
+    j.set("events", Json(s.events));
+    j.set("dropped", Json(s.dropped));
+    j.set("complete", Json(s.incomplete.empty()));
+    j.set("incomplete", Json::from_list(s.incomplete));
+    Json pools = Json::object();
+    for (auto& [pool, t] : s.totals) {
+        Json p = Json::object();
+        p.set("peak_bytes", Json(static_cast<int64_t>(t.peak)));
+        p.set("final_bytes", Json(static_cast<int64_t>(t.used)));
+        pools.set(pool, std::move(p));
+    }
+    j.set("pools", std::move(pools));
+    // As the leak analysis reported them: null when it did not run; a
+    // process replaced by exec holds no leaks.
+    if (f.leaks_ran) {
+        uint64_t bytes = 0, n = 0;
+        if (!f.exec_replaced) report_leaks(s.report, bytes, n);
+        Json l = Json::object();
+        l.set("bytes", Json(bytes));
+        l.set("allocations", Json(n));
+        j.set("leaks", std::move(l));
+    } else {
+        j.set("leaks", Json());
+    }
+    j.set("steps", Json(f.steps));
+    Json top = Json::array();
+    for (auto& site : report_sites(s.report)) {
+        Json t = Json::object();
+        t.set("kind", Json(site.kind));
+        t.set("device", Json(site.device));
+        t.set("site", Json(site.where));
+        t.set("blocks", Json(site.blocks));
+        t.set("bytes", Json(site.bytes));
+        top.push(std::move(t));
+    }
+    j.set("top_sites", std::move(top));
+    return j.dump(2) + "\n";
+}
+
+std::string write_process_summary_json(const std::string& dir, const ProcessSummary& s, const SummaryFacts& f) {
+    return write_new_file(dir + "/summary.json", process_summary_json(s, f));
+}
+
+}  // namespace msms

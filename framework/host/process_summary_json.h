@@ -1,0 +1,58 @@
+// summary.json: a small machine-readable summary in each process folder
+// (issue #28 item 9) -- pid, rank, command, how the process ended, events,
+// peak and final bytes per pool, leaks as the leak analysis reported them,
+// steps, the largest allocation sites of that report -- so that runs of
+// several nodes can be combined afterwards (`msmemscope --merge`, merge.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <msmemscope/abi.h>
+
+#include "config.h"
+#include "process_run.h"
+
+namespace msms {
+
+// Counts the steps of a process as the analyses see them: msmemscope.step()
+// / optimizer steps (SYSTEM STEP rows) or mstx "step start" ranges, whichever
+// comes first (the other source is then ignored, as the leaks analyzer does).
+class StepCounter {
+public:
+    void feed(const msms_event& ev, const std::string& name) {
+        if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
+            if (source_ != 2) {
+                source_ = 1;
+                ++steps_;
+            }
+        } else if (ev.kind == MSMS_EV_MSTX && ev.type == MSMS_T_RANGE_START && source_ != 1 &&
+                   (name == "step start" || name == "\"step start\"")) {
+            source_ = 2;
+            ++steps_;
+        }
+    }
+    uint64_t steps() const { return steps_; }
+
+private:
+    int source_ = 0;  // 1: step rows, 2: mstx ranges
+    uint64_t steps_ = 0;
+};
+
+// What the worker knows beside ProcessSummary.
+struct SummaryFacts {
+    uint32_t ppid = 0;
+    std::string rank;        // valid_rank() of the process, "" if none
+    uint64_t steps = 0;
+    uint64_t wall_start_ns = 0;
+    bool exec_replaced = false;
+    bool leaks_ran = false;  // the leaks analyzer ran to its end
+};
+
+// The JSON text (format "msmemscope-process-summary", version 1).
+std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f);
+// Writes <dir>/summary.json (a new file: O_EXCL, never through a link);
+// "" or why not.
+std::string write_process_summary_json(const std::string& dir, const ProcessSummary& s, const SummaryFacts& f);
+
+}  // namespace msms
