@@ -4,7 +4,13 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "util/csv.h"
+#include "util/json.h"
 #include "util/text.h"
 
 using namespace msms;
@@ -89,4 +95,50 @@ TEST_CASE("csv_field finds a special byte at any position of a long name") {
     std::string out;
     csv_field(out, near);
     CHECK(out == near);
+}
+
+TEST_CASE("escape_controls: control characters and bytes that are not UTF-8 are shown escaped") {
+    CHECK(escape_controls("plain text / é 中") == "plain text / é 中");
+    CHECK(escape_controls("a\x1b[31mb\x07\n\r\t\x7f") == "a\\x1b[31mb\\x07\\n\\r\\t\\x7f");
+    CHECK(escape_controls("csi\xC2\x9B" "2J") == "csi\\u009b2J");  // C1 control U+009B
+    CHECK(escape_controls("bad\xff\xC3") == "bad\\xff\\xc3");
+    CHECK(escape_controls(std::string("nul\0x", 5)) == "nul\\x00x");
+}
+
+TEST_CASE("json_quote: output is valid UTF-8 whatever the input bytes") {
+    std::string out;
+    json_quote(out, "tr\xffue \xC3\xA9 \xE2\x80\xA6 \xED\xA0\x80 \xF0\x9F\x98\x80 \xC3");
+    CHECK(out == "\"tr\\u00ffue \xC3\xA9 \xE2\x80\xA6 \\u00ed\\u00a0\\u0080 \xF0\x9F\x98\x80 \\u00c3\"");
+    out.clear();
+    json_quote(out, "q\"\\\n\x01");
+    CHECK(out == "\"q\\\"\\\\\\n\\u0001\"");
+}
+
+TEST_CASE("open_regular_file refuses a FIFO without blocking; read_at_most counts bytes read") {
+    char dir[] = "/tmp/msms_text_XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    std::string fifo = std::string(dir) + "/f", file = std::string(dir) + "/r";
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    std::string why;
+    CHECK(open_regular_file(fifo, why) == -1);
+    CHECK(why == "'" + fifo + "' is not a regular file (a FIFO); give a file");
+    CHECK(open_regular_file("/dev/null", why) == -1);
+    CHECK(why == "'/dev/null' is not a regular file (a character device); give a file");
+    CHECK(open_regular_file(dir, why) == -1);
+    CHECK(why == "'" + std::string(dir) + "' is not a regular file (a folder); give a file");
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    REQUIRE(f);
+    std::fputs("0123456789", f);
+    std::fclose(f);
+    int fd = open_regular_file(file, why);
+    REQUIRE(fd >= 0);
+    std::string got;
+    CHECK(read_at_most(fd, 9, got) == 0);
+    CHECK(lseek(fd, 0, SEEK_SET) == 0);
+    CHECK(read_at_most(fd, 10, got) == 1);
+    CHECK(got == "0123456789");
+    close(fd);
+    unlink(fifo.c_str());
+    unlink(file.c_str());
+    rmdir(dir);
 }
