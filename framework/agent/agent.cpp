@@ -199,14 +199,24 @@ void install_fatal_handlers() {
     }
 }
 
+// Why this process is not recorded: channel_open's error in words.
+const char* unrecorded_reason(const char* dir, int rc) {
+    static char why[4800];
+    if (rc == EFBIG) return "the file-size limit, ulimit -f, is smaller than one capture chunk";
+    snprintf(why, sizeof(why), "cannot open the capture in %s (%s)", dir, strerror(rc));
+    return why;
+}
+
 void child_after_fork() {
     Tls& t = tls();
     ++t.depth;
     bool was_open = channel_is_open();
     channel_forget_after_fork();
     if (was_open && g_follow_fork && g_session_dir[0]) {
-        if (channel_open(g_session_dir) != 0) g_collecting.store(false);
-        else if (options().c_depth > 0) stacks_init();
+        if (int rc = channel_open(g_session_dir); rc != 0) {
+            g_collecting.store(false);
+            note_unrecorded(g_session_dir, unrecorded_reason(g_session_dir, rc));
+        } else if (options().c_depth > 0) stacks_init();
     } else {
         g_collecting.store(false);
         g_off_tracking.store(false, std::memory_order_relaxed);
@@ -253,6 +263,8 @@ __attribute__((constructor(101))) void agent_init() {
                  getpid());
         ssize_t r = write(2, msg, strlen(msg));
         (void)r;
+        // The host says so and exits with 70 (issue #29 item 5).
+        note_unrecorded(dir, unrecorded_reason(dir, rc));
         return;
     }
     {

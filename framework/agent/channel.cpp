@@ -44,7 +44,16 @@ namespace {
 using capture::CaptureHeader;
 using capture::ChunkHeader;
 
-int g_fd = -1;
+// The capture's descriptor, moved out of the program's way (a high number,
+// capture_fd()); g_path/g_dev/g_ino name the file it must refer to: a
+// program that closes its descriptors (a daemon's close_range(3, ~0)) gets
+// the capture re-opened by path (issue #29 item 5).
+std::atomic<int> g_fd{-1};
+char g_path[4200];
+dev_t g_dev = 0;
+ino_t g_ino = 0;
+std::atomic_flag g_fd_lock = ATOMIC_FLAG_INIT;
+std::atomic<bool> g_fd_lost{false};  // re-opening failed: collection is off
 std::atomic<uint8_t*> g_segments[capture::kMaxSegments];
 // Sealed chunks per segment: a segment whose chunks are all sealed is never
 // written again and is unmapped (the program keeps its address space).
@@ -127,6 +136,70 @@ void write_stderr(const char* a, const char* b = "") {
     (void)r;
 }
 
+// The lowest number the capture's descriptor is moved to: high, away from
+// the numbers a program opens and closes itself, but well inside its
+// descriptor limit (the program keeps all but one of its descriptors).
+int high_fd_floor() {
+    struct rlimit rl;
+    rlim_t lim = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = rl.rlim_cur;
+    if (lim > 1100) return 1000;
+    return lim > 96 ? static_cast<int>(lim) - 64 : 3;
+}
+
+// fd moved to a high number (close-on-exec); fd itself when that fails.
+int move_high(int fd) {
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, high_fd_floor());
+    if (hi < 0) return fd;
+    close(fd);
+    return hi;
+}
+
+bool is_capture(int fd) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino;
+}
+
+// The capture's descriptor, checked: when the program closed it (or the
+// number now names a file of its own), the capture is opened again by path
+// (a new descriptor, high again); the stream goes on, nothing is lost. -1
+// when that cannot be done: collection is turned off with the cause named.
+// Called once per chunk operation (growth, a mapping, a chunk's copy),
+// never per record.
+int capture_fd() {
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (__builtin_expect(is_capture(fd), 1)) return fd;
+    if (g_fd_lost.load(std::memory_order_relaxed)) return -1;
+    lock(g_fd_lock);
+    fd = g_fd.load(std::memory_order_acquire);
+    if (!is_capture(fd) && !g_fd_lost.load(std::memory_order_relaxed)) {
+        int old = fd;
+        int nfd = open(g_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        int err = errno;
+        if (nfd >= 0 && !is_capture(nfd)) {
+            close(nfd);  // another file under the capture's name: never written
+            nfd = -1;
+            err = ESTALE;
+        }
+        if (nfd >= 0) {
+            // (The old number is not closed: it is the program's now. The
+            // lock stays with the first open, which the header's mapping
+            // keeps alive.)
+            g_fd.store(move_high(nfd), std::memory_order_release);
+        } else {
+            g_fd_lost.store(true);
+            char why[256];
+            snprintf(why, sizeof(why),
+                     "the program closed msmemscope's capture descriptor %d and the capture cannot be opened again (%s)",
+                     old, strerror(err));
+            disable(capture::DisabledReason::Other, why);
+        }
+    }
+    fd = g_fd_lost.load() ? -1 : g_fd.load(std::memory_order_acquire);
+    g_fd_lock.clear(std::memory_order_release);
+    return fd;
+}
+
 // The largest file this process may write (RLIMIT_FSIZE, ulimit -f).
 uint64_t file_size_limit() {
     struct rlimit rl;
@@ -146,8 +219,9 @@ int reserve(off_t off, off_t len) {
     sigaddset(&xfsz, SIGXFSZ);
     pthread_sigmask(SIG_BLOCK, &xfsz, &old);
     sigpending(&before);
-    int rc = posix_fallocate(g_fd, off, len);
-    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(g_fd, off + len) ? errno : 0;
+    int fd = capture_fd();
+    int rc = fd < 0 ? EBADF : posix_fallocate(fd, off, len);
+    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(fd, off + len) ? errno : 0;
     if (!sigismember(&before, SIGXFSZ) && sigpending(&after) == 0 && sigismember(&after, SIGXFSZ)) {
         struct timespec zero = {0, 0};
         sigtimedwait(&xfsz, nullptr, &zero);
@@ -180,6 +254,7 @@ capture::DisabledReason grow(CaptureHeader* h) {
                          static_cast<off_t>((target - mapped) * capture::kChunkSize));
         if (rc == 0) break;
         if (rc == EFBIG) return capture::DisabledReason::FileSize;
+        if (rc == EBADF && g_fd_lost.load()) return capture::DisabledReason::Other;
         if (rc != ENOSPC && rc != EDQUOT) return capture::DisabledReason::Other;
         if (target - mapped == 1) return capture::DisabledReason::NoSpace;
         target = mapped + (target - mapped) / 2;  // what is left of the disk
@@ -199,7 +274,8 @@ ChunkHeader* chunk_at(uint64_t index, capture::DisabledReason& why) {
     uint8_t* base = g_segments[seg].load(std::memory_order_acquire);
     if (!base) {
         off_t off = static_cast<off_t>(capture::kHeaderSize + seg * kSegmentBytes);
-        void* p = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, off);
+        int fd = capture_fd();
+        void* p = fd < 0 ? MAP_FAILED : mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
         if (p == MAP_FAILED) {
             why = errno == ENOMEM ? capture::DisabledReason::AddressSpace : capture::DisabledReason::Other;
             return nullptr;
@@ -304,8 +380,10 @@ static_assert(sizeof(RawChunkHeader) == sizeof(ChunkHeader) && offsetof(RawChunk
 
 // Writes all of iov at off (short writes and signals continue); errno or 0.
 int pwrite_all(struct iovec* iov, int n, off_t off) {
+    int fd = capture_fd();
+    if (fd < 0) return EBADF;
     while (n > 0) {
-        ssize_t r = pwritev(g_fd, iov, n, off);
+        ssize_t r = pwritev(fd, iov, n, off);
         if (r < 0) {
             if (errno == EINTR) continue;
             return errno;
@@ -394,8 +472,10 @@ capture::StageHeader* stage_for(ThreadWriter* w, CaptureHeader* h) {
         if (!room) return nullptr;
         capture::DisabledReason why;
         if (!take_index(h, slot.index, why)) return nullptr;  // the in-place path says why
-        void* p = mmap(nullptr, capture::kChunkSize, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd,
-                       static_cast<off_t>(capture::chunk_offset(slot.index)));
+        int fd = capture_fd();
+        void* p = fd < 0 ? MAP_FAILED
+                         : mmap(nullptr, capture::kChunkSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                                static_cast<off_t>(capture::chunk_offset(slot.index)));
         if (p == MAP_FAILED) return nullptr;  // the index stays unused: all zero, skipped by the host
         madvise(p, capture::kChunkSize, kMadvPopulateWrite);
         slot.hdr = static_cast<capture::StageHeader*>(p);
@@ -771,6 +851,20 @@ int channel_open(const char* session_dir) {
         unlink(part);
         return EFBIG;
     }
+    // Out of the program's way (capture_fd()): a high number, and the file
+    // it must name, to be re-opened by path should the program close it.
+    fd = move_high(fd);
+    struct stat fst;
+    if (fstat(fd, &fst) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(part);
+        return e;
+    }
+    g_dev = fst.st_dev;
+    g_ino = fst.st_ino;
+    snprintf(g_path, sizeof(g_path), "%s", part);
+    g_fd_lost.store(false);
     g_fd = fd;
     if (int e = reserve(0, capture::kHeaderSize); e != 0) {
         close(fd);
@@ -835,6 +929,7 @@ int channel_open(const char* session_dir) {
         g_fd = -1;
         return e;
     }
+    snprintf(g_path, sizeof(g_path), "%s", path);
     g_header.store(h, std::memory_order_release);
     return 0;
 }
@@ -880,6 +975,50 @@ void channel_close(int code, capture::EndKind kind) {
     // with the process.
 }
 
+void note_unrecorded(const char* session_dir, const char* why) {
+    if (!session_dir || !*session_dir) return;
+    // Written under a temporary name, then linked to its own (exclusively):
+    // the host never reads a half-written note.
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s/.unrecorded_%d.part", session_dir, static_cast<int>(getpid()));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    // "<why>\n<command line>": a few hundred bytes, plain write(2); a
+    // file-size limit below that leaves the file short (never a SIGXFSZ
+    // for the program: blocked and taken back as in reserve()).
+    char buf[1536];
+    int len = snprintf(buf, sizeof(buf), "%s\n", why);
+    if (len < 0 || len >= static_cast<int>(sizeof(buf))) len = static_cast<int>(sizeof(buf)) - 1;
+    int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (cfd >= 0) {
+        ssize_t n = read(cfd, buf + len, sizeof(buf) - 1 - static_cast<size_t>(len));
+        close(cfd);
+        for (ssize_t i = 0; i < n; ++i)
+            if (buf[len + i] == 0 || buf[len + i] == '\n') buf[len + i] = ' ';
+        if (n > 0) len += static_cast<int>(n);
+        while (len > 0 && buf[len - 1] == ' ') --len;
+    }
+    sigset_t xfsz, old, before, after;
+    sigemptyset(&xfsz);
+    sigaddset(&xfsz, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz, &old);
+    sigpending(&before);
+    ssize_t r = write(fd, buf, static_cast<size_t>(len));
+    (void)r;
+    if (!sigismember(&before, SIGXFSZ) && sigpending(&after) == 0 && sigismember(&after, SIGXFSZ)) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&xfsz, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    close(fd);
+    char path[4200];
+    for (int n = 0; n < 100; ++n) {
+        snprintf(path, sizeof(path), "%s/unrecorded_%d.%d", session_dir, static_cast<int>(getpid()), n);
+        if (link(tmp, path) == 0 || errno != EEXIST) break;
+    }
+    unlink(tmp);
+}
+
 void channel_note_signal(int sig) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
     if (!h || h->pid != static_cast<uint32_t>(getpid())) return;
@@ -902,8 +1041,12 @@ void channel_forget_after_fork() {
     munmap(h, capture::kHeaderSize);
     // Close without LOCK_UN: the lock belongs to the parent's open file
     // description, which stays locked while the parent lives.
-    if (g_fd >= 0) close(g_fd);
+    // (Only a descriptor that still names the capture: the program may have
+    // closed it and reused the number.)
+    if (is_capture(g_fd)) close(g_fd);
     g_fd = -1;
+    g_fd_lost.store(false);
+    g_fd_lock.clear();
     g_closed.store(false);
     g_files_closed.store(false);
     g_file_users.store(0);

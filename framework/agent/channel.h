@@ -61,6 +61,10 @@ int channel_open(const char* session_dir);
 // Writes the end record and publishes how the process ended (once; later
 // calls do nothing). The mappings stay.
 void channel_close(int code, capture::EndKind kind);
+// This process cannot be recorded (its capture could not be opened): leaves
+// <dir>/unrecorded_<pid>.<n> holding `why` and the command line, which the
+// host reports (msmemscope: error: pid N (...) was not recorded: why; exit 70).
+void note_unrecorded(const char* session_dir, const char* why);
 // Async-signal-safe: notes a fatal signal in the header (no record).
 void channel_note_signal(int sig);
 // Header of the open stream (nullptr when none).

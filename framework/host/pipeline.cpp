@@ -547,7 +547,34 @@ void Pipeline::finish() {
 
 // ---------------------------------------------------------------- host API
 
-void Pipeline::api_log(void* h, int level, msms_str m) { of(h)->log(level, escape_controls(to_s(m))); }
+void Pipeline::api_log(void* h, int level, msms_str m) {
+    Pipeline* self = of(h);
+    std::string msg = escape_controls(to_s(m));  // a plugin's text never drives the terminal
+    if (level >= 2) {
+        const std::string& plugin = static_cast<HostApi*>(h)->plugin;
+        auto it = std::find_if(self->reported_.begin(), self->reported_.end(),
+                               [&](const Reported& r) { return r.plugin == plugin; });
+        if (it == self->reported_.end()) self->reported_.push_back(Reported{plugin, msg, 1});
+        else ++it->count;
+    }
+    self->log(level, msg);
+}
+
+std::vector<std::string> Pipeline::reported_errors() const {
+    std::vector<std::string> out;
+    for (auto& r : reported_) {
+        // A plugin that was dropped is named by its drop already (71).
+        bool dropped = std::any_of(plugin_errors_.begin(), plugin_errors_.end(),
+                                   [&](const std::string& e) { return e.rfind("plugin '" + r.plugin + "':", 0) == 0; });
+        if (dropped) continue;
+        std::string first = r.first.substr(0, 1000);
+        std::replace(first.begin(), first.end(), '\n', ' ');
+        std::string line = "plugin '" + r.plugin + "' reported an error: " + first;
+        if (r.count > 1) line += " (and " + std::to_string(r.count - 1) + " more)";
+        out.push_back(line);
+    }
+    return out;
+}
 
 int Pipeline::api_progress(void* h, const msms_progress* p) {
     Pipeline* self = of(h);

@@ -61,6 +61,10 @@ public:
     const std::map<std::string, DeviceTotals>& device_totals() const { return device_totals_; }
     const std::vector<std::string>& report_lines() const { return report_; }
     const std::vector<std::string>& plugin_errors() const { return plugin_errors_; }
+    // Errors plugins reported through the host API (host.error, log level 2):
+    // one line per plugin, its first message and how many more (the run's
+    // output is not what the plugin meant to write: the CLI exits with 70).
+    std::vector<std::string> reported_errors() const;
     uint64_t last_timestamp() const { return last_ts_; }
     // Disable pool accounting (input already carries allocation ids and totals).
     void set_accounting(bool on) { accounting_ = on; }
@@ -195,6 +199,11 @@ private:
     void host_totals(const msms_event& ev, const PoolSlot& s, int64_t used);
     std::vector<std::string> report_;
     std::vector<std::string> plugin_errors_;
+    struct Reported {
+        std::string plugin, first;
+        uint64_t count = 0;
+    };
+    std::vector<Reported> reported_;  // in the order plugins first reported
 };
 
 bool is_driver_pool(uint16_t type);

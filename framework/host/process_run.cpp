@@ -398,6 +398,8 @@ void ProcessRun::run_stream() {
                                       " damaged part(s) skipped (first: " + summary_.damage + ")");
     if (!reader_.read_error().empty()) summary_.incomplete.push_back(reader_.read_error());
     if (!log_error_.empty()) summary_.incomplete.push_back("log: " + log_error_);
+    // host.error from a plugin: what it wrote is not what it meant to (70).
+    for (auto& e : pipeline.reported_errors()) summary_.incomplete.push_back(e);
     for (auto& e : summary_.plugin_errors) {
         // "plugin 'NAME': ...": a sink that failed lost output; an analyzer
         // that failed was dropped.

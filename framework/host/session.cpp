@@ -147,12 +147,47 @@ Session::~Session() {
     }
 }
 
+// <dir>/unrecorded_<pid>.<n>: a process whose agent could not open its
+// capture left its reason and command line (agent: note_unrecorded). One
+// error line and exit 70 (issue #29 item 5). "" when not such a file.
+static std::string unrecorded_error(const std::string& path) {
+    std::string name = fs::path(path).filename().string();
+    if (name.rfind("unrecorded_", 0) != 0) return "";
+    std::string pid = name.substr(11, name.find('.') == std::string::npos ? std::string::npos : name.find('.') - 11);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return "";
+    int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return "";
+    struct stat st;
+    char buf[2048];
+    ssize_t n = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) n = read(fd, buf, sizeof(buf));
+    else n = -1;
+    close(fd);
+    if (n < 0) return "";
+    std::string text(buf, static_cast<size_t>(n));
+    for (auto& c : text)
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = '?';
+    size_t nl = text.find('\n');
+    std::string why = nl == std::string::npos ? text : text.substr(0, nl);
+    std::string command = nl == std::string::npos ? "" : text.substr(nl + 1);
+    if (why.empty()) why = "its capture could not be opened";
+    return "pid " + pid + " (" + (command.empty() ? "?" : command) + ") was not recorded: " + why;
+}
+
 void Session::scan() {
     std::error_code ec;
     std::vector<std::string> found;
     for (auto& e : fs::directory_iterator(dir_, ec)) {
         std::string p = e.path().string();
         if (p.size() > 7 && p.compare(p.size() - 7, 7, ".msmcap") == 0 && !seen_.count(p)) found.push_back(p);
+        if (e.path().filename().string().rfind("unrecorded_", 0) == 0 && !seen_.count(p)) {
+            seen_.insert(p);
+            if (std::string why = unrecorded_error(p); !why.empty()) {
+                ProcessSummary s;
+                s.error = why;
+                summaries_.push_back(s);
+            }
+        }
     }
     // Only captures our agents made: regular files (not links) of our user.
     found.erase(std::remove_if(found.begin(), found.end(),
