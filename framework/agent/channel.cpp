@@ -193,6 +193,14 @@ int capture_fd() {
                      "the program closed msmemscope's capture descriptor %d and the capture cannot be opened again (%s)",
                      old, strerror(err));
             disable(capture::DisabledReason::Other, why);
+            // The host may never have seen the capture (renamed, removed):
+            // it learns the cause from the session folder (70).
+            char dir[sizeof(g_path)];
+            snprintf(dir, sizeof(dir), "%s", g_path);
+            if (char* slash = strrchr(dir, '/')) {
+                *slash = 0;
+                note_unrecorded(dir, why);
+            }
         }
     }
     fd = g_fd_lost.load() ? -1 : g_fd.load(std::memory_order_acquire);

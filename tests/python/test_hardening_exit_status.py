@@ -53,3 +53,17 @@ def test_a_program_that_closes_its_descriptors_is_still_recorded(cli, tmp_path):
     assert m and int(m.group(2)) == 0 and int(m.group(1)) >= 200000, p.stdout
     lines = [l.strip() for l in p.stdout.splitlines()]
     assert any(l.startswith("5 block(s), 38885 bytes, allocated at: leak_after_close") for l in lines), p.stdout
+
+
+def test_a_program_that_closes_the_descriptor_and_hides_the_capture_is_named(cli, tmp_path):
+    # close_fds ... hide: after closing its descriptors the program renames
+    # the capture, so the agent cannot open it again: collection turns off
+    # with the cause named, and the run is 70 with that cause.
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", f"--output={tmp_path}/out", "--",
+             TEST_BIN / "close_fds", 100000, "hide"], cwd=tmp_path, check_rc=70)
+    cause = (r"the program closed msmemscope's capture descriptor \d+ and the capture cannot be opened again "
+             r"\(No such file or directory\)")
+    assert re.search(r"^\[msmemscope\] warning: collection turned off: " + cause + "$", p.stderr, re.M), p.stderr
+    lines = error_lines(p.stderr)
+    assert any(re.fullmatch(r"msmemscope: error: pid \d+ \(\S*/close_fds 100000 hide\) was not recorded: " + cause, l)
+               for l in lines), lines
