@@ -72,8 +72,14 @@ int run_main(int argc, char** argv) {
         if (!print_plugin_description(registry, raw.describe_plugin, std::cout, why)) return fail({why});
         return 0;
     }
-    for (auto& r : registry.refused())
-        std::cerr << "msmemscope: warning: plugin " << r.path << " refused: " << r.reason << "\n";
+    {
+        // Refused plugins in the user's own plugin folders are named by
+        // --list-plugins (and by the error when one is selected), not on every run.
+        std::vector<std::string> user_dirs = Registry::search_dirs(raw.search_paths);
+        user_dirs.erase(user_dirs.begin());  // the installed folder
+        for (auto& r : refusals_to_warn(registry, user_dirs, raw.verbose))
+            std::cerr << "msmemscope: warning: plugin " << r.path << " refused: " << r.reason << "\n";
+    }
     // A selected plugin that was found but cannot be loaded costs only
     // itself: the run goes on without it and ends with status 71.
     bool plugin_dropped = drop_unloadable_selections(raw, registry, std::cerr) > 0;

@@ -441,4 +441,21 @@ std::vector<std::string> Registry::search_dirs(const std::string& builtin, const
     return dirs;
 }
 
+std::vector<RefusedPlugin> refusals_to_warn(const Registry& reg, const std::vector<std::string>& user_dirs,
+                                            bool verbose) {
+    auto folder = [](const fs::path& p) {
+        std::string s = p.lexically_normal().string();
+        while (s.size() > 1 && s.back() == '/') s.pop_back();
+        return s;
+    };
+    std::set<std::string> user;
+    for (auto& d : user_dirs) user.insert(folder(d));
+    std::vector<RefusedPlugin> out;
+    for (auto& r : reg.refused()) {
+        if (!verbose && user.count(folder(fs::path(r.path).parent_path()))) continue;
+        out.push_back({escape_controls(r.path), escape_controls(r.reason), r.name});
+    }
+    return out;
+}
+
 }  // namespace msms

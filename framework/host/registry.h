@@ -88,4 +88,13 @@ std::string plugin_last_error(const msms_plugin_descriptor* d, void* instance);
 // What a plugin option name must look like ([A-Za-z][A-Za-z0-9_-]*, at most 64).
 bool valid_option_name(const std::string& name);
 
+// The refusals a run warns about (issue #29): a plugin refused in a folder
+// the user added (--plugin-path, plugins.search_paths, MSMEMSCOPE_PLUGIN_PATH:
+// `user_dirs`) is named by --list-plugins, and by the error that drops it when
+// it is selected, not on every run (all of them with `verbose`). Refusals in
+// the installed folder (a broken or tampered install) and of the probe helper
+// are always said. Paths and reasons escaped for the terminal.
+std::vector<RefusedPlugin> refusals_to_warn(const Registry& reg, const std::vector<std::string>& user_dirs,
+                                            bool verbose);
+
 }  // namespace msms

@@ -68,13 +68,25 @@ def test_list_plugins_names_each_refusal(cli, tmp_path):
     assert os.path.realpath(names["csv"][3]) == csv_path
 
 
-def test_refusals_are_warnings_on_a_normal_run(cli, tmp_path):
+def test_refusals_in_a_plugin_path_folder_are_not_warned_on_every_run(cli, tmp_path):
+    # Issue 29: unselected, a refused plugin of a --plugin-path folder is
+    # named by --list-plugins (above), not on every run ...
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=",
              "--output", str(tmp_path / "out"), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
+    assert not [l for l in p.stderr.splitlines() if l.startswith("msmemscope: warning: plugin ")], p.stderr
+    # ... with --verbose it is ...
+    p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=", "-v",
+             "--output", str(tmp_path / "out2"), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
     assert (f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: "
             "wrong ABI version: got 2.0, supported 1.2") in p.stderr.splitlines()
     assert (f"msmemscope: warning: plugin {fixture('no_entry')} refused: "
             "no entry symbol 'msmemscope_plugin'") in p.stderr.splitlines()
+    # ... and selected by name, it is an error that drops it (71), said once.
+    p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=no_entry",
+             "--output", str(tmp_path / "out3"), "--"] + PROGRAM, cwd=tmp_path, check_rc=71)
+    assert [l for l in p.stderr.splitlines() if "plugin " in l and ("refused" in l or "no_entry" in l)] == [
+        f"msmemscope: error: plugin 'no_entry' (selected by --analysis) cannot be loaded: {fixture('no_entry')}: "
+        "no entry symbol 'msmemscope_plugin'; running without it"], p.stderr
 
 
 def test_analyzer_throwing_on_an_event_is_dropped_and_the_run_completes(cli, tmp_path):
