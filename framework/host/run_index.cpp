@@ -113,7 +113,9 @@ long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations) {
             continue;
         }
         for (const char* kind : {"Driver memory still allocated at exit on device ",
-                                 "Host memory still allocated at exit on device "}) {
+                                 "Host memory still allocated at exit on device ",
+                                 "Driver memory still allocated at stop() on device ",
+                                 "Host memory still allocated at stop() on device "}) {
             if (line.rfind(kind, 0) != 0) continue;
             size_t colon = line.find(": ", strlen(kind));
             if (colon == std::string::npos) continue;

@@ -109,21 +109,21 @@ def test_python_api_suppress_removes_sites_as_the_command_line_does(tmp_path):
     # built-in CPython list hides; with it off, they are reported ...
     p = _python_api(tmp_path, LEAKY.format(out="o1", kw="default_suppressions=False"))
     assert p.returncode == 0, p.stderr
-    assert ("\n  Host memory still allocated at exit on device cpu: 3 block(s), 300006 bytes, from 1 allocation "
+    assert ("\n  Host memory still allocated at stop() on device cpu: 3 block(s), 300006 bytes, from 1 allocation "
             "site(s):\n") in p.stdout, p.stdout
     assert "suppressed" not in p.stdout
     # ... and a suppression file given to config() removes them, said as --suppress says it.
     (tmp_path / "py.supp").write_text("# the interpreter's own buffers\nleak:python3.11\n")
     p = _python_api(tmp_path, LEAKY.format(out="o2", kw="suppress='py.supp', default_suppressions=False"))
     assert p.returncode == 0, p.stderr
-    assert "Host memory still allocated at exit" not in p.stdout, p.stdout
+    assert "Host memory still allocated" not in p.stdout, p.stdout
     assert (f"\n  1 allocation site(s) suppressed on device cpu (3 block(s), 300006 bytes): 1 by "
             f"{tmp_path}/py.supp\n") in p.stdout, p.stdout
     # A list of files; a pattern that matches nothing leaves the site in the report.
     (tmp_path / "other.supp").write_text("leak:no_such_function\n")
     p = _python_api(tmp_path, LEAKY.format(out="o3", kw="suppress=['other.supp'], default_suppressions=False"))
     assert p.returncode == 0, p.stderr
-    assert "Host memory still allocated at exit on device cpu: 3 block(s), 300006 bytes" in p.stdout, p.stdout
+    assert "Host memory still allocated at stop() on device cpu: 3 block(s), 300006 bytes" in p.stdout, p.stdout
     assert "suppressed" not in p.stdout
     # The default list is on unless turned off: the same site, suppressed by it.
     p = _python_api(tmp_path, LEAKY.format(out="o4", kw="suppress='other.supp'"))

@@ -236,6 +236,10 @@ public:
         default: break;
         }
         track_op(ev);
+        // Collection ended at stop() (the Python API, or start()/stop() under
+        // the CLI): what is live then is live "at stop()", not at exit.
+        if (ev.kind == MSMS_EV_SYSTEM && (ev.type == MSMS_T_START_TRACE || ev.type == MSMS_T_STOP_TRACE))
+            at_stop_ = ev.type == MSMS_T_STOP_TRACE;
         if (ev.kind == MSMS_EV_KERNEL_LAUNCH || (ev.kind == MSMS_EV_OP_LAUNCH &&
                                                  (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
             ++launches_[dev_key(ev)];
@@ -777,7 +781,7 @@ private:
         if (!driver.empty()) {
             uint64_t driver_bytes = 0;
             for (auto& [k, b] : driver) driver_bytes += b->size;
-            lines.push_back("  Driver memory still allocated at exit on device " + dev_name(dk) + ": " +
+            lines.push_back("  Driver memory still allocated " + live_when() + " on device " + dev_name(dk) + ": " +
                             std::to_string(driver.size()) + " block(s), " + mb(driver_bytes) + " Mb(s):");
         }
         size_t shown = 0;
@@ -829,7 +833,7 @@ private:
         std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) {
             return a.second.bytes != b.second.bytes ? a.second.bytes > b.second.bytes : a.first < b.first;
         });
-        lines.push_back("  Host memory still allocated at exit on device " + dev_name(dk) + ": " +
+        lines.push_back("  Host memory still allocated " + live_when() + " on device " + dev_name(dk) + ": " +
                         std::to_string(host.size()) + " block(s), " + std::to_string(host_bytes) + " bytes, from " +
                         std::to_string(sorted.size()) + " allocation site(s):");
         size_t g_shown = 0;
@@ -983,6 +987,8 @@ private:
     std::string out_dir_ = ".", ts_, dir_error_;
     int dir_fd_ = -1;
     bool disabled_ = false, warned_sources_ = false;
+    bool at_stop_ = false;  // the last trace control was STOP_TRACE
+    std::string live_when() const { return at_stop_ ? "at stop()" : "at exit"; }
     StepTracker steps_;
     Stacks stacks_;
     std::map<DevKey, uint64_t> launches_;

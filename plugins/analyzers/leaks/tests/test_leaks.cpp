@@ -151,6 +151,27 @@ TEST_CASE("host blocks live at exit are grouped by allocation site and all count
     CHECK(h.findings["leaks"][0]["count"] == "100");
 }
 
+TEST_CASE("blocks live when collection ended at stop() are said to be so, not at exit") {
+    // The Python API's run ends with STOP_TRACE (stop()); a CLI run has no
+    // STOP_TRACE at its end, nor one that started again after stop().
+    for (bool restarted : {false, true}) {
+        PluginHarness h(plugin());
+        REQUIRE(h.create() == MSMS_OK);
+        REQUIRE(h.begin() == MSMS_OK);
+        h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
+        h.feed(EventBuilder::malloc(0x1000, 64).c_stack("leaky_a (prog+0x10)\nmain"));
+        h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE));
+        if (restarted) h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
+        REQUIRE(h.finish() == MSMS_OK);
+        std::string when = restarted ? "at exit" : "at stop()";
+        CHECK(h.reports == std::vector<std::string>{
+                               "leaks: msmemscope's details (not in upstream's report):",
+                               "  Host memory still allocated " + when +
+                                   " on device cpu: 1 block(s), 64 bytes, from 1 allocation site(s):",
+                               "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
+    }
+}
+
 TEST_CASE("memory fluctuation: a new extreme of min/max within a step is warned about") {
     PluginHarness h(plugin());
     REQUIRE(h.create() == MSMS_OK);
