@@ -12,6 +12,14 @@
 * tensor storage: c10's CPU allocator (alloc_cpu -> posix_memalign,
   free_cpu -> free in libc10) is hooked by GOT patching and reported as the
   framework pool, MALLOC/FREE with Event Type PTA, owner and total;
+* shared-memory and mapped storages: at::MapAllocator's mmap/munmap in
+  libtorch_cpu (GOT) are the same pool's MALLOC/FREE PTA, with the mapping's
+  size, owner ``PTA@shared_memory`` (``PTA@mapped_file`` for a private file
+  mapping) unless a describer label is in force, Attr ``mapped``: DataLoader
+  batches (``_new_shared`` in the worker, rebuilt from a descriptor in the
+  process that receives them), ``share_memory_()``, ``from_file``. A storage
+  is a block in each process that maps it, once (torch rebuilds a received
+  storage once per process: its shared_cache);
 * owners: a block allocated inside an operator is ``PTA@ops@aten``, inside
   ``Optimizer.step`` ``PTA@optimizer_state``, inside a describer scope
   ``PTA@<label>``. A block that turns out to be a parameter, a gradient or
@@ -449,6 +457,8 @@ def enable(trace: bool) -> None:
         _hooks_installed = True
         try:
             _ext.install_torch_hooks("libc10.so")
+            # shared-memory and mapped storages (at::MapAllocator's mmap)
+            _ext.install_torch_map_hooks("libtorch_cpu.so")
         except RuntimeError:
             pass  # no GOT patcher: operators are still recorded
         _patch_optimizers()

@@ -305,6 +305,96 @@ void pta_free(void* p) {
     g_prev_free(p);
 }
 
+// Shared-memory and mapped storages (issue #27 item 5): what torch maps
+// instead of allocating (at::MapAllocator in libtorch_cpu: DataLoader
+// batches made by `_new_shared` in a worker and rebuilt from a descriptor in
+// the process that receives them, `share_memory_()`, `from_file`) never
+// passes c10's allocator. Its mmap/munmap calls are hooked in that library
+// (GOT) and reported as the same framework pool: MALLOC/FREE PTA with the
+// mapping's size, owner PTA@shared_memory (MAP_SHARED) or PTA@mapped_file
+// (MAP_PRIVATE) unless the user's describer label is in force, and the
+// mapping kind in Attr `mapped`. Each mapping is one block of the process
+// that made it, so a storage mapped in two processes is a block in each, and
+// one mapped once (torch's shared_cache rebuilds a received storage once per
+// process) is one. Only writable, non-executable mappings of a descriptor
+// count (MapAllocator always maps a descriptor read-write; JIT code buffers
+// are PROT_EXEC or anonymous, a file read through mmap is read-only).
+using mmap_fn = void* (*)(void*, size_t, int, int, int, off_t);
+using munmap_fn = int (*)(void*, size_t);
+mmap_fn g_prev_mmap = nullptr;
+mmap_fn g_prev_mmap64 = nullptr;
+munmap_fn g_prev_munmap = nullptr;
+
+void* pta_mapped(void* p, size_t n, int prot, int flags, int fd) {
+    if (p == MAP_FAILED || fd < 0 || n == 0 || (prot & PROT_EXEC) || !(prot & PROT_WRITE) || !g_pta_live ||
+        !g_pta_on.load(std::memory_order_relaxed))
+        return p;
+    bool on = g_agent.enter();
+    uint64_t total;
+    {
+        std::lock_guard<std::mutex> lock(g_pta_mu);
+        (*g_pta_live)[reinterpret_cast<uint64_t>(p)] = PtaBlock{n, on};
+        g_pta_used += static_cast<int64_t>(n);
+        if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
+        total = static_cast<uint64_t>(g_pta_used);
+    }
+    if (on) {
+        const bool shared = (flags & MAP_SHARED) != 0;
+        char attrs[320];
+        if (t_owner_label[0])
+            snprintf(attrs, sizeof(attrs), "owner:PTA@%s,total:%llu,mapped:%s", t_owner_label,
+                     static_cast<unsigned long long>(total), shared ? "shared" : "private");
+        else
+            snprintf(attrs, sizeof(attrs), "owner:PTA@%s,total:%llu,mapped:%s",
+                     shared ? "shared_memory" : "mapped_file", static_cast<unsigned long long>(total),
+                     shared ? "shared" : "private");
+        g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0, attrs);
+        g_agent.leave();
+    }
+    return p;
+}
+
+void* pta_mmap(void* addr, size_t n, int prot, int flags, int fd, off_t off) {
+    return pta_mapped(g_prev_mmap(addr, n, prot, flags, fd, off), n, prot, flags, fd);
+}
+
+void* pta_mmap64(void* addr, size_t n, int prot, int flags, int fd, off_t off) {
+    return pta_mapped(g_prev_mmap64(addr, n, prot, flags, fd, off), n, prot, flags, fd);
+}
+
+int pta_munmap(void* p, size_t n) {
+    // as pta_free: recorded before the real call (the address may be mapped
+    // again by another thread as soon as it returns)
+    if (p && g_pta_live) {
+        bool known = false, reported = false;
+        uint64_t total = 0;
+        {
+            std::lock_guard<std::mutex> lock(g_pta_mu);
+            auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
+            if (it != g_pta_live->end()) {
+                g_pta_used -= static_cast<int64_t>(it->second.size);
+                total = static_cast<uint64_t>(g_pta_used);
+                reported = it->second.reported;
+                g_pta_live->erase(it);
+                known = true;
+            }
+        }
+        if (known && reported) {
+            if (g_agent.enter()) {
+                char attrs[64];
+                snprintf(attrs, sizeof(attrs), "total:%llu", static_cast<unsigned long long>(total));
+                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0,
+                              nullptr, attrs);
+                g_agent.leave();
+            } else {
+                std::lock_guard<std::mutex> lock(g_pta_mu);
+                g_pta_unseen_frees->push_back(reinterpret_cast<uint64_t>(p));
+            }
+        }
+    }
+    return g_prev_munmap(p, n);
+}
+
 // At start() (collection on): the pool's blocks the host does not know get a
 // MALLOC with shadow:true now (those allocated while collection was off, and
 // `existing`: the storages of the tensors that exist, some allocated before
@@ -351,6 +441,21 @@ int install_torch_hooks(const std::string& library) {
                         reinterpret_cast<void**>(&g_prev_posix_memalign)},
                        {"free", reinterpret_cast<void*>(&pta_free), reinterpret_cast<void**>(&g_prev_free)}};
     return g_agent.got_install(library.c_str(), hooks, 2, nullptr);
+}
+
+// The mapping hooks above, in the library that holds at::MapAllocator
+// (libtorch_cpu.so). Needs install_torch_hooks first (the pool's state).
+int install_torch_map_hooks(const std::string& library) {
+    need_agent();
+    if (!g_agent.got_install) throw std::runtime_error("the msmemscope agent has no GOT patcher");
+    if (!g_pta_live) throw std::runtime_error("install_torch_hooks first");
+    static bool installed = false;
+    if (installed) return 0;
+    installed = true;
+    GotHook hooks[] = {{"mmap", reinterpret_cast<void*>(&pta_mmap), reinterpret_cast<void**>(&g_prev_mmap)},
+                       {"mmap64", reinterpret_cast<void*>(&pta_mmap64), reinterpret_cast<void**>(&g_prev_mmap64)},
+                       {"munmap", reinterpret_cast<void*>(&pta_munmap), reinterpret_cast<void**>(&g_prev_munmap)}};
+    return g_agent.got_install(library.c_str(), hooks, 3, nullptr);
 }
 
 // ---------------------------------------------------------------- release
@@ -528,6 +633,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("install_heap_hooks", &install_heap_hooks, py::arg("hook_library"), py::arg("skip"));
     m.def("install_mstx_tool", &install_mstx_tool, py::arg("library"));
     m.def("install_torch_hooks", &install_torch_hooks, py::arg("library"));
+    m.def("install_torch_map_hooks", &install_torch_map_hooks, py::arg("library"));
     m.def("torch_hooks_off", [] { g_pta_on = false; });
     m.def("pta_shadow_sync", &pta_shadow_sync, py::arg("existing"));
     m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
