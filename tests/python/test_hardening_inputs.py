@@ -132,3 +132,12 @@ def test_program_arguments_and_paths_shown_escaped_and_json_stays_utf8(tmp_path)
     for trace in d.glob("trace_*.json"):
         trace.read_bytes().decode("utf-8", "strict")
         json.loads(trace.read_text())
+
+
+def test_a_fifo_given_to_the_leaks_analyzer_directly_is_refused(tmp_path, fifo):
+    # --plugin-option passes the path to the plugin without --suppress's check:
+    # the analyzer itself opens it without blocking and refuses it.
+    p = run(ARGS[:2] + ["--analysis=leaks", f"--plugin-option=leaks.suppress={fifo}", f"--output={tmp_path}/o",
+                        "--", "/bin/true"], tmp_path)
+    assert (f"[msmemscope] error: leaks: the suppression file '{fifo}' is not a regular file"
+            in p.stderr.decode().splitlines()), p.stderr

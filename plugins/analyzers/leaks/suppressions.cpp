@@ -1,5 +1,10 @@
 #include "suppressions.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -90,14 +95,42 @@ void Suppressions::load_text(std::string_view text, const std::string& origin) {
 }
 
 bool Suppressions::load_file(const std::string& path, std::string& error) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    // Opened without blocking (a FIFO would wait for a writer) and read only
+    // when it is a regular file, at most 16 MiB (bytes read, issue #29).
+    constexpr size_t kMaxBytes = 16u << 20;
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    if (fd < 0) {
         error = "cannot read the suppression file '" + path + "'";
         return false;
     }
-    std::ostringstream os;
-    os << in.rdbuf();
-    load_text(os.str(), path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        error = "the suppression file '" + path + "' is not a regular file";
+        return false;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    std::string text;
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            ::close(fd);
+            if (n < 0) {
+                error = "cannot read the suppression file '" + path + "'";
+                return false;
+            }
+            break;
+        }
+        if (text.size() + static_cast<size_t>(n) > kMaxBytes) {
+            ::close(fd);
+            error = "the suppression file '" + path + "' is larger than 16 MiB";
+            return false;
+        }
+        text.append(buf, static_cast<size_t>(n));
+    }
+    load_text(text, path);
     return true;
 }
 
