@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import importlib._bootstrap
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -33,44 +32,11 @@ import site
 import sys
 import threading
 
+from ._after_import import AfterImport
+
 
 def _warn(what: str, e: BaseException) -> None:
     sys.stderr.write(f"msmemscope: warning: {what}: {e}\n")
-
-
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Calls back once ``torch`` has finished importing."""
-
-    def __init__(self, callback):
-        self.callback = callback
-        self.busy = False
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch" or self.busy:
-            return None
-        self.busy = True
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader, callback = spec.loader, self.callback
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                callback()
-
-        spec.loader = _Loader()
-        try:
-            sys.meta_path.remove(self)  # once
-        except ValueError:
-            pass
-        return spec
 
 
 class _ImportScopes:
@@ -204,7 +170,7 @@ def _start() -> None:
     if "torch" in sys.modules:
         _torch_imported()
     else:
-        sys.meta_path.insert(0, _TorchImportHook(_torch_imported))
+        AfterImport({"torch": lambda module: _torch_imported()}).install()
 
 
 def _chain(here: str) -> None:

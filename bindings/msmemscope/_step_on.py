@@ -24,11 +24,11 @@ callback registered with the function object) is not wrapped.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import sys
 import threading
 from typing import Callable, Dict, List, Tuple
+
+from ._after_import import AfterImport
 
 
 def parse(text: str) -> List[Tuple[str, str]]:
@@ -108,44 +108,6 @@ def _wrap_module(module, qual: str, marker: _Marker) -> None:
         _warn(f"'{module.__name__}:{qual}' is not a function of module {module.__name__}; no steps from it")
 
 
-class _ImportHook(importlib.abc.MetaPathFinder):
-    """Wraps the named functions of a module once it has been imported."""
-
-    def __init__(self, wanted: Dict[str, List[str]], marker: _Marker):
-        self.wanted = wanted
-        self.marker = marker
-        self.busy = False
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in self.wanted or self.busy:
-            return None
-        self.busy = True
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader, quals, marker = spec.loader, self.wanted.pop(name), self.marker
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                for q in quals:
-                    _wrap_module(module, q, marker)
-
-        spec.loader = _Loader()
-        if not self.wanted:
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-        return spec
-
-
 class _MainWatch:
     """Finds functions of __main__ at their first call (sys.settrace, 'call'
     events only), wraps them, and ends a step when that first call returns."""
@@ -210,7 +172,8 @@ def install(text: str, mark: Callable[[], None]) -> bool:
         else:
             later.setdefault(module, []).append(qual)
     if later:
-        sys.meta_path.insert(0, _ImportHook(later, marker))
+        AfterImport({m: (lambda module, quals=quals: [_wrap_module(module, q, marker) for q in quals])
+                     for m, quals in later.items()}).install()
     if main:
         _MainWatch(main, marker).install()
     return True
