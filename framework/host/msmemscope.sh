@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # msmemscope: the command on the user's PATH (<prefix>/bin/msmemscope).
 #
 #   msmemscope [options] [--] program [args]   runs the host binary beside this
@@ -15,7 +15,10 @@
 # Safe to run as root: the binary is found only through this file's own
 # resolved location (no PATH lookup, no environment variable names it), and
 # the entries it adds name only files of the same tree.
-# Sourcing works from bash and zsh; running works from any POSIX shell.
+# Sourcing works from bash and zsh; running works from any POSIX shell. Run
+# directly it starts under bash, not /bin/sh: dash refuses to run any script
+# when fewer than 11 descriptors are allowed (it moves the script's to 10),
+# and a program run with `ulimit -n 6` must still be profiled.
 
 # Where this file is, and whether it is being sourced.
 _msms_self=$0

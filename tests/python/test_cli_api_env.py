@@ -51,7 +51,7 @@ SHOW = 'echo "PRELOAD=${LD_PRELOAD-<unset>}"; echo "LIBS=${LD_LIBRARY_PATH-<unse
 
 
 def test_wrapper_and_host_binary_are_built():
-    assert WRAPPER.read_text().startswith("#!/bin/sh\n")
+    assert WRAPPER.read_text().startswith("#!/bin/bash\n")
     assert os.access(WRAPPER, os.X_OK) and os.access(HOST, os.X_OK)
     assert HOST.read_bytes()[:4] == b"\x7fELF"
     for h in HOOKS:
