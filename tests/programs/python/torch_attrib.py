@@ -5,6 +5,7 @@ one 128 KiB tensor per step (a leak) from keep_one().
 argv: output folder, "api" (config/start/step/stop) or "plain" (no msmemscope
 call: run it under the CLI), "leak" or "noleak", workers (default 2).
 """
+import multiprocessing
 import os
 import sys
 
@@ -34,10 +35,18 @@ class Square(torch.autograd.Function):
 
 
 class Data(torch.utils.data.Dataset):
+    # Batches arrive in order: the worker making batch b waits until the
+    # main process holds batch b - 1, so the DataLoader never keeps an early
+    # batch (a shared-memory block, #27 item 5) for a step beyond its own.
+    def __init__(self, events):
+        self.events = events
+
     def __len__(self):
         return 64
 
     def __getitem__(self, i):
+        if i % 8 == 0 and i >= 8:
+            assert self.events[i // 8 - 1].wait(120), "a batch never arrived"
         g = torch.Generator().manual_seed(i)
         return torch.randn(64, generator=g), torch.randn(8, generator=g)
 
@@ -63,10 +72,13 @@ def main():
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = torch.utils.data.DataLoader(Data(), batch_size=8, num_workers=workers)
+    events = [multiprocessing.get_context("fork").Event() for _ in range(8)]
+    loader = torch.utils.data.DataLoader(Data(events), batch_size=8, num_workers=workers,
+                                         multiprocessing_context="fork" if workers else None)
     if mode == "api":
         msmemscope.start()
-    for x, y in loader:
+    for b, (x, y) in enumerate(loader):
+        events[b].set()
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()  # BACKWARD_LINE
