@@ -365,6 +365,10 @@ class Session:
         try:
             # Spawned before the agent is loaded: the children inherit no hooks.
             _ext.load_agent(AGENT)
+            # Before attach: what loading the tool and setting os.environ
+            # allocate (and free of the environment built before start())
+            # is the package's, not the program's.
+            self._install_native_hooks(cfg, mstx=True)
             rc = _ext.attach(self.dir, cfg["agent_options"])
             if rc != 0:
                 self.shutdown()
@@ -372,7 +376,7 @@ class Session:
             self._wait_until_served(ready_r)
         finally:
             os.close(ready_r)
-        self._install_native_hooks(cfg)
+        self._install_native_hooks(cfg, mstx=False)
 
     # How long start() waits for the host to take this process's capture.
     SERVE_TIMEOUT_S = 60.0
@@ -413,15 +417,17 @@ class Session:
                     self.shutdown()
                     raise RuntimeError(f"msmemscope: the host process cannot serve this process: {why}")
 
-    def _install_native_hooks(self, cfg: dict) -> None:
+    def _install_native_hooks(self, cfg: dict, mstx: bool) -> None:
+        """The heap hooks (mstx=False, once attached) or the mstx tool
+        (mstx=True, before attach)."""
         preload = os.environ.get("LD_PRELOAD", "")
         for lib in cfg["agent_libraries"]:
             name = os.path.basename(lib)
             if name in preload:
                 continue  # preloaded the upstream way: the hooks are already interposed
-            if "host_heap" in name:
+            if "host_heap" in name and not mstx:
                 _ext.install_heap_hooks(lib, "_msmemscope")
-            elif "mstx_hook" in name:
+            elif "mstx_hook" in name and mstx:
                 # mstx loads its tool through MSTX_INJECTION_PATH (the tool's
                 # constructor sets it, as under the CLI); os.environ is told
                 # too, so children started with a copy of it inherit it.
