@@ -48,8 +48,10 @@ std::vector<Site> report_sites(const std::vector<std::string>& report) {
             device = line.substr(at, stop == std::string::npos ? std::string::npos : stop - at);
             return true;
         };
+        // ("at stop()" in a Python API run, "at exit" otherwise)
         if (header("Leaked blocks on device ", "leak", " by site") ||
-            header("Host memory still allocated at exit on device ", "live_at_exit", ": "))
+            header("Host memory still allocated at exit on device ", "live_at_exit", ": ") ||
+            header("Host memory still allocated at stop() on device ", "live_at_exit", ": "))
             continue;
         if (first < 4 || kind.empty()) {
             if (first < 4) kind.clear();
@@ -113,7 +115,9 @@ bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint6
             continue;
         }
         for (const char* kind : {"Driver memory still allocated at exit on device ",
-                                 "Host memory still allocated at exit on device "}) {
+                                 "Host memory still allocated at exit on device ",
+                                 "Driver memory still allocated at stop() on device ",
+                                 "Host memory still allocated at stop() on device "}) {
             if (!starts_with(line, kind)) continue;
             size_t colon = line.find(": ", strlen(kind));
             if (colon == std::string::npos) continue;

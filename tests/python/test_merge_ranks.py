@@ -275,3 +275,26 @@ def test_merge_refuses_links_and_bad_files_and_escapes(tmp_path):
     # --merge runs alone
     p = run_cli(["--merge=n1", "--", "true"], tmp_path, timeout=60)
     assert p.returncode == 2 and "--merge runs alone" in p.stderr, p.stderr
+
+
+def test_an_api_runs_summary_counts_what_is_live_at_stop(tmp_path):
+    # Under the Python API the leak report says "still allocated at stop()":
+    # summary.json's leaks and sites are read from that wording too.
+    import subprocess
+    from conftest import BUILD
+    (tmp_path / "api.py").write_text(
+        "import msmemscope\n"
+        "msmemscope.config(device='cpu', analysis='leaks', output='out', default_suppressions=False)\n"
+        "msmemscope.start()\n"
+        "keep = [bytearray(100000) for _ in range(3)]\n"
+        "msmemscope.stop()\n")
+    e = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    e.pop("LD_PRELOAD", None)
+    e.pop("MSMEMSCOPE_SESSION", None)
+    p = subprocess.run(["/usr/bin/python3", "api.py"], cwd=tmp_path, env=e, capture_output=True, text=True,
+                       timeout=300)
+    assert "Host memory still allocated at stop() on device cpu: 3 block(s), 300003 bytes" in p.stdout, p.stdout
+    (d,) = process_dirs(tmp_path / "out")
+    s = json.loads((d / "summary.json").read_text())
+    assert s["leaks"] == {"bytes": 300003, "allocations": 3}
+    assert [(x["kind"], x["blocks"], x["bytes"]) for x in s["top_sites"]] == [("live_at_exit", 3, 300003)]
