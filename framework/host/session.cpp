@@ -65,6 +65,17 @@ std::string human(int64_t bytes) {
 // program keeps its speed and the host catches up when it waits or ends —
 // nothing is lost, the capture file holds what the host has not read yet.
 // Threads created afterwards (one per profiled process) inherit it.
+// As root, outputs go only into a folder no other user can write or own
+// (DESIGN §9 "only our own files"): such a user could swap a process folder
+// for a link at its predictable name while the run writes.
+bool output_refused(const std::string& output) {
+    std::string why = unsafe_output_reason(output);
+    if (why.empty()) return false;
+    std::cerr << "msmemscope: error: --output: '" << output << "' is not safe for a run as root: " << why
+              << "; give a folder that only root can write\n";
+    return true;
+}
+
 void yield_to_target() {
     errno = 0;
     int cur = getpriority(PRIO_PROCESS, 0);
@@ -389,6 +400,7 @@ int Session::run_program() {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;
     }
+    if (output_refused(cfg_.output)) return 2;
     // Session folders of earlier runs whose host was killed (stale_sessions.h).
     remove_stale_sessions(cfg_.output);
     // A fresh folder only this user can enter (mkdtemp: 0700, a new name
@@ -490,6 +502,7 @@ int Session::serve(const std::string& dir, pid_t parent) {
                   << "' must belong to this user and not be writable by others\n";
         return 2;
     }
+    if (output_refused(cfg_.output)) return 2;
     dir_ = dir;
     own_dir_ = true;
     // This host owns the folder from now on (a later run removes it if this
@@ -520,6 +533,7 @@ int Session::replay(const std::string& capture) {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;
     }
+    if (output_refused(cfg_.output)) return 2;
     ProcessRun run(cfg_, registry_, capture);
     progress::Slot* slot = progress::acquire();
     run.set_progress(slot);

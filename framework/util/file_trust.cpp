@@ -21,10 +21,11 @@ std::string unsafe(const std::string& what, const struct stat& st, bool own_fold
     return "";
 }
 
-}  // namespace
-
-std::string untrusted_reason_for(const std::string& path, unsigned uid) {
-    if (uid != 0) return "";
+// The first of `path` and the folders above it that another user could
+// write (or own), or "". A path that does not exist: "". `strict_parent`:
+// the folder holding `path` may not be sticky-writable either (a plugin's
+// folder); else only `path` itself must be (an output folder in /tmp).
+std::string walk(const std::string& path, bool strict_parent) {
     char* real = realpath(path.c_str(), nullptr);
     if (!real) return "";  // nothing there to load: the loader says so
     std::string p = real;
@@ -32,7 +33,7 @@ std::string untrusted_reason_for(const std::string& path, unsigned uid) {
     struct stat st;
     if (stat(p.c_str(), &st) != 0) return "cannot stat " + p + ": " + strerror(errno);
     std::string why = unsafe(p, st, true);
-    bool own_folder = true;
+    bool own_folder = strict_parent;
     std::string dir = p;
     while (why.empty() && dir != "/") {
         size_t slash = dir.rfind('/');
@@ -41,9 +42,22 @@ std::string untrusted_reason_for(const std::string& path, unsigned uid) {
         why = unsafe("its folder " + dir, st, own_folder);
         own_folder = false;
     }
-    if (!why.empty()) return "not loaded as root: " + why;
-    return "";
+    return why;
 }
+
+}  // namespace
+
+std::string untrusted_reason_for(const std::string& path, unsigned uid) {
+    if (uid != 0) return "";
+    std::string why = walk(path, true);
+    return why.empty() ? "" : "not loaded as root: " + why;
+}
+
+std::string unsafe_output_reason_for(const std::string& folder, unsigned uid) {
+    return uid == 0 ? walk(folder, false) : "";
+}
+
+std::string unsafe_output_reason(const std::string& folder) { return unsafe_output_reason_for(folder, geteuid()); }
 
 std::string untrusted_reason(const std::string& path) { return untrusted_reason_for(path, geteuid()); }
 

@@ -17,4 +17,12 @@ std::string untrusted_reason(const std::string& path);
 // The same check for an explicit user id (tests).
 std::string untrusted_reason_for(const std::string& path, unsigned uid);
 
+// For the folder a root host writes its outputs into (--output): the same
+// rule, the folder itself included even when sticky (another user could
+// plant a link at a process folder's predictable name). "" when safe, when
+// not root, or when the folder does not exist; else why, e.g. "/tmp/out is
+// writable by all users".
+std::string unsafe_output_reason(const std::string& folder);
+std::string unsafe_output_reason_for(const std::string& folder, unsigned uid);
+
 }  // namespace msms

@@ -274,3 +274,34 @@ def test_the_python_package_booted_in_python_processes_is_checked(tmp_path, owne
     else:
         assert not marker.exists()
         assert refusal in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("mode,owner,why", [
+    (0o777, 0, "{out} is writable by all users"),
+    (0o1777, 0, "{out} is writable by all users"),
+    (0o755, NOBODY, "{out} belongs to user id 65534, not root"),
+], ids=["world_writable", "sticky", "other_owner"])
+def test_an_output_folder_another_user_can_write_is_refused(tmp_path, mode, owner, why):
+    # (issue #29 item 4) as root, a --output another user owns or can write
+    # is refused before the program runs: that user could swap a process
+    # folder for a link at its predictable name while root writes.
+    tmp = tmp_path.resolve()
+    out = tmp / "shared"
+    out.mkdir()
+    os.chown(out, owner, owner)
+    out.chmod(mode)
+    marker = tmp / "program_ran"
+    p = subprocess.run([str(CLI), "--device=cpu", "--output", str(out), "--", "/usr/bin/touch", str(marker)],
+                       cwd=tmp, env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert (f"msmemscope: error: --output: '{out}' is not safe for a run as root: {why.format(out=out)}; give a "
+            "folder that only root can write\n") in p.stderr, p.stderr
+    assert not marker.exists() and os.listdir(out) == []
+    # a root-only folder below it, or in a sticky /tmp, is fine
+    if owner == 0 and mode & 0o1000:
+        own = out / "mine"
+        own.mkdir(mode=0o755)
+        p = subprocess.run([str(CLI), "--device=cpu", "--analysis=", "--output", str(own), "--", "/usr/bin/touch",
+                            str(marker)], cwd=tmp, env=_env(), capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert marker.exists()
