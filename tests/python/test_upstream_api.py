@@ -110,11 +110,46 @@ def test_config_rejects(tmp_path, make, exc, msg):
     write_csv(tmp_path / "ro.csv", [])
     os.chmod(tmp_path / "ro.csv", 0o444)
     if msg and "Write permission" in msg and os.access(tmp_path / "ro.csv", os.W_OK):
-        pytest.skip("running as root: every file is writable")
+        return  # root may write every file: test_config_write_permission_as_another_user checks it
     with pytest.raises(exc) as e:
         make(tmp_path)
     if msg:
         assert str(e.value) == msg.format(p=tmp_path)
+
+
+NOBODY = 65534
+
+
+def test_config_write_permission_as_another_user(tmp_path):
+    """The 'Write permission denied' refusal, also where the suite runs as root (CI):
+    the check runs as user 65534 ('nobody') on a root-owned 0444 dump it may read, not write.
+    Positive control: the same user accepts a dump it owns."""
+    import subprocess
+    import tempfile
+    d = tempfile.mkdtemp(prefix="msms_wperm_")  # /tmp/msms_wperm_*: reachable by every user
+    try:
+        os.chmod(d, 0o755)
+        ro = write_csv(os.path.join(d, "ro.csv"), [])
+        os.chmod(ro, 0o444)
+        own = write_csv(os.path.join(d, "own.csv"), [])
+        os.chmod(own, 0o644)
+        body = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                "from msmemscope.analyzer import InefficientConfig\n"
+                "try:\n    InefficientConfig(sys.argv[2]); print('accepted')\n"
+                "except PermissionError as e:\n    print('PermissionError:', e)\n")
+        kw = {}
+        if os.geteuid() == 0:
+            os.chown(own, NOBODY, NOBODY)
+            kw = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+        else:
+            os.chown(ro, os.geteuid(), os.getegid())  # own it, mode 0444: os.access still says no
+        for path, want in ((ro, f"PermissionError: Write permission denied: {ro}"), (own, "accepted")):
+            p = subprocess.run([sys.executable, "-c", body, str(BUILD / "python"), path],
+                               capture_output=True, text=True, timeout=60, cwd=d, **kw)
+            assert (p.returncode, p.stdout.strip().splitlines()[-1:]) == (0, [want]), (p.stdout, p.stderr)
+    finally:
+        import shutil
+        shutil.rmtree(d)
 
 
 def test_inefficient_config_takes_one_kind_as_a_string(dump):
