@@ -29,8 +29,28 @@ TEST_CASE("file trust: an ordinary user's host checks nothing") {
     CHECK(untrusted_reason_for("/nonexistent/lib.so", 1000) == "");
 }
 
+TEST_CASE("file trust: a file the (non-root) tester owns is refused for a root host") {
+    // Runs for every user: the check is asked as uid 0 about a file that belongs to
+    // the tester. As root (CI) the file is given to user 65534 first.
+    Scratch s;
+    std::string f = s.dir + "/liby.so";
+    std::ofstream(f) << "y";
+    chmod(f.c_str(), 0644);
+    unsigned owner = geteuid();
+    if (owner == 0) {
+        REQUIRE(chown(f.c_str(), 65534, 65534) == 0);
+        owner = 65534;
+    }
+    CHECK(untrusted_reason_for(f, 0) == "not loaded as root: " + f + " belongs to user id " + std::to_string(owner) +
+                                            ", not root");
+    CHECK(untrusted_reason_for(f, 1000) == "");  // asked for an ordinary user: nothing checked
+}
+
 TEST_CASE("file trust: root refuses what others could write or own") {
-    if (geteuid() != 0) return;  // ownership changes need root
+    if (geteuid() != 0) {
+        MESSAGE("not root: the ownership changes below need root (CI runs them as root)");
+        return;
+    }
     Scratch s;
     std::string f = s.dir + "/libx.so";
     std::ofstream(f) << "x";
@@ -39,7 +59,8 @@ TEST_CASE("file trust: root refuses what others could write or own") {
     struct stat pst;
     REQUIRE(stat(parent.c_str(), &pst) == 0);
     bool parent_ok = pst.st_uid == 0 && (!(pst.st_mode & S_IWOTH) || (pst.st_mode & S_ISVTX));
-    if (!parent_ok) return;  // a temp folder set up unlike /tmp: nothing to compare with
+    if (!parent_ok) FAIL("the temp folder " << parent << " is not root-owned and sticky or closed like /tmp: "
+                                                 "set TMPDIR to one that is");
     CHECK(untrusted_reason_for(f, 0) == "");
     chmod(f.c_str(), 0666);
     CHECK(untrusted_reason_for(f, 0) == "not loaded as root: " + f + " is writable by all users");
