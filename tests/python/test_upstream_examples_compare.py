@@ -31,7 +31,13 @@ def test_compare_two_steps(tmp_path):
     assert lines[1] == "Event,Name,Device Id,Allocated Memory(byte),Allocated Memory(byte),Diff Memory(byte)"
     rows = list(csv.reader(lines[2:]))
     assert rows, lines
-    diffs = [int(r[5]) for r in rows if r[5] not in ("", "N/A")]
-    if not any(d >= EXTRA for d in diffs):
-        pytest.xfail("issue #20 item 3 (level): --level=kernel on the cpu device: no kernel launches, so the "
-                     f"kernel-level comparison has nothing to align the step-5 buffer with (rows: {rows[:5]})")
+    # Exactly one row per (event, name, device): the CPU has no kernel launches, so the
+    # kernel-level rows are the steps' allocations by pool with no stack ("(no stack)").
+    assert sorted((r[0], r[1], r[2]) for r in rows) == [
+        ("MALLOC", "(no stack) HOST", "cpu"), ("MALLOC", "(no stack) PTA", "cpu")], rows
+    for r in rows:
+        assert int(r[5]) == int(r[4]) - int(r[3]), r
+    pta = next(r for r in rows if r[1] == "(no stack) PTA")
+    # Step 5 makes the buffer once on the counted side of its optimizer step (the other
+    # call falls in step 6): one buffer more than step 2, not two, not none.
+    assert EXTRA <= int(pta[5]) < 2 * EXTRA, rows
