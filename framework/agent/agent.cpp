@@ -160,14 +160,16 @@ void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_
     commit(w, p);
 }
 
-void at_exit() {
+// Registered with on_exit, which hands over the status given to exit() --
+// also when main returned (its value goes to exit() inside libc, not through
+// our exit() below), so every process's summary says its exit code.
+void at_exit(int status, void*) {
     Tls& t = tls();
     ++t.depth;
     g_off_tracking.store(false, std::memory_order_relaxed);
     g_collecting.store(false, std::memory_order_release);
     int st = g_exit_status.load();
-    if (st >= 0) channel_close(st, capture::EndKind::Exit);
-    else channel_close(0, capture::EndKind::Returned);
+    channel_close(st >= 0 ? st : (status & 0xff), capture::EndKind::Exit);
 }
 
 // Fatal signals: note which one ended the process (in the header, async-signal
@@ -236,7 +238,7 @@ int attach_impl(const char* dir, const char* opts) {
     static bool registered = false;
     if (!registered) {
         registered = true;
-        atexit(at_exit);
+        on_exit(at_exit, nullptr);
         pthread_atfork(nullptr, nullptr, child_after_fork);
         install_fatal_handlers();
     }

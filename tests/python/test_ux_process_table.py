@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, process_dirs
+from conftest import CLI, process_dirs, run_cli
 
 pytest.importorskip("torch")
 PY = "/usr/bin/python3"
@@ -79,3 +79,19 @@ def test_dataloader_process_table(tmp_path):
     html = (tmp_path / "out" / "index.html").read_text()
     assert "<th>pid</th><th>ppid</th>" in html
     assert f'<td class="n">{workers[0]}</td><td class="n">{root}</td>' in html
+
+
+def test_a_child_whose_main_returns_says_its_exit_code(tmp_path):
+    # (issue #27 item 8) the agent learns the status through on_exit, also
+    # when main returns (Python's does, with sys.exit's code): one wording,
+    # "exited with code N", for every process, not "exited normally".
+    (tmp_path / "kids.py").write_text(
+        "import subprocess\n"
+        "subprocess.run(['/usr/bin/python3', '-c', 'pass'])\n"
+        "subprocess.run(['/usr/bin/python3', '-c', 'import sys; sys.exit(3)'])\n")
+    p = run_cli(["--device=cpu", "--analysis=", "--output=out", "--", "/usr/bin/python3", "kids.py"], tmp_path,
+                env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/python3 -c pass\) exited with code 0$", p.stdout, re.M), p.stdout
+    assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/python3 -c import sys; sys\.exit\(3\)\) exited with code 3$",
+                     p.stdout, re.M), p.stdout
+    assert "exited normally" not in p.stdout
