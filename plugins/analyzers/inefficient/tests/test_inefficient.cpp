@@ -54,6 +54,19 @@ TEST_CASE("early_allocation: no freeing API in between, or the free in the MALLO
     r.h.feed(end().id(8));
     r.h.finish();
     CHECK(r.mark(2) == "");
+
+    // Positive control: the same free in an API of its own between them is early.
+    Run p;
+    p.h.feed(start().id(1));
+    p.h.feed(m(0x100, 64).id(2));      // API 1 allocates A
+    p.h.feed(m(0x200, 64).id(3));
+    p.h.feed(end().id(4));
+    p.h.feed(f(0x200).id(5));          // API 2 frees B
+    p.h.feed(start().id(6));           // API 3 accesses A
+    p.h.feed(a(0x100).id(7));
+    p.h.feed(end().id(8));
+    p.h.finish();
+    CHECK(p.mark(2) == "early_allocation");
 }
 
 TEST_CASE("late_deallocation: an allocating API lies between the last access and the FREE") {
@@ -100,6 +113,18 @@ TEST_CASE("late_deallocation: a free right after the last access is fine") {
     r.h.feed(f(0x100).id(6));
     r.h.finish();
     CHECK(r.mark(2) == "");
+
+    // Positive control: an allocating API between the last access and the free is late.
+    Run p;
+    p.h.feed(m(0x300, 8).id(1));
+    p.h.feed(m(0x100, 64).id(2));
+    p.h.feed(start().id(3));
+    p.h.feed(a(0x100).id(4));
+    p.h.feed(end().id(5));
+    p.h.feed(m(0x400, 8).id(6));       // allocating API
+    p.h.feed(f(0x100).id(7));
+    p.h.finish();
+    CHECK(p.mark(2) == "late_deallocation");
 }
 
 TEST_CASE("temporary_idleness: consecutive accesses more than idle_threshold APIs apart") {
@@ -134,12 +159,21 @@ TEST_CASE("mem_size, inefficient_type and pools filter what is marked") {
         r.h.feed(a(0x100).id(4));
         r.h.finish();
     };
+    Run plain;  // positive control: the scenario is early_allocation with the defaults
+    scenario(plain, MSMS_T_PTA);
+    CHECK(plain.mark(1) == "early_allocation");
     Run big(Opts{{"mem_size", "65"}});
     scenario(big, MSMS_T_PTA);
     CHECK(big.mark(1) == "");
+    Run at_size(Opts{{"mem_size", "64"}});  // a 64-byte block is not smaller than mem_size 64
+    scenario(at_size, MSMS_T_PTA);
+    CHECK(at_size.mark(1) == "early_allocation");
     Run other(Opts{{"inefficient_type", "late_deallocation"}});
     scenario(other, MSMS_T_PTA);
     CHECK(other.mark(1) == "");
+    Run same(Opts{{"inefficient_type", "early_allocation"}});
+    scenario(same, MSMS_T_PTA);
+    CHECK(same.mark(1) == "early_allocation");
     Run host_default;
     scenario(host_default, MSMS_T_HOST);
     CHECK(host_default.mark(1) == "");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "../suppressions.h"
 
@@ -103,17 +104,26 @@ TEST_CASE("mstx 'step start' ranges are steps; a block freed in the next step is
 }
 
 TEST_CASE("warm-up steps 0 and 1 are skipped with mstx ranges") {
-    PluginHarness h(plugin());
-    REQUIRE(h.create() == MSMS_OK);
-    REQUIRE(h.begin() == MSMS_OK);
-    h.feed(pta_malloc(0x1, 10, 10));  // step 0
-    for (uint64_t step = 1; step <= 4; ++step) {
-        h.feed(EventBuilder::mark("step start", MSMS_T_RANGE_START).aux(step));
-        if (step == 1) h.feed(pta_malloc(0x2, 10, 20));
-        h.feed(EventBuilder::mark("step start", MSMS_T_RANGE_END).aux(step));
-    }
-    REQUIRE(h.finish() == MSMS_OK);
-    CHECK(h.findings["leaks"].empty());
+    // The same kept block in step 1 (warm-up) and, as the positive control, in step 2.
+    auto run = [](uint64_t kept_in) {
+        auto h = std::make_unique<PluginHarness>(plugin());
+        REQUIRE(h->create() == MSMS_OK);
+        REQUIRE(h->begin() == MSMS_OK);
+        h->feed(pta_malloc(0x1, 10, 10));  // step 0
+        for (uint64_t step = 1; step <= 4; ++step) {
+            h->feed(EventBuilder::mark("step start", MSMS_T_RANGE_START).aux(step));
+            if (step == kept_in) h->feed(pta_malloc(0x2, 10, 20));
+            h->feed(EventBuilder::mark("step start", MSMS_T_RANGE_END).aux(step));
+        }
+        REQUIRE(h->finish() == MSMS_OK);
+        return h;
+    };
+    auto warm = run(1);
+    CHECK(warm->findings["leaks"].empty());
+    auto judged = run(2);
+    CHECK(judged->findings["leaks"].size() == 1);
+    CHECK(has_line(judged->reports,
+                   "Direct Pytorch Caching memory pool leak of 0.000010 Mb(s) at 0x2 in kernel_0 at step 2."));
 }
 
 TEST_CASE("HAL blocks live at exit are leaks, freed ones are not") {
