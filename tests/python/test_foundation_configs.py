@@ -47,3 +47,25 @@ def test_command_line_overrides_yaml(tmp_path):
     # the bad YAML value is overridden by the command line, so no error
     p = run_cli(["--config", y, "--device=cpu", "--analysis=", f"--output={tmp_path}/o", "--", "/bin/true"],
                 cwd=tmp_path, check_rc=0)
+
+
+def test_command_line_overrides_yaml_exact_values(tmp_path):
+    """What the run used (its config.json): each option the command line gives is the
+    command line's value, whole (a call stack or a plugin option is replaced, not merged);
+    each the YAML alone gives is the YAML's."""
+    import json
+    y = tmp_path / "p.yaml"
+    y.write_text("device: gpu\ncall_stack: c:5\nlevel: kernel\nevents: [alloc, launch]\nanalysis: leaks\n"
+                 "plugins:\n  options:\n    leaks: {max_lines: 7, start_index: 2}\n")
+    run_cli(["--config", y, "--device=cpu", "--call-stack=python:3", "--analysis=",
+             "--plugin-option=leaks.max_lines=9", f"--output={tmp_path}/o", "--", "/bin/true"],
+            cwd=tmp_path, check_rc=0)
+    (cfg,) = sorted((tmp_path / "o").glob("msmemscope_*/config.json"))
+    c = json.loads(cfg.read_text())
+    assert c["device"] == ["cpu"]                 # command line
+    assert c["call_stack"] == {"python": 3}       # command line, not merged with the YAML's c:5
+    assert c["analysis"] == []                    # command line
+    assert c["level"] == "kernel"                 # YAML only
+    assert c["written_events"] == ["alloc", "launch"]  # YAML only (what --events writes)
+    assert c["plugin_options"]["leaks"]["max_lines"] == "9"    # command line
+    assert c["plugin_options"]["leaks"]["start_index"] == "2"  # YAML only
