@@ -1,6 +1,8 @@
 """Upstream's smoke cases select_one_step, select_first_step, select_last_step,
-select_multi_step and oom_cmd (msmemscope test/smoke/run_st.py,
-src/test_suit/step_select_test.py, src/test_suit/oom_test.py), adapted to the
+select_multi_step, oom_cmd, multirank_cmd, decompose_cmd and inefficient_cmd
+(msmemscope test/smoke/run_st.py, src/test_suit/step_select_test.py,
+oom_test.py, multirank_test.py, decompose_test.py, inefficient_test.py; the
+last three below, at their test), adapted to the
 CPU: torch_npu removed, npu -> cpu, --device=cpu. The other smoke cases and
 where they are ported: README.md, "Upstream's smoke suite".
 
@@ -29,7 +31,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import DUMP_HEADER, SOURCE, dump_files
+from conftest import DUMP_HEADER, SOURCE, dump_files, process_dirs
 from test_upstream_dump_check import check_dump
 from upstream_examples_util import PY, cli, only_process
 
@@ -122,3 +124,56 @@ def test_oom_cmd(tmp_path):
         if r["Event Type"] == "OOM_TRIGGER":
             assert "func" in r["Attr"] and "req_size" in r["Attr"], r["Attr"]
     assert kinds["OOM_RECENT_ALLOC"] <= 5 * kinds["OOM_TRIGGER"] and kinds["OOM_TOP_ALLOC"] <= 5 * kinds["OOM_TRIGGER"]
+
+
+# multirank_cmd, decompose_cmd, inefficient_cmd: torchrun with 2 ranks under
+# the CLI (upstream_smoke/multirank_cmd.py), one run with both analyses.
+# Upstream's checks that hold off the NPU: three dumps (torchrun's process and
+# the two ranks) with the dump's columns, 202 MSTX rows in all (2 marks and
+# 50 "step start" ranges per rank, the last never ended: 1 + 49 * 2 + 1 + 1),
+# owner labels of the framework's blocks in Attr (PTA@weight, PTA@gradient,
+# PTA@ops; the CANN owners are the NPU's), inefficient_type on some rows, and
+# the dump check on every dump. Its owner and inefficient counts are checked
+# upstream from torch 2.3 only (this machine has 1.13), its op/kernel/HAL
+# counts are the NPU's.
+@pytest.fixture(scope="module")
+def multirank(tmp_path_factory):
+    pytest.importorskip("torch.distributed")
+    d = tmp_path_factory.mktemp("multirank_cmd")
+    script = SOURCE / "tests" / "programs" / "python" / "upstream_smoke" / "multirank_cmd.py"
+    cli(d, ["--device=cpu", "--output=out", "--log-level=info", "--analysis=decompose,inefficient",
+            "--level=0,1", "--events=alloc,free,launch,access", "--",
+            PY, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "--redirects=1",
+            "--tee=1", script], [], timeout=600)
+    dirs = process_dirs(d / "out")
+    assert len(dirs) == 3 and sum("_rank" in p.name for p in dirs) == 2, dirs
+    dumps = []
+    for p in dirs:
+        files = dump_files(p)
+        assert len(files) == 1, files
+        dumps.append(files[0])
+    return dumps
+
+
+@pytest.mark.parametrize("i", [0, 1, 2], ids=["torchrun", "rank0", "rank1"])
+def test_multirank_cmd_dump_check(multirank, i):
+    check_dump(multirank[i])  # upstream's dump_csv_check, one dump per test (about 40 s each here)
+
+
+def test_multirank_decompose_inefficient_cmd(multirank):
+    mstx, owners, inefficient = 0, Counter(), 0
+    for dump in multirank:
+        with open(dump, newline="") as f:
+            r = csv.reader(f)
+            assert next(r) == DUMP_HEADER
+            for rec in r:
+                if rec[1] == "MSTX":
+                    mstx += 1
+                attr = rec[9]
+                if "owner:PTA@" in attr:
+                    for o in ("PTA@weight", "PTA@gradient", "PTA@ops"):
+                        owners[o] += ("owner:" + o) in attr
+                inefficient += "inefficient_type" in attr
+    assert mstx == 202
+    assert all(owners[o] > 0 for o in ("PTA@weight", "PTA@gradient", "PTA@ops")), owners
+    assert inefficient > 0
