@@ -150,14 +150,14 @@ def _step_on(session) -> None:
 def _start() -> None:
     if not os.environ.get("MSMEMSCOPE_SESSION"):
         return
-    from . import _session
+    from . import _session, _shared
     try:
         _session.boot()
     except RuntimeError as e:
         if "not profiled" not in str(e):
             _warn("cannot join the msmemscope session", e)
         return
-    if not _session._booted:
+    if not _shared.booted:
         return
     try:
         _import_scopes(_session._ext)

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 
-from ._session import PACKAGE_DIR, _ext
+from ._shared import PACKAGE_DIR, ext as _ext  # never the session: it imports this module
 
 _lock = threading.RLock()
 _state = {"trace": False, "tracer": False, "torch": False, "thread_hook": False}

@@ -25,7 +25,7 @@ import ctypes
 import sys
 from typing import Callable, Optional
 
-from ._session import _ext
+from ._shared import ext as _ext  # never the session: it imports the collectors
 from . import _torch_cuda as tc
 
 _tracer: Optional["tc.CudaAllocatorTracer"] = None

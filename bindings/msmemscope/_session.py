@@ -27,18 +27,13 @@ import time
 import warnings
 from typing import Dict, List, Optional
 
-from . import _paths
-
-try:
-    from . import _msmemscope as _ext
-except ImportError as e:  # pragma: no cover - a broken build
-    raise ImportError(f"msmemscope: the native extension is missing or was built for another Python ({e}); "
-                      f"rebuild with -DPython3_EXECUTABLE={sys.executable}") from e
+from . import _paths, _shared
+from ._shared import ext as _ext  # the native extension (a broken build fails in _shared)
 
 PREFIX = _paths.PREFIX
 CLI = _paths.HOST  # the host binary (bin/msmemscope is the script that execs it)
 AGENT = os.path.join(PREFIX, "lib", "msmemscope", "libmsmemscope_agent.so")
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = _shared.PACKAGE_DIR
 
 # Python keyword -> CLI option (canonical name). Aliases as upstream.
 KEYS: Dict[str, str] = {
@@ -84,7 +79,7 @@ ALLOWED: Dict[str, str] = {
 ONCE = ("output", "data-format", "watch")
 
 _lock = threading.RLock()
-_values: Dict[str, str] = {}
+_values: Dict[str, str] = _shared.values  # changed in place only: the collectors read it there
 _origins: Dict[str, str] = {}
 
 
@@ -220,8 +215,8 @@ def _check_plugin_options(value: object) -> Dict[str, Dict[str, str]]:
 
 
 def configure(kwargs: Dict[str, object]) -> None:
-    global _warned_cli, _api_used, _plugin_paths, _plugin_options
-    _api_used = True
+    global _warned_cli, _plugin_paths, _plugin_options
+    _shared.api_used = True
     with _lock:
         kwargs = dict(kwargs)
         new_paths = list(_plugin_paths)
@@ -474,8 +469,9 @@ class Session:
                              "budget\n")
 
 
-_api_used = False   # the program called the API (start, step, config ...)
-_booted = False     # the CLI's interpreter-start hook joined the session
+# Whether the program called the API, the CLI's interpreter-start hook joined
+# the session, --step-on names the step functions: _shared.api_used, booted,
+# step_on (the PyTorch collector reads them there, through auto_steps()).
 
 
 def _get_session() -> Session:
@@ -483,39 +479,34 @@ def _get_session() -> Session:
     with _lock:
         if _session is None:
             _session = Session()
+            _shared.session = _session
         return _session
 
 
 def session() -> Session:
     """The session of this process, created on first use (by the API)."""
-    global _api_used
-    _api_used = True
+    _shared.api_used = True
     return _get_session()
 
 
-_step_on = False     # --step-on named the functions that end the steps
-
-
 def steps_from_step_on() -> None:
-    global _step_on
-    _step_on = True
+    _shared.step_on = True
 
 
 def auto_steps() -> bool:
     """A plain script under the CLI (no API calls, no --step-on): each
     optimizer step ends a step, as msmemscope.step() would."""
-    return _booted and not _api_used and not _step_on
+    return _shared.auto_steps()
 
 
 def boot() -> None:
     """The CLI's interpreter-start hook (_boot.py): join the session and
     start the Python-side collectors, as `import msmemscope` does, before
     the program runs; PyTorch's once it is imported."""
-    global _booted
     s = _get_session()
     if not s.cli or not _ext.attached():
         return
-    _booted = True
+    _shared.booted = True
     if _ext.collecting():
         from . import _collect
         _collect.enable_for_range()

@@ -59,8 +59,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _cuda, _session
-from ._session import _ext
+from . import _cuda, _shared, watcher
+from ._shared import ext as _ext  # never the session: it imports the collectors
 
 EV = _ext.EV
 T = _ext.T
@@ -293,8 +293,7 @@ def _weights_pre(module, inputs):
 
 
 def _describer_label() -> str:
-    from . import describe
-    s = describe._labels()
+    s = _shared.owner_labels()
     return s[-1] if s else ""
 
 
@@ -359,7 +358,7 @@ def _wrap_step(cls) -> None:
             _optimizer_depth -= 1
             _ext.optimizer_exit()
             _tag_optimizer(self)
-            if _optimizer_depth == 0 and _session.auto_steps():
+            if _optimizer_depth == 0 and _shared.auto_steps():
                 _cuda.flush()  # the caching allocator's blocks of this step before its mark
                 _ext.step()  # a plain script under the CLI: the optimizer marks the steps
 
@@ -476,7 +475,6 @@ def enable(trace: bool) -> None:
     _cuda.enable(torch, _ext.option("device"), _ops_on_cuda)
     # --watch / config(watch=...): its dispatch mode goes in with the
     # collector, so a script without a watcher call is watched too (#28 item 3)
-    from . import watcher
     watcher.range_started()
 
 

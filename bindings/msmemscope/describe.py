@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 from typing import Any, Callable, Optional
 
-from . import _session
+from . import _session, _shared
 
 __all__ = ["describer", "Describer"]
 
 _LABEL = re.compile(r"^[A-Za-z0-9_.\-@/]{1,200}$")
-_tls = threading.local()
 
 
 def _check_owner(owner: Any) -> str:
@@ -38,11 +36,7 @@ def _check_owner(owner: Any) -> str:
     return owner
 
 
-def _labels():
-    s = getattr(_tls, "labels", None)
-    if s is None:
-        s = _tls.labels = []
-    return s
+_labels = _shared.owner_labels  # this thread's label stack, read by the PyTorch collector there
 
 
 class Describer:

@@ -36,7 +36,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional
 
-from . import _session
+from . import _paths, _shared  # never the session: the PyTorch collector imports this module
 from . import _watch_protocol as _proto
 
 __all__ = ["watch", "remove", "watched"]
@@ -52,7 +52,7 @@ _LIB: List[Any] = []
 def _lib():
     """libmsms_watch.so (next to the agent), for hashing in C; None if absent."""
     if not _LIB:
-        path = os.path.join(_session.PREFIX, "lib", "msmemscope", "agent", "libmsms_watch.so")
+        path = os.path.join(_paths.PREFIX, "lib", "msmemscope", "agent", "libmsms_watch.so")
         lib = None
         try:
             lib = ctypes.CDLL(path)
@@ -90,14 +90,14 @@ def _spec() -> Optional[dict]:
     if not _state["spec_read"]:
         text = ""
         try:
-            if _session._ext.agent_loaded() and _session._ext.attached():
-                text = _session._ext.option("watch")
+            if _shared.ext.agent_loaded() and _shared.ext.attached():
+                text = _shared.ext.option("watch")
         except Exception:  # noqa: BLE001 - no agent: no spec
             text = ""
         if not text:
-            text = _session._values.get("watch", "")
+            text = _shared.values.get("watch", "")
         _state["spec"] = _parse_spec(text) if text else None
-        _state["spec_read"] = _session._ext.agent_loaded() and _session._ext.attached()
+        _state["spec_read"] = _shared.ext.agent_loaded() and _shared.ext.attached()
     return _state["spec"]
 
 
@@ -142,7 +142,7 @@ def _staging() -> tuple:
     """(session folder, token) where full-content dumps are staged: the
     CLI's session (MSMEMSCOPE_SESSION, MSMEMSCOPE_WATCH_TOKEN) or the one the
     Python package opened for its host. ("", "") when there is none."""
-    s = getattr(_session, "_session", None)
+    s = _shared.session
     if s is not None and getattr(s, "dir", "") and getattr(s, "watch_token", ""):
         return s.dir, s.watch_token
     return os.environ.get("MSMEMSCOPE_SESSION", ""), os.environ.get("MSMEMSCOPE_WATCH_TOKEN", "")
@@ -160,7 +160,7 @@ def _new_bin():
 
 
 def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, size: int, full: bool) -> None:
-    ext = _session._ext
+    ext = _shared.ext
     when = "after" if after else "before"
     head = f"op:{op},count:{count},watched:{watched},idx:{idx},when:{when},size:{size},"
     staged = _new_bin() if full else None
@@ -252,7 +252,7 @@ def _mode_class():
         """Checkpoints the watched blocks around every aten operator."""
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not _needed() or not _session._ext.collecting():
+            if not _needed() or not _shared.ext.collecting():
                 return func(*args, **(kwargs or {}))
             op, short = _names(func)
             with _lock:
@@ -304,7 +304,7 @@ def _update_mode() -> None:
     if "torch" not in sys.modules:
         return
     _spec()
-    want = _needed() and _session._ext.agent_loaded() and _session._ext.collecting()
+    want = _needed() and _shared.ext.agent_loaded() and _shared.ext.collecting()
     if want and _state["mode"] is None:
         _state["mode"] = _mode_class()()
         _push_bottom(_state["mode"])

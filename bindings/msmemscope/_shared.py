@@ -1,0 +1,51 @@
+"""What the session (_session.py) shares with the collectors (_collect.py,
+_torch.py, _cuda.py, watcher.py): the native extension, the package folder,
+the config() values, the session object once there is one, how steps are
+marked, and the thread's owner labels (describe.py).
+
+A leaf: it imports nothing of the package but the native extension, so a
+collector imports this module and never the session (the session imports
+the collectors, not the reverse; tests/python/test_bindings_imports.py).
+Only _session.py writes the session's state here."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Dict, List
+
+try:
+    from . import _msmemscope as ext  # noqa: F401 - shared: the collectors use it as _shared.ext
+except ImportError as e:  # pragma: no cover - a broken build
+    raise ImportError(f"msmemscope: the native extension is missing or was built for another Python ({e}); "
+                      f"rebuild with -DPython3_EXECUTABLE={sys.executable}") from e
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# config()'s values (CLI option name -> text); _session.py owns the dict and
+# changes it in place.
+values: Dict[str, str] = {}
+# The session of this process (_session.Session), None until one is made.
+session: Any = None
+
+api_used = False   # the program called the API (start, step, config ...)
+booted = False     # the CLI's interpreter-start hook joined the session
+step_on = False    # --step-on named the functions that end the steps
+
+
+def auto_steps() -> bool:
+    """A plain script under the CLI (no API calls, no --step-on): each
+    optimizer step ends a step, as msmemscope.step() would."""
+    return booted and not api_used and not step_on
+
+
+_tls = threading.local()
+
+
+def owner_labels() -> List[str]:
+    """This thread's stack of describer owner labels (describe.py pushes and
+    pops them; the PyTorch collector tags tensors with the innermost)."""
+    s = getattr(_tls, "labels", None)
+    if s is None:
+        s = _tls.labels = []
+    return s
