@@ -138,13 +138,23 @@ def test_config_write_permission_as_another_user(tmp_path):
                 "try:\n    InefficientConfig(sys.argv[2]); print('accepted')\n"
                 "except PermissionError as e:\n    print('PermissionError:', e)\n")
         kw = {}
+        pkg = BUILD / "python"
+        if any(not (x.stat().st_mode & stat.S_IXOTH) for x in [pkg, *pkg.parents]):
+            # a build folder other users cannot reach (a checkout under /root): a copy they can
+            import shutil
+            shutil.copytree(pkg / "msmemscope", os.path.join(d, "pkg", "msmemscope"))
+            pkg = os.path.join(d, "pkg")
+            for root, dirs, _ in os.walk(pkg):
+                for x in dirs:
+                    os.chmod(os.path.join(root, x), 0o755)
+            os.chmod(pkg, 0o755)
         if os.geteuid() == 0:
             os.chown(own, NOBODY, NOBODY)
             kw = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
         else:
             os.chown(ro, os.geteuid(), os.getegid())  # own it, mode 0444: os.access still says no
         for path, want in ((ro, f"PermissionError: Write permission denied: {ro}"), (own, "accepted")):
-            p = subprocess.run([sys.executable, "-c", body, str(BUILD / "python"), path],
+            p = subprocess.run([sys.executable, "-c", body, str(pkg), path],
                                capture_output=True, text=True, timeout=60, cwd=d, **kw)
             assert (p.returncode, p.stdout.strip().splitlines()[-1:]) == (0, [want]), (p.stdout, p.stderr)
     finally:
