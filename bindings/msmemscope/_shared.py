@@ -34,9 +34,11 @@ step_on = False    # --step-on named the functions that end the steps
 
 
 def auto_steps() -> bool:
-    """A plain script under the CLI (no API calls, no --step-on): each
-    optimizer step ends a step, as msmemscope.step() would."""
-    return booted and not api_used and not step_on
+    """A plain script under the CLI (no API calls, no --step-on, no mstx
+    "step start" range): each optimizer step ends a step, as
+    msmemscope.step() would. A program that marks its steps with mstx ranges
+    keeps those (the leak analysis takes one kind of step, not both)."""
+    return booted and not api_used and not step_on and not ext.mstx_steps_seen()
 
 
 _tls = threading.local()

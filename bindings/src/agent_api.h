@@ -42,6 +42,7 @@ struct AgentApi {
                          uint64_t*, const char*);
     const unsigned char* (*collecting_flag)();
     uint32_t (*stream_generation)();  // optional: ids change with it
+    int (*mstx_steps_seen)();         // optional: an mstx "step start" range began
     void (*import_enter)();           // optional: host-heap import scopes
     void (*import_leave)();
     void (*import_finalizing)();

@@ -566,6 +566,9 @@ PYBIND11_MODULE(_msmemscope, m) {
         return g_agent.step();
     });
     m.def("collecting", [] { return g_agent_loaded && g_agent.collecting(); });
+    // Whether the program marks its steps with mstx "step start" ranges
+    // (then the optimizer's steps are not marked as well: _shared.auto_steps).
+    m.def("mstx_steps_seen", [] { return g_agent_loaded && g_agent.mstx_steps_seen && g_agent.mstx_steps_seen(); });
     m.def("wants", [](const std::string& cls) { return g_agent_loaded && g_agent.wants(cls.c_str()); });
     m.def("option", [](const std::string& key) {
         need_agent();

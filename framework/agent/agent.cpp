@@ -64,7 +64,10 @@ inline void stacks_for(ThreadWriter*& w, uint64_t& cstack, uint64_t& pystack) {
 
 inline bool want_stacks() { return options().c_depth > 0 || (options().py_depth > 0 && g_py_provider.load(std::memory_order_relaxed)); }
 
-std::atomic<int> g_exit_status{-1};  // from an explicit exit(): the status
+std::atomic<int> g_exit_status{-1};
+// An mstx range named "step start" began: the program marks its own steps
+// (the Python package then leaves the optimizer's steps unmarked).
+std::atomic<bool> g_mstx_steps{false};  // from an explicit exit(): the status
 
 // The compact host-heap record (the hot path): tag, time delta, pointer
 // delta, size (mallocs only), and the interned stacks when asked for.
@@ -332,10 +335,17 @@ __attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint
                                                              int16_t dev_id, uint64_t ptr, uint64_t size,
                                                              uint64_t aux0, uint64_t aux1, const char* name,
                                                              const char* attrs) {
+    if (kind == MSMS_EV_MSTX && type == MSMS_T_RANGE_START && name &&
+        (!strcmp(name, "step start") || !strcmp(name, "\"step start\"")))
+        g_mstx_steps.store(true, std::memory_order_relaxed);
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
     uint64_t name_id = name && *name ? intern(w, name, strlen(name)) : 0;
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
+}
+
+__attribute__((visibility("default"))) int msms_agent_mstx_steps_seen(void) {
+    return g_mstx_steps.load(std::memory_order_relaxed) ? 1 : 0;
 }
 
 }  // extern "C"
