@@ -654,6 +654,6 @@ int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint
     return MSMS_OK;
 }
 
-void Pipeline::api_report(void* h, msms_str line) { of(h)->report_.push_back(escape_controls(to_s(line))); }
+void Pipeline::api_report(void* h, msms_str line) { of(h)->report_.push_back(escape_controls(to_s(line), true)); }
 
 }  // namespace msms

@@ -231,7 +231,7 @@ size_t utf8_length(std::string_view s, size_t i) {
 }
 }  // namespace
 
-std::string escape_controls(std::string_view s) {
+std::string escape_controls(std::string_view s, bool keep_tabs) {
     std::string out;
     out.reserve(s.size());
     char buf[8];
@@ -241,7 +241,7 @@ std::string escape_controls(std::string_view s) {
             ++i;
             if (c == '\n') out += "\\n";
             else if (c == '\r') out += "\\r";
-            else if (c == '\t') out += "\\t";
+            else if (c == '\t') out += keep_tabs ? "\t" : "\\t";
             else if (c < 0x20 || c == 0x7F) {
                 std::snprintf(buf, sizeof buf, "\\x%02x", c);
                 out += buf;

@@ -37,7 +37,9 @@ char* format_hex_ptr(char* dst, uint64_t v);        // 0x%016x at dst (18 chars)
 // it may be shown on a terminal: control characters (C0, DEL and the C1
 // range U+0080..U+009F) are written escaped ("\n", "\t", "\x1b", "\u009b");
 // bytes that are not UTF-8 are shown as "\xHH". Printable text is unchanged.
-std::string escape_controls(std::string_view s);
+// `keep_tabs`: a tab stays a tab (an analyzer's report lines: upstream's
+// Gap Analysis table is tab-separated); it cannot drive the terminal.
+std::string escape_controls(std::string_view s, bool keep_tabs = false);
 
 // What kind of file a st_mode names, for a message: "a FIFO", "a socket",
 // "a character device", "a block device", "a folder", "a symbolic link",

@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 from conftest import BUILD, SOURCE, dump_files, process_dirs, read_dump
+from test_upstream_dump_check import check_dump
 
 PY = "/usr/bin/python3"
 PROGRAMS = SOURCE / "tests" / "programs" / "python" / "mstx_api"
@@ -210,6 +211,7 @@ def test_upstream_multirank_api_counts_its_mstx_rows(tmp_path):
                             [("Mark", "[mstx]: mstxMarkA :------training end-----")]), d.name
             assert system == ["START_TRACE", "STOP_TRACE"], d.name
             total += len(mstx)
+            check_dump(dump)  # upstream's dump_csv_check on every dump (issue #28 item 10)
         assert total == 202  # upstream's multirank_test: mstx_num
     finally:
         shutil.rmtree(out, ignore_errors=True)  # two dumps of about 400 MB (C and Python stacks)
