@@ -162,11 +162,14 @@ def test_replay_of_a_corrupt_capture_exits_70(cli, test_bin, tmp_path):
 
 
 def test_full_disk_never_costs_the_program(test_bin, tmp_path):
-    # A 4 MiB file system for --output (root only: mount).
+    # A 4 MiB file system for --output (root only: mount). The program goes on
+    # allocating long after the disk is full (2M pairs: far more capture than
+    # 4 MiB even when the host keeps pace and releases what it read), so its
+    # capture meets the full disk whichever of it and the CSV fills it first.
     with mounted_tmpfs(tmp_path / "small", "size=4m") as small:
-        p = run_limited(ARGS + [f"--output={small}/o", "--", test_bin / "sinks_alloc_loop", 400000], tmp_path, [])
+        p = run_limited(ARGS + [f"--output={small}/o", "--", test_bin / "sinks_alloc_loop", 2000000], tmp_path, [])
     assert p.returncode == 70, p.stdout + p.stderr
-    assert re.search(r"pid \d+ \(\S*sinks_alloc_loop 400000\) exited with code 0", p.stdout), p.stdout
+    assert re.search(r"pid \d+ \(\S*sinks_alloc_loop 2000000\) exited with code 0", p.stdout), p.stdout
     assert "[msmemscope] warning: collection turned off: no space left on the disk for the capture file" in p.stderr
     assert re.search(r"msmemscope: error: pid \d+: output incomplete: \d+ event\(s\) could not be recorded "
                      r"\(the disk was full\)", p.stderr), p.stderr
