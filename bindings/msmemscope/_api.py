@@ -57,7 +57,8 @@ def config(**kwargs: Any) -> None:
                    (the command line's --plugin-path); relative to the current folder
       plugin_options  options of plugins: {"my_peak": {"threshold": 5}} or
                    {"my_peak.threshold": "5"} (the command line's --plugin-option);
-                   values str, int or bool, checked against the plugin's schema
+                   values str, int or bool, or a list of them (joined by ',' as
+                   YAML's lists are), checked against the plugin's schema
       suppress     leak suppression files (heaptrack/LSan patterns, one per line):
                    a path or a list of paths, relative to the current folder (the
                    command line's --suppress); matching sites leave the leak report

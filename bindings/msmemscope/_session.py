@@ -146,7 +146,8 @@ def validate(values: Dict[str, str], plugin_paths: Optional[List[str]] = None,
 
 
 PLUGIN_PATH_ALLOWED = "a folder path, or a list of folder paths"
-PLUGIN_OPTIONS_ALLOWED = "a dict {plugin: {option: value}} or {'plugin.option': value}; values str, int or bool"
+PLUGIN_OPTIONS_ALLOWED = ("a dict {plugin: {option: value}} or {'plugin.option': value}; values str, int or bool, "
+                          "or a list of them")
 
 
 def _check_plugin_path(value: object) -> List[str]:
@@ -181,11 +182,14 @@ def _suppress_files(key: str, value: object) -> str:
     return ",".join(out)
 
 
-def _option_text(where: str, v: object) -> str:
+def _option_text(where: str, v: object, in_list: bool = False) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (str, int)):
         return str(v)
+    if isinstance(v, (list, tuple)) and not in_list:
+        # A list, as YAML's plugins.options accepts one: its items joined by ','.
+        return ",".join(_option_text(f"{where}[{i}]", x, True) for i, x in enumerate(v))
     raise TypeError(f"msmemscope.config: plugin_options: '{where}' must be a str, int or bool, got "
                     f"{type(v).__name__} (allowed: {PLUGIN_OPTIONS_ALLOWED})")
 
