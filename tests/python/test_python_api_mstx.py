@@ -56,6 +56,7 @@ def via_api(tmp_path, out, env=None, **config):
 def the_rows(out):
     [d] = process_dirs(out)
     [f] = dump_files(d)
+    check_dump(f)  # upstream's dump_csv_check on every dump (issue #28 item 10)
     return read_dump(f)
 
 
@@ -149,6 +150,7 @@ def test_mstx_steps_are_the_leak_analysis_steps_in_both(tmp_path):
         for mb, s in (("0.007668", 2), ("0.007706", 3), ("0.007744", 4))]
     assert len(report) == 10, report
     assert leak_report(api) == report
+    the_rows(tmp_path / "cli"), the_rows(tmp_path / "api")  # upstream's dump_csv_check on both dumps
 
 
 def test_api_with_the_tool_preloaded_the_upstream_way(tmp_path):

@@ -19,6 +19,7 @@ import shutil
 import pytest
 
 from conftest import BUILD, CLI, SOURCE
+from test_upstream_dump_check import check_dump
 
 pytest.importorskip("torch")
 
@@ -41,6 +42,10 @@ def run(tmp_path, command, options):
     p = subprocess.run([str(CLI)] + command + options, cwd=str(tmp_path), env=env, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, f"stdout:\n{p.stdout[-6000:]}\nstderr:\n{p.stderr[-6000:]}"
+    dumps = found(tmp_path, lambda f: f.startswith("memscope_dump_") and f.endswith(".csv"))
+    assert dumps, "no dump written"
+    for dump in dumps:
+        check_dump(dump)  # upstream's dump_csv_check on every dump (issue #28 item 10)
     return p
 
 
