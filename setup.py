@@ -9,16 +9,29 @@ The package is built with the project's own CMake build, then laid out as
                                          script the shell can source for --load-api-env)
 so that the environment is self-contained and relocatable.
 
+The package also carries the plugin SDK (#29 item 8), so that a plugin team
+can build against a pip install:
+    site-packages/msmemscope/_prefix/include/msmemscope/    the SDK headers
+    site-packages/msmemscope/_prefix/lib/cmake/msmemscope/  the CMake package
+    site-packages/msmemscope/_prefix/share/msmemscope/      the SDK examples
+    <env>/bin/msmemscope-conformance                        the conformance tool
+                                                            (bindings/pip/msmemscope-conformance;
+                                                            --cmake-prefix-path prints the prefix
+                                                            for CMAKE_PREFIX_PATH)
+
 MSMEMSCOPE_BUILD_DIR=<cmake build tree> takes the binaries of an existing
 build of this checkout (built for this interpreter) instead of building anew;
-otherwise a build tree build/pip-<python tag> is configured for the
-interpreter running pip (ccache is used when it is installed).
+otherwise a build tree is configured for the interpreter running pip in a
+temporary folder (ccache is used when it is installed). Nothing is written
+into the source tree: the CMake build tree, setuptools' build folder and its
+egg-info all live in one temporary folder, removed when setup.py ends.
 """
 import os
 import re
 import shutil
 import subprocess
 import sys
+import atexit
 import sysconfig
 import tempfile
 
@@ -26,6 +39,11 @@ from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# Everything setup.py or setuptools writes while building (never inside the
+# checkout: a read-only or shared source tree stays as it was). Each of pip's
+# calls into setup.py (metadata, wheel) gets its own, removed at exit.
+SCRATCH = tempfile.mkdtemp(prefix="msmemscope_pip_")
+atexit.register(shutil.rmtree, SCRATCH, True)
 
 
 def _version():
@@ -53,8 +71,7 @@ class BuildWithCMake(build_py):
             if not os.path.exists(os.path.join(given, "CMakeCache.txt")):
                 sys.exit(f"msmemscope: MSMEMSCOPE_BUILD_DIR={given} is not a CMake build tree of this project")
             return given
-        tag = sys.implementation.cache_tag or "py"
-        tree = os.path.join(ROOT, "build", f"pip-{tag}")
+        tree = os.path.join(SCRATCH, "cmake")
         cfg = ["cmake", "-S", ROOT, "-B", tree, f"-DPython3_EXECUTABLE={sys.executable}",
                "-DMSMEMSCOPE_BUILD_TESTS=OFF", "-DMSMEMSCOPE_BUILD_BENCH=OFF"]
         if shutil.which("ccache"):
@@ -83,6 +100,15 @@ class BuildWithCMake(build_py):
             prefix = os.path.join(pkg, "_prefix")
             shutil.copytree(os.path.join(stage, "bin"), os.path.join(prefix, "bin"))
             shutil.copytree(os.path.join(stage, "lib", "msmemscope"), os.path.join(prefix, "lib", "msmemscope"))
+            # The SDK: headers, the CMake package (relocatable: found from its
+            # own folder), the examples and the SDK guide.
+            for rel in (("include", "msmemscope"), ("lib", "cmake", "msmemscope"), ("share", "msmemscope"),
+                        ("share", "doc", "msmemscope")):
+                src = os.path.join(stage, *rel)
+                if os.path.isdir(src):
+                    shutil.copytree(src, os.path.join(prefix, *rel))
+                elif rel[0] != "share":
+                    sys.exit(f"msmemscope: the CMake install has no {'/'.join(rel)} (the SDK is incomplete)")
             # The prefix lives inside the package: found from the package's own
             # (real) folder. The same _paths.py as CMake's, configured here.
             with open(os.path.join(ROOT, "bindings", "msmemscope", "_paths.py.in")) as f:
@@ -103,9 +129,12 @@ setup(
     py_modules=[],
     # Not a console entry point: `source msmemscope --load-api-env` needs a file
     # the shell can read (bindings/pip/msmemscope, shell and Python at once).
-    scripts=["bindings/pip/msmemscope"],
+    # msmemscope-conformance: a Python script that execs the package's
+    # _prefix/bin/msmemscope-conformance (a binary is not a valid pip script).
+    scripts=["bindings/pip/msmemscope", "bindings/pip/msmemscope-conformance"],
     distclass=_Binary,
     cmdclass={"build_py": BuildWithCMake},
-    options={"build": {"build_base": os.path.join("build", "pip-setuptools")}},
+    options={"build": {"build_base": os.path.join(SCRATCH, "setuptools")},
+             "egg_info": {"egg_base": SCRATCH}},
     zip_safe=False,
 )
