@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from conftest import BUILD, TEST_BIN
+from conftest import BUILD, TEST_BIN, dump_files, process_dirs
+from test_upstream_dump_check import check_dump
 
 WRAPPER = BUILD / "bin" / "msmemscope"
 HOST = BUILD / "bin" / "msmemscope.bin"
@@ -158,6 +159,9 @@ def test_python_api_under_the_loaded_environment(tmp_path):
     p = bash(f'source "{WRAPPER}" --load-api-env >/dev/null && /usr/bin/python3 s.py', env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "api ok" in p.stdout and "events: " in p.stdout and ", dropped: 0" in p.stdout
+    [d] = process_dirs(tmp_path / "out")
+    [dump] = dump_files(d)
+    check_dump(dump)  # upstream's dump_csv_check (issue #28 item 10)
 
 
 def test_normal_run_through_the_wrapper(tmp_path):
@@ -166,6 +170,9 @@ def test_normal_run_through_the_wrapper(tmp_path):
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "demo: trained 8 steps" in p.stdout and "events: 60, dropped: 0" in p.stdout
+    [d] = process_dirs(tmp_path / "out")
+    [dump] = dump_files(d)
+    check_dump(dump)  # upstream's dump_csv_check (issue #28 item 10)
     p = subprocess.run([str(WRAPPER), "--device=cpu", f"--output={tmp_path}/out", "--", "sh", "-c", "exit 3"],
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr
