@@ -40,7 +40,8 @@ void Pipeline::log(int level, const std::string& msg) {
         else if (level == 1) run_.log->warn(msg);
         else run_.log->error(msg);
     }
-    if (level + 1 >= cfg_.stderr_threshold()) std::cerr << "[msmemscope] " << (level >= 2 ? "error: " : level == 1 ? "warning: " : "") << msg << "\n";
+    if (level + 1 >= cfg_.stderr_threshold())
+        supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") + msg + "\n");
 }
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what) {
@@ -48,7 +49,7 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what) {
     std::string msg = "plugin '" + inst.name + "': " + what + "; continuing without it";
     plugin_errors_.push_back(msg);
     if (run_.log) run_.log->error(msg);
-    std::cerr << "msmemscope: error: " << msg << "\n";
+    supervisor::host_stderr("msmemscope: error: " + msg + "\n");
 }
 
 std::string Pipeline::with_reason(const Instance& inst, const std::string& what) const {

@@ -250,6 +250,10 @@ void ProcessRun::run_stream() {
         return;
     }
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
+    // Plugins print into the process folder, never into the program's
+    // stdout/stderr (supervisor.h; issue #29 item 7).
+    if (std::string why = supervisor::redirect_plugin_output(dir); !why.empty())
+        run.log->warn("plugins' stdout and stderr stay the tool's own: {}", why);
 
     progress::start_run(progress_, dir);
     Pipeline pipeline(cfg_, registry_);

@@ -1,11 +1,14 @@
 #include "supervisor.h"
 
+#include "oom_watch.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,6 +130,67 @@ void pipeline_started() {
 
 void capture_released() {
     if (g_page) g_page->released.store(1, std::memory_order_release);
+}
+
+namespace {
+int g_host_err = -1;    // in a worker whose fd 2 went to the plugin log: the tool's stderr
+int g_log_dir = -1;     // the process folder, for drop_empty_plugin_log()
+int g_log_fd = -1;
+}  // namespace
+
+std::string redirect_plugin_output(const std::string& dir) {
+    if (!g_page || g_log_fd >= 0) return "";
+    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return dir + ": " + strerror(errno);
+    int fd = openat(dfd, kPluginLogName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        std::string why = dir + "/" + kPluginLogName + ": " + strerror(errno);
+        close(dfd);
+        return why;
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    fflush(nullptr);
+    int err = fcntl(2, F_DUPFD_CLOEXEC, 3);
+    if (err < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) {
+        std::string why = std::string("cannot move the plugins' stdout and stderr: ") + strerror(errno);
+        if (err >= 0) {
+            dup2(err, 2);
+            close(err);
+        }
+        unlinkat(dfd, kPluginLogName, 0);
+        close(fd);
+        close(dfd);
+        return why;
+    }
+    g_host_err = err;
+    g_log_dir = dfd;
+    g_log_fd = fd;
+    return "";
+}
+
+void host_stderr(const std::string& text) {
+    if (g_host_err < 0) {
+        std::cerr << text;
+        std::cerr.flush();
+        return;
+    }
+    size_t off = 0;
+    while (off < text.size()) {
+        ssize_t n = write(g_host_err, text.data() + off, text.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        off += static_cast<size_t>(n);
+    }
+}
+
+void drop_empty_plugin_log() {
+    if (g_log_fd < 0) return;
+    std::cout.flush();
+    std::cerr.flush();
+    fflush(nullptr);
+    struct stat st{};
+    if (fstat(g_log_fd, &st) == 0 && st.st_size == 0) unlinkat(g_log_dir, kPluginLogName, 0);
 }
 
 bool reaped(pid_t pid, int status) {
@@ -309,6 +373,7 @@ struct WorkerEnd {
     bool pipeline_started = false;
     bool released = false;  // the worker released read parts of the capture
     unsigned over_budget_s = 0;  // the watchdog killed it: the budget the call exceeded
+    bool oom_kill = false;       // its memory cgroup counted an OOM kill while it ran
 };
 
 // The watchdog: reads what the worker writes, and once a second looks at the
@@ -399,9 +464,12 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
         errno = e;
         return false;
     }
+    OomWatch oom(static_cast<uint32_t>(pid));
+    oom.sample();  // its cgroups (the host's) and their OOM kill counts now
     read_watched(fds[0], pid, page, end);
     close(fds[0]);
     end.status = wait_worker(pid);
+    end.oom_kill = WIFSIGNALED(end.status) && WTERMSIG(end.status) == SIGKILL && oom.increased();
     uint64_t cur = page->current.load(std::memory_order_acquire);
     uint32_t slot = static_cast<uint32_t>(cur >> 32);
     end.call = static_cast<PluginCall>(cur & 0xffffffffu);
@@ -417,6 +485,16 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
 
 std::string over_budget_text(const WorkerEnd& end) {
     return "exceeded its time budget (" + std::to_string(end.over_budget_s) + " s, --plugin-time-budget)";
+}
+
+// How a worker killed by a signal ended. SIGKILL is what the OOM killer
+// sends: said so, and said for certain when the worker's memory cgroup
+// counted an OOM kill while it ran (a plugin that ran out of memory).
+std::string crash_text(const WorkerEnd& end) {
+    int sig = WTERMSIG(end.status);
+    if (sig != SIGKILL) return "crashed (" + signal_text(sig) + ")";
+    return end.oom_kill ? "was killed by SIGKILL: out of memory (its memory cgroup's OOM killer)"
+                        : "was killed by SIGKILL (out of memory? the OOM killer sends SIGKILL)";
 }
 
 // Whether a worker that ended badly can be re-run without the plugin it was
@@ -462,6 +540,7 @@ void run_supervised(ProcessRun& run) {
         bool forked = run_worker(excluded, notes, [&](int result_fd) {
             if (started_before) run.on_started({});  // Python has its line already
             run.run();
+            supervisor::drop_empty_plugin_log();
             return write_all(result_fd, encode(run.summary())) ? 0 : 3;
         }, end);
         if (!forked) {
@@ -496,12 +575,12 @@ void run_supervised(ProcessRun& run) {
         const std::string& name = end.plugin;
         std::string how = end.over_budget_s ? over_budget_text(end)
                           : WIFSIGNALED(status)
-                              ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
+                              ? crash_text(end)
                               : "ended the pipeline (exit status " +
                                     std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
         if (!can_exclude(end, excluded, attempt)) {
             std::string what = end.over_budget_s       ? over_budget_text(end)
-                               : WIFSIGNALED(status) ? "crashed (" + signal_text(WTERMSIG(status)) + ")"
+                               : WIFSIGNALED(status) ? crash_text(end)
                                                      : "ended without a summary (status " + std::to_string(status) + ")";
             run.summary_.error = run.capture_path_ + ": the pipeline " + what +
                                  (name.empty() ? " outside any plugin" : " in plugin '" + name + "'") +
@@ -552,7 +631,7 @@ int run_call_supervised(const std::function<int()>& body) {
             int rc = WEXITSTATUS(status);
             return rc == 0 && !excluded.empty() ? 71 : rc;
         }
-        std::string how = end.over_budget_s ? over_budget_text(end) : "crashed (" + signal_text(WTERMSIG(status)) + ")";
+        std::string how = end.over_budget_s ? over_budget_text(end) : crash_text(end);
         if (!can_exclude(end, excluded, attempt)) {
             std::cerr << "msmemscope: error: the analysis " << how
                       << (end.plugin.empty() ? " outside any plugin" : " in plugin '" + end.plugin + "'")

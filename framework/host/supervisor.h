@@ -85,6 +85,22 @@ private:
     uint64_t prev_ = 0;
 };
 
+// Plugin output (issue #29 item 7): in a worker, fd 1 and 2 -- where a
+// plugin's printf, std::cout, fprintf(stderr) and write(2) go -- are moved to
+// <dir>/msmemscope_plugins.log (created O_EXCL|O_NOFOLLOW in the process
+// folder, which the worker made), so that plugins never write into the
+// program's stdout/stderr. The host's own messages in the worker go through
+// host_stderr(), to the stream the tool was started with. Returns an error
+// text (nothing moved) or "". Outside a worker (MSMEMSCOPE_NO_SUPERVISOR)
+// nothing is moved: the host's threads share fd 1 and 2.
+std::string redirect_plugin_output(const std::string& dir);
+// The name of that file in the process folder.
+constexpr const char* kPluginLogName = "msmemscope_plugins.log";
+// Writes one message of the host's to its own stderr (one write).
+void host_stderr(const std::string& text);
+// At the worker's end: the plugin log goes when no plugin wrote into it.
+void drop_empty_plugin_log();
+
 // The session reaped one of our workers with waitpid(-1): hand its status to
 // the supervisor waiting for it. Returns false when pid is not a worker.
 bool reaped(pid_t pid, int status);
