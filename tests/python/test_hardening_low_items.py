@@ -37,3 +37,48 @@ def test_python_plugin_options_accept_a_list_as_yaml_does(tmp_path):
     assert lines[1] == "['--plugin-option=memory_viz.max_trace_entries=1000']"
     assert lines[2].startswith("nested: msmemscope.config: plugin_options: 'frag.pools[0]' must be a str, int or "
                                "bool, got list"), lines[2]
+
+
+
+PLUGIN_FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
+
+
+def _plugin_args(tmp_path, plugin):
+    return ["--plugin-path", str(PLUGIN_FIXTURES), "--device=cpu", "--events=alloc,free", "--output",
+            str(tmp_path / "out"), f"--analysis=leaks,{plugin}", "--", "/bin/ls", "/"]
+
+
+def test_plugin_killed_by_sigkill_names_memory(cli, tmp_path):
+    # A worker killed by SIGKILL was "crashed (SIGKILL)": SIGKILL is what the
+    # OOM killer sends, and the message says so.
+    p = cli(_plugin_args(tmp_path, "kill_in_event"), cwd=tmp_path)
+    assert p.returncode == 71, p.stderr
+    assert ("msmemscope: error: plugin 'kill_in_event' was killed by SIGKILL (out of memory? the OOM killer sends "
+            "SIGKILL) in on_event; re-running the outputs without it") in p.stderr.splitlines(), p.stderr
+
+
+def test_plugin_oom_killed_in_a_memory_cgroup_is_named_out_of_memory(tmp_path):
+    # The real thing: the CLI in a memory cgroup of 128 MiB, a plugin touching
+    # memory without end; the kernel's OOM killer kills its worker and the
+    # cgroup counts it: "out of memory", for certain.
+    import shlex
+    import pytest
+    import oom_cgroup
+    cg, counter, why = oom_cgroup.make_v2()
+    if cg is None:
+        cg, counter, why1 = oom_cgroup.make_v1()
+        if cg is None:
+            pytest.skip(f"{why}; {why1}")
+    try:
+        before = oom_cgroup.oom_kills(counter)
+        cmd = " ".join(shlex.quote(str(a)) for a in [BUILD / "bin" / "msmemscope"] + _plugin_args(tmp_path, "hog_in_event"))
+        e = dict(os.environ)
+        e.pop("LD_PRELOAD", None)
+        p = subprocess.run(["sh", "-c", f"echo $$ > {shlex.quote(str(cg / 'cgroup.procs'))} && exec {cmd}"],
+                           cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=300)
+        assert oom_cgroup.oom_kills(counter) > before, p.stderr
+    finally:
+        oom_cgroup.remove(cg)
+    assert p.returncode == 71, p.stderr
+    assert ("msmemscope: error: plugin 'hog_in_event' was killed by SIGKILL: out of memory (its memory cgroup's OOM "
+            "killer) in on_event; re-running the outputs without it") in p.stderr.splitlines(), p.stderr
