@@ -1,7 +1,8 @@
 // msmemscope-conformance: the checks every msmemscope plugin must pass,
 // built-in or third-party. Usage:
 //
-//     msmemscope-conformance [--pairs=N] [--rss-limit-mib=M] [--keep] PLUGIN.so|FOLDER...
+//     msmemscope-conformance [--pairs=N] [--rss-limit-mib=M] [--time-budget=S]
+//                            [--output-limit-mib=M] [--keep] PLUGIN.so|FOLDER...
 //
 // A FOLDER stands for every libmsmemscope_plugin_*.so in it (globbed when
 // the program runs). Each plugin is checked in a child process, so a plugin
@@ -29,15 +30,27 @@
 //                  resident set grows by at most M MiB (default 32) after a
 //                  warm-up, i.e. the plugin keeps live state, not history
 //
+// Watched by the supervising process all along: a plugin callback that runs
+// longer than S seconds (default 10) is stopped ("exceeded its time budget
+// (10 s) in on_event"); a plugin whose output -- the files in its output
+// folder plus what it prints on stdout/stderr, which go to a file of their own
+// (plugin_output.log), never between these lines -- passes M MiB (default 64)
+// is stopped too. A callback's failing status is shown with the plugin's own
+// error text (msms_error, or descriptor.last_error).
+//
 // Exit status: 0 when every plugin passed, 1 when one failed, 2 on bad usage.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cinttypes>
 #include <cstdio>
@@ -64,15 +77,43 @@ namespace {
 struct Settings {
     uint64_t pairs = 1000000;
     uint64_t rss_limit_mib = 32;
+    uint64_t time_budget_s = 10;      // per plugin callback; 0: none
+    uint64_t output_limit_mib = 64;   // output files + stdout/stderr; 0: none
     bool keep = false;
 };
 
-// Shared with the parent: the check in progress, so that a crash names it.
+// The plugin callback in progress, for the watchdog.
+enum Callback : uint32_t { CB_NONE, CB_CREATE, CB_BEGIN, CB_ON_EVENT, CB_ON_ANNOTATION, CB_ON_FINDING, CB_FINISH,
+                           CB_DESTROY, CB_LAST_ERROR };
+const char* callback_name(uint32_t c) {
+    static const char* const names[] = {"no callback", "create", "begin", "on_event", "on_annotation",
+                                        "on_finding", "finish", "destroy", "last_error"};
+    return c <= CB_LAST_ERROR ? names[c] : "an unknown callback";
+}
+
+// Shared with the parent: the check in progress, so that a crash names it,
+// and the callback in progress, which the parent's watchdog times.
 struct Shared {
     char check[128];
     int completed;  // the checks ran to their end (not ended by the plugin)
+    std::atomic<uint32_t> callback;
+    std::atomic<uint64_t> calls;  // callbacks begun: a count standing still while `callback` is set = one call running
 };
 Shared* g_shared = nullptr;
+FILE* g_report = stdout;  // the checker's lines (in a child: the tool's stdout, not the plugin's)
+
+// Marks a plugin callback for as long as it lives.
+struct InCall {
+    explicit InCall(Callback c) {
+        if (g_shared) {
+            g_shared->calls.fetch_add(1, std::memory_order_relaxed);
+            g_shared->callback.store(c, std::memory_order_relaxed);
+        }
+    }
+    ~InCall() {
+        if (g_shared) g_shared->callback.store(CB_NONE, std::memory_order_relaxed);
+    }
+};
 
 void set_current(const std::string& check) {
     if (g_shared) std::snprintf(g_shared->check, sizeof(g_shared->check), "%s", check.c_str());
@@ -365,20 +406,35 @@ public:
 
 private:
     bool ok(const std::string& check, const std::string& detail = "") {
-        std::printf("  ok    %s%s%s\n", check.c_str(), detail.empty() ? "" : ": ", detail.c_str());
-        std::fflush(stdout);
+        std::fprintf(g_report, "  ok    %s%s%s\n", check.c_str(), detail.empty() ? "" : ": ", detail.c_str());
+        std::fflush(g_report);
         ++passed_;
         return true;
     }
     bool fail(const std::string& check, const std::string& why) {
-        std::printf("  FAIL  %s: %s\n", check.c_str(), why.c_str());
-        std::fflush(stdout);
+        std::fprintf(g_report, "  FAIL  %s: %s\n", check.c_str(), why.c_str());
+        std::fflush(g_report);
         ++failed_;
         return false;
     }
     void note(const std::string& what) {
-        std::printf("  note  %s\n", what.c_str());
-        std::fflush(stdout);
+        std::fprintf(g_report, "  note  %s\n", what.c_str());
+        std::fflush(g_report);
+    }
+    // The plugin's own words for its last failure: ": <text>", or "".
+    std::string said(void* obj, const char* message = nullptr) {
+        if (message && *message) return std::string(": ") + message;
+        if (!obj) return "";
+        std::string text;
+        {
+            InCall in(CB_LAST_ERROR);
+            text = msms::plugin_last_error(d_, obj);
+        }
+        return text.empty() ? "" : ": " + text;
+    }
+    void destroy(void* obj) {
+        InCall in(CB_DESTROY);
+        d_->destroy(obj);
     }
 
     // Runs f, turning an escaping exception into a failure of `check`.
@@ -523,7 +579,11 @@ bool Checker::create(FakeHost& host, void** obj, std::string& why) {
     for (auto& [k, v] : defaults_) kv.push_back({sv(k), sv(v)});
     msms_error err{};
     *obj = nullptr;
-    int rc = d_->create(&host.api, kv.data(), static_cast<uint32_t>(kv.size()), obj, &err);
+    int rc;
+    {
+        InCall in(CB_CREATE);
+        rc = d_->create(&host.api, kv.data(), static_cast<uint32_t>(kv.size()), obj, &err);
+    }
     if (rc != MSMS_OK) {
         why = "create() returned status " + status(rc) + ": " + (err.message[0] ? err.message : "no message");
         *obj = nullptr;
@@ -545,12 +605,12 @@ void Checker::check_create() {
         if (!create(h1, &a, why)) return fail(check, why);
         set_current(check + " (second instance)");
         if (!create(h2, &b, why)) {
-            d_->destroy(a);
+            destroy(a);
             return fail(check, "a second instance while the first lives: " + why);
         }
         set_current(check + " (destroy)");
-        d_->destroy(a);
-        d_->destroy(b);
+        destroy(a);
+        destroy(b);
         return ok(check, "two instances at once");
     });
 }
@@ -574,14 +634,21 @@ void Checker::make_run(Run& run, const std::string& what, std::string timestamp,
     run.info.timestamp = sv(run.timestamp);
     run.info.config_json = sv(run.config_json);
     run.info.command_line = sv(run.command_line);
+    // ABI 1.3: the folder's descriptor, as the host gives it (kept open for
+    // the checker's life: a few per plugin).
+    run.info.output_dir_fd = ::open(run.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
 bool Checker::begin(const std::string& check, void* obj, const Run& run) {
     if (!d_->begin) return true;
     return guarded(check, "begin", [&] {
         msms_error err{};
-        int rc = d_->begin(obj, &run.info, &err);
-        return rc == MSMS_OK || fail(check, "begin() returned status " + status(rc) + ": " + err.message);
+        int rc;
+        {
+            InCall in(CB_BEGIN);
+            rc = d_->begin(obj, &run.info, &err);
+        }
+        return rc == MSMS_OK || fail(check, "begin() returned status " + status(rc) + said(obj, err.message));
     });
 }
 
@@ -624,10 +691,14 @@ void Checker::check_lifecycle() {
                                 std::to_string(e.ev.id) + ")";
             good = guarded(check, "on_event " + label, [&] {
                 host.in_event = true;
-                int rc = d_->on_event(obj, &e.view());
+                int rc;
+                {
+                    InCall in(CB_ON_EVENT);
+                    rc = d_->on_event(obj, &e.view());
+                }
                 host.in_event = false;
                 if (rc != MSMS_OK)
-                    return fail(check, "on_event() returned status " + status(rc) + " for " + label +
+                    return fail(check, "on_event() returned status " + status(rc) + " for " + label + said(obj) +
                                            " (the host would drop the plugin)");
                 return true;
             });
@@ -638,10 +709,14 @@ void Checker::check_lifecycle() {
         good = guarded(check, "on_annotation", [&] {
             std::string k = "inefficient", v = "early_allocation";
             for (uint64_t id : {uint64_t(5), uint64_t(1), uint64_t(999999)}) {
-                int rc = d_->on_annotation(obj, id, sv(k), sv(v));
+                int rc;
+                {
+                    InCall in(CB_ON_ANNOTATION);
+                    rc = d_->on_annotation(obj, id, sv(k), sv(v));
+                }
                 if (rc != MSMS_OK)
                     return fail(check, "on_annotation() returned status " + status(rc) + " for event " +
-                                           std::to_string(id));
+                                           std::to_string(id) + said(obj));
             }
             return true;
         });
@@ -649,15 +724,23 @@ void Checker::check_lifecycle() {
         good = guarded(check, "on_finding", [&] {
             std::string table = "leaks", k1 = "step", v1 = "2", k2 = "size", v2 = "512";
             msms_kv cols[2] = {{sv(k1), sv(v1)}, {sv(k2), sv(v2)}};
-            int rc = d_->on_finding(obj, sv(table), cols, 2);
-            if (rc != MSMS_OK) return fail(check, "on_finding() returned status " + status(rc));
+            int rc;
+            {
+                InCall in(CB_ON_FINDING);
+                rc = d_->on_finding(obj, sv(table), cols, 2);
+            }
+            if (rc != MSMS_OK) return fail(check, "on_finding() returned status " + status(rc) + said(obj));
             return true;
         });
     if (good && d_->finish)
         good = guarded(check, "finish", [&] {
             msms_error err{};
-            int rc = d_->finish(obj, &err);
-            if (rc != MSMS_OK) return fail(check, "finish() returned status " + status(rc) + ": " + err.message);
+            int rc;
+            {
+                InCall in(CB_FINISH);
+                rc = d_->finish(obj, &err);
+            }
+            if (rc != MSMS_OK) return fail(check, "finish() returned status " + status(rc) + said(obj, err.message));
             return true;
         });
     if (good && host.bad_calls) good = fail(check, "bad host call: " + host.first_bad);
@@ -673,9 +756,13 @@ void Checker::check_lifecycle() {
         uint64_t calls = host.host_calls(), errors = host.errors_logged;
         guarded(check2, "second finish", [&] {
             msms_error err{};
-            int rc = d_->finish(obj, &err);
+            int rc;
+            {
+                InCall in(CB_FINISH);
+                rc = d_->finish(obj, &err);
+            }
             if (rc != MSMS_OK)
-                return fail(check2, "the second finish() returned status " + status(rc) + ": " + err.message);
+                return fail(check2, "the second finish() returned status " + status(rc) + said(obj, err.message));
             if (host.host_calls() != calls)
                 return fail(check2, "the second finish() called the host again (" +
                                         std::to_string(host.host_calls() - calls) + " emit/report/finding/annotate calls)");
@@ -687,7 +774,7 @@ void Checker::check_lifecycle() {
         ok(check2, "no finish function");
     }
     guarded(check, "destroy", [&] {
-        d_->destroy(obj);
+        destroy(obj);
         return true;
     });
 }
@@ -717,10 +804,15 @@ void Checker::check_bounded() {
         e.id = ++id;
         e.timestamp_ns = (ts_ns += 100);
         host.in_event = true;
-        int rc = d_->on_event(obj, &e);
+        int rc;
+        {
+            InCall in(CB_ON_EVENT);
+            rc = d_->on_event(obj, &e);
+        }
         host.in_event = false;
         if (rc != MSMS_OK)
-            return fail(check, "on_event() returned status " + status(rc) + " for event " + std::to_string(e.id));
+            return fail(check, "on_event() returned status " + status(rc) + " for event " + std::to_string(e.id) +
+                                   said(obj));
         return true;
     };
     auto base = [&](uint16_t kind, uint16_t type) {
@@ -785,11 +877,15 @@ void Checker::check_bounded() {
     if (good && d_->finish)
         good = guarded(check, "finish", [&] {
             msms_error err{};
-            int rc = d_->finish(obj, &err);
-            return rc == MSMS_OK || fail(check, "finish() returned status " + status(rc) + ": " + err.message);
+            int rc;
+            {
+                InCall in(CB_FINISH);
+                rc = d_->finish(obj, &err);
+            }
+            return rc == MSMS_OK || fail(check, "finish() returned status " + status(rc) + said(obj, err.message));
         });
     guarded(check, "destroy", [&] {
-        d_->destroy(obj);
+        destroy(obj);
         return true;
     });
     if (!good) return;
@@ -812,7 +908,7 @@ int Checker::run() {
         if (!exception_escaped_) ok("exceptions", "none escaped");
         else fail("exceptions", "see above");
     }
-    std::fflush(stdout);
+    std::fflush(g_report);
     return failed_ ? 1 : 0;
 }
 
@@ -828,6 +924,58 @@ std::string make_temp_folder() {
         return {};
     }
     return buf.data();
+}
+
+// ---------------------------------------------------------------- watchdog
+// Bytes in the regular files under dir (the plugin's output folders and its
+// stdout/stderr file).
+uint64_t tree_bytes(const std::string& dir) {
+    uint64_t total = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        struct stat st{};
+        if (lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
+    }
+    return total;
+}
+
+// Waits for the child checking one plugin; stops it (SIGKILL) when a plugin
+// callback outlasts the time budget or its output passes the limit, and
+// returns why in `stopped`.
+int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::string& stopped) {
+    using clock = std::chrono::steady_clock;
+    int status = 0;
+    uint64_t seen_calls = g_shared->calls.load(std::memory_order_relaxed);
+    auto since = clock::now();
+    const uint64_t limit = s.output_limit_mib * 1048576;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) return status;
+        if (w < 0 && errno != EINTR) return status;
+        if (stopped.empty()) {
+            uint32_t cb = g_shared->callback.load(std::memory_order_relaxed);
+            uint64_t calls = g_shared->calls.load(std::memory_order_relaxed);
+            auto now = clock::now();
+            if (cb == CB_NONE || calls != seen_calls) {
+                seen_calls = calls;
+                since = now;
+            } else if (s.time_budget_s && now - since >= std::chrono::seconds(s.time_budget_s)) {
+                stopped = std::string("exceeded its time budget in ") + callback_name(cb) + " (" +
+                          std::to_string(s.time_budget_s) + " s, --time-budget); stopped";
+            }
+            if (stopped.empty() && limit) {
+                uint64_t bytes = tree_bytes(tmp);
+                if (bytes > limit)
+                    stopped = "unbounded output: its files and stdout/stderr passed " +
+                              std::to_string(s.output_limit_mib) + " MiB (--output-limit-mib; " +
+                              std::to_string(bytes) + " bytes)" +
+                              (cb != CB_NONE ? std::string(" in ") + callback_name(cb) : std::string()) + "; stopped";
+            }
+            if (!stopped.empty()) kill(pid, SIGKILL);
+        }
+        usleep(20000);
+    }
 }
 
 // ---------------------------------------------------------------- main
@@ -847,11 +995,15 @@ std::vector<std::string> expand(const std::string& arg) {
 int usage(const char* why) {
     if (why) std::fprintf(stderr, "msmemscope-conformance: error: %s\n", why);
     std::fprintf(stderr,
-                 "usage: msmemscope-conformance [--pairs=N] [--rss-limit-mib=M] [--keep] PLUGIN.so|FOLDER...\n"
+                 "usage: msmemscope-conformance [--pairs=N] [--rss-limit-mib=M] [--time-budget=S]\n"
+                 "                              [--output-limit-mib=M] [--keep] PLUGIN.so|FOLDER...\n"
                  "  checks each plugin (a FOLDER: every libmsmemscope_plugin_*.so in it) against the\n"
                  "  msmemscope plugin rules; exit status 0 when all pass, 1 when one fails\n"
                  "  --pairs=N           malloc/free pairs of the bounded-state check (default 1000000)\n"
                  "  --rss-limit-mib=M   allowed resident-set growth in that check (default 32)\n"
+                 "  --time-budget=S     seconds one plugin callback may run before it is stopped (default 10; 0: none)\n"
+                 "  --output-limit-mib=M  MiB a plugin may write, files and stdout/stderr together, before it is\n"
+                 "                      stopped (default 64; 0: none)\n"
                  "  --keep              keep the plugins' output folders\n");
     return 2;
 }
@@ -878,6 +1030,11 @@ int main(int argc, char** argv) {
             if (!parse_u64(a.substr(8), s.pairs)) return usage("--pairs: expected a non-negative integer");
         } else if (a.rfind("--rss-limit-mib=", 0) == 0) {
             if (!parse_u64(a.substr(16), s.rss_limit_mib)) return usage("--rss-limit-mib: expected a non-negative integer");
+        } else if (a.rfind("--time-budget=", 0) == 0) {
+            if (!parse_u64(a.substr(14), s.time_budget_s)) return usage("--time-budget: expected a non-negative integer");
+        } else if (a.rfind("--output-limit-mib=", 0) == 0) {
+            if (!parse_u64(a.substr(19), s.output_limit_mib))
+                return usage("--output-limit-mib: expected a non-negative integer");
         } else if (a == "--keep") {
             s.keep = true;
         } else if (a.rfind("--", 0) == 0) {
@@ -906,7 +1063,10 @@ int main(int argc, char** argv) {
     for (auto& p : plugins) {
         std::printf("%s\n", p.c_str());
         std::fflush(stdout);
-        std::memset(g_shared, 0, sizeof(Shared));
+        std::memset(g_shared->check, 0, sizeof(g_shared->check));
+        g_shared->completed = 0;
+        g_shared->callback.store(CB_NONE);
+        g_shared->calls.store(0);
         std::string tmp = make_temp_folder();
         if (tmp.empty()) return 2;
         pid_t pid = fork();
@@ -915,16 +1075,30 @@ int main(int argc, char** argv) {
             return 2;
         }
         if (pid == 0) {
+            // The checker's lines go to the tool's stdout; the plugin's own
+            // stdout and stderr to a file in its folder (watched for size).
+            int report = dup(1);
+            FILE* rf = report >= 0 ? fdopen(report, "w") : nullptr;
+            int fd = open((tmp + "/plugin_output.log").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (rf && fd >= 0 && dup2(fd, 1) >= 0 && dup2(fd, 2) >= 0) g_report = rf;
+            if (fd >= 0) close(fd);
             int rc = Checker(p, s, tmp).run();
             g_shared->completed = 1;
+            std::fflush(g_report);
             std::fflush(stdout);
             _exit(rc);
         }
-        int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && g_shared->completed;
-        if (WIFSIGNALED(status))
+        std::string stopped;
+        int status = watch_child(pid, s, tmp, stopped);
+        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && g_shared->completed && stopped.empty();
+        struct stat printed{};
+        if (lstat((tmp + "/plugin_output.log").c_str(), &printed) == 0 && printed.st_size > 0)
+            std::printf("  note  the plugin printed %lld bytes on stdout/stderr (the host puts them in the process "
+                        "folder's msmemscope_plugins.log)\n",
+                        static_cast<long long>(printed.st_size));
+        if (!stopped.empty())
+            std::printf("  FAIL  %s: %s\n", g_shared->check, stopped.c_str());
+        else if (WIFSIGNALED(status))
             std::printf("  FAIL  %s: crashed with signal %d (%s)\n", g_shared->check, WTERMSIG(status),
                         strsignal(WTERMSIG(status)));
         else if (WIFEXITED(status) && !g_shared->completed)

@@ -152,8 +152,9 @@ def test_conformance_rejects_the_bad_fixtures_with_precise_reasons():
     exc = "5 (MSMS_ERR_EXCEPTION: a C++ exception was caught at the boundary)"
     assert (f"FAIL  create/destroy: create() returned status {exc}: throws_in_create: constructor failed on purpose"
             in lines[fixture("throws_in_create")])
-    assert (f"FAIL  lifecycle: on_event() returned status {exc} for SYSTEM/ACL_INIT (id 1) "
-            "(the host would drop the plugin)" in lines[fixture("throws_in_event")])
+    # The plugin's own error text (descriptor.last_error) next to the status.
+    assert (f"FAIL  lifecycle: on_event() returned status {exc} for SYSTEM/ACL_INIT (id 1): "
+            "throws_in_event: on purpose (the host would drop the plugin)" in lines[fixture("throws_in_event")])
     # Alone, a sink named csv is a well-behaved plugin with a misleading file name.
     assert result[fixture("duplicate_csv")] == "PASS"
     assert ("note  file name libmsmemscope_plugin_duplicate_csv.so does not follow the rule "
