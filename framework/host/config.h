@@ -43,6 +43,9 @@ struct Config {
     std::vector<long long> steps;
     // --step-on: "module:qualname" each (validate.cpp normalises module.function).
     std::vector<std::string> step_on;
+    // --offline-memory (MiB; 0: half the machine's or the cgroup's memory):
+    // the memory budget of --analyze and --compare.
+    unsigned long long offline_memory_mib = 0;
     // --plugin-time-budget (seconds; 0: none): one plugin call, and finish().
     unsigned plugin_call_budget_s = 60;
     unsigned plugin_finish_budget_s = 600;
@@ -79,6 +82,19 @@ struct Config {
     std::vector<std::string> collectors;  // resolved at validation
     std::vector<std::string> program;
     std::vector<std::string> warnings;  // to print as "msmemscope: warning: ..." before the run
+    // --attach=PID (attach.h): profile this running process; detach after
+    // attach_for_s seconds / attach_steps steps (0: at Ctrl-C or its end).
+    int attach_pid = 0;
+    unsigned attach_for_s = 0;
+    unsigned attach_steps = 0;
+    // --live / --live-http (live/live_view.h): the host's worker writes
+    // live.json and live.txt into each process folder every second; the CLI
+    // shows them on the terminal and/or serves them on http://ADDRESS:PORT/.
+    bool live = false;
+    bool live_http = false;
+    std::string live_http_address = "127.0.0.1";  // an IP literal (validated)
+    unsigned live_http_port = 0;                  // 0: any free port
+    std::string live_session;  // set by the CLI: the token this run's live.json files carry
 
     // "events=...;call_stack=...;..." for the agent in the target.
     std::string agent_options() const;
@@ -125,6 +141,13 @@ bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>
 // Validates everything. Catalog: the plugins found (for analyzer/sink names,
 // implied events and plugin options).
 bool validate(const RawConfig& raw, const Catalog& catalog, Config& out, std::vector<std::string>& errors);
+
+// --live and --live-http (framework/host/live/live_option.cpp); either may be null.
+void validate_live_options(const RawValue* live, const RawValue* http, Config& cfg, std::vector<std::string>& errors);
+
+// --attach, --attach-for, --attach-steps (framework/host/attach.cpp); any may be null.
+void validate_attach_options(const RawValue* attach, const RawValue* attach_for, const RawValue* attach_steps,
+                             Config& cfg, std::vector<std::string>& errors);
 
 // Validates one plugin's options against its schema, filling defaults.
 bool validate_plugin_options(const PluginInfo& plugin, const std::map<std::string, std::string>& given,

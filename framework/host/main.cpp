@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <iostream>
+#include <memory>
 
 #include "compare.h"
 #include "compare_log.h"
 #include "config.h"
 #include "device_check.h"
+#include "live/live_view.h"
 #include "merge.h"
 #include "progress.h"
 #include "run_index.h"
@@ -113,18 +115,29 @@ int run_main(int argc, char** argv) {
         if (!devices.empty()) cfg.devices = devices;
     }
     if (!cfg.program.empty()) export_plugin_settings(raw);
+    // --live / --live-http (live/live_view.h): the workers write each
+    // process's view; this process shows and serves it. The server binds
+    // before the program starts (a taken port is an error, exit 2).
+    std::unique_ptr<live::LiveView> live_view;
+    if ((cfg.live || cfg.live_http) && cfg.serve_session.empty()) {
+        cfg.live_session = live::LiveView::new_session_token();
+        live_view = std::make_unique<live::LiveView>(cfg, isatty(STDOUT_FILENO) == 1);
+        if (std::string why = live_view->start(std::cerr); !why.empty()) return fail({why});
+    }
     // One status line on a terminal while the run goes on (not in the
     // Python mode: the terminal is the Python program's there).
     bool tty = isatty(STDERR_FILENO) == 1;
     const char* term = getenv("TERM");
     progress::Printer printer;
-    if (cfg.serve_session.empty() && tty && !raw.quiet && !(term && std::string(term) == "dumb") &&
+    if (cfg.serve_session.empty() && tty && !raw.quiet && !(term && std::string(term) == "dumb") && !cfg.live &&
         progress::init(true))
         printer.start();
     Session session(cfg, registry);
     int code;
     if (!cfg.serve_session.empty()) {
         code = session.serve(cfg.serve_session, cfg.parent_pid);
+    } else if (cfg.attach_pid > 0) {
+        code = session.attach(cfg.attach_pid);  // --attach=PID (attach.h)
     } else if (cfg.replays.size() > 1) {
         // A pattern that matched several captures (one per process of a
         // run): each is replayed into its own process folder, in name order.
@@ -139,6 +152,7 @@ int run_main(int argc, char** argv) {
         code = session.run_program();
     }
     printer.stop();
+    if (live_view) live_view->stop();  // the last screen stays; the server stops
     int status = session.print_summary(std::cout);
     // Several processes: one combined table and <output>/index.html.
     if (cfg.serve_session.empty()) {

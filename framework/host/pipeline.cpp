@@ -4,6 +4,7 @@
 
 #include <msmemscope/plugin.hpp>
 
+#include "live/live_state.h"
 #include "shadow.h"
 #include "supervisor.h"
 #include "util/text.h"
@@ -146,6 +147,7 @@ void Pipeline::start(const RunContext& run) {
     info.config_json = {run_.config_json.data(), static_cast<uint32_t>(run_.config_json.size())};
     info.command_line = {run_.command_line.data(), static_cast<uint32_t>(run_.command_line.size())};
     info.level = static_cast<uint32_t>(cfg_.level);
+    info.output_dir_fd = run_.output_dir_fd;  // ABI 1.3 (output_files.hpp)
     // Downstream first: sinks are ready before any analyzer can emit.
     for (auto* list : {&sinks_, &analyzers_}) {
         for (auto& i : *list) {
@@ -454,6 +456,7 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
         }
         if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on event " + std::to_string(r.ev.id)));
     }
+    if (live_view_ && to_sinks) live_view_->on_event(r.ev);
     current_ = saved;
 }
 
@@ -527,6 +530,7 @@ void Pipeline::finish() {
             dispatch(item.first, item.second);
         }
     }
+    live_view_ = nullptr;  // the live view ends with what the analyses found, before the end's shadow FREEs
     if (accounting_) shadow_frees_at_end();
     finished_ = true;
     for (auto& s : sinks_) {
@@ -558,6 +562,7 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
         if (it == self->reported_.end()) self->reported_.push_back(Reported{plugin, msg, 1});
         else ++it->count;
     }
+    if (self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
     self->log(level, msg);
 }
 
@@ -643,6 +648,7 @@ int Pipeline::api_emit(void* h, const msms_event* ev) {
 
 int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n) {
     auto* p = of(h);
+    if (p->live_view_) p->live_view_->on_finding(msmemscope::view(table), cols, n);
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_finding) continue;
         int rc;

@@ -24,9 +24,14 @@ class logger;
 
 namespace msms {
 
+namespace live {
+class LiveState;
+}
+
 struct RunContext {
     uint32_t pid = 0;
     std::string output_dir;   // this process's folder
+    int output_dir_fd = -1;   // its descriptor (opened without following links; ProcessRun owns it)
     std::string timestamp;    // YYYYmmddHHMMSS
     std::string config_json;
     std::string command_line;
@@ -81,6 +86,10 @@ public:
         bool ended = false;
     };
     void on_progress(std::function<void(const Progress&)> f) { progress_ = std::move(f); }
+    // --live / --live-http (live/live_state.h): the view is kept from every
+    // event after accounting, the findings and the plugins' log lines, until
+    // the analyzers have finished (not the end's shadow FREEs).
+    void set_live(live::LiveState* l) { live_view_ = l; }
 
 private:
     struct Instance {
@@ -144,6 +153,7 @@ private:
     RunContext run_;
     std::vector<std::unique_ptr<HostApi>> apis_;  // stable addresses: plugins keep them
     std::function<void(const Progress&)> progress_;
+    live::LiveState* live_view_ = nullptr;
     std::vector<Instance> analyzers_, sinks_;
     bool accounting_ = true;
     size_t oom_analyzer_ = SIZE_MAX;  // live runs: the oom analyzer, which writes OOM_TRIGGER rows

@@ -1,5 +1,7 @@
 #include "process_run.h"
 
+#include "live/live_state.h"
+
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -27,6 +29,7 @@
 #include "step_filter.h"
 #include "supervisor.h"
 #include "symbolizer.h"
+#include "util/output_dir.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -215,26 +218,41 @@ void ProcessRun::run_stream() {
         return;
     }
     // A folder of its own, made here (never one that was there before,
-    // where planted links could redirect what is written).
-    std::string dir = make_fresh_dir(cfg_.output + "/" + folder_name(ts), summary_.error);
-    if (dir.empty()) return;
-    summary_.output_dir = dir;
-    if (mkdir((dir + "/msmemscope_logs").c_str(), 0777) != 0) {
-        summary_.error = dir + "/msmemscope_logs: cannot create the folder: " + strerror(errno);
+    // where planted links could redirect what is written), and held open:
+    // everything in it -- the host's files and every plugin's -- is created
+    // O_EXCL|O_NOFOLLOW relative to that descriptor (util/output_dir.h,
+    // issue #29 item 4). The folder swapped for a link during the run is
+    // never written through; it is reported at the end.
+    root_fd_ = open_output_root(cfg_.output, summary_.error);
+    if (!root_fd_) {
+        summary_.error = "--output: cannot open the output folder: " + summary_.error;
         return;
     }
-    if (std::string why = write_new_file(dir + "/config.json", cfg_.to_json() + "\n"); !why.empty()) {
+    dir_fd_ = make_fresh_dir_at(root_fd_.get(), cfg_.output, folder_name(ts), dir_name_, summary_.error);
+    if (!dir_fd_) return;
+    std::string dir = cfg_.output + "/" + dir_name_;
+    summary_.output_dir = dir;
+    std::string why;
+    Fd logs_fd(files::open_dir(dir_fd_.get(), "msmemscope_logs", true, why));
+    if (!logs_fd) {
+        summary_.error = dir + "/msmemscope_logs: cannot create the folder: " + why;
+        return;
+    }
+    if (!files::write_new(dir_fd_.get(), "config.json", cfg_.to_json() + "\n", why)) {
         summary_.error = dir + "/config.json: cannot write: " + why;
         return;
     }
     RunContext run;
     run.pid = reader_.pid();
     run.output_dir = dir;
+    run.output_dir_fd = dir_fd_.get();
     run.timestamp = ts;
     run.config_json = cfg_.to_json();
     run.command_line = summary_.command;
     try {
-        auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/msmemscope_logs/msmemscope_" + ts + ".log");
+        int log_fd = files::create(logs_fd.get(), "msmemscope_" + ts + ".log", why);
+        if (log_fd < 0) throw std::runtime_error(why);
+        auto sink = std::make_shared<FdLogSink>(log_fd);
         run.log = std::make_shared<spdlog::logger>("msmemscope", sink);
         static const spdlog::level::level_enum kLevels[] = {spdlog::level::debug, spdlog::level::info,
                                                             spdlog::level::warn, spdlog::level::err};
@@ -252,7 +270,7 @@ void ProcessRun::run_stream() {
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
     // Plugins print into the process folder, never into the program's
     // stdout/stderr (supervisor.h; issue #29 item 7).
-    if (std::string why = supervisor::redirect_plugin_output(dir); !why.empty())
+    if (std::string why = supervisor::redirect_plugin_output(dir, dir_fd_.get()); !why.empty())
         run.log->warn("plugins' stdout and stderr stay the tool's own: {}", why);
 
     progress::start_run(progress_, dir);
@@ -276,6 +294,35 @@ void ProcessRun::run_stream() {
     }
     pipeline.start(run);
     notify_started("");
+    // --live / --live-http: the view's snapshot every second (live/live_state.h).
+    std::unique_ptr<live::LiveState> live_view;
+    int live_fd = -1;
+    auto live_write = [&](bool finished) {
+        if (!live_view) return;
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        uint64_t ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+        std::string why = live::write_atomic(live_fd, "live.txt", live_view->screen(ns, finished));
+        if (why.empty()) why = live::write_atomic(live_fd, "live.json", live_view->snapshot(ns, finished));
+        if (!why.empty()) {  // the view stops; the run goes on
+            run.log->warn("live view: cannot write {}; the live view stops", why);
+            live_view.reset();
+        }
+    };
+    if (!cfg_.live_session.empty()) {
+        live_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (live_fd >= 0) {
+            live_view = std::make_unique<live::LiveState>(cfg_.live_session, run.pid, run.command_line, [&pipeline] {
+                live::Totals t;
+                for (auto& [pool, f] : pipeline.device_totals())
+                    t[pool] = live::PoolFigures{f.used, std::max(f.peak, f.used)};
+                return t;
+            });
+            pipeline.set_live(live_view.get());
+            live_write(false);
+        }
+    }
+    auto live_last = std::chrono::steady_clock::now();
     Symbolizer sym(reader_);
     StepFilter steps(cfg_.steps);
     StepCounter step_count;  // for summary.json
@@ -332,6 +379,10 @@ void ProcessRun::run_stream() {
             supervisor::capture_released();
         }
         if (gone) break;
+        if (live_view && std::chrono::steady_clock::now() - live_last >= std::chrono::seconds(1)) {
+            live_write(false);
+            live_last = std::chrono::steady_clock::now();
+        }
         if (progress_ && std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(100)) {
             report_progress(live && !reader_.ended_normally() ? progress::Phase::Running : progress::Phase::Draining);
             last_progress = std::chrono::steady_clock::now();
@@ -368,6 +419,8 @@ void ProcessRun::run_stream() {
     }
     report_progress(progress::Phase::Writing);
     pipeline.finish();
+    live_write(true);  // the last screen: what the analyses found
+    if (live_fd >= 0) close(live_fd);
     report_progress(progress::Phase::Done);
     summary_.events = pipeline.events();
     summary_.dropped = reader_.dropped();
@@ -422,21 +475,36 @@ void ProcessRun::run_stream() {
     facts.leaks_ran = cfg_.steps.empty() && !supervisor::excluded("leaks") &&
                       std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") != cfg_.analyzers.end();
     for (auto& e : summary_.plugin_errors) facts.leaks_ran = facts.leaks_ran && e.rfind("plugin 'leaks'", 0) != 0;
-    if (std::string why = write_process_summary_json(dir, summary_, facts); !why.empty())
+    // The process folder swapped for a link (or another folder) during the
+    // run: nothing was written through it (every file went into the folder
+    // this run made, wherever it was moved), but what the path now names is
+    // not this run's output.
+    if (!files::still_there(root_fd_.get(), dir_name_, dir_fd_.get())) {
+        struct stat st;
+        bool link = fstatat(root_fd_.get(), dir_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+        summary_.incomplete.push_back(dir + ": the process folder was replaced during the run (" +
+                                      (link ? std::string("by a symbolic link") : std::string("it is gone or another folder")) +
+                                      "); nothing was written through it: this run's files stay in the folder it made, "
+                                      "wherever that was moved");
+        run.log->error("the process folder {} was replaced during the run", dir);
+    }
+    if (std::string why = write_process_summary_json_at(dir_fd_.get(), summary_, facts); !why.empty())
         summary_.incomplete.push_back(dir + "/summary.json: cannot write: " + why);
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
 }
 
-// This process was forked from a profiled process and did not exec: a
-// capture of its parent (the pid its agent saw as parent) in the same session
-// folder has the same program and command and began before this one. (A
-// child that exec'ed after vfork or posix_spawn runs another program; one
-// that exec'ed after fork has a capture index > 0.) The parent's capture is
-// read while it is there: the session empties a capture once it has been
-// read to its end, so a parent that ended first is not found (its child's
-// memory then counts as still allocated at exit).
+// This process was forked from a profiled process and did not exec. Its
+// agent says so: the fork handler opened this capture and wrote the parent's
+// pid in it (format 4.1), so the answer does not depend on the parent, which
+// may have ended and had its capture emptied first. (A child that exec'ed
+// after vfork or posix_spawn runs another program whose agent opened a fresh
+// capture; one that exec'ed after fork has a capture index > 0.) Captures of
+// older agents: a capture of its parent (the pid its agent saw as parent) in
+// the same session folder has the same program and command and began before
+// this one, found only while the parent's capture is still there.
 bool ProcessRun::forked_without_exec() const {
+    if (reader_.forked_from() != 0) return true;
     uint32_t ppid = reader_.ppid();
     if (ppid == 0 || ppid == reader_.pid()) return false;
     fs::path dir = fs::path(capture_path_).parent_path();

@@ -37,6 +37,14 @@ const std::vector<OptionDef>& options() {
          "npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; several allowed [default: npu]"},
         {"follow-fork", 0, true, nullptr, kCollection, false, "<BOOL>",
          "true: profile child processes too; false: only the program started [default: true]"},
+        {"attach", 0, true, nullptr, kCollection, false, "<PID>",
+         "profile a process that is already running (yours; root: any) instead of starting a program: the agent "
+         "goes in through gdb, collection starts now and ends at Ctrl-C, --attach-for or --attach-steps; the "
+         "process goes on running"},
+        {"attach-for", 0, true, nullptr, kCollection, false, "<SECONDS>",
+         "with --attach: detach after this many seconds (1..31536000)"},
+        {"attach-steps", 0, true, nullptr, kCollection, false, "<N>",
+         "with --attach: detach once N steps have ended since the attach (1..1000000)"},
         // Analysis
         {"analysis", 0, true, nullptr, kAnalysis, true, "<TYPE>",
          "leaks, decompose, inefficient, oom[:K] (K 1..1000, default 10), other installed analyzers, or none "
@@ -77,10 +85,21 @@ const std::vector<OptionDef>& options() {
          "long runs: keep no per-event rows, only what the analyses and reports need (summary, findings, html, "
          "trace); the capture is released as it is read, so disk and memory stay bounded by live blocks and "
          "allocation sites; the csv and db sinks are off"},
+        {"live", 0, false, nullptr, kInputOutput, false, "",
+         "show the run's memory on the terminal while it goes on, refreshed every second (like top): live and "
+         "peak bytes per device and pool, growth per step, the top allocation sites by live bytes, the leak "
+         "analysis's suspects; plain lines when standard output is not a terminal"},
+        {"live-http", 0, true, nullptr, kInputOutput, false, "<[ADDRESS:]PORT>",
+         "serve the same live view as a web page that updates itself, on http://ADDRESS:PORT/ while the run "
+         "goes on (PORT 0: any free port); ADDRESS an IP address or localhost [default address: 127.0.0.1]"},
         {"save-capture", 0, true, nullptr, kInputOutput, false, "<BOOL>",
          "true: keep the raw capture (.msmcap) in each process folder (about 6 bytes per event without stacks, all "
          "of it on disk until the run ends) [default: false: what the host has read is released as it goes, and the "
          "capture holds at most 64 MiB kept for a crash re-run plus 256 MiB not yet read]"},
+        {"offline-memory", 0, true, nullptr, kInputOutput, false, "<MIB>",
+         "with --analyze or --compare: the memory budget in MiB (16..4194304); the input is streamed, so "
+         "what counts is what it keeps live (blocks, operators, per-step figures), not its rows; over it, the "
+         "run ends with an error (exit 70) [default: half the machine's memory or of the cgroup's limit]"},
         // Other
         {"log-level", 0, true, nullptr, kOther, true, "<LEVEL>", "debug, info, warning (or warn), error [default: info]"},
         // Plugins

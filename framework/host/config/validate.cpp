@@ -227,6 +227,13 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             cfg.plugin_finish_budget_s = static_cast<unsigned>(items.size() == 2 ? n[1] : std::max(n[0], 600ull));
         }
     }
+    if (auto v = get("offline-memory")) {
+        unsigned long long n = 0;
+        if (!parse_uint(v->value, n) || n < 16 || n > 4194304)
+            errors.push_back(bad_value(v->origin, v->value, "MiB 16..4194304, e.g. --offline-memory=2048"));
+        else
+            cfg.offline_memory_mib = n;
+    }
     if (auto v = get("step-on")) {
         cfg.step_on.clear();
         auto items = split_list(v->value);
@@ -705,8 +712,10 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             if (stat(in.c_str(), &st) != 0)
                 errors.push_back(get("input")->origin + ": '" + shown(in) + "' does not exist");
         }
+    validate_live_options(get("live"), get("live-http"), cfg, errors);  // --live, --live-http
+    validate_attach_options(get("attach"), get("attach-for"), get("attach-steps"), cfg, errors);  // --attach
     if (!cfg.compare && !cfg.analyze && !get("replay") && !get("serve-session") && !get("merge") && cfg.program.empty() &&
-        !raw.list_plugins)
+        !raw.list_plugins && !get("attach"))
         errors.push_back("no program given (usage: msmemscope [options] -- <prog> [args], or see --help)");
     return errors.size() == before;
 }

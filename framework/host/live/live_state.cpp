@@ -1,0 +1,418 @@
+#include "live/live_state.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include <msmemscope/plugin.hpp>
+
+#include "util/json.h"
+#include "util/text.h"
+
+namespace msms {
+namespace live {
+
+namespace {
+
+using msmemscope::view;
+
+std::string first_line(std::string_view s) {
+    size_t nl = s.find('\n');
+    std::string_view f = nl == std::string_view::npos ? s : s.substr(0, nl);
+    while (!f.empty() && (f.back() == '\r' || f.back() == ' ')) f.remove_suffix(1);
+    while (!f.empty() && f.front() == ' ') f.remove_prefix(1);
+    return std::string(f);
+}
+
+// A frame of the allocator, not of its caller (the leak report's rule:
+// the profiler's hooks, libc's malloc family and its thin wrappers).
+bool allocator_frame(const std::string& line) {
+    if (line.find("libmsms_") != std::string::npos || line.find("libmsmemscope_agent") != std::string::npos) return true;
+    static const char* const kNames[] = {"malloc", "calloc", "realloc", "reallocarray", "free", "posix_memalign",
+                                         "aligned_alloc", "memalign", "valloc", "pvalloc", "strdup", "strndup",
+                                         "__strdup", "__strndup", "operator new", "operator new[]", "_Znwm", "_Znam",
+                                         "_ZnwmSt11align_val_t", "asprintf", "vasprintf", "__libc_malloc",
+                                         "__libc_calloc", "__libc_realloc", "__libc_memalign", "__posix_memalign",
+                                         "_int_malloc", "c10::alloc_cpu"};
+    size_t end = line.find_first_of(" +(");
+    std::string func = line.substr(0, end);
+    if (func == "operator") func = line.substr(0, line.find('(', 0));
+    while (!func.empty() && func.back() == ' ') func.pop_back();
+    for (const char* n : kNames)
+        if (func == n) return true;
+    return line.find("libc.so") != std::string::npos && line.find("alloc") != std::string::npos;
+}
+
+std::string c_site(std::string_view stack) {
+    size_t start = 0;
+    while (start < stack.size()) {
+        size_t nl = stack.find('\n', start);
+        std::string line = first_line(stack.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start));
+        if (!line.empty() && !allocator_frame(line)) return line;
+        if (nl == std::string_view::npos) break;
+        start = nl + 1;
+    }
+    return first_line(stack);
+}
+
+std::string pool_label(const msms_event& ev) {
+    const char* t = msms_event_type_name(ev.type);
+    return msmemscope::device_label(ev) + "/" + (t ? t : "UNKNOWN");
+}
+
+bool is_true_attr(const msms_event& ev, std::string_view key) { return msmemscope::attr(ev, key) == "true"; }
+
+std::string signed_bytes(int64_t v) { return (v > 0 ? "+" : "") + std::to_string(v) + " B"; }
+
+std::string cut(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+
+}  // namespace
+
+std::string human(int64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (std::abs(v) >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    char buf[64];
+    if (u == 0) std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+    else std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+    return buf;
+}
+
+LiveState::LiveState(std::string session, uint32_t pid, std::string command, std::function<Totals()> totals)
+    : session_(std::move(session)), command_(std::move(command)), pid_(pid), totals_(std::move(totals)) {}
+
+int64_t LiveState::all_live() const {
+    int64_t sum = 0;
+    if (!totals_) return 0;
+    for (auto& [pool, f] : totals_())
+        if (pool.find(" mapped") == std::string::npos) sum += f.used;
+    return sum;
+}
+
+void LiveState::step_ended(uint64_t step) {
+    int64_t now = all_live();
+    StepEnd e;
+    e.step = step;
+    e.live = now;
+    e.growth = have_prev_ ? now - prev_live_ : 0;
+    have_prev_ = true;
+    prev_live_ = now;
+    steps_.push_back(e);
+    while (steps_.size() > kSteps) steps_.pop_front();
+}
+
+uint32_t LiveState::site_of(const msms_event& ev) {
+    std::string pool = pool_label(ev);
+    std::string py = first_line(view(ev.py_stack));
+    std::string site;
+    if (ev.c_stack.size) site = c_site(view(ev.c_stack));
+    if (site.empty()) site = py;
+    if (site.empty()) site = is_true_attr(ev, "shadow") ? "(no stack: allocated before collection) " + msmemscope::device_label(ev)
+                                                       : "(no stack) " + pool;
+    std::string op;
+    auto it = open_ops_.find((static_cast<uint64_t>(ev.pid) << 32) | ev.tid);
+    if (it != open_ops_.end() && !it->second.empty()) op = it->second.front();
+    std::string key = pool + '\x1f' + site + '\x1f' + py + '\x1f' + op;
+    auto s = site_index_.find(key);
+    if (s != site_index_.end()) return s->second;
+    Site n;
+    n.site = escape_controls(site);
+    n.python = escape_controls(py);
+    n.op = escape_controls(op);
+    n.device = pool;
+    sites_.push_back(std::move(n));
+    uint32_t id = static_cast<uint32_t>(sites_.size() - 1);
+    site_index_.emplace(std::move(key), id);
+    return id;
+}
+
+void LiveState::on_event(const msms_event& ev) {
+    ++events_;
+    switch (ev.kind) {
+    case MSMS_EV_SYSTEM:
+        if (ev.type == MSMS_T_STEP && step_source_ != StepSource::Mstx) {
+            step_source_ = StepSource::Python;
+            uint64_t n = ev.aux0;
+            if (n == 0) n = std::strtoull(std::string(view(ev.name)).c_str(), nullptr, 10);
+            if (n == 0) n = step_ + 1;
+            step_ended(n);
+            step_ = n + 1;
+        }
+        return;
+    case MSMS_EV_MSTX: {
+        std::string_view name = view(ev.name);
+        bool step_name = name == "step start" || name == "\"step start\"";
+        if (ev.type == MSMS_T_RANGE_START && step_name && step_source_ != StepSource::Python) {
+            step_source_ = StepSource::Mstx;
+            step_ = ++mstx_count_;
+            range_id_ = ev.aux0;
+            in_range_ = true;
+        } else if (ev.type == MSMS_T_RANGE_END && step_source_ == StepSource::Mstx && in_range_ && ev.aux0 == range_id_) {
+            in_range_ = false;
+            step_ended(step_);
+        }
+        return;
+    }
+    case MSMS_EV_OP_LAUNCH: {
+        auto& st = open_ops_[(static_cast<uint64_t>(ev.pid) << 32) | ev.tid];
+        std::string name(view(ev.name));
+        if (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START) {
+            if (st.size() < 64) st.push_back(name);
+        } else if (ev.type == MSMS_T_ATEN_END || ev.type == MSMS_T_ATB_END) {
+            for (size_t i = st.size(); i-- > 0;)
+                if (st[i] == name) {
+                    st.resize(i);
+                    break;
+                }
+        }
+        return;
+    }
+    case MSMS_EV_MALLOC: {
+        if (!ev.allocation_id) return;
+        if (msmemscope::attr(ev, "virtual") == "true") return;  // memory another block accounts for
+        auto old = blocks_.find(ev.allocation_id);
+        if (old != blocks_.end()) return;
+        uint32_t s = site_of(ev);
+        blocks_.emplace(ev.allocation_id, Block{ev.size, s});
+        sites_[s].live_bytes += static_cast<int64_t>(ev.size);
+        ++sites_[s].live_blocks;
+        return;
+    }
+    case MSMS_EV_FREE: {
+        auto b = blocks_.find(ev.allocation_id);
+        if (!ev.allocation_id || b == blocks_.end()) return;
+        Site& s = sites_[b->second.site];
+        s.live_bytes -= static_cast<int64_t>(b->second.size);
+        --s.live_blocks;
+        blocks_.erase(b);
+        return;
+    }
+    default: return;
+    }
+}
+
+void LiveState::on_finding(std::string_view table, const msms_kv* cols, uint32_t n) {
+    if (table != "leaks") return;
+    LeakRow r;
+    std::string stack;
+    for (uint32_t i = 0; i < n; ++i) {
+        std::string_view k = view(cols[i].key), v = view(cols[i].value);
+        if (k == "kind") r.kind = v;
+        else if (k == "device") r.device = v;
+        else if (k == "pool") r.pool = v;
+        else if (k == "site") r.where = v;
+        else if (k == "stack") stack = v;
+        else if (k == "size") r.size = std::strtoull(std::string(v).c_str(), nullptr, 10);
+        else if (k == "count") r.count = std::strtoull(std::string(v).c_str(), nullptr, 10);
+    }
+    if (r.where.empty()) r.where = first_line(stack);
+    r.where = escape_controls(r.where);
+    r.kind = escape_controls(r.kind);
+    r.device = escape_controls(r.device);
+    r.pool = escape_controls(r.pool);
+    if (r.count == 0) r.count = 1;
+    ++leak_findings_;
+    leak_bytes_ += r.size;
+    leak_blocks_ += r.count;
+    leaks_done_ = true;
+    if (leak_rows_.size() < kLeakRows) leak_rows_.push_back(std::move(r));
+}
+
+void LiveState::on_log(const std::string& plugin, int level, const std::string& msg) {
+    // The step analysis says a block outlived its step as it finds it:
+    // "leaks: [device D][step N]: ptr: ... has lasted for ... Please check if there is leaks in POOL."
+    if (plugin != "leaks" || level != 1 || msg.rfind("leaks: [device ", 0) != 0) return;
+    if (msg.find("Please check if there is leaks") == std::string::npos) return;
+    ++warnings_total_;
+    warnings_.push_back(escape_controls(msg));
+    while (warnings_.size() > kWarnings) warnings_.pop_front();
+}
+
+std::vector<SiteRow> LiveState::top_sites(size_t n) const {
+    std::vector<uint32_t> idx;
+    for (uint32_t i = 0; i < sites_.size(); ++i)
+        if (sites_[i].live_blocks) idx.push_back(i);
+    auto by = [&](uint32_t a, uint32_t b) {
+        if (sites_[a].live_bytes != sites_[b].live_bytes) return sites_[a].live_bytes > sites_[b].live_bytes;
+        return a < b;
+    };
+    if (idx.size() > n) {
+        std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(n), idx.end(), by);
+        idx.resize(n);
+    } else {
+        std::sort(idx.begin(), idx.end(), by);
+    }
+    std::vector<SiteRow> out;
+    for (uint32_t i : idx) {
+        const Site& s = sites_[i];
+        out.push_back(SiteRow{s.site, s.python, s.op, s.device, s.live_bytes, s.live_blocks});
+    }
+    return out;
+}
+
+std::string LiveState::snapshot(uint64_t wall_ns, bool finished) const {
+    Json j = Json::object();
+    j.set("version", Json(1));
+    j.set("session", Json(session_));
+    j.set("pid", Json(static_cast<int64_t>(pid_)));
+    j.set("command", Json(escape_controls(command_)));
+    j.set("time_ns", Json(wall_ns));
+    j.set("finished", Json(finished));
+    j.set("events", Json(events_));
+    j.set("step", Json(step_));
+    Json pools = Json::array();
+    Totals t = totals_ ? totals_() : Totals{};
+    for (auto& [name, f] : t) {
+        Json p = Json::object();
+        p.set("pool", Json(name));
+        p.set("live_bytes", Json(f.used));
+        p.set("peak_bytes", Json(f.peak));
+        pools.push(std::move(p));
+    }
+    j.set("pools", std::move(pools));
+    Json steps = Json::array();
+    for (auto& s : steps_) {
+        Json e = Json::object();
+        e.set("step", Json(s.step));
+        e.set("live_bytes", Json(s.live));
+        e.set("growth_bytes", Json(s.growth));
+        steps.push(std::move(e));
+    }
+    j.set("steps", std::move(steps));
+    Json sites = Json::array();
+    for (auto& s : top_sites()) {
+        Json e = Json::object();
+        e.set("site", Json(s.site));
+        e.set("operator", Json(s.op));
+        e.set("python", Json(s.python));
+        e.set("pool", Json(s.device));
+        e.set("live_bytes", Json(s.live_bytes));
+        e.set("live_blocks", Json(s.live_blocks));
+        sites.push(std::move(e));
+    }
+    j.set("top_sites", std::move(sites));
+    Json suspects = Json::object();
+    Json lines = Json::array();
+    for (auto& w : warnings_) lines.push(Json(w));
+    suspects.set("step_warnings", std::move(lines));
+    suspects.set("step_warnings_total", Json(warnings_total_));
+    Json leaks = Json::object();
+    leaks.set("reported", Json(leaks_done_));
+    leaks.set("findings", Json(leak_findings_));
+    leaks.set("blocks", Json(leak_blocks_));
+    leaks.set("bytes", Json(leak_bytes_));
+    Json rows = Json::array();
+    for (auto& r : leak_rows_) {
+        Json e = Json::object();
+        e.set("kind", Json(r.kind));
+        e.set("device", Json(r.device));
+        e.set("pool", Json(r.pool));
+        e.set("site", Json(r.where));
+        e.set("bytes", Json(r.size));
+        e.set("blocks", Json(r.count));
+        rows.push(std::move(e));
+    }
+    leaks.set("rows", std::move(rows));
+    suspects.set("leak_analysis", std::move(leaks));
+    j.set("leak_suspects", std::move(suspects));
+    return j.dump(2) + "\n";
+}
+
+std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
+    std::string o;
+    char buf[512];
+    time_t secs = static_cast<time_t>(wall_ns / 1000000000ull);
+    struct tm tmv;
+    localtime_r(&secs, &tmv);
+    char when[32];
+    std::strftime(when, sizeof(when), "%H:%M:%S", &tmv);
+    o += "msmemscope live: pid " + std::to_string(pid_) + " (" + cut(escape_controls(command_), 60) + ")  " + when +
+         "  step " + std::to_string(step_) + "  events " + std::to_string(events_) +
+         (finished ? "  [finished]" : "  [running]") + "\n\n";
+    o += "MEMORY (pool: live, peak)\n";
+    Totals t = totals_ ? totals_() : Totals{};
+    if (t.empty()) o += "  (no memory recorded yet)\n";
+    for (auto& [name, f] : t) {
+        std::snprintf(buf, sizeof(buf), "  %-22s live %10s (%lld B)  peak %10s (%lld B)\n", name.c_str(),
+                      human(f.used).c_str(), static_cast<long long>(f.used), human(f.peak).c_str(),
+                      static_cast<long long>(f.peak));
+        o += buf;
+    }
+    o += "\nGROWTH PER STEP (last " + std::to_string(kSteps) + " step ends: live bytes, change)\n";
+    if (steps_.empty()) o += "  (no step has ended)\n";
+    for (auto& s : steps_) {
+        std::snprintf(buf, sizeof(buf), "  step %-6llu live %lld B  %s\n", static_cast<unsigned long long>(s.step),
+                      static_cast<long long>(s.live), signed_bytes(s.growth).c_str());
+        o += buf;
+    }
+    o += "\nTOP ALLOCATION SITES BY LIVE BYTES\n";
+    auto top = top_sites();
+    if (top.empty()) o += "  (no live block)\n";
+    for (auto& s : top) {
+        std::snprintf(buf, sizeof(buf), "  %12lld B %6llu blocks  %-12s %s", static_cast<long long>(s.live_bytes),
+                      static_cast<unsigned long long>(s.live_blocks), s.device.c_str(), cut(s.site, 70).c_str());
+        o += buf;
+        if (!s.op.empty()) o += "  op " + cut(s.op, 40);
+        if (!s.python.empty() && s.python != s.site) o += "  py " + cut(s.python, 60);
+        o += "\n";
+    }
+    o += "\nLEAK SUSPECTS\n";
+    if (warnings_.empty() && !leaks_done_) o += "  (none found by the step analysis so far)\n";
+    for (auto& w : warnings_) o += "  " + cut(w, 200) + "\n";
+    if (warnings_total_ > warnings_.size())
+        o += "  ... " + std::to_string(warnings_total_ - warnings_.size()) + " earlier warning(s)\n";
+    if (leaks_done_) {
+        o += "  leak analysis at the end: " + std::to_string(leak_blocks_) + " block(s), " +
+             std::to_string(leak_bytes_) + " B in " + std::to_string(leak_findings_) + " finding(s)\n";
+        for (auto& r : leak_rows_) {
+            std::snprintf(buf, sizeof(buf), "    %-6s %-4s %-10s %10llu B %6llu blocks  %s\n", r.device.c_str(),
+                          r.pool.c_str(), r.kind.c_str(), static_cast<unsigned long long>(r.size),
+                          static_cast<unsigned long long>(r.count), cut(r.where, 80).c_str());
+            o += buf;
+        }
+    }
+    return o;
+}
+
+std::string write_atomic(int dir_fd, const char* name, const std::string& text) {
+    std::string tmp = std::string(".") + name + ".tmp";
+    unlinkat(dir_fd, tmp.c_str(), 0);  // a temporary left by a worker that died (ours: same folder)
+    int fd = openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return tmp + ": " + std::strerror(errno);
+    size_t done = 0;
+    while (done < text.size()) {
+        ssize_t w = write(fd, text.data() + done, text.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            std::string why = tmp + ": " + std::strerror(errno);
+            close(fd);
+            unlinkat(dir_fd, tmp.c_str(), 0);
+            return why;
+        }
+        done += static_cast<size_t>(w);
+    }
+    if (close(fd) != 0) {
+        std::string why = tmp + ": " + std::strerror(errno);
+        unlinkat(dir_fd, tmp.c_str(), 0);
+        return why;
+    }
+    if (renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) {
+        std::string why = std::string(name) + ": " + std::strerror(errno);
+        unlinkat(dir_fd, tmp.c_str(), 0);
+        return why;
+    }
+    return "";
+}
+
+}  // namespace live
+}  // namespace msms

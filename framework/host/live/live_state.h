@@ -1,0 +1,125 @@
+// The live view's state (issue #31 items 3-4): kept by the host's pipeline
+// in the worker that runs it (pipeline.h set_live), from the events after
+// pool accounting, the analyzers' findings and the leak analysis's step
+// warnings, and the pipeline's own pool totals (the console's figures).
+// Every second ProcessRun writes snapshot() as live.json and screen() as
+// live.txt into the process folder (temporary file + rename through the
+// folder's descriptor); the CLI's main process shows them (live_view.h).
+// The program never waits for any of it: this runs in the host's worker.
+//
+// State is bounded: live blocks (as the pipeline's), distinct sites, the
+// last kSteps step ends, the last kWarnings step warnings, kLeakRows leak
+// findings.
+#pragma once
+
+#include <msmemscope/abi.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace msms {
+namespace live {
+
+// A pool's figures as the pipeline keeps them ("cpu/HOST" -> used, peak).
+struct PoolFigures {
+    int64_t used = 0, peak = 0;
+};
+using Totals = std::map<std::string, PoolFigures>;
+
+struct StepEnd {
+    uint64_t step = 0;
+    int64_t live = 0;    // bytes live in every pool at the step's end
+    int64_t growth = 0;  // against the step end before it (0 for the first)
+};
+
+struct SiteRow {
+    std::string site;      // C frame outside the allocator, else the top Python frame, else "(no stack) POOL"
+    std::string python;    // the innermost Python line of the block's stack ("" if none)
+    std::string op;        // the operator running when it was allocated ("" if none)
+    std::string device;    // "cpu/HOST"
+    int64_t live_bytes = 0;
+    uint64_t live_blocks = 0;
+};
+
+class LiveState {
+public:
+    static constexpr size_t kSteps = 10;
+    static constexpr size_t kTopSites = 10;
+    static constexpr size_t kWarnings = 10;
+    static constexpr size_t kLeakRows = 10;
+
+    // totals: the pipeline's pool figures now (called at step ends and snapshots).
+    LiveState(std::string session, uint32_t pid, std::string command, std::function<Totals()> totals);
+
+    void on_event(const msms_event& ev);
+    void on_finding(std::string_view table, const msms_kv* cols, uint32_t n);
+    // A plugin's log line: the leak analysis's step warnings are its suspects
+    // as it finds them.
+    void on_log(const std::string& plugin, int level, const std::string& msg);
+
+    // live.json: one process's view.
+    std::string snapshot(uint64_t wall_ns, bool finished) const;
+    // live.txt: the same as a terminal screen (at most ~40 lines).
+    std::string screen(uint64_t wall_ns, bool finished) const;
+
+    std::vector<SiteRow> top_sites(size_t n = kTopSites) const;
+    const std::deque<StepEnd>& steps() const { return steps_; }
+    uint64_t current_step() const { return step_; }
+
+private:
+    struct Site {
+        std::string site, python, op, device;
+        int64_t live_bytes = 0;
+        uint64_t live_blocks = 0;
+    };
+    struct Block {
+        uint64_t size;
+        uint32_t site;
+    };
+    void step_ended(uint64_t step);
+    uint32_t site_of(const msms_event& ev);
+    int64_t all_live() const;
+
+    std::string session_, command_;
+    uint32_t pid_;
+    std::function<Totals()> totals_;
+    uint64_t events_ = 0;
+    // steps (analyzers/common StepTracker's rule: SYSTEM STEP, or mstx "step start" ranges)
+    enum class StepSource { None, Python, Mstx } step_source_ = StepSource::None;
+    uint64_t step_ = 0, mstx_count_ = 0, range_id_ = 0;
+    bool in_range_ = false;
+    std::deque<StepEnd> steps_;
+    bool have_prev_ = false;
+    int64_t prev_live_ = 0;
+    // sites and live blocks (by allocation id)
+    std::vector<Site> sites_;
+    std::unordered_map<std::string, uint32_t> site_index_;
+    std::unordered_map<uint64_t, Block> blocks_;
+    std::unordered_map<uint64_t, std::vector<std::string>> open_ops_;  // (pid<<32|tid) -> operators
+    // leak suspects
+    std::deque<std::string> warnings_;
+    uint64_t warnings_total_ = 0;
+    struct LeakRow {
+        std::string kind, device, pool, where;
+        uint64_t size = 0, count = 1;
+    };
+    std::vector<LeakRow> leak_rows_;
+    uint64_t leak_findings_ = 0, leak_bytes_ = 0, leak_blocks_ = 0;
+    bool leaks_done_ = false;
+};
+
+// Writes text as dir_fd/name through a temporary file and a rename (the
+// temporary O_EXCL|O_NOFOLLOW, 0600); "" or why not.
+std::string write_atomic(int dir_fd, const char* name, const std::string& text);
+
+// "1.5 MiB" as the console's summary writes bytes.
+std::string human(int64_t bytes);
+
+}  // namespace live
+}  // namespace msms
