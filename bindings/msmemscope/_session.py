@@ -83,6 +83,12 @@ _values: Dict[str, str] = _shared.values  # changed in place only: the collector
 _origins: Dict[str, str] = {}
 
 
+def _builtin_library(lib: str) -> bool:
+    """A target library of msmemscope's own collectors (installed with it)."""
+    own = os.path.realpath(os.path.join(PREFIX, "lib", "msmemscope")) + os.sep
+    return os.path.realpath(lib).startswith(own)
+
+
 def _cli_plugin_settings():
     """The command line's plugin folders and options, when the CLI started
     this program (it exports them: framework/host/plugin_cli.h)."""
@@ -116,7 +122,7 @@ def under_cli() -> bool:
     descendant of its target): the CLI's session is joined, never a second
     one opened. The CLI's agent is preloaded, or loaded here when the
     process lost it (a script that set its own LD_PRELOAD)."""
-    return bool(os.environ.get("MSMEMSCOPE_SESSION"))
+    return bool(os.environ.get("MSMEMSCOPE_SESSION")) or _shared.attached  # or msmemscope --attach's
 
 
 def _agent_preloaded() -> bool:
@@ -375,7 +381,11 @@ class Session:
             self._wait_until_served(ready_r)
         finally:
             os.close(ready_r)
-        self._install_native_hooks(cfg, mstx=False)
+        try:
+            self._install_native_hooks(cfg, mstx=False)
+        except RuntimeError:
+            self.shutdown()  # a collector that cannot run: no half-recorded session
+            raise
 
     # How long start() waits for the host to take this process's capture.
     SERVE_TIMEOUT_S = 60.0
@@ -416,7 +426,7 @@ class Session:
                     self.shutdown()
                     raise RuntimeError(f"msmemscope: the host process cannot serve this process: {why}")
 
-    def _install_native_hooks(self, cfg: dict, mstx: bool) -> None:
+    def _install_native_hooks(self, cfg: dict, mstx: bool) -> None:  # noqa: C901
         """The heap hooks (mstx=False, once attached) or the mstx tool
         (mstx=True, before attach)."""
         preload = os.environ.get("LD_PRELOAD", "")
@@ -431,8 +441,22 @@ class Session:
                 # constructor sets it, as under the CLI); os.environ is told
                 # too, so children started with a copy of it inherit it.
                 os.environ["MSTX_INJECTION_PATH"] = _ext.install_mstx_tool(lib) or lib
-            # Other collectors' target libraries interpose device runtimes that
-            # a CPU process does not have loaded; they need the CLI (LD_PRELOAD).
+            elif not mstx and not _builtin_library(lib):
+                # A third-party collector's hooks (issue #29 item 7): its
+                # exported functions replace the pool's in the callers' GOT
+                # slots, as the CLI's LD_PRELOAD would interpose them.
+                try:
+                    names = _ext.install_collector_library(lib, "_msmemscope")
+                except RuntimeError as e:
+                    raise RuntimeError(f"msmemscope: the collector library {lib} cannot be loaded without the CLI: "
+                                       f"{e}") from None
+                if not names:
+                    raise RuntimeError(f"msmemscope: the collector library {lib} exports no function to interpose; "
+                                       "without the CLI it would record nothing: run the program under the CLI "
+                                       "(msmemscope --plugin-path=... -- python ...)")
+            # The built-in collectors' other target libraries interpose device
+            # runtimes that a CPU process does not have loaded; they need the
+            # CLI (LD_PRELOAD).
 
     def shutdown(self) -> None:
         if self.closed:

@@ -31,6 +31,7 @@ session: Any = None
 api_used = False   # the program called the API (start, step, config ...)
 booted = False     # the CLI's interpreter-start hook joined the session
 step_on = False    # --step-on named the functions that end the steps
+attached = False   # msmemscope --attach joined this running interpreter (_attach.py)
 
 
 def auto_steps() -> bool:

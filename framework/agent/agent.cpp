@@ -17,6 +17,7 @@
 
 #include <atomic>
 
+#include "attach.h"
 #include "channel.h"
 #include "import_fold.h"
 #include "live_blocks.h"
@@ -216,9 +217,15 @@ void child_after_fork() {
     Tls& t = tls();
     ++t.depth;
     bool was_open = channel_is_open();
+    // The process this child was forked from: the pid of the capture it
+    // inherited (getppid() would name init or a subreaper should the parent
+    // already be gone). Recorded in the child's capture, so that its end by
+    // _exit is known as "_exit after fork" whatever became of the parent.
+    const capture::CaptureHeader* parent = channel_header();
+    uint32_t forked_from = parent ? parent->pid : static_cast<uint32_t>(getppid());
     channel_forget_after_fork();
     if (was_open && g_follow_fork && g_session_dir[0]) {
-        if (int rc = channel_open(g_session_dir); rc != 0) {
+        if (int rc = channel_open(g_session_dir, forked_from); rc != 0) {
             g_collecting.store(false);
             note_unrecorded(g_session_dir, unrecorded_reason(g_session_dir, rc));
         } else if (options().c_depth > 0) stacks_init();
@@ -479,6 +486,7 @@ __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
     char name[24];
     snprintf(name, sizeof(name), "%llu", static_cast<unsigned long long>(n));
     msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STEP, MSMS_DEV_NA, -1, 0, 0, n, 0, name, nullptr);
+    attach_step_done(n);  // --attach-steps (attach.h)
     return n;
 }
 
@@ -505,6 +513,20 @@ __attribute__((visibility("default"))) int msms_agent_attach(const char* session
     if (!session_dir || !*session_dir) return EINVAL;
     return attach_impl(session_dir, opts);
 }
+
+}  // extern "C"
+
+// attach.h: the end of an attach (the process goes on; no exit status).
+void msms::agent::end_stream_detached() {
+    Tls& t = tls();
+    Guard g(t);
+    msms_agent_stop();
+    g_collecting.store(false);
+    g_off_tracking.store(false, std::memory_order_relaxed);
+    channel_close(0, capture::EndKind::Unknown);
+}
+
+extern "C" {
 
 __attribute__((visibility("default"))) void msms_agent_detach(void) {
     Tls& t = tls();

@@ -30,6 +30,8 @@ public:
     int run_program();
     // Serves captures created in `dir` (Python mode) until `parent` exits.
     int serve(const std::string& dir, pid_t parent);
+    // --attach=PID: profiles a running process until the detach (attach.h).
+    int attach(pid_t pid);
     // Re-runs analyzers and sinks on a saved capture.
     int replay(const std::string& capture);
 

@@ -1,0 +1,67 @@
+"""The Python side of ``msmemscope --attach=PID`` (framework/host/attach.h).
+
+The agent, injected into a running CPython interpreter, runs ``run()`` as a
+pending call (Py_AddPendingCall: on the main thread, between two bytecodes,
+with the GIL held). It joins the session the agent opened, as the CLI's
+interpreter-start hook does (_boot.py), and starts the Python-side
+collectors: Python stacks and trace as the options ask, PyTorch's operators,
+tensor storage, owners and optimizer steps (each optimizer step ends a step,
+as in a plain script under the CLI). The CPU tensors alive at the attach are
+written as shadow rows, as ``collect-mode=deferred`` does at ``start()``.
+
+``finish()`` runs the same way at the detach: the collectors are taken out
+(operator tracking, trace, wrappers' work), so that the program runs on at
+its own speed.
+
+Nothing here may disturb the program: every failure is one warning on
+stderr, never an exception into the program's code.
+"""
+from __future__ import annotations
+
+import sys
+
+_started = False
+
+
+def _warn(what: str, e: BaseException) -> None:
+    sys.stderr.write(f"msmemscope: warning: {what}: {e}\n")
+
+
+def _torch_imported() -> None:
+    try:
+        from . import _collect, _shared
+        if _shared.ext.collecting():
+            _collect.enable_for_range()
+    except Exception as e:  # never break the program's import of torch
+        _warn("the PyTorch collector did not start", e)
+
+
+def run() -> None:
+    """Called once by the agent after the attach."""
+    global _started
+    try:
+        from . import _api, _collect, _session, _shared
+        _shared.attached = True
+        _session._get_session()
+        _shared.booted = True  # a plain script: optimizer steps end the steps
+        _started = True
+        if not _shared.ext.collecting():
+            return  # detached already (--attach-steps reached before this ran)
+        _collect.enable_for_range()
+        _api._report_existing_tensors()
+        if "torch" not in sys.modules:
+            from ._after_import import AfterImport
+            AfterImport({"torch": lambda module: _torch_imported()}).install()
+    except Exception as e:
+        _warn("the Python-side collectors did not start after the attach", e)
+
+
+def finish() -> None:
+    """Called by the agent at the detach, before collection stops."""
+    if not _started:
+        return
+    try:
+        from . import _collect
+        _collect.disable_all()
+    except Exception as e:
+        _warn("the Python-side collectors were not all taken out at the detach", e)

@@ -1,0 +1,495 @@
+// msmemscope --attach=PID: see attach.h.
+#include "attach.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "config.h"
+#include "config/options.h"
+#include "launcher.h"
+#include "process_run.h"
+#include "registry.h"
+#include "session.h"
+#include "stale_sessions.h"
+#include "supervisor.h"
+#include "util/file_trust.h"
+#include "util/text.h"
+
+namespace fs = std::filesystem;
+
+namespace msms {
+
+using cfgopt::shown;
+
+void validate_attach_options(const RawValue* attach, const RawValue* attach_for, const RawValue* attach_steps,
+                             Config& cfg, std::vector<std::string>& errors) {
+    if (attach) {
+        unsigned long long n = 0;
+        if (!parse_uint(attach->value, n) || n == 0 || n > 0x7fffffff)
+            errors.push_back(attach->origin + ": invalid value '" + shown(attach->value) +
+                             "' (allowed: the pid of a running process, e.g. --attach=12345)");
+        else
+            cfg.attach_pid = static_cast<int>(n);
+        if (!cfg.program.empty())
+            errors.push_back(attach->origin + ": --attach profiles a running process; give no program to start "
+                             "(got '" + shown(cfg.program[0]) + "')");
+        if (!cfg.replay.empty() || cfg.compare || cfg.analyze || !cfg.merge.empty() || !cfg.serve_session.empty())
+            errors.push_back(attach->origin + ": --attach runs alone (no --replay, --compare, --analyze or --merge)");
+    }
+    auto number = [&](const RawValue* v, unsigned long long max, const char* example, unsigned& out) {
+        if (!v) return;
+        unsigned long long n = 0;
+        if (!parse_uint(v->value, n) || n == 0 || n > max)
+            errors.push_back(v->origin + ": invalid value '" + shown(v->value) + "' (allowed: 1.." +
+                             std::to_string(max) + ", e.g. " + example + ")");
+        else
+            out = static_cast<unsigned>(n);
+        if (!attach) errors.push_back(v->origin + ": only valid together with --attach=PID");
+    };
+    number(attach_for, 31536000ull, "--attach-for=60", cfg.attach_for_s);
+    number(attach_steps, 1000000ull, "--attach-steps=5", cfg.attach_steps);
+}
+
+namespace attach {
+namespace {
+
+std::string read_small(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+std::string user_name(uid_t uid) {
+    struct passwd* pw = getpwuid(uid);
+    return pw ? std::string(pw->pw_name) : "uid " + std::to_string(uid);
+}
+
+std::string ptrace_hint() {
+    std::string scope = trim(read_small("/proc/sys/kernel/yama/ptrace_scope"));
+    std::string s = "the kernel must let msmemscope trace it: kernel.yama.ptrace_scope";
+    if (!scope.empty()) s += " is " + scope;
+    s += " (0: any process of your user; 1: only your descendants, unless msmemscope has CAP_SYS_PTRACE; "
+         "3: none); run as root or give CAP_SYS_PTRACE (sudo sysctl kernel.yama.ptrace_scope=0, or in a "
+         "container: docker run --cap-add=SYS_PTRACE, and a seccomp profile that allows ptrace)";
+    return s;
+}
+
+// gdb's C string literal.
+std::string quoted(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '\\' || c == '"') out += '\\', out += c;
+        else if (c == '\n') out += "\\n";
+        else out += c;
+    }
+    return out + "\"";
+}
+
+bool alive(pid_t pid) {
+    std::string stat = read_small("/proc/" + std::to_string(pid) + "/stat");
+    if (stat.empty()) return false;
+    size_t rp = stat.rfind(')');
+    if (rp != std::string::npos && rp + 2 < stat.size() && (stat[rp + 2] == 'Z' || stat[rp + 2] == 'X')) return false;
+    return true;
+}
+
+std::string find_gdb() {
+    const char* path = getenv("PATH");
+    std::string p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+    std::stringstream dirs(p);
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+        std::string c = (dir.empty() ? std::string(".") : dir) + "/gdb";
+        if (access(c.c_str(), X_OK) == 0) return c;
+    }
+    return "";
+}
+
+struct GdbRun {
+    std::string out;
+    bool timed_out = false;
+    int status = 0;
+};
+
+// Runs gdb on `script` in its own process group (a Ctrl-C at the terminal
+// is msmemscope's, never gdb's). Past the timeout gdb gets SIGINT: it stops
+// waiting, the script ends and gdb detaches, leaving the process as it was.
+GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, unsigned timeout_s) {
+    GdbRun r;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        r.out = std::string("pipe: ") + strerror(errno);
+        r.status = -1;
+        return r;
+    }
+    std::string pid_text = std::to_string(pid);
+    pid_t child = fork();
+    if (child == 0) {
+        setpgid(0, 0);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        unsetenv("LD_PRELOAD");
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
+        signal(SIGINT, SIG_DFL);
+        execl(gdb.c_str(), "gdb", "-batch", "-nx", "-q", "-p", pid_text.c_str(), "-x", script.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    close(fds[1]);
+    if (child < 0) {
+        close(fds[0]);
+        r.out = std::string("fork: ") + strerror(errno);
+        r.status = -1;
+        return r;
+    }
+    setpgid(child, child);
+    auto start = std::chrono::steady_clock::now();
+    int stage = 0;  // 1: SIGINT sent, 2: SIGKILL sent
+    char buf[4096];
+    for (;;) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        int n = poll(&p, 1, 100);
+        if (n > 0) {
+            ssize_t got = read(fds[0], buf, sizeof(buf));
+            if (got > 0) {
+                r.out.append(buf, static_cast<size_t>(got));
+                continue;
+            }
+            if (got == 0) break;
+            if (errno != EINTR) break;
+        }
+        double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (stage == 0 && waited > timeout_s) {
+            r.timed_out = true;
+            kill(child, SIGINT);
+            stage = 1;
+        } else if (stage == 1 && waited > timeout_s + 20.0) {
+            kill(child, SIGKILL);  // gdb hangs: the last resort
+            stage = 2;
+        }
+    }
+    close(fds[0]);
+    int st = 0;
+    while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+    }
+    r.status = st;
+    return r;
+}
+
+std::string common_script() {
+    return "set pagination off\nset confirm off\nset width 0\nset height 0\nset breakpoint pending off\n"
+           "set print thread-events off\nset print inferior-events off\n"
+           // the program's own signals go on to it as before
+           "handle all nostop noprint pass\nhandle SIGINT stop print nopass\n"
+           // entries of the malloc family: the thread stopped there holds no
+           // allocator lock, so dlopen (and gdb's own string copies) may allocate
+           "break *malloc\nbreak *free\nbreak *calloc\nbreak *realloc\n";
+}
+
+std::string write_script(const std::string& dir, const std::string& name, const std::string& text, std::string& err) {
+    std::string path = dir + "/" + name;
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        err = "cannot write " + path + ": " + strerror(errno);
+        return "";
+    }
+    ssize_t w = write(fd, text.data(), text.size());
+    close(fd);
+    if (w != static_cast<ssize_t>(text.size())) {
+        err = "cannot write " + path;
+        return "";
+    }
+    return path;
+}
+
+// What went wrong, from gdb's output (before our marker lines).
+std::string gdb_failure(pid_t pid, const GdbRun& r) {
+    const std::string& o = r.out;
+    std::string p = "pid " + std::to_string(pid);
+    if (o.find("ptrace: Operation not permitted") != std::string::npos)
+        return "cannot attach to " + p + ": ptrace is not permitted; " + ptrace_hint();
+    if (o.find("ptrace: No such process") != std::string::npos || !alive(pid))
+        return p + " exited during the attach (nothing was collected)";
+    if (r.timed_out)
+        return p + " made no call to malloc, free, calloc or realloc within the attach timeout (it may be "
+                   "blocked or sleeping): not attached, it runs on untouched; try again while it works";
+    std::string last;
+    std::istringstream in(o);
+    for (std::string line; std::getline(in, line);)
+        if (!trim(line).empty() && line.find("MSMS_") == std::string::npos) last = trim(line);
+    return "cannot attach to " + p + ": gdb failed" + (last.empty() ? "" : " (" + escape_controls(last) + ")");
+}
+
+}  // namespace
+
+std::string check_target(pid_t pid) {
+    std::string p = "pid " + std::to_string(pid);
+    if (pid == getpid()) return "--attach: " + p + " is msmemscope itself";
+    if (kill(pid, 0) != 0 && errno == ESRCH) return "--attach: no process with pid " + std::to_string(pid);
+    struct stat st;
+    std::string proc = "/proc/" + std::to_string(pid);
+    if (stat(proc.c_str(), &st) != 0) return "--attach: no process with pid " + std::to_string(pid);
+    if (!alive(pid)) return "--attach: " + p + " has exited (a zombie waiting for its parent)";
+    if (geteuid() != 0 && st.st_uid != geteuid())
+        return "--attach: " + p + " belongs to user " + user_name(st.st_uid) + ", not to you (" +
+               user_name(geteuid()) + "); only your own processes can be attached (root may attach to any)";
+    std::string maps = read_small(proc + "/maps");
+    if (maps.empty()) {
+        if (access((proc + "/maps").c_str(), R_OK) != 0 || kill(pid, 0) != 0)
+            return "--attach: cannot read /proc/" + std::to_string(pid) + "/maps (" + strerror(errno) +
+                   "); " + ptrace_hint();
+        return "--attach: " + p + " has no memory map (a kernel thread?)";
+    }
+    if (maps.find("libmsmemscope_agent.so") != std::string::npos)
+        return "--attach: " + p + " is already being profiled (the msmemscope agent is loaded in it: started "
+               "under msmemscope, by msmemscope.start(), or attached before; one attach per process lifetime)";
+    bool libc = maps.find("/libc.so.6") != std::string::npos;
+    bool ld = maps.find("/ld-linux") != std::string::npos;
+    if (!libc || !ld)
+        return "--attach: " + p + " is not a dynamically linked glibc program (no libc.so.6 and ld-linux in "
+               "/proc/" + std::to_string(pid) + "/maps: static, or another C library such as musl); msmemscope "
+               "can profile it only from its start, not by attaching";
+    return "";
+}
+
+std::string inject(pid_t pid, const Injection& what, unsigned timeout_s) {
+    std::string gdb = find_gdb();
+    if (gdb.empty())
+        return "--attach needs gdb, which is not on PATH (Debian/Ubuntu: apt-get install gdb)";
+    std::string s = common_script();
+    s += "commands 1-4\nsilent\ndelete\n";
+    s += "set $msms_h = (void*)dlopen(" + quoted(what.agent) + ", 0x102)\n";
+    s += "if $msms_h == 0\nprintf \"MSMS_DLOPEN_FAILED %s\\n\", (char*)dlerror()\nelse\n";
+    s += "printf \"MSMS_RC=%d\\n\", ((int(*)(const char*, const char*, const char*, const char*, unsigned "
+         "long))msms_agent_attach_running)(" +
+         quoted(what.dir) + ", " + quoted(what.options) + ", " + quoted(what.libs) + ", " + quoted(what.pypath) +
+         ", " + std::to_string(what.steps) + ")\n";
+    s += "end\ndetach\nquit\nend\ncontinue\n";
+    std::string err;
+    std::string script = write_script(what.dir, "attach.gdb", s, err);
+    if (script.empty()) return err;
+    GdbRun r = run_gdb(gdb, pid, script, timeout_s);
+    unlink(script.c_str());
+    size_t at = r.out.find("MSMS_RC=");
+    if (at != std::string::npos) {
+        int rc = atoi(r.out.c_str() + at + 8);
+        if (rc == 0) return "";
+        if (rc == EALREADY) return "--attach: pid " + std::to_string(pid) + " is already being profiled";
+        return "cannot attach to pid " + std::to_string(pid) + ": the agent could not open its capture in " +
+               what.dir + ": " + strerror(rc);
+    }
+    at = r.out.find("MSMS_DLOPEN_FAILED ");
+    if (at != std::string::npos) {
+        std::string why = r.out.substr(at + 19);
+        why = trim(why.substr(0, why.find('\n')));
+        return "cannot attach to pid " + std::to_string(pid) + ": loading the agent into it failed: " +
+               escape_controls(why);
+    }
+    return gdb_failure(pid, r);
+}
+
+std::string force_detach(pid_t pid, unsigned timeout_s) {
+    std::string gdb = find_gdb();
+    if (gdb.empty()) return "gdb is not on PATH";
+    std::string s = common_script();
+    s += "commands 1-4\nsilent\ndelete\ncall ((void(*)(void))msms_agent_attach_detach_now)()\n"
+         "printf \"MSMS_DETACHED\\n\"\ndetach\nquit\nend\ncontinue\n";
+    char tmpl[] = "/tmp/msmemscope_detach_XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0) return std::string("mkstemp: ") + strerror(errno);
+    ssize_t w = write(fd, s.data(), s.size());
+    close(fd);
+    if (w != static_cast<ssize_t>(s.size())) return "cannot write the gdb script";
+    GdbRun r = run_gdb(gdb, pid, tmpl, timeout_s);
+    unlink(tmpl);
+    if (r.out.find("MSMS_DETACHED") != std::string::npos) return "";
+    return gdb_failure(pid, r);
+}
+
+}  // namespace attach
+
+namespace {
+
+volatile sig_atomic_t g_attach_stop = 0;
+
+void on_attach_signal(int sig) {
+    if (g_attach_stop) {
+        supervisor::abandon(sig);  // a second one: stop writing, say what is incomplete
+        return;
+    }
+    g_attach_stop = sig;
+}
+
+// The writer (the agent in the target) holds an exclusive lock on its
+// capture while it writes; gone: the stream is complete.
+bool writer_gone(const std::string& capture) {
+    int fd = open(capture.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return true;
+    bool gone = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (gone) flock(fd, LOCK_UN);
+    close(fd);
+    return gone;
+}
+
+}  // namespace
+
+// The attach timeout (seconds gdb waits for the process to enter the malloc
+// family): MSMEMSCOPE_ATTACH_TIMEOUT_S, default 60.
+static unsigned attach_timeout_s() {
+    const char* t = getenv("MSMEMSCOPE_ATTACH_TIMEOUT_S");
+    unsigned long long n = 0;
+    if (t && parse_uint(t, n) && n > 0 && n < 86400) return static_cast<unsigned>(n);
+    return 60;
+}
+
+int Session::attach(pid_t pid) {
+    if (std::string why = attach::check_target(pid); !why.empty()) {
+        std::cerr << "msmemscope: error: " << why << "\n";
+        return 2;
+    }
+    std::vector<std::string> libs;
+    std::string err;
+    agent_library_paths(libs, err);
+    if (!err.empty()) {
+        std::cerr << "msmemscope: error: " << err << "\n";
+        return 2;
+    }
+    if (std::string why = make_dirs(cfg_.output); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
+        return 2;
+    }
+    if (std::string why = unsafe_output_reason(cfg_.output); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: '" << cfg_.output << "' is not safe for a run as root: " << why
+                  << "; give a folder that only root can write\n";
+        return 2;
+    }
+    remove_stale_sessions(cfg_.output);
+    std::string tmpl = cfg_.output + "/.msmemscope_session_XXXXXX";
+    if (!mkdtemp(tmpl.data())) {
+        std::cerr << "msmemscope: error: --output: cannot create a session folder in '" << cfg_.output
+                  << "': " << strerror(errno) << "\n";
+        return 2;
+    }
+    dir_ = fs::absolute(tmpl).lexically_normal().string();
+    own_dir_ = true;
+    if (std::string why = write_session_owner(dir_); !why.empty()) {
+        std::cerr << "msmemscope: error: --output: " << why << "\n";
+        return 2;
+    }
+    attach::Injection what;
+    what.agent = fs::absolute(libs[0]).lexically_normal().string();
+    what.dir = dir_;
+    // Collection starts now, whatever --collect-mode says; children the
+    // process forks from now on are not followed (their parent's detach
+    // could not end them).
+    std::string opts = cfg_.agent_options();
+    for (auto [from, to] : {std::pair<std::string, std::string>{";follow_fork=1", ";follow_fork=0"},
+                            {";collect_mode=deferred", ";collect_mode=immediate"}})
+        if (size_t at = opts.find(from); at != std::string::npos) opts.replace(at, from.size(), to);
+    what.options = opts;
+    for (size_t i = 1; i < libs.size(); ++i) what.libs += (what.libs.empty() ? "" : "\n") + libs[i];
+    {
+        std::string home = fs::path(Registry::agent_dir()).parent_path().parent_path().string();
+        std::string why;
+        std::string path = python_boot_path(home, dir_, why);
+        if (size_t colon = path.rfind(':'); colon != std::string::npos) what.pypath = path.substr(colon + 1);
+    }
+    what.steps = cfg_.attach_steps;
+
+    struct sigaction on{}, old_int{}, old_term{}, old_hup{};
+    on.sa_handler = on_attach_signal;
+    on.sa_flags = SA_RESTART;
+    sigemptyset(&on.sa_mask);
+    sigaction(SIGINT, &on, &old_int);
+    sigaction(SIGTERM, &on, &old_term);
+    sigaction(SIGHUP, &on, &old_hup);
+    auto restore = [&] {
+        sigaction(SIGINT, &old_int, nullptr);
+        sigaction(SIGTERM, &old_term, nullptr);
+        sigaction(SIGHUP, &old_hup, nullptr);
+    };
+
+    if (std::string why = attach::inject(pid, what, attach_timeout_s()); !why.empty()) {
+        restore();
+        std::cerr << "msmemscope: error: " << why << "\n";
+        return 2;
+    }
+    root_pid_ = pid;
+    std::cerr << "msmemscope: attached to pid " << pid << "; "
+              << (cfg_.attach_steps ? "detaching after " + std::to_string(cfg_.attach_steps) + " step(s)"
+                  : cfg_.attach_for_s ? "detaching after " + std::to_string(cfg_.attach_for_s) + " s"
+                                      : std::string("Ctrl-C detaches"))
+              << " (the process goes on running)\n";
+
+    using clock = std::chrono::steady_clock;
+    auto start = clock::now();
+    bool requested = false, forced = false;
+    clock::time_point requested_at{};
+    bool exited = false;
+    for (;;) {
+        scan();
+        bool all_gone = !running_.empty();
+        for (auto& r : running_) all_gone = all_gone && writer_gone(r.capture);
+        if (all_gone) break;
+        if (!attach::alive(pid)) {
+            exited = true;
+            break;
+        }
+        auto now = clock::now();
+        if (!requested && (g_attach_stop || (cfg_.attach_for_s && now - start >= std::chrono::seconds(cfg_.attach_for_s)))) {
+            std::string path = dir_ + "/detach." + std::to_string(pid);
+            int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd >= 0) close(fd);
+            requested = true;
+            requested_at = now;
+        }
+        if (requested && !forced && now - requested_at > std::chrono::seconds(30)) {
+            // The agent's thread did not answer: detach from a malloc entry.
+            forced = true;
+            std::cerr << "msmemscope: warning: pid " << pid
+                      << " did not answer the detach request within 30 s; detaching through gdb\n";
+            if (std::string why = attach::force_detach(pid, attach_timeout_s()); !why.empty())
+                std::cerr << "msmemscope: warning: " << why << "\n";
+        }
+        if (forced && now - requested_at > std::chrono::seconds(30 + 2 * attach_timeout_s() + 30)) {
+            std::cerr << "msmemscope: error: pid " << pid << " still holds its capture; giving up (the outputs "
+                      << "are incomplete)\n";
+            supervisor::abandon(SIGTERM);
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exited && attach::alive(pid)) root_status_ = "detached (it goes on running)";
+    scan();
+    join_all();
+    restore();
+    for (auto& s : summaries_)
+        if (s.pid == static_cast<uint32_t>(pid))
+            s.report.insert(s.report.begin(),
+                            "  attached to a running process: host and driver blocks allocated before the attach "
+                            "are unknown (their frees are ignored); CPU tensors alive at the attach are shadow "
+                            "rows");
+    return 0;
+}
+
+}  // namespace msms

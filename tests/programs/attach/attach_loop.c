@@ -1,0 +1,93 @@
+/* attach_loop: a long-running C program for msmemscope --attach
+ * (tests/python/test_attach.py). It runs without msmemscope; the test
+ * attaches to it while it runs.
+ *
+ *   attach_loop READY_FILE
+ *
+ * Loops until told to stop: each turn allocates and frees a few blocks
+ * (so it is always inside the malloc family soon), and reads commands from
+ * stdin without blocking:
+ *   "leak N\n"  leak N blocks of 3000 bytes now (one per turn), then
+ *               print "leaked N" on stdout
+ *   "quit\n"    free the kept blocks, print the checksum, exit 0
+ * READY_FILE is created once the loop runs. Its stdout is deterministic
+ * (the test compares it with a run without attach). */
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static char cmd[256];
+static size_t cmd_len;
+
+/* One complete line from stdin, or NULL (never blocks). */
+static const char* poll_line(void) {
+    struct pollfd p = {0, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return NULL;
+    char c;
+    while (read(0, &c, 1) == 1) {
+        if (c == '\n') {
+            cmd[cmd_len] = 0;
+            cmd_len = 0;
+            return cmd;
+        }
+        if (cmd_len + 1 < sizeof(cmd)) cmd[cmd_len++] = c;
+        if (poll(&p, 1, 0) <= 0) break;
+    }
+    return NULL;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: attach_loop READY_FILE\n");
+        return 2;
+    }
+    unsigned long checksum = 0, turns = 0;
+    void* kept[64] = {0};
+    int nkept = 0;
+    int to_leak = 0, leak_total = 0;
+    int ready = 0;
+    for (;;) {
+        /* a little work each turn: allocations the profiler sees */
+        char* a = malloc(128 + (turns % 64));
+        char* b = calloc(4, 64);
+        if (!a || !b) return 3;
+        memset(a, (int)(turns & 0xff), 128);
+        checksum += (unsigned char)a[7] + (unsigned char)b[3];
+        free(b);
+        free(a);
+        if (nkept < 64 && turns % 1000 == 0) kept[nkept++] = malloc(256);
+        if (to_leak > 0) {
+            char* leak = malloc(3000);
+            if (!leak) return 3;
+            leak[0] = 1; /* never freed */
+            if (--to_leak == 0) {
+                printf("leaked %d\n", leak_total);
+                fflush(stdout);
+            }
+        }
+        ++turns;
+        if (!ready) {
+            int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL, 0600);
+            if (fd >= 0) close(fd);
+            ready = 1;
+        }
+        const char* line = poll_line();
+        if (line && strncmp(line, "leak ", 5) == 0) {
+            to_leak = atoi(line + 5);
+            leak_total = to_leak;
+        } else if (line && strcmp(line, "quit") == 0) {
+            break;
+        }
+        /* pace the loop (the test waits on lines, never on time) */
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < nkept; ++i) free(kept[i]);
+    printf("done\n");
+    (void)checksum;
+    return 0;
+}
