@@ -99,8 +99,23 @@ const std::string& Symbolizer::text(uint64_t id) {
     for (size_t i = 0; i < s->frames.size(); ++i) {
         if (i) out += '\n';
         if (s->kind == 1) {
+            // A Python frame is one line: a newline (or another control
+            // character) in a file or function name is escaped, never a
+            // frame boundary of its own.
             const std::string* f = reader_.string(s->frames[i]);
-            out += f ? *f : std::string("?");
+            if (!f) {
+                out += '?';
+                continue;
+            }
+            for (unsigned char ch : *f) {
+                if (ch == '\n') out += "\\n";
+                else if (ch == '\r') out += "\\r";
+                else if (ch < 0x20 && ch != '\t') {
+                    char esc[8];
+                    std::snprintf(esc, sizeof esc, "\\x%02x", ch);
+                    out += esc;
+                } else out += static_cast<char>(ch);
+            }
         } else {
             auto fc = frame_cache_.find(s->frames[i]);
             if (fc == frame_cache_.end()) fc = frame_cache_.emplace(s->frames[i], c_frame(s->frames[i])).first;

@@ -82,3 +82,34 @@ def test_plugin_oom_killed_in_a_memory_cgroup_is_named_out_of_memory(tmp_path):
     assert p.returncode == 71, p.stderr
     assert ("msmemscope: error: plugin 'hog_in_event' was killed by SIGKILL: out of memory (its memory cgroup's OOM "
             "killer) in on_event; re-running the outputs without it") in p.stderr.splitlines(), p.stderr
+
+
+NEWLINE_NAMES = r'''
+import torch
+src = "def f():\n    return torch.ones(3 << 18)\n"
+ns = {"torch": torch}
+exec(compile(src, "evil\nfake.py(99): injected", "exec"), ns)
+f = ns["f"]
+f.__code__ = f.__code__.replace(co_name="g\nfake2.py(7): also")
+kept = f()
+'''
+
+
+def test_python_frame_names_with_a_newline_stay_one_frame(cli, tmp_path):
+    # A file or function name with a newline added fake frames to every
+    # Python stack it was in: it is escaped (\n) within its own frame.
+    import csv
+    from conftest import dump_files, process_dirs
+    (tmp_path / "prog.py").write_text(NEWLINE_NAMES)
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--call-stack=python", "--output=out", "--",
+             sys.executable, "prog.py"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    dump = dump_files(process_dirs(tmp_path / "out")[0])[0]
+    with open(dump, newline="") as fh:
+        stacks = [r["Call Stack(Python)"] for r in csv.DictReader(fh)]
+    mine = [s for s in stacks if "evil" in s]
+    assert mine, "no row allocated in the evil-named frame"
+    for s in mine:
+        frames = s.split("\n")
+        assert not any(fr.startswith(("fake.py", "fake2.py")) for fr in frames), frames
+        assert r"evil\nfake.py(99): injected(2): g\nfake2.py(7): also" in frames, frames
