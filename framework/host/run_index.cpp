@@ -1,6 +1,8 @@
 #include "run_index.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -81,6 +83,54 @@ std::string end_of(const ProcessSummary& s) {
         if (at != std::string::npos) how.erase(at);
     }
     return how;
+}
+
+const char kRunBegin[] = "<!-- msmemscope-run ";
+const char kRunEnd[] = "<!-- /msmemscope-run -->";
+
+// The sections other runs wrote into <root>/index.html (a regular file, not a
+// link), each with its number of processes: those whose process folders are
+// all still there (a run whose folders were removed leaves the index).
+std::vector<std::pair<std::string, size_t>> other_runs(const fs::path& root, const std::string& index) {
+    std::vector<std::pair<std::string, size_t>> out;
+    int fd = open(index.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return out;
+    struct stat st{};
+    std::string text;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (64 << 20)) {
+        text.resize(static_cast<size_t>(st.st_size));
+        ssize_t n = read(fd, text.data(), text.size());
+        text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    }
+    close(fd);
+    for (size_t at = text.find(kRunBegin); at != std::string::npos; at = text.find(kRunBegin, at + 1)) {
+        size_t end = text.find(kRunEnd, at);
+        size_t line = text.find('\n', at);
+        if (end == std::string::npos || line == std::string::npos || line > end) break;
+        std::istringstream head(text.substr(at + strlen(kRunBegin), line - at - strlen(kRunBegin)));
+        std::string id, dir;
+        head >> id;
+        bool there = true;
+        size_t dirs = 0;
+        while (head >> dir && dir != "-->") {
+            ++dirs;
+            std::string plain;  // url_path's encoding undone
+            for (size_t i = 0; i < dir.size(); ++i) {
+                if (dir[i] == '%' && i + 2 < dir.size()) {
+                    plain += static_cast<char>(strtol(dir.substr(i + 1, 2).c_str(), nullptr, 16));
+                    i += 2;
+                } else plain += dir[i];
+            }
+            std::error_code ec;
+            there = there && plain.find("..") == std::string::npos && fs::is_directory(root / plain, ec);
+        }
+        if (!there || dirs == 0) continue;
+        size_t rows = 0;
+        for (size_t r = text.find("<tr><td", at); r != std::string::npos && r < end; r = text.find("<tr><td", r + 1))
+            ++rows;
+        out.emplace_back(text.substr(at, end + strlen(kRunEnd) - at) + "\n", rows);
+    }
+    return out;
 }
 
 // Its memory went with it (exec, or _exit after fork): nothing leaked.
@@ -169,15 +219,22 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
             << " " << cmd << "\n";
     }
 
-    // index.html: a new file renamed into place (never written through a link).
+    // index.html: this run's section, next to the sections of the other runs
+    // of this --output whose folders are still there (runs at the same time
+    // included: rebuilt under an flock on the output folder), in a new file
+    // renamed into place (never written through a link).
     std::ostringstream h;
-    h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>msmemscope run " << html_escape(timestamp)
-      << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}"
-         "td.n{text-align:right}</style></head><body>\n<h1>msmemscope: "
-      << runs.size() << " processes</h1>\n<table>\n<tr><th>pid</th><th>ppid</th><th>rank</th><th>command</th><th>ended</th>"
-         "<th>peak</th><th>leaked</th><th>report</th></tr>\n";
     fs::path root = fs::absolute(output_root).lexically_normal();
+    std::string dirs_attr;  // the run's process folders, for a later run to see whether it is still there
+    for (auto& s : runs) {
+        std::error_code ec;
+        fs::path dir = fs::absolute(s.output_dir, ec).lexically_normal();
+        if (s.output_dir.empty()) continue;
+        dirs_attr += (dirs_attr.empty() ? "" : " ") + url_path(dir.lexically_relative(root).string());
+    }
+    h << kRunBegin << html_escape(timestamp) << "-" << getpid() << " " << dirs_attr << " -->\n<h2>run "
+      << html_escape(timestamp) << ": " << runs.size() << " processes</h2>\n<table>\n<tr><th>pid</th><th>ppid</th><th>rank</th><th>command</th><th>ended</th>"
+         "<th>peak</th><th>leaked</th><th>report</th></tr>\n";
     for (auto& s : runs) {
         uint64_t n = 0;
         long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
@@ -204,11 +261,35 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
                                                : html_escape(human(leaked)) + " in " + std::to_string(n) + " allocation(s)")
           << "</td><td>" << link << "</td></tr>\n";
     }
-    h << "</table>\n<p>A process that exec'ed continues in the next row of the same pid; its pre-exec image "
-         "holds no leaks. Nor does a child forked without exec that ended with _exit(): its memory went with "
-         "it.</p>\n</body></html>\n";
-    std::string text = h.str();
+    h << "</table>\n" << kRunEnd << "\n";
     std::string final_path = (root / "index.html").string();
+    // One writer at a time: a run reads the sections the others wrote.
+    int dfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return "cannot open " + root.string() + ": " + strerror(errno);
+    while (flock(dfd, LOCK_EX) != 0 && errno == EINTR) {}
+    struct Unlock {
+        int fd;
+        ~Unlock() { close(fd); }
+    } unlock{dfd};
+    std::vector<std::string> sections;
+    size_t processes = runs.size();
+    for (auto& sec : other_runs(root, final_path)) {
+        sections.push_back(sec.first);
+        processes += sec.second;
+    }
+    sections.push_back(h.str());
+    std::ostringstream page;
+    page << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>msmemscope run " << html_escape(timestamp)
+         << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee}"
+            "td.n{text-align:right}</style></head><body>\n<h1>msmemscope: "
+         << processes << " processes</h1>\n";
+    if (sections.size() > 1) page << "<p>" << sections.size() << " runs wrote into this folder:</p>\n";
+    for (auto& sec : sections) page << sec;
+    page << "<p>A process that exec'ed continues in the next row of the same pid; its pre-exec image "
+            "holds no leaks. Nor does a child forked without exec that ended with _exit(): its memory went with "
+            "it.</p>\n</body></html>\n";
+    std::string text = page.str();
     std::string tmp = (root / (".index.html." + std::to_string(getpid()))).string();
     int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return "cannot create " + tmp + ": " + strerror(errno);

@@ -113,3 +113,39 @@ def test_python_frame_names_with_a_newline_stay_one_frame(cli, tmp_path):
         frames = s.split("\n")
         assert not any(fr.startswith(("fake.py", "fake2.py")) for fr in frames), frames
         assert r"evil\nfake.py(99): injected(2): g\nfake2.py(7): also" in frames, frames
+
+
+def test_concurrent_runs_into_one_output_are_all_in_its_index(tmp_path):
+    # Eight runs of several processes each into one --output at once: the
+    # index listed only the last one to finish; it is rebuilt under a lock on
+    # the folder, with every run still there.
+    import re
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    procs = [subprocess.Popen([str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--analysis=", "--output=out",
+                               "--", "sh", "-c", "/bin/true && /bin/true"], cwd=str(tmp_path), env=e,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [o[1] for o in outs]
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert html.count("<h2>run ") == 8, html
+    for stdout, _ in outs:
+        pids = re.findall(r"^msmemscope: pid (\d+) ", stdout, re.M)
+        assert len(pids) >= 2, stdout
+        for pid in pids:
+            assert f'<tr><td class="n">{pid}</td>' in html, (pid, html)
+    total = sum(len(re.findall(r"^msmemscope: pid (\d+) ", o[0], re.M)) for o in outs)
+    assert f"<h1>msmemscope: {total} processes</h1>" in html
+    # A run whose folders were removed leaves the index at the next run.
+    import shutil
+    first = re.findall(r"^msmemscope: pid (\d+) ", outs[0][0], re.M)
+    for d in (tmp_path / "out").iterdir():
+        if d.is_dir() and any(d.name.startswith(f"msmemscope_{pid}_") for pid in first):
+            shutil.rmtree(d)
+    p = subprocess.run([str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--analysis=", "--output=out",
+                        "--", "sh", "-c", "/bin/true && /bin/true"], cwd=str(tmp_path), env=e,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert html.count("<h2>run ") == 8, html
+    assert not any(f'<tr><td class="n">{pid}</td>' in html for pid in first)
