@@ -3,6 +3,12 @@
 // Online rule (upstream's step-inner analysis): a framework-pool block (PTA,
 // PTA_WORKSPACE, ATB, MINDSPORE) allocated in step S > 1 and still live at
 // the end of step S+1 is a suspected leak (steps 0 and 1 are warm-up).
+// A batch a PyTorch DataLoader received from its worker processes is the
+// DataLoader's until its iterator hands it to the program: while it waits
+// (received out of order or ahead, Attr dataloader:held on an ACCESS
+// UNKNOWN row from the Python collector) it is not judged, and its step is
+// the one in which it is handed (dataloader:handed), so a batch received
+// steps before it is used is no leak while one the program keeps still is.
 // Driver (HAL, HOST_PINNED) and host heap (HOST) blocks still live at process
 // exit are leaks too; host ones are reported grouped by allocation site.
 // From step 2 on, the min/max ratio of a pool's usage within a step reaching
@@ -247,6 +253,7 @@ public:
         }
         if (ev.kind == MSMS_EV_MALLOC) on_malloc(ev);
         else if (ev.kind == MSMS_EV_FREE) on_free(ev);
+        else if (ev.kind == MSMS_EV_ACCESS && ev.type == MSMS_T_UNKNOWN) on_dataloader(ev);
     }
 
     void finish() override {
@@ -260,6 +267,7 @@ private:
     struct PoolBlock {
         uint64_t size, step, kernel, duration, malloc_id;
         uint32_t stack, py_stack, op;  // op: interned operator name (0: none)
+        bool held = false;  // a DataLoader batch not yet handed to the program: not judged
     };
     struct LeakKey {
         uint64_t ptr;
@@ -364,6 +372,30 @@ private:
         }
     }
 
+    // A DataLoader batch's block (the Python collector's ACCESS UNKNOWN row,
+    // Attr dataloader): "held": received and kept by the DataLoader for a
+    // later turn, not judged; "handed": given to the program now, its step
+    // starts over at the current one (it must be gone by the end of the next).
+    void on_dataloader(const msms_event& ev) {
+        std::string_view what = attr(ev, "dataloader");
+        if (what.empty() || ev.ptr == 0) return;
+        auto dit = devices_.find(dev_key(ev));
+        if (dit == devices_.end()) return;
+        for (uint16_t type : {MSMS_T_PTA, MSMS_T_PTA_WORKSPACE, MSMS_T_ATB, MSMS_T_MINDSPORE}) {
+            auto it = dit->second.pool.find(BlockKey{ev.device_kind, ev.device_id, type, ev.ptr});
+            if (it == dit->second.pool.end()) continue;
+            PoolBlock& b = it->second;
+            if (what == "held") {
+                b.held = true;
+            } else if (what == "handed") {
+                b.held = false;
+                b.step = steps_.current();
+                b.duration = 0;
+            }
+            return;
+        }
+    }
+
     void update_allocated(Device& d, const msms_event& ev) {
         if (ev.pool_used < 0) return;
         PoolStatus& s = d.status[ev.type];
@@ -395,7 +427,7 @@ private:
             std::map<uint16_t, Fresh> fresh;  // by pool
             std::vector<std::pair<uint64_t, const PoolBlock*>> found;
             for (auto& [k, b] : d.pool) {
-                if (b.step <= kSkipSteps || b.duration < kDurationThreshold) continue;
+                if (b.step <= kSkipSteps || b.duration < kDurationThreshold || b.held) continue;
                 LeakKey lk{k.ptr, k.type, b.step};
                 if (!d.leaks.count(lk)) {
                     Fresh& f = fresh[k.type];
