@@ -829,7 +829,7 @@ static void fill_cmdline(CaptureHeader* h) {
     h->exe[sizeof(h->exe) - 1] = 0;
 }
 
-int channel_open(const char* session_dir) {
+int channel_open(const char* session_dir, uint32_t forked_from) {
     if (channel_is_open()) return EALREADY;
     // The file is set up under a ".part" name (locked, header complete) and
     // only then renamed to its .msmcap name: the host never sees a capture
@@ -895,6 +895,7 @@ int channel_open(const char* session_dir) {
     h->chunk_size = capture::kChunkSize;
     h->pid = static_cast<uint32_t>(pid);
     h->ppid = static_cast<uint32_t>(getppid());
+    h->forked_from = forked_from;
     struct timespec rt, mt;
     clock_gettime(CLOCK_REALTIME, &rt);
     clock_gettime(CLOCK_MONOTONIC, &mt);

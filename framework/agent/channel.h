@@ -56,8 +56,9 @@ extern std::atomic<uint64_t> g_next_calibration;
 
 inline Tls& tls() { return t_tls; }
 
-// Opens <dir>/<pid>.<n>.msmcap and starts writing into it.
-int channel_open(const char* session_dir);
+// Opens <dir>/<pid>.<n>.msmcap and starts writing into it. forked_from: the
+// parent's pid when called in a child after fork (CaptureHeader::forked_from).
+int channel_open(const char* session_dir, uint32_t forked_from = 0);
 // Writes the end record and publishes how the process ended (once; later
 // calls do nothing). The mappings stay.
 void channel_close(int code, capture::EndKind kind);

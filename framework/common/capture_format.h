@@ -72,7 +72,8 @@ namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
 constexpr uint32_t kFormatMajor = 4;
-constexpr uint32_t kFormatMinor = 0;
+// Minor 1: CaptureHeader::forked_from.
+constexpr uint32_t kFormatMinor = 1;
 // The oldest major this build still reads (format 2: ns timestamps, varint
 // heap records only; read as a format 3 capture with kClockMonotonic; format
 // 3: no staging slots, read as format 4).
@@ -159,12 +160,25 @@ struct CaptureHeader {
     // otherwise); written before the magic, covered by fixed_sum.
     uint64_t tsc_start;         // the TSC at mono_start_ns
     uint64_t ns_per_tick_q32;   // the agent's first measure of ns per tick, times 2^32
+    // ---- format 4.1: written before the magic, covered by fixed_sum (zero,
+    // and not summed, in older captures). The pid this process was forked
+    // from without exec: the agent's fork handler opened this capture in the
+    // child (0: the process began with exec, or was attached to). Recorded
+    // here so that "_exit after fork" does not depend on the parent's capture
+    // still being there when the child ends.
+    uint32_t forked_from;
+    uint32_t reserved3;
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
 constexpr size_t kFixedEnd = offsetof(CaptureHeader, fixed_sum);
 constexpr size_t kClockBegin = offsetof(CaptureHeader, tsc_start);
 constexpr size_t kClockEnd = offsetof(CaptureHeader, ns_per_tick_q32) + sizeof(uint64_t);
+constexpr size_t kForkBegin = offsetof(CaptureHeader, forked_from);
+// Whether a header has the fields of format 4.1 (forked_from).
+inline bool has_forked_from(const CaptureHeader* h) {
+    return h->format_major > 4 || (h->format_major == 4 && h->format_minor >= 1);
+}
 
 // A chunk belongs to a lane: the chunks one writer took, in order, and the
 // chunk it handed on at exit, written by later threads one after the other.
@@ -265,6 +279,8 @@ inline uint64_t fixed_sum(const CaptureHeader* h) {
     uint64_t seed = h->format_major;
     if (h->format_major >= 3)
         seed ^= checksum(reinterpret_cast<const char*>(h) + kClockBegin, kClockEnd - kClockBegin, h->format_major);
+    if (has_forked_from(h))
+        seed ^= checksum(reinterpret_cast<const char*>(h) + kForkBegin, sizeof(uint32_t), h->format_minor);
     return checksum(reinterpret_cast<const char*>(h) + kFixedBegin, kFixedEnd - kFixedBegin, seed);
 }
 

@@ -102,6 +102,11 @@ public:
     const std::string& path() const { return path_; }
     uint32_t pid() const { return header_copy_.pid; }
     uint32_t ppid() const { return header_copy_.ppid; }
+    // The pid this process was forked from without exec (0: not known, or it
+    // began with exec; captures before format 4.1 never say).
+    uint32_t forked_from() const {
+        return capture::has_forked_from(&header_copy_) ? header_copy_.forked_from : 0;
+    }
     int64_t wall_offset() const { return static_cast<int64_t>(header_copy_.wall_start_ns - header_copy_.mono_start_ns); }
     uint64_t wall_start() const { return header_copy_.wall_start_ns; }
     // NUL-terminated within the field (format 2), read bounded all the same.
