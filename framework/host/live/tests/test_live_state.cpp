@@ -1,0 +1,322 @@
+// The live view's state, snapshot files, option and HTTP answers (issue #31).
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "live/live_state.h"
+#include "live/live_view.h"
+
+using namespace msms;
+using namespace msms::live;
+
+namespace {
+
+struct Ev {
+    msms_event ev{};
+    std::string name, py, c;
+    std::vector<msms_kv> attrs;
+    Ev(uint16_t kind, uint16_t type) {
+        ev.struct_size = sizeof(msms_event);
+        ev.kind = kind;
+        ev.type = type;
+        ev.pid = 7;
+        ev.tid = 7;
+        ev.device_kind = MSMS_DEV_CPU;
+        ev.device_id = -1;
+    }
+    const msms_event& get() {
+        ev.name = {name.data(), static_cast<uint32_t>(name.size())};
+        ev.py_stack = {py.data(), static_cast<uint32_t>(py.size())};
+        ev.c_stack = {c.data(), static_cast<uint32_t>(c.size())};
+        ev.attrs = attrs.data();
+        ev.attr_count = static_cast<uint32_t>(attrs.size());
+        return ev;
+    }
+};
+
+Ev malloc_ev(uint64_t aid, uint64_t size, std::string c, std::string py = "") {
+    Ev e(MSMS_EV_MALLOC, MSMS_T_HOST);
+    e.ev.allocation_id = aid;
+    e.ev.size = size;
+    e.ev.ptr = 0x1000 * aid;
+    e.c = std::move(c);
+    e.py = std::move(py);
+    return e;
+}
+
+Ev free_ev(uint64_t aid) {
+    Ev e(MSMS_EV_FREE, MSMS_T_HOST);
+    e.ev.allocation_id = aid;
+    e.ev.ptr = 0x1000 * aid;
+    return e;
+}
+
+// Views of string literals (static storage).
+msms_kv kv(const char* k, const char* v) {
+    return msms_kv{{k, static_cast<uint32_t>(strlen(k))}, {v, static_cast<uint32_t>(strlen(v))}};
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("live sites: live bytes and blocks per site, the allocator's frames skipped, operator and Python line") {
+    Totals totals;
+    LiveState st("tok", 7, "prog", [&] { return totals; });
+    const std::string c_a = "malloc+0x10 (libc.so.6)\nmake_a+0x4 at a.c:3 in prog\nmain+0x9 at a.c:9 in prog";
+    const std::string c_b = "operator new(unsigned long)+0x5 (libstdc++.so.6)\nmake_b+0x1 at b.cpp:4 in prog";
+    for (uint64_t i = 1; i <= 3; ++i) st.on_event(malloc_ev(i, 100, c_a).get());
+    Ev op(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START);
+    op.name = "aten::empty";
+    st.on_event(op.get());
+    st.on_event(malloc_ev(4, 1000, c_b, "train.py(12): step\ntrain.py(40): <module>").get());
+    Ev op_end(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END);
+    op_end.name = "aten::empty";
+    st.on_event(op_end.get());
+    st.on_event(malloc_ev(5, 50, "").get());
+    st.on_event(free_ev(2).get());
+    st.on_event(free_ev(99).get());  // a block never seen: nothing changes
+
+    auto top = st.top_sites();
+    REQUIRE(top.size() == 3);
+    CHECK(top[0].site == "make_b+0x1 at b.cpp:4 in prog");
+    CHECK(top[0].op == "aten::empty");
+    CHECK(top[0].python == "train.py(12): step");
+    CHECK(top[0].live_bytes == 1000);
+    CHECK(top[0].live_blocks == 1);
+    CHECK(top[1].site == "make_a+0x4 at a.c:3 in prog");
+    CHECK(top[1].op.empty());
+    CHECK(top[1].live_bytes == 200);
+    CHECK(top[1].live_blocks == 2);
+    CHECK(top[2].site == "(no stack) cpu/HOST");
+    CHECK(top[2].live_bytes == 50);
+    // every block of a site freed: the site leaves the list
+    st.on_event(free_ev(4).get());
+    CHECK(st.top_sites().size() == 2);
+    CHECK(st.top_sites(1).size() == 1);
+}
+
+TEST_CASE("live steps: the pools' live bytes at each step end and the growth against the one before") {
+    Totals totals;
+    LiveState st("tok", 7, "prog", [&] { return totals; });
+    auto step = [&](uint64_t n) {
+        Ev e(MSMS_EV_SYSTEM, MSMS_T_STEP);
+        e.ev.aux0 = n;
+        st.on_event(e.get());
+    };
+    totals["cpu/HOST"] = {1000, 1500};
+    totals["0/HAL mapped"] = {9999, 9999};  // mappings of memory another block holds: not counted twice
+    step(1);
+    totals["cpu/HOST"] = {1600, 1700};
+    totals["0/HAL"] = {400, 400};
+    step(2);
+    totals["cpu/HOST"] = {1000, 1700};
+    step(3);
+    REQUIRE(st.steps().size() == 3);
+    CHECK(st.steps()[0].live == 1000);
+    CHECK(st.steps()[0].growth == 0);
+    CHECK(st.steps()[1].live == 2000);
+    CHECK(st.steps()[1].growth == 1000);
+    CHECK(st.steps()[2].live == 1400);
+    CHECK(st.steps()[2].growth == -600);
+    CHECK(st.current_step() == 4);
+    for (uint64_t n = 4; n <= 20; ++n) step(n);
+    CHECK(st.steps().size() == LiveState::kSteps);
+    CHECK(st.steps().front().step == 11);
+    CHECK(st.steps().back().step == 20);
+}
+
+TEST_CASE("live steps: mstx 'step start' ranges end a step at their Range_end") {
+    Totals totals{{"cpu/HOST", {10, 10}}};
+    LiveState st("tok", 7, "prog", [&] { return totals; });
+    for (uint64_t id = 1; id <= 2; ++id) {
+        Ev s(MSMS_EV_MSTX, MSMS_T_RANGE_START);
+        s.name = "step start";
+        s.ev.aux0 = id;
+        st.on_event(s.get());
+        Ev other(MSMS_EV_MSTX, MSMS_T_RANGE_END);
+        other.ev.aux0 = 77;  // another range's end
+        st.on_event(other.get());
+        CHECK(st.steps().size() == id - 1);
+        totals["cpu/HOST"].used += 5;
+        Ev e(MSMS_EV_MSTX, MSMS_T_RANGE_END);
+        e.ev.aux0 = id;
+        st.on_event(e.get());
+    }
+    REQUIRE(st.steps().size() == 2);
+    CHECK(st.steps()[0].step == 1);
+    CHECK(st.steps()[1].step == 2);
+    CHECK(st.steps()[1].growth == 5);
+}
+
+TEST_CASE("live leak suspects: the step analysis's warnings as it says them, the leak analysis's findings at the end") {
+    LiveState st("tok", 7, "prog", [] { return Totals{}; });
+    const std::string warn =
+        "leaks: [device 0][step 3]: ptr: 0x10 has lasted for 2 steps. Please check if there is leaks in PTA.";
+    st.on_log("leaks", 1, warn);
+    st.on_log("leaks", 1, "leaks: memory fluctuation: [device 0]: PTA Min/Max ...");  // not a suspect
+    st.on_log("other", 1, warn);                                                       // not the leak analysis
+    st.on_log("leaks", 0, warn);                                                       // not a warning
+    std::string snap = st.snapshot(0, false);
+    CHECK(snap.find("\"step_warnings_total\": 1") != std::string::npos);
+    CHECK(snap.find("has lasted for 2 steps") != std::string::npos);
+    CHECK(snap.find("\"reported\": false") != std::string::npos);
+    CHECK(st.screen(0, false).find("  " + warn + "\n") != std::string::npos);
+
+    std::vector<msms_kv> row{kv("device", "cpu"), kv("pool", "HOST"), kv("kind", "exit"), kv("size", "4000"),
+                             kv("count", "4"), kv("stack", "make_a at a.c:3\nmain")};
+    st.on_finding("leaks", row.data(), static_cast<uint32_t>(row.size()));
+    std::vector<msms_kv> other{kv("op", "x")};
+    st.on_finding("inefficient", other.data(), 1);  // another table: not a leak
+    std::string screen = st.screen(0, true);
+    CHECK(screen.find("leak analysis at the end: 4 block(s), 4000 B in 1 finding(s)") != std::string::npos);
+    CHECK(screen.find("make_a at a.c:3") != std::string::npos);
+    CHECK(screen.find("[finished]") != std::string::npos);
+    snap = st.snapshot(0, true);
+    CHECK(snap.find("\"reported\": true") != std::string::npos);
+    CHECK(snap.find("\"bytes\": 4000") != std::string::npos);
+}
+
+TEST_CASE("live snapshot: the pipeline's pool figures, exact bytes, control characters escaped") {
+    Totals totals{{"cpu/HOST", {1536, 2048}}};
+    LiveState st("tok", 42, "prog \x1b[2J", [&] { return totals; });
+    std::string snap = st.snapshot(5, false);
+    CHECK(snap.find("\"session\": \"tok\"") != std::string::npos);
+    CHECK(snap.find("\"pid\": 42") != std::string::npos);
+    CHECK(snap.find("\"pool\": \"cpu/HOST\",\n      \"live_bytes\": 1536,\n      \"peak_bytes\": 2048") != std::string::npos);
+    std::string screen = st.screen(5, false);
+    CHECK(screen.find("  cpu/HOST               live    1.5 KiB (1536 B)  peak    2.0 KiB (2048 B)\n") != std::string::npos);
+    CHECK(screen.find('\x1b') == std::string::npos);
+    CHECK(human(15728640) == "15.0 MiB");
+    CHECK(human(72) == "72 B");
+}
+
+TEST_CASE("live files: written whole through a temporary and a rename, never through a link") {
+    char tmpl[] = "/tmp/msms_live_XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    std::string dir = tmpl;
+    int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    REQUIRE(fd >= 0);
+    CHECK(write_atomic(fd, "live.json", "{\"a\": 1}\n") == "");
+    CHECK(slurp(dir + "/live.json") == "{\"a\": 1}\n");
+    // live.json replaced by a link to another file: the rename replaces the link, the target is untouched
+    std::ofstream(dir + "/target") << "mine";
+    unlink((dir + "/live.json").c_str());
+    REQUIRE(symlink((dir + "/target").c_str(), (dir + "/live.json").c_str()) == 0);
+    CHECK(write_atomic(fd, "live.json", "new") == "");
+    CHECK(slurp(dir + "/target") == "mine");
+    struct stat st;
+    REQUIRE(lstat((dir + "/live.json").c_str(), &st) == 0);
+    CHECK(S_ISREG(st.st_mode));
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(access((dir + "/.live.json.tmp").c_str(), F_OK) != 0);
+    close(fd);
+    for (auto f : {"/live.json", "/target"}) unlink((dir + f).c_str());
+    rmdir(dir.c_str());
+}
+
+TEST_CASE("--live-http: PORT or ADDRESS:PORT, loopback by default, exact errors") {
+    auto check = [](const std::string& value, std::vector<std::string>& errors) {
+        Config cfg;
+        RawValue v{value, "--live-http"};
+        validate_live_options(nullptr, &v, cfg, errors);
+        return cfg;
+    };
+    std::vector<std::string> errors;
+    Config c = check("8765", errors);
+    CHECK(errors.empty());
+    CHECK(c.live_http);
+    CHECK(c.live_http_address == "127.0.0.1");
+    CHECK(c.live_http_port == 8765);
+    CHECK(c.warnings.empty());
+    c = check("localhost:0", errors);
+    CHECK(c.live_http_address == "127.0.0.1");
+    c = check("[::1]:80", errors);
+    CHECK(c.live_http_address == "::1");
+    CHECK(c.warnings.empty());
+    CHECK(errors.empty());
+    c = check("0.0.0.0:8765", errors);
+    CHECK(errors.empty());
+    REQUIRE(c.warnings.size() == 1);
+    CHECK(c.warnings[0] == "--live-http=0.0.0.0:8765: the live view is served on 0.0.0.0, not only on this machine: "
+                           "anyone who can reach that address can read it (there is no password)");
+    for (const char* bad : {"", "http://x:1", "example.com:80", "127.0.0.1:65536", "127.0.0.1:", "::1:80", "1.2.3:4", "[::1]80"}) {
+        errors.clear();
+        check(bad, errors);
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0] == std::string("--live-http: invalid value '") + bad +
+                               "' (allowed: PORT or ADDRESS:PORT; ADDRESS an IPv4 address, an [IPv6] address in brackets "
+                               "or localhost; PORT 0..65535 (0: any free port); e.g. --live-http=127.0.0.1:8765)");
+    }
+    errors.clear();
+    Config cmp;
+    cmp.compare = true;
+    RawValue live{"true", "--live"};
+    validate_live_options(&live, nullptr, cmp, errors);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0] == "--live: the live view shows a run while it goes on: use it with a program (msmemscope --live -- "
+                       "<prog>) or --replay, not with --compare, --analyze or --merge");
+}
+
+TEST_CASE("live HTTP answers: the page and live.json only, nothing from disk") {
+    std::string type, body;
+    CHECK(http_answer("GET", "/", "{}", type, body) == 200);
+    CHECK(type == "text/html; charset=utf-8");
+    CHECK(body == LiveView::page());
+    CHECK(http_answer("GET", "/live.json?t=1", "{\"x\": 1}", type, body) == 200);
+    CHECK(type == "application/json");
+    CHECK(body == "{\"x\": 1}");
+    for (const char* path : {"/etc/passwd", "/../live.json", "/live.txt", "/summary.json", "//live.json", "/index.html"})
+        CHECK(http_answer("GET", path, "{}", type, body) == 404);
+    CHECK(http_answer("POST", "/live.json", "{}", type, body) == 405);
+}
+
+TEST_CASE("live server: a port in use is an error at start; port 0 takes a free one") {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(s >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(listen(s, 1) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    unsigned taken = ntohs(a.sin_port);
+    Config cfg;
+    cfg.live_http = true;
+    cfg.live_http_port = taken;
+    cfg.output = "/nonexistent-msms-live";
+    std::ostringstream say;
+    {
+        LiveView v(cfg, false);
+        CHECK(v.start(say) == "--live-http=127.0.0.1:" + std::to_string(taken) + ": cannot listen there: Address already in use");
+    }
+    close(s);
+    cfg.live_http_port = 0;
+    LiveView v(cfg, false);
+    CHECK(v.start(say) == "");
+    CHECK(v.port() != 0);
+    CHECK(say.str() == "msmemscope: live view on http://127.0.0.1:" + std::to_string(v.port()) + "/\n");
+    CHECK(v.combined_json().find("\"running\": true, \"processes\": []") != std::string::npos);
+    v.stop();
+    CHECK(v.combined_json().find("\"running\": false") != std::string::npos);
+}
