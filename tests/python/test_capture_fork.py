@@ -79,3 +79,48 @@ def test_bash_script_runs_several_programs(cli, test_bin, tmp_path):
     assert found[201][0].name.endswith("_rank1_exec1")
     assert sizes(found[200][0]).count(200) == PAIRS
     assert sizes(found[201][0]).count(201) == PAIRS
+
+
+# A parent that ends before its forked child: the child waits (a pipe: EOF
+# once the parent is gone) until the host has read the parent's capture to its
+# end and emptied it (the file is truncated to nothing), then keeps 100 blocks
+# and ends with _exit(0). Its memory went with it, whatever happened to its
+# parent: "_exit after fork" comes from the child's own capture (the agent's
+# fork handler records the parent it was forked from), not from the parent's.
+ORPHAN = r'''
+import os, sys, time
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w)
+    parent = os.getppid()
+    cap = os.path.join(os.environ["MSMEMSCOPE_SESSION"], f"{parent}.0.msmcap")
+    kept = [bytearray(4096) for _ in range(100)]
+    os.read(r, 1)  # EOF: the parent has ended
+    deadline = time.monotonic() + 120
+    while os.stat(cap).st_size != 0:  # the host has read it and emptied it
+        if time.monotonic() > deadline:
+            os._exit(9)
+        time.sleep(0.01)
+    os._exit(0)
+os.close(r)
+print("parent", os.getpid(), "child", pid, flush=True)
+'''
+
+
+def test_exit_after_fork_when_the_parent_ended_first(cli, tmp_path):
+    (tmp_path / "orphan.py").write_text(ORPHAN)
+    p = cli(["--device=cpu", "--analysis=leaks", "--sinks=csv", f"--output={tmp_path}/out", "--",
+             "/usr/bin/python3", "orphan.py"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+    m = re.search(r"^parent (\d+) child (\d+)$", p.stdout, re.M)
+    assert m, p.stdout
+    parent, child = int(m[1]), int(m[2])
+    lines = {int(x[1]): x[2] for x in re.finditer(r"^msmemscope: pid (\d+) \(.*?\) (.*)$", p.stdout, re.M)}
+    assert lines[parent] == "exited with code 0", p.stdout
+    assert lines[child] == "exited with code 0 (_exit after fork)", p.stdout
+    block = re.split(r"^msmemscope: pid ", p.stdout, flags=re.M)
+    (mine,) = [b for b in block if b.startswith(f"{child} ")]
+    assert "still allocated at exit" not in mine and "Detected memory leaks" not in mine, mine
+    # the table: its parent, its ending, nothing leaked
+    (row,) = [r for r in p.stdout.splitlines() if re.match(rf"^  {child} +{parent} ", r)]
+    assert "exited with code 0 (_exit after fork)" in row and re.search(r"\(_exit after fork\) +- ", row), row
