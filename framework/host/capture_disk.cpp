@@ -21,14 +21,15 @@ uint64_t env_mib(const char* name, uint64_t default_mib) {
 
 uint64_t capture_keep_bytes() { return env_mib("MSMEMSCOPE_CAPTURE_KEEP_MIB", 64); }
 
-uint64_t capture_unread_bytes() { return env_mib("MSMEMSCOPE_CAPTURE_UNREAD_MIB", 256); }
+uint64_t capture_unread_bytes(bool aggregate) {
+    return env_mib("MSMEMSCOPE_CAPTURE_UNREAD_MIB", aggregate ? 64 : 256);
+}
 
 uint32_t capture_budget_chunks(bool aggregate) {
-    // --aggregate releases at once: ~6 MiB unread before the program waits.
-    if (aggregate) return 96;
-    uint64_t unread = capture_unread_bytes();
+    uint64_t unread = capture_unread_bytes(aggregate);
     if (unread == 0) return 0;
-    uint64_t chunks = (capture_keep_bytes() + unread) / capture::kChunkSize;
+    // --aggregate releases at once: nothing kept, only the unread part.
+    uint64_t chunks = ((aggregate ? 0 : capture_keep_bytes()) + unread) / capture::kChunkSize;
     if (chunks < 96) chunks = 96;
     return chunks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(chunks);
 }

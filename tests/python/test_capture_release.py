@@ -117,14 +117,15 @@ def _disk(path):
 
 def test_aggregate_disk_stays_bounded_by_the_budget_not_the_events(tmp_path):
     # 3 M events with 16-frame C stacks: a full capture of them is over 20 MiB
-    # (measured below from the file size). The agent waits for the host past
+    # (measured below from the file size). With an unread budget of 6 MiB
+    # (--aggregate's default is 64 MiB) the agent waits for the host past
     # ~6 MiB of unread chunks, so disk use (everything under the output
     # folder, the session folder and its capture included) stays far below.
     out = tmp_path / "out"
     p = subprocess.Popen([str(CLI), "--device=cpu", "--call-stack=c:16", "--aggregate", "--sinks=trace",
                           "--plugin-option=trace.max_events=1000", "--output", str(out), "--",
                           str(PROGRAM), "1500000", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env())
+                         env=env(MSMEMSCOPE_CAPTURE_UNREAD_MIB="6"))
     peak, size = 0, 0
     while not _exited(p, 0.005):
         peak = max(peak, _disk(out))
