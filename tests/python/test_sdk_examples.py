@@ -320,3 +320,47 @@ def test_cli_plugin_path_and_options_reach_a_python_target(sdk, tmp_path):
             in p.stdout), p.stdout
     assert any(line.strip().startswith("my_peak: step") or line.strip().startswith("my_peak:")
                for line in p.stdout.splitlines()), p.stdout
+
+
+def test_third_party_collector_runs_under_the_python_api(sdk, tmp_path):
+    """Without the CLI (issue #29 item 7): msmemscope.start() loads the
+    example collector's hook library from plugin_path and patches the pool's
+    callers (a library the script loads afterwards), so its blocks reach the
+    host, as under the CLI's LD_PRELOAD; the pool itself still works."""
+    src = sdk.prefix / "share" / "msmemscope" / "examples" / "pool_collector"
+    pool = sdk.build["pool_collector"]
+    user_c = tmp_path / "user.c"
+    user_c.write_text(textwrap.dedent("""\
+        #include "mypool.h"
+        #include <string.h>
+        static void* kept;
+        int use_pool(void) {
+            kept = mypool_alloc(4096, "kept");
+            void* t = mypool_alloc(1000, "temp");
+            if (!kept || !t) return 0;
+            memset(t, 1, 1000);
+            mypool_free(t);
+            return 1;
+        }
+        """))
+    lib = tmp_path / "libuser.so"
+    run(["cc", "-shared", "-fPIC", "-o", lib, user_c, f"-I{src}", f"-L{pool}", "-lmypool", f"-Wl,-rpath,{pool}"])
+    out = tmp_path / "out"
+    script = tmp_path / "api_collector.py"
+    script.write_text(textwrap.dedent(f"""\
+        import ctypes, msmemscope
+        msmemscope.config(plugin_path=[{str(pool)!r}], device="cpu", events="alloc,free", analysis="",
+                          output={str(out)!r})
+        msmemscope.start()
+        print("use_pool", ctypes.CDLL({str(lib)!r}).use_pool())
+        msmemscope.stop()
+        print("script done")
+        """))
+    p = run([sys.executable, script], env=python_env(sdk), cwd=tmp_path)
+    assert "use_pool 1" in p.stdout and "script done" in p.stdout, p.stdout + p.stderr
+    rows = read_dump(dump_files(only_output(out))[0])
+    pool_rows = [r for r in rows if r["Event Type"] == "PTA"]
+    mallocs = [(r["attr"]["owner"], r["attr"]["size"]) for r in pool_rows if r["Event"] == "MALLOC"]
+    assert mallocs == [("mypool@kept", "4096"), ("mypool@temp", "1000")], pool_rows
+    temp = next(r["Ptr"] for r in pool_rows if r["Event"] == "MALLOC" and r["attr"]["owner"] == "mypool@temp")
+    assert [r for r in pool_rows if r["Event"] == "FREE" and r["Ptr"] == temp and r["attr"].get("shadow") != "true"]

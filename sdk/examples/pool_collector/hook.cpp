@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include <msmemscope/agent.h>
+#include <msmemscope/hook_next.hpp>
 
 #include "mypool.h"
 
@@ -19,15 +20,14 @@ namespace {
 using alloc_fn = void* (*)(size_t, const char*);
 using free_fn = void (*)(void*);
 
-template <class F>
-F real(const char* name) {
-    return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
-}
-
 }  // namespace
 
+// The functions this library exports are the ones it interposes: preloaded
+// under the CLI, or patched into the callers' GOT slots by the Python API
+// (msmemscope.start() without the CLI). next_definition finds the pool's own
+// function either way (dlsym(RTLD_NEXT) alone finds nothing in the second).
 extern "C" __attribute__((visibility("default"))) void* mypool_alloc(size_t n, const char* tag) {
-    static alloc_fn next = real<alloc_fn>("mypool_alloc");
+    static alloc_fn next = msmemscope::next_definition<alloc_fn>("mypool_alloc", &mypool_alloc);
     if (!next) return nullptr;
     void* p = next(n, tag);
     if (p && msms_agent_enter()) {
@@ -42,7 +42,7 @@ extern "C" __attribute__((visibility("default"))) void* mypool_alloc(size_t n, c
 }
 
 extern "C" __attribute__((visibility("default"))) void mypool_free(void* p) {
-    static free_fn next = real<free_fn>("mypool_free");
+    static free_fn next = msmemscope::next_definition<free_fn>("mypool_free", &mypool_free);
     if (p && msms_agent_enter()) {
         msms_agent_free(MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p));
         msms_agent_leave();
