@@ -480,7 +480,7 @@ __attribute__((visibility("default"))) void msms_agent_stop(void) {
 
 __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
     uint64_t n = g_step.fetch_add(1) + 1;
-    if (!channel_is_open()) return n;
+    if (!channel_is_open() || !attach_step_allowed()) return n;
     Tls& t = tls();
     Guard g(t);
     char name[24];

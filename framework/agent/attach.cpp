@@ -192,6 +192,8 @@ void* watcher(void*) {
 }  // namespace
 
 namespace msms::agent {
+bool attach_step_allowed() { return !g_detach_wanted.load(std::memory_order_relaxed) && !g_detached.load(); }
+
 void attach_step_done(uint64_t n) {
     if (!g_attached.load(std::memory_order_relaxed) || g_steps_limit == 0 || n < g_steps_limit) return;
     // This step's mark is the last row: nothing of the next step goes in.

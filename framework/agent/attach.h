@@ -48,6 +48,8 @@ void msms_agent_attach_detach_now(void);
 #endif
 
 namespace msms::agent {
+// msms_agent_step's: false once --attach-steps was reached (no later mark).
+bool attach_step_allowed();
 // msms_agent_step's: the n-th step mark was written.
 void attach_step_done(uint64_t n);
 // agent.cpp: stop collection and end the stream as "detached" (no status).

@@ -253,13 +253,28 @@ std::string check_target(pid_t pid) {
     if (geteuid() != 0 && st.st_uid != geteuid())
         return "--attach: " + p + " belongs to user " + user_name(st.st_uid) + ", not to you (" +
                user_name(geteuid()) + "); only your own processes can be attached (root may attach to any)";
-    std::string maps = read_small(proc + "/maps");
-    if (maps.empty()) {
-        if (access((proc + "/maps").c_str(), R_OK) != 0 || kill(pid, 0) != 0)
-            return "--attach: cannot read /proc/" + std::to_string(pid) + "/maps (" + strerror(errno) +
-                   "); " + ptrace_hint();
-        return "--attach: " + p + " has no memory map (a kernel thread?)";
+    // Reading another process's maps needs the same permission as ptrace.
+    int mfd = open((proc + "/maps").c_str(), O_RDONLY | O_CLOEXEC);
+    if (mfd < 0) {
+        int e = errno;
+        if (e == ENOENT) return "--attach: no process with pid " + std::to_string(pid);
+        return "--attach: cannot read /proc/" + std::to_string(pid) + "/maps (" + strerror(e) +
+               "): ptrace is not permitted; " + ptrace_hint();
     }
+    std::string maps;
+    char chunk[65536];
+    for (ssize_t n; (n = read(mfd, chunk, sizeof(chunk))) != 0;) {
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(mfd);
+            return "--attach: cannot read /proc/" + std::to_string(pid) + "/maps (" + strerror(e) +
+                   "): ptrace is not permitted; " + ptrace_hint();
+        }
+        maps.append(chunk, static_cast<size_t>(n));
+    }
+    close(mfd);
+    if (maps.empty()) return "--attach: " + p + " has no memory map (a kernel thread?)";
     if (maps.find("libmsmemscope_agent.so") != std::string::npos)
         return "--attach: " + p + " is already being profiled (the msmemscope agent is loaded in it: started "
                "under msmemscope, by msmemscope.start(), or attached before; one attach per process lifetime)";

@@ -2,7 +2,7 @@
  * (tests/python/test_attach.py). It runs without msmemscope; the test
  * attaches to it while it runs.
  *
- *   attach_loop READY_FILE
+ *   attach_loop [--block | --undumpable] READY_FILE
  *
  * Loops until told to stop: each turn allocates and frees a few blocks
  * (so it is always inside the malloc family soon), and reads commands from
@@ -10,13 +10,18 @@
  *   "leak N\n"  leak N blocks of 3000 bytes now (one per turn), then
  *               print "leaked N" on stdout
  *   "quit\n"    free the kept blocks, print the checksum, exit 0
- * READY_FILE is created once the loop runs. Its stdout is deterministic
- * (the test compares it with a run without attach). */
+ * READY_FILE is created (holding the pid) once the loop runs. Its stdout
+ * is deterministic (the test compares it with a run without attach).
+ * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
+ * its end, calling nothing of the malloc family (an attach never gets in).
+ * --undumpable: prctl(PR_SET_DUMPABLE, 0) first (not traceable by its own
+ * user, as a setuid program). */
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,9 +46,28 @@ static const char* poll_line(void) {
 }
 
 int main(int argc, char** argv) {
+    int block = argc == 3 && strcmp(argv[1], "--block") == 0;
+    if (argc == 3 && strcmp(argv[1], "--undumpable") == 0) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (argc == 3) {
+        argv[1] = argv[2];
+        argc = 2;
+    }
     if (argc != 2) {
-        fprintf(stderr, "usage: attach_loop READY_FILE\n");
+        fprintf(stderr, "usage: attach_loop [--block | --undumpable] READY_FILE\n");
         return 2;
+    }
+    if (block) {
+        char pid[32], c;
+        int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0) {
+            ssize_t w = write(fd, pid, (size_t)n);
+            (void)w;
+            close(fd);
+        }
+        while (read(0, &c, 1) > 0) {
+        }
+        _exit(0);
     }
     unsigned long checksum = 0, turns = 0;
     void* kept[64] = {0};
@@ -71,8 +95,14 @@ int main(int argc, char** argv) {
         }
         ++turns;
         if (!ready) {
-            int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL, 0600);
-            if (fd >= 0) close(fd);
+            char pid[32];
+            int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+            int fd = open(argv[1] /* ready file */, O_WRONLY | O_CREAT | O_EXCL, 0600);
+            if (fd >= 0) {
+                ssize_t w = write(fd, pid, (size_t)n);
+                (void)w;
+                close(fd);
+            }
             ready = 1;
         }
         const char* line = poll_line();

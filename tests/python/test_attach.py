@@ -1,0 +1,334 @@
+"""msmemscope --attach=PID (issue #31 items 1, 2, 5): attach to a program
+started without msmemscope, collect, detach; the program goes on and ends
+with exactly its own results. And the targets that cannot be attached.
+
+Every wait is on a barrier: the program's ready file (it holds the pid),
+msmemscope's "attached to pid" line, the program's own answer lines, the
+tracer field of /proc/PID/status."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, CLI, SOURCE, TEST_BIN, dump_files, process_dirs, read_dump
+
+pytestmark = pytest.mark.skipif(shutil.which("gdb") is None, reason="msmemscope --attach needs gdb")
+
+TRAIN = SOURCE / "tests" / "programs" / "attach" / "attach_train.py"
+IS_ROOT = os.geteuid() == 0
+
+
+def clean_env():
+    e = dict(os.environ)
+    for k in list(e):
+        if k == "LD_PRELOAD" or k.startswith("MSMEMSCOPE_"):
+            e.pop(k)
+    e.pop("PYTHONPATH", None)  # the training script runs without the package on its path
+    return e
+
+
+def wait_for_file(path, proc, what="the program"):
+    """The program's ready barrier (it writes its pid there)."""
+    deadline = time.monotonic() + 120
+    while not Path(path).exists() or not Path(path).read_text():
+        assert proc.poll() is None, f"{what} ended before it was ready (rc {proc.returncode})"
+        assert time.monotonic() < deadline, f"{what} never wrote {path}"
+        time.sleep(0.01)
+    return int(Path(path).read_text())
+
+
+def attach(pid, out, *extra, user=None):
+    cmd = [str(CLI), f"--attach={pid}", "--device=cpu", f"--output={out}"] + list(extra)
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + cmd
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+                            cwd="/")
+
+
+def wait_attached(host, pid):
+    """msmemscope's own barrier: its 'attached' line on stderr."""
+    seen = []
+    for line in host.stderr:
+        seen.append(line)
+        if line.startswith(f"msmemscope: attached to pid {pid};"):
+            return seen
+    out, err = host.communicate(timeout=60)
+    pytest.fail(f"no attach (rc {host.returncode}):\n{''.join(seen)}{err}\n{out}")
+
+
+def finish(host):
+    out, err = host.communicate(timeout=300)
+    return host.returncode, out, err
+
+
+def threads(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return -1
+
+
+def tracer(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def start_loop(tmp_path, *mode, user=None):
+    ready = tmp_path / f"ready{len(list(tmp_path.glob('ready*')))}"
+    cmd = [str(TEST_BIN / "attach_loop"), *mode, str(ready)]
+    if user:  # a folder the user can reach (pytest's are root's, 0700)
+        ready = Path(tempfile.mkdtemp(prefix="msms_attach_")) / "ready"
+        os.chmod(ready.parent, 0o777)
+        cmd = [str(TEST_BIN / "attach_loop"), *mode, str(ready)]
+        cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + cmd
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_env(),
+                         cwd=str(tmp_path))
+    pid = wait_for_file(ready, p)
+    if user:
+        shutil.rmtree(ready.parent, ignore_errors=True)
+    return p, pid
+
+
+def say(p, line):
+    p.stdin.write(line + "\n")
+    p.stdin.flush()
+
+
+# ---------------------------------------------------------------- C program
+def test_attach_c_program_finds_its_leak_and_leaves_it_running(tmp_path):
+    prog, pid = start_loop(tmp_path)
+    try:
+        assert threads(pid) == 1
+        host = attach(pid, tmp_path / "out", "--call-stack=c")
+        wait_attached(host, pid)
+        say(prog, "leak 5")  # five blocks of 3000 bytes, never freed, all after the attach
+        assert prog.stdout.readline() == "leaked 5\n"
+        host.send_signal(signal.SIGINT)  # Ctrl-C: detach
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        assert f"msmemscope: pid {pid} ({TEST_BIN / 'attach_loop'} " in out
+        assert ") detached (it goes on running)" in out, out
+        assert ("  attached to a running process: host and driver blocks allocated before the attach are unknown "
+                "(their frees are ignored); CPU tensors alive at the attach are shadow rows") in out
+        # the leak: the five blocks are in the leak analysis's report of live host memory
+        assert "Host memory still allocated at stop() on device cpu" in out, out
+        (procdir,) = process_dirs(tmp_path / "out")
+        rows = read_dump(dump_files(procdir)[0])
+        leaked = [r for r in rows if r["Event"] == "MALLOC" and r["attr"].get("size") == "3000"]
+        assert len(leaked) == 5, leaked
+        for r in leaked:  # never freed after it (the end of the range writes shadow FREE rows)
+            later = rows[rows.index(r) + 1:]
+            assert not any(x["Event"] == "FREE" and x["Ptr"] == r["Ptr"] and not x["attr"].get("shadow")
+                           for x in later)
+        assert all(r["Call Stack(C)"] for r in leaked)  # --call-stack=c works after an attach
+        assert all(r["Process Id"] == str(pid) for r in leaked)
+        # The process goes on: the agent's thread is gone, the program answers as before.
+        assert prog.poll() is None
+        assert threads(pid) == 1
+        assert tracer(pid) == 0
+        say(prog, "leak 2")
+        assert prog.stdout.readline() == "leaked 2\n"
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert prog.returncode == 0
+        assert rest == "done\n"  # its own stdout: nothing of ours in it
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+def test_attach_for_seconds_detaches_by_itself(tmp_path):
+    prog, pid = start_loop(tmp_path)
+    try:
+        host = attach(pid, tmp_path / "out", "--attach-for=1")
+        wait_attached(host, pid)
+        rc, out, err = finish(host)  # no signal: it ends by itself
+        assert rc == 0, err + out
+        assert ") detached (it goes on running)" in out
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "done\n")
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+# ---------------------------------------------------------------- PyTorch
+def run_train(tmp_path, name, attach_args=None):
+    ready, go, result = tmp_path / f"{name}.ready", tmp_path / f"{name}.go", tmp_path / f"{name}.bin"
+    if attach_args is None:
+        go.write_text("")
+    prog = subprocess.Popen(["/usr/bin/python3", str(TRAIN), str(ready), str(go), str(result)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+                            cwd=str(tmp_path))
+    host_out = None
+    try:
+        pid = wait_for_file(ready, prog, "the training script")
+        if attach_args is not None:
+            host = attach(pid, tmp_path / "out", *attach_args)
+            wait_attached(host, pid)
+            go.write_text("")  # the script trains on
+            host_out = finish(host)
+        out, err = prog.communicate(timeout=300)
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+    assert prog.returncode == 0, err
+    return pid, out, result.read_bytes(), host_out
+
+
+def test_attach_pytorch_training_steps_leak_and_identical_results(tmp_path):
+    _, ref_out, ref_bin, _ = run_train(tmp_path, "ref")
+    pid, out, result, (rc, host_out, host_err) = run_train(tmp_path, "att", ["--attach-steps=3"])
+    assert rc == 0, host_err + host_out
+    # the program's own results and stdout, bit for bit
+    assert out == ref_out and out.startswith("final loss ")
+    assert result == ref_bin
+    assert f"msmemscope: pid {pid} (/usr/bin/python3 {TRAIN} " in host_out
+    assert ") detached (it goes on running)" in host_out
+    # the leak: one 4 KiB tensor per step, made by aten::full
+    assert "====== ERROR: Detected memory leaks on device cpu ======" in host_out, host_out
+    assert "allocated by: operator torch._ops.aten.full.default" in host_out, host_out
+    (procdir,) = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(procdir)[0])
+    steps = [r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"]
+    assert [r["Name"] for r in steps] == ["1", "2", "3"], steps  # --attach-steps=3: three steps, then detached
+    assert steps[-1] is rows[-1] or all(r["Event"] in ("SYSTEM", "FREE", "ACCESS") or r["attr"].get("shadow")
+                                        for r in rows[rows.index(steps[-1]) + 1:])
+    pta = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"]
+    shadow = [r for r in pta if r["attr"].get("shadow") == "true"]
+    # the model's parameters (and the data) existed before the attach: shadow rows
+    weights = 64 * 128 * 4
+    assert any(int(r["attr"].get("size", 0)) == weights for r in shadow), shadow
+    assert any(r["attr"].get("shadow") != "true" for r in pta)  # and tensors made after it
+    ops = [r for r in rows if r["Event"] == "OP_LAUNCH"]
+    assert any("aten::mm" in r["Name"] or "addmm" in r["Name"] for r in ops), {r["Name"] for r in ops}
+
+
+# ---------------------------------------------------------------- errors
+def test_attach_errors_no_such_process(tmp_path):
+    p = subprocess.Popen(["/bin/true"])
+    p.wait()
+    gone = p.pid  # reaped: no process has this pid (until reused, which takes a full pid cycle)
+    r = subprocess.run([str(CLI), f"--attach={gone}", "--device=cpu", f"--output={tmp_path}/o"],
+                       capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert r.returncode == 2
+    assert f"msmemscope: error: --attach: no process with pid {gone}\n" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_attach_option_errors(tmp_path):
+    r = subprocess.run([str(CLI), "--attach=abc", "--device=cpu"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert ("msmemscope: error: --attach: invalid value 'abc' (allowed: the pid of a running process, "
+            "e.g. --attach=12345)") in r.stderr
+    r = subprocess.run([str(CLI), "--attach-steps=3", "--device=cpu", "--", "/bin/true"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert "msmemscope: error: --attach-steps: only valid together with --attach=PID" in r.stderr
+    r = subprocess.run([str(CLI), "--attach=1", "--device=cpu", "--", "/bin/true"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert ("msmemscope: error: --attach: --attach profiles a running process; give no program to start "
+            "(got '/bin/true')") in r.stderr
+
+
+def test_attach_errors_already_profiled(tmp_path):
+    ready = tmp_path / "ready"
+    e = clean_env()
+    run = subprocess.Popen([str(CLI), "--device=cpu", f"--output={tmp_path}/first", "--",
+                            str(TEST_BIN / "attach_loop"), str(ready)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        pid = wait_for_file(ready, run)
+        r = subprocess.run([str(CLI), f"--attach={pid}", "--device=cpu", f"--output={tmp_path}/o"],
+                           capture_output=True, text=True, env=e, timeout=60)
+        assert r.returncode == 2
+        assert (f"msmemscope: error: --attach: pid {pid} is already being profiled (the msmemscope agent is "
+                f"loaded in it") in r.stderr, r.stderr
+        run.stdin.write("quit\n")
+        run.stdin.flush()
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
+def test_attach_errors_static_program_left_untouched(tmp_path):
+    ready = tmp_path / "ready"
+    p = subprocess.Popen([str(TEST_BIN / "attach_static"), str(ready)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        pid = wait_for_file(ready, p)
+        r = subprocess.run([str(CLI), f"--attach={pid}", "--device=cpu", f"--output={tmp_path}/o"],
+                           capture_output=True, text=True, env=clean_env(), timeout=60)
+        assert r.returncode == 2
+        assert (f"msmemscope: error: --attach: pid {pid} is not a dynamically linked glibc program (no libc.so.6 "
+                f"and ld-linux in /proc/{pid}/maps: static, or another C library such as musl)") in r.stderr
+        assert tracer(pid) == 0
+        out, _ = p.communicate("", timeout=60)
+        assert (p.returncode, out) == (0, "static done\n")
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_attach_errors_process_exits_during_the_attach(tmp_path):
+    # --block: the program waits in read(2) and never enters malloc, so gdb
+    # holds on; once it is traced (TracerPid), its stdin ends and it exits.
+    prog, pid = start_loop(tmp_path, "--block")
+    host = attach(pid, tmp_path / "out")
+    deadline = time.monotonic() + 120
+    while tracer(pid) == 0:
+        assert host.poll() is None, host.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    prog.stdin.close()
+    prog.wait(timeout=60)
+    rc, out, err = finish(host)
+    assert rc == 2
+    assert f"msmemscope: error: pid {pid} exited during the attach (nothing was collected)\n" in err, err
+    assert prog.returncode == 0
+
+
+@pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_attach_errors_not_ours(tmp_path):
+    prog, pid = start_loop(tmp_path)  # root's
+    try:
+        host = attach(pid, tmp_path / "out", user="nobody")
+        rc, out, err = finish(host)
+        assert rc == 2
+        assert (f"msmemscope: error: --attach: pid {pid} belongs to user root, not to you (nobody); only your own "
+                f"processes can be attached (root may attach to any)\n") in err, err
+        assert tracer(pid) == 0
+        say(prog, "quit")
+        assert prog.communicate(timeout=60) == ("done\n", None) and prog.returncode == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+@pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_attach_errors_ptrace_not_permitted(tmp_path):
+    # nobody's own process, made undumpable: the kernel lets nobody trace it
+    # without CAP_SYS_PTRACE.
+    prog, pid = start_loop(tmp_path, "--undumpable", user="nobody")
+    try:
+        host = attach(pid, tmp_path / "out", user="nobody")
+        rc, out, err = finish(host)
+        assert rc == 2
+        assert f"msmemscope: error: --attach: cannot read /proc/{pid}/maps" in err, err
+        assert "kernel.yama.ptrace_scope" in err and "CAP_SYS_PTRACE" in err and "--cap-add=SYS_PTRACE" in err
+        say(prog, "quit")
+        assert prog.communicate(timeout=60) == ("done\n", None) and prog.returncode == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
