@@ -83,6 +83,12 @@ bool print_plugin_description(const Registry& reg, const std::string& name, std:
     return true;
 }
 
+namespace {
+std::vector<std::pair<std::string, std::string>> g_dropped_at_load;
+}
+
+const std::vector<std::pair<std::string, std::string>>& dropped_at_load() { return g_dropped_at_load; }
+
 int drop_unloadable_selections(RawConfig& raw, const Registry& reg, std::ostream& err) {
     int dropped = 0;
     for (const char* key : {"analysis", "sinks", "analyze"}) {
@@ -100,6 +106,7 @@ int drop_unloadable_selections(RawConfig& raw, const Registry& reg, std::ostream
             err << "msmemscope: error: plugin '" << name << "' (selected by " << it->second.origin
                 << ") cannot be loaded: " << r->path << ": " << r->reason << "; running without it\n";
             raw.plugin_options.erase(name);
+            g_dropped_at_load.emplace_back(name, "cannot be loaded: " + r->path + ": " + r->reason);
             changed = true;
             ++dropped;
         }

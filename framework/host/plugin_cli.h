@@ -24,6 +24,9 @@ std::string describe_option(const PluginInfo::Option& o);
 // plugin options) every plugin that was found but refused, saying so on
 // `err`; returns how many were removed.
 int drop_unloadable_selections(RawConfig& raw, const Registry& reg, std::ostream& err);
+// The plugins drop_unloadable_selections dropped in this process: (name,
+// why), for each process's config.json ("dropped").
+const std::vector<std::pair<std::string, std::string>>& dropped_at_load();
 
 // Puts the command line's plugin folders (--plugin-path, YAML
 // plugins.search_paths; absolute, ':'-separated) and plugin options

@@ -25,8 +25,10 @@
 
 #include "capture_disk.h"
 #include "oom_watch.h"
+#include "plugin_cli.h"
 #include "process_summary_json.h"
 #include "step_filter.h"
+#include "util/json.h"
 #include "supervisor.h"
 #include "symbolizer.h"
 #include "util/output_dir.h"
@@ -488,10 +490,49 @@ void ProcessRun::run_stream() {
                                       "wherever that was moved");
         run.log->error("the process folder {} was replaced during the run", dir);
     }
+    // config.json names the selected plugins that did not run to the end
+    // (refused at load, crashed, threw): "dropped": {name: why}.
+    if (std::string why = mark_dropped_plugins(); !why.empty())
+        summary_.incomplete.push_back(dir + "/config.json: cannot rewrite: " + why);
     if (std::string why = write_process_summary_json_at(dir_fd_.get(), summary_, facts); !why.empty())
         summary_.incomplete.push_back(dir + "/summary.json: cannot write: " + why);
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
+}
+
+std::string ProcessRun::mark_dropped_plugins() {
+    std::vector<std::pair<std::string, std::string>> dropped = dropped_at_load();
+    auto add = [&](const std::string& name, const std::string& why) {
+        for (auto& d : dropped)
+            if (d.first == name) return;
+        dropped.emplace_back(name, why);
+    };
+    // The supervisor's "plugin 'NAME' HOW in CALL; the outputs were re-run
+    // without it" and the pipeline's "plugin 'NAME': WHAT; continuing without it".
+    auto parse = [&](const std::string& msg, const char* sep, const char* tail) {
+        if (msg.rfind("plugin '", 0) != 0) return;
+        size_t q = msg.find('\'', 8);
+        if (q == std::string::npos || msg.compare(q + 1, strlen(sep), sep) != 0) return;
+        std::string why = msg.substr(q + 1 + strlen(sep));
+        size_t t = why.rfind(tail);
+        if (t != std::string::npos) why.erase(t);
+        add(msg.substr(8, q - 8), why);
+    };
+    for (auto& n : supervisor::exclusion_notes()) parse(n, " ", "; the outputs were re-run without it");
+    for (auto& e : summary_.plugin_errors) parse(e, ": ", "; continuing without it");
+    if (dropped.empty()) return "";
+    Json d = Json::object();
+    for (auto& [name, why] : dropped) d.set(name, Json(why));
+    std::string text = cfg_.to_json();
+    size_t close = text.rfind('}');
+    if (close == std::string::npos) return "not a JSON object";
+    size_t last = text.find_last_not_of(" \n", close - 1);
+    std::string body;
+    d.dump_to(body, 2, 1);
+    text = text.substr(0, last + 1) + ",\n  \"dropped\": " + body + "\n}\n";
+    std::string why;
+    if (!files::replace(dir_fd_.get(), "config.json", text, why)) return why;
+    return "";
 }
 
 // This process was forked from a profiled process and did not exec. Its

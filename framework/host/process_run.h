@@ -14,6 +14,7 @@
 #include "pipeline.h"
 #include "progress.h"
 #include "registry.h"
+#include "util/output_dir.h"
 
 namespace msms {
 
@@ -80,6 +81,9 @@ private:
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     std::string folder_name(const std::string& ts) const;
+    // Adds "dropped": {plugin: why} to config.json when a selected plugin did
+    // not run to the end; "" or why it could not.
+    std::string mark_dropped_plugins();
     bool replaced_by_exec() const;
     bool forked_without_exec() const;
 
@@ -91,6 +95,10 @@ private:
     std::function<void(const std::string&)> started_;
     std::string log_error_;  // the first failure to write the log
     progress::Slot* progress_ = nullptr;
+    // --output and this process's folder in it (dir_name_), opened without
+    // following links: every file of the run is created relative to dir_fd_.
+    Fd root_fd_, dir_fd_;
+    std::string dir_name_;
 };
 
 // Local time as YYYYmmddHHMMSS.

@@ -149,3 +149,24 @@ def test_concurrent_runs_into_one_output_are_all_in_its_index(tmp_path):
     html = (tmp_path / "out" / "index.html").read_text()
     assert html.count("<h2>run ") == 8, html
     assert not any(f'<tr><td class="n">{pid}</td>' in html for pid in first)
+
+
+def test_config_json_marks_dropped_plugins(cli, tmp_path):
+    # config.json listed plugins that were dropped as if they ran: it says
+    # which were dropped and why (refused at load, crashed, threw).
+    import json
+    from conftest import process_dirs
+    p = cli(["--plugin-path", str(PLUGIN_FIXTURES), "--device=cpu", "--events=alloc,free", "--output=out",
+             "--analysis=leaks,segv_in_event,old_minor,no_entry", "--", "/bin/ls", "/"], cwd=tmp_path)
+    assert p.returncode == 71, p.stderr
+    cfg = json.loads((process_dirs(tmp_path / "out")[0] / "config.json").read_text())
+    assert cfg["analysis"] == ["leaks", "segv_in_event", "old_minor"]
+    dropped = cfg["dropped"]
+    assert sorted(dropped) == ["no_entry", "old_minor", "segv_in_event"], dropped
+    assert dropped["segv_in_event"] == "crashed (SIGSEGV) in on_event"
+    assert dropped["no_entry"].startswith(f"cannot be loaded: {PLUGIN_FIXTURES}/libmsmemscope_plugin_no_entry.so: ")
+    assert dropped["old_minor"].startswith("failed on event "), dropped
+    # A run where every plugin ran has no "dropped".
+    p = cli(["--device=cpu", "--events=alloc,free", "--output=ok", "--", "/bin/ls", "/"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "dropped" not in json.loads((process_dirs(tmp_path / "ok")[0] / "config.json").read_text())
