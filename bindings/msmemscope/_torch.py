@@ -42,6 +42,11 @@
   therefore cannot have been freed); once that tensor is gone, a new block
   at the same address (``zero_grad(set_to_none=True)`` then the next
   backward) is tagged again;
+* DataLoader batches (worker processes): when the iterator hands a batch to
+  the program, an ACCESS UNKNOWN row (Name ``dataloader.next``) per storage
+  with Attr ``dataloader:handed``, and for each batch it received out of
+  order and keeps for a later turn, once, ``dataloader:held``: the leak
+  analysis judges a batch from the step it is handed in;
 * module calls (Python trace on): ``nn.Module: ClassName`` spans;
 * steps: in a plain script under the CLI (no API call), each optimizer
   step ends a step (SYSTEM STEP), as msmemscope.step() would;
@@ -419,6 +424,68 @@ def _wrap_autograd() -> None:
         setattr(ag, name, wrapper)
 
 
+def _batch_storages(data, depth: int = 0):
+    """(base address, bytes) of each CPU tensor's storage in a batch (tensors
+    in tuples, lists and dicts, a few levels deep)."""
+    if isinstance(data, torch.Tensor):
+        if data.device.type == "cpu" and not data.is_sparse:
+            try:
+                ptr = _base_ptr(data)
+            except RuntimeError:
+                return
+            if ptr:
+                yield ptr, data.numel() * data.element_size()
+    elif depth < 4:
+        if isinstance(data, dict):
+            data = data.values()
+        elif not isinstance(data, (list, tuple)):
+            return
+        for v in data:
+            yield from _batch_storages(v, depth + 1)
+
+
+def _dataloader_note(data, what: str) -> None:
+    seen = set()
+    for ptr, size in _batch_storages(data):
+        if ptr not in seen:
+            seen.add(ptr)
+            _ext.event(EV["ACCESS"], T["UNKNOWN"], CPU, -1, ptr, size, 0, 0, "dataloader.next", f"dataloader:{what}")
+
+
+def _wrap_dataloader() -> None:
+    """A DataLoader with worker processes receives batches (shared-memory
+    blocks) in the order the workers finish them and keeps one that arrives
+    before its turn (torch's _task_info) until the program asks for it: the
+    leak analysis judges a batch from the step it is handed in
+    (dataloader:handed), not while it is kept (dataloader:held)."""
+    try:
+        from torch.utils.data import dataloader as dl
+        cls = dl._MultiProcessingDataLoaderIter
+        original = cls._next_data
+    except (ImportError, AttributeError):
+        return
+    if getattr(original, "_msmemscope", False):
+        return
+
+    def _next_data(self, __original=original):
+        data = __original(self)
+        if _ext.collecting():
+            try:
+                held = self.__dict__.setdefault("_msmemscope_held", set())
+                for idx, info in self._task_info.items():
+                    if len(info) == 2 and idx not in held:
+                        held.add(idx)
+                        _dataloader_note(info[1], "held")
+                held.intersection_update(self._task_info)
+                _dataloader_note(data, "handed")
+            except Exception:
+                pass
+        return data
+
+    _next_data._msmemscope = True
+    cls._next_data = _next_data
+
+
 def _stack():
     s = getattr(_tls, "modules", None)
     if s is None:
@@ -463,6 +530,7 @@ def enable(trace: bool) -> None:
         _patch_optimizers()
         _wrap_autograd()
         _wrap_register_parameter()
+        _wrap_dataloader()
     from torch.nn.modules import module as m
     if _weight_hook is None:
         _weight_hook = m.register_module_forward_pre_hook(_weights_pre)
