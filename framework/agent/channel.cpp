@@ -387,14 +387,28 @@ static_assert(sizeof(RawChunkHeader) == sizeof(ChunkHeader) && offsetof(RawChunk
               "RawChunkHeader is ChunkHeader's layout");
 
 // Writes all of iov at off (short writes and signals continue); errno or 0.
+// A write past a file-size limit the program lowered after the chunk was
+// reserved (setrlimit(RLIMIT_FSIZE) mid-run) fails with EFBIG; its SIGXFSZ
+// is blocked and taken back as in reserve(): never the program's death.
 int pwrite_all(struct iovec* iov, int n, off_t off) {
     int fd = capture_fd();
     if (fd < 0) return EBADF;
     while (n > 0) {
+        sigset_t xfsz, old, before, after;
+        sigemptyset(&xfsz);
+        sigaddset(&xfsz, SIGXFSZ);
+        pthread_sigmask(SIG_BLOCK, &xfsz, &old);
+        sigpending(&before);
         ssize_t r = pwritev(fd, iov, n, off);
+        int e = errno;
+        if (!sigismember(&before, SIGXFSZ) && sigpending(&after) == 0 && sigismember(&after, SIGXFSZ)) {
+            struct timespec zero = {0, 0};
+            sigtimedwait(&xfsz, nullptr, &zero);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
         if (r < 0) {
-            if (errno == EINTR) continue;
-            return errno;
+            if (e == EINTR) continue;
+            return e;
         }
         if (r == 0) return EIO;
         off += r;
@@ -430,8 +444,11 @@ void flush_stage(capture::StageHeader* s, uint64_t index) {
     int e = pwrite_all(body, 2, off + static_cast<off_t>(sizeof(raw.magic)));
     if (e == 0) e = pwrite_all(magic, 1, off);
     if (e != 0) {
-        disable(e == ENOSPC || e == EDQUOT ? capture::DisabledReason::NoSpace : capture::DisabledReason::Other,
-                "the capture file cannot be written");
+        disable(e == ENOSPC || e == EDQUOT ? capture::DisabledReason::NoSpace
+                : e == EFBIG                   ? capture::DisabledReason::FileSize
+                                               : capture::DisabledReason::Other,
+                e == EFBIG ? "the capture file reached the file-size limit (ulimit -f)"
+                           : "the capture file cannot be written");
         return;
     }
     s->target.store(0, std::memory_order_release);
