@@ -25,6 +25,8 @@ static_assert(MSMS_ABI_MINOR != 0 || sizeof(msms_option_spec) == 56, "option spe
 // ABI 1.1 appended msms_plugin_descriptor.last_error; 1.2 msms_host_api.progress.
 static_assert(MSMS_ABI_MINOR < 1 || sizeof(msms_plugin_descriptor) >= 144, "descriptor size of ABI 1.1");
 static_assert(MSMS_ABI_MINOR < 2 || sizeof(msms_host_api) >= 72, "host API size of ABI 1.2");
+// ABI 1.3 appended msms_run_info.output_dir_fd (and reserved2).
+static_assert(MSMS_ABI_MINOR < 3 || sizeof(msms_run_info) >= 88, "run info size of ABI 1.3");
 static_assert(sizeof(msms_plugin_descriptor) >= 136 && sizeof(msms_event) >= 192 && sizeof(msms_host_api) >= 64 &&
               sizeof(msms_run_info) >= 80);
 static_assert(sizeof(msms_str) == 16 && sizeof(msms_kv) == 32 && sizeof(msms_error) == 512);
@@ -107,6 +109,10 @@ static_assert(sizeof(msms_kv) == 32, "msms_kv is used in arrays: changing it is 
     static_assert(offsetof(msms_run_info, command_line) == 56);
     static_assert(offsetof(msms_run_info, level) == 72);
     static_assert(offsetof(msms_run_info, reserved) == 76);
+#if MSMS_ABI_MINOR >= 3
+    static_assert(offsetof(msms_run_info, output_dir_fd) == 80);
+    static_assert(offsetof(msms_run_info, reserved2) == 84);
+#endif
     static_assert(offsetof(msms_option_spec, name) == 0);
     static_assert(offsetof(msms_option_spec, type) == 8);
     static_assert(offsetof(msms_option_spec, default_value) == 16);

@@ -4,6 +4,9 @@
 // rows of the analysed dump file. It writes nothing else.
 #include <msmemscope/plugin.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -36,8 +39,17 @@ public:
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
         if (path_.empty()) return;
         if (!f_) {
-            f_ = std::fopen(path_.c_str(), "w");
-            if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+            // Created O_EXCL|O_NOFOLLOW in its folder, itself opened without
+            // following a link (issue #29 item 4).
+            size_t slash = path_.rfind('/');
+            std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+            int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            std::string why = dir < 0 ? folder + ": " + std::strerror(errno) : "";
+            if (dir >= 0) {
+                f_ = msmemscope::files::create_stream(dir, path_.substr(slash == std::string::npos ? 0 : slash + 1), why);
+                ::close(dir);
+            }
+            if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + why);
         }
         std::string line = std::to_string(id) + "\t" + clean(key) + "\t" + clean(value) + "\n";
         std::fwrite(line.data(), 1, line.size(), f_);

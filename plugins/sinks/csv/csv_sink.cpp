@@ -56,6 +56,11 @@ public:
     void begin(const msmemscope::RunInfo& run) override {
         dir_ = run.output_dir;
         ts_ = run.timestamp;
+        // Every file is created relative to the run folder's descriptor
+        // (issue #29 item 4).
+        std::string why;
+        dir_fd_.reset(run.open_output_dir(why));
+        if (!dir_fd_) throw std::runtime_error("cannot open the run folder " + why);
     }
 
     void on_event(const msms_event& ev) override {
@@ -63,8 +68,8 @@ public:
         if (ev.kind == MSMS_EV_PY_TRACE) {
             if (!trace_) {
                 std::string dev = first_device_.empty() ? "cpu" : first_device_;
-                trace_ = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/python_trace_" + ts_ + ".csv",
-                                                msms::kPythonTraceHeader);
+                std::string rel = "device_" + dev + "/dump/python_trace_" + ts_ + ".csv";
+                trace_ = std::make_unique<File>(dir_fd_.get(), rel, dir_ + "/" + rel, msms::kPythonTraceHeader);
             }
             trace_rows_.append(trace_->buffer(), ev);
             if (trace_->maybe_flush()) progress();
@@ -121,8 +126,8 @@ public:
             for (auto& [dev, f] : files_) rewrite += file_size(f->path());
             for (auto& [dev, f] : files_) {
                 RowIndex& ix = index_[f.get()];
-                if (ix.ordered) apply_patches_indexed(f->path(), ix, done, rewrite);
-                else apply_patches(f->path(), done, rewrite);
+                if (ix.ordered) apply_patches_indexed(*f, ix, done, rewrite);
+                else apply_patches(*f, done, rewrite);
             }
         }
         // The end: the files' final sizes.
@@ -274,8 +279,27 @@ private:
     }
 
     // The same result as apply_patches, reading only the annotated rows.
-    void apply_patches_indexed(const std::string& path, const RowIndex& ix, uint64_t& done, uint64_t total) {
-        int in = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // The file's folder and name, opened without following links: it is
+    // reread and replaced there (a new .tmp renamed over it).
+    struct Place {
+        msmemscope::files::Fd dir;
+        std::string name, tmp;
+    };
+    Place place_of(const File& f) {
+        Place p;
+        size_t slash = f.rel().rfind('/');
+        std::string why;
+        p.dir.reset(msmemscope::files::open_dir(dir_fd_.get(), slash == std::string::npos ? "" : f.rel().substr(0, slash),
+                                                false, why));
+        if (!p.dir) throw std::runtime_error("cannot reread " + f.path() + ": " + why);
+        p.name = slash == std::string::npos ? f.rel() : f.rel().substr(slash + 1);
+        p.tmp = p.name + ".tmp";
+        return p;
+    }
+    void apply_patches_indexed(const File& f, const RowIndex& ix, uint64_t& done, uint64_t total) {
+        const std::string& path = f.path();
+        Place where = place_of(f);
+        int in = ::openat(where.dir.get(), where.name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (in < 0) throw std::runtime_error("cannot reread " + path);
         struct stat st;
         if (::fstat(in, &st) != 0) {
@@ -283,11 +307,11 @@ private:
             throw std::runtime_error("cannot reread " + path);
         }
         const uint64_t size = static_cast<uint64_t>(st.st_size);
-        std::string tmp = path + ".tmp";
-        int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        std::string tmp = path + ".tmp", why;
+        int out = msmemscope::files::create(where.dir.get(), where.tmp, why);
         if (out < 0) {
             ::close(in);
-            throw std::runtime_error("cannot write " + tmp);
+            throw std::runtime_error("cannot write " + tmp + ": " + why);
         }
         try {
             std::vector<uint64_t> ids;
@@ -329,7 +353,7 @@ private:
         }
         ::close(in);
         if (::close(out) != 0) throw std::runtime_error("cannot write " + tmp);
-        std::rename(tmp.c_str(), path.c_str());
+        ::renameat(where.dir.get(), where.tmp.c_str(), where.dir.get(), where.name.c_str());
         done += size;
         host_.progress(std::min(done, total), total, "updating csv");
     }
@@ -350,7 +374,8 @@ private:
     File& open(const std::string& dev) {
         auto it = files_.find(dev);
         if (it != files_.end()) return *it->second;
-        auto f = std::make_unique<File>(dir_ + "/device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv", msms::kDumpHeader);
+        std::string rel = "device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv";
+        auto f = std::make_unique<File>(dir_fd_.get(), rel, dir_ + "/" + rel, msms::kDumpHeader);
         if (first_device_.empty()) first_device_ = dev;
         for (size_t i = 0; i < history_.size(); ++i) {
             auto& [head, tail] = history_[i];
@@ -410,14 +435,20 @@ private:
 
     // The full parse of a file (IDs not rising through it).
     // done/total: bytes rewritten over every file, for the status line.
-    void apply_patches(const std::string& path, uint64_t& done, uint64_t total) {
-        std::FILE* in = std::fopen(path.c_str(), "r");
-        if (!in) throw std::runtime_error("cannot reread " + path);
-        std::string tmp = path + ".tmp";
-        std::FILE* out = std::fopen(tmp.c_str(), "w");
+    void apply_patches(const File& f, uint64_t& done, uint64_t total) {
+        const std::string& path = f.path();
+        Place where = place_of(f);
+        int in_fd = ::openat(where.dir.get(), where.name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        std::FILE* in = in_fd < 0 ? nullptr : ::fdopen(in_fd, "r");
+        if (!in) {
+            if (in_fd >= 0) ::close(in_fd);
+            throw std::runtime_error("cannot reread " + path);
+        }
+        std::string tmp = path + ".tmp", why;
+        std::FILE* out = msmemscope::files::create_stream(where.dir.get(), where.tmp, why);
         if (!out) {
             std::fclose(in);
-            throw std::runtime_error("cannot write " + tmp);
+            throw std::runtime_error("cannot write " + tmp + ": " + why);
         }
         msms::CsvReader reader(in);
         std::vector<std::string> fields;
@@ -436,12 +467,13 @@ private:
         }
         std::fclose(in);
         if (std::fclose(out) != 0) throw std::runtime_error("cannot write " + tmp);
-        std::rename(tmp.c_str(), path.c_str());
+        ::renameat(where.dir.get(), where.tmp.c_str(), where.dir.get(), where.name.c_str());
     }
 
     msmemscope::Host host_;
     msms::WrittenEvents written_;
     std::string dir_, ts_, first_device_;
+    msmemscope::files::Fd dir_fd_;  // the run folder (RunInfo::open_output_dir)
     std::map<std::string, std::unique_ptr<File>> files_;
     std::unique_ptr<File> trace_;
     msms::PythonTraceRowWriter trace_rows_;

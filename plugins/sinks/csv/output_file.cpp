@@ -1,5 +1,7 @@
 #include "output_file.h"
 
+#include <msmemscope/output_files.hpp>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,11 +17,11 @@ namespace fs = std::filesystem;
 
 namespace msms {
 
-OutputFile::OutputFile(const std::string& path, const char* header) : path_(path) {
-    std::error_code ec;
-    fs::create_directories(fs::path(path).parent_path(), ec);
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd_ < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+OutputFile::OutputFile(int dir_fd, const std::string& rel, const std::string& shown, const char* header)
+    : path_(shown), rel_(rel) {
+    std::string why;
+    fd_ = msmemscope::files::create(dir_fd, rel, why);
+    if (fd_ < 0) throw std::runtime_error("cannot write " + shown + ": " + why);
     buf_.reserve(kBlock + (1 << 20));
     buf_ += header;
     buf_ += '\n';

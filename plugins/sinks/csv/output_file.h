@@ -17,6 +17,8 @@
 // 200 MB/s, and slowed the direct writes beside them; it was not kept.
 #pragma once
 
+#include <fcntl.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,8 +29,13 @@ namespace msms {
 
 class OutputFile {
 public:
-    // Creates (truncates) path, its folder too; throws with the reason.
-    OutputFile(const std::string& path, const char* header);
+    // Creates the new file `rel` below the folder `dir_fd` (its folders too),
+    // O_EXCL|O_NOFOLLOW through an openat chain (msmemscope/output_files.hpp,
+    // issue #29 item 4): never through a link, never over an existing file.
+    // `shown` is the path for messages. Throws with the reason.
+    OutputFile(int dir_fd, const std::string& rel, const std::string& shown, const char* header);
+    // The same with `path` relative to the working folder.
+    OutputFile(const std::string& path, const char* header) : OutputFile(AT_FDCWD, path, path, header) {}
     ~OutputFile();
     OutputFile(const OutputFile&) = delete;
     OutputFile& operator=(const OutputFile&) = delete;
@@ -46,6 +53,8 @@ public:
     // swallowed (the destructor calls it): flush() first to see them.
     void close();
     const std::string& path() const { return path_; }
+    // The name given at creation, relative to its folder descriptor.
+    const std::string& rel() const { return rel_; }
     // Blocks written with O_DIRECT so far (tests).
     uint64_t direct_blocks() const { return blocks_; }
 
@@ -59,7 +68,7 @@ private:
     void stop_direct();
     void write_all(const char* p, size_t n, uint64_t at);
 
-    std::string path_;
+    std::string path_, rel_;
     int fd_ = -1;
     bool direct_ = false;
     char* aligned_ = nullptr;  // the block in flight (the writer's)

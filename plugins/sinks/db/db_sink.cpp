@@ -36,6 +36,7 @@
 #include <msmemscope/plugin.hpp>
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -58,6 +59,34 @@
 namespace fs = std::filesystem;
 
 namespace {
+
+// SQLite opens its files by name (the database and, beside it, its rollback
+// journal). So that neither is ever reached through a link (issue #29 item
+// 4), the name given to SQLite is /proc/self/fd/<folder descriptor>/<file>:
+// the kernel resolves /proc/self/fd/N to the folder this sink opened through
+// an openat chain, whatever its path names now. This VFS is the default one
+// with one change: it keeps such a name as given (the default resolves
+// symbolic links in the name, which would turn it back into a path).
+int keep_pathname(sqlite3_vfs*, const char* name, int n, char* out) {
+    size_t len = std::strlen(name);
+    if (len + 1 > static_cast<size_t>(n)) return SQLITE_CANTOPEN;
+    std::memcpy(out, name, len + 1);
+    return SQLITE_OK;
+}
+
+const char* fd_path_vfs() {
+    static const char* name = [] {
+        static sqlite3_vfs vfs;
+        sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
+        if (!base) return static_cast<const char*>(nullptr);
+        vfs = *base;
+        vfs.pNext = nullptr;
+        vfs.zName = "msmemscope_fd_path";
+        vfs.xFullPathname = keep_pathname;
+        return sqlite3_vfs_register(&vfs, 0) == SQLITE_OK ? vfs.zName : static_cast<const char*>(nullptr);
+    }();
+    return name;
+}
 
 using msmemscope::view;
 
@@ -204,12 +233,23 @@ public:
     static constexpr int kSlots = 6;        // Attr values per row besides ptr, allocation id and size
     static constexpr size_t kMaxFormats = 1000;  // Attr layouts; rows of further ones keep their text
 
-    Database(const std::string& path, const msmemscope::RunInfo& run, const std::string& device, bool table_layout)
+    // `rel_dir`/`name` below the run folder `run_fd`; `path` is for messages.
+    Database(int run_fd, const std::string& rel_dir, const std::string& name, const std::string& path,
+             const msmemscope::RunInfo& run, const std::string& device, bool table_layout)
         : path_(path), dev_(device), table_(table_layout) {
-        std::error_code ec;
-        fs::create_directories(fs::path(path).parent_path(), ec);
-        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
-        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+        // The folder through an openat chain, the file created anew
+        // (O_EXCL|O_NOFOLLOW), then opened by SQLite through the folder's
+        // descriptor (fd_path_vfs).
+        std::string why;
+        dir_.reset(msmemscope::files::open_dir(run_fd, rel_dir, true, why));
+        if (!dir_) throw std::runtime_error("cannot create " + path + ": " + why);
+        int fd = msmemscope::files::create(dir_.get(), name, why);
+        if (fd < 0) throw std::runtime_error("cannot create " + path + ": " + why);
+        ::close(fd);
+        const char* vfs = fd_path_vfs();
+        if (!vfs) throw std::runtime_error("cannot create " + path + ": SQLite has no default VFS");
+        std::string via = "/proc/self/fd/" + std::to_string(dir_.get()) + "/" + name;
+        if (sqlite3_open_v2(via.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs) != SQLITE_OK) {
             std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
             sqlite3_close(db_);
             db_ = nullptr;
@@ -1013,6 +1053,7 @@ private:
     }
 
     std::string path_;
+    msmemscope::files::Fd dir_;  // the file's folder (SQLite reaches it through /proc/self/fd)
     sqlite3* db_ = nullptr;
     Stmt ins_dump_, ins_block_, ins_row_, ins_rows_, ins_ctx_, ins_fmt_, ins_live_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
     std::string dev_, other_dev_;
@@ -1139,8 +1180,14 @@ private:
     Database& open(const std::string& dev) {
         auto it = dbs_.find(dev);
         if (it != dbs_.end()) return *it->second;
-        auto d = std::make_unique<Database>(
-            run_.output_dir + "/device_" + dev + "/dump/memscope_dump_" + run_.timestamp + ".db", run_, dev, table_layout_);
+        if (!run_fd_) {
+            std::string why;
+            run_fd_.reset(run_.open_output_dir(why));
+            if (!run_fd_) throw std::runtime_error("cannot open the run folder " + why);
+        }
+        std::string rel_dir = "device_" + dev + "/dump", name = "memscope_dump_" + run_.timestamp + ".db";
+        auto d = std::make_unique<Database>(run_fd_.get(), rel_dir, name, run_.output_dir + "/" + rel_dir + "/" + name, run_,
+                                            dev, table_layout_);
         Database& db = *dbs_.emplace(dev, std::move(d)).first->second;
         if (first_device_.empty()) first_device_ = dev;
         for (auto& p : pending_) db.row(p.get());
@@ -1174,6 +1221,7 @@ private:
     msms::WrittenEvents written_;
     bool table_layout_;
     msmemscope::RunInfo run_;
+    msmemscope::files::Fd run_fd_;  // the run folder (RunInfo::open_output_dir), opened at the first file
     std::vector<Pending> pending_;  // rows without a device so far
     bool pending_full_ = false;
     std::string first_device_;

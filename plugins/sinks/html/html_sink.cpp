@@ -231,8 +231,12 @@ public:
         page.append(tpl.substr(t_at + 7, at - t_at - 7));
         page += data;
         page.append(tpl.substr(at + 6));
-        std::FILE* f = std::fopen(path.c_str(), "w");
-        if (!f) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+        // Created O_EXCL|O_NOFOLLOW in the run folder's descriptor (issue #29
+        // item 4): a folder swapped for a link is never written through.
+        std::string why;
+        msmemscope::files::Fd dir(run_.open_output_dir(why));
+        std::FILE* f = dir ? msmemscope::files::create_stream(dir.get(), "report_" + run_.timestamp + ".html", why) : nullptr;
+        if (!f) throw std::runtime_error("cannot write " + path + ": " + why);
         // In pieces, each said on the status line (ABI 1.2 progress).
         constexpr size_t kPiece = 4 << 20;
         size_t w = 0;

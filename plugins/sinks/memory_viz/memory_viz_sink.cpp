@@ -139,14 +139,20 @@ public:
         : host_(host), max_entries_(static_cast<uint64_t>(opts.get_int("max_trace_entries", 1000000))) {
         stacks_.push_back(StackEntry{});  // 0: no frames
     }
+    ~MemoryVizSink() override {
+        if (out_) std::fclose(out_);
+    }
 
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
         path_ = run.output_dir + "/memory_viz_" + run.timestamp + ".pickle";
-        // Fail now rather than after the run if the file cannot be written.
-        std::FILE* f = std::fopen(path_.c_str(), "wb");
-        if (!f) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
-        std::fclose(f);
+        // Fail now rather than after the run if the file cannot be written:
+        // created here, O_EXCL|O_NOFOLLOW in the run folder's descriptor
+        // (issue #29 item 4), and kept open until write().
+        std::string why;
+        msmemscope::files::Fd dir(run.open_output_dir(why));
+        out_ = dir ? msmemscope::files::create_stream(dir.get(), "memory_viz_" + run.timestamp + ".pickle", why) : nullptr;
+        if (!out_) throw std::runtime_error("cannot write " + path_ + ": " + why);
     }
 
     void on_event(const msms_event& ev) override {
@@ -535,8 +541,9 @@ private:
     }
 
     void write() {
-        std::FILE* f = std::fopen(path_.c_str(), "wb");
-        if (!f) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        std::FILE* f = out_;
+        out_ = nullptr;
+        if (!f) throw std::runtime_error("cannot write " + path_ + ": not created at begin()");
         bool failed = false;
         // The status line (ABI 1.2 progress): bytes written, and the total
         // estimated from the trace entries written so far (most of the file).
@@ -631,6 +638,7 @@ private:
     msmemscope::RunInfo run_;
     uint64_t max_entries_;
     std::string path_;
+    std::FILE* out_ = nullptr;  // created at begin(), written at the end
     std::vector<std::unique_ptr<Device>> devices_;
     std::unordered_map<uint64_t, size_t> dev_index_;
     std::vector<StackEntry> stacks_;

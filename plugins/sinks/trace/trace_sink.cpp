@@ -77,8 +77,11 @@ public:
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
         path_ = run.output_dir + "/trace_" + run.timestamp + ".json";
-        f_ = std::fopen(path_.c_str(), "w");
-        if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        // Created O_EXCL|O_NOFOLLOW in the run folder's descriptor (issue #29 item 4).
+        std::string why;
+        msmemscope::files::Fd dir(run.open_output_dir(why));
+        f_ = dir ? msmemscope::files::create_stream(dir.get(), "trace_" + run.timestamp + ".json", why) : nullptr;
+        if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + why);
         buf_.reserve(kFlushAt + 65536);
         buf_ += "{\"traceEvents\":[\n";
         std::string name = run.command_line.empty() ? "process" : run.command_line;

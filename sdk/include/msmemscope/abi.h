@@ -24,8 +24,9 @@ extern "C" {
 #define MSMS_ABI_MAJOR 1u
 /* 1.1: msms_plugin_descriptor.last_error (older plugins load unchanged).
  * 1.2: msms_host_api.progress (optional for plugins: older ones load and
- *      run unchanged, never calling it). */
-#define MSMS_ABI_MINOR 2u
+ *      run unchanged, never calling it).
+ * 1.3: msms_run_info.output_dir_fd (older plugins load and run unchanged). */
+#define MSMS_ABI_MINOR 3u
 
 /* Name of the one exported entry, in either of two forms (the host tells
  * them apart by the ELF symbol type, see msmemscope/entry.hpp):
@@ -130,6 +131,17 @@ typedef enum msms_event_type {
     /* PY_TRACE */
     MSMS_T_PY_CALL = 80,
     MSMS_T_PY_RECORD_FUNCTION = 81,
+    /* A collector's own memory pool (issue #29 item 7). A collector picks one
+     * code in [FIRST, LAST] for its pool and names the pool in the Attr "pool"
+     * of its MALLOC events ("pool:MYPOOL"; [A-Z][A-Z0-9_]*, at most 31
+     * characters, not a built-in type's name). The host then names the type
+     * after it everywhere: the Event Type column, leaks' and decompose's
+     * reports, the summary (msms_event_type_name below). Blocks of such a pool
+     * count in process_used and device_used (its memory is its own), and
+     * leaks' step rule judges them as a framework pool's. No new field: hosts
+     * and plugins of any 1.x minor read these events. */
+    MSMS_T_CUSTOM_POOL_FIRST = 96,
+    MSMS_T_CUSTOM_POOL_LAST = 111,
     MSMS_T_TYPE_LIMIT = 128
 } msms_event_type;
 
@@ -192,7 +204,21 @@ static inline const char* msms_event_kind_name(uint16_t kind) {
     }
 }
 
+/* A collector's own pool type (MSMS_T_CUSTOM_POOL_FIRST..LAST). */
+static inline int msms_is_custom_pool(uint16_t type) {
+    return type >= MSMS_T_CUSTOM_POOL_FIRST && type <= MSMS_T_CUSTOM_POOL_LAST;
+}
+
+/* Defined by the msmemscope host: the name a collector gave its pool type
+ * (the "pool" Attr of the type's first MALLOC), or NULL. Weak: a program
+ * without it (a unit test, the conformance tool) sees "CUSTOM_POOL". */
+extern const char* msms_host_pool_name(uint16_t type) __attribute__((weak, visibility("default")));
+
 static inline const char* msms_event_type_name(uint16_t type) {
+    if (msms_is_custom_pool(type)) {
+        const char* n = msms_host_pool_name ? msms_host_pool_name(type) : 0;
+        return n ? n : "CUSTOM_POOL";
+    }
     switch (type) {
     case MSMS_T_NONE: return "N/A";
     case MSMS_T_ACL_INIT: return "ACL_INIT";
@@ -233,7 +259,7 @@ static inline const char* msms_event_type_name(uint16_t type) {
 /* True for the pool types a framework manages (used by leaks' step rule). */
 static inline int msms_is_framework_pool(uint16_t type) {
     return type == MSMS_T_PTA || type == MSMS_T_PTA_WORKSPACE || type == MSMS_T_ATB ||
-           type == MSMS_T_MINDSPORE;
+           type == MSMS_T_MINDSPORE || msms_is_custom_pool(type);
 }
 
 /* ---------------------------------------------------------------- progress */
@@ -301,6 +327,14 @@ typedef struct msms_run_info {
     msms_str command_line; /* the profiled program and its arguments */
     uint32_t level;        /* 0 op, 1 kernel */
     uint32_t reserved;
+    /* ABI 1.3 (a 1.0-1.2 host's struct ends before it: check struct_size, or
+     * use msmemscope::RunInfo::output_dir_fd, which does; -1 = none). A
+     * descriptor of output_dir, opened without following links, valid until
+     * finish() returns; the plugin must not close it. Create every file
+     * relative to it, O_CREAT|O_EXCL|O_NOFOLLOW (msmemscope/output_files.hpp):
+     * a folder swapped for a link during the run is never written through. */
+    int32_t output_dir_fd;
+    uint32_t reserved2;
 } msms_run_info;
 
 /* ---------------------------------------------------------------- options */

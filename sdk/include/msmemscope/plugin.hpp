@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "abi.h"
+#include "output_files.hpp"
 
 namespace msmemscope {
 
@@ -171,10 +172,31 @@ struct RunInfo {
     uint32_t pid = 0;
     std::string output_dir, timestamp, config_json, command_line;
     uint32_t level = 0;
+    // ABI 1.3: the run folder's descriptor (opened without following links;
+    // the host owns it). -1 from an older host: open_output_dir() then opens
+    // output_dir itself. Create files with msmemscope::files::create(), never
+    // by path (msmemscope/output_files.hpp).
+    int output_dir_fd = -1;
     RunInfo() = default;
     explicit RunInfo(const msms_run_info& r)
         : pid(r.pid), output_dir(view(r.output_dir)), timestamp(view(r.timestamp)),
-          config_json(view(r.config_json)), command_line(view(r.command_line)), level(r.level) {}
+          config_json(view(r.config_json)), command_line(view(r.command_line)), level(r.level),
+          output_dir_fd(r.struct_size >= offsetof(msms_run_info, output_dir_fd) + sizeof(r.output_dir_fd)
+                            ? r.output_dir_fd
+                            : -1) {}
+    // A descriptor of the run's folder that the caller owns (and closes):
+    // a duplicate of output_dir_fd, or (older hosts, tests) output_dir opened
+    // O_DIRECTORY|O_NOFOLLOW. -1 with `error` set when neither works.
+    int open_output_dir(std::string& error) const {
+        if (output_dir_fd >= 0) {
+            int fd = ::fcntl(output_dir_fd, F_DUPFD_CLOEXEC, 3);
+            if (fd < 0) error = output_dir + ": " + std::strerror(errno);
+            return fd;
+        }
+        int fd = ::open(output_dir.empty() ? "." : output_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) error = (output_dir.empty() ? std::string(".") : output_dir) + ": " + std::strerror(errno);
+        return fd;
+    }
 };
 
 namespace detail {

@@ -207,6 +207,12 @@ public:
         r.pid = 1;
         r.output_dir = str(output_dir);
         r.timestamp = str(ts);
+        // As the host does (ABI 1.3): the folder exists (made here, with its
+        // parents) and the plugin gets its descriptor, opened without
+        // following links; the harness keeps it open until it is destroyed.
+        std::string why;
+        dir_fd_.reset(files::open_dir(AT_FDCWD, output_dir, true, why));
+        r.output_dir_fd = dir_fd_.get();
         msms_error err{};
         int rc = d_->begin ? d_->begin(obj_, &r, &err) : MSMS_OK;
         last_error = err.message;
@@ -261,6 +267,7 @@ private:
     void* obj_ = nullptr;
     OwnedEvent* current_ = nullptr;
     uint64_t next_id_ = 0;
+    files::Fd dir_fd_;  // the run folder given to begin()
 };
 
 // Loads a built plugin .so and returns its descriptor (nullptr and the reason

@@ -73,6 +73,7 @@ struct Driver {
         r.timestamp = str("20260101000000");
         r.command_line = str("python3 train.py --epochs 1");
         r.config_json = str("{}");
+        r.output_dir_fd = -1;  // ABI 1.3: none (the sink opens output_dir itself)
         msms_error err{};
         check(d->begin(obj, &r, &err), "begin", err);
     }

@@ -71,6 +71,7 @@ struct RawSink {
         r.pid = 1;
         r.output_dir = msmemscope::str(dir);
         r.timestamp = msmemscope::str("20260101000000");
+        r.output_dir_fd = -1;  // ABI 1.3: none (the sink opens output_dir itself)
         msms_error err{};
         REQUIRE(d->begin(obj, &r, &err) == MSMS_OK);
     }

@@ -1,0 +1,92 @@
+// The host's side of "every file is created O_EXCL|O_NOFOLLOW relative to a
+// folder descriptor opened without following links" (issue #29 item 4): the
+// --output folder is opened once (its real path, then one component at a
+// time with O_NOFOLLOW), each process folder is made and opened below it, and
+// everything in it is created through msmemscope/output_files.hpp (the SDK's
+// helper, which plugins use too: they get the folder's descriptor in
+// msms_run_info.output_dir_fd). Header-only.
+#pragma once
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <string>
+
+#include <msmemscope/output_files.hpp>
+#include <spdlog/sinks/base_sink.h>
+
+namespace msms {
+
+namespace files = msmemscope::files;
+
+using Fd = msmemscope::files::Fd;
+
+// Opens an existing output folder: links in the path as given are the
+// user's own choice and are resolved once (realpath); the resolved path is
+// then opened component by component without following links, so that a
+// component swapped for a link meanwhile is refused, not followed.
+inline Fd open_output_root(const std::string& path, std::string& error) {
+    char real[PATH_MAX];
+    if (!::realpath(path.empty() ? "." : path.c_str(), real)) {
+        error = path + ": " + std::strerror(errno);
+        return Fd();
+    }
+    std::string why;
+    int fd = files::open_dir(AT_FDCWD, real, false, why);
+    if (fd < 0) error = path + ": " + why;
+    return Fd(fd);
+}
+
+// Makes a fresh folder `name` in `parent` (never one that was there: else
+// name_2, name_3, ... up to 99 variants) and opens it without following
+// links. Returns the descriptor and the name used, or an invalid Fd with
+// `error` set (in the words of make_fresh_dir).
+inline Fd make_fresh_dir_at(int parent, const std::string& shown_parent, const std::string& name,
+                            std::string& used, std::string& error) {
+    constexpr int kVariants = 100;
+    for (int n = 1; n <= kVariants; ++n) {
+        std::string p = n == 1 ? name : name + "_" + std::to_string(n);
+        if (::mkdirat(parent, p.c_str(), 0777) == 0) {  // the umask applies (main keeps o+w out of it)
+            int fd = ::openat(parent, p.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0) {
+                error = shown_parent + "/" + p + ": cannot open the output folder just made: " + std::strerror(errno);
+                return Fd();
+            }
+            used = p;
+            return Fd(fd);
+        }
+        if (errno != EEXIST) {
+            error = shown_parent + "/" + p + ": cannot create the output folder: " + std::strerror(errno);
+            return Fd();
+        }
+    }
+    error = shown_parent + "/" + name + ": cannot create the output folder: it and " + std::to_string(kVariants - 1) +
+            " numbered variants (_2, _3, ...) exist";
+    return Fd();
+}
+
+// A log written to a descriptor (a file created by files::create): spdlog's
+// own file sinks open by path.
+class FdLogSink : public spdlog::sinks::base_sink<std::mutex> {
+public:
+    explicit FdLogSink(int fd) : fd_(fd) {}
+
+protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        spdlog::memory_buf_t buf;
+        formatter_->format(msg, buf);
+        if (!files::write_all(fd_.get(), std::string_view(buf.data(), buf.size())))
+            throw spdlog::spdlog_ex("cannot write the log file", errno);
+    }
+    void flush_() override {}
+
+private:
+    Fd fd_;
+};
+
+}  // namespace msms
