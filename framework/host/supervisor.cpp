@@ -138,9 +138,10 @@ int g_log_dir = -1;     // the process folder, for drop_empty_plugin_log()
 int g_log_fd = -1;
 }  // namespace
 
-std::string redirect_plugin_output(const std::string& dir) {
+std::string redirect_plugin_output(const std::string& dir, int dir_fd) {
     if (!g_page || g_log_fd >= 0) return "";
-    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    // The process folder's own descriptor when given (issue #29 item 4).
+    int dfd = dir_fd >= 0 ? fcntl(dir_fd, F_DUPFD_CLOEXEC, 3) : open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) return dir + ": " + strerror(errno);
     int fd = openat(dfd, kPluginLogName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -93,7 +93,7 @@ private:
 // host_stderr(), to the stream the tool was started with. Returns an error
 // text (nothing moved) or "". Outside a worker (MSMEMSCOPE_NO_SUPERVISOR)
 // nothing is moved: the host's threads share fd 1 and 2.
-std::string redirect_plugin_output(const std::string& dir);
+std::string redirect_plugin_output(const std::string& dir, int dir_fd = -1);
 // The name of that file in the process folder.
 constexpr const char* kPluginLogName = "msmemscope_plugins.log";
 // Writes one message of the host's to its own stderr (one write).
