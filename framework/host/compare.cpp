@@ -44,6 +44,7 @@
 #include <unordered_map>
 
 #include "offline/dump_reader.h"
+#include "offline/memory_budget.h"
 #include "process_run.h"
 #include "util/csv.h"
 
@@ -52,118 +53,51 @@ namespace fs = std::filesystem;
 namespace msms {
 namespace {
 
+// Names and alignment keys are interned (one copy each, shared by both
+// runs), so that an entry costs a few bytes and keys compare as numbers.
+class Names {
+public:
+    uint32_t id(const std::string& s) {
+        auto [it, added] = ids_.emplace(s, static_cast<uint32_t>(text_.size()));
+        if (added) text_.push_back(&it->first);
+        return it->second;
+    }
+    const std::string& text(uint32_t id) const { return *text_[id]; }
+
+private:
+    std::unordered_map<std::string, uint32_t> ids_;
+    std::vector<const std::string*> text_;
+};
+
+// An entry's bytes under each rule the run may turn out to need (which one
+// is known only at the end of the device's rows): upstream's rule, by the
+// framework pool met first (0 PTA, 1 MINDSPORE, 2 host pools); ours, by
+// whether the device has framework-pool allocations (0 yes, 1 no).
 struct Entry {
-    std::string name, event;
-    int64_t bytes = 0;
-    std::string key;  // what is aligned: the name and the operator it ran in
+    uint32_t name = 0, key = 0;
+    uint16_t kind = 0;
+    int64_t bytes[3] = {0, 0, 0};
 };
 
 struct DeviceSeq {
-    std::vector<DumpRow> rows;
+    size_t rows = 0;
     std::vector<Entry> entries;
-};
-
-bool load_side(const std::string& input, std::map<std::string, DeviceSeq>& out, std::string& err) {
-    auto files = dump_files(input, err);
-    if (files.empty()) return false;
-    for (auto& f : files) {
-        std::vector<DumpRow> rows;
-        if (!read_dump(f, rows, err)) return false;
-        for (auto& r : rows) {
-            if (r.rec.ev.device_kind == MSMS_DEV_NA) continue;
-            out[r.device == "host" ? std::string("cpu") : r.device].rows.push_back(std::move(r));
-        }
-    }
-    for (auto& [dev, seq] : out) sort_by_time(seq.rows);
-    return true;
-}
-
-// levels: bit 0 op (ATEN_END/ATB_END), bit 1 kernel (KERNEL_LAUNCH); --level=op,kernel: both.
-bool wanted(const msms_event& ev, unsigned levels) {
-    if ((levels & 1u) && ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_END || ev.type == MSMS_T_ATB_END))
-        return true;
-    return (levels & 2u) && ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.type == MSMS_T_KERNEL_LAUNCH;
-}
-
-bool counted_pool(const msms_event& ev, bool framework) {
-    if (ev.kind != MSMS_EV_MALLOC) return false;
-    return framework ? msms_is_framework_pool(ev.type) != 0 : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
-}
-
-bool is_op_start(const msms_event& ev) {
-    return ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START);
-}
-
-// upstream: each operator is credited with the first allocation after its
-// end (upstream's rule), else with what it allocated between start and end.
-void build_entries(DeviceSeq& s, unsigned levels, bool upstream) {
-    bool framework = false;
-    for (auto& r : s.rows)
-        if (r.rec.ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(r.rec.ev.type)) framework = true;
-    // the size of the first counted allocation after each row, from the back
-    std::vector<int64_t> next(s.rows.size() + 1, 0);
-    if (upstream) {
-        // upstream's GetMemoryUsage: the first row (MALLOC or FREE) of the
-        // run's framework pool, PTA or MINDSPORE, whichever comes first;
-        // a device without either (a CPU run) takes its host pools.
-        uint16_t fw = 0;
-        for (auto& r : s.rows)
-            if ((r.rec.ev.kind == MSMS_EV_MALLOC || r.rec.ev.kind == MSMS_EV_FREE) &&
-                (r.rec.ev.type == MSMS_T_PTA || r.rec.ev.type == MSMS_T_MINDSPORE)) {
-                fw = r.rec.ev.type;
-                break;
-            }
-        auto counts = [fw](const msms_event& ev) {
-            if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return false;
-            return fw ? ev.type == fw : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
-        };
-        for (size_t i = s.rows.size(); i-- > 0;)
-            next[i] = counts(s.rows[i].rec.ev) ? s.rows[i].attr_size : next[i + 1];
-    } else {
-        for (size_t i = s.rows.size(); i-- > 0;)
-            next[i] = counted_pool(s.rows[i].rec.ev, framework) ? static_cast<int64_t>(s.rows[i].rec.ev.size)
-                                                                : next[i + 1];
-    }
+    // the rule in force (set at the end of the rows)
+    bool framework = false;  // ours: some MALLOC of a framework pool
+    uint16_t fw = 0;         // upstream: the framework pool met first
+    int variant = 0;
+    // entries still waiting for the first counted row after them, per rule
+    std::vector<uint32_t> pending[3];
     // per thread: the operators running and what they allocated so far
     struct Open {
-        const std::string* name;
-        int64_t bytes;
+        uint32_t name;
+        int64_t bytes[2];
     };
     std::unordered_map<uint64_t, std::vector<Open>> open;
-    for (size_t i = 0; i < s.rows.size(); ++i) {
-        const Record& r = s.rows[i].rec;
-        uint64_t thread = (static_cast<uint64_t>(r.ev.pid) << 32) | r.ev.tid;
-        if (!upstream && is_op_start(r.ev)) {
-            open[thread].push_back(Open{&r.name, 0});
-            continue;
-        }
-        if (!upstream && counted_pool(r.ev, framework)) {
-            auto it = open.find(thread);
-            if (it != open.end())
-                for (Open& o : it->second) o.bytes += static_cast<int64_t>(r.ev.size);
-            continue;
-        }
-        if (!wanted(r.ev, levels)) continue;
-        const char* kind = msms_event_kind_name(r.ev.kind);
-        int64_t bytes = next[i + 1];
-        std::string key = r.name;
-        if (!upstream && r.ev.kind == MSMS_EV_OP_LAUNCH) {
-            bytes = 0;
-            auto it = open.find(thread);
-            if (it != open.end()) {
-                auto& st = it->second;
-                for (size_t k = st.size(); k-- > 0;)
-                    if (*st[k].name == r.name) {  // its start (an unmatched inner start is dropped with it)
-                        bytes = st[k].bytes;
-                        if (k > 0) key = *st[k - 1].name + " > " + r.name;
-                        st.resize(k);
-                        break;
-                    }
-            }
-        }
-        s.entries.push_back(Entry{r.name, kind ? kind : "N/A", bytes, std::move(key)});
-    }
-}
+    // bytes per allocation site (kept while no entry was found anywhere)
+    std::map<std::string, int64_t> sites;
+    int64_t bytes(const Entry& e) const { return e.bytes[variant]; }
+};
 
 // C programs (no operator, no kernel): the bytes allocated per site.
 std::string site_of(const Record& r) {
@@ -197,9 +131,142 @@ std::string site_of(const Record& r) {
     return std::string("(no stack) ") + (t ? t : "N/A");
 }
 
-void build_sites(DeviceSeq& s, std::map<std::string, int64_t>& out) {
-    for (auto& row : s.rows)
-        if (row.rec.ev.kind == MSMS_EV_MALLOC) out[site_of(row.rec)] += static_cast<int64_t>(row.rec.ev.size);
+// levels: bit 0 op (ATEN_END/ATB_END), bit 1 kernel (KERNEL_LAUNCH); --level=op,kernel: both.
+bool wanted(const msms_event& ev, unsigned levels) {
+    if ((levels & 1u) && ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_END || ev.type == MSMS_T_ATB_END))
+        return true;
+    return (levels & 2u) && ev.kind == MSMS_EV_KERNEL_LAUNCH && ev.type == MSMS_T_KERNEL_LAUNCH;
+}
+
+bool counted_pool(const msms_event& ev, bool framework) {
+    if (ev.kind != MSMS_EV_MALLOC) return false;
+    return framework ? msms_is_framework_pool(ev.type) != 0 : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED);
+}
+
+bool is_op_start(const msms_event& ev) {
+    return ev.kind == MSMS_EV_OP_LAUNCH && (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START);
+}
+
+// One side: its rows in time order, one at a time, each device's entries
+// built as they come. upstream: each operator is credited with the first
+// allocation after its end (upstream's rule), else with what it allocated
+// between start and end.
+class SideBuilder {
+public:
+    SideBuilder(std::map<std::string, DeviceSeq>& out, Names& names, unsigned levels, bool upstream, bool& any_entry)
+        : out_(out), names_(names), levels_(levels), upstream_(upstream), any_entry_(any_entry) {}
+
+    void add(const DumpRow& row) {
+        const Record& r = row.rec;
+        const msms_event& ev = r.ev;
+        DeviceSeq& s = out_[row.device == "host" ? std::string("cpu") : row.device];
+        ++s.rows;
+        if (ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(ev.type)) s.framework = true;
+        if (!s.fw && (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) &&
+            (ev.type == MSMS_T_PTA || ev.type == MSMS_T_MINDSPORE))
+            s.fw = ev.type;
+        // the first counted row after the pending entries: theirs
+        if (upstream_) {
+            if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
+                int v = ev.type == MSMS_T_PTA                                        ? 0
+                        : ev.type == MSMS_T_MINDSPORE                                ? 1
+                        : (ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) ? 2
+                                                                                     : -1;
+                if (v >= 0) resolve(s, v, row.attr_size);
+            }
+        } else {
+            if (counted_pool(ev, true)) resolve(s, 0, static_cast<int64_t>(ev.size));
+            if (counted_pool(ev, false)) resolve(s, 1, static_cast<int64_t>(ev.size));
+        }
+        if (!any_entry_ && ev.kind == MSMS_EV_MALLOC) s.sites[site_of(r)] += static_cast<int64_t>(ev.size);
+        uint64_t thread = (static_cast<uint64_t>(ev.pid) << 32) | ev.tid;
+        if (!upstream_ && is_op_start(ev)) {
+            s.open[thread].push_back(DeviceSeq::Open{names_.id(r.name), {0, 0}});
+            return;
+        }
+        if (!upstream_ && (counted_pool(ev, true) || counted_pool(ev, false))) {
+            auto it = s.open.find(thread);
+            if (it != s.open.end())
+                for (auto& o : it->second) {
+                    if (counted_pool(ev, true)) o.bytes[0] += static_cast<int64_t>(ev.size);
+                    if (counted_pool(ev, false)) o.bytes[1] += static_cast<int64_t>(ev.size);
+                }
+            return;
+        }
+        if (!wanted(ev, levels_)) return;
+        Entry e;
+        e.kind = ev.kind;
+        e.name = names_.id(r.name);
+        e.key = e.name;
+        uint32_t index = static_cast<uint32_t>(s.entries.size());
+        if (!upstream_ && ev.kind == MSMS_EV_OP_LAUNCH) {
+            auto it = s.open.find(thread);
+            if (it != s.open.end()) {
+                auto& st = it->second;
+                for (size_t k = st.size(); k-- > 0;)
+                    if (st[k].name == e.name) {  // its start (an unmatched inner start is dropped with it)
+                        e.bytes[0] = st[k].bytes[0];
+                        e.bytes[1] = st[k].bytes[1];
+                        if (k > 0) e.key = names_.id(names_.text(st[k - 1].name) + " > " + r.name);
+                        st.resize(k);
+                        break;
+                    }
+            }
+        } else {
+            for (int v = 0; v < (upstream_ ? 3 : 2); ++v) s.pending[v].push_back(index);
+        }
+        s.entries.push_back(e);
+        if (!any_entry_) {
+            any_entry_ = true;  // no site table is needed any more, anywhere
+            for (auto& [dev, seq] : out_) std::map<std::string, int64_t>().swap(seq.sites);
+        }
+    }
+
+    // The rule each device's rows call for, once they are all in.
+    void finish() {
+        for (auto& [dev, s] : out_) {
+            s.variant = upstream_ ? (s.fw == MSMS_T_PTA ? 0 : s.fw == MSMS_T_MINDSPORE ? 1 : 2) : (s.framework ? 0 : 1);
+            for (auto& p : s.pending) std::vector<uint32_t>().swap(p);
+            s.open.clear();
+        }
+    }
+
+private:
+    static void resolve(DeviceSeq& s, int v, int64_t bytes) {
+        for (uint32_t i : s.pending[v]) s.entries[i].bytes[v] = bytes;
+        s.pending[v].clear();
+    }
+    std::map<std::string, DeviceSeq>& out_;
+    Names& names_;
+    unsigned levels_;
+    bool upstream_;
+    bool& any_entry_;
+};
+
+// One side's files, streamed in time order. oom: the memory budget was the cause.
+bool load_side(const std::string& input, std::map<std::string, DeviceSeq>& out, Names& names, const Config& cfg,
+               bool& any_entry, std::string& err, bool& oom) {
+    auto files = dump_files(input, err);
+    if (files.empty()) return false;
+    size_t budget = offline_budget(cfg.offline_memory_mib);
+    MemoryGuard guard(budget);
+    DumpStream stream(files, sort_memory(budget));
+    if (!stream.open(err)) return false;
+    SideBuilder builder(out, names, cfg.levels, cfg.level_given, any_entry);
+    DumpRow row;
+    int rc;
+    size_t n = 0;
+    while ((rc = stream.next(row, err)) > 0) {
+        if (row.rec.ev.device_kind != MSMS_DEV_NA) builder.add(row);
+        if (!guard.check(++n, err)) {
+            err = input + ": " + err;
+            oom = true;
+            return false;
+        }
+    }
+    if (rc < 0) return false;
+    builder.finish();
+    return true;
 }
 
 // One aligned pair: indexes into base / compare, -1 for a missing side.
@@ -267,10 +334,17 @@ std::vector<Pair> align(const std::vector<Entry>& a, const std::vector<Entry>& b
 
 }  // namespace
 
-int compare_main(const Config& cfg) {
+static int compare_run(const Config& cfg) {
     std::map<std::string, DeviceSeq> base, cmp;
+    Names names;
+    bool any_entries = false, oom = false;
     std::string err;
-    if (!load_side(cfg.inputs[0], base, err) || !load_side(cfg.inputs[1], cmp, err)) {
+    if (!load_side(cfg.inputs[0], base, names, cfg, any_entries, err, oom) ||
+        !load_side(cfg.inputs[1], cmp, names, cfg, any_entries, err, oom)) {
+        if (oom) {
+            std::cerr << "msmemscope: error: --compare: " << err << "\n";
+            return 70;
+        }
         std::cerr << "msmemscope: error: --input: " << err << "\n";
         return 2;
     }
@@ -294,12 +368,6 @@ int compare_main(const Config& cfg) {
                        timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".csv";
     std::string text = ",,,Base,Compare\nEvent,Name,Device Id,Allocated Memory(byte),Allocated Memory(byte),Diff Memory(byte)\n";
     size_t rows = 0;
-    bool any_entries = false;
-    for (auto& dev : devices) {
-        build_entries(base[dev], cfg.levels, cfg.level_given);
-        build_entries(cmp[dev], cfg.levels, cfg.level_given);
-        if (!base[dev].entries.empty() || !cmp[dev].entries.empty()) any_entries = true;
-    }
     for (auto& dev : devices) {
         DeviceSeq& a = base[dev];
         DeviceSeq& b = cmp[dev];
@@ -307,16 +375,15 @@ int compare_main(const Config& cfg) {
             // Other devices have operators or kernels: this one (the host
             // rows of an NPU run, Device Id host or cpu) is left out, as
             // upstream leaves out every row that is not a device number.
-            if (!a.rows.empty() || !b.rows.empty())
+            if (a.rows || b.rows)
                 std::cout << "msmemscope: compare: device " << dev << " has no operator or kernel rows in either run; "
                           << "left out (the other devices' are compared)\n";
             continue;
         }
         if (a.entries.empty() && b.entries.empty()) {
             // No operator or kernel on this device (a C program): by allocation site.
-            std::map<std::string, int64_t> sa, sb;
-            build_sites(a, sa);
-            build_sites(b, sb);
+            const std::map<std::string, int64_t>& sa = a.sites;
+            const std::map<std::string, int64_t>& sb = b.sites;
             std::set<std::string> sites;
             for (auto& [k, v] : sa) sites.insert(k);
             for (auto& [k, v] : sb) sites.insert(k);
@@ -350,17 +417,20 @@ int compare_main(const Config& cfg) {
             const Entry* x = i >= 0 ? &a.entries[static_cast<size_t>(i)] : nullptr;
             const Entry* y = j >= 0 ? &b.entries[static_cast<size_t>(j)] : nullptr;
             const Entry* any = y ? y : x;
-            csv_field(text, any->event);
+            const char* event = msms_event_kind_name(any->kind);
+            const std::string& name = names.text(any->name);
+            csv_field(text, event ? event : "N/A");
             text += ',';
-            csv_field(text, any->name.empty() ? std::string("N/A") : any->name);  // the Name column said N/A
+            csv_field(text, name.empty() ? std::string("N/A") : name);  // the Name column said N/A
             text += ',';
             csv_field(text, dev);
             text += ',';
-            text += x ? std::to_string(x->bytes) : "N/A";
+            int64_t xb = x ? a.bytes(*x) : 0, yb = y ? b.bytes(*y) : 0;
+            text += x ? std::to_string(xb) : "N/A";
             text += ',';
-            text += y ? std::to_string(y->bytes) : "N/A";
+            text += y ? std::to_string(yb) : "N/A";
             text += ',';
-            text += std::to_string((y ? y->bytes : 0) - (x ? x->bytes : 0));
+            text += std::to_string(yb - xb);
             text += '\n';
             ++rows;
         }
@@ -384,6 +454,18 @@ int compare_main(const Config& cfg) {
     }
     std::cout << "msmemscope: compare: " << rows << " row(s) written to " << path << "\n";
     return 0;
+}
+
+// An allocation that fails (a cgroup's or `ulimit -v`'s limit) is said in
+// one line, not left to a kill without a word.
+int compare_main(const Config& cfg) {
+    try {
+        return compare_run(cfg);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "msmemscope: error: --compare: out of memory (an allocation failed after %s in use; "
+                     "--offline-memory sets the budget)\n", mib_text(resident_bytes()).c_str());
+        return 70;
+    }
 }
 
 }  // namespace msms

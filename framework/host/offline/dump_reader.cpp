@@ -31,9 +31,8 @@ bool ends_with(const std::string& s, const char* suffix) {
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// Inputs are bounded (#16): rows per file (each costs a few hundred bytes
-// of memory) and the size of one record (CsvReader::kMaxRecord).
-constexpr size_t kMaxRows = 20'000'000;
+// Inputs are bounded (#16): the size of one record (CsvReader::kMaxRecord);
+// rows are streamed (DumpStream), so their number costs no memory (#29).
 
 std::string unquote(std::string s) {
     s = trim(s);
@@ -199,120 +198,104 @@ void apply(std::vector<std::pair<std::string, std::string>>& attrs, const std::s
 
 }  // namespace
 
-bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+RowScanner::~RowScanner() { close(); }
+
+void RowScanner::close() {
+    if (st_) sqlite3_finalize(st_);
+    if (db_) sqlite3_close(db_);
+    if (f_) std::fclose(f_);
+    st_ = nullptr;
+    db_ = nullptr;
+    f_ = nullptr;
+    reader_.reset();
+}
+
+bool RowScanner::open(const std::string& path, std::string& error, int format) {
+    close();
+    path_ = path;
+    n_ = 0;
+    if (format == kDb || (format == kAuto && ends_with(path, ".db"))) return open_db(error);
     // Opened without blocking on a FIFO and read only when it is a regular file.
-    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-        close(fd);
+        ::close(fd);
         error = path + ": not a regular file";
         return false;
     }
     if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    std::FILE* f = fd >= 0 ? fdopen(fd, "r") : nullptr;
-    if (!f) {
+    f_ = fd >= 0 ? fdopen(fd, "r") : nullptr;
+    if (!f_) {
         error = path + ": cannot read the file: " + std::strerror(errno);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) ::close(fd);
         return false;
     }
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
-    CsvReader reader(f);
-    std::vector<std::string> fields;
-    if (!reader.next(fields)) {
+    reader_ = std::make_unique<CsvReader>(f_);
+    if (!reader_->next(fields_)) {
         error = path + ":1: empty file (expected the memscope_dump header)";
         return false;
     }
-    if (reader.too_long()) {
+    if (reader_->too_long()) {
         error = path + ":1: not a memscope_dump CSV (no header line in the first " +
                 std::to_string(CsvReader::kMaxRecord >> 20) + " MiB)";
         return false;
     }
-    if (!fields.empty() && fields[0].rfind("\xEF\xBB\xBF", 0) == 0) fields[0] = fields[0].substr(3);
-    for (auto& h : fields) h = trim(h);
-    if (fields.size() != kNumColumns || !std::equal(fields.begin(), fields.end(), kColumns)) {
-        error = path + ":1: not a memscope_dump CSV: " + header_error(fields);
+    if (!fields_.empty() && fields_[0].rfind("\xEF\xBB\xBF", 0) == 0) fields_[0] = fields_[0].substr(3);
+    for (auto& h : fields_) h = trim(h);
+    if (fields_.size() != kNumColumns || !std::equal(fields_.begin(), fields_.end(), kColumns)) {
+        error = path + ":1: not a memscope_dump CSV: " + header_error(fields_);
         return false;
-    }
-    while (reader.next(fields)) {
-        if (reader.too_long()) {
-            error = path + ":" + std::to_string(reader.line()) + ": a record longer than " +
-                    std::to_string(CsvReader::kMaxRecord >> 20) + " MiB (not a memscope_dump file?)";
-            return false;
-        }
-        if (fields.size() == 1 && trim(fields[0]).empty()) continue;  // blank line
-        if (rows.size() >= kMaxRows) {
-            error = path + ":" + std::to_string(reader.line()) + ": more than " + std::to_string(kMaxRows) +
-                    " rows (the limit of one file)";
-            return false;
-        }
-        if (reader.malformed()) {
-            error = path + ":" + std::to_string(reader.line()) + ": unterminated quoted field";
-            return false;
-        }
-        if (fields.size() != kNumColumns) {
-            error = path + ":" + std::to_string(reader.line()) + ": expected " + std::to_string(kNumColumns) +
-                    " fields, found " + std::to_string(fields.size());
-            return false;
-        }
-        DumpRow row;
-        row.line = reader.line();
-        std::string what;
-        if (!make_row(fields, row, what)) {
-            error = path + ":" + std::to_string(reader.line()) + ": " + what;
-            return false;
-        }
-        rows.push_back(std::move(row));
     }
     return true;
 }
 
-bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+bool RowScanner::open_db(std::string& error) {
+    const std::string& path = path_;
     {
         // SQLite would block opening a FIFO: a non-regular file is refused first.
-        int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
         struct stat st;
         bool regular = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) ::close(fd);
         if (fd >= 0 && !regular) {
             error = path + ": not a regular file";
             return false;
         }
     }
-    sqlite3* db = nullptr;
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-        error = path + ": cannot open the database: " + (db ? sqlite3_errmsg(db) : "out of memory");
-        sqlite3_close(db);
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+        error = path + ": cannot open the database: " + (db_ ? sqlite3_errmsg(db_) : "out of memory");
         return false;
     }
-    std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, &sqlite3_close);
     std::string sql = "SELECT ";
     for (size_t i = 0; i < kNumColumns; ++i) sql += std::string(i ? ", " : "") + "\"" + kColumns[i] + "\"";
     sql += " FROM memscope_dump";
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-        error = path + ": not a memscope_dump database (" + sqlite3_errmsg(db) + ")";
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK) {
+        error = path + ": not a memscope_dump database (" + sqlite3_errmsg(db_) + ")";
         return false;
     }
-    size_t n = 0;
-    std::vector<std::string> fields(kNumColumns);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ++n;
-        if (n > kMaxRows) {
-            sqlite3_finalize(st);
-            error = path + ": more than " + std::to_string(kMaxRows) + " rows (the limit of one file)";
-            return false;
+    fields_.assign(kNumColumns, std::string());
+    return true;
+}
+
+int RowScanner::next(DumpRow& row, std::string& error) {
+    const std::string& path = path_;
+    if (st_) {
+        int rc = sqlite3_step(st_);
+        if (rc != SQLITE_ROW) {
+            if (rc == SQLITE_DONE) return 0;
+            error = path + ": reading memscope_dump failed: " + sqlite3_errmsg(db_);
+            return -1;
         }
+        ++n_;
         for (size_t i = 0; i < kNumColumns; ++i) {
-            const unsigned char* t = sqlite3_column_text(st, static_cast<int>(i));
-            int len = sqlite3_column_bytes(st, static_cast<int>(i));
+            const unsigned char* t = sqlite3_column_text(st_, static_cast<int>(i));
+            int len = sqlite3_column_bytes(st_, static_cast<int>(i));
             if (len > static_cast<int>(CsvReader::kMaxRecord)) {
-                sqlite3_finalize(st);
-                error = path + ": row " + std::to_string(n) + ": a value longer than " +
+                error = path + ": row " + std::to_string(n_) + ": a value longer than " +
                         std::to_string(CsvReader::kMaxRecord >> 20) + " MiB";
-                return false;
+                return -1;
             }
-            fields[i] = t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(len)) : "";
+            fields_[i].assign(t ? reinterpret_cast<const char*>(t) : "", t ? static_cast<size_t>(len) : 0);
         }
         // Upstream's DB writer stores an MSTX name and the call stacks inside
         // the double quotes its CSV writer relies on ("step start"): the
@@ -320,30 +303,73 @@ bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::stri
         auto unwrap = [](std::string& v) {
             if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
         };
-        if (trim(fields[1]) == "MSTX") unwrap(fields[3]);
-        unwrap(fields[10]);
-        unwrap(fields[11]);
-        DumpRow row;
-        row.line = n;
+        if (trim(fields_[1]) == "MSTX") unwrap(fields_[3]);
+        unwrap(fields_[10]);
+        unwrap(fields_[11]);
+        row = DumpRow();
+        row.line = n_;
         std::string what;
-        if (!make_row(fields, row, what)) {
-            sqlite3_finalize(st);
-            error = path + ": row " + std::to_string(n) + ": " + what;
-            return false;
+        if (!make_row(fields_, row, what)) {
+            error = path + ": row " + std::to_string(n_) + ": " + what;
+            return -1;
         }
-        rows.push_back(std::move(row));
+        return 1;
     }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        error = path + ": reading memscope_dump failed: " + sqlite3_errmsg(db);
-        return false;
+    if (!reader_) return 0;
+    while (reader_->next(fields_)) {
+        std::string at = path + ":" + std::to_string(reader_->line()) + ": ";
+        if (reader_->too_long()) {
+            error = at + "a record longer than " + std::to_string(CsvReader::kMaxRecord >> 20) +
+                    " MiB (not a memscope_dump file?)";
+            return -1;
+        }
+        if (fields_.size() == 1 && trim(fields_[0]).empty()) continue;  // blank line
+        if (reader_->malformed()) {
+            error = at + "unterminated quoted field";
+            return -1;
+        }
+        if (fields_.size() != kNumColumns) {
+            error = at + "expected " + std::to_string(kNumColumns) + " fields, found " + std::to_string(fields_.size());
+            return -1;
+        }
+        ++n_;
+        row = DumpRow();
+        row.line = reader_->line();
+        std::string what;
+        if (!make_row(fields_, row, what)) {
+            error = at + what;
+            return -1;
+        }
+        return 1;
     }
-    return true;
+    if (std::ferror(f_)) {
+        error = path + ": cannot read the file: " + std::strerror(errno);
+        return -1;
+    }
+    return 0;
 }
 
+namespace {
+bool read_all(const std::string& path, std::vector<DumpRow>& rows, std::string& error, int format) {
+    RowScanner scan;
+    if (!scan.open(path, error, format)) return false;
+    DumpRow row;
+    int rc;
+    while ((rc = scan.next(row, error)) > 0) rows.push_back(std::move(row));
+    return rc == 0;
+}
+}  // namespace
+
 bool read_dump(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
-    if (ends_with(path, ".db")) return read_dump_db(path, rows, error);
-    return read_dump_csv(path, rows, error);
+    return read_all(path, rows, error, RowScanner::kAuto);
+}
+
+bool read_dump_csv(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+    return read_all(path, rows, error, RowScanner::kCsv);
+}
+
+bool read_dump_db(const std::string& path, std::vector<DumpRow>& rows, std::string& error) {
+    return read_all(path, rows, error, RowScanner::kDb);
 }
 
 void sort_by_time(std::vector<DumpRow>& rows) {
@@ -351,6 +377,281 @@ void sort_by_time(std::vector<DumpRow>& rows) {
         if (a.rec.ev.timestamp_ns != b.rec.ev.timestamp_ns) return a.rec.ev.timestamp_ns < b.rec.ev.timestamp_ns;
         return a.file_id < b.file_id;
     });
+}
+
+// ---- DumpStream ------------------------------------------------------------
+
+namespace {
+
+// A row as sorted and spilled: u64 timestamp, u64 ID, u64 sequence (its place
+// in the files, which makes the order total and the sort stable), u32 file,
+// u64 line, then the 12 fields (u32 length, bytes).
+constexpr size_t kKeyBytes = 24;
+
+template <class T>
+void put(std::string& out, T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <class T>
+T get_at(const char* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+std::string encode_row(const DumpRow& row, const std::vector<std::string>& fields, uint64_t seq, uint32_t file) {
+    std::string out;
+    size_t n = kKeyBytes + 12;
+    for (auto& f : fields) n += 4 + f.size();
+    out.reserve(n);
+    put<uint64_t>(out, row.rec.ev.timestamp_ns);
+    put<uint64_t>(out, row.file_id);
+    put<uint64_t>(out, seq);
+    put<uint32_t>(out, file);
+    put<uint64_t>(out, row.line);
+    for (auto& f : fields) {
+        put<uint32_t>(out, static_cast<uint32_t>(f.size()));
+        out += f;
+    }
+    return out;
+}
+
+bool key_less(const char* a, const char* b) {
+    for (size_t i = 0; i < 3; ++i) {
+        uint64_t x = get_at<uint64_t>(a + 8 * i), y = get_at<uint64_t>(b + 8 * i);
+        if (x != y) return x < y;
+    }
+    return false;
+}
+
+// Back into a DumpRow (the row was checked when it was first read).
+bool decode_row(const char* p, size_t size, const std::vector<std::string>& files, DumpRow& row, size_t& file,
+                std::vector<std::string>& fields, std::string& error) {
+    if (size < kKeyBytes + 12) return error = "a corrupt temporary sort file", false;
+    file = get_at<uint32_t>(p + kKeyBytes);
+    size_t line = get_at<uint64_t>(p + kKeyBytes + 4);
+    size_t off = kKeyBytes + 12;
+    fields.resize(kNumColumns);
+    for (size_t i = 0; i < kNumColumns; ++i) {
+        if (off + 4 > size) return error = "a corrupt temporary sort file", false;
+        uint32_t n = get_at<uint32_t>(p + off);
+        off += 4;
+        if (off + n > size) return error = "a corrupt temporary sort file", false;
+        fields[i].assign(p + off, n);
+        off += n;
+    }
+    row = DumpRow();
+    row.line = line;
+    std::string what;
+    if (file >= files.size() || !make_row(fields, row, what))
+        return error = (file < files.size() ? files[file] : std::string("?")) + ": changed while it was read", false;
+    return true;
+}
+
+bool write_all(int fd, const char* p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+    return true;
+}
+
+}  // namespace
+
+struct DumpStream::Run {
+    uint64_t pos = 0, end = 0;  // what is left of the run in the spill file
+    std::string buf;
+    size_t off = 0;
+    std::string rec;  // the current row, encoded
+};
+
+DumpStream::DumpStream(std::vector<std::string> files, size_t sort_memory)
+    : files_(std::move(files)), sort_memory_(std::max<size_t>(sort_memory, 1u << 20)) {}
+
+DumpStream::~DumpStream() {
+    if (spill_fd_ >= 0) ::close(spill_fd_);
+}
+
+bool DumpStream::open(std::string& error) {
+    uint64_t last_ts = 0, last_id = 0;
+    DumpRow row;
+    for (size_t i = 0; i < files_.size(); ++i) {
+        RowScanner scan;
+        if (!scan.open(files_[i], error)) return false;
+        int rc;
+        while ((rc = scan.next(row, error)) > 0) {
+            uint64_t ts = row.rec.ev.timestamp_ns, id = row.file_id;
+            if (rows_ && (ts < last_ts || (ts == last_ts && id < last_id))) sorted_ = false;
+            last_ts = ts;
+            last_id = id;
+            ++rows_;
+        }
+        if (rc < 0) return false;
+    }
+    return sorted_ || build_runs(error);
+}
+
+bool DumpStream::build_runs(std::string& error) {
+    std::vector<std::string> chunk;
+    size_t bytes = 0;
+    uint64_t seq = 0;
+    auto sort_chunk = [&] {
+        std::sort(chunk.begin(), chunk.end(),
+                  [](const std::string& a, const std::string& b) { return key_less(a.data(), b.data()); });
+    };
+    auto spill_chunk = [&]() -> bool {
+        sort_chunk();
+        if (spill_fd_ < 0) {
+            std::error_code ec;
+            std::string dir = fs::temp_directory_path(ec).string();
+            if (ec || dir.empty()) dir = "/tmp";
+            spill_fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+            if (spill_fd_ < 0) {
+                std::string tmpl = dir + "/msmemscope_sort_XXXXXX";
+                spill_fd_ = mkostemp(tmpl.data(), O_CLOEXEC);
+                if (spill_fd_ >= 0) unlink(tmpl.c_str());
+            }
+            if (spill_fd_ < 0) {
+                error = files_.front() + ": cannot sort its rows by time: no temporary file in " + dir + ": " +
+                        std::strerror(errno);
+                return false;
+            }
+        }
+        auto run = std::make_unique<Run>();
+        run->pos = spill_size_;
+        std::string out;
+        for (auto& rec : chunk) {
+            put<uint32_t>(out, static_cast<uint32_t>(rec.size()));
+            out += rec;
+            if (out.size() >= (1u << 20)) {
+                if (!write_all(spill_fd_, out.data(), out.size())) break;
+                spill_size_ += out.size();
+                out.clear();
+            }
+        }
+        if (!out.empty() && write_all(spill_fd_, out.data(), out.size())) {
+            spill_size_ += out.size();
+            out.clear();
+        }
+        if (!out.empty()) {
+            error = files_.front() + ": cannot sort its rows by time: the temporary file: " + std::strerror(errno);
+            return false;
+        }
+        run->end = spill_size_;
+        runs_.push_back(std::move(run));
+        chunk.clear();
+        chunk.shrink_to_fit();
+        bytes = 0;
+        return true;
+    };
+    DumpRow row;
+    for (size_t i = 0; i < files_.size(); ++i) {
+        RowScanner scan;
+        if (!scan.open(files_[i], error)) return false;
+        int rc;
+        while ((rc = scan.next(row, error)) > 0) {
+            chunk.push_back(encode_row(row, scan.fields(), seq++, static_cast<uint32_t>(i)));
+            bytes += chunk.back().capacity() + sizeof(std::string) + 16;
+            if (bytes >= sort_memory_ && !spill_chunk()) return false;
+        }
+        if (rc < 0) return false;
+    }
+    if (seq != rows_) return error = files_.front() + ": changed while it was read", false;
+    if (runs_.empty()) {
+        sort_chunk();
+        mem_ = std::move(chunk);
+        return true;
+    }
+    if (!chunk.empty() && !spill_chunk()) return false;
+    merging_ = true;
+    return true;
+}
+
+int DumpStream::next(DumpRow& row, std::string& error) {
+    std::vector<std::string> fields;
+    if (sorted_) {
+        for (;;) {
+            if (!scan_open_) {
+                if (scan_file_ >= files_.size()) break;
+                if (!scan_.open(files_[scan_file_], error)) return -1;
+                scan_open_ = true;
+            }
+            int rc = scan_.next(row, error);
+            if (rc < 0) return -1;
+            if (rc > 0) {
+                if (++delivered_ > rows_) return error = files_[scan_file_] + ": changed while it was read", -1;
+                file_ = scan_file_;
+                return 1;
+            }
+            scan_.close();
+            scan_open_ = false;
+            ++scan_file_;
+        }
+        if (delivered_ != rows_) return error = files_.back() + ": changed while it was read", -1;
+        return 0;
+    }
+    if (!merging_) {
+        if (mem_pos_ >= mem_.size()) {
+            mem_.clear();
+            mem_.shrink_to_fit();
+            return 0;
+        }
+        std::string rec = std::move(mem_[mem_pos_++]);
+        return decode_row(rec.data(), rec.size(), files_, row, file_, fields, error) ? 1 : -1;
+    }
+    // k-way merge of the runs
+    auto load = [&](Run& r) -> int {  // the run's next row into r.rec; 0 at its end
+        auto have = [&] { return r.buf.size() - r.off; };
+        auto fill = [&](size_t need) -> bool {
+            if (have() >= need) return true;
+            r.buf.erase(0, r.off);
+            r.off = 0;
+            size_t want = std::max<size_t>(need - r.buf.size(), 64u << 10);
+            want = static_cast<size_t>(std::min<uint64_t>(want, r.end - r.pos));
+            size_t old = r.buf.size();
+            r.buf.resize(old + want);
+            size_t got = 0;
+            while (got < want) {
+                ssize_t n = pread(spill_fd_, &r.buf[old + got], want - got, static_cast<off_t>(r.pos + got));
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) break;
+                got += static_cast<size_t>(n);
+            }
+            r.buf.resize(old + got);
+            r.pos += got;
+            return have() >= need;
+        };
+        if (!fill(1)) return 0;
+        if (!fill(4)) return -1;
+        uint32_t n = get_at<uint32_t>(r.buf.data() + r.off);
+        if (!fill(4 + size_t(n)) || n < kKeyBytes) return -1;
+        r.rec.assign(r.buf.data() + r.off + 4, n);
+        r.off += 4 + n;
+        return 1;
+    };
+    auto greater = [&](size_t a, size_t b) { return key_less(runs_[b]->rec.data(), runs_[a]->rec.data()); };
+    if (heap_.empty() && delivered_ == 0) {
+        for (size_t i = 0; i < runs_.size(); ++i) {
+            int rc = load(*runs_[i]);
+            if (rc < 0) return error = files_.front() + ": cannot read back the temporary sort file", -1;
+            if (rc > 0) heap_.push_back(i);
+        }
+        std::make_heap(heap_.begin(), heap_.end(), greater);
+    }
+    if (heap_.empty()) return 0;
+    std::pop_heap(heap_.begin(), heap_.end(), greater);
+    size_t i = heap_.back();
+    Run& r = *runs_[i];
+    if (!decode_row(r.rec.data(), r.rec.size(), files_, row, file_, fields, error)) return -1;
+    ++delivered_;
+    int rc = load(r);
+    if (rc < 0) return error = files_.front() + ": cannot read back the temporary sort file", -1;
+    if (rc > 0) std::push_heap(heap_.begin(), heap_.end(), greater);
+    else heap_.pop_back();
+    return 1;
 }
 
 std::vector<std::string> dump_files(const std::string& path, std::string& error) {

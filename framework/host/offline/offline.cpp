@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "offline/dump_reader.h"
+#include "offline/memory_budget.h"
 #include "pipeline.h"
 #include "process_run.h"
 #include "session.h"
@@ -29,14 +30,23 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // side_dir: a private folder the caller made (and removes, also when a
 // supervised worker running this crashed) for the write-back sink's results.
-int analyze_file(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir) {
-    std::vector<DumpRow> rows;
+// The rows are streamed in time order (DumpStream): what stays in memory is
+// what the analyzers keep (live blocks, per-step figures) and the results.
+int analyze_stream(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir) {
+    size_t budget = offline_budget(cfg.offline_memory_mib);
+    MemoryGuard guard(budget);
+    DumpStream stream({path}, sort_memory(budget));
     std::string err;
-    if (!read_dump(path, rows, err)) {
+    if (!stream.open(err)) {
         std::cerr << "msmemscope: error: --input: " << err << "\n";
         return 2;
     }
-    sort_by_time(rows);
+    DumpRow row;
+    int more = stream.next(row, err);
+    if (more < 0) {
+        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        return 70;
+    }
 
     Config c = cfg;
     c.sinks.clear();
@@ -47,7 +57,7 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
         c.plugin_options["offline_writeback"]["out"] = side;
     }
     RunContext run;
-    run.pid = rows.empty() ? 0 : rows.front().rec.ev.pid;
+    run.pid = more > 0 ? row.rec.ev.pid : 0;
     run.output_dir = cfg.output;
     run.timestamp = timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull);
     run.config_json = c.to_json();
@@ -58,24 +68,25 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
     // that analyzers report the file's IDs.
     pipeline.set_accounting(false);
     pipeline.start(run);
-    // Which row each delivered event is (by its ID).
-    // Upstream's files can hold several processes, each numbering its rows
-    // from 1: an ID that names rows of more than one is not written back
-    // (which row the result is about is not known).
-    std::unordered_map<uint64_t, size_t> row_of;
-    std::unordered_map<uint64_t, bool> shared_id;
-    row_of.reserve(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-        Record r = rows[i].rec;
-        r.ev.id = rows[i].file_id;
-        pipeline.feed(r);
-        auto [it, added] = row_of.emplace(r.ev.id, i);
-        if (!added && rows[it->second].rec.ev.pid != r.ev.pid) shared_id[r.ev.id] = true;
+    size_t fed = 0;
+    while (more > 0) {
+        row.rec.ev.id = row.file_id;
+        pipeline.feed(row.rec);
+        ++fed;
+        if (!guard.check(fed, err)) {
+            std::cerr << "msmemscope: error: --analyze: " << path << ": " << err << "; nothing was written back\n";
+            return 70;
+        }
+        more = stream.next(row, err);
+    }
+    if (more < 0) {
+        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        return 70;
     }
     pipeline.finish();
 
-    std::cout << "msmemscope: analysed " << path << " (" << rows.size() << " rows) with " << join(cfg.analyzers, ", ")
-              << "\n";
+    std::cout << "msmemscope: analysed " << path << " (" << stream.rows() << " rows) with "
+              << join(cfg.analyzers, ", ") << "\n";
     for (auto& line : pipeline.report_lines()) std::cout << line << "\n";
     int code = 0;
     for (auto& e : pipeline.plugin_errors()) {
@@ -84,8 +95,12 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
     }
 
     if (!side.empty()) {
-        std::vector<AttrPatch> patches;
-        size_t ambiguous = 0;
+        // The results by row ID; which process's row each ID is comes from
+        // one more pass over the file. Upstream's files can hold several
+        // processes, each numbering its rows from 1: an ID that names rows
+        // of more than one is not written back (which row the result is
+        // about is not known).
+        std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> results;
         std::ifstream in(side);
         std::string line;
         while (std::getline(in, line)) {
@@ -93,18 +108,45 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
             if (t2 == std::string::npos) continue;
             unsigned long long id = 0;
             if (!parse_uint(line.substr(0, t1), id)) continue;
-            auto it = row_of.find(id);
-            if (it == row_of.end()) continue;  // an event an analyzer emitted: not in the file
-            if (shared_id.count(id)) {
-                ++ambiguous;
-                continue;
-            }
-            const DumpRow& row = rows[it->second];
-            patches.push_back(AttrPatch{row.file_id, row.rec.ev.pid, line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
+            results[id].emplace_back(line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1));
         }
         in.close();
         std::error_code ec;
         fs::remove(side, ec);
+        struct Owner {
+            uint32_t pid = 0;
+            bool shared = false;
+        };
+        std::unordered_map<uint64_t, Owner> owner;
+        if (!results.empty()) {
+            RowScanner scan;
+            if (!scan.open(path, err)) {
+                std::cerr << "msmemscope: error: " << err << "\n";
+                return 70;
+            }
+            int rc;
+            while ((rc = scan.next(row, err)) > 0) {
+                if (!results.count(row.file_id)) continue;
+                auto [it, added] = owner.emplace(row.file_id, Owner{row.rec.ev.pid, false});
+                if (!added && it->second.pid != row.rec.ev.pid) it->second.shared = true;
+            }
+            if (rc < 0) {
+                std::cerr << "msmemscope: error: " << err << "\n";
+                return 70;
+            }
+        }
+        std::vector<AttrPatch> patches;
+        size_t ambiguous = 0;
+        for (auto& [id, list] : results) {
+            auto it = owner.find(id);
+            if (it == owner.end()) continue;  // an event an analyzer emitted: not in the file
+            if (it->second.shared) {
+                ambiguous += list.size();
+                continue;
+            }
+            for (auto& [k, v] : list) patches.push_back(AttrPatch{id, it->second.pid, k, v});
+        }
+        results.clear();
         if (ambiguous)
             std::cerr << "msmemscope: warning: " << ambiguous << " result(s) not written back into " << path
                       << ": the ID of their row is also the ID of another process's row in the file\n";
@@ -119,6 +161,18 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
     return code;
 }
 
+// Out of memory (an allocation failed: a cgroup or `ulimit -v`) is said in
+// one line, not left to a kill without a word.
+int analyze_file(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir) {
+    try {
+        return analyze_stream(cfg, registry, path, side_dir);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "msmemscope: error: --analyze: %s: out of memory (an allocation failed after %s in use; "
+                     "--offline-memory sets the budget); nothing was written back\n",
+                     path.c_str(), mib_text(resident_bytes()).c_str());
+        return 70;
+    }
+}
 }  // namespace
 
 int offline_main(const Config& cfg, const Registry& registry) {
