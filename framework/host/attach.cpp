@@ -151,7 +151,11 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, nullptr);
         signal(SIGINT, SIG_DFL);
-        execl(gdb.c_str(), "gdb", "-batch", "-nx", "-q", "-p", pid_text.c_str(), "-x", script.c_str(),
+        // Only libc's symbols are read (after the attach, by the script):
+        // reading every library's (libtorch's: hundreds of MB) would keep the
+        // process stopped for seconds.
+        execl(gdb.c_str(), "gdb", "-batch", "-nx", "-q", "-iex", "set auto-solib-add off", "-iex",
+              "set debug-file-directory /nonexistent", "-p", pid_text.c_str(), "-x", script.c_str(),
               static_cast<char*>(nullptr));
         _exit(127);
     }
@@ -201,6 +205,7 @@ std::string common_script() {
            "set print thread-events off\nset print inferior-events off\n"
            // the program's own signals go on to it as before
            "handle all nostop noprint pass\nhandle SIGINT stop print nopass\n"
+           "sharedlibrary libc\\.so\\.6\n"
            // entries of the malloc family: the thread stopped there holds no
            // allocator lock, so dlopen (and gdb's own string copies) may allocate
            "break *malloc\nbreak *free\nbreak *calloc\nbreak *realloc\n";
@@ -295,8 +300,9 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s) {
     s += "commands 1-4\nsilent\ndelete\n";
     s += "set $msms_h = (void*)dlopen(" + quoted(what.agent) + ", 0x102)\n";
     s += "if $msms_h == 0\nprintf \"MSMS_DLOPEN_FAILED %s\\n\", (char*)dlerror()\nelse\n";
+    s += "set $msms_f = (void*)dlsym($msms_h, \"msms_agent_attach_running\")\n";
     s += "printf \"MSMS_RC=%d\\n\", ((int(*)(const char*, const char*, const char*, const char*, unsigned "
-         "long))msms_agent_attach_running)(" +
+         "long))$msms_f)(" +
          quoted(what.dir) + ", " + quoted(what.options) + ", " + quoted(what.libs) + ", " + quoted(what.pypath) +
          ", " + std::to_string(what.steps) + ")\n";
     s += "end\ndetach\nquit\nend\ncontinue\n";
@@ -323,11 +329,13 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s) {
     return gdb_failure(pid, r);
 }
 
-std::string force_detach(pid_t pid, unsigned timeout_s) {
+std::string force_detach(pid_t pid, const std::string& agent, unsigned timeout_s) {
     std::string gdb = find_gdb();
     if (gdb.empty()) return "gdb is not on PATH";
     std::string s = common_script();
-    s += "commands 1-4\nsilent\ndelete\ncall ((void(*)(void))msms_agent_attach_detach_now)()\n"
+    s += "commands 1-4\nsilent\ndelete\n"
+         "set $msms_h = (void*)dlopen(" + quoted(agent) + ", 0x6)\n"  // RTLD_NOW|RTLD_NOLOAD: the loaded one
+         "if $msms_h != 0\ncall ((void(*)(void))dlsym($msms_h, \"msms_agent_attach_detach_now\"))()\nend\n"
          "printf \"MSMS_DETACHED\\n\"\ndetach\nquit\nend\ncontinue\n";
     char tmpl[] = "/tmp/msmemscope_detach_XXXXXX";
     int fd = mkstemp(tmpl);
@@ -483,7 +491,7 @@ int Session::attach(pid_t pid) {
             forced = true;
             std::cerr << "msmemscope: warning: pid " << pid
                       << " did not answer the detach request within 30 s; detaching through gdb\n";
-            if (std::string why = attach::force_detach(pid, attach_timeout_s()); !why.empty())
+            if (std::string why = attach::force_detach(pid, what.agent, attach_timeout_s()); !why.empty())
                 std::cerr << "msmemscope: warning: " << why << "\n";
         }
         if (forced && now - requested_at > std::chrono::seconds(30 + 2 * attach_timeout_s() + 30)) {

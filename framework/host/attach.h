@@ -38,6 +38,6 @@ struct Injection {
 // Runs gdb; "" on success, else the error.
 std::string inject(pid_t pid, const Injection& what, unsigned timeout_s);
 // The fallback when the agent did not answer a detach request.
-std::string force_detach(pid_t pid, unsigned timeout_s);
+std::string force_detach(pid_t pid, const std::string& agent, unsigned timeout_s);
 
 }  // namespace msms::attach

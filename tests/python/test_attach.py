@@ -160,6 +160,24 @@ def test_attach_for_seconds_detaches_by_itself(tmp_path):
             prog.kill()
 
 
+def test_attached_program_that_ends_ends_the_run(tmp_path):
+    prog, pid = start_loop(tmp_path)
+    try:
+        host = attach(pid, tmp_path / "out")
+        wait_attached(host, pid)
+        say(prog, "leak 3")
+        assert prog.stdout.readline() == "leaked 3\n"
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "done\n")
+        rc, out, err = finish(host)  # no signal: the program's end ends the run
+        assert rc == 0, err + out
+        assert f") exited with code 0\n" in out, out
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 # ---------------------------------------------------------------- PyTorch
 def run_train(tmp_path, name, attach_args=None):
     ready, go, result = tmp_path / f"{name}.ready", tmp_path / f"{name}.go", tmp_path / f"{name}.bin"
