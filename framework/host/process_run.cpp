@@ -312,7 +312,7 @@ void ProcessRun::run_stream() {
         }
     };
     if (!cfg_.live_session.empty()) {
-        live_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        live_fd = fcntl(dir_fd_.get(), F_DUPFD_CLOEXEC, 0);  // the process folder's own descriptor
         if (live_fd >= 0) {
             live_view = std::make_unique<live::LiveState>(cfg_.live_session, run.pid, run.command_line, [&pipeline] {
                 live::Totals t;

@@ -112,6 +112,30 @@ void LiveState::step_ended(uint64_t step) {
 }
 
 uint32_t LiveState::site_of(const msms_event& ev) {
+    const std::string* op_name = nullptr;
+    auto oit = open_ops_.find((static_cast<uint64_t>(ev.pid) << 32) | ev.tid);
+    if (oit != open_ops_.end() && !oit->second.empty()) op_name = &oit->second.front();
+    uint64_t op_id = 0;
+    if (op_name) {
+        auto o = op_ids_.find(*op_name);
+        if (o == op_ids_.end() && op_ids_.size() < 65000) o = op_ids_.emplace(*op_name, op_ids_.size() + 1).first;
+        op_id = o == op_ids_.end() ? 0xffff : o->second;
+    }
+    bool cacheable = (ev.c_stack_id || !ev.c_stack.size) && (ev.py_stack_id || !ev.py_stack.size) &&
+                     (ev.c_stack.size || ev.py_stack.size) && op_id != 0xffff;
+    FastKey fk{ev.c_stack_id, ev.py_stack_id,
+               static_cast<uint64_t>(ev.type) | static_cast<uint64_t>(ev.device_kind) << 16 |
+                   static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 32 | op_id << 48};
+    if (cacheable) {
+        auto f = fast_.find(fk);
+        if (f != fast_.end()) return f->second;
+    }
+    uint32_t id = site_by_text(ev, op_name ? *op_name : std::string());
+    if (cacheable) fast_.emplace(fk, id);
+    return id;
+}
+
+uint32_t LiveState::site_by_text(const msms_event& ev, const std::string& op) {
     std::string pool = pool_label(ev);
     std::string py = first_line(view(ev.py_stack));
     std::string site;
@@ -119,9 +143,6 @@ uint32_t LiveState::site_of(const msms_event& ev) {
     if (site.empty()) site = py;
     if (site.empty()) site = is_true_attr(ev, "shadow") ? "(no stack: allocated before collection) " + msmemscope::device_label(ev)
                                                        : "(no stack) " + pool;
-    std::string op;
-    auto it = open_ops_.find((static_cast<uint64_t>(ev.pid) << 32) | ev.tid);
-    if (it != open_ops_.end() && !it->second.empty()) op = it->second.front();
     std::string key = pool + '\x1f' + site + '\x1f' + py + '\x1f' + op;
     auto s = site_index_.find(key);
     if (s != site_index_.end()) return s->second;

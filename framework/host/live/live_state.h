@@ -84,6 +84,7 @@ private:
     };
     void step_ended(uint64_t step);
     uint32_t site_of(const msms_event& ev);
+    uint32_t site_by_text(const msms_event& ev, const std::string& op);
     int64_t all_live() const;
 
     std::string session_, command_;
@@ -100,6 +101,18 @@ private:
     // sites and live blocks (by allocation id)
     std::vector<Site> sites_;
     std::unordered_map<std::string, uint32_t> site_index_;
+    // (stack ids, pool, device, operator) -> site: the stack texts are
+    // parsed once per distinct stack, not per event
+    struct FastKey {
+        uint64_t c, py;
+        uint64_t where;  // type | device kind << 16 | device id << 32 | op << 48 (op index, bounded)
+        bool operator==(const FastKey& o) const { return c == o.c && py == o.py && where == o.where; }
+    };
+    struct FastHash {
+        size_t operator()(const FastKey& k) const { return k.c * 1000003u ^ k.py * 9176u ^ k.where; }
+    };
+    std::unordered_map<FastKey, uint32_t, FastHash> fast_;
+    std::unordered_map<std::string, uint32_t> op_ids_;
     std::unordered_map<uint64_t, Block> blocks_;
     std::unordered_map<uint64_t, std::vector<std::string>> open_ops_;  // (pid<<32|tid) -> operators
     // leak suspects
