@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -322,3 +323,63 @@ def test_live_http_bad_address_and_taken_port(tmp_path):
     assert p.stderr.endswith(f"msmemscope: error: --live-http=127.0.0.1:{port}: cannot listen there: "
                              "Address already in use\n"), p.stderr
     assert not out.exists() or not process_dirs(out)  # the program never started
+
+
+# ---------------------------------------------------------------- attached
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="msmemscope --attach needs gdb")
+def test_live_http_on_an_attached_run(tmp_path):
+    """The same view for a run attached to a process started without
+    msmemscope (the view reads the host's pipeline, not how the program was
+    started): its leak shows as the top site while it runs; after Ctrl-C the
+    final figures equal summary.json's."""
+    ready = tmp_path / "ready"
+    prog = subprocess.Popen([str(TEST_BIN / "attach_loop"), str(ready)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env(), cwd=str(tmp_path))
+    host = None
+    try:
+        pid = until(lambda: ready.exists() and ready.read_text() and int(ready.read_text()), "attach_loop ready")
+        port = free_port()
+        out = tmp_path / "out"
+        host = subprocess.Popen([str(CLI), f"--attach={pid}", f"--live-http=127.0.0.1:{port}", *BASE,
+                                 f"--output={out}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env(), cwd="/")
+        seen = []
+        for line in host.stderr:
+            seen.append(line)
+            if line.startswith(f"msmemscope: attached to pid {pid};"):
+                break
+        assert f"msmemscope: live view on http://127.0.0.1:{port}/\n" in seen, seen
+        prog.stdin.write("leak 5\n")
+        prog.stdin.flush()
+        assert prog.stdout.readline() == "leaked 5\n"
+
+        def leak_shown():
+            j = json.loads(get(f"http://127.0.0.1:{port}/live.json")[2])
+            if not j["processes"]:
+                return None
+            p = j["processes"][0]
+            return p if any(s["live_bytes"] == 15000 and s["live_blocks"] == 5 for s in p["top_sites"]) else None
+
+        p = until(leak_shown, "the attached run's leak in /live.json")
+        assert p["pid"] == pid and p["finished"] is False
+        host.send_signal(signal.SIGINT)  # Ctrl-C: detach
+        stdout, _ = host.communicate(timeout=300)
+        assert host.returncode == 0, stdout
+        summary = json.loads((folder(out) / "summary.json").read_text())
+        final = read_json(folder(out) / "live.json")
+        assert final["finished"] is True
+        assert {x["pool"]: (x["peak_bytes"], x["live_bytes"]) for x in final["pools"]} == {
+            k: (v["peak_bytes"], v["final_bytes"]) for k, v in summary["pools"].items()}
+        with pytest.raises(urllib.error.URLError):
+            get(f"http://127.0.0.1:{port}/live.json")
+        assert prog.poll() is None  # detached: it goes on
+        prog.stdin.write("quit\n")
+        prog.stdin.flush()
+        prog.communicate(timeout=60)
+        assert prog.returncode == 0
+    finally:
+        for p in (host, prog):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
