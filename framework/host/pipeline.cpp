@@ -10,15 +10,64 @@
 #include "util/text.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 namespace msms {
 
 
+// ---- a collector's own pool types (abi.h MSMS_T_CUSTOM_POOL_FIRST..LAST):
+// the name each was given by the "pool" Attr of its first MALLOC, for every
+// plugin in this process (msms_event_type_name calls msms_host_pool_name).
+namespace {
+constexpr int kCustomPools = MSMS_T_CUSTOM_POOL_LAST - MSMS_T_CUSTOM_POOL_FIRST + 1;
+std::atomic<const char*> g_custom_pool_names[kCustomPools];
+
+bool valid_pool_name(const std::string& n) {
+    if (n.empty() || n.size() > 31 || n[0] < 'A' || n[0] > 'Z') return false;
+    for (char c : n)
+        if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    for (unsigned t = 0; t < MSMS_T_CUSTOM_POOL_FIRST; ++t) {
+        const char* b = msms_event_type_name(static_cast<uint16_t>(t));
+        if (b && n == b) return false;  // not a built-in type's name
+    }
+    return n != "CUSTOM_POOL";
+}
+}  // namespace
+
+void Pipeline::note_custom_pool(uint16_t type, const std::vector<std::pair<std::string, std::string>>& attrs) {
+    auto& slot = g_custom_pool_names[type - MSMS_T_CUSTOM_POOL_FIRST];
+    if (slot.load(std::memory_order_acquire)) return;  // named by its first MALLOC
+    for (auto& [k, v] : attrs) {
+        if (k != "pool") continue;
+        if (!valid_pool_name(v)) {
+            log(1, "Event Type " + std::to_string(type) + ": pool name '" + escape_controls(v) +
+                       "' refused (allowed: [A-Z][A-Z0-9_]*, at most 31 characters, not a built-in type's name); "
+                       "shown as CUSTOM_POOL");
+            return;
+        }
+        const char* name = strdup(v.c_str());  // kept for the life of the process
+        const char* none = nullptr;
+        if (name && !slot.compare_exchange_strong(none, name)) free(const_cast<char*>(name));
+        return;
+    }
+}
+
 bool is_driver_pool(uint16_t type) {
     return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED;
 }
+
+}  // namespace msms
+
+extern "C" __attribute__((visibility("default"), used)) const char* msms_host_pool_name(uint16_t type) {
+    if (!msms_is_custom_pool(type)) return nullptr;
+    return msms::g_custom_pool_names[type - MSMS_T_CUSTOM_POOL_FIRST].load(std::memory_order_acquire);
+}
+
+namespace msms {
 
 namespace {
 std::string to_s(msms_str s) { return std::string(s.data ? s.data : "", s.size); }
@@ -168,6 +217,7 @@ bool Pipeline::account(Record& r) {
         return true;
     }
     if (ev.kind != MSMS_EV_MALLOC && ev.kind != MSMS_EV_FREE) return true;
+    if (ev.kind == MSMS_EV_MALLOC && msms_is_custom_pool(ev.type)) note_custom_pool(ev.type, r.attrs);
     const bool framework = !is_driver_pool(ev.type);
     bool virt = false;
     if (ev.kind == MSMS_EV_MALLOC)
@@ -217,7 +267,8 @@ bool Pipeline::account(Record& r) {
     int64_t& used = *slot.used;
     used += delta;
     ev.pool_used = used;
-    if (is_driver_pool(ev.type) && !key.virt) {
+    // A collector's own pool (msms_is_custom_pool) holds memory of its own.
+    if ((is_driver_pool(ev.type) || msms_is_custom_pool(ev.type)) && !key.virt) {
         *slot.device_used += delta;
         process_used_ += delta;
     }

@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "record.h"
+#include "util/addr_map.h"
 #include "registry.h"
 
 namespace spdlog {
@@ -119,6 +120,8 @@ private:
 
     // false: a FREE of a block never seen allocated (not written; shadow.h)
     bool account(Record& r);
+    // The name a collector gave its own pool type (abi.h msms_is_custom_pool).
+    void note_custom_pool(uint16_t type, const std::vector<std::pair<std::string, std::string>>& attrs);
     // first_consumer: 0 = analyzers and sinks, SIZE_MAX = the sinks only.
     void shadow_frees_at_end(size_t first_consumer = SIZE_MAX);
     uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
@@ -177,7 +180,7 @@ private:
     uint64_t next_alloc_id_ = 0;
     uint64_t events_ = 0;
     uint64_t last_ts_ = 0;
-    std::map<PoolKey, std::unordered_map<uint64_t, LiveBlock>> live_;
+    std::map<PoolKey, AddrMap<LiveBlock>> live_;
     // Live framework-pool blocks per device by start address (ACCESS -> allocation_id).
     std::map<std::pair<uint16_t, int16_t>, std::map<uint64_t, LiveBlock>> by_addr_;
     std::map<PoolKey, int64_t> pool_used_;
@@ -187,7 +190,7 @@ private:
     // Each byte once (DESIGN §8): host heap blocks whose memory a framework
     // block took (same address; PyTorch's CPU tensors), per device, and
     // their bytes, left out of the console's HOST figures.
-    std::map<std::pair<uint16_t, int16_t>, std::unordered_map<uint64_t, uint64_t>> host_taken_;
+    std::map<std::pair<uint16_t, int16_t>, AddrMap<uint64_t>> host_taken_;
     std::map<std::pair<uint16_t, int16_t>, int64_t> host_taken_bytes_;
     DeviceTotals* host_peak_pending_ = nullptr;  // HOST totals whose peak waits for the next event
     // The maps' entries of the pool the last event was in (found again only
@@ -197,10 +200,10 @@ private:
     struct PoolSlot {
         PoolKey key{};
         bool valid = false;
-        std::unordered_map<uint64_t, LiveBlock>* live = nullptr;
+        AddrMap<LiveBlock>* live = nullptr;
         int64_t* used = nullptr;
         int64_t* device_used = nullptr;
-        std::unordered_map<uint64_t, uint64_t>* taken = nullptr;
+        AddrMap<uint64_t>* taken = nullptr;
         int64_t* taken_bytes = nullptr;
         DeviceTotals* totals = nullptr;
     };

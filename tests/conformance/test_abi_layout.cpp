@@ -146,6 +146,8 @@ static_assert(MSMS_T_MARK == 50 && MSMS_T_RANGE_START == 51 && MSMS_T_RANGE_END 
 static_assert(MSMS_T_SNAPSHOT == 60 && MSMS_T_OOM_TRIGGER == 70 && MSMS_T_OOM_RECENT_ALLOC == 71 &&
               MSMS_T_OOM_TOP_ALLOC == 72 && MSMS_T_PY_CALL == 80 && MSMS_T_PY_RECORD_FUNCTION == 81);
 static_assert(MSMS_T_TYPE_LIMIT == 128);
+// A collector's own pool types (issue #29 item 7): a range, no new field.
+static_assert(MSMS_T_CUSTOM_POOL_FIRST == 96 && MSMS_T_CUSTOM_POOL_LAST == 111);
 static_assert(MSMS_DEV_NA == 0 && MSMS_DEV_CPU == 1 && MSMS_DEV_NPU == 2 && MSMS_DEV_CUDA == 3);
 static_assert(MSMS_OPT_STRING == 0 && MSMS_OPT_INT == 1 && MSMS_OPT_BOOL == 2 && MSMS_OPT_ENUM == 3 &&
               MSMS_OPT_LIST == 4);

@@ -211,8 +211,11 @@ public:
         out_dir_ = run.output_dir.empty() ? "." : run.output_dir;
         ts_ = run.timestamp;
         if (dir_fd_ < 0) {
-            dir_fd_ = ::open(out_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (dir_fd_ < 0) dir_error_ = std::strerror(errno);
+            // The host's descriptor of the run folder (ABI 1.3, #29 item 4),
+            // or the folder opened without following a link (older hosts).
+            std::string why;
+            dir_fd_ = run.open_output_dir(why);
+            if (dir_fd_ < 0) dir_error_ = errno ? std::strerror(errno) : why;
         }
         for (auto& e : load_errors_) host_.error("leaks: " + e);
         if (steps_selected(run.config_json)) {
@@ -698,6 +701,11 @@ private:
     }
 
     static std::string direct_line(const LeakKey& k, const LeakInfo& l) {
+        // A collector's own pool (abi.h msms_is_custom_pool) is named by the
+        // collector and has no kernels: "Direct MYPOOL leak of ... at step 3."
+        if (msms_is_custom_pool(k.type))
+            return "Direct " + console_pool(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) +
+                   " at step " + std::to_string(k.step) + ".";
         return "Direct " + console_pool(k.type) + " leak of " + mb(l.size) + " Mb(s) at " + hex(k.ptr) + " in kernel_" +
                std::to_string(l.kernel) + " at step " + std::to_string(k.step) + ".";
     }

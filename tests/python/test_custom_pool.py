@@ -1,0 +1,44 @@
+"""A collector's own pool (issue #29 item 7): a collector that records its
+blocks as Event Type MSMS_T_CUSTOM_POOL_FIRST with the Attr pool:MYPOOL has
+them named MYPOOL everywhere -- the CSV's Event Type, the summary, leaks'
+"Direct MYPOOL leak" line (not "Pytorch Caching memory pool ... in
+kernel_0"), decompose's owners -- and counted in process_used.
+Fixture: tests/fixtures/custom_pool."""
+import re
+
+from conftest import BUILD, dump_files, process_dirs, read_dump
+
+FIXTURE = BUILD / "tests" / "lib" / "custom_pool"
+
+
+def test_a_collectors_own_pool_is_named_and_counted(cli, tmp_path):
+    out = tmp_path / "out"
+    p = cli(["--plugin-path", str(FIXTURE), "--device=cpu", "--events=alloc,free", "--analysis=leaks,decompose",
+             "--output", str(out), "--", FIXTURE / "custom_pool_program"], cwd=tmp_path, check_rc=0)
+    lines = p.stdout.splitlines()
+    assert "custom_pool_program: done 1" in lines
+    # leaks: the block kept from step 3 (steps 0 and 1 are warm-up).
+    direct = [line for line in lines if line.startswith("Direct ")]
+    assert len(direct) == 1, p.stdout
+    assert re.fullmatch(r"Direct MYPOOL leak of 0\.011719 Mb\(s\) at 0x[0-9a-f]+ at step 3\.", direct[0]), direct
+    assert "======= MYPOOL Gap Analysis of Device cpu =======" in lines
+    assert "Pytorch" not in p.stdout and "CUSTOM_POOL" not in p.stdout + p.stderr
+    # The summary's pool line and decompose's owner, under the pool's name.
+    assert "  cpu/MYPOOL: peak 16.0 KiB, final 12.0 KiB" in lines, p.stdout
+    owner = [line.split() for line in lines if line.strip().startswith("MYPOOL@blocks ")]
+    assert owner == [["MYPOOL@blocks", "12288", "16384", "6"]], p.stdout
+    # The CSV: Event Type MYPOOL; process_used moves with the pool's bytes.
+    procdir, = process_dirs(out)
+    rows = read_dump(dump_files(procdir)[0])
+    pool = [r for r in rows if r["Event Type"] == "MYPOOL" and r["attr"].get("shadow") != "true"]
+    assert [r["Event"] for r in pool].count("MALLOC") == 6 and [r["Event"] for r in pool].count("FREE") == 5
+    prev = None
+    for r in pool:
+        used, process_used = int(r["attr"]["used"]), int(r["attr"]["process_used"])
+        assert process_used >= used, r
+        if prev is not None:
+            delta = int(r["attr"]["size"]) * (1 if r["Event"] == "MALLOC" else -1)
+            assert process_used - prev == delta, (r, prev)
+        prev = process_used
+    kept = next(r for r in pool if r["Event"] == "MALLOC" and r["attr"]["size"] == "12288")
+    assert int(kept["attr"]["process_used"]) >= 16384
