@@ -15,7 +15,10 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 
 #include "launcher.h"
 #include "stale_sessions.h"
@@ -380,10 +383,45 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
     return "";
 }
 
+// The processes other than the tool's own workers whose parent is this host
+// (the program's orphans, re-parented here): "pid N (command)", ...
+static std::string left_behind() {
+    std::string out;
+    std::error_code ec;
+    std::string self_exe = fs::read_symlink("/proc/self/exe", ec).string();
+    std::string me = std::to_string(getpid());
+    for (auto& e : fs::directory_iterator("/proc", ec)) {
+        std::string pid = e.path().filename().string();
+        if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(e.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        size_t close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 1));
+        std::string state, ppid;
+        rest >> state >> ppid;
+        if (ppid != me || state == "Z") continue;
+        std::error_code ec2;
+        if (fs::read_symlink(e.path() / "exe", ec2).string() == self_exe) continue;  // a pipeline worker
+        std::ifstream cmd(e.path() / "cmdline");
+        std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+        while (!args.empty() && args.back() == '\0') args.pop_back();
+        for (char& c : args)
+            if (c == '\0') c = ' ';
+            else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+        if (args.size() > 200) args = args.substr(0, 200) + "...";
+        out += (out.empty() ? "" : ", ") + std::string("pid ") + pid + " (" + args + ")";
+    }
+    return out;
+}
+
 int Session::run_program() {
     // Profiled processes that outlive their parents are re-parented to us,
-    // so we know when the whole tree is gone.
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    // so we know when the whole tree is gone. Not with --follow-fork=false:
+    // nothing but the program is profiled, and a daemon it leaves behind is
+    // not waited for.
+    if (cfg_.follow_fork) prctl(PR_SET_CHILD_SUBREAPER, 1);
     std::string err;
     std::string prog = resolve_program(cfg_.program[0], err);
     if (prog.empty()) {
@@ -459,6 +497,8 @@ int Session::run_program() {
     yield_to_target();
 
     int root_code = 0;
+    bool root_reaped = false, said_waiting = false;
+    auto root_end = std::chrono::steady_clock::now();
     for (;;) {
         // Which child ended, without reaping it yet: the program's pid stops
         // being a forwarding target before it can be reused.
@@ -468,6 +508,21 @@ int Session::run_program() {
             break;  // ECHILD: every child has been reaped
         }
         if (si.si_pid == 0) {
+            // The program has ended but processes it left behind (a daemon)
+            // run on: said once, after 2 s, with what stops the wait.
+            if (root_reaped && !said_waiting &&
+                std::chrono::steady_clock::now() - root_end > std::chrono::seconds(2)) {
+                std::string left = left_behind();
+                if (!left.empty()) {
+                    said_waiting = true;
+                    std::cerr << "msmemscope: the program has ended; waiting for what it left running (profiled, "
+                                 "--follow-fork): "
+                              << left << "; end them, or press Ctrl-C (SIGINT/SIGTERM to pid " << getpid()
+                              << ") to stop waiting and write what was recorded\n";
+                }
+            }
+            // Ctrl-C once the program has ended: stop waiting for them.
+            if (root_reaped && supervisor::abandoned()) break;
             scan();
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
             continue;
@@ -478,6 +533,8 @@ int Session::run_program() {
         if (w == root_pid_) {
             root_code = exit_code_of(st);
             root_status_ = describe_status(st);
+            root_reaped = true;
+            root_end = std::chrono::steady_clock::now();
         } else if (w > 0) {
             supervisor::reaped(w, st);  // a pipeline worker (supervisor.h): its supervisor has the status now
         }

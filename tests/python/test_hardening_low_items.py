@@ -170,3 +170,54 @@ def test_config_json_marks_dropped_plugins(cli, tmp_path):
     p = cli(["--device=cpu", "--events=alloc,free", "--output=ok", "--", "/bin/ls", "/"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "dropped" not in json.loads((process_dirs(tmp_path / "ok")[0] / "config.json").read_text())
+
+
+def test_a_daemon_left_by_the_program_is_named_and_not_waited_for_without_follow_fork(tmp_path):
+    # A program that leaves a daemon behind kept the tool waiting silently,
+    # even with --follow-fork=false. Now: without following forks the tool
+    # does not wait for it at all; with it, one line says what it waits for
+    # and how to stop waiting, and Ctrl-C (SIGINT) stops the wait.
+    import re
+    import signal
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    cli = str(BUILD / "bin" / "msmemscope")
+    daemon = "sleep 600 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid"  # not holding our pipes
+    try:
+        p = subprocess.run([cli, "--device=cpu", "--analysis=", "--follow-fork=false", "--output=a", "--",
+                            "sh", "-c", daemon], cwd=str(tmp_path), env=e, capture_output=True, text=True,
+                           timeout=120)  # it waited for the daemon's 600 s
+        assert p.returncode == 0, p.stderr
+        assert "waiting for" not in p.stderr
+        d = int((tmp_path / "daemon.pid").read_text())
+        os.kill(d, 0)  # still running: the tool ended without it
+    finally:
+        if (tmp_path / "daemon.pid").exists():
+            try:
+                os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+    (tmp_path / "daemon.pid").unlink()
+    proc = subprocess.Popen([cli, "--device=cpu", "--analysis=", "--output=b", "--", "sh", "-c", daemon],
+                            cwd=str(tmp_path), env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        for line in proc.stderr:  # the barrier: the tool's own line
+            if "waiting for" in line:
+                break
+        d = int((tmp_path / "daemon.pid").read_text())
+        assert re.fullmatch(
+            r"msmemscope: the program has ended; waiting for what it left running \(profiled, --follow-fork\): "
+            rf"pid {d} \(sleep 600\); end them, or press Ctrl-C \(SIGINT/SIGTERM to pid {proc.pid}\) to stop "
+            r"waiting and write what was recorded\n", line), line
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 70, err
+        assert "interrupted by SIGINT after the program had ended" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError, FileNotFoundError):
+            pass
