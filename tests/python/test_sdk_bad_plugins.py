@@ -144,7 +144,7 @@ def test_conformance_rejects_the_bad_fixtures_with_precise_reasons():
     assert p.returncode == 1, p.stdout + p.stderr
     lines, result = verdicts(p.stdout)
     assert result[fixture("wrong_abi")] == "FAIL"
-    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.2"]
+    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.3"]
     assert lines[fixture("no_entry")] == ["FAIL  load: no entry symbol 'msmemscope_plugin'"]
     assert lines[fixture("null_descriptor")] == ["FAIL  load: the entry returned no descriptor"]
     assert lines[fixture("bad_name")] == [
