@@ -144,6 +144,31 @@ def test_attach_c_program_finds_its_leak_and_leaves_it_running(tmp_path):
             prog.kill()
 
 
+def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
+    # four threads allocate and free without pause: the hooks go in and the
+    # capture goes away while they are inside malloc, free and realloc
+    prog, pid = start_loop(tmp_path, "--threads")
+    try:
+        host = attach(pid, tmp_path / "out", "--aggregate")  # millions of events a second: no per-event rows
+        wait_attached(host, pid)
+        say(prog, "leak 4")
+        assert prog.stdout.readline() == "leaked 4\n"
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        assert ") detached (it goes on running)" in out
+        assert "dropped: 0" in out
+        assert prog.poll() is None and tracer(pid) == 0 and threads(pid) == 5  # the agent's thread is gone
+        say(prog, "leak 1")
+        assert prog.stdout.readline() == "leaked 1\n"
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "done\n")
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 def test_attach_for_seconds_detaches_by_itself(tmp_path):
     prog, pid = start_loop(tmp_path)
     try:

@@ -2,7 +2,7 @@
  * (tests/python/test_attach.py). It runs without msmemscope; the test
  * attaches to it while it runs.
  *
- *   attach_loop [--block | --undumpable] READY_FILE
+ *   attach_loop [--block | --undumpable | --threads] READY_FILE
  *
  * Loops until told to stop: each turn allocates and frees a few blocks
  * (so it is always inside the malloc family soon), and reads commands from
@@ -15,15 +15,40 @@
  * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
  * its end, calling nothing of the malloc family (an attach never gets in).
  * --undumpable: prctl(PR_SET_DUMPABLE, 0) first (not traceable by its own
- * user, as a setuid program). */
+ * user, as a setuid program).
+ * --threads: four more threads allocate and free without pause until
+ * "quit" (the attach and the detach happen while threads are inside
+ * malloc and free). */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
+
+static atomic_int stop_workers;
+
+static void* worker(void* arg) {
+    unsigned long n = (unsigned long)arg, sum = 0;
+    void* keep[16] = {0};
+    while (!atomic_load(&stop_workers)) {
+        size_t size = 16 + (n * 7919) % 4000;
+        char* p = malloc(size);
+        if (!p) abort();
+        p[0] = (char)n;
+        sum += (unsigned char)p[0];
+        void* old = keep[n % 16];
+        keep[n % 16] = realloc(old, size / 2 + 1);
+        free(p);
+        ++n;
+    }
+    for (int i = 0; i < 16; ++i) free(keep[i]);
+    return (void*)sum;
+}
 
 static char cmd[256];
 static size_t cmd_len;
@@ -47,13 +72,17 @@ static const char* poll_line(void) {
 
 int main(int argc, char** argv) {
     int block = argc == 3 && strcmp(argv[1], "--block") == 0;
+    int nworkers = argc == 3 && strcmp(argv[1], "--threads") == 0 ? 4 : 0;
+    pthread_t workers[4];
+    for (int i = 0; i < nworkers; ++i)
+        if (pthread_create(&workers[i], NULL, worker, (void*)(unsigned long)(i * 1000003)) != 0) return 4;
     if (argc == 3 && strcmp(argv[1], "--undumpable") == 0) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (argc == 3) {
         argv[1] = argv[2];
         argc = 2;
     }
     if (argc != 2) {
-        fprintf(stderr, "usage: attach_loop [--block | --undumpable] READY_FILE\n");
+        fprintf(stderr, "usage: attach_loop [--block | --undumpable | --threads] READY_FILE\n");
         return 2;
     }
     if (block) {
@@ -116,6 +145,8 @@ int main(int argc, char** argv) {
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
     }
+    atomic_store(&stop_workers, 1);
+    for (int i = 0; i < nworkers; ++i) pthread_join(workers[i], NULL);
     for (int i = 0; i < nkept; ++i) free(kept[i]);
     printf("done\n");
     (void)checksum;
