@@ -375,6 +375,11 @@ void ProcessRun::run_stream() {
             step_count.feed(r.ev, r.name);
             if (!steps.keep(r.ev, r.name)) continue;  // --steps
             pipeline.feed(r);
+            // a host that is behind still shows the view every second
+            if (live_view && (delivered & 4095) == 0 && std::chrono::steady_clock::now() - live_last >= std::chrono::seconds(1)) {
+                live_write(false);
+                live_last = std::chrono::steady_clock::now();
+            }
         }
         if (!released_noted && reader_.released_any()) {
             released_noted = true;
@@ -432,6 +437,8 @@ void ProcessRun::run_stream() {
     summary_.agent_disabled = reader_.agent_disabled();
     summary_.end_kind = reader_.end_kind();
     summary_.end_code = reader_.end_code();
+    summary_.end_corrupt = reader_.end_corrupt();
+    if (summary_.end_corrupt) run.log->error("the capture's end record fails its checksum: not trusted");
     summary_.exact_order = reader_.exact_order();
     summary_.damage = reader_.first_corruption();
     if (!summary_.damage.empty()) run.log->error("first damage: {}", summary_.damage);

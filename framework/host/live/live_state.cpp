@@ -68,6 +68,11 @@ std::string pool_label(const msms_event& ev) {
 
 bool is_true_attr(const msms_event& ev, std::string_view key) { return msmemscope::attr(ev, key) == "true"; }
 
+uint64_t addr_key(const msms_event& ev) {
+    return ev.ptr * 1000003u ^ (static_cast<uint64_t>(ev.device_kind) << 56) ^
+           (static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 40);
+}
+
 std::string signed_bytes(int64_t v) { return (v > 0 ? "+" : "") + std::to_string(v) + " B"; }
 
 std::string cut(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
@@ -203,8 +208,26 @@ void LiveState::on_event(const msms_event& ev) {
         if (msmemscope::attr(ev, "virtual") == "true") return;  // memory another block accounts for
         auto old = blocks_.find(ev.allocation_id);
         if (old != blocks_.end()) return;
+        uint64_t at = addr_key(ev);
+        if (ev.type == MSMS_T_HOST) {
+            host_at_[at] = ev.allocation_id;
+        } else if (msms_is_framework_pool(ev.type)) {
+            // Each byte once (DESIGN §8): a framework block at the address of
+            // a live host block is that block's memory (CPU tensors); the
+            // host block leaves the sites, as the pipeline's HOST totals.
+            auto h = host_at_.find(at);
+            if (h != host_at_.end()) {
+                auto hb = blocks_.find(h->second);
+                if (hb != blocks_.end() && !hb->second.taken) {
+                    hb->second.taken = true;
+                    Site& hs = sites_[hb->second.site];
+                    hs.live_bytes -= static_cast<int64_t>(hb->second.size);
+                    --hs.live_blocks;
+                }
+            }
+        }
         uint32_t s = site_of(ev);
-        blocks_.emplace(ev.allocation_id, Block{ev.size, s});
+        blocks_.emplace(ev.allocation_id, Block{ev.size, s, false});
         sites_[s].live_bytes += static_cast<int64_t>(ev.size);
         ++sites_[s].live_blocks;
         return;
@@ -212,9 +235,15 @@ void LiveState::on_event(const msms_event& ev) {
     case MSMS_EV_FREE: {
         auto b = blocks_.find(ev.allocation_id);
         if (!ev.allocation_id || b == blocks_.end()) return;
-        Site& s = sites_[b->second.site];
-        s.live_bytes -= static_cast<int64_t>(b->second.size);
-        --s.live_blocks;
+        if (ev.type == MSMS_T_HOST) {
+            auto h = host_at_.find(addr_key(ev));
+            if (h != host_at_.end() && h->second == ev.allocation_id) host_at_.erase(h);
+        }
+        if (!b->second.taken) {
+            Site& s = sites_[b->second.site];
+            s.live_bytes -= static_cast<int64_t>(b->second.size);
+            --s.live_blocks;
+        }
         blocks_.erase(b);
         return;
     }

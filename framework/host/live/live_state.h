@@ -81,6 +81,7 @@ private:
     struct Block {
         uint64_t size;
         uint32_t site;
+        bool taken = false;  // a HOST block whose memory a framework block took: counted there (each byte once)
     };
     void step_ended(uint64_t step);
     uint32_t site_of(const msms_event& ev);
@@ -114,6 +115,7 @@ private:
     std::unordered_map<FastKey, uint32_t, FastHash> fast_;
     std::unordered_map<std::string, uint32_t> op_ids_;
     std::unordered_map<uint64_t, Block> blocks_;
+    std::unordered_map<uint64_t, uint64_t> host_at_;  // live HOST blocks: hash(device, ptr) -> allocation id
     std::unordered_map<uint64_t, std::vector<std::string>> open_ops_;  // (pid<<32|tid) -> operators
     // leak suspects
     std::deque<std::string> warnings_;

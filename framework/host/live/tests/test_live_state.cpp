@@ -114,6 +114,27 @@ TEST_CASE("live sites: live bytes and blocks per site, the allocator's frames sk
     CHECK(st.top_sites(1).size() == 1);
 }
 
+TEST_CASE("live sites: each byte once — a host block a framework block took leaves the host's site") {
+    LiveState st("tok", 7, "prog", [] { return Totals{}; });
+    st.on_event(malloc_ev(1, 4096, "alloc_cpu+0x1 at c10.cpp:1 in libc10.so").get());  // the tensor's malloc
+    Ev pta = malloc_ev(2, 4096, "", "train.py(3): <module>");
+    pta.ev.type = MSMS_T_PTA;
+    pta.ev.ptr = 0x1000;  // the host block's address
+    st.on_event(pta.get());
+    auto top = st.top_sites();
+    REQUIRE(top.size() == 1);
+    CHECK(top[0].device == "cpu/PTA");
+    CHECK(top[0].live_bytes == 4096);
+    Ev pfree = free_ev(2);
+    pfree.ev.type = MSMS_T_PTA;
+    st.on_event(pfree.get());
+    st.on_event(free_ev(1).get());  // the host block's free: nothing counted twice
+    CHECK(st.top_sites().empty());
+    st.on_event(malloc_ev(3, 10, "f at a.c:1").get());  // the same address again, a plain host block
+    REQUIRE(st.top_sites().size() == 1);
+    CHECK(st.top_sites()[0].live_bytes == 10);
+}
+
 TEST_CASE("live steps: the pools' live bytes at each step end and the growth against the one before") {
     Totals totals;
     LiveState st("tok", 7, "prog", [&] { return totals; });
