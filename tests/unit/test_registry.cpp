@@ -86,9 +86,10 @@ TEST_CASE("discover refuses every bad fixture and loads the others, in file name
     std::vector<std::string> loaded;
     for (auto& p : reg.plugins()) loaded.push_back(p.info.name);
     // duplicate_csv loads here: no built-in csv in this registry.
-    CHECK(loaded == std::vector<std::string>{"c_function_entry", "csv", "error_in_event", "hang_in_event",
-                                             "hang_in_finish", "old_minor", "segv_in_create", "segv_in_event",
-                                             "segv_in_finish", "throws_in_create", "throws_in_event"});
+    CHECK(loaded == std::vector<std::string>{"c_function_entry", "chatty", "csv", "error_in_event", "hang_in_event",
+                                             "hang_in_finish", "hog_in_event", "kill_in_event", "old_minor",
+                                             "segv_in_create", "segv_in_event", "segv_in_finish", "throws_in_create",
+                                             "throws_in_event"});
     std::vector<std::string> refused;
     for (auto& r : reg.refused()) refused.push_back(std::filesystem::path(r.path).filename().string());
     std::vector<std::string> want{"libmsmemscope_plugin_abort_in_load.so", "libmsmemscope_plugin_bad_name.so",
