@@ -675,6 +675,13 @@ bool clock_start(uint64_t& tick0, uint64_t& ns0, double& ns_per_tick) {
     return true;
 }
 
+// The end record's checksum (format 4.2), after end_kind and end_code.
+void seal_end(CaptureHeader* h) {
+    h->end_sum.store(capture::end_record_sum(h->pid, h->end_kind.load(std::memory_order_relaxed),
+                                             h->end_code.load(std::memory_order_relaxed)),
+                     std::memory_order_release);
+}
+
 }  // namespace
 
 void calibrate(ThreadWriter* w, uint64_t ts) {
@@ -989,6 +996,7 @@ void channel_close(int code, capture::EndKind kind) {
     uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
     if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(kind)))
         h->end_code.store(code, std::memory_order_relaxed);
+    seal_end(h);
     h->state.store(static_cast<uint32_t>(capture::State::Finished), std::memory_order_release);
     // From here on g_fd is not used (see FileUse); a user in flight (a
     // chunk copy takes microseconds) is waited for, boundedly.
@@ -1049,8 +1057,10 @@ void channel_note_signal(int sig) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
     if (!h || h->pid != static_cast<uint32_t>(getpid())) return;
     uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
-    if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(capture::EndKind::Signal)))
+    if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(capture::EndKind::Signal))) {
         h->end_code.store(sig, std::memory_order_release);
+        seal_end(h);
+    }
 }
 
 CaptureHeader* channel_header() { return g_header.load(std::memory_order_acquire); }

@@ -72,8 +72,10 @@ namespace msms::capture {
 
 constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
 constexpr uint32_t kFormatMajor = 4;
-// Minor 1: CaptureHeader::forked_from.
-constexpr uint32_t kFormatMinor = 1;
+// Minor 1: CaptureHeader::forked_from. Minor 2: CaptureHeader::end_sum (the
+// end record's checksum; captures of minor 0 and 1 have none and are read as
+// before, their end record trusted as it is).
+constexpr uint32_t kFormatMinor = 2;
 // The oldest major this build still reads (format 2: ns timestamps, varint
 // heap records only; read as a format 3 capture with kClockMonotonic; format
 // 3: no staging slots, read as format 4).
@@ -168,6 +170,11 @@ struct CaptureHeader {
     // still being there when the child ends.
     uint32_t forked_from;
     uint32_t reserved3;
+    // ---- format 4.2: the end record's checksum, end_record_sum(pid,
+    // end_kind, end_code), stored by the agent after it sets those two (0:
+    // no end recorded). A header whose end fails it was edited or damaged:
+    // the host says "end record corrupt" and does not trust it.
+    std::atomic<uint64_t> end_sum;
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
@@ -175,6 +182,10 @@ constexpr size_t kFixedEnd = offsetof(CaptureHeader, fixed_sum);
 constexpr size_t kClockBegin = offsetof(CaptureHeader, tsc_start);
 constexpr size_t kClockEnd = offsetof(CaptureHeader, ns_per_tick_q32) + sizeof(uint64_t);
 constexpr size_t kForkBegin = offsetof(CaptureHeader, forked_from);
+// Whether a header has the fields of format 4.2 (end_sum).
+inline bool has_end_sum(const CaptureHeader* h) {
+    return h->format_major > 4 || (h->format_major == 4 && h->format_minor >= 2);
+}
 // Whether a header has the fields of format 4.1 (forked_from).
 inline bool has_forked_from(const CaptureHeader* h) {
     return h->format_major > 4 || (h->format_major == 4 && h->format_minor >= 1);
@@ -273,6 +284,11 @@ inline uint64_t checksum(const void* data, size_t n, uint64_t seed) {
 // The checksum of a sealed chunk: its thread and fill level, then its records.
 inline uint64_t chunk_sum(const ChunkHeader* c, uint32_t tid, uint32_t used) {
     return checksum(c + 1, used, (static_cast<uint64_t>(tid) << 32) | used);
+}
+// Format 4.2: the end record's checksum (never 0: 0 means none written).
+inline uint64_t end_record_sum(uint32_t pid, uint32_t end_kind, int32_t end_code) {
+    uint32_t v[3] = {pid, end_kind, static_cast<uint32_t>(end_code)};
+    return checksum(v, sizeof(v), 0x454e445245434f52ull) | 1;  // "ENDRECOR"
 }
 // Format 2: the fixed part; format 3: also the clock's calibration.
 inline uint64_t fixed_sum(const CaptureHeader* h) {

@@ -164,9 +164,20 @@ std::vector<std::string> CaptureReader::cmdline() const {
 
 uint32_t CaptureReader::end_kind() const {
     uint32_t k = header_ ? header_->end_kind.load() : 0;
+    if (end_corrupt()) return 0;  // not trusted
     return k <= static_cast<uint32_t>(EndKind::Returned) ? k : 0;
 }
-int32_t CaptureReader::end_code() const { return header_ ? header_->end_code.load() : 0; }
+int32_t CaptureReader::end_code() const { return header_ && !end_corrupt() ? header_->end_code.load() : 0; }
+
+bool CaptureReader::end_corrupt() const {
+    // Format 4.2: an end (kind and code) that fails its checksum was edited
+    // or damaged. Older captures have no checksum: their end is read as is.
+    if (!header_ || !has_end_sum(&header_copy_)) return false;
+    uint32_t k = header_->end_kind.load(std::memory_order_acquire);
+    uint64_t sum = header_->end_sum.load(std::memory_order_acquire);
+    if (k == 0 && sum == 0) return false;  // no end recorded
+    return sum != end_record_sum(header_copy_.pid, k, header_->end_code.load(std::memory_order_acquire));
+}
 
 void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char* what) {
     ++corrupt_;

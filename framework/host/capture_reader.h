@@ -117,6 +117,9 @@ public:
     // How the process ended (capture::EndKind) and its status or signal.
     uint32_t end_kind() const;
     int32_t end_code() const;
+    // Format 4.2: the header's end record fails its checksum (then
+    // end_kind() and end_code() say nothing is known).
+    bool end_corrupt() const;
     bool exact_order() const { return header_copy_.ordering != 0; }
     // The capture's clock (capture_format.h): TSC ticks converted to ns on delivery.
     bool tsc_clock() const { return clock_.is_tsc(); }

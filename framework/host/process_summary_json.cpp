@@ -152,6 +152,9 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
     if (f.exec_replaced) {
         how = "exec";
         text = "replaced by exec (continued in the next capture of this pid)";
+    } else if (s.end_corrupt) {
+        how = "unknown";
+        text = "end record corrupt (it fails its checksum: how the process ended is not known)";
     } else if (kind == capture::EndKind::Exit || kind == capture::EndKind::QuickExit) {
         how = "exit";
         text = "exited with code " + std::to_string(s.end_code) + (kind == capture::EndKind::QuickExit ? " (_exit)" : "");

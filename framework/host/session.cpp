@@ -266,10 +266,13 @@ void Session::scan() {
     }
 }
 
+const char kEndCorrupt[] = "end record corrupt (it fails its checksum: how the process ended is not known)";
+
 // How a profiled process ended, from what its agent recorded (the CLI knows
 // the exact status only of the process it started).
 static std::string describe_end(const ProcessSummary& s) {
     if (s.replaced_by_exec) return "replaced by exec (continued in the next capture of this pid)";
+    if (s.end_corrupt) return kEndCorrupt;
     switch (static_cast<capture::EndKind>(s.end_kind)) {
     case capture::EndKind::Exit: return "exited with code " + std::to_string(s.end_code);
     case capture::EndKind::QuickExit:

@@ -263,6 +263,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.agent_disabled);
     w.u(s.end_kind);
     w.u(static_cast<uint32_t>(s.end_code));
+    w.u(s.end_corrupt);
     w.u(s.oom_kill_seen);
     w.u(s.capture_index);
     w.u(s.exact_order);
@@ -305,6 +306,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.agent_disabled = r.u() != 0;
     s.end_kind = static_cast<uint32_t>(r.u());
     s.end_code = static_cast<int32_t>(static_cast<uint32_t>(r.u()));
+    s.end_corrupt = r.u() != 0;
     s.oom_kill_seen = r.u() != 0;
     s.capture_index = static_cast<uint32_t>(r.u());
     s.exact_order = r.u() != 0;

@@ -1,6 +1,7 @@
 """#29 item 9: the low items of the second hardening round, each with a test
 that fails without its fix (one test per item; the file is shared by them)."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -221,3 +222,80 @@ def test_a_daemon_left_by_the_program_is_named_and_not_waited_for_without_follow
             os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)
         except (ProcessLookupError, ValueError, FileNotFoundError):
             pass
+
+
+# framework/common/capture_format.h, format 4.2: CaptureHeader offsets.
+END_KIND_OFFSET, END_CODE_OFFSET, END_SUM_OFFSET, FORMAT_MINOR_OFFSET = 1676, 1680, 1736, 12
+FIXED_BEGIN, FIXED_SUM_OFFSET, CLOCK_BEGIN, CLOCK_END, FORK_BEGIN = 24, 1624, 1712, 1728, 1728
+M64 = (1 << 64) - 1
+
+
+def _checksum(data, seed):
+    """capture_format.h checksum()."""
+    import struct
+    mul = 0x9E3779B97F4A7C15
+    h = [seed ^ 0x243F6A8885A308D3, seed ^ 0x13198A2E03707344, seed ^ 0xA4093822299F31D0, seed ^ 0x082EFA98EC4E6C89]
+    n, i = len(data), 0
+    while i + 32 <= n:
+        for lane in range(4):
+            w = struct.unpack_from("<Q", data, i + 8 * lane)[0]
+            h[lane] = ((h[lane] ^ w) * mul) & M64
+            h[lane] ^= h[lane] >> 31
+        i += 32
+    tail, k = 0, 0
+    while i < n:
+        tail ^= ((data[i] << (8 * (k & 7))) ^ (k << 56)) & M64
+        i += 1
+        k += 1
+    r = ((h[0] ^ (h[1] * 3 & M64) ^ (h[2] * 5 & M64) ^ (h[3] * 7 & M64) ^ tail ^ n) * mul) & M64
+    return r ^ (r >> 29)
+
+
+def _fixed_sum(hdr):
+    """capture_format.h fixed_sum() of a format 4.x header."""
+    import struct
+    major, minor = struct.unpack_from("<II", hdr, 8)
+    seed = major ^ _checksum(bytes(hdr[CLOCK_BEGIN:CLOCK_END]), major)
+    if minor >= 1:
+        seed ^= _checksum(bytes(hdr[FORK_BEGIN:FORK_BEGIN + 4]), minor)
+    return _checksum(bytes(hdr[FIXED_BEGIN:FIXED_SUM_OFFSET]), seed)
+
+
+def test_an_edited_end_record_is_reported_corrupt_not_trusted(cli, test_bin, tmp_path):
+    # The header's end record had no checksum: an edit of a saved capture
+    # turned "exited with code 0" into "killed by signal 11" on --replay.
+    import glob
+    import shutil
+    import struct
+    p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--save-capture=true", "--output=out", "--",
+             "/bin/ls", "/"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    [cap] = glob.glob(str(tmp_path / "out" / "*" / "*.msmcap"))
+    raw = bytearray(open(cap, "rb").read())
+    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 2
+    assert struct.unpack_from("<Ii", raw, END_KIND_OFFSET) == (1, 0)  # EndKind::Exit, code 0
+    assert struct.unpack_from("<Q", raw, END_SUM_OFFSET)[0] != 0
+    assert struct.unpack_from("<Q", raw, FIXED_SUM_OFFSET)[0] == _fixed_sum(raw)  # the port below is right
+
+    def replay(data, name):
+        path = tmp_path / name
+        path.write_bytes(bytes(data))
+        return cli(["--device=cpu", "--analysis=", f"--output={tmp_path}/r_{name}", f"--replay={path}"], cwd=tmp_path)
+
+    r = replay(raw, "ok.msmcap")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^msmemscope: pid \d+ \(/bin/ls /\) exited with code 0$", r.stdout, re.M), r.stdout
+    edited = bytearray(raw)
+    struct.pack_into("<Ii", edited, END_KIND_OFFSET, 3, 11)  # EndKind::Signal, SIGSEGV
+    r = replay(edited, "edited.msmcap")
+    assert re.search(r"^msmemscope: pid \d+ \(/bin/ls /\) end record corrupt \(it fails its checksum: how the "
+                     r"process ended is not known\)$", r.stdout, re.M), r.stdout
+    assert "signal 11" not in r.stdout
+    # A capture of format 4.1 (no checksum) is read as before: its end trusted.
+    old = bytearray(raw)
+    struct.pack_into("<I", old, FORMAT_MINOR_OFFSET, 1)
+    struct.pack_into("<Q", old, END_SUM_OFFSET, 0)
+    struct.pack_into("<Q", old, FIXED_SUM_OFFSET, _fixed_sum(old))  # the header's sum covers the minor
+    r = replay(old, "old.msmcap")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^msmemscope: pid \d+ \(/bin/ls /\) exited with code 0$", r.stdout, re.M), r.stdout
