@@ -32,6 +32,7 @@ namespace {
 char g_dir[4096];
 char g_py_start[8192];
 uint64_t g_steps_limit = 0;
+int g_host_pid = 0;  // msmemscope: when it is gone (killed), nobody reads the capture: detach
 std::atomic<bool> g_attached{false};
 std::atomic<bool> g_detach_wanted{false};
 std::atomic<bool> g_detached{false};
@@ -180,7 +181,8 @@ void* watcher(void*) {
     char path[4200];
     snprintf(path, sizeof(path), "%s/detach.%d", g_dir, static_cast<int>(getpid()));
     while (!g_detached.load()) {
-        if (g_detach_wanted.load() || access(path, F_OK) == 0) {
+        if (g_detach_wanted.load() || access(path, F_OK) == 0 ||
+            (g_host_pid > 0 && kill(g_host_pid, 0) != 0 && errno == ESRCH)) {
             detach();
             break;
         }
@@ -206,7 +208,7 @@ extern "C" {
 
 __attribute__((visibility("default"))) int msms_agent_attach_running(const char* dir, const char* opts,
                                                                      const char* libs, const char* pypath,
-                                                                     uint64_t steps) {
+                                                                     uint64_t steps, int host_pid) {
     if (!dir || !*dir || strlen(dir) >= sizeof(g_dir)) return EINVAL;
     if (g_attached.load()) return EALREADY;
     msms::agent::Tls& t = msms::agent::tls();
@@ -218,6 +220,7 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
     }
     snprintf(g_dir, sizeof(g_dir), "%s", dir);
     g_steps_limit = steps;
+    g_host_pid = host_pid;
     // The host heap hooks, as the Python package installs them (GOT slots of
     // every loaded object, and of those loaded later).
     for (const char* p = libs ? libs : ""; *p;) {

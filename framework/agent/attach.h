@@ -18,7 +18,8 @@
 //   out (another pending call, waited for at most a few seconds), then
 //   collection stops, the stream ends (end kind "unknown": the summary says
 //   "detached") and the capture's descriptor and mappings are released, so
-//   the host sees the stream complete while the process goes on. The GOT
+//   the host sees the stream complete while the process goes on (also when
+//   msmemscope itself is gone, e.g. killed: nobody reads the capture). The GOT
 //   hooks stay as pass-throughs (one flag test per call).
 //
 // Children forked after the attach are not followed (follow_fork=0).
@@ -35,9 +36,10 @@ extern "C" {
  * libraries (the host heap hook is installed; others need LD_PRELOAD);
  * pypath: the folder holding the msmemscope Python package ("" = none);
  * steps: detach after this many steps (0: no limit).
+ * host_pid: msmemscope's pid; the agent detaches by itself when it is gone.
  * Returns 0, or an errno: EALREADY when a capture is open already. */
 int msms_agent_attach_running(const char* dir, const char* opts, const char* libs, const char* pypath,
-                              uint64_t steps);
+                              uint64_t steps, int host_pid);
 
 /* Ends the attach now, on the calling thread (the host's fallback when the
  * agent's thread did not answer a detach request). */

@@ -302,9 +302,9 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s) {
     s += "if $msms_h == 0\nprintf \"MSMS_DLOPEN_FAILED %s\\n\", (char*)dlerror()\nelse\n";
     s += "set $msms_f = (void*)dlsym($msms_h, \"msms_agent_attach_running\")\n";
     s += "printf \"MSMS_RC=%d\\n\", ((int(*)(const char*, const char*, const char*, const char*, unsigned "
-         "long))$msms_f)(" +
+         "long, int))$msms_f)(" +
          quoted(what.dir) + ", " + quoted(what.options) + ", " + quoted(what.libs) + ", " + quoted(what.pypath) +
-         ", " + std::to_string(what.steps) + ")\n";
+         ", " + std::to_string(what.steps) + ", " + std::to_string(getpid()) + ")\n";
     s += "end\ndetach\nquit\nend\ncontinue\n";
     std::string err;
     std::string script = write_script(what.dir, "attach.gdb", s, err);

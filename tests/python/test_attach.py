@@ -203,6 +203,28 @@ def test_attached_program_that_ends_ends_the_run(tmp_path):
             prog.kill()
 
 
+def test_killed_msmemscope_leaves_the_program_running_unprofiled(tmp_path):
+    prog, pid = start_loop(tmp_path)
+    try:
+        host = attach(pid, tmp_path / "out")
+        wait_attached(host, pid)
+        assert threads(pid) == 2  # the program's and the agent's
+        host.kill()  # SIGKILL: no detach request
+        host.communicate(timeout=60)
+        deadline = time.monotonic() + 60
+        while threads(pid) != 1:  # the agent saw msmemscope gone and detached by itself
+            assert time.monotonic() < deadline, "the agent did not detach"
+            time.sleep(0.01)
+        say(prog, "leak 2")
+        assert prog.stdout.readline() == "leaked 2\n"
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "done\n")
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 # ---------------------------------------------------------------- PyTorch
 def run_train(tmp_path, name, attach_args=None):
     ready, go, result = tmp_path / f"{name}.ready", tmp_path / f"{name}.go", tmp_path / f"{name}.bin"
