@@ -42,3 +42,39 @@ def test_a_collectors_own_pool_is_named_and_counted(cli, tmp_path):
         prev = process_used
     kept = next(r for r in pool if r["Event"] == "MALLOC" and r["attr"]["size"] == "12288")
     assert int(kept["attr"]["process_used"]) >= 16384
+
+
+SILENT = BUILD / "tests" / "lib" / "silent_collector"
+
+
+def test_a_third_party_collector_that_cannot_run_without_the_cli_is_an_error(tmp_path):
+    """Python API, no CLI (issue #29 item 7): a selected third-party collector
+    whose target library interposes nothing would record nothing; start()
+    says so, naming the library, instead of ignoring it."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import msmemscope\n"
+        f"msmemscope.config(plugin_path=[{str(SILENT)!r}], device='cpu', events='alloc,free', analysis='',\n"
+        f"                  output={str(tmp_path / 'out')!r})\n"
+        "try:\n"
+        "    msmemscope.start()\n"
+        "except RuntimeError as e:\n"
+        "    print('refused:', e)\n"
+        "else:\n"
+        "    print('started')\n"
+        "    msmemscope.stop()\n")
+    env = dict(os.environ)
+    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_PLUGIN_PATH"):
+        env.pop(k, None)
+    env["PYTHONPATH"] = str(BUILD / "python")
+    p = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lib = SILENT / "libmsms_silent_hook.so"
+    refused = [line for line in p.stdout.splitlines() if line.startswith(("refused:", "started"))]
+    assert refused == [
+        f"refused: msmemscope: the collector library {lib} exports no function to interpose; without the CLI it "
+        "would record nothing: run the program under the CLI (msmemscope --plugin-path=... -- python ...)"], p.stdout
