@@ -279,6 +279,18 @@ def test_attach_pytorch_training_steps_leak_and_identical_results(tmp_path):
     assert any("aten::mm" in r["Name"] or "addmm" in r["Name"] for r in ops), {r["Name"] for r in ops}
 
 
+def test_attached_training_that_ends_ends_the_run(tmp_path):
+    _, ref_out, ref_bin, _ = run_train(tmp_path, "ref")
+    pid, out, result, (rc, host_out, host_err) = run_train(tmp_path, "end", [])  # no detach: it ends first
+    assert rc == 0, host_err + host_out
+    assert (out, result) == (ref_out, ref_bin)
+    assert f"msmemscope: pid {pid} (/usr/bin/python3 {TRAIN} " in host_out
+    assert ") exited with code 0\n" in host_out, host_out
+    (procdir,) = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(procdir)[0])
+    assert len([r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"]) == 12
+
+
 # ---------------------------------------------------------------- errors
 def test_attach_errors_no_such_process(tmp_path):
     p = subprocess.Popen(["/bin/true"])
@@ -364,6 +376,27 @@ def test_attach_errors_process_exits_during_the_attach(tmp_path):
     assert rc == 2
     assert f"msmemscope: error: pid {pid} exited during the attach (nothing was collected)\n" in err, err
     assert prog.returncode == 0
+
+
+def test_attach_timeout_leaves_a_blocked_program_untouched(tmp_path):
+    # --block: no malloc-family call ever; the attach gives up after
+    # MSMEMSCOPE_ATTACH_TIMEOUT_S and gdb lets go of the process.
+    prog, pid = start_loop(tmp_path, "--block")
+    try:
+        env = clean_env()
+        env["MSMEMSCOPE_ATTACH_TIMEOUT_S"] = "2"
+        r = subprocess.run([str(CLI), f"--attach={pid}", "--device=cpu", f"--output={tmp_path}/o"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 2
+        assert (f"msmemscope: error: pid {pid} made no call to malloc, free, calloc or realloc within the attach "
+                f"timeout (it may be blocked or sleeping): not attached, it runs on untouched") in r.stderr, r.stderr
+        assert prog.poll() is None and tracer(pid) == 0
+        assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
+        prog.stdin.close()  # its read ends: it exits 0 (not stopped, no stray SIGINT)
+        assert prog.wait(timeout=60) == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
 
 
 @pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
