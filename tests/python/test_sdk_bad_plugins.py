@@ -48,7 +48,7 @@ def test_list_plugins_names_each_refusal(cli, tmp_path):
         "file: No such file or directory",
         f"refused: {fixture('no_entry')}: no entry symbol 'msmemscope_plugin'",
         f"refused: {fixture('null_descriptor')}: the entry returned no descriptor",
-        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.2",
+        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.3",
     ]
     others = [line for line in refused if "duplicate_csv" not in line and "asan_built" not in line]
     assert others == expected
@@ -78,7 +78,7 @@ def test_refusals_in_a_plugin_path_folder_are_not_warned_on_every_run(cli, tmp_p
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=", "-v",
              "--output", str(tmp_path / "out2"), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
     assert (f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: "
-            "wrong ABI version: got 2.0, supported 1.2") in p.stderr.splitlines()
+            "wrong ABI version: got 2.0, supported 1.3") in p.stderr.splitlines()
     assert (f"msmemscope: warning: plugin {fixture('no_entry')} refused: "
             "no entry symbol 'msmemscope_plugin'") in p.stderr.splitlines()
     # ... and selected by name, it is an error that drops it (71), said once.
