@@ -28,6 +28,8 @@
 // console says so.
 #include "compare.h"
 
+#include "util/output_dir.h"
+
 #include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -359,13 +361,16 @@ static int compare_run(const Config& cfg) {
         return x < y;
     });
 
-    std::string out_dir = cfg.output + "/compare";
-    if (std::string why = make_dirs(out_dir); !why.empty()) {
+    // <output>/compare made or opened without following a link (#29 item 4):
+    // a `compare` link planted there is refused, never written through.
+    std::string out_dir = cfg.output + "/compare", why;
+    Fd out_fd = open_output_subdir(cfg.output, "compare", why);
+    if (!out_fd) {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << out_dir << "': " << why << "\n";
         return 2;
     }
-    std::string path = out_dir + "/memory_compare_" +
-                       timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".csv";
+    std::string name = "memory_compare_" + timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".csv";
+    std::string path = out_dir + "/" + name;
     std::string text = ",,,Base,Compare\nEvent,Name,Device Id,Allocated Memory(byte),Allocated Memory(byte),Diff Memory(byte)\n";
     size_t rows = 0;
     for (auto& dev : devices) {
@@ -435,21 +440,11 @@ static int compare_run(const Config& cfg) {
             ++rows;
         }
     }
-    // A new file beside the result, renamed over it: a link planted at the
-    // result's name is replaced, never followed (issue #16 item 3).
-    std::string tmp = path + ".XXXXXX";
-    int fd = mkstemp(tmp.data());
-    bool ok = fd >= 0 && fchmod(fd, 0644) == 0;
-    for (size_t off = 0; ok && off < text.size();) {
-        ssize_t n = write(fd, text.data() + off, text.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        ok = n > 0;
-        if (ok) off += static_cast<size_t>(n);
-    }
-    if (fd >= 0 && close(fd) != 0) ok = false;
-    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-        std::cerr << "msmemscope: error: --output: cannot write " << path << ": " << std::strerror(errno) << "\n";
-        if (fd >= 0) unlink(tmp.c_str());
+    // A new file beside the result (O_EXCL|O_NOFOLLOW in the folder's
+    // descriptor), renamed over it: a link planted at the result's name is
+    // replaced, never followed (issue #16 item 3, #29 item 4).
+    if (!files::replace(out_fd.get(), name, text, why, 0644)) {
+        std::cerr << "msmemscope: error: --output: cannot write " << path << ": " << why << "\n";
         return 2;
     }
     std::cout << "msmemscope: compare: " << rows << " row(s) written to " << path << "\n";
