@@ -5,27 +5,38 @@
 #include <cstdio>
 
 #include "process_run.h"
+#include "util/output_dir.h"
 
 namespace msms {
 
 CompareLog::CompareLog(const std::string& output) : start_(std::chrono::steady_clock::now()) {
-    std::string dir = output + "/compare/msmemscope_logs";
-    if (!make_dirs(dir).empty()) return;  // compare reports the folder it cannot create
-    path_ = dir + "/msmemscope_" + timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".log";
+    // <output>/compare/msmemscope_logs through an openat chain, the log
+    // created O_EXCL|O_NOFOLLOW (#29 item 4): a planted `compare` link is
+    // never written through (compare reports the folder it cannot create).
+    std::string why;
+    Fd compare = open_output_subdir(output, "compare", why);
+    if (!compare) return;
+    Fd logs(files::open_dir(compare.get(), "msmemscope_logs", true, why));
+    if (!logs) return;
+    std::string name = "msmemscope_" + timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".log";
+    fd_ = files::create(logs.get(), name, why);
+    if (fd_ < 0) return;
+    path_ = output + "/compare/msmemscope_logs/" + name;
     line("[INFO] ", "Start to compare memory data.");
 }
 
+CompareLog::~CompareLog() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
 void CompareLog::line(const char* level, const std::string& text) {
-    if (path_.empty()) return;
-    std::FILE* f = std::fopen(path_.c_str(), "a");
-    if (!f) return;
+    if (fd_ < 0) return;
     char when[32];
     time_t now = time(nullptr);
     struct tm tm;
     localtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    std::fprintf(f, "%s %s %s\n", when, level, text.c_str());
-    std::fclose(f);
+    files::write_all(fd_, std::string(when) + " " + level + " " + text + "\n");
 }
 
 void CompareLog::finish(int status) {

@@ -12,6 +12,9 @@ namespace msms {
 class CompareLog {
 public:
     explicit CompareLog(const std::string& output);
+    ~CompareLog();
+    CompareLog(const CompareLog&) = delete;
+    CompareLog& operator=(const CompareLog&) = delete;
     // Writes the closing line: completed (status 0) or failed.
     void finish(int status);
     const std::string& path() const { return path_; }
@@ -19,6 +22,7 @@ public:
 private:
     void line(const char* level, const std::string& text);
     std::string path_;
+    int fd_ = -1;  // the log, created O_EXCL|O_NOFOLLOW
     std::chrono::steady_clock::time_point start_;
 };
 

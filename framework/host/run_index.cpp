@@ -1,5 +1,7 @@
 #include "run_index.h"
 
+#include "util/output_dir.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -78,7 +80,8 @@ std::string end_of(const ProcessSummary& s) {
         else if (s.end_kind == 4) how = "exited normally";
         else how = "ended without an end record";
     }
-    for (const char* why : {" (continued in ", " (killed by SIGKILL or the OOM killer)"}) {
+    for (const char* why : {" (continued in ", " (killed by SIGKILL or the OOM killer)",
+                            " (the new program's environment does not preload it"}) {
         size_t at = how.find(why);
         if (at != std::string::npos) how.erase(at);
     }
@@ -264,8 +267,11 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
     h << "</table>\n" << kRunEnd << "\n";
     std::string final_path = (root / "index.html").string();
     // One writer at a time: a run reads the sections the others wrote.
-    int dfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0) return "cannot open " + root.string() + ": " + strerror(errno);
+    // The output folder through an openat chain (#29 item 4): index.html and
+    // its temporary file are created and renamed relative to it.
+    std::string open_why;
+    int dfd = open_output_root(root.string(), open_why).release();
+    if (dfd < 0) return "cannot open " + open_why;
     while (flock(dfd, LOCK_EX) != 0 && errno == EINTR) {}
     struct Unlock {
         int fd;
@@ -290,14 +296,15 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
             "holds no leaks. Nor does a child forked without exec that ended with _exit(): its memory went with "
             "it.</p>\n</body></html>\n";
     std::string text = page.str();
-    std::string tmp = (root / (".index.html." + std::to_string(getpid()))).string();
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return "cannot create " + tmp + ": " + strerror(errno);
-    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) {
-        std::string why = strerror(errno);
-        unlink(tmp.c_str());
+    std::string tmp_name = ".index.html." + std::to_string(getpid());
+    std::string tmp = (root / tmp_name).string(), why;
+    if (!files::write_new(dfd, tmp_name, text, why, 0644)) {
+        unlinkat(dfd, tmp_name.c_str(), 0);
+        return "cannot create " + tmp + ": " + why;
+    }
+    if (renameat(dfd, tmp_name.c_str(), dfd, "index.html") != 0) {
+        why = strerror(errno);
+        unlinkat(dfd, tmp_name.c_str(), 0);
         return "cannot write " + final_path + ": " + why;
     }
     out << "  index: " << final_path << "\n";

@@ -42,6 +42,34 @@ inline Fd open_output_root(const std::string& path, std::string& error) {
     return Fd(fd);
 }
 
+// The folder `sub` (e.g. "compare") of the output folder `output`: `output`
+// is made when missing (the user named it), `sub` is made or opened below
+// it without following a link (a link planted at `sub` is refused, ELOOP or
+// ENOTDIR, never written through). `error`: "<sub>: why" (or "<output>: why").
+inline Fd open_output_subdir(const std::string& output, const std::string& sub, std::string& error) {
+    std::string why;
+    {
+        // The output folder's own parents, as the user gave them.
+        struct stat st;
+        if (::stat(output.c_str(), &st) != 0) {
+            std::string path;
+            for (size_t pos = 0; pos != std::string::npos;) {
+                pos = output.find('/', pos + 1);
+                path = output.substr(0, pos);
+                if (!path.empty()) ::mkdir(path.c_str(), 0777);
+            }
+        }
+    }
+    Fd root = open_output_root(output, why);
+    if (!root) {
+        error = why;
+        return Fd();
+    }
+    Fd dir(files::open_dir(root.get(), sub, true, why));
+    if (!dir) error = why;
+    return dir;
+}
+
 // Makes a fresh folder `name` in `parent` (never one that was there: else
 // name_2, name_3, ... up to 99 variants) and opens it without following
 // links. Returns the descriptor and the name used, or an invalid Fd with

@@ -61,6 +61,7 @@ public:
     }
 
     void begin(const msmemscope::RunInfo& run) override {
+        run_ = run;
         dir_ = run.output_dir;
         ts_ = run.timestamp;
         pid_ = run.pid;
@@ -79,18 +80,19 @@ public:
         }
         std::string name = file_name(dev + "_" + std::to_string(ev.tid) + "/" + op + "_" + count + "-" + watched + "_" +
                                      idx + "_" + when + ".bin");
-        std::string folder = dir_ + "/device_" + dev + "/watch_dump";
+        std::string rel_folder = "device_" + dev + "/watch_dump";
+        std::string folder = dir_ + "/" + rel_folder;
         std::string_view file = attr(ev, "file");
         std::string_view crc = attr(ev, "crc64");
         if (!file.empty()) {
-            std::string why = move_staged(file, folder, name);
+            std::string why = move_staged(file, folder, rel_folder, name);
             if (why.empty()) {
                 ++written_;
             } else if (!ignored_++) {
                 ignored_example_ = "'" + printable(file) + "' (" + why + ")";
             }
         } else if (!crc.empty()) {
-            std::FILE* f = csv(dev, folder);
+            std::FILE* f = csv(dev, folder, rel_folder);
             std::string line = name + "," + std::string(crc) + "\n";
             if (std::fwrite(line.data(), 1, line.size(), f) != line.size())
                 throw std::runtime_error("watch: cannot write " + folder + ": " + std::strerror(errno));
@@ -176,7 +178,8 @@ private:
     }
 
     // Moves one staging file into `folder` as `name`; the reason when it is not moved.
-    std::string move_staged(std::string_view file, const std::string& folder, const std::string& name) {
+    std::string move_staged(std::string_view file, const std::string& folder, const std::string& rel_folder,
+                            const std::string& name) {
         if (staging_fd_ < 0) return "not a live run's session folder";
         if (file.find('/') != std::string_view::npos || file == "." || file == "..")
             return "not a file name of the session folder";
@@ -191,11 +194,11 @@ private:
         else if (st.st_uid != geteuid()) why = "not a file of this user";
         else if (st.st_nlink != 1) why = "a file with other links";
         if (why.empty()) {
-            std::error_code ec;
-            fs::create_directories(folder, ec);
-            int to = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            // The run folder's watch_dump through an openat chain (#29 item 4).
+            std::string open_why;
+            int to = open_run_subdir(rel_folder, open_why);
             if (to < 0) {
-                host_.error("watch: cannot open " + folder + ": " + std::strerror(errno));
+                host_.error("watch: cannot open " + folder + ": " + open_why);
                 why = "the watch_dump folder cannot be opened";
             } else {
                 struct stat moved;
@@ -229,21 +232,27 @@ private:
         std::string before_call, before, changed_by;
     };
 
-    std::FILE* csv(const std::string& dev, const std::string& folder) {
+    // A folder below the run folder, made or opened through an openat chain
+    // from the run folder's descriptor (#29 item 4); -1 and `why` on failure.
+    int open_run_subdir(const std::string& rel, std::string& why) {
+        if (!run_fd_) {
+            run_fd_.reset(run_.open_output_dir(why));
+            if (!run_fd_) return -1;
+        }
+        return msmemscope::files::open_dir(run_fd_.get(), rel, true, why);
+    }
+
+    std::FILE* csv(const std::string& dev, const std::string& folder, const std::string& rel_folder) {
         auto it = files_.find(dev);
         if (it != files_.end()) return it->second;
-        std::error_code ec;
-        fs::create_directories(folder, ec);
-        std::string path = folder + "/watch_dump_data_check_sum_" + ts_ + ".csv";
+        std::string name = "watch_dump_data_check_sum_" + ts_ + ".csv";
+        std::string path = folder + "/" + name;
         // A new file of our own in the run folder: never one that was there
-        // (O_EXCL), never through a link.
-        int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        std::FILE* f = fd < 0 ? nullptr : fdopen(fd, "w");
-        if (!f) {
-            int e = errno;
-            if (fd >= 0) close(fd);
-            throw std::runtime_error("watch: cannot write " + path + ": " + std::strerror(e));
-        }
+        // (O_EXCL), never through a link (the folders through an openat chain).
+        std::string why;
+        msmemscope::files::Fd to(open_run_subdir(rel_folder, why));
+        std::FILE* f = to ? msmemscope::files::create_stream(to.get(), name, why, 0644) : nullptr;
+        if (!f) throw std::runtime_error("watch: cannot write " + path + ": " + why);
         std::fputs("Tensor info,Check data sum\n", f);
         files_[dev] = f;
         return f;
@@ -251,6 +260,8 @@ private:
 
     msmemscope::Host host_;
     std::string dir_ = ".", ts_;
+    msmemscope::RunInfo run_;
+    msmemscope::files::Fd run_fd_;  // the run folder (RunInfo::open_output_dir), opened when first needed
     std::map<std::string, std::FILE*> files_;
     std::map<std::string, Tensor> tensors_;
     uint64_t written_ = 0;
