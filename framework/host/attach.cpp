@@ -430,7 +430,19 @@ int Session::attach(pid_t pid) {
                             {";collect_mode=deferred", ";collect_mode=immediate"}})
         if (size_t at = opts.find(from); at != std::string::npos) opts.replace(at, from.size(), to);
     what.options = opts;
-    for (size_t i = 1; i < libs.size(); ++i) what.libs += (what.libs.empty() ? "" : "\n") + libs[i];
+    std::string preload_only;
+    for (size_t i = 1; i < libs.size(); ++i) {
+        what.libs += (what.libs.empty() ? "" : "\n") + libs[i];
+        std::string name = fs::path(libs[i]).filename().string();
+        // Device runtimes' hooks interpose by LD_PRELOAD only (README "Attach
+        // to a running program"); mstx likewise, without a word (every cpu run has it).
+        if (name.find("host_heap") == std::string::npos && name.find("mstx") == std::string::npos)
+            preload_only += (preload_only.empty() ? "" : ", ") + name;
+    }
+    if (!preload_only.empty())
+        std::cerr << "msmemscope: warning: --attach: " << preload_only << " interpose by LD_PRELOAD, in a program "
+                  << "started under msmemscope; an attach installs only the host heap hooks (--device=cpu) and "
+                  << "the Python side\n";
     {
         std::string home = fs::path(Registry::agent_dir()).parent_path().parent_path().string();
         std::string why;
