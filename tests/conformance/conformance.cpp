@@ -2,7 +2,7 @@
 // built-in or third-party. Usage:
 //
 //     msmemscope-conformance [--pairs=N] [--rss-limit-mib=M] [--time-budget=S]
-//                            [--output-limit-mib=M] [--keep] PLUGIN.so|FOLDER...
+//                            [--output-limit-mib=M] [--output-per-call=B] [--keep] PLUGIN.so|FOLDER...
 //
 // A FOLDER stands for every libmsmemscope_plugin_*.so in it (globbed when
 // the program runs). Each plugin is checked in a child process, so a plugin
@@ -35,7 +35,8 @@
 // (10 s) in on_event"); a plugin whose output -- the files in its output
 // folder plus what it prints on stdout/stderr, which go to a file of their own
 // (plugin_output.log), never between these lines -- passes M MiB (default 64)
-// is stopped too. A callback's failing status is shown with the plugin's own
+// plus B bytes (default 1024) per callback made so far is stopped too: a
+// sink's files grow with the events, not without end. A callback's failing status is shown with the plugin's own
 // error text (msms_error, or descriptor.last_error).
 //
 // Exit status: 0 when every plugin passed, 1 when one failed, 2 on bad usage.
@@ -79,6 +80,7 @@ struct Settings {
     uint64_t rss_limit_mib = 32;
     uint64_t time_budget_s = 10;      // per plugin callback; 0: none
     uint64_t output_limit_mib = 64;   // output files + stdout/stderr; 0: none
+    uint64_t output_per_call = 1024;  // bytes more allowed per plugin callback made (a sink writes per event)
     bool keep = false;
 };
 
@@ -948,7 +950,7 @@ int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::strin
     int status = 0;
     uint64_t seen_calls = g_shared->calls.load(std::memory_order_relaxed);
     auto since = clock::now();
-    const uint64_t limit = s.output_limit_mib * 1048576;
+    const uint64_t base = s.output_limit_mib * 1048576;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) return status;
@@ -964,12 +966,16 @@ int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::strin
                 stopped = std::string("exceeded its time budget in ") + callback_name(cb) + " (" +
                           std::to_string(s.time_budget_s) + " s, --time-budget); stopped";
             }
+            // Output may grow with the events fed (a sink writes a row per
+            // event), by at most output_per_call bytes per callback.
+            uint64_t limit = base ? base + s.output_per_call * calls : 0;
             if (stopped.empty() && limit) {
                 uint64_t bytes = tree_bytes(tmp);
                 if (bytes > limit)
                     stopped = "unbounded output: its files and stdout/stderr passed " +
-                              std::to_string(s.output_limit_mib) + " MiB (--output-limit-mib; " +
-                              std::to_string(bytes) + " bytes)" +
+                              std::to_string(s.output_limit_mib) + " MiB + " + std::to_string(s.output_per_call) +
+                              " bytes per callback (--output-limit-mib, --output-per-call; " + std::to_string(bytes) +
+                              " bytes after " + std::to_string(calls) + " callbacks)" +
                               (cb != CB_NONE ? std::string(" in ") + callback_name(cb) : std::string()) + "; stopped";
             }
             if (!stopped.empty()) kill(pid, SIGKILL);
@@ -996,14 +1002,15 @@ int usage(const char* why) {
     if (why) std::fprintf(stderr, "msmemscope-conformance: error: %s\n", why);
     std::fprintf(stderr,
                  "usage: msmemscope-conformance [--pairs=N] [--rss-limit-mib=M] [--time-budget=S]\n"
-                 "                              [--output-limit-mib=M] [--keep] PLUGIN.so|FOLDER...\n"
+                 "                              [--output-limit-mib=M] [--output-per-call=B] [--keep] PLUGIN.so|FOLDER...\n"
                  "  checks each plugin (a FOLDER: every libmsmemscope_plugin_*.so in it) against the\n"
                  "  msmemscope plugin rules; exit status 0 when all pass, 1 when one fails\n"
                  "  --pairs=N           malloc/free pairs of the bounded-state check (default 1000000)\n"
                  "  --rss-limit-mib=M   allowed resident-set growth in that check (default 32)\n"
                  "  --time-budget=S     seconds one plugin callback may run before it is stopped (default 10; 0: none)\n"
                  "  --output-limit-mib=M  MiB a plugin may write, files and stdout/stderr together, before it is\n"
-                 "                      stopped (default 64; 0: none)\n"
+                 "                      stopped (default 64; 0: none), plus\n"
+                 "  --output-per-call=B bytes more per plugin callback made so far (default 1024)\n"
                  "  --keep              keep the plugins' output folders\n");
     return 2;
 }
@@ -1035,6 +1042,9 @@ int main(int argc, char** argv) {
         } else if (a.rfind("--output-limit-mib=", 0) == 0) {
             if (!parse_u64(a.substr(19), s.output_limit_mib))
                 return usage("--output-limit-mib: expected a non-negative integer");
+        } else if (a.rfind("--output-per-call=", 0) == 0) {
+            if (!parse_u64(a.substr(18), s.output_per_call))
+                return usage("--output-per-call: expected a non-negative integer");
         } else if (a == "--keep") {
             s.keep = true;
         } else if (a.rfind("--", 0) == 0) {

@@ -69,7 +69,8 @@ def test_unbounded_output_is_flagged_and_stopped():
         assert verdict == "FAIL"
         fails = [line for line in lines if line.startswith("  FAIL  ")]
         assert len(fails) == 1, lines
-        assert "unbounded output: its files and stdout/stderr passed 8 MiB (--output-limit-mib; " in fails[0], fails
+        assert ("unbounded output: its files and stdout/stderr passed 8 MiB + 1024 bytes per callback "
+                "(--output-limit-mib, --output-per-call; ") in fails[0], fails
         assert fails[0].endswith(" in on_event; stopped"), fails
     assert "floods_stdout: yyy" not in p.stdout
 
@@ -82,3 +83,19 @@ def test_the_time_budget_and_output_limit_options_are_checked():
     assert p.returncode == 2
     assert p.stderr.splitlines()[0] == ("msmemscope-conformance: error: --output-limit-mib: expected a non-negative "
                                         "integer")
+
+
+def test_output_that_grows_with_the_events_is_not_flagged():
+    # Positive control: the CSV sink writes a row per event, several MiB for
+    # 20,000 pairs -- past a 1 MiB base, within 1024 bytes per callback.
+    csv = BUILD / "lib" / "msmemscope" / "plugins" / "libmsmemscope_plugin_csv.so"
+    p = run("--pairs=20000", "--output-limit-mib=1", "--keep", csv)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines, verdict = report(p.stdout, csv)
+    assert verdict == "PASS" and not [line for line in lines if "unbounded output" in line], lines
+    kept = next(line.split("output kept in ", 1)[1] for line in lines if "output kept in " in line)
+    import shutil
+    from pathlib import Path
+    written = sum(f.stat().st_size for f in Path(kept).rglob("*") if f.is_file())
+    shutil.rmtree(kept)
+    assert written > 1024 * 1024, written
