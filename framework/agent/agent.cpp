@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -576,5 +577,128 @@ __attribute__((visibility("default"))) void exit(int status) noexcept {
 
 __attribute__((visibility("default"))) void _exit(int status) { quick_exit_common("_exit", status); }
 __attribute__((visibility("default"))) void _Exit(int status) noexcept { quick_exit_common("_Exit", status); }
+
+}  // extern "C"
+
+// ---- exec without the agent -------------------------------------------------
+// A process that execs with an environment that no longer preloads the agent
+// (`env -i prog`, a launcher that builds its own environment) leaves no
+// capture for its new image: without a word it would read as killed
+// (no end record). The exec calls the program makes through the PLT are seen
+// here: such an exec is noted in the end record (EndKind::Exec, the program
+// given), and taken back should the exec fail. An exec that keeps the agent
+// needs nothing: the new image's capture of the same pid says "exec".
+namespace {
+
+bool keeps_agent(char* const envp[]) {
+    if (!envp) return false;
+    for (char* const* e = envp; *e; ++e)
+        if (strncmp(*e, "LD_PRELOAD=", 11) == 0 && strstr(*e + 11, "libmsmemscope_agent")) return true;
+    return false;
+}
+
+void before_exec(const char* path, char* const envp[]) {
+    if (keeps_agent(envp)) return;
+    char abs[4096];
+    const char* shown = path;
+    if (path && strchr(path, '/') && realpath(path, abs)) shown = abs;
+    channel_note_exec(shown);
+}
+
+template <typename Fn>
+Fn real_fn(const char* name) {
+    return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+int after_exec(int rc) {
+    int e = errno;
+    channel_exec_failed();
+    errno = e;
+    return rc;
+}
+
+// execl*'s arguments as an argv (at most 4096; more is E2BIG, as the kernel would say).
+bool collect_args(const char* arg, va_list ap, const char** argv, size_t max) {
+    size_t n = 0;
+    argv[n++] = arg;
+    while (arg) {
+        if (n >= max) return false;
+        arg = va_arg(ap, const char*);
+        argv[n++] = arg;
+    }
+    return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int execve(const char* path, char* const argv[], char* const envp[]) {
+    using fn = int (*)(const char*, char* const[], char* const[]);
+    fn real = real_fn<fn>("execve");
+    before_exec(path, envp);
+    return after_exec(real(path, argv, envp));
+}
+
+__attribute__((visibility("default"))) int execv(const char* path, char* const argv[]) {
+    using fn = int (*)(const char*, char* const[]);
+    fn real = real_fn<fn>("execv");
+    before_exec(path, environ);
+    return after_exec(real(path, argv));
+}
+
+__attribute__((visibility("default"))) int execvp(const char* file, char* const argv[]) {
+    using fn = int (*)(const char*, char* const[]);
+    fn real = real_fn<fn>("execvp");
+    before_exec(file, environ);
+    return after_exec(real(file, argv));
+}
+
+__attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[], char* const envp[]) {
+    using fn = int (*)(const char*, char* const[], char* const[]);
+    fn real = real_fn<fn>("execvpe");
+    before_exec(file, envp);
+    return after_exec(real(file, argv, envp));
+}
+
+__attribute__((visibility("default"))) int execl(const char* path, const char* arg, ...) {
+    const char* argv[4096];
+    va_list ap;
+    va_start(ap, arg);
+    bool ok = collect_args(arg, ap, argv, 4096);
+    va_end(ap);
+    if (!ok) {
+        errno = E2BIG;
+        return -1;
+    }
+    return execv(path, const_cast<char* const*>(argv));
+}
+
+__attribute__((visibility("default"))) int execlp(const char* file, const char* arg, ...) {
+    const char* argv[4096];
+    va_list ap;
+    va_start(ap, arg);
+    bool ok = collect_args(arg, ap, argv, 4096);
+    va_end(ap);
+    if (!ok) {
+        errno = E2BIG;
+        return -1;
+    }
+    return execvp(file, const_cast<char* const*>(argv));
+}
+
+__attribute__((visibility("default"))) int execle(const char* path, const char* arg, ...) {
+    const char* argv[4096];
+    va_list ap;
+    va_start(ap, arg);
+    bool ok = collect_args(arg, ap, argv, 4096);
+    char* const* envp = ok ? va_arg(ap, char* const*) : nullptr;
+    va_end(ap);
+    if (!ok) {
+        errno = E2BIG;
+        return -1;
+    }
+    return execve(path, const_cast<char* const*>(argv), envp);
+}
 
 }  // extern "C"

@@ -678,7 +678,7 @@ bool clock_start(uint64_t& tick0, uint64_t& ns0, double& ns_per_tick) {
 // The end record's checksum (format 4.2), after end_kind and end_code.
 void seal_end(CaptureHeader* h) {
     h->end_sum.store(capture::end_record_sum(h->pid, h->end_kind.load(std::memory_order_relaxed),
-                                             h->end_code.load(std::memory_order_relaxed)),
+                                             h->end_code.load(std::memory_order_relaxed), h->exec_path),
                      std::memory_order_release);
 }
 
@@ -1051,6 +1051,27 @@ void note_unrecorded(const char* session_dir, const char* why) {
         if (link(tmp, path) == 0 || errno != EEXIST) break;
     }
     unlink(tmp);
+}
+
+void channel_note_exec(const char* path) {
+    CaptureHeader* h = g_header.load(std::memory_order_acquire);
+    if (!h || h->pid != static_cast<uint32_t>(getpid())) return;  // a vfork child: not this capture
+    uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
+    snprintf(h->exec_path, sizeof(h->exec_path), "%s", path ? path : "");
+    if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(capture::EndKind::Exec))) {
+        h->end_code.store(0, std::memory_order_release);
+        seal_end(h);
+    }
+}
+
+void channel_exec_failed() {
+    CaptureHeader* h = g_header.load(std::memory_order_acquire);
+    if (!h || h->pid != static_cast<uint32_t>(getpid())) return;
+    uint32_t exec = static_cast<uint32_t>(capture::EndKind::Exec);
+    if (h->end_kind.compare_exchange_strong(exec, static_cast<uint32_t>(capture::EndKind::Unknown))) {
+        h->end_sum.store(0, std::memory_order_release);
+        memset(h->exec_path, 0, sizeof(h->exec_path));
+    }
 }
 
 void channel_note_signal(int sig) {

@@ -103,6 +103,9 @@ enum class EndKind : uint32_t {
     QuickExit = 2,  // _exit() / _Exit(): end_code = status
     Signal = 3,   // a fatal signal: end_code = signal number
     Returned = 4, // atexit ran without a known status (return from main)
+    Exec = 5,     // (format 4.2) about to exec CaptureHeader::exec_path with an
+                  // environment that does not preload the agent (env -i): the
+                  // new image is not recorded. Undone when the exec fails.
 };
 
 // Why the agent turned collection off (CaptureHeader::disabled_reason).
@@ -175,6 +178,8 @@ struct CaptureHeader {
     // no end recorded). A header whose end fails it was edited or damaged:
     // the host says "end record corrupt" and does not trust it.
     std::atomic<uint64_t> end_sum;
+    // EndKind::Exec: the program given to exec (NUL-terminated, truncated).
+    char exec_path[256];
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
@@ -285,10 +290,13 @@ inline uint64_t checksum(const void* data, size_t n, uint64_t seed) {
 inline uint64_t chunk_sum(const ChunkHeader* c, uint32_t tid, uint32_t used) {
     return checksum(c + 1, used, (static_cast<uint64_t>(tid) << 32) | used);
 }
-// Format 4.2: the end record's checksum (never 0: 0 means none written).
-inline uint64_t end_record_sum(uint32_t pid, uint32_t end_kind, int32_t end_code) {
+// Format 4.2: the end record's checksum (never 0: 0 means none written),
+// over pid, end_kind, end_code and, for EndKind::Exec, exec_path.
+inline uint64_t end_record_sum(uint32_t pid, uint32_t end_kind, int32_t end_code, const char* exec_path) {
     uint32_t v[3] = {pid, end_kind, static_cast<uint32_t>(end_code)};
-    return checksum(v, sizeof(v), 0x454e445245434f52ull) | 1;  // "ENDRECOR"
+    uint64_t seed = 0x454e445245434f52ull;  // "ENDRECOR"
+    if (end_kind == static_cast<uint32_t>(EndKind::Exec)) seed ^= checksum(exec_path, strnlen(exec_path, 256), seed);
+    return checksum(v, sizeof(v), seed) | 1;
 }
 // Format 2: the fixed part; format 3: also the clock's calibration.
 inline uint64_t fixed_sum(const CaptureHeader* h) {

@@ -165,6 +165,7 @@ std::vector<std::string> CaptureReader::cmdline() const {
 uint32_t CaptureReader::end_kind() const {
     uint32_t k = header_ ? header_->end_kind.load() : 0;
     if (end_corrupt()) return 0;  // not trusted
+    if (k == static_cast<uint32_t>(EndKind::Exec)) return has_end_sum(&header_copy_) ? k : 0;
     return k <= static_cast<uint32_t>(EndKind::Returned) ? k : 0;
 }
 int32_t CaptureReader::end_code() const { return header_ && !end_corrupt() ? header_->end_code.load() : 0; }
@@ -176,7 +177,15 @@ bool CaptureReader::end_corrupt() const {
     uint32_t k = header_->end_kind.load(std::memory_order_acquire);
     uint64_t sum = header_->end_sum.load(std::memory_order_acquire);
     if (k == 0 && sum == 0) return false;  // no end recorded
-    return sum != end_record_sum(header_copy_.pid, k, header_->end_code.load(std::memory_order_acquire));
+    char path[sizeof(header_->exec_path)];
+    memcpy(path, header_->exec_path, sizeof(path));
+    path[sizeof(path) - 1] = 0;
+    return sum != end_record_sum(header_copy_.pid, k, header_->end_code.load(std::memory_order_acquire), path);
+}
+
+std::string CaptureReader::exec_path() const {
+    if (!header_ || end_kind() != static_cast<uint32_t>(EndKind::Exec)) return "";
+    return std::string(header_->exec_path, strnlen(header_->exec_path, sizeof(header_->exec_path)));
 }
 
 void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char* what) {

@@ -120,6 +120,8 @@ public:
     // Format 4.2: the header's end record fails its checksum (then
     // end_kind() and end_code() say nothing is known).
     bool end_corrupt() const;
+    // EndKind::Exec: the program the process exec'ed without the agent.
+    std::string exec_path() const;
     bool exact_order() const { return header_copy_.ordering != 0; }
     // The capture's clock (capture_format.h): TSC ticks converted to ns on delivery.
     bool tsc_clock() const { return clock_.is_tsc(); }

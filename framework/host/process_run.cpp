@@ -438,6 +438,7 @@ void ProcessRun::run_stream() {
     summary_.end_kind = reader_.end_kind();
     summary_.end_code = reader_.end_code();
     summary_.end_corrupt = reader_.end_corrupt();
+    summary_.exec_path = reader_.exec_path();
     if (summary_.end_corrupt) run.log->error("the capture's end record fails its checksum: not trusted");
     summary_.exact_order = reader_.exact_order();
     summary_.damage = reader_.first_corruption();

@@ -29,6 +29,7 @@ struct ProcessSummary {
     uint32_t end_kind = 0;    // capture::EndKind as the agent saw it
     int32_t end_code = 0;     // status or signal number
     bool end_corrupt = false; // the header's end record fails its checksum (format 4.2): not trusted
+    std::string exec_path;    // EndKind::Exec: the program it exec'ed without the agent
     // The oom_kill count of a memory cgroup the process was seen in grew
     // while it ran (read from /proc/<pid>/cgroup while it lives).
     bool oom_kill_seen = false;

@@ -162,6 +162,10 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
         how = "signal";
         const char* name = sigabbrev_np(s.end_code);
         text = "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
+    } else if (kind == capture::EndKind::Exec) {
+        how = "exec";
+        text = "replaced by exec of " + s.exec_path +
+               " without the agent (the new program's environment does not preload it, e.g. env -i)";
     } else if (kind == capture::EndKind::Returned) {
         how = "exit";
         text = "exited normally";

@@ -266,6 +266,13 @@ void Session::scan() {
     }
 }
 
+// An exec whose environment no longer preloaded the agent (env -i): the
+// new image ran unrecorded.
+static std::string exec_without_agent(const std::string& path) {
+    return "replaced by exec of " + escape_controls(path) +
+           " without the agent (the new program's environment does not preload it, e.g. env -i)";
+}
+
 const char kEndCorrupt[] = "end record corrupt (it fails its checksum: how the process ended is not known)";
 
 // How a profiled process ended, from what its agent recorded (the CLI knows
@@ -282,6 +289,7 @@ static std::string describe_end(const ProcessSummary& s) {
         return "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
     }
     case capture::EndKind::Returned: return "exited normally";
+    case capture::EndKind::Exec: return exec_without_agent(s.exec_path);
     default: break;
     }
     if (s.ended_normally) return "detached";

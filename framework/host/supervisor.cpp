@@ -246,7 +246,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 376,
+static_assert(sizeof(ProcessSummary) == 416,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -264,6 +264,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.end_kind);
     w.u(static_cast<uint32_t>(s.end_code));
     w.u(s.end_corrupt);
+    w.s(s.exec_path);
     w.u(s.oom_kill_seen);
     w.u(s.capture_index);
     w.u(s.exact_order);
@@ -307,6 +308,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.end_kind = static_cast<uint32_t>(r.u());
     s.end_code = static_cast<int32_t>(static_cast<uint32_t>(r.u()));
     s.end_corrupt = r.u() != 0;
+    s.exec_path = r.s();
     s.oom_kill_seen = r.u() != 0;
     s.capture_index = static_cast<uint32_t>(r.u());
     s.exact_order = r.u() != 0;

@@ -299,3 +299,23 @@ def test_an_edited_end_record_is_reported_corrupt_not_trusted(cli, test_bin, tmp
     r = replay(old, "old.msmcap")
     assert r.returncode == 0, r.stderr
     assert re.search(r"^msmemscope: pid \d+ \(/bin/ls /\) exited with code 0$", r.stdout, re.M), r.stdout
+
+
+def test_exec_that_drops_the_agent_is_named_not_a_kill(cli, test_bin, tmp_path):
+    # `env -i prog` under bash: env's image exec'ed prog with an environment
+    # without LD_PRELOAD, so no capture followed, and env's image read as
+    # "killed by SIGKILL or the OOM killer". The agent notes such an exec.
+    prog = test_bin / "fsize_midrun"
+    p = cli(["--device=cpu", "--analysis=", "--output=out", "--", "bash", "-c",
+             f"env -i {prog} 10 1000000; env -i /nonexistent/prog; echo after"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert re.search(rf"^msmemscope: pid \d+ \(env -i {re.escape(str(prog))} 10 1000000\) replaced by exec of "
+                     rf"{re.escape(str(prog))} without the agent \(the new program's environment does not preload "
+                     r"it, e\.g\. env -i\)$", p.stdout, re.M), p.stdout
+    # An exec that failed is taken back: env said so and exited with 127.
+    assert re.search(r"^msmemscope: pid \d+ \(env -i /nonexistent/prog\) exited with code 127$", p.stdout, re.M), \
+        p.stdout
+    assert "OOM killer" not in p.stdout
+    # The table of processes: the words without the explanation.
+    assert re.search(rf"^  \d+ +\d+ +- +replaced by exec of {re.escape(str(prog))} without the agent +",
+                     p.stdout, re.M), p.stdout
