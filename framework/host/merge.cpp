@@ -22,6 +22,7 @@
 #include <sstream>
 #include <vector>
 
+#include "util/output_dir.h"
 #include "process_run.h"
 #include "util/csv.h"
 #include "util/text.h"
@@ -420,16 +421,20 @@ std::string ratio_text(const Imbalance& im) {
 }
 
 // ------------------------------------------------------------ writing
-// A new temporary beside `path` (O_EXCL, never a link), renamed over it.
+// A new temporary beside `path` (O_EXCL, never a link), renamed over it;
+// both relative to the folder's descriptor, opened through an openat chain
+// (#29 item 4).
 std::string write_replacing(const std::string& path, const std::string& text) {
-    std::string tmp = (fs::path(path).parent_path() / ("." + fs::path(path).filename().string() + ".tmp." +
-                                                       std::to_string(getpid())))
-                          .string();
-    unlink(tmp.c_str());  // our own leftover of an earlier run of this pid
-    if (std::string why = write_new_file(tmp, text); !why.empty()) return "cannot create " + tmp + ": " + why;
-    if (rename(tmp.c_str(), path.c_str()) != 0) {
-        std::string why = strerror(errno);
-        unlink(tmp.c_str());
+    std::string name = fs::path(path).filename().string();
+    std::string tmp_name = "." + name + ".tmp." + std::to_string(getpid());
+    std::string tmp = (fs::path(path).parent_path() / tmp_name).string(), why;
+    Fd dir = open_output_root(fs::path(path).parent_path().string(), why);
+    if (!dir) return "cannot create " + tmp + ": " + why;
+    unlinkat(dir.get(), tmp_name.c_str(), 0);  // our own leftover of an earlier run of this pid
+    if (!files::write_new(dir.get(), tmp_name, text, why)) return "cannot create " + tmp + ": " + why;
+    if (renameat(dir.get(), tmp_name.c_str(), dir.get(), name.c_str()) != 0) {
+        why = strerror(errno);
+        unlinkat(dir.get(), tmp_name.c_str(), 0);
         return "cannot write " + path + ": " + why;
     }
     return "";
@@ -595,7 +600,14 @@ std::string write_db(const std::string& path, const std::vector<Row>& rows, cons
     }
     exec("COMMIT");
     if (db && sqlite3_close(db) != SQLITE_OK && error.empty()) error = "close: " + std::string(sqlite3_errmsg(db));
-    if (error.empty() && rename(tmp.c_str(), path.c_str()) != 0) error = "cannot write " + path + ": " + strerror(errno);
+    if (error.empty()) {
+        // Renamed within the folder's descriptor (#29 item 4).
+        std::string why;
+        Fd dir = open_output_root(fs::path(path).parent_path().string(), why);
+        if (!dir) error = "cannot write " + path + ": " + why;
+        else if (renameat(dir.get(), fs::path(tmp).filename().c_str(), dir.get(), fs::path(path).filename().c_str()) != 0)
+            error = "cannot write " + path + ": " + strerror(errno);
+    }
     if (!error.empty()) unlink(tmp.c_str());
     return error.empty() ? "" : path + ": " + error;
 }
