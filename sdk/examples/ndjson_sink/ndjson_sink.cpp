@@ -73,9 +73,14 @@ public:
     ~NdjsonSink() override { close(); }
 
     void begin(const msmemscope::RunInfo& run) override {
-        path_ = run.output_dir + "/" + (file_.empty() ? "events_" + run.timestamp + ".ndjson" : file_);
-        f_ = std::fopen(path_.c_str(), "w");
-        if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+        std::string name = file_.empty() ? "events_" + run.timestamp + ".ndjson" : file_;
+        path_ = run.output_dir + "/" + name;
+        // Created relative to the run folder's descriptor, O_EXCL|O_NOFOLLOW
+        // (sdk/README.md "Writing files"): never through a link.
+        std::string why;
+        msmemscope::files::Fd dir(run.open_output_dir(why));
+        f_ = dir ? msmemscope::files::create_stream(dir.get(), name, why) : nullptr;
+        if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + why);
         buf_.reserve(kFlushAt + 4096);
     }
 
