@@ -24,6 +24,7 @@
 #include "stale_sessions.h"
 #include "supervisor.h"
 #include "util/file_trust.h"
+#include "util/output_dir.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -340,8 +341,24 @@ void Session::join_all() {
         summaries_.push_back(r.run->summary());
         std::error_code ec;
         if (cfg_.save_capture && !r.run->summary().output_dir.empty()) {
-            fs::rename(r.capture, r.run->summary().output_dir + "/capture_" + std::to_string(r.run->summary().pid) + ".msmcap", ec);
-            if (ec) fs::copy_file(r.capture, r.run->summary().output_dir + "/capture.msmcap", ec);
+            // Into the process folder through descriptors (#29 item 4): the
+            // folder opened below --output without following a link (one
+            // swapped for a link is left alone), the capture renamed there,
+            // or copied into a new file created O_EXCL|O_NOFOLLOW.
+            std::string why;
+            Fd root = open_output_root(cfg_.output, why);
+            Fd dir(root ? files::open_dir(root.get(), fs::path(r.run->summary().output_dir).filename().string(), false, why)
+                        : -1);
+            std::string name = "capture_" + std::to_string(r.run->summary().pid) + ".msmcap";
+            if (dir && renameat(AT_FDCWD, r.capture.c_str(), dir.get(), name.c_str()) != 0) {
+                int in = open(r.capture.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                int out = in < 0 ? -1 : files::create(dir.get(), "capture.msmcap", why, 0600);
+                char buf[1 << 16];
+                for (ssize_t n; out >= 0 && (n = read(in, buf, sizeof buf)) > 0;)
+                    if (!files::write_all(out, std::string_view(buf, static_cast<size_t>(n)))) break;
+                if (out >= 0) close(out);
+                if (in >= 0) close(in);
+            }
         }
         if (own_dir_) fs::remove(r.capture, ec);
     }
