@@ -671,11 +671,20 @@ std::vector<std::string> dump_files(const std::string& path, std::string& error)
     }
     for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
          it.increment(ec)) {
-        if (!it->is_regular_file()) continue;
         std::string name = it->path().filename().string();
-        if (name.rfind("memscope_dump", 0) == 0 && (ends_with(name, ".csv") || ends_with(name, ".db")))
-            out.push_back(it->path().string());
+        if (name.rfind("memscope_dump", 0) != 0 || !(ends_with(name, ".csv") || ends_with(name, ".db"))) continue;
+        if (it->is_directory()) continue;
+        struct stat st;
+        if (!it->is_regular_file()) {
+            // A dump's name on a FIFO, socket or device (or a link to one) is
+            // refused, never opened (a FIFO would block, a device never end).
+            std::string kind = stat(it->path().c_str(), &st) == 0 ? file_kind(st.st_mode) : "a dangling link";
+            error = escape_controls(it->path().string()) + ": not a regular file (" + kind + ")";
+            return {};
+        }
+        out.push_back(it->path().string());
     }
+
     std::sort(out.begin(), out.end());
     if (out.empty()) error = path + ": no memscope_dump_*.csv or .db file in this folder";
     return out;
