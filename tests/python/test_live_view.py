@@ -383,3 +383,66 @@ def test_live_http_on_an_attached_run(tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# ---------------------------------------------------------------- PyTorch
+
+TORCH_PROG = Path(__file__).resolve().parents[1] / "programs" / "live" / "live_torch.py"
+
+
+def test_live_pytorch_operator_python_line_and_step_suspects(tmp_path):
+    """A PyTorch loop under --live-http: the top site names its operator and
+    the program's Python line; the leak suspects are the step analysis's
+    warnings as it says them (the same lines as on stderr), while the loop
+    waits at its barrier."""
+    pytest.importorskip("torch")
+    fifo = Barrier(tmp_path / "barrier")
+    out = tmp_path / "out"
+    port = free_port()
+    proc = subprocess.Popen([str(CLI), f"--live-http=127.0.0.1:{port}", "--device=cpu", "--call-stack=python",
+                             "-o", str(out), "--", "/usr/bin/python3", str(TORCH_PROG), str(fifo.path), "5"],
+                            cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errs = []
+    t = threading.Thread(target=lambda: errs.append(proc.stderr.read()))
+    t.start()
+    try:
+        fifo.wait_reached(lambda: proc.poll() is None)
+        leak_line = next(i for i, l in enumerate(TORCH_PROG.read_text().splitlines(), 1) if "LEAK_LINE" in l)
+
+        def ready():
+            j = json.loads(get(f"http://127.0.0.1:{port}/live.json")[2])
+            p = j["processes"][0] if j["processes"] else None
+            # every event before the barrier: steps 1..5 ended, 5 MiB kept
+            if not p or not p["steps"] or p["steps"][-1]["step"] != 5:
+                return None
+            pta = [s for s in p["top_sites"] if s["pool"] == "cpu/PTA"]
+            return p if pta and pta[0]["live_bytes"] == 5 * MiB else None
+
+        p = until(ready, "/live.json at the loop's barrier", timeout=300)
+        # (the imports' host blocks, live all along, are above it: one site)
+        assert p["top_sites"][0]["site"] == "(no stack) while importing Python modules", p["top_sites"][0]
+        top = next(s for s in p["top_sites"] if s["pool"] == "cpu/PTA")
+        assert top["pool"] == "cpu/PTA" and top["live_blocks"] == 5, top
+        assert top["operator"].endswith("aten.ones.default"), top
+        assert top["python"] == f"{TORCH_PROG}({leak_line}): <module>", top
+        # growth per step: the kept MiB, step after step
+        assert all(s["growth_bytes"] >= MiB for s in p["steps"][2:]), p["steps"]
+        warnings = p["leak_suspects"]["step_warnings"]
+        assert warnings and all(w.startswith("leaks: [device cpu][step ") and "Please check if there is leaks in PTA"
+                                in w for w in warnings), warnings
+        fifo.release()
+        proc.communicate(timeout=600)
+        t.join()
+        assert proc.returncode == 0, errs
+        said = [l[len("[msmemscope] warning: "):] for l in errs[0].splitlines()
+                if l.startswith("[msmemscope] warning: leaks: [device cpu][step ")]
+        for w in warnings:  # the same lines the analysis wrote on stderr
+            assert w in said, (w, said)
+        final = read_json(folder(out) / "live.json")
+        assert final["finished"] and final["leak_suspects"]["leak_analysis"]["reported"] is True
+        rows = [r for r in final["leak_suspects"]["leak_analysis"]["rows"] if r["pool"] == "PTA"]
+        assert rows and all(r["bytes"] == MiB and r["site"] == f"{TORCH_PROG}({leak_line}): <module>" for r in rows)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

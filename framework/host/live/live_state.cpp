@@ -146,8 +146,10 @@ uint32_t LiveState::site_by_text(const msms_event& ev, const std::string& op) {
     std::string site;
     if (ev.c_stack.size) site = c_site(view(ev.c_stack));
     if (site.empty()) site = py;
-    if (site.empty()) site = is_true_attr(ev, "shadow") ? "(no stack: allocated before collection) " + msmemscope::device_label(ev)
-                                                       : "(no stack) " + pool;
+    if (site.empty())
+        site = !is_true_attr(ev, "shadow") ? "(no stack) " + pool
+               : is_true_attr(ev, "import") ? "(no stack) while importing Python modules"
+                                            : "(no stack) allocated before collection started";
     std::string key = pool + '\x1f' + site + '\x1f' + py + '\x1f' + op;
     auto s = site_index_.find(key);
     if (s != site_index_.end()) return s->second;
