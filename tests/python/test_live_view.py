@@ -258,6 +258,14 @@ def test_live_http_page_in_headless_chromium(tmp_path):
                 get(base + path)
             assert e.value.code == 404, path
 
+        # another site's name in Host (DNS rebinding): refused
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", "/live.json", headers={"Host": f"evil.example:{port}"})
+        r = c.getresponse()
+        assert r.status == 403 and r.read() == b"forbidden: unexpected Host header\n"
+        c.close()
+
         shot = tmp_path / "live.png"
         chrome = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
                   "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chrome'}"]
