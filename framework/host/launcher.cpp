@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "util/file_trust.h"
 #include "util/host_process.h"
+#include "util/output_dir.h"
 
 namespace msms {
 
@@ -89,13 +91,19 @@ std::string python_boot_path(const std::string& home, const std::string& session
         return "";
     }
     std::string dir = session_dir + "/python";
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-        error = "cannot create '" + dir + "': " + strerror(errno);
+    // The session folder, then python/ in it, through descriptors; the file
+    // is a new one renamed into place (#29 item 4: never written through a link).
+    std::string why;
+    Fd session = open_output_root(session_dir, why);
+    if (session && mkdirat(session.get(), "python", 0700) != 0 && errno != EEXIST) why = dir + ": " + strerror(errno);
+    Fd py(session && why.empty() ? files::open_dir(session.get(), "python", false, why) : -1);
+    if (!py) {
+        error = "cannot create '" + dir + "': " + why;
         return "";
     }
     // The hook itself lives in the package (msmemscope/_boot.py); this file
     // only hands over, and never fails the program's start.
-    std::ofstream f(dir + "/sitecustomize.py", std::ios::trunc);
+    std::ostringstream f;
     f << R"PY(# Written by msmemscope: starts its collectors in this Python process, then runs
 # the sitecustomize that was next on the path (if any).
 def _msmemscope_boot():
@@ -125,9 +133,8 @@ def _msmemscope_boot():
 _msmemscope_boot()
 del _msmemscope_boot
 )PY";
-    f.close();
-    if (!f) {
-        error = "cannot write '" + dir + "/sitecustomize.py'";
+    if (!files::replace(py.get(), "sitecustomize.py", f.str(), why, 0644)) {
+        error = "cannot write '" + dir + "/sitecustomize.py': " + why;
         return "";
     }
     return dir + ":" + pkg_parent;
