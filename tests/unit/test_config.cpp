@@ -245,15 +245,19 @@ TEST_CASE("agent options bound the unread capture unless it is saved (issue #18 
     unsetenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB");
     // 64 MiB kept for a crashed plugin's re-run + 256 MiB unread, in 64 KiB chunks.
     CHECK(budget_of({"--device=cpu"}) == "5120");
-    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "96");
+    // --aggregate keeps nothing: 64 MiB unread.
+    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "1024");
     CHECK(budget_of({"--device=cpu", "--save-capture=true"}) == "none");
     CHECK(budget_of({"--device=cpu", "--aggregate", "--save-capture=true"}) == "none");
     setenv("MSMEMSCOPE_CAPTURE_KEEP_MIB", "0", 1);
     setenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB", "32", 1);
     CHECK(budget_of({"--device=cpu"}) == "512");
+    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "512");
+    setenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB", "1", 1);  // at least 6 MiB
+    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "96");
     setenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB", "0", 1);  // never wait
     CHECK(budget_of({"--device=cpu"}) == "none");
-    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "96");
+    CHECK(budget_of({"--device=cpu", "--aggregate"}) == "none");
     unsetenv("MSMEMSCOPE_CAPTURE_KEEP_MIB");
     unsetenv("MSMEMSCOPE_CAPTURE_UNREAD_MIB");
 }
