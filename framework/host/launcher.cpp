@@ -98,7 +98,10 @@ std::string python_boot_path(const std::string& home, const std::string& session
     if (session && mkdirat(session.get(), "python", 0700) != 0 && errno != EEXIST) why = dir + ": " + strerror(errno);
     Fd py(session && why.empty() ? files::open_dir(session.get(), "python", false, why) : -1);
     if (!py) {
-        error = "cannot create '" + dir + "': " + why;
+        // The program still runs (e.g. ulimit -n leaves the tool no
+        // descriptor for it): only its Python side goes without collectors.
+        std::cerr << "msmemscope: warning: cannot create '" << dir << "': " << why
+                  << "; Python processes run without the Python-side collectors\n";
         return "";
     }
     // The hook itself lives in the package (msmemscope/_boot.py); this file
@@ -134,7 +137,8 @@ _msmemscope_boot()
 del _msmemscope_boot
 )PY";
     if (!files::replace(py.get(), "sitecustomize.py", f.str(), why, 0644)) {
-        error = "cannot write '" + dir + "/sitecustomize.py': " + why;
+        std::cerr << "msmemscope: warning: cannot write '" << dir << "/sitecustomize.py': " << why
+                  << "; Python processes run without the Python-side collectors\n";
         return "";
     }
     return dir + ":" + pkg_parent;
