@@ -260,19 +260,6 @@ struct Row {
     }
 };
 
-std::string human(int64_t bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (std::abs(v) >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    char buf[64];
-    if (u == 0) snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-    else snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
-    return buf;
-}
 
 std::optional<int64_t> int_of(const JValue* v) {
     if (!v || v->type != JValue::Number || !v->is_int) return std::nullopt;
@@ -664,15 +651,15 @@ std::string html_text(const std::vector<Row>& rows, const std::vector<std::strin
             auto it = r.pools.find(p);
             if (it == r.pools.end()) b << "<td class=\"n\">-</td>";
             else
-                b << "<td class=\"n\" title=\"" << it->second.first << " bytes\">" << html_escape(human(it->second.first))
+                b << "<td class=\"n\" title=\"" << it->second.first << " bytes\">" << html_escape(human_bytes(it->second.first))
                   << "</td>";
         }
         b << "<td class=\"n\">"
-          << (r.leak_bytes ? html_escape(human(*r.leak_bytes)) + " in " + opt(r.leak_allocations) + " allocation(s)"
+          << (r.leak_bytes ? html_escape(human_bytes(*r.leak_bytes)) + " in " + opt(r.leak_allocations) + " allocation(s)"
                            : std::string("-"))
           << "</td><td>"
           << (r.sites.empty() ? std::string("-")
-                              : html_escape(r.sites[0].where) + " (" + html_escape(human(r.sites[0].bytes)) + ")")
+                              : html_escape(r.sites[0].where) + " (" + html_escape(human_bytes(r.sites[0].bytes)) + ")")
           << "</td><td>" << html_escape(r.command) << "</td><td>";
         std::error_code ec;
         fs::path dir = fs::absolute(r.path, ec).lexically_normal();
@@ -689,10 +676,10 @@ std::string html_text(const std::vector<Row>& rows, const std::vector<std::strin
              "<th>max&minus;min</th><th>max/min</th></tr>\n";
         for (auto& im : imb)
             b << "<tr><td>" << html_escape(im.metric == "peak" ? im.pool + " peak" : "leaked") << "</td><td class=\"n\">"
-              << im.ranks << "</td><td class=\"n\" title=\"" << im.min << " bytes\">" << html_escape(human(im.min))
+              << im.ranks << "</td><td class=\"n\" title=\"" << im.min << " bytes\">" << html_escape(human_bytes(im.min))
               << "</td><td>" << html_escape(im.min_at) << "</td><td class=\"n\" title=\"" << im.max << " bytes\">"
-              << html_escape(human(im.max)) << "</td><td>" << html_escape(im.max_at) << "</td><td class=\"n\" title=\""
-              << (im.max - im.min) << " bytes\">" << html_escape(human(im.max - im.min)) << "</td><td class=\"n\">"
+              << html_escape(human_bytes(im.max)) << "</td><td>" << html_escape(im.max_at) << "</td><td class=\"n\" title=\""
+              << (im.max - im.min) << " bytes\">" << html_escape(human_bytes(im.max - im.min)) << "</td><td class=\"n\">"
               << html_escape(im.ratio ? ratio_text(im) : "-") << "</td></tr>\n";
         b << "</table>\n";
     }
@@ -794,13 +781,13 @@ int merge_main(const Config& cfg) {
               << "leaked" << "peak\n";
     for (auto& r : rows) {
         std::string peaks;
-        for (auto& [p, t] : r.pools) peaks += (peaks.empty() ? "" : "; ") + p + " " + human(t.first);
+        for (auto& [p, t] : r.pools) peaks += (peaks.empty() ? "" : "; ") + p + " " + human_bytes(t.first);
         std::string ended = r.ended_how == "exit" && r.code ? "exit " + std::to_string(*r.code)
                             : r.ended_how.empty()           ? "-"
                                                             : r.ended_how;
         std::cout << "  " << std::left << std::setw(static_cast<int>(node_w)) << escape_controls(r.node) << std::setw(6)
                   << (r.rank ? std::to_string(*r.rank) : "-") << std::setw(9) << r.pid << std::setw(22) << ended
-                  << std::setw(7) << r.steps << std::setw(14) << (r.leak_bytes ? human(*r.leak_bytes) : "-")
+                  << std::setw(7) << r.steps << std::setw(14) << (r.leak_bytes ? human_bytes(*r.leak_bytes) : "-")
                   << (peaks.empty() ? "-" : peaks) << "\n";
     }
     if (imb.empty()) {
@@ -809,8 +796,8 @@ int merge_main(const Config& cfg) {
         std::cout << "  imbalance across ranks:\n";
         for (auto& im : imb)
             std::cout << "    " << (im.metric == "peak" ? im.pool + " peak" : std::string("leaked")) << ": min "
-                      << human(im.min) << " (" << escape_controls(im.min_at) << "), max " << human(im.max) << " ("
-                      << escape_controls(im.max_at) << "), max-min " << human(im.max - im.min) << " ("
+                      << human_bytes(im.min) << " (" << escape_controls(im.min_at) << "), max " << human_bytes(im.max) << " ("
+                      << escape_controls(im.max_at) << "), max-min " << human_bytes(im.max - im.min) << " ("
                       << (im.max - im.min) << " bytes), max/min " << (im.ratio ? ratio_text(im) : "-") << "\n";
     }
 

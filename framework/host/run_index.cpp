@@ -1,6 +1,7 @@
 #include "run_index.h"
 
 #include "util/output_dir.h"
+#include "util/text.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -20,18 +21,6 @@ namespace fs = std::filesystem;
 namespace msms {
 namespace {
 
-std::string human(long double bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) {
-        bytes /= 1024;
-        ++u;
-    }
-    char buf[64];
-    if (u == 0) snprintf(buf, sizeof buf, "%.0Lf B", bytes);
-    else snprintf(buf, sizeof buf, "%.1Lf %s", bytes, units[u]);
-    return buf;
-}
 
 std::string html_escape(const std::string& s) {
     std::string o;
@@ -64,7 +53,7 @@ std::string url_path(const std::string& rel) {
 
 std::string peaks(const ProcessSummary& s) {
     std::string o;
-    for (auto& [pool, t] : s.totals) o += (o.empty() ? "" : "; ") + pool + " " + human(t.peak);
+    for (auto& [pool, t] : s.totals) o += (o.empty() ? "" : "; ") + pool + " " + human_bytes(t.peak);
     return o.empty() ? "-" : o;
 }
 
@@ -212,7 +201,7 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
     for (auto& s : runs) {
         uint64_t n = 0;
         long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
-        std::string leak_text = no_leaks(s) ? "-" : leaked < 0 ? "-" : human(leaked);
+        std::string leak_text = no_leaks(s) ? "-" : leaked < 0 ? "-" : human_bytes(leaked);
         std::string rank = rank_of(s);
         const std::string& cmd = s.command;  // the last column: never cut
         std::string pk = peaks(s);
@@ -261,7 +250,7 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
           << html_escape(s.command) << "</td><td>" << html_escape(end_of(s)) << "</td><td>" << html_escape(peaks(s))
           << "</td><td class=\"n\">"
           << (no_leaks(s) || leaked < 0 ? std::string("-")
-                                               : html_escape(human(leaked)) + " in " + std::to_string(n) + " allocation(s)")
+                                               : html_escape(human_bytes(leaked)) + " in " + std::to_string(n) + " allocation(s)")
           << "</td><td>" << link << "</td></tr>\n";
     }
     h << "</table>\n" << kRunEnd << "\n";

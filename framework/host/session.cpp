@@ -50,19 +50,6 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
     supervisor::abandon(sig);
 }
 
-std::string human(int64_t bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (std::abs(v) >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    char buf[64];
-    if (u == 0) snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-    else snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
-    return buf;
-}
 
 // The host runs at a lower priority than the profiled program (set after the
 // program was started, so it does not inherit it): where cores are scarce the
@@ -667,7 +654,7 @@ int Session::print_summary(std::ostream& out) const {
         if (s.corrupt) out << ", corrupt records: " << s.corrupt;
         out << "\n";
         for (auto& [dev, t] : s.totals) {
-            out << "  " << dev << ": peak " << human(t.peak) << ", final " << human(t.used) << "\n";
+            out << "  " << dev << ": peak " << human_bytes(t.peak) << ", final " << human_bytes(t.used) << "\n";
             if (t.import_shadows)
                 out << "  " << dev << ": " << t.import_shadows
                     << " block(s) that Python imports left live are shadow rows without stacks; the imports' "
@@ -691,7 +678,7 @@ int Session::print_summary(std::ostream& out) const {
         if (!files.empty()) out << "  files (in " << s.output_dir << "):\n";
         const size_t kMaxListed = 30;
         for (size_t i = 0; i < files.size() && i < kMaxListed; ++i)
-            out << "    " << escape_controls(files[i].first) << " (" << human(static_cast<int64_t>(files[i].second)) << ")\n";
+            out << "    " << escape_controls(files[i].first) << " (" << human_bytes(static_cast<int64_t>(files[i].second)) << ")\n";
         if (files.size() > kMaxListed) out << "    ... and " << files.size() - kMaxListed << " more\n";
     }
     return status;

@@ -40,6 +40,8 @@ char* format_hex_ptr(char* dst, uint64_t v);        // 0x%016x at dst (18 chars)
 // `keep_tabs`: a tab stays a tab (an analyzer's report lines: upstream's
 // Gap Analysis table is tab-separated); it cannot drive the terminal.
 std::string escape_controls(std::string_view s, bool keep_tabs = false);
+// Bytes for people: "512 B", "1.5 KiB", "3.2 MiB" ... (binary units, one decimal).
+std::string human_bytes(int64_t bytes);
 
 // What kind of file a st_mode names, for a message: "a FIFO", "a socket",
 // "a character device", "a block device", "a folder", "a symbolic link",

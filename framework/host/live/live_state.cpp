@@ -79,19 +79,6 @@ std::string cut(const std::string& s, size_t n) { return s.size() <= n ? s : s.s
 
 }  // namespace
 
-std::string human(int64_t bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (std::abs(v) >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    char buf[64];
-    if (u == 0) std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-    else std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
-    return buf;
-}
 
 LiveState::LiveState(std::string session, uint32_t pid, std::string command, std::function<Totals()> totals)
     : session_(std::move(session)), command_(std::move(command)), pid_(pid), totals_(std::move(totals)) {}
@@ -396,7 +383,7 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
     if (t.empty()) o += "  (no memory recorded yet)\n";
     for (auto& [name, f] : t) {
         std::snprintf(buf, sizeof(buf), "  %-22s live %10s (%lld B)  peak %10s (%lld B)\n", name.c_str(),
-                      human(f.used).c_str(), static_cast<long long>(f.used), human(f.peak).c_str(),
+                      human_bytes(f.used).c_str(), static_cast<long long>(f.used), human_bytes(f.peak).c_str(),
                       static_cast<long long>(f.peak));
         o += buf;
     }

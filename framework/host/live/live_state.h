@@ -134,7 +134,6 @@ private:
 std::string write_atomic(int dir_fd, const char* name, const std::string& text);
 
 // "1.5 MiB" as the console's summary writes bytes.
-std::string human(int64_t bytes);
 
 }  // namespace live
 }  // namespace msms

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "live/live_state.h"
 #include "live/live_view.h"
+#include "util/text.h"
 
 using namespace msms;
 using namespace msms::live;
@@ -226,8 +227,8 @@ TEST_CASE("live snapshot: the pipeline's pool figures, exact bytes, control char
     std::string screen = st.screen(5, false);
     CHECK(screen.find("  cpu/HOST               live    1.5 KiB (1536 B)  peak    2.0 KiB (2048 B)\n") != std::string::npos);
     CHECK(screen.find('\x1b') == std::string::npos);
-    CHECK(human(15728640) == "15.0 MiB");
-    CHECK(human(72) == "72 B");
+    CHECK(human_bytes(15728640) == "15.0 MiB");
+    CHECK(human_bytes(72) == "72 B");
 }
 
 TEST_CASE("live files: written whole through a temporary and a rename, never through a link") {
