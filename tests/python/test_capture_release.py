@@ -104,6 +104,15 @@ def _exited(p, timeout):
         return False
 
 
+def _captures(out):
+    """The live captures under out; [] while the session folder is being
+    made or removed (glob's scandir raises when a folder goes meanwhile)."""
+    try:
+        return list(out.glob(".msmemscope_session_*/*.msmcap"))
+    except OSError:
+        return []
+
+
 def _disk(path):
     total = 0
     for root, _, files in os.walk(path):
@@ -129,7 +138,7 @@ def test_aggregate_disk_stays_bounded_by_the_budget_not_the_events(tmp_path):
     peak, size = 0, 0
     while not _exited(p, 0.005):
         peak = max(peak, _disk(out))
-        for cap in out.glob(".msmemscope_session_*/*.msmcap"):
+        for cap in _captures(out):
             try:
                 size = max(size, cap.stat().st_size)
             except OSError:
@@ -188,7 +197,7 @@ def test_a_long_full_run_keeps_its_capture_bounded_on_disk(tmp_path):
                          env=env(MSMEMSCOPE_CAPTURE_KEEP_MIB="2", MSMEMSCOPE_CAPTURE_UNREAD_MIB="4"))
     peak_blocks, size = 0, 0
     while not _exited(p, 0.005):
-        for cap in out.glob(".msmemscope_session_*/*.msmcap"):
+        for cap in _captures(out):
             try:
                 st = cap.stat()
             except OSError:
