@@ -748,8 +748,21 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         return true;
     }
     // Written to a new file next to it (created exclusively, with the input's
-    // mode and owner) and renamed over it; never through a link.
-    int in_fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    // mode and owner) and renamed over it, all relative to the input's folder
+    // opened once (#29 item 4): never through a link, and a folder swapped
+    // meanwhile is not where the new file lands.
+    std::string folder = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+    std::string base = path.substr(path.rfind('/') + 1);
+    int dir_fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+        error = path + ": cannot write the results back: " + folder + ": " + std::strerror(errno);
+        return false;
+    }
+    struct DirCloser {
+        int fd;
+        ~DirCloser() { close(fd); }
+    } dir_closer{dir_fd};
+    int in_fd = openat(dir_fd, base.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     if (in_fd < 0 || fstat(in_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         error = path + ": cannot write the results back: " +
@@ -763,14 +776,21 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         error = path + ": cannot read the file: " + std::strerror(errno);
         return false;
     }
-    std::string tmp = path + ".msmemscope.XXXXXX";
-    int out_fd = mkostemp(tmp.data(), O_CLOEXEC);
+    std::string tmp;
+    int out_fd = -1;
+    for (int attempt = 0; attempt < 100 && out_fd < 0; ++attempt) {
+        char suffix[32];
+        std::snprintf(suffix, sizeof(suffix), ".msmemscope.%d.%d", static_cast<int>(getpid()), attempt);
+        tmp = base + suffix;
+        out_fd = openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out_fd < 0 && errno != EEXIST) break;
+    }
     std::FILE* out = out_fd >= 0 ? fdopen(out_fd, "w") : nullptr;
     if (!out) {
-        error = tmp + ": cannot write: " + std::strerror(errno);
+        error = folder + tmp + ": cannot write: " + std::strerror(errno);
         if (out_fd >= 0) {
             close(out_fd);
-            unlink(tmp.c_str());
+            unlinkat(dir_fd, tmp.c_str(), 0);
         }
         std::fclose(in);
         return false;
@@ -780,7 +800,7 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         error = path + ": cannot give the rewritten file the input's mode and owner: " + std::strerror(errno);
         std::fclose(out);
         std::fclose(in);
-        unlink(tmp.c_str());
+        unlinkat(dir_fd, tmp.c_str(), 0);
         return false;
     }
     CsvReader reader(in);
@@ -812,13 +832,13 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
     std::fclose(in);
     if (!read_ok) {
         std::fclose(out);
-        std::remove(tmp.c_str());
+        unlinkat(dir_fd, tmp.c_str(), 0);
         error = path + ": cannot reread the file to write the results back";
         return false;
     }
-    if (std::fclose(out) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (std::fclose(out) != 0 || renameat(dir_fd, tmp.c_str(), dir_fd, base.c_str()) != 0) {
         error = path + ": cannot write the results back: " + std::strerror(errno);
-        std::remove(tmp.c_str());
+        unlinkat(dir_fd, tmp.c_str(), 0);
         return false;
     }
     return true;
