@@ -8,7 +8,14 @@
 // tries RTLD_NEXT, then every loaded object (dl_iterate_phdr) other than the
 // hook's own, and returns the first definition of `name` that is not `self`.
 //
-//     static auto next = msmemscope::next_definition<alloc_fn>("mypool_alloc", &mypool_alloc);
+//     extern "C" void* mypool_alloc(size_t n);   // the pool's function (C linkage)
+//     using alloc_fn = void* (*)(size_t);
+//     void* mypool_alloc(size_t n) {              // the hook: the same name, C linkage from above
+//         static auto next = msmemscope::next_definition<alloc_fn>("mypool_alloc", &mypool_alloc);
+//         void* p = next(n);
+//         // ... record p, n ...
+//         return p;
+//     }
 //
 // Call it once (a function-local static), not on every call: it takes the
 // loader's lock.

@@ -10,10 +10,15 @@
 // Plugins get the descriptor of their run's folder in msms_run_info
 // (output_dir_fd, ABI 1.3; msmemscope::RunInfo::output_dir_fd). Typical use:
 //
-//     std::string err;
-//     int fd = msmemscope::files::create(run.output_dir_fd, "device_0/dump/x.csv", err);
-//     if (fd < 0) throw std::runtime_error(err);   // err names the file and errno
-//     std::FILE* f = fdopen(fd, "w");
+//     FILE* open_my_csv(int output_dir_fd) {  // msms_run_info.output_dir_fd
+//         std::string err;
+//         int fd = msmemscope::files::create(output_dir_fd, "device_0/dump/x.csv", err);
+//         if (fd < 0) {
+//             fprintf(stderr, "%s\n", err.c_str());  // err names the file and errno
+//             return nullptr;
+//         }
+//         return fdopen(fd, "w");
+//     }
 //
 // Header-only, POSIX; the host uses the same functions (framework/util).
 #pragma once
