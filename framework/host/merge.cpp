@@ -25,6 +25,7 @@
 #include "util/output_dir.h"
 #include "process_run.h"
 #include "util/csv.h"
+#include "util/sqlite_fd_path.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -496,16 +497,25 @@ std::string quote_ident(const std::string& s) {
 
 std::string write_db(const std::string& path, const std::vector<Row>& rows, const std::vector<std::string>& pools,
                      const std::vector<Imbalance>& imb) {
-    std::string tmp = (fs::path(path).parent_path() / (".merge.db.tmp." + std::to_string(getpid()))).string();
-    unlink(tmp.c_str());
-    // Created here first (O_EXCL, never a link); SQLite then opens that file.
-    if (std::string why = write_new_file(tmp, ""); !why.empty()) return "cannot create " + tmp + ": " + why;
+    std::string tmp_name = ".merge.db.tmp." + std::to_string(getpid());
+    std::string tmp = (fs::path(path).parent_path() / tmp_name).string(), open_why;
+    // The folder once, through an openat chain; the file created there first
+    // (O_EXCL, never a link); SQLite then reaches it (and its journal) through
+    // that descriptor, never by the folder's path (#29 item 4).
+    Fd dir = open_output_root(fs::path(path).parent_path().string(), open_why);
+    if (!dir) return "cannot create " + tmp + ": " + open_why;
+    unlinkat(dir.get(), tmp_name.c_str(), 0);  // our own leftover of an earlier run of this pid
+    if (!files::write_new(dir.get(), tmp_name, "", open_why)) return "cannot create " + tmp + ": " + open_why;
     sqlite3* db = nullptr;
     std::string error;
     auto fail = [&](const std::string& what) {
         if (error.empty()) error = what + ": " + (db ? sqlite3_errmsg(db) : "cannot open");
     };
-    if (sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) != SQLITE_OK) {
+    const char* vfs = sqlite_fd_path_vfs();
+    if (!vfs) {
+        error = "open: SQLite has no default VFS";
+    } else if (sqlite3_open_v2(sqlite_fd_path(dir.get(), tmp_name).c_str(), &db,
+                               SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, vfs) != SQLITE_OK) {
         fail("open");
     }
     auto exec = [&](const std::string& sql) {
@@ -587,15 +597,10 @@ std::string write_db(const std::string& path, const std::vector<Row>& rows, cons
     }
     exec("COMMIT");
     if (db && sqlite3_close(db) != SQLITE_OK && error.empty()) error = "close: " + std::string(sqlite3_errmsg(db));
-    if (error.empty()) {
-        // Renamed within the folder's descriptor (#29 item 4).
-        std::string why;
-        Fd dir = open_output_root(fs::path(path).parent_path().string(), why);
-        if (!dir) error = "cannot write " + path + ": " + why;
-        else if (renameat(dir.get(), fs::path(tmp).filename().c_str(), dir.get(), fs::path(path).filename().c_str()) != 0)
-            error = "cannot write " + path + ": " + strerror(errno);
-    }
-    if (!error.empty()) unlink(tmp.c_str());
+    if (error.empty() &&
+        renameat(dir.get(), tmp_name.c_str(), dir.get(), fs::path(path).filename().c_str()) != 0)  // #29 item 4
+        error = "cannot write " + path + ": " + strerror(errno);
+    if (!error.empty()) unlinkat(dir.get(), tmp_name.c_str(), 0);
     return error.empty() ? "" : path + ": " + error;
 }
 

@@ -70,24 +70,6 @@ std::string make_fresh_dir(const std::string& path, std::string& error) {
     return "";
 }
 
-std::string write_new_file(const std::string& path, const std::string& text) {
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) return strerror(errno);
-    size_t off = 0;
-    while (off < text.size()) {
-        ssize_t n = write(fd, text.data() + off, text.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            std::string why = strerror(n < 0 ? errno : EIO);
-            close(fd);
-            return why;
-        }
-        off += static_cast<size_t>(n);
-    }
-    if (close(fd) != 0) return strerror(errno);
-    return "";
-}
-
 std::string valid_rank(const std::string& rank) {
     if (rank.empty() || rank.size() > 9) return "";
     for (char c : rank)

@@ -111,8 +111,6 @@ std::string make_dirs(const std::string& path);
 // path_2, path_3, ...); its parents must exist. Returns the folder or "" with
 // the reason in `error`.
 std::string make_fresh_dir(const std::string& path, std::string& error);
-// Writes a new file exclusively (O_EXCL, never through a link); "" or why not.
-std::string write_new_file(const std::string& path, const std::string& text);
 // A RANK value that may name a folder: 1-9 digits; else "".
 std::string valid_rank(const std::string& rank);
 

@@ -244,10 +244,6 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     return j.dump(2) + "\n";
 }
 
-std::string write_process_summary_json(const std::string& dir, const ProcessSummary& s, const SummaryFacts& f) {
-    return write_new_file(dir + "/summary.json", process_summary_json(s, f));
-}
-
 std::string write_process_summary_json_at(int dir_fd, const ProcessSummary& s, const SummaryFacts& f) {
     std::string why;
     if (!msmemscope::files::write_new(dir_fd, "summary.json", process_summary_json(s, f), why)) return why;

@@ -51,10 +51,8 @@ struct SummaryFacts {
 
 // The JSON text (format "msmemscope-process-summary", version 1).
 std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f);
-// Writes <dir>/summary.json (a new file: O_EXCL, never through a link);
-// "" or why not.
-std::string write_process_summary_json(const std::string& dir, const ProcessSummary& s, const SummaryFacts& f);
-// The same, created O_EXCL|O_NOFOLLOW in the folder `dir_fd` (issue #29 item 4).
+// Writes summary.json, created O_EXCL|O_NOFOLLOW in the folder `dir_fd`
+// (issue #29 item 4); "" or why not.
 std::string write_process_summary_json_at(int dir_fd, const ProcessSummary& s, const SummaryFacts& f);
 
 }  // namespace msms

@@ -53,40 +53,13 @@
 
 #include "../csv/dump_row.h"
 #include "util/job_thread.h"
+#include "util/sqlite_fd_path.h"
 #include "util/json.h"
 #include "util/written_events.h"
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// SQLite opens its files by name (the database and, beside it, its rollback
-// journal). So that neither is ever reached through a link (issue #29 item
-// 4), the name given to SQLite is /proc/self/fd/<folder descriptor>/<file>:
-// the kernel resolves /proc/self/fd/N to the folder this sink opened through
-// an openat chain, whatever its path names now. This VFS is the default one
-// with one change: it keeps such a name as given (the default resolves
-// symbolic links in the name, which would turn it back into a path).
-int keep_pathname(sqlite3_vfs*, const char* name, int n, char* out) {
-    size_t len = std::strlen(name);
-    if (len + 1 > static_cast<size_t>(n)) return SQLITE_CANTOPEN;
-    std::memcpy(out, name, len + 1);
-    return SQLITE_OK;
-}
-
-const char* fd_path_vfs() {
-    static const char* name = [] {
-        static sqlite3_vfs vfs;
-        sqlite3_vfs* base = sqlite3_vfs_find(nullptr);
-        if (!base) return static_cast<const char*>(nullptr);
-        vfs = *base;
-        vfs.pNext = nullptr;
-        vfs.zName = "msmemscope_fd_path";
-        vfs.xFullPathname = keep_pathname;
-        return sqlite3_vfs_register(&vfs, 0) == SQLITE_OK ? vfs.zName : static_cast<const char*>(nullptr);
-    }();
-    return name;
-}
 
 using msmemscope::view;
 
@@ -246,9 +219,9 @@ public:
         int fd = msmemscope::files::create(dir_.get(), name, why);
         if (fd < 0) throw std::runtime_error("cannot create " + path + ": " + why);
         ::close(fd);
-        const char* vfs = fd_path_vfs();
+        const char* vfs = msms::sqlite_fd_path_vfs();
         if (!vfs) throw std::runtime_error("cannot create " + path + ": SQLite has no default VFS");
-        std::string via = "/proc/self/fd/" + std::to_string(dir_.get()) + "/" + name;
+        std::string via = msms::sqlite_fd_path(dir_.get(), name);
         if (sqlite3_open_v2(via.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs) != SQLITE_OK) {
             std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
             sqlite3_close(db_);
