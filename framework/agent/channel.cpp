@@ -855,6 +855,16 @@ static void fill_cmdline(CaptureHeader* h) {
 
 int channel_open(const char* session_dir, uint32_t forked_from) {
     if (channel_is_open()) return EALREADY;
+    // Every name below is relative to the session folder, opened once without
+    // following a link (#29 item 4): a folder swapped meanwhile is never
+    // written through. (g_path keeps the path for a re-open by name.)
+    int dfd = open(session_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return errno;
+    struct DirFd {
+        int fd;
+        ~DirFd() { close(fd); }
+    } dir_guard{dfd};
+    char name[64], part_name[80];
     // The file is set up under a ".part" name (locked, header complete) and
     // only then renamed to its .msmcap name: the host never sees a capture
     // whose lock is not yet held or whose header is not yet written.
@@ -862,10 +872,13 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     int fd = -1;
     pid_t pid = getpid();
     for (int n = 0; n < 1000 && fd < 0; ++n) {
-        snprintf(path, sizeof(path), "%s/%d.%d.msmcap", session_dir, static_cast<int>(pid), n);
-        if (access(path, F_OK) == 0) continue;  // an earlier image of this pid (exec)
+        snprintf(name, sizeof(name), "%d.%d.msmcap", static_cast<int>(pid), n);
+        snprintf(path, sizeof(path), "%s/%s", session_dir, name);
+        struct stat seen;
+        if (fstatat(dfd, name, &seen, AT_SYMLINK_NOFOLLOW) == 0) continue;  // an earlier image of this pid (exec)
+        snprintf(part_name, sizeof(part_name), "%s.part", name);
         snprintf(part, sizeof(part), "%s.part", path);
-        fd = open(part, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        fd = openat(dfd, part_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST) return errno;
     }
     if (fd < 0) return EEXIST;
@@ -880,7 +893,7 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     // would send SIGXFSZ to the program.
     if (file_size_limit() < capture::kHeaderSize + capture::kChunkSize) {
         close(fd);
-        unlink(part);
+        unlinkat(dfd, part_name, 0);
         return EFBIG;
     }
     // Out of the program's way (capture_fd()): a high number, and the file
@@ -890,7 +903,7 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     if (fstat(fd, &fst) != 0) {
         int e = errno;
         close(fd);
-        unlink(part);
+        unlinkat(dfd, part_name, 0);
         return e;
     }
     g_dev = fst.st_dev;
@@ -900,7 +913,7 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     g_fd = fd;
     if (int e = reserve(0, capture::kHeaderSize); e != 0) {
         close(fd);
-        unlink(part);
+        unlinkat(dfd, part_name, 0);
         g_fd = -1;
         return e;
     }
@@ -908,7 +921,7 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
-        unlink(part);
+        unlinkat(dfd, part_name, 0);
         g_fd = -1;
         return e;
     }
@@ -954,10 +967,10 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     g_generation.fetch_add(1, std::memory_order_relaxed);
     memcpy(h->magic, capture::kMagic, sizeof(h->magic));  // last: marks the header valid
     std::atomic_thread_fence(std::memory_order_release);
-    if (rename(part, path) != 0) {
+    if (renameat(dfd, part_name, dfd, name) != 0) {
         int e = errno;
         munmap(p, capture::kHeaderSize);
-        unlink(part);
+        unlinkat(dfd, part_name, 0);
         close(fd);
         g_fd = -1;
         return e;
@@ -1013,10 +1026,16 @@ void note_unrecorded(const char* session_dir, const char* why) {
     if (!session_dir || !*session_dir) return;
     // Written under a temporary name, then linked to its own (exclusively):
     // the host never reads a half-written note.
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s/.unrecorded_%d.part", session_dir, static_cast<int>(getpid()));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return;
+    // Relative to the session folder opened without following a link (#29 item 4).
+    int dfd = open(session_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return;
+    char tmp[64];
+    snprintf(tmp, sizeof(tmp), ".unrecorded_%d.part", static_cast<int>(getpid()));
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        close(dfd);
+        return;
+    }
     // "<why>\n<command line>": a few hundred bytes, plain write(2); a
     // file-size limit below that leaves the file short (never a SIGXFSZ
     // for the program: blocked and taken back as in reserve()).
@@ -1045,12 +1064,13 @@ void note_unrecorded(const char* session_dir, const char* why) {
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     close(fd);
-    char path[4200];
+    char name[64];
     for (int n = 0; n < 100; ++n) {
-        snprintf(path, sizeof(path), "%s/unrecorded_%d.%d", session_dir, static_cast<int>(getpid()), n);
-        if (link(tmp, path) == 0 || errno != EEXIST) break;
+        snprintf(name, sizeof(name), "unrecorded_%d.%d", static_cast<int>(getpid()), n);
+        if (linkat(dfd, tmp, dfd, name, 0) == 0 || errno != EEXIST) break;
     }
-    unlink(tmp);
+    unlinkat(dfd, tmp, 0);
+    close(dfd);
 }
 
 void channel_note_exec(const char* path) {

@@ -33,8 +33,13 @@ unsigned long long process_start_time(long pid) {
 }
 
 std::string write_session_owner(const std::string& dir) {
-    int fd = open((dir + "/owner").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return dir + "/owner: " + strerror(errno);
+    // Relative to the session folder opened without following a link (#29 item 4).
+    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return dir + ": " + strerror(errno);
+    int fd = openat(dfd, "owner", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int open_errno = errno;
+    close(dfd);
+    if (fd < 0) return dir + "/owner: " + strerror(open_errno);
     char line[128];
     int n = snprintf(line, sizeof(line), "%s %ld %llu\n", kMagic, static_cast<long>(getpid()),
                      process_start_time(getpid()));
