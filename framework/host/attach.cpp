@@ -213,9 +213,13 @@ std::string common_script() {
 
 std::string write_script(const std::string& dir, const std::string& name, const std::string& text, std::string& err) {
     std::string path = dir + "/" + name;
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    // Relative to the session folder opened without following a link (#29 item 4).
+    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = dfd < 0 ? -1 : openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int open_errno = errno;
+    if (dfd >= 0) close(dfd);
     if (fd < 0) {
-        err = "cannot write " + path + ": " + strerror(errno);
+        err = "cannot write " + path + ": " + strerror(open_errno);
         return "";
     }
     ssize_t w = write(fd, text.data(), text.size());
@@ -492,9 +496,11 @@ int Session::attach(pid_t pid) {
         }
         auto now = clock::now();
         if (!requested && (g_attach_stop || (cfg_.attach_for_s && now - start >= std::chrono::seconds(cfg_.attach_for_s)))) {
-            std::string path = dir_ + "/detach." + std::to_string(pid);
-            int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            std::string name = "detach." + std::to_string(pid);
+            int dfd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);  // #29 item 4
+            int fd = dfd < 0 ? -1 : openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
             if (fd >= 0) close(fd);
+            if (dfd >= 0) close(dfd);
             requested = true;
             requested_at = now;
         }

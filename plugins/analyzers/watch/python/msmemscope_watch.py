@@ -90,17 +90,25 @@ def new_staging_file(folder=None, token=None):
     token = token or os.environ.get("MSMEMSCOPE_WATCH_TOKEN", "")
     if not folder or len(token) != 32:
         return None
-    while True:
-        _staged[0] += 1
-        name = "watch_%s_%d_%d.bin" % (token, os.getpid(), _staged[0])
-        try:
-            fd = os.open(os.path.join(folder, name),
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            continue
-        except OSError:
-            return None
-        return fd, name
+    # Relative to the session folder opened without following a link (#29 item 4).
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        while True:
+            _staged[0] += 1
+            name = "watch_%s_%d_%d.bin" % (token, os.getpid(), _staged[0])
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                             dir_fd=dir_fd)
+            except FileExistsError:
+                continue
+            except OSError:
+                return None
+            return fd, name
+    finally:
+        os.close(dir_fd)
 
 
 def tensor_buffer(t):
