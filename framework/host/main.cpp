@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +47,29 @@ std::string fs_timestamp() {
 int fail(const std::vector<std::string>& errors) {
     for (auto& e : errors) std::cerr << "msmemscope: error: " << e << "\n";
     return 2;
+}
+
+// ulimit -n too low for the tool (the hard limit below what it needs, so
+// host_process_setup could not raise its own): the program runs as it
+// would without msmemscope, nothing is recorded, and the run says why (70).
+int run_unprofiled(const std::vector<std::string>& program, unsigned long limit) {
+    std::vector<char*> argv;
+    for (auto& a : program) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        host_process_restore_for_child();
+        execvp(argv[0], argv.data());
+        _exit(127);
+    }
+    int status = 0;
+    if (pid > 0)
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    std::cerr << "msmemscope: error: the open-file limit (ulimit -n " << limit
+              << ") leaves msmemscope too few descriptors to profile (it needs 16); the program "
+              << (pid > 0 ? "ran without being recorded" : "could not be started") << "\n";
+    return 70;
 }
 
 int run_main(int argc, char** argv) {
@@ -114,6 +138,10 @@ int run_main(int argc, char** argv) {
                 if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
         if (!devices.empty()) cfg.devices = devices;
     }
+    unsigned long open_files = 0;
+    if (!cfg.program.empty() && cfg.serve_session.empty() && cfg.replays.empty() && cfg.attach_pid <= 0 &&
+        !host_has_open_files(open_files))
+        return run_unprofiled(cfg.program, open_files);
     if (!cfg.program.empty()) export_plugin_settings(raw);
     // --live / --live-http (live/live_view.h): the workers write each
     // process's view; this process shows and serves it. The server binds

@@ -59,7 +59,12 @@ if [ "$_msms_sourced" = 0 ]; then
             echo "msmemscope: error: $1 must be sourced (from bash or zsh), so that it changes the calling shell's environment: source $_msms_self $1" >&2
             return 2 2>/dev/null || exit 2 ;;
     esac
-    _msms_bin=$(_msms_real_dir "$_msms_self") || _msms_bin=
+    _msms_bin=$(_msms_real_dir "$_msms_self" 2>/dev/null) || _msms_bin=
+    if [ -z "$_msms_bin" ]; then
+        # No descriptor left for a command substitution (ulimit -n): the
+        # folder as named, when the host binary is there.
+        case $_msms_self in */*) [ -x "${_msms_self%/*}/msmemscope.bin" ] && _msms_bin=${_msms_self%/*} ;; esac
+    fi
     if [ -z "$_msms_bin" ]; then
         echo "msmemscope: error: cannot find the folder of $_msms_self (the host binary msmemscope.bin is looked up beside it)" >&2
         exit 70

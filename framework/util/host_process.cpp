@@ -10,6 +10,10 @@ namespace msms {
 namespace {
 mode_t g_user_umask = 022;
 bool g_set_up = false;
+struct rlimit g_user_nofile;
+bool g_nofile_raised = false;
+constexpr rlim_t kHostOpenFiles = 1024;
+constexpr rlim_t kHostMinOpenFiles = 16;
 }  // namespace
 
 void host_process_setup() {
@@ -26,6 +30,18 @@ void host_process_setup() {
     // --replay and --analyze move no watch staging file.
     unsetenv("MSMEMSCOPE_HOST_WATCH_STAGING");
     unsetenv("MSMEMSCOPE_HOST_WATCH_TOKEN");
+    // A low open-file limit (ulimit -n) is the program's: the host raises its
+    // own soft limit towards the hard one (it holds folders, pipes, the
+    // capture and plugin files) and gives the program the user's.
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+        nofile.rlim_cur < kHostOpenFiles) {
+        g_user_nofile = nofile;
+        g_nofile_raised = true;
+        nofile.rlim_cur = nofile.rlim_max == RLIM_INFINITY || nofile.rlim_max > kHostOpenFiles ? kHostOpenFiles
+                                                                                                : nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     g_set_up = true;
 }
 
@@ -33,6 +49,14 @@ void host_process_restore_for_child() {
     if (!g_set_up) return;
     signal(SIGXFSZ, SIG_DFL);
     umask(g_user_umask);
+    if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_user_nofile);
+}
+
+bool host_has_open_files(unsigned long& limit) {
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY) return true;
+    limit = static_cast<unsigned long>(nofile.rlim_cur);
+    return nofile.rlim_cur >= kHostMinOpenFiles;
 }
 
 }  // namespace msms

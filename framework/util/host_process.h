@@ -10,7 +10,11 @@ namespace msms {
 // world-writable).
 void host_process_setup();
 // In a forked child before exec (async-signal-safe): SIGXFSZ back to its
-// default and the user's own umask.
+// default, the user's own umask and open-file limit (host_process_setup
+// raises the host's soft limit towards the hard one).
 void host_process_restore_for_child();
+// Whether the host has the few descriptors it needs to profile a program
+// (16); `limit` is its open-file limit.
+bool host_has_open_files(unsigned long& limit);
 
 }  // namespace msms

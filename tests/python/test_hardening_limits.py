@@ -193,20 +193,31 @@ def test_address_space_limit_host_keeps_its_pace(test_bin, tmp_path):
 
 
 def test_open_file_limit_costs_only_the_output(test_bin, tmp_path):
-    # ulimit -n 6 for the host and the program: the program runs as always;
-    # the tool, which holds the output folder open (#29 item 4) and has no
-    # descriptor left for it, says so with its cause, and exit is 70.
-    p = run_limited(ARGS + [f"--output={tmp_path}/out", "--", "sh", "-c", "echo program ran; exit 3"], tmp_path,
-                    [(resource.RLIMIT_NOFILE, 6)])
-    assert p.returncode == 70, p.stdout + p.stderr
-    assert "program ran\n" in p.stdout, p.stdout
-    assert re.search(r"^msmemscope: error: .*Too many open files$", p.stderr, re.M), p.stderr
-    # With one descriptor more the folder is made; what cannot be created in it is named the same way.
-    p = run_limited(ARGS + [f"--output={tmp_path}/out7", "--", "sh", "-c", "echo program ran; exit 3"], tmp_path,
-                    [(resource.RLIMIT_NOFILE, 7)])
-    assert p.returncode == 70, p.stdout + p.stderr
-    assert "program ran\n" in p.stdout, p.stdout
-    assert re.search(r"^msmemscope: error: .*Too many open files$", p.stderr, re.M), p.stderr
+    # ulimit -n 4, 6 and 12 (soft and hard) for the tool and the program: the
+    # program runs as always, unrecorded (the tool needs 16 descriptors and
+    # cannot raise a hard limit), and the tool says why: exit 70.
+    for n in (4, 6, 12):
+        p = run_limited(ARGS + [f"--output={tmp_path}/out{n}", "--", "sh", "-c", "echo program ran; exit 3"],
+                        tmp_path, [(resource.RLIMIT_NOFILE, n)])
+        assert p.returncode == 70, p.stdout + p.stderr
+        assert p.stdout == "program ran\n", p.stdout
+        assert (f"msmemscope: error: the open-file limit (ulimit -n {n}) leaves msmemscope too few descriptors to "
+                "profile (it needs 16); the program ran without being recorded") in p.stderr.splitlines(), p.stderr
+
+
+def test_a_low_soft_open_file_limit_is_the_programs_only(test_bin, tmp_path):
+    # ulimit -Sn 6 under a higher hard limit: the tool raises its own soft
+    # limit and profiles; the program gets 6, as without the tool.
+    def pre():
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (6, hard))
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    p = subprocess.run([str(CLI)] + ARGS + [f"--output={tmp_path}/out", "--", "sh", "-c", "ulimit -n; exit 3"],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300, preexec_fn=pre)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert p.stdout.startswith("6\n"), p.stdout
+    assert re.search(r"pid \d+ \(\S*sh -c ulimit -n; exit 3\) exited with code 3", p.stdout), p.stdout
 
 
 def test_read_only_output_disk_is_refused_before_the_program_runs(test_bin, tmp_path):
