@@ -94,9 +94,17 @@ void Pipeline::log(int level, const std::string& msg) {
         supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") + msg + "\n");
 }
 
-void Pipeline::plugin_failed(Instance& inst, const std::string& what) {
+void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
     inst.alive = false;
-    std::string msg = "plugin '" + inst.name + "': " + what + "; continuing without it";
+    // (plugins built before MSMS_ERR_OUT_OF_MEMORY said it as an exception)
+    static const std::string kBadAlloc = ": std::bad_alloc";
+    bool oom = rc == MSMS_ERR_OUT_OF_MEMORY ||
+               (what.size() >= kBadAlloc.size() && what.compare(what.size() - kBadAlloc.size(), kBadAlloc.size(), kBadAlloc) == 0);
+    if (oom && oom_fatal_) {
+        oom_pending_ = true;  // thrown once the plugin's call has returned (throw_if_out_of_memory)
+        return;
+    }
+    std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") + "; continuing without it";
     plugin_errors_.push_back(msg);
     if (run_.log) run_.log->error(msg);
     supervisor::host_stderr("msmemscope: error: " + msg + "\n");
@@ -159,7 +167,7 @@ void Pipeline::start(const RunContext& run) {
         if (rc != MSMS_OK || !inst.obj) {
             inst.obj = nullptr;
             inst.alive = false;
-            plugin_failed(inst, std::string("create failed: ") + (err.message[0] ? err.message : "no reason given"));
+            plugin_failed(inst, std::string("create failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
             return;
         }
         into.push_back(std::move(inst));
@@ -203,11 +211,16 @@ void Pipeline::start(const RunContext& run) {
             if (!i.alive || !i.d->begin) continue;
             msms_error err{};
             supervisor::CallScope in(i.slot, PluginCall::Begin);
-            if (i.d->begin(i.obj, &info, &err) != MSMS_OK)
-                plugin_failed(i, std::string("begin failed: ") + (err.message[0] ? err.message : "no reason given"));
+            if (int rc = i.d->begin(i.obj, &info, &err); rc != MSMS_OK)
+                plugin_failed(i, std::string("begin failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
         }
     }
     supervisor::pipeline_started();
+    throw_if_out_of_memory();
+}
+
+void Pipeline::throw_if_out_of_memory() {
+    if (oom_pending_) throw std::bad_alloc();
 }
 
 bool Pipeline::account(Record& r) {
@@ -494,7 +507,7 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
             supervisor::CallScope in(a.slot, PluginCall::OnEvent);
             rc = a.d->on_event(a.obj, &r.ev);
         }
-        if (rc != MSMS_OK) plugin_failed(a, with_reason(a, "failed on event " + std::to_string(r.ev.id)));
+        if (rc != MSMS_OK) plugin_failed(a, with_reason(a, "failed on event " + std::to_string(r.ev.id)), rc);
         // add_attr changed the list: refresh the views
         if (attrs_dirty_) build_views(r);
     }
@@ -505,7 +518,7 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
             supervisor::CallScope in(s.slot, PluginCall::OnEvent);
             rc = s.d->on_event(s.obj, &r.ev);
         }
-        if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on event " + std::to_string(r.ev.id)));
+        if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on event " + std::to_string(r.ev.id)), rc);
     }
     if (live_view_ && to_sinks) live_view_->on_event(r.ev);
     current_ = saved;
@@ -547,6 +560,7 @@ void Pipeline::feed(Record& r) {
         ++events_;
         dispatch(item.first, item.second);
     }
+    throw_if_out_of_memory();
 }
 
 void Pipeline::finish() {
@@ -567,7 +581,8 @@ void Pipeline::finish() {
             rc = a.d->finish(a.obj, &err);
         }
         if (rc != MSMS_OK)
-            plugin_failed(a, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+            plugin_failed(a, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
+        throw_if_out_of_memory();
         if (progress_) {
             Progress p;
             p.plugin = a.name;
@@ -589,9 +604,10 @@ void Pipeline::finish() {
         msms_error err{};
         {
             supervisor::CallScope in(s.slot, PluginCall::Finish);
-            if (s.d->finish(s.obj, &err) != MSMS_OK)
-                plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"));
+            if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK)
+                plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
         }
+        throw_if_out_of_memory();
         if (progress_) {
             Progress p;
             p.plugin = s.name;
@@ -674,7 +690,7 @@ int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
             supervisor::CallScope in(s.slot, PluginCall::OnAnnotation);
             rc = s.d->on_annotation(s.obj, id, k, v);
         }
-        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on an annotation"));
+        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on an annotation"), rc);
     }
     return MSMS_OK;
 }
@@ -707,7 +723,7 @@ int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint
             supervisor::CallScope in(s.slot, PluginCall::OnFinding);
             rc = s.d->on_finding(s.obj, table, cols, n);
         }
-        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on a finding"));
+        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on a finding"), rc);
     }
     return MSMS_OK;
 }

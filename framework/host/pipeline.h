@@ -74,6 +74,11 @@ public:
     uint64_t last_timestamp() const { return last_ts_; }
     // Disable pool accounting (input already carries allocation ids and totals).
     void set_accounting(bool on) { accounting_ = on; }
+    // A plugin out of memory (MSMS_ERR_OUT_OF_MEMORY) ends the pipeline with
+    // std::bad_alloc out of start/feed/finish, once the plugin's call has
+    // returned, instead of dropping it (offline: the host is out of memory
+    // too, and says so in one line).
+    void set_out_of_memory_fatal(bool on) { oom_fatal_ = on; }
 
     // Plugin progress (ABI 1.2 host API `progress`): each report of a
     // plugin, and `ended` once its finish() has returned (the status line
@@ -128,7 +133,9 @@ private:
     // To the analyzers [first_analyzer, end_analyzer), then (to_sinks) every sink.
     void dispatch(Record& r, size_t first_analyzer, size_t end_analyzer = SIZE_MAX, bool to_sinks = true);
     void build_views(Record& r);
-    void plugin_failed(Instance& inst, const std::string& what);
+    // rc: the plugin's status (MSMS_ERR_OUT_OF_MEMORY: see set_out_of_memory_fatal)
+    void plugin_failed(Instance& inst, const std::string& what, int rc);
+    void throw_if_out_of_memory();
     // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
     std::string with_reason(const Instance& inst, const std::string& what) const;
     void log(int level, const std::string& msg);
@@ -159,6 +166,8 @@ private:
     live::LiveState* live_view_ = nullptr;
     std::vector<Instance> analyzers_, sinks_;
     bool accounting_ = true;
+    bool oom_fatal_ = false;
+    bool oom_pending_ = false;
     size_t oom_analyzer_ = SIZE_MAX;  // live runs: the oom analyzer, which writes OOM_TRIGGER rows
     bool finished_ = false;
 

@@ -141,6 +141,7 @@ std::string status(int rc) {
     case MSMS_ERR_INTERNAL: n = "MSMS_ERR_INTERNAL"; break;
     case MSMS_ERR_UNSUPPORTED: n = "MSMS_ERR_UNSUPPORTED"; break;
     case MSMS_ERR_EXCEPTION: n = "MSMS_ERR_EXCEPTION: a C++ exception was caught at the boundary"; break;
+    case MSMS_ERR_OUT_OF_MEMORY: n = "MSMS_ERR_OUT_OF_MEMORY: an allocation failed"; break;
     }
     return std::to_string(rc) + " (" + n + ")";
 }

@@ -130,7 +130,7 @@ static_assert(offsetof(msms_plugin_descriptor, finish) + sizeof(void*) == 136);
 
 // ---- values that are part of the ABI and of the capture format
 static_assert(MSMS_OK == 0 && MSMS_ERR_INVALID_ARGUMENT == 1 && MSMS_ERR_IO == 2 && MSMS_ERR_INTERNAL == 3 &&
-              MSMS_ERR_UNSUPPORTED == 4 && MSMS_ERR_EXCEPTION == 5);
+              MSMS_ERR_UNSUPPORTED == 4 && MSMS_ERR_EXCEPTION == 5 && MSMS_ERR_OUT_OF_MEMORY == 6);
 static_assert(MSMS_EV_SYSTEM == 0 && MSMS_EV_MALLOC == 1 && MSMS_EV_FREE == 2 && MSMS_EV_ACCESS == 3 &&
               MSMS_EV_OP_LAUNCH == 4 && MSMS_EV_KERNEL_LAUNCH == 5 && MSMS_EV_MSTX == 6 && MSMS_EV_SNAPSHOT == 7 &&
               MSMS_EV_OOM_DETAIL == 8 && MSMS_EV_PY_TRACE == 9);

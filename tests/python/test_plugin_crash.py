@@ -193,7 +193,7 @@ def test_a_sink_stuck_in_finish_is_killed_at_the_finish_budget(cli, tmp_path):
     p, out = run(cli, tmp_path, "--analysis=", "--sinks=hang_in_finish", "--plugin-time-budget=30,1", rc=70)
     assert [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error: plugin")] == [
         "msmemscope: error: plugin 'hang_in_finish' exceeded its time budget (1 s, --plugin-time-budget) in finish; "
-        "re-running the outputs without it"]
+        "re-running the outputs without it"], p.stderr
     assert_complete(out)
 
 

@@ -108,6 +108,32 @@ def test_analyzer_throwing_on_an_event_is_dropped_and_the_run_completes(cli, tmp
     assert int(m.group(1)) == min(int(r["ID"]) for r in rows)
 
 
+def test_analyzer_out_of_memory_is_dropped_in_a_run_and_ends_an_offline_analysis(cli, tmp_path):
+    # std::bad_alloc at the boundary is MSMS_ERR_OUT_OF_MEMORY. A run drops the
+    # analyzer and says why (71); --analyze shares the plugin's address space
+    # and is out of memory itself: one line, 70, nothing written back (it used
+    # to print the drop twice and exit 1, or to say out of memory, depending
+    # on which allocation failed first).
+    out = tmp_path / "out"
+    p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",
+             "--analysis=leaks,bad_alloc_in_event", "--output", str(out), "--"] + PROGRAM, cwd=tmp_path, check_rc=71)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")]
+    assert len(lines) == 1 and re.fullmatch(r"msmemscope: error: plugin 'bad_alloc_in_event': failed on event \d+: "
+                                            r"std::bad_alloc \(out of memory\); continuing without it", lines[0]), p.stderr
+    csv_file = dump_files(process_dirs(out)[0])[0]
+    before = csv_file.read_bytes()
+    assert len(read_dump(csv_file)) > 100
+    p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks,bad_alloc_in_event", f"--input={csv_file}",
+             f"--output={tmp_path / 'analysed'}"], cwd=tmp_path, check_rc=70)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")]
+    assert len(lines) == 1 and re.fullmatch(
+        rf"msmemscope: error: --analyze: {re.escape(str(csv_file))}: out of memory \(an allocation failed after \d+ "
+        r"MiB in use; --offline-memory sets the budget\); nothing was written back", lines[0]), p.stderr
+    assert csv_file.read_bytes() == before
+    # A control: without it the same analysis ends well.
+    cli(["--analyze=leaks", f"--input={csv_file}", f"--output={tmp_path / 'analysed2'}"], cwd=tmp_path, check_rc=0)
+
+
 def test_analyzer_throwing_in_create_is_left_out(cli, tmp_path):
     out = tmp_path / "out"
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",

@@ -227,6 +227,25 @@ TEST_CASE("a plugin whose constructor throws loads, and create() reports the exc
     CHECK(std::string(err.message) == "throws_in_create: constructor failed on purpose");
 }
 
+TEST_CASE("std::bad_alloc at the boundary is MSMS_ERR_OUT_OF_MEMORY, not a generic exception") {
+    Registry reg;
+    REQUIRE(reg.load(fixture("bad_alloc_in_event")));
+    const msms_plugin_descriptor* d = reg.plugins().back().descriptor;
+    NullHost host;
+    void* obj = nullptr;
+    msms_error err{};
+    REQUIRE(d->create(&host.api, nullptr, 0, &obj, &err) == MSMS_OK);
+    msms_event ev{};
+    ev.struct_size = sizeof(ev);
+    ev.kind = MSMS_EV_MALLOC;
+    ev.type = MSMS_T_HOST;
+    for (int i = 1; i < 100; ++i) REQUIRE(d->on_event(obj, &ev) == MSMS_OK);
+    CHECK(d->on_event(obj, &ev) == MSMS_ERR_OUT_OF_MEMORY);
+    CHECK(std::string(d->last_error(obj)) == "std::bad_alloc");
+    CHECK(d->finish(obj, &err) == MSMS_OK);
+    d->destroy(obj);
+}
+
 TEST_CASE("a plugin that throws in on_event returns MSMS_ERR_EXCEPTION instead") {
     Registry reg;
     REQUIRE(reg.load(fixture("throws_in_event")));

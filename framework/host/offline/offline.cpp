@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "process_run.h"
 #include "session.h"
 #include "supervisor.h"
+#include "util/output_dir.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -32,7 +34,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // supervised worker running this crashed) for the write-back sink's results.
 // The rows are streamed in time order (DumpStream): what stays in memory is
 // what the analyzers keep (live blocks, per-step figures) and the results.
-int analyze_stream(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir) {
+int analyze_stream(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir,
+                   int output_fd) {
     size_t budget = offline_budget(cfg.offline_memory_mib);
     MemoryGuard guard(budget);
     DumpStream stream({path}, sort_memory(budget));
@@ -59,6 +62,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     RunContext run;
     run.pid = more > 0 ? row.rec.ev.pid : 0;
     run.output_dir = cfg.output;
+    run.output_dir_fd = output_fd;
     run.timestamp = timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull);
     run.config_json = c.to_json();
     run.command_line = "msmemscope --analyze " + path;
@@ -67,6 +71,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     // The rows carry their own IDs, allocation ids and totals: keep them, so
     // that analyzers report the file's IDs.
     pipeline.set_accounting(false);
+    pipeline.set_out_of_memory_fatal(true);  // said below in one line (analyze_file), not as a dropped plugin
     pipeline.start(run);
     size_t fed = 0;
     while (more > 0) {
@@ -88,10 +93,16 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     std::cout << "msmemscope: analysed " << path << " (" << stream.rows() << " rows) with "
               << join(cfg.analyzers, ", ") << "\n";
     for (auto& line : pipeline.report_lines()) std::cout << line << "\n";
+    // Each failure was said on stderr when it happened (Pipeline::
+    // plugin_failed): the exit status as for a run, 71 for a dropped
+    // analyzer, 70 for the write-back sink (its results are lost).
     int code = 0;
-    for (auto& e : pipeline.plugin_errors()) {
-        std::cerr << "msmemscope: error: " << e << "\n";
-        code = 1;
+    for (auto& e : pipeline.plugin_errors())
+        code = std::max(code, e.rfind("plugin 'offline_writeback'", 0) == 0 ? 70 : 71);
+    // A plugin's host.error: what it meant to write is not all there (70).
+    for (auto& e : pipeline.reported_errors()) {
+        std::cerr << "msmemscope: error: --analyze: " << path << ": output incomplete: " << e << "\n";
+        code = 70;
     }
 
     if (!side.empty()) {
@@ -163,9 +174,10 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
 
 // Out of memory (an allocation failed: a cgroup or `ulimit -v`) is said in
 // one line, not left to a kill without a word.
-int analyze_file(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir) {
+int analyze_file(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir,
+                 int output_fd) {
     try {
-        return analyze_stream(cfg, registry, path, side_dir);
+        return analyze_stream(cfg, registry, path, side_dir, output_fd);
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "msmemscope: error: --analyze: %s: out of memory (an allocation failed after %s in use; "
                      "--offline-memory sets the budget); nothing was written back\n",
@@ -204,12 +216,25 @@ int offline_main(const Config& cfg, const Registry& registry) {
         }
         side_dir = tmpl;
     }
+    // The analyzers' own files (the leak list past leaks.max_lines) go into
+    // --output, opened once without following links; made when missing and
+    // removed again when nothing was written into it.
+    bool made_output = make_output_folder(cfg.output);
+    std::string why;
+    Fd output_fd = open_output_root(cfg.output, why);
+    if (!output_fd) {
+        std::cerr << "msmemscope: error: --output: " << why << "\n";
+        std::error_code ec;
+        if (!side_dir.empty()) fs::remove_all(side_dir, ec);
+        return 70;
+    }
     int code = 0;
     for (auto& f : files) {
         // Supervised: a plugin that crashes costs only itself (issue #17).
-        int rc = run_call_supervised([&] { return analyze_file(cfg, registry, f, side_dir); });
+        int rc = run_call_supervised([&] { return analyze_file(cfg, registry, f, side_dir, output_fd.get()); });
         if (rc > code) code = rc;
     }
+    if (made_output) ::rmdir(cfg.output.c_str());  // only when empty
     if (!side_dir.empty()) {
         std::error_code ec;
         fs::remove_all(side_dir, ec);

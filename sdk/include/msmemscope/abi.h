@@ -50,7 +50,12 @@ typedef enum msms_status {
     MSMS_ERR_IO = 2,
     MSMS_ERR_INTERNAL = 3,
     MSMS_ERR_UNSUPPORTED = 4,
-    MSMS_ERR_EXCEPTION = 5 /* a C++ exception was caught at the boundary */
+    MSMS_ERR_EXCEPTION = 5, /* a C++ exception was caught at the boundary */
+    /* An allocation failed (std::bad_alloc caught at the boundary, or a C
+     * plugin's malloc returned NULL). The plugin shares the host's address
+     * space, so the host treats it as its own: --analyze/--compare stop with
+     * "out of memory" (70); a run drops the plugin and names the cause. */
+    MSMS_ERR_OUT_OF_MEMORY = 6
 } msms_status;
 
 #define MSMS_ERROR_MESSAGE_SIZE 512

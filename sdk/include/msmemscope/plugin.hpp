@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -285,6 +286,9 @@ int guarded(msms_error* err, F&& f) noexcept {
     try {
         f();
         return MSMS_OK;
+    } catch (const std::bad_alloc& e) {
+        set_error(err, e.what());
+        return MSMS_ERR_OUT_OF_MEMORY;
     } catch (const std::exception& e) {
         set_error(err, e.what());
     } catch (...) {
