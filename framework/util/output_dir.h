@@ -46,20 +46,23 @@ inline Fd open_output_root(const std::string& path, std::string& error) {
 // is made when missing (the user named it), `sub` is made or opened below
 // it without following a link (a link planted at `sub` is refused, ELOOP or
 // ENOTDIR, never written through). `error`: "<sub>: why" (or "<output>: why").
+// Makes the output folder the user named, and its parents, when it is
+// missing (as they gave them: their links are theirs). True when it was made.
+inline bool make_output_folder(const std::string& output) {
+    struct stat st;
+    if (::stat(output.c_str(), &st) == 0) return false;
+    std::string path;
+    for (size_t pos = 0; pos != std::string::npos;) {
+        pos = output.find('/', pos + 1);
+        path = output.substr(0, pos);
+        if (!path.empty()) ::mkdir(path.c_str(), 0777);
+    }
+    return ::stat(output.c_str(), &st) == 0;
+}
+
 inline Fd open_output_subdir(const std::string& output, const std::string& sub, std::string& error) {
     std::string why;
-    {
-        // The output folder's own parents, as the user gave them.
-        struct stat st;
-        if (::stat(output.c_str(), &st) != 0) {
-            std::string path;
-            for (size_t pos = 0; pos != std::string::npos;) {
-                pos = output.find('/', pos + 1);
-                path = output.substr(0, pos);
-                if (!path.empty()) ::mkdir(path.c_str(), 0777);
-            }
-        }
-    }
+    make_output_folder(output);
     Fd root = open_output_root(output, why);
     if (!root) {
         error = why;

@@ -183,3 +183,25 @@ def test_a_failed_allocation_under_prlimit_is_one_error_and_exit_70(tmp_path):
     [line] = errors(err)
     assert re.fullmatch(rf"msmemscope: error: --analyze: {re.escape(str(f))}: out of memory \(an allocation failed "
                         r"after \d+ MiB in use; --offline-memory sets the budget\); nothing was written back", line), line
+
+
+def test_the_leak_list_past_the_screen_goes_into_a_missing_output_folder(tmp_path):
+    # --analyze's run folder is --output: made when missing (the full leak
+    # list used to fail there with "cannot open the run folder" and exit 0),
+    # and removed again when nothing was written into it.
+    f = write_dump(tmp_path / "memscope_dump_1.csv", 6000, live_every=40, ops_every=0)
+    out = tmp_path / "a" / "b"
+    rc, stdout, err, _ = measured(["--analyze=leaks", f"--input={f}", f"--output={out}"], tmp_path)
+    assert rc == 0, err
+    assert errors(err) == []
+    [more] = [l for l in stdout.splitlines() if l.startswith("... ")]
+    m = re.fullmatch(rf"\.\.\. (\d+) more in {re.escape(str(out))}/(leaks_\d+\.txt)", more)
+    assert m, more
+    listed = (out / m.group(2)).read_text().splitlines()
+    shown = [l for l in stdout.splitlines() if l.startswith("Direct ")]
+    assert len(shown) == 20
+    assert len([l for l in listed if l.startswith("Direct ")]) == 20 + int(m.group(1))
+    # nothing to write: no folder left behind
+    rc, stdout, err, _ = measured(["--analyze=inefficient", f"--input={f}", f"--output={tmp_path / 'c'}"], tmp_path)
+    assert rc == 0, err
+    assert not (tmp_path / "c").exists()
