@@ -51,6 +51,7 @@ std::string load_agent(const std::string& path) {
     if (!ok) throw std::runtime_error("the msmemscope agent (" + origin + ") lacks an entry: " + dlerror());
     resolve(handle, "msms_agent_got_install", a.got_install);
     resolve(handle, "msms_agent_got_refresh", a.got_refresh);
+    resolve(handle, "msms_agent_got_install_library", a.got_install_library);
     resolve(handle, "msms_agent_py_call", a.py_call);
     resolve(handle, "msms_agent_event_cached", a.event_cached);
     resolve(handle, "msms_agent_collecting_flag", a.collecting_flag);

@@ -36,6 +36,7 @@ struct AgentApi {
     int (*attached)();
     int (*got_install)(const char*, const GotHook*, uint32_t, const char*);
     void (*got_refresh)();
+    int (*got_install_library)(const char*, const char*, char*, size_t, char*, size_t);
     // Optional (newer agents): compact Python-call record, cached name ids.
     void (*py_call)(uint64_t, const char*, uint64_t*);
     void (*event_cached)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t, const char*,

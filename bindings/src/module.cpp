@@ -16,7 +16,6 @@
 #include <pybind11/stl.h>
 
 #include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -185,89 +184,28 @@ int install_heap_hooks(const std::string& hook_library, const std::string& skip)
 // ---------------------------------------------------------------- third-party collectors
 // A collector's target-side library (its hooks), loaded into a process that
 // runs without the CLI (issue #29 item 7): under the CLI it is preloaded and
-// its exported functions interpose the pool's; here, each function it
-// exports (default visibility, defined, not the agent's msms_* API) replaces
-// that name in the GOT slots of every loaded object, and of objects loaded
-// later (the agent's dlopen hook). The hook finds the pool's own function
-// with msmemscope::next_definition() (msmemscope/hook_next.hpp), as
+// its exported functions interpose the pool's; here the agent loads it and
+// puts each function it exports in the GOT slots of that name in every
+// loaded object, and of objects loaded later (msms_agent_got_install_library,
+// which --attach uses too). The hook finds the pool's own function with
+// msmemscope::next_definition() (msmemscope/hook_next.hpp), as
 // dlsym(RTLD_NEXT) finds nothing for a library loaded this way.
-std::vector<void*> g_collector_handles;
-
-// The functions a library exports, from its .dynsym section.
-std::vector<std::string> exported_functions(const std::string& path, std::string& error) {
-    std::vector<std::string> out;
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        error = path + ": " + strerror(errno);
-        return out;
-    }
-    struct stat st{};
-    void* map = fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))
-                    ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0)
-                    : MAP_FAILED;
-    close(fd);
-    if (map == MAP_FAILED) {
-        error = path + ": not an ELF shared library";
-        return out;
-    }
-    const auto* base = static_cast<const unsigned char*>(map);
-    size_t size = static_cast<size_t>(st.st_size);
-    const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
-    auto in = [&](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-        !in(eh->e_shoff, uint64_t(eh->e_shnum) * sizeof(Elf64_Shdr))) {
-        munmap(map, size);
-        error = path + ": not a 64-bit ELF shared library";
-        return out;
-    }
-    const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
-    for (unsigned i = 0; i < eh->e_shnum; ++i) {
-        if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum) continue;
-        const Elf64_Shdr& strs = sh[sh[i].sh_link];
-        if (!in(sh[i].sh_offset, sh[i].sh_size) || !in(strs.sh_offset, strs.sh_size)) continue;
-        const auto* sym = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
-        const char* names = reinterpret_cast<const char*>(base + strs.sh_offset);
-        for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
-            const Elf64_Sym& y = sym[k];
-            if (ELF64_ST_TYPE(y.st_info) != STT_FUNC || y.st_shndx == SHN_UNDEF || y.st_name >= strs.sh_size) continue;
-            if (ELF64_ST_BIND(y.st_info) != STB_GLOBAL && ELF64_ST_BIND(y.st_info) != STB_WEAK) continue;
-            if (ELF64_ST_VISIBILITY(y.st_other) != STV_DEFAULT) continue;
-            std::string name(names + y.st_name, strnlen(names + y.st_name, strs.sh_size - y.st_name));
-            if (name.empty() || name[0] == '_' || name.rfind("msms_", 0) == 0) continue;
-            out.push_back(name);
-        }
-    }
-    munmap(map, size);
-    return out;
-}
-
 // Returns the names it interposes (may be empty: then nothing was loaded).
 std::vector<std::string> install_collector_library(const std::string& library, const std::string& skip) {
     need_agent();
-    if (!g_agent.got_install) throw std::runtime_error("the msmemscope agent has no GOT patcher");
+    if (!g_agent.got_install_library) throw std::runtime_error("the msmemscope agent cannot load collector libraries");
     if (std::string why = msms::untrusted_reason(library); !why.empty())
         throw std::runtime_error("the collector library " + library + " is refused: " + why);
-    std::string error;
-    std::vector<std::string> names = exported_functions(library, error);
-    if (!error.empty()) throw std::runtime_error(error);
-    if (names.empty()) return names;
-    void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) throw std::runtime_error(std::string("cannot load ") + library + ": " + dlerror());
-    // The names live as long as the process: the agent keeps the pointers.
-    auto* kept = new std::vector<std::string>();
-    std::vector<void*> fns;
-    for (auto& n : names)
-        if (void* f = dlsym(h, n.c_str())) {
-            kept->push_back(n);
-            fns.push_back(f);
-        }
-    std::vector<GotHook> hooks;
-    for (size_t i = 0; i < kept->size(); ++i) hooks.push_back({(*kept)[i].c_str(), fns[i], nullptr});
-    g_collector_handles.push_back(h);
-    std::string skip_all = skip + "\n" + fs::path(library).filename().string();
-    int rc = g_agent.got_install(nullptr, hooks.data(), static_cast<uint32_t>(hooks.size()), skip_all.c_str());
-    if (rc < 0) throw std::runtime_error("cannot install the hooks of " + library + ": " + strerror(-rc));
-    return *kept;
+    char names[4096], error[512] = {0};
+    int rc = g_agent.got_install_library(library.c_str(), skip.c_str(), names, sizeof(names), error, sizeof(error));
+    if (rc < 0) throw std::runtime_error(error[0] ? error : strerror(-rc));
+    std::vector<std::string> out;
+    for (const char* p = names; rc > 0 && *p;) {
+        const char* nl = strchr(p, '\n');
+        out.emplace_back(p, nl ? static_cast<size_t>(nl - p) : strlen(p));
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    return out;
 }
 
 // ---------------------------------------------------------------- mstx tool

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <msmemscope/agent.h>
@@ -31,6 +32,15 @@ namespace {
 
 char g_dir[4096];
 char g_py_start[8192];
+// What the attach installed, one line per target library ("hooks NAME: N
+// function(s)" or "failed NAME: why"), for the host (msms_agent_attach_report).
+char g_report[4096];
+size_t g_report_len = 0;
+
+void report(const char* what, const char* name, const char* text) {
+    int n = snprintf(g_report + g_report_len, sizeof(g_report) - g_report_len, "%s %s: %s\n", what, name, text);
+    if (n > 0) g_report_len = std::min(sizeof(g_report) - 1, g_report_len + static_cast<size_t>(n));
+}
 uint64_t g_steps_limit = 0;
 int g_host_pid = 0;  // msmemscope: when it is gone (killed), nobody reads the capture: detach
 std::atomic<bool> g_attached{false};
@@ -221,8 +231,12 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
     snprintf(g_dir, sizeof(g_dir), "%s", dir);
     g_steps_limit = steps;
     g_host_pid = host_pid;
-    // The host heap hooks, as the Python package installs them (GOT slots of
-    // every loaded object, and of those loaded later).
+    // Each collector's target library, as the Python package installs them
+    // (GOT slots of every loaded object, and of those loaded later): the host
+    // heap hooks by their fixed names; the device runtimes' hooks (hal, cuda,
+    // kernel_launch) and third-party collectors' by the functions they
+    // export; the mstx tool by loading it (its constructor points
+    // MSTX_INJECTION_PATH at itself, as under the CLI).
     for (const char* p = libs ? libs : ""; *p;) {
         const char* e = strchr(p, '\n');
         size_t len = e ? static_cast<size_t>(e - p) : strlen(p);
@@ -232,10 +246,22 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
             lib[len] = 0;
             const char* base = strrchr(lib, '/');
             base = base ? base + 1 : lib;
-            if (strstr(base, "host_heap")) {
+            if (strstr(base, "mstx_hook")) {
+                if (dlopen(lib, RTLD_NOW | RTLD_LOCAL)) report("tool", base, "loaded");
+                else report("failed", base, "cannot be loaded");
+            } else if (!strstr(base, "host_heap")) {
+                char names[2048], why[512] = {0};
+                int n = msms_agent_got_install_library(lib, "_msmemscope", names, sizeof(names), why, sizeof(why));
+                char text[600];
+                if (n < 0) report("failed", base, why[0] ? why : strerror(-n));
+                else {
+                    snprintf(text, sizeof(text), "%d function(s)", n);
+                    report("hooks", base, text);
+                }
+            } else {
                 void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
                 if (!h) {
-                    say("msmemscope: warning: the host heap hooks were not loaded into this process\n");
+                    report("failed", base, "cannot be loaded");
                 } else {
                     static const char* names[] = {"malloc", "free", "calloc", "realloc", "reallocarray",
                                                   "posix_memalign", "aligned_alloc", "memalign", "valloc",
@@ -246,7 +272,9 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
                         if (void* f = dlsym(h, name)) hooks[n++] = {name, f, nullptr};
                     char skip[4200];
                     snprintf(skip, sizeof(skip), "_msmemscope\n%s", base);
-                    msms_agent_got_install(nullptr, hooks, n, skip);
+                    int rc = msms_agent_got_install(nullptr, hooks, n, skip);
+                    if (rc < 0) report("failed", base, strerror(-rc));
+                    else report("hooks", base, "the malloc family");
                 }
             }
         }
@@ -285,6 +313,9 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
     --t.depth;
     return 0;
 }
+
+// What msms_agent_attach_running installed (see report()); gdb prints it.
+__attribute__((visibility("default"))) const char* msms_agent_attach_report(void) { return g_report; }
 
 __attribute__((visibility("default"))) void msms_agent_attach_detach_now(void) {
     msms::agent::Tls& t = msms::agent::tls();

@@ -7,9 +7,12 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,7 +22,7 @@
 namespace {
 
 constexpr uint32_t kMaxSets = 8;
-constexpr uint32_t kMaxHooks = 32;
+constexpr uint32_t kMaxHooks = 64;
 constexpr uint32_t kMaxObjects = 4096;
 constexpr size_t kMaxText = 512;
 
@@ -206,6 +209,72 @@ void copy_text(char* dst, const char* src) {
     dst[len] = 0;
 }
 
+// The names of the functions a library exports (see
+// msms_agent_got_install_library), read from its .dynsym section and copied
+// into `pool` (kept for the life of the process: hook sets point at them).
+// Returns the count, or -errno; `why` in words.
+char g_name_pool[16384];
+size_t g_name_used = 0;
+
+int exported_functions(const char* path, const char** names, uint32_t max, char* why, size_t why_cap) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(why, why_cap, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    struct stat st;
+    void* map = fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))
+                    ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0)
+                    : MAP_FAILED;
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(why, why_cap, "%s: not an ELF shared library", path);
+        return -ENOEXEC;
+    }
+    const auto* base = static_cast<const unsigned char*>(map);
+    size_t size = static_cast<size_t>(st.st_size);
+    const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+    auto in = [&](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        !in(eh->e_shoff, uint64_t(eh->e_shnum) * sizeof(Elf64_Shdr))) {
+        munmap(map, size);
+        snprintf(why, why_cap, "%s: not a 64-bit ELF shared library", path);
+        return -ENOEXEC;
+    }
+    int count = 0;
+    const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+    for (unsigned i = 0; i < eh->e_shnum; ++i) {
+        if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum) continue;
+        const Elf64_Shdr& strs = sh[sh[i].sh_link];
+        if (!in(sh[i].sh_offset, sh[i].sh_size) || !in(strs.sh_offset, strs.sh_size)) continue;
+        const auto* sym = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
+        const char* text = reinterpret_cast<const char*>(base + strs.sh_offset);
+        for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+            const Elf64_Sym& y = sym[k];
+            uint32_t type = ELF64_ST_TYPE(y.st_info), bind = ELF64_ST_BIND(y.st_info);
+            if ((type != STT_FUNC && type != STT_GNU_IFUNC) || y.st_shndx == SHN_UNDEF || y.st_name >= strs.sh_size)
+                continue;
+            if ((bind != STB_GLOBAL && bind != STB_WEAK) || ELF64_ST_VISIBILITY(y.st_other) != STV_DEFAULT) continue;
+            const char* name = text + y.st_name;
+            size_t len = strnlen(name, strs.sh_size - y.st_name);
+            if (len == 0 || name[0] == '_' || strncmp(name, "msms_", 5) == 0) continue;
+            if (static_cast<uint32_t>(count) >= max || g_name_used + len + 1 > sizeof(g_name_pool)) {
+                munmap(map, size);
+                snprintf(why, why_cap, "%s: exports more functions than the agent can hook (%u)", path, max);
+                return -E2BIG;
+            }
+            char* kept = g_name_pool + g_name_used;
+            memcpy(kept, name, len);
+            kept[len] = 0;
+            g_name_used += len + 1;
+            names[count++] = kept;
+        }
+    }
+    munmap(map, size);
+    return count;
+}
+
 }  // namespace
 
 extern "C" {
@@ -253,6 +322,55 @@ __attribute__((visibility("default"))) int msms_agent_got_install(const char* on
     }
     --t.depth;
     return result;
+}
+
+__attribute__((visibility("default"))) int msms_agent_got_install_library(const char* path, const char* skip,
+                                                                          char* names_out, size_t names_cap,
+                                                                          char* error_out, size_t error_cap) {
+    char why[512] = {0};
+    if (names_out && names_cap) names_out[0] = 0;
+    auto fail = [&](int rc) {
+        if (error_out && error_cap) snprintf(error_out, error_cap, "%s", why);
+        return rc;
+    };
+    if (!path || !*path) return -EINVAL;
+    auto& t = msms::agent::tls();
+    ++t.depth;  // dlopen and the library's constructors allocate: not the program's
+    const char* names[kMaxHooks - 1];
+    int n = exported_functions(path, names, kMaxHooks - 1, why, sizeof(why));
+    void* h = n > 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
+    if (n > 0 && !h) {
+        const char* e = dlerror();
+        snprintf(why, sizeof(why), "cannot load %s: %s", path, e ? e : "unknown error");
+        n = -ENOENT;
+    }
+    msms_got_hook hooks[kMaxHooks - 1];
+    uint32_t found = 0;
+    size_t used = 0;
+    for (int i = 0; i < n; ++i) {
+        void* f = dlsym(h, names[i]);
+        if (!f) continue;
+        hooks[found++] = {names[i], f, nullptr};
+        size_t len = strlen(names[i]);
+        if (names_out && used + len + 2 <= names_cap) {
+            if (used) names_out[used++] = '\n';
+            memcpy(names_out + used, names[i], len + 1);
+            used += len;
+        }
+    }
+    --t.depth;
+    if (n < 0) return fail(n);
+    if (found == 0) return 0;
+    // The library's own calls reach the real functions.
+    char skip_all[kMaxText];
+    const char* base = strrchr(path, '/');
+    snprintf(skip_all, sizeof(skip_all), "%s\n%s", skip ? skip : "", base ? base + 1 : path);
+    int rc = msms_agent_got_install(nullptr, hooks, found, skip_all);
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "cannot install the hooks of %s: %s", path, strerror(-rc));
+        return fail(rc);
+    }
+    return static_cast<int>(found);
 }
 
 __attribute__((visibility("default"))) void msms_agent_got_refresh(void) {

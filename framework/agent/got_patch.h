@@ -8,6 +8,7 @@
 // it with dlsym); links libc and libdl only, never allocates through malloc.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -35,6 +36,20 @@ int msms_agent_got_install(const char* only_library, const msms_got_hook* hooks,
 /* Re-applies every installed set to objects not patched yet (called by the
  * dlopen hook; also callable after a dlopen the hook could not see). */
 void msms_agent_got_refresh(void);
+
+/* A collector's target-side library (its hooks), loaded into a process that
+ * was started without it (the Python API without the CLI, --attach): the
+ * library is dlopen'ed (RTLD_NOW | RTLD_LOCAL) and each function it exports
+ * (defined, global or weak, default visibility, not starting with '_' or
+ * "msms_") becomes a global hook set, as LD_PRELOAD would have interposed
+ * it. The hooks find the real functions themselves (msmemscope/hook_next.hpp,
+ * or RTLD_NOLOAD of the library they wrap). `skip` as for
+ * msms_agent_got_install (the library itself is always skipped).
+ * names_out (may be NULL): the names installed, '\n'-separated.
+ * Returns the number of names installed (0: the library exports none and
+ * was not loaded) or -errno; error_out (may be NULL) says why in words. */
+int msms_agent_got_install_library(const char* path, const char* skip, char* names_out, size_t names_cap,
+                                   char* error_out, size_t error_cap);
 
 /* Restores nothing: patches stay for the life of the process (collection
  * is turned off by the agent's "on" flag instead). */

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -296,7 +297,7 @@ std::string check_target(pid_t pid) {
     return "";
 }
 
-std::string inject(pid_t pid, const Injection& what, unsigned timeout_s) {
+std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::string& report) {
     std::string gdb = find_gdb();
     if (gdb.empty())
         return "--attach needs gdb, which is not on PATH (Debian/Ubuntu: apt-get install gdb)";
@@ -309,12 +310,18 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s) {
          "long, int))$msms_f)(" +
          quoted(what.dir) + ", " + quoted(what.options) + ", " + quoted(what.libs) + ", " + quoted(what.pypath) +
          ", " + std::to_string(what.steps) + ", " + std::to_string(getpid()) + ")\n";
+    s += "set $msms_r = (void*)dlsym($msms_h, \"msms_agent_attach_report\")\n";
+    s += "if $msms_r != 0\nprintf \"MSMS_REPORT\\n%sMSMS_REPORT_END\\n\", ((const char*(*)(void))$msms_r)()\nend\n";
     s += "end\ndetach\nquit\nend\ncontinue\n";
     std::string err;
     std::string script = write_script(what.dir, "attach.gdb", s, err);
     if (script.empty()) return err;
     GdbRun r = run_gdb(gdb, pid, script, timeout_s);
     unlink(script.c_str());
+    if (size_t b = r.out.find("MSMS_REPORT\n"); b != std::string::npos) {
+        size_t e = r.out.find("MSMS_REPORT_END", b);
+        if (e != std::string::npos) report = r.out.substr(b + 12, e - b - 12);
+    }
     size_t at = r.out.find("MSMS_RC=");
     if (at != std::string::npos) {
         int rc = atoi(r.out.c_str() + at + 8);
@@ -434,19 +441,7 @@ int Session::attach(pid_t pid) {
                             {";collect_mode=deferred", ";collect_mode=immediate"}})
         if (size_t at = opts.find(from); at != std::string::npos) opts.replace(at, from.size(), to);
     what.options = opts;
-    std::string preload_only;
-    for (size_t i = 1; i < libs.size(); ++i) {
-        what.libs += (what.libs.empty() ? "" : "\n") + libs[i];
-        std::string name = fs::path(libs[i]).filename().string();
-        // Device runtimes' hooks interpose by LD_PRELOAD only (README "Attach
-        // to a running program"); mstx likewise, without a word (every cpu run has it).
-        if (name.find("host_heap") == std::string::npos && name.find("mstx") == std::string::npos)
-            preload_only += (preload_only.empty() ? "" : ", ") + name;
-    }
-    if (!preload_only.empty())
-        std::cerr << "msmemscope: warning: --attach: " << preload_only << " interpose by LD_PRELOAD, in a program "
-                  << "started under msmemscope; an attach installs only the host heap hooks (--device=cpu) and "
-                  << "the Python side\n";
+    for (size_t i = 1; i < libs.size(); ++i) what.libs += (what.libs.empty() ? "" : "\n") + libs[i];
     {
         std::string home = fs::path(Registry::agent_dir()).parent_path().parent_path().string();
         std::string why;
@@ -468,11 +463,29 @@ int Session::attach(pid_t pid) {
         sigaction(SIGHUP, &old_hup, nullptr);
     };
 
-    if (std::string why = attach::inject(pid, what, attach_timeout_s()); !why.empty()) {
+    std::string installed;
+    if (std::string why = attach::inject(pid, what, attach_timeout_s(), installed); !why.empty()) {
         restore();
         std::cerr << "msmemscope: error: " << why << "\n";
         return 2;
     }
+    // Each collector's hooks went in by GOT patching (README "Attach to a
+    // running program"); one that did not is named, the others collect.
+    std::vector<std::string> hooked;
+    for (size_t b = 0; b < installed.size();) {
+        size_t e = installed.find('\n', b);
+        std::string line = escape_controls(installed.substr(b, e == std::string::npos ? std::string::npos : e - b));
+        b = e == std::string::npos ? installed.size() : e + 1;
+        if (line.rfind("failed ", 0) == 0)
+            std::cerr << "msmemscope: warning: --attach: " << line.substr(7) << "; collecting without it\n";
+        else if (line.rfind("hooks ", 0) == 0)
+            hooked.push_back(line.substr(6, line.find(':') - 6));
+    }
+    if (std::find_if(hooked.begin(), hooked.end(), [](const std::string& n) { return n.find("cuda") != std::string::npos; }) !=
+        hooked.end())
+        std::cerr << "msmemscope: warning: --attach: a CUDA runtime that started before the attach found its driver "
+                     "functions then (cuGetProcAddress): its allocations are not seen; calls a program makes to "
+                     "libcuda itself are\n";
     root_pid_ = pid;
     std::cerr << "msmemscope: attached to pid " << pid << "; "
               << (cfg_.attach_steps ? "detaching after " + std::to_string(cfg_.attach_steps) + " step(s)"

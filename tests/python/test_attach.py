@@ -144,6 +144,90 @@ def test_attach_c_program_finds_its_leak_and_leaves_it_running(tmp_path):
             prog.kill()
 
 
+def test_attach_npu_program_collects_its_driver_blocks(tmp_path):
+    # --device=npu after an attach (issue #31 item 1, the accelerator half):
+    # the hal collector's hooks go into the GOT slots of the running program
+    # and of the simulated libascendcl (tests/fixtures/ascend), as LD_PRELOAD
+    # would have interposed them; the 4 MiB block allocated before the attach
+    # is not known, the blocks after it are, with their device and sizes.
+    ready = tmp_path / "ready"
+    env = clean_env()
+    env["ASCEND_SIM_DEVICE_MEM"] = str(128 << 20)
+    prog = subprocess.Popen([str(TEST_BIN / "attach_npu_loop"), str(ready)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
+    try:
+        pid = wait_for_file(ready, prog)
+        host = subprocess.Popen([str(CLI), f"--attach={pid}", "--device=npu", f"--output={tmp_path / 'out'}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd="/")
+        seen = wait_attached(host, pid)
+        assert not [l for l in seen if "warning: --attach" in l], seen  # every library's hooks went in
+        say(prog, "npu 3")
+        line = prog.stdout.readline()
+        assert line.startswith("npu 3 at 0x"), line
+        first = int(line.split()[-1], 16)
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        assert "no Ascend NPU driver" not in err, err
+        (procdir,) = process_dirs(tmp_path / "out")
+        rows = read_dump(dump_files(procdir, device="0")[0])
+        hal = [r for r in rows if r["Event Type"] == "HAL" and not r["attr"].get("shadow")]
+        mallocs = [r for r in hal if r["Event"] == "MALLOC"]
+        # three 1 MiB blocks through aclrtMalloc (libascendcl's slot), one
+        # 2 MiB through halMemAlloc (the program's own slot) and its FREE
+        assert sorted(int(r["attr"]["size"]) for r in mallocs) == [1 << 20] * 3 + [2 << 20], mallocs
+        assert int(mallocs[0]["Ptr"], 16) == first
+        assert all(r["Device Id"] == "0" for r in mallocs)
+        frees = [r for r in hal if r["Event"] == "FREE"]
+        assert [int(r["Ptr"], 16) for r in frees] == [int(mallocs[-1]["Ptr"], 16)], frees
+        # the program goes on with its own results
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert prog.returncode == 0 and rest == "done\n"
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+def test_attach_cuda_program_collects_driver_calls_and_dlsym_lookups(tmp_path):
+    # --device=cuda after an attach: the cuda collector's hooks replace the
+    # program's GOT slots (cuMemAlloc_v2 ...) and dlsym, so a pointer looked
+    # up after the attach is the hook too; a runtime that resolved its driver
+    # table before the attach is named as not seen.
+    ready = tmp_path / "ready"
+    prog = subprocess.Popen([str(TEST_BIN / "attach_cuda_loop"), str(ready)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=clean_env(), cwd=str(tmp_path))
+    try:
+        pid = wait_for_file(ready, prog)
+        host = subprocess.Popen([str(CLI), f"--attach={pid}", "--device=cuda", f"--output={tmp_path / 'out'}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd="/")
+        seen = wait_attached(host, pid)
+        assert [l.strip() for l in seen if "warning: --attach" in l] == [
+            "msmemscope: warning: --attach: a CUDA runtime that started before the attach found its driver functions "
+            "then (cuGetProcAddress): its allocations are not seen; calls a program makes to libcuda itself are"], seen
+        say(prog, "cuda 2")
+        line = prog.stdout.readline()
+        assert line.startswith("cuda 2 at 0x"), line
+        first = int(line.split()[-1], 16)
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        (procdir,) = process_dirs(tmp_path / "out")
+        rows = read_dump(dump_files(procdir, device="0")[0])
+        dev = [r for r in rows if r["Event Type"] == "HAL" and not r["attr"].get("shadow")]
+        mallocs = [r for r in dev if r["Event"] == "MALLOC"]
+        assert [int(r["attr"]["size"]) for r in mallocs] == [1 << 20, 1 << 20, 2 << 20], mallocs
+        assert int(mallocs[0]["Ptr"], 16) == first
+        assert all(r["attr"].get("driver") == "cuda" for r in mallocs)
+        assert [r["Ptr"] for r in dev if r["Event"] == "FREE"] == [mallocs[-1]["Ptr"]]
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert prog.returncode == 0 and rest == "done\n"
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
     # four threads allocate and free without pause: the hooks go in and the
     # capture goes away while they are inside malloc, free and realloc

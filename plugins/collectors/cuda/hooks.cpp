@@ -120,11 +120,28 @@ namespace {
 void init_real_dlsym() {
     if (msms_cuda_real_dlsym) return;
     // dlsym moved into libc in glibc 2.34; older versions per architecture.
-    for (const char* v : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"}) {
+    // RTLD_NEXT finds it when we are preloaded; loaded into a running
+    // process (RTLD_LOCAL: the Python API, --attach) it finds nothing, and
+    // the loaded libc (or libdl) is asked by name.
+    static const char* const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+    for (const char* v : versions) {
         if (void* p = dlvsym(RTLD_NEXT, "dlsym", v)) {
             msms_cuda_real_dlsym = reinterpret_cast<dlsym_fn>(p);
             return;
         }
+    }
+    for (const char* lib : {"libc.so.6", "libdl.so.2"}) {
+        void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) continue;
+        for (const char* v : versions) {
+            // (libc's own scope: never our trampoline)
+            if (void* p = dlvsym(h, "dlsym", v)) {
+                msms_cuda_real_dlsym = reinterpret_cast<dlsym_fn>(p);
+                break;
+            }
+        }
+        dlclose(h);
+        if (msms_cuda_real_dlsym) return;
     }
 }
 
@@ -177,10 +194,13 @@ void* driver_handle() {
 
 // The next definition after us (direct linking), else the one in an already
 // loaded libcuda (loaded with RTLD_LOCAL by a runtime).
-void* lookup_real(const char* symbol) {
+// (`self`, our wrapper, is never the answer: loaded into a running process,
+// RTLD_NEXT may search a scope we are in ourselves.)
+void* lookup_real(const char* symbol, const void* self) {
     init_real_dlsym();
     if (!msms_cuda_real_dlsym) return nullptr;
     void* p = msms_cuda_real_dlsym(RTLD_NEXT, symbol);
+    if (p == self) p = nullptr;
     if (!p) {
         if (void* h = driver_handle()) p = msms_cuda_real_dlsym(h, symbol);
     }
@@ -195,7 +215,7 @@ const Export* export_by_slot(SlotId s) {
 
 void* resolve_slot(SlotId s) {
     const Export* e = export_by_slot(s);
-    void* p = e ? lookup_real(e->symbol) : nullptr;
+    void* p = e ? lookup_real(e->symbol, e->wrapper) : nullptr;
     if (p && p != e->wrapper) {
         g_real[s].store(p, std::memory_order_release);
         return p;
@@ -214,7 +234,7 @@ template <class F>
 inline F aux(AuxId a) {
     void* p = g_aux[a].load(std::memory_order_acquire);
     if (!p) {
-        p = lookup_real(kAuxNames[a]);
+        p = lookup_real(kAuxNames[a], nullptr);
         if (p) g_aux[a].store(p, std::memory_order_release);
     }
     return reinterpret_cast<F>(p);
