@@ -33,7 +33,8 @@ namespace {
 char g_dir[4096];
 char g_py_start[8192];
 // What the attach installed, one line per target library ("hooks NAME: N
-// function(s)" or "failed NAME: why"), for the host (msms_agent_attach_report).
+// function(s)", "skipped NAME: why" or "failed NAME: why"), for the host
+// (msms_agent_attach_report).
 char g_report[4096];
 size_t g_report_len = 0;
 
@@ -235,8 +236,7 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
     // (GOT slots of every loaded object, and of those loaded later): the host
     // heap hooks by their fixed names; the device runtimes' hooks (hal, cuda,
     // kernel_launch) and third-party collectors' by the functions they
-    // export; the mstx tool by loading it (its constructor points
-    // MSTX_INJECTION_PATH at itself, as under the CLI).
+    // export. The mstx tool is not loaded (below).
     for (const char* p = libs ? libs : ""; *p;) {
         const char* e = strchr(p, '\n');
         size_t len = e ? static_cast<size_t>(e - p) : strlen(p);
@@ -247,8 +247,10 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
             const char* base = strrchr(lib, '/');
             base = base ? base + 1 : lib;
             if (strstr(base, "mstx_hook")) {
-                if (dlopen(lib, RTLD_NOW | RTLD_LOCAL)) report("tool", base, "loaded");
-                else report("failed", base, "cannot be loaded");
+                // Not loaded: its constructor's setenv(MSTX_INJECTION_PATH)
+                // while the program's threads run aborted 3 of 15 attaches
+                // to a program with four threads in malloc (test_attach.py).
+                report("skipped", base, "mstx marks are not recorded after an attach");
             } else if (!strstr(base, "host_heap")) {
                 char names[2048], why[512] = {0};
                 int n = msms_agent_got_install_library(lib, "_msmemscope", names, sizeof(names), why, sizeof(why));

@@ -37,7 +37,7 @@ struct Injection {
 
 // Runs gdb; "" on success, else the error.
 // `report`: what the agent installed, one line per target library ("hooks
-// NAME: ...", "tool NAME: loaded" or "failed NAME: why").
+// NAME: ...", "skipped NAME: why" or "failed NAME: why").
 std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::string& report);
 // The fallback when the agent did not answer a detach request.
 std::string force_detach(pid_t pid, const std::string& agent, unsigned timeout_s);
