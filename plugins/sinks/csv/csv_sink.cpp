@@ -1,12 +1,16 @@
 // Sink `csv`: memscope_dump_{ts}.csv per device (COMPAT §3, §4) and the
 // python_trace CSV (§5). Rows arrive in time order and are written as they
 // come, through a large buffer. Attr changes that analyzers make later
-// (annotations, e.g. inefficient, decompose's owners) are applied at the end:
-// the sink keeps where every 32nd row of a file starts, finds each annotated
-// row from there, and the file is written again with the kernel copying the
-// rows between them (copy_file_range), only the annotated rows parsed
-// (issue #30: a 700 MB dump with Python stacks, parsed a byte at a time with
-// fgetc, was 30-40% of the host's CPU time for a PyTorch training loop).
+// (annotations, e.g. inefficient, decompose's owners) go into the rows while
+// they are still in the buffer: the last hold_mib MiB of each file stay there
+// (OutputFile::set_hold), and the annotated rows among them are rewritten in
+// memory before a block is written. Changes to rows already written are
+// applied at the end: the sink keeps where every 32nd row of a file starts,
+// finds each such row from there, and the file is written again with the
+// kernel copying the rows between them (copy_file_range), only the annotated
+// rows parsed (issue #30: the rewrite of a 669 MB dump was ~30% of the
+// host's CPU for a PyTorch training loop, whose owner tags mostly come soon
+// after the allocation).
 #include <msmemscope/plugin.hpp>
 
 #include <fcntl.h>
@@ -45,11 +49,17 @@ public:
         "memscope_dump_{ts}.csv per device and python_trace CSV, compatible with msMemScope";
 
     CsvSink(msmemscope::Host host, const msmemscope::Options& opts)
-        : host_(host), written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))) {}
+        : host_(host),
+          written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))),
+          hold_(static_cast<size_t>(opts.get_int("hold_mib", 16)) << 20) {}
 
     static const msms_option_spec* options(uint32_t& count) {
-        static const msms_option_spec specs[] = {msms::WrittenEvents::kOptionSpec};
-        count = 1;
+        static const msms_option_spec specs[] = {
+            msms::WrittenEvents::kOptionSpec,
+            {"hold_mib", MSMS_OPT_INT, "16", nullptr, 0, 4096,
+             "MiB of each dump file kept in memory after its rows are built, so that analyzers' later Attr changes "
+             "(owners) go in without rewriting the file; 0: every change rewrites the file at the end"}};
+        count = 2;
         return specs;
     }
 
@@ -89,7 +99,7 @@ public:
                 f->buffer() += head;
                 f->buffer() += dev;
                 f->buffer() += tail;
-                wrote |= f->maybe_flush();
+                wrote |= flush(*f);
             }
             if (wrote) progress();
             if (history_.size() < kMaxHistory) {
@@ -106,11 +116,13 @@ public:
         File& f = open(msmemscope::device_label(ev));
         note_row(f, ev.id);
         msms::append_dump_row(f.buffer(), ev);
-        if (f.maybe_flush()) progress();
+        if (flush(f)) progress();
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
-        patches_[id].emplace_back(std::string(key), std::string(value));
+        auto& list = patches_[id];
+        if (list.empty()) fresh_.push_back(id);
+        list.emplace_back(std::string(key), std::string(value));
     }
 
     void finish() override {
@@ -118,8 +130,13 @@ public:
         uint64_t total = 0;
         for_each_file([&](File& f) { total += f.written() + f.pending(); });
         progress(total);
+        // What is still buffered gets its changes in memory.
+        for (auto& [dev, f] : files_) patch_buffer(*f, SIZE_MAX);
         for (auto& [dev, f] : files_) f->close();
         if (trace_) trace_->close();
+        if (patched_in_memory_ || !patches_.empty())
+            host_.info("csv: " + std::to_string(patched_in_memory_) + " row(s) got analyzers' Attr changes in memory, " +
+                       std::to_string(patches_.size()) + " after they were written (the files are rewritten for those)");
         if (!patches_.empty()) {
             // Analyzers' later Attr changes: every dump file is read and written again.
             uint64_t rewrite = 0, done = 0;
@@ -138,6 +155,123 @@ public:
 
 private:
     static constexpr size_t kMaxHistory = 100000;
+
+    // Writes f's oldest rows once it holds enough, after the annotated rows
+    // among them got their changes. True when it wrote.
+    bool flush(File& f) {
+        if (!f.flush_due()) return false;
+        patch_buffer(f, f.pending() - f.hold());
+        return f.maybe_flush();
+    }
+
+    // A string read like a Window (record_end/record_id work on either).
+    class Text {
+    public:
+        explicit Text(const std::string& s) : s_(s) {}
+        uint64_t size() const { return s_.size(); }
+        char at(uint64_t off) const { return s_[static_cast<size_t>(off)]; }
+        uint64_t find(uint64_t off, uint64_t end, char c) const {
+            if (off >= end) return end;
+            const void* q = std::memchr(s_.data() + off, c, static_cast<size_t>(end - off));
+            return q ? static_cast<uint64_t>(static_cast<const char*>(q) - s_.data()) : end;
+        }
+
+    private:
+        const std::string& s_;
+    };
+
+    // Where row `id` is in f's buffer: [start, end) (offsets in the buffer),
+    // or false when it is not there (written already, in another file, or
+    // in a group of rows that began before the buffer).
+    bool locate(File& f, uint64_t id, uint64_t& start, uint64_t& end) {
+        RowIndex& ix = index_[&f];
+        if (!ix.ordered || ix.marks.empty()) return false;
+        const uint64_t base = f.written();
+        const std::string& buf = f.buffer();
+        auto m = std::upper_bound(ix.marks.begin(), ix.marks.end(), std::make_pair(id, UINT64_MAX));
+        if (m == ix.marks.begin()) return false;
+        --m;
+        if (m->second < base) return false;
+        Text text(buf);
+        uint64_t off = m->second - base;
+        uint64_t stop = (m + 1 != ix.marks.end()) ? (m + 1)->second - base : buf.size();
+        while (off < stop && off < buf.size()) {
+            uint64_t rid = record_id(text, off), e = record_end(text, off);
+            if (rid > id) return false;
+            if (rid == id) {
+                start = off;
+                end = e;
+                return true;
+            }
+            off = e;
+        }
+        return false;
+    }
+
+    // The Attr changes that came since they were last looked at, applied to
+    // their rows in f's buffer before `cut` (the part about to be written;
+    // SIZE_MAX: all of it). A row after the cut, or in another file's
+    // buffer, waits for its own flush; a row in no buffer was written
+    // already and waits for the rewrite at the end. Applied ones leave
+    // patches_. f's later rows move: its row index follows. Only the part
+    // before the cut is built anew (once per byte written, in scratch_).
+    void patch_buffer(File& f, uint64_t cut) {
+        if (hold_ == 0) fresh_.clear();  // hold_mib=0: every change by the rewrite
+        if (fresh_.empty()) return;
+        struct Hit {
+            uint64_t start, end, id;
+        };
+        std::vector<Hit> hits;
+        std::vector<uint64_t> keep;
+        std::sort(fresh_.begin(), fresh_.end());
+        fresh_.erase(std::unique(fresh_.begin(), fresh_.end()), fresh_.end());
+        for (uint64_t id : fresh_) {
+            uint64_t start = 0, end = 0;
+            if (locate(f, id, start, end)) {
+                if (end <= cut) hits.push_back(Hit{start, end, id});
+                else keep.push_back(id);
+                continue;
+            }
+            for (auto& [dev, g] : files_)
+                if (g.get() != &f && locate(*g, id, start, end)) {
+                    keep.push_back(id);
+                    break;
+                }
+        }
+        fresh_.swap(keep);
+        if (hits.empty()) return;
+        std::string& buf = f.buffer();
+        const uint64_t base = f.written();
+        std::string rec, line;
+        std::vector<std::string> fields;
+        std::vector<std::pair<uint64_t, int64_t>> shifts;  // (old end of a rewritten row, delta after it)
+        scratch_.clear();
+        uint64_t pos = 0;
+        int64_t delta = 0;
+        for (const Hit& h : hits) {
+            rec.assign(buf, static_cast<size_t>(h.start), static_cast<size_t>(h.end - h.start));
+            if (!rec.empty() && rec.back() == '\n') rec.pop_back();
+            if (!patch_record(rec, fields, line, true)) continue;
+            scratch_.append(buf, static_cast<size_t>(pos), static_cast<size_t>(h.start - pos));
+            line += '\n';
+            scratch_ += line;
+            delta += static_cast<int64_t>(line.size()) - static_cast<int64_t>(h.end - h.start);
+            shifts.emplace_back(base + h.end, delta);
+            pos = h.end;
+            patches_.erase(h.id);
+            ++patched_in_memory_;
+        }
+        if (shifts.empty()) return;
+        buf.replace(0, static_cast<size_t>(pos), scratch_);
+        RowIndex& ix = index_[&f];
+        size_t k = 0;
+        int64_t d = 0;
+        for (auto& mark : ix.marks) {
+            if (mark.second < base) continue;
+            while (k < shifts.size() && shifts[k].first <= mark.second) d = shifts[k++].second;
+            mark.second = static_cast<uint64_t>(static_cast<int64_t>(mark.second) + d);
+        }
+    }
 
     // Where rows start in one file: every kEvery-th row's ID and offset.
     // The fast rewrite needs IDs rising through the file (rows come in time
@@ -203,7 +337,8 @@ private:
     // The end of the record starting at `off` (after its newline, or the
     // file's end), with CsvReader's rules: a quote opens a quoted field only
     // at the field's start, "" inside is a quote.
-    static uint64_t record_end(Window& w, uint64_t off) {
+    template <class W>
+    static uint64_t record_end(W& w, uint64_t off) {
         const uint64_t size = w.size();
         bool field_start = true, was_quoted = false;
         while (off < size) {
@@ -238,7 +373,8 @@ private:
     }
 
     // The leading ID of the record at `off` (0 when it has none).
-    static uint64_t record_id(Window& w, uint64_t off) {
+    template <class W>
+    static uint64_t record_id(W& w, uint64_t off) {
         uint64_t id = 0;
         for (int i = 0; i < 20 && off < w.size(); ++i, ++off) {
             char c = w.at(off);
@@ -360,12 +496,16 @@ private:
 
     // One record's text (no newline) with the analyzers' Attr changes in
     // `line`; false when it has none.
-    bool patch_record(const std::string& rec, std::vector<std::string>& fields, std::string& line) {
+    // memory_only: only a MALLOC, FREE or ACCESS row (one device's file
+    // holds it; a row without a device is in every file).
+    bool patch_record(const std::string& rec, std::vector<std::string>& fields, std::string& line,
+                      bool memory_only = false) {
         std::FILE* f = ::fmemopen(const_cast<char*>(rec.data()), rec.size(), "r");
         if (!f) throw std::runtime_error("cannot parse a csv row");
         msms::CsvReader reader(f);
         bool ok = reader.next(fields);
         std::fclose(f);
+        if (ok && memory_only && (fields.size() != 12 || !is_memory_event(fields[1]))) return false;
         return ok && patch_fields(fields, line);
     }
     static constexpr uint64_t kReportEvery = 8 << 20;
@@ -376,6 +516,7 @@ private:
         if (it != files_.end()) return *it->second;
         std::string rel = "device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv";
         auto f = std::make_unique<File>(dir_fd_.get(), rel, dir_ + "/" + rel, msms::kDumpHeader);
+        f->set_hold(hold_);
         if (first_device_.empty()) first_device_ = dev;
         for (size_t i = 0; i < history_.size(); ++i) {
             auto& [head, tail] = history_[i];
@@ -472,6 +613,10 @@ private:
 
     msmemscope::Host host_;
     msms::WrittenEvents written_;
+    // Bytes of each dump file kept in memory after they are built (option
+    // hold_mib), for Attr changes that come a little later (most owner tags:
+    // a gradient or an optimizer state is tagged within its step).
+    size_t hold_;
     std::string dir_, ts_, first_device_;
     msmemscope::files::Fd dir_fd_;  // the run folder (RunInfo::open_output_dir)
     std::map<std::string, std::unique_ptr<File>> files_;
@@ -483,6 +628,9 @@ private:
     std::unordered_map<const File*, RowIndex> index_;
     bool history_full_ = false;
     std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> patches_;
+    std::vector<uint64_t> fresh_;  // IDs with changes not applied yet that may be in a buffer
+    std::string scratch_;          // patch_buffer's rebuilt part (its capacity kept)
+    uint64_t patched_in_memory_ = 0;
 };
 
 }  // namespace

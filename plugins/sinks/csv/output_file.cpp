@@ -54,15 +54,16 @@ OutputFile::~OutputFile() {
 }
 
 bool OutputFile::maybe_flush() {
-    if (buf_.size() < kBlock) return false;
-    flush();
+    if (!flush_due()) return false;
+    flush(buf_.size() - hold_);
     return true;
 }
 
-void OutputFile::flush() {
+void OutputFile::flush(size_t limit) {
     if (fd_ < 0 || buf_.empty()) return;
+    limit = std::min(limit, buf_.size());
     if (direct_) {
-        size_t whole = buf_.size() / kAlign * kAlign;
+        size_t whole = limit / kAlign * kAlign;
         size_t done = 0;
         while (direct_ && done < whole) {
             size_t n = std::min(whole - done, kBlock);
@@ -77,11 +78,12 @@ void OutputFile::flush() {
         base_ += done;
         buf_.erase(0, done);
         if (direct_) return;
+        limit -= done;
     }
     wait_block();
-    write_all(buf_.data(), buf_.size(), base_);
-    base_ += buf_.size();
-    buf_.clear();
+    write_all(buf_.data(), limit, base_);
+    base_ += limit;
+    buf_.erase(0, limit);
 }
 
 void OutputFile::close() {

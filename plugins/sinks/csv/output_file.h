@@ -19,6 +19,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -42,13 +43,22 @@ public:
 
     // Rows are appended here; maybe_flush() writes whole blocks of it.
     std::string& buffer() { return buf_; }
+    // The last `bytes` appended stay in the buffer through maybe_flush()
+    // (the csv sink applies analyzers' Attr changes to rows still there).
+    void set_hold(size_t bytes) { hold_ = bytes; }
+    size_t hold() const { return hold_; }
+    // maybe_flush() would write now: once the buffer holds `hold` bytes and
+    // a block or `hold` bytes more (whichever is more: the held part moves
+    // to the buffer's front once per that much written).
+    bool flush_due() const { return buf_.size() >= hold_ + std::max(kBlock, hold_); }
     // True when it wrote (the progress line is told then).
     bool maybe_flush();
     // Bytes handed to the file so far, and still buffered.
     uint64_t written() const { return base_; }
     uint64_t pending() const { return buf_.size(); }
-    // Writes what the buffer holds: whole blocks (direct), or everything.
-    void flush();
+    // Writes what the buffer holds up to `limit` bytes (default: all of it):
+    // whole blocks (direct), or everything.
+    void flush(size_t limit = SIZE_MAX);
     // Everything written, the thread ended, the file closed; errors are
     // swallowed (the destructor calls it): flush() first to see them.
     void close();
@@ -75,6 +85,7 @@ private:
     char* spare_ = nullptr;    // the next block
     uint64_t base_ = 0;        // file offset of buf_[0]
     uint64_t blocks_ = 0;
+    size_t hold_ = 0;
     std::string buf_;
     // The block in flight (set before it is handed over, read after wait()).
     size_t job_n_ = 0, job_done_ = 0;

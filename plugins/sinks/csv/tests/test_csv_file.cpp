@@ -59,11 +59,13 @@ std::string read_all(const std::string& path) {
 }
 
 // Rows whose stacks hold quotes, commas and newlines; `annotate` ids get an
-// owner after every row is written (as decompose does).
-std::string dump_with(const std::string& dir, const std::vector<uint64_t>& annotate, bool rising = true) {
+// owner after every row is written (as decompose does). hold_mib "0": no
+// row stays in memory, every change goes through the rewrite at the end.
+std::string dump_with(const std::string& dir, const std::vector<uint64_t>& annotate, bool rising = true,
+                      const std::string& hold_mib = "64") {
     fs::remove_all(dir);
     PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.create({{"hold_mib", hold_mib}}) == MSMS_OK);
     REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
     const int rows = 1000;
     for (int i = 1; i <= rows; ++i) {
@@ -103,6 +105,8 @@ TEST_CASE("csv: analyzers' Attr changes reach exactly their rows, the rest byte 
     }
     CHECK(patched.size() == expected.size());
     CHECK(patched == expected);
+    // The same through the rewrite of the written file (nothing held).
+    CHECK(dump_with(base + "_rewritten", ids, true, "0") == expected);
     // IDs not rising through the file: the full parse gives the same rows.
     std::string swapped = dump_with(base + "_swapped", ids, false);
     std::string swapped_plain = dump_with(base + "_swapped_none", {}, false);
@@ -112,4 +116,75 @@ TEST_CASE("csv: analyzers' Attr changes reach exactly their rows, the rest byte 
         CHECK(swapped.find(to) != std::string::npos);
     }
     CHECK(swapped.size() == patched.size());
+}
+
+// Owner tags that come while the dump is written (as decompose tags a
+// gradient within its step): rows still in the held part of the buffer are
+// changed in memory, rows already written through the rewrite at the end,
+// a row tagged twice keeps the last value, and the rows after each changed
+// one are found again (the row index follows the buffer).
+TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrite, give the same file") {
+    std::string base = std::string(MSMS_TEST_OUT) + "/live_patches";
+    std::string frames;
+    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
+    const int rows = 30000;  // ~20 MB: blocks are written while rows come
+    std::string said;  // the sink's count of rows changed in memory and after they were written
+    auto run = [&](const std::string& dir, const std::string& hold, bool tags) {
+        fs::remove_all(dir);
+        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+        REQUIRE(h.create({{"hold_mib", hold}}) == MSMS_OK);
+        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+        for (int i = 1; i <= rows; ++i) {
+            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                       .id(static_cast<uint64_t>(i))
+                       .at(1000 + static_cast<uint64_t>(i))
+                       .py_stack("row " + std::to_string(i) + "\n" + frames)
+                       .attr("allocation_id", std::to_string(i)));
+            if (tags && i % 97 == 0) {
+                REQUIRE(h.annotate(static_cast<uint64_t>(i - 40), "owner", "PTA@gradient") == MSMS_OK);
+                if (i % 3 == 0) REQUIRE(h.annotate(static_cast<uint64_t>(i - 40), "owner", "PTA@optimizer_state") == MSMS_OK);
+            }
+        }
+        if (tags) {
+            for (uint64_t id : {1, 32, 33, 5000, 29999})
+                REQUIRE(h.annotate(id, "owner", "PTA@weight") == MSMS_OK);
+            // rows still held after the last block was written, after rows
+            // changed in memory before it: found by the index as it moved
+            for (uint64_t id = 29011; id < 29991; id += 50)
+                REQUIRE(h.annotate(id, "owner", "PTA@activation") == MSMS_OK);
+        }
+        REQUIRE(h.finish() == MSMS_OK);
+        said.clear();
+        for (auto& [level, m] : h.logs)
+            if (m.rfind("csv: ", 0) == 0) said = m;
+        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+    };
+    std::string plain = run(base + "_none", "64", false);
+    std::string expected = plain;
+    auto tag = [&](uint64_t id, const std::string& owner) {
+        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
+        REQUIRE(at != std::string::npos);
+        std::string from = "{allocation_id:" + std::to_string(id) + "}";
+        size_t a = expected.find(from, at);
+        REQUIRE(a != std::string::npos);
+        expected.replace(a, from.size(), "{allocation_id:" + std::to_string(id) + ",owner:" + owner + "}");
+    };
+    for (int i = 97; i <= rows; i += 97) tag(static_cast<uint64_t>(i - 40), i % 3 == 0 ? "PTA@optimizer_state" : "PTA@gradient");
+    for (uint64_t id : {1, 32, 33, 5000, 29999}) tag(id, "PTA@weight");
+    for (uint64_t id = 29011; id < 29991; id += 50) tag(id, "PTA@activation");
+    REQUIRE(plain.size() > 16u << 20);
+    // 309 rows tagged 40 rows after they came; 1, 32, 33, 5000, 29999 and 20 held rows at the end
+    std::string held = run(base + "_held", "1", true);  // in memory but for the four early ones
+    CHECK(said == "csv: 330 row(s) got analyzers' Attr changes in memory, 4 after they were written (the files are "
+                  "rewritten for those)");
+    CHECK(held.size() == expected.size());
+    CHECK(held == expected);
+    std::string rewritten = run(base + "_rewritten", "0", true);  // all rewritten
+    CHECK(said == "csv: 0 row(s) got analyzers' Attr changes in memory, 334 after they were written (the files are "
+                  "rewritten for those)");
+    CHECK(rewritten == expected);
+    std::string all_held = run(base + "_all_held", "64", true);  // all in memory
+    CHECK(said == "csv: 334 row(s) got analyzers' Attr changes in memory, 0 after they were written (the files are "
+                  "rewritten for those)");
+    CHECK(all_held == expected);
 }
