@@ -13,6 +13,7 @@
 #include <msmemscope/plugin.hpp>
 
 #include "util/json.h"
+#include "util/stack_site.h"
 #include "util/text.h"
 
 namespace msms {
@@ -22,44 +23,6 @@ namespace {
 
 using msmemscope::view;
 
-std::string first_line(std::string_view s) {
-    size_t nl = s.find('\n');
-    std::string_view f = nl == std::string_view::npos ? s : s.substr(0, nl);
-    while (!f.empty() && (f.back() == '\r' || f.back() == ' ')) f.remove_suffix(1);
-    while (!f.empty() && f.front() == ' ') f.remove_prefix(1);
-    return std::string(f);
-}
-
-// A frame of the allocator, not of its caller (the leak report's rule:
-// the profiler's hooks, libc's malloc family and its thin wrappers).
-bool allocator_frame(const std::string& line) {
-    if (line.find("libmsms_") != std::string::npos || line.find("libmsmemscope_agent") != std::string::npos) return true;
-    static const char* const kNames[] = {"malloc", "calloc", "realloc", "reallocarray", "free", "posix_memalign",
-                                         "aligned_alloc", "memalign", "valloc", "pvalloc", "strdup", "strndup",
-                                         "__strdup", "__strndup", "operator new", "operator new[]", "_Znwm", "_Znam",
-                                         "_ZnwmSt11align_val_t", "asprintf", "vasprintf", "__libc_malloc",
-                                         "__libc_calloc", "__libc_realloc", "__libc_memalign", "__posix_memalign",
-                                         "_int_malloc", "c10::alloc_cpu"};
-    size_t end = line.find_first_of(" +(");
-    std::string func = line.substr(0, end);
-    if (func == "operator") func = line.substr(0, line.find('(', 0));
-    while (!func.empty() && func.back() == ' ') func.pop_back();
-    for (const char* n : kNames)
-        if (func == n) return true;
-    return line.find("libc.so") != std::string::npos && line.find("alloc") != std::string::npos;
-}
-
-std::string c_site(std::string_view stack) {
-    size_t start = 0;
-    while (start < stack.size()) {
-        size_t nl = stack.find('\n', start);
-        std::string line = first_line(stack.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start));
-        if (!line.empty() && !allocator_frame(line)) return line;
-        if (nl == std::string_view::npos) break;
-        start = nl + 1;
-    }
-    return first_line(stack);
-}
 
 std::string pool_label(const msms_event& ev) {
     const char* t = msms_event_type_name(ev.type);
@@ -129,9 +92,9 @@ uint32_t LiveState::site_of(const msms_event& ev) {
 
 uint32_t LiveState::site_by_text(const msms_event& ev, const std::string& op) {
     std::string pool = pool_label(ev);
-    std::string py = first_line(view(ev.py_stack));
+    std::string py = stack_first_line(view(ev.py_stack));
     std::string site;
-    if (ev.c_stack.size) site = c_site(view(ev.c_stack));
+    if (ev.c_stack.size) site = msms::caller_site(view(ev.c_stack));  // the leak report's rule
     if (site.empty()) site = py;
     if (site.empty())
         site = !is_true_attr(ev, "shadow") ? "(no stack) " + pool
@@ -254,7 +217,7 @@ void LiveState::on_finding(std::string_view table, const msms_kv* cols, uint32_t
         else if (k == "size") r.size = std::strtoull(std::string(v).c_str(), nullptr, 10);
         else if (k == "count") r.count = std::strtoull(std::string(v).c_str(), nullptr, 10);
     }
-    if (r.where.empty()) r.where = first_line(stack);
+    if (r.where.empty()) r.where = stack_first_line(stack);
     r.where = escape_controls(r.where);
     r.kind = escape_controls(r.kind);
     r.device = escape_controls(r.device);

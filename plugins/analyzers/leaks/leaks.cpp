@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "../common/analyzer_util.h"
+#include "util/stack_site.h"
 #include "suppressions.h"
 
 namespace {
@@ -67,27 +68,6 @@ private:
     std::unordered_map<std::string, uint32_t> index_;
 };
 
-// Frames that are the allocator, not its caller: the profiler's own hooks,
-// libc's malloc family and its thin wrappers (strdup, operator new ...).
-bool allocator_frame(const std::string& line) {
-    if (line.find("libmsms_") != std::string::npos || line.find("libmsmemscope_agent") != std::string::npos)
-        return true;
-    static const char* const kNames[] = {"malloc",  "calloc",        "realloc",   "reallocarray", "free",
-                                         "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc",
-                                         "strdup",  "strndup",       "__strdup",  "__strndup",    "operator new",
-                                         "operator new[]", "_Znwm", "_Znam", "_ZnwmSt11align_val_t", "asprintf",
-                                         "vasprintf", "__libc_malloc", "__libc_calloc", "__libc_realloc",
-                                         "__libc_memalign", "__posix_memalign", "_int_malloc", "c10::alloc_cpu"};
-    // "func (file:line)" or "func+0x12 (module)": the function name comes first.
-    size_t end = line.find_first_of(" +(");
-    std::string func = line.substr(0, end);
-    if (func == "operator") func = line.substr(0, line.find('(', 0));
-    while (!func.empty() && func.back() == ' ') func.pop_back();
-    for (const char* n : kNames)
-        if (func == n) return true;
-    return line.find("libc.so") != std::string::npos && line.find("alloc") != std::string::npos;
-}
-
 // Where a block written as a shadow MALLOC (allocated while collection was
 // off, reported when it started; no stack) comes from, in the report.
 constexpr const char* kBeforeStart = "before collection started (no stack: allocated while collection was off)";
@@ -116,17 +96,8 @@ const char* shadow_origin(const msms_event& ev) {
 
 // The first frame of a C stack outside the allocator and libc's wrappers
 // (the caller that asked for the memory); the inner ones stay in the stack.
-std::string site_of(const std::string& stack) {
-    size_t start = 0;
-    while (start < stack.size()) {
-        size_t nl = stack.find('\n', start);
-        std::string line = first_frame(stack.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
-        if (!line.empty() && !allocator_frame(line)) return line;
-        if (nl == std::string::npos) break;
-        start = nl + 1;
-    }
-    return first_frame(stack);
-}
+// The live view names sites by the same rule (util/stack_site.h).
+std::string site_of(const std::string& stack) { return msms::caller_site(stack); }
 
 // A Python frame of the program, not of Python's or a package's own code.
 bool user_py_frame(const std::string& line) {
