@@ -42,8 +42,8 @@ def wait_for_file(path, proc, what="the program"):
     return int(Path(path).read_text())
 
 
-def attach(pid, out, *extra, user=None):
-    cmd = [str(CLI), f"--attach={pid}", "--device=cpu", f"--output={out}"] + list(extra)
+def attach(pid, out, *extra, user=None, device="cpu"):
+    cmd = [str(CLI), f"--attach={pid}", f"--device={device}", f"--output={out}"] + list(extra)
     if user:
         cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + cmd
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
@@ -80,16 +80,16 @@ def tracer(pid):
     return 0
 
 
-def start_loop(tmp_path, *mode, user=None):
+def start_loop(tmp_path, *mode, user=None, program="attach_loop", env=None):
     ready = tmp_path / f"ready{len(list(tmp_path.glob('ready*')))}"
-    cmd = [str(TEST_BIN / "attach_loop"), *mode, str(ready)]
+    cmd = [str(TEST_BIN / program), *mode, str(ready)]
     if user:  # a folder the user can reach (pytest's are root's, 0700)
         ready = Path(tempfile.mkdtemp(prefix="msms_attach_")) / "ready"
         os.chmod(ready.parent, 0o777)
-        cmd = [str(TEST_BIN / "attach_loop"), *mode, str(ready)]
+        cmd = [str(TEST_BIN / program), *mode, str(ready)]
         cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + cmd
-    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_env(),
-                         cwd=str(tmp_path))
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={**clean_env(), **(env or {})}, cwd=str(tmp_path))
     pid = wait_for_file(ready, p)
     if user:
         shutil.rmtree(ready.parent, ignore_errors=True)
@@ -150,15 +150,9 @@ def test_attach_npu_program_collects_its_driver_blocks(tmp_path):
     # and of the simulated libascendcl (tests/fixtures/ascend), as LD_PRELOAD
     # would have interposed them; the 4 MiB block allocated before the attach
     # is not known, the blocks after it are, with their device and sizes.
-    ready = tmp_path / "ready"
-    env = clean_env()
-    env["ASCEND_SIM_DEVICE_MEM"] = str(128 << 20)
-    prog = subprocess.Popen([str(TEST_BIN / "attach_npu_loop"), str(ready)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
+    prog, pid = start_loop(tmp_path, program="attach_npu_loop", env={"ASCEND_SIM_DEVICE_MEM": str(128 << 20)})
     try:
-        pid = wait_for_file(ready, prog)
-        host = subprocess.Popen([str(CLI), f"--attach={pid}", "--device=npu", f"--output={tmp_path / 'out'}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd="/")
+        host = attach(pid, tmp_path / "out", device="npu")
         seen = wait_attached(host, pid)
         assert not [l for l in seen if "warning: --attach" in l], seen  # every library's hooks went in
         say(prog, "npu 3")
@@ -194,13 +188,9 @@ def test_attach_cuda_program_collects_driver_calls_and_dlsym_lookups(tmp_path):
     # program's GOT slots (cuMemAlloc_v2 ...) and dlsym, so a pointer looked
     # up after the attach is the hook too; a runtime that resolved its driver
     # table before the attach is named as not seen.
-    ready = tmp_path / "ready"
-    prog = subprocess.Popen([str(TEST_BIN / "attach_cuda_loop"), str(ready)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=clean_env(), cwd=str(tmp_path))
+    prog, pid = start_loop(tmp_path, program="attach_cuda_loop")
     try:
-        pid = wait_for_file(ready, prog)
-        host = subprocess.Popen([str(CLI), f"--attach={pid}", "--device=cuda", f"--output={tmp_path / 'out'}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd="/")
+        host = attach(pid, tmp_path / "out", device="cuda")
         seen = wait_attached(host, pid)
         assert [l.strip() for l in seen if "warning: --attach" in l] == [
             "msmemscope: warning: --attach: a CUDA runtime that started before the attach found its driver functions "

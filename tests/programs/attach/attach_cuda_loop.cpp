@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attach_common.h"
 #include "cuda_driver_api.h"
 
 extern "C" {
@@ -29,25 +30,6 @@ CUresult cuInit(unsigned int);
 CUresult cuCtxCreate_v4(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);
 CUresult cuMemAlloc_v2(CUdeviceptr*, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
-}
-
-static char cmd[256];
-static size_t cmd_len;
-
-static const char* poll_line() {
-    struct pollfd p = {0, POLLIN, 0};
-    if (poll(&p, 1, 0) <= 0) return nullptr;
-    char c;
-    while (read(0, &c, 1) == 1) {
-        if (c == '\n') {
-            cmd[cmd_len] = 0;
-            cmd_len = 0;
-            return cmd;
-        }
-        if (cmd_len + 1 < sizeof(cmd)) cmd[cmd_len++] = c;
-        if (poll(&p, 1, 0) <= 0) break;
-    }
-    return nullptr;
 }
 
 int main(int argc, char** argv) {
@@ -67,17 +49,10 @@ int main(int argc, char** argv) {
         a[0] = 1;
         free(a);
         if (!ready) {
-            char pid[32];
-            int n = snprintf(pid, sizeof(pid), "%d", static_cast<int>(getpid()));
-            int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL, 0600);
-            if (fd >= 0) {
-                ssize_t w = write(fd, pid, static_cast<size_t>(n));
-                (void)w;
-                close(fd);
-            }
+            attach_write_ready(argv[1]);
             ready = true;
         }
-        const char* line = poll_line();
+        const char* line = attach_poll_line();
         if (line && strncmp(line, "cuda ", 5) == 0) {
             int n = atoi(line + 5), first = nkept;
             for (int i = 0; i < n && nkept < 256; ++i)

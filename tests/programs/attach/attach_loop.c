@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attach_common.h"
+
 static atomic_int stop_workers;
 
 static void* worker(void* arg) {
@@ -50,26 +52,6 @@ static void* worker(void* arg) {
     return (void*)sum;
 }
 
-static char cmd[256];
-static size_t cmd_len;
-
-/* One complete line from stdin, or NULL (never blocks). */
-static const char* poll_line(void) {
-    struct pollfd p = {0, POLLIN, 0};
-    if (poll(&p, 1, 0) <= 0) return NULL;
-    char c;
-    while (read(0, &c, 1) == 1) {
-        if (c == '\n') {
-            cmd[cmd_len] = 0;
-            cmd_len = 0;
-            return cmd;
-        }
-        if (cmd_len + 1 < sizeof(cmd)) cmd[cmd_len++] = c;
-        if (poll(&p, 1, 0) <= 0) break;
-    }
-    return NULL;
-}
-
 int main(int argc, char** argv) {
     int block = argc == 3 && strcmp(argv[1], "--block") == 0;
     int nworkers = argc == 3 && strcmp(argv[1], "--threads") == 0 ? 4 : 0;
@@ -86,14 +68,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (block) {
-        char pid[32], c;
-        int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
-        int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL, 0600);
-        if (fd >= 0) {
-            ssize_t w = write(fd, pid, (size_t)n);
-            (void)w;
-            close(fd);
-        }
+        char c;
+        attach_write_ready(argv[1]);
         while (read(0, &c, 1) > 0) {
         }
         _exit(0);
@@ -124,17 +100,10 @@ int main(int argc, char** argv) {
         }
         ++turns;
         if (!ready) {
-            char pid[32];
-            int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
-            int fd = open(argv[1] /* ready file */, O_WRONLY | O_CREAT | O_EXCL, 0600);
-            if (fd >= 0) {
-                ssize_t w = write(fd, pid, (size_t)n);
-                (void)w;
-                close(fd);
-            }
+            attach_write_ready(argv[1]);
             ready = 1;
         }
-        const char* line = poll_line();
+        const char* line = attach_poll_line();
         if (line && strncmp(line, "leak ", 5) == 0) {
             to_leak = atoi(line + 5);
             leak_total = to_leak;

@@ -22,25 +22,7 @@
 #include <unistd.h>
 
 #include "ascend_sim.h"
-
-static char cmd[256];
-static size_t cmd_len;
-
-static const char* poll_line(void) {
-    struct pollfd p = {0, POLLIN, 0};
-    if (poll(&p, 1, 0) <= 0) return NULL;
-    char c;
-    while (read(0, &c, 1) == 1) {
-        if (c == '\n') {
-            cmd[cmd_len] = 0;
-            cmd_len = 0;
-            return cmd;
-        }
-        if (cmd_len + 1 < sizeof(cmd)) cmd[cmd_len++] = c;
-        if (poll(&p, 1, 0) <= 0) break;
-    }
-    return NULL;
-}
+#include "attach_common.h"
 
 int main(int argc, char** argv) {
     if (argc != 2) {
@@ -59,17 +41,10 @@ int main(int argc, char** argv) {
         a[0] = 1;
         free(a);
         if (!ready) {
-            char pid[32];
-            int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
-            int fd = open(argv[1], O_WRONLY | O_CREAT | O_EXCL, 0600);
-            if (fd >= 0) {
-                ssize_t w = write(fd, pid, (size_t)n);
-                (void)w;
-                close(fd);
-            }
+            attach_write_ready(argv[1]);
             ready = 1;
         }
-        const char* line = poll_line();
+        const char* line = attach_poll_line();
         if (line && strncmp(line, "npu ", 4) == 0) {
             int n = atoi(line + 4), first = nkept;
             for (int i = 0; i < n && nkept < 256; ++i)
