@@ -175,9 +175,14 @@ def test_offline_analysis_writes_the_full_list_into_the_output_folder(tmp_path):
     text = (tmp_path / "res" / m[1]).read_text().splitlines()
     assert len([l for l in text if l.startswith("Direct ")]) == 45
     assert [x.name for x in (tmp_path / "res").iterdir()] == [m[1]]
-    # without a folder to write into, the console says so and the run's numbers stay
+    # without --output, the default folder (as a run's) is made for it
     p = run_cli(["--analyze=leaks", f"--input={f}"], tmp_path, check_rc=0)
-    assert ("... 25 more (the full list was not written: cannot open the run folder memscopeDumpResults: "
-            "No such file or directory)") in p.stdout.splitlines()
+    [more] = [l for l in p.stdout.splitlines() if l.startswith("... ")]
+    m = re.fullmatch(r"\.\.\. 25 more in memscopeDumpResults/(leaks_\d{14}\.txt)", more)
+    assert m, more
     assert "====== SUMMARY: 0.0439453 Mb(s) leaked in 45 allocation(s) ======" in p.stdout
-    assert not (tmp_path / "memscopeDumpResults").exists()
+    assert [x.name for x in (tmp_path / "memscopeDumpResults").iterdir()] == [m[1]]
+    # a folder that cannot be made: the console says so, and the output is incomplete (70)
+    (tmp_path / "file").write_text("")
+    p = run_cli(["--analyze=leaks", f"--input={f}", "--output=file/res"], tmp_path, check_rc=70)
+    assert p.stderr.splitlines()[-1].startswith("msmemscope: error: --output: file/res: "), p.stderr
