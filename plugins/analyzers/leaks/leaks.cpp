@@ -521,6 +521,8 @@ private:
                 parts.push_back(std::to_string(ss.size()) + " by " +
                                 (origin == "built-in (CPython)"
                                      ? std::string("the built-in CPython list (--default-suppressions=false shows them)")
+                                 : origin == "built-in (msmemscope)"
+                                     ? std::string("msmemscope's own modules (the profiler's memory)")
                                      : origin));
             }
             std::string text = std::to_string(all.size()) + " allocation site(s) suppressed on device " + device + " (" +

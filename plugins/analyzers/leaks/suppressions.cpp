@@ -41,6 +41,15 @@ const char* const kCPython =
     "__tzfile_read\n"
     "__tzstring\n";
 
+// msmemscope's own Python modules (the package's extension and its PyTorch
+// operator observer): what they keep until exit (the code objects and
+// operator names seen) is the profiler's memory, not the program's. Matched
+// against every frame: their std::string and container allocations name a
+// libstdc++ frame as the site.
+const char* const kSelf =
+    "/msmemscope/_msmemscope.\n"
+    "/msmemscope/_torch_observer.\n";
+
 }  // namespace
 
 bool pattern_matches(std::string_view pattern, std::string_view frame) {
@@ -138,6 +147,7 @@ void Suppressions::add_builtin() {
     size_t first = rules_.size();
     load_text(kCPython, "built-in (CPython)");
     for (size_t i = first; i < rules_.size(); ++i) rules_[i].site_only = true;
+    load_text(kSelf, "built-in (msmemscope)");
 }
 
 Suppressions::Rule* Suppressions::match(std::string_view stack, std::string_view site) {
