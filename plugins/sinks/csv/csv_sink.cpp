@@ -93,15 +93,13 @@ public:
             std::string head, tail;
             msms::append_dump_row_head(head, ev);
             msms::append_dump_row_tail(tail, ev);
-            bool wrote = false;
             for (auto& [dev, f] : files_) {
                 note_row(*f, ev.id);
                 f->buffer() += head;
                 f->buffer() += dev;
                 f->buffer() += tail;
-                wrote |= flush(*f);
+                after_row(*f);
             }
-            if (wrote) progress();
             if (history_.size() < kMaxHistory) {
                 history_.emplace_back(std::move(head), std::move(tail));
                 history_ids_.push_back(ev.id);
@@ -116,7 +114,7 @@ public:
         File& f = open(msmemscope::device_label(ev));
         note_row(f, ev.id);
         msms::append_dump_row(f.buffer(), ev);
-        if (flush(f)) progress();
+        after_row(f);
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
@@ -281,6 +279,7 @@ private:
         static constexpr uint64_t kEvery = 32;
         std::vector<std::pair<uint64_t, uint64_t>> marks;
         uint64_t rows = 0, last_id = 0;
+        uint64_t next_report = 0;  // bytes built when the progress line is told next (after_row)
         bool ordered = true;
     };
     void note_row(File& f, uint64_t id) {
@@ -535,10 +534,23 @@ private:
         if (trace_) f(*trace_);
     }
     // Bytes written so far, for the status line (ABI 1.2 progress).
+    // Bytes built: written, and held in the buffers (hold_mib keeps a
+    // small dump in memory until the end; the line still moves).
     void progress(uint64_t total = 0) {
         uint64_t done = 0;
-        for_each_file([&](File& f) { done += f.written(); });
+        for_each_file([&](File& f) { done += f.written() + f.pending(); });
         host_.progress(done, total);
+    }
+    // After f got a row: writes what is due, and tells the progress line
+    // every kReportEvery bytes built.
+    void after_row(File& f) {
+        RowIndex& ix = index_[&f];
+        bool wrote = flush(f);
+        uint64_t built = f.written() + f.pending();
+        if (wrote || built >= ix.next_report) {
+            ix.next_report = built + kReportEvery;
+            progress();
+        }
     }
     static uint64_t file_size(const std::string& path) {
         struct stat st;
