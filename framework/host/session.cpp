@@ -35,6 +35,11 @@ namespace {
 // The program's pid while it runs; 0 once it has ended (cleared before it is
 // reaped, so a signal is never sent to a pid that may have been reused).
 volatile sig_atomic_t g_forward_pid = 0;
+// Set while the program is being started: a signal that reaches another of
+// the host's threads before its pid is known waits here and is forwarded
+// once it is (the program may already run; abandoning would lose it).
+volatile sig_atomic_t g_launching = 0;
+volatile sig_atomic_t g_pending_stop = 0;
 
 // SIGINT, SIGTERM and SIGHUP to the CLI (DESIGN §9): while the program runs
 // they are forwarded to it (a SIGINT typed at the terminal reached the
@@ -42,9 +47,13 @@ volatile sig_atomic_t g_forward_pid = 0;
 // tool stops writing and says what is incomplete (supervisor::abandon).
 void on_stop_signal(int sig, siginfo_t* info, void*) {
     pid_t pid = static_cast<pid_t>(g_forward_pid);
+    if (sig == SIGINT && info && info->si_code == SI_KERNEL && (pid > 0 || g_launching)) return;
     if (pid > 0) {
-        if (sig == SIGINT && info && info->si_code == SI_KERNEL) return;
         kill(pid, sig);
+        return;
+    }
+    if (g_launching) {
+        g_pending_stop = sig;
         return;
     }
     supervisor::abandon(sig);
@@ -493,12 +502,15 @@ int Session::run_program() {
     sigaction(SIGHUP, &on_stop, &old_hup);
     auto restore = [&] {
         g_forward_pid = 0;
+        g_launching = 0;
+        g_pending_stop = 0;
         sigaction(SIGINT, &old_int, nullptr);
         sigaction(SIGTERM, &old_term, nullptr);
         sigaction(SIGHUP, &old_hup, nullptr);
         pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     };
     spec.child_mask = &old_mask;  // the program starts with the caller's mask
+    g_launching = 1;
     pid_t pid = launch(spec, err);
     if (pid < 0) {
         restore();
@@ -507,6 +519,11 @@ int Session::run_program() {
     }
     root_pid_ = pid;
     g_forward_pid = pid;
+    g_launching = 0;
+    if (int sig = g_pending_stop) {
+        g_pending_stop = 0;
+        kill(pid, sig);
+    }
     pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     publish_watch_staging(dir_, watch_token);  // after the launch: not in the program's environment
     yield_to_target();
