@@ -89,7 +89,12 @@ def test_a_signal_sent_to_the_cli_while_the_program_runs_reaches_the_program_onc
         "        sys.exit(3)\n"
         "signal.signal(signal.SIGINT, on_int)\n"
         f"open({str(fifo)!r}, 'w').write('r')\n"
-        "signal.pause()\n")
+        # not signal.pause(): a SIGINT that lands between Python's last
+        # check for signals and the pause(2) call is never seen (the program
+        # then waits forever; it did under a loaded CI)
+        "import time\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n")
     p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=", "--output", str(tmp_path / "out"), "--",
                           "/usr/bin/python3", str(prog)], cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
