@@ -113,3 +113,61 @@ def pytest_sessionfinish(session, exitstatus):
     # 5: nothing collected (a module skipped as a whole)
     if exitstatus in (0, 5) and _outcomes["skipped"] and not _outcomes["other"]:
         session.exitstatus = ALL_SKIPPED_EXIT
+
+
+def descendants(pid):
+    """pid and every process below it (from /proc), parents first."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def stacks_of(pid):
+    """What pid and its descendants are doing: command line, state, and every
+    thread's stack (gdb), for a test that timed out to say where it hung."""
+    lines = []
+    for p in descendants(pid):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{p}/status") as f:
+                state = next((l.strip() for l in f if l.startswith("State:")), "")
+        except OSError:
+            continue
+        lines.append(f"--- pid {p}: {cmd} [{state}]")
+        try:
+            r = subprocess.run(["gdb", "-batch", "-nx", "-p", str(p), "-ex", "thread apply all bt 30"],
+                               capture_output=True, text=True, timeout=60)
+            lines += [l for l in r.stdout.splitlines() if l.startswith(("#", "Thread"))]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            lines.append(f"(no stack: {e})")
+    return "\n".join(lines)
+
+
+def communicate_or_explain(p, timeout):
+    """p.communicate(timeout), but a run that does not end in time fails with
+    the stacks of the CLI and everything it started, then is killed."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        where = stacks_of(p.pid)
+        for q in reversed(descendants(p.pid)):
+            try:
+                os.kill(q, 9)
+            except OSError:
+                pass
+        out, err = p.communicate()
+        pytest.fail(f"the run did not end within {timeout} s\nstderr:\n{err}\nstdout:\n{out}\nstacks:\n{where}")

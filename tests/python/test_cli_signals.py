@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from conftest import BUILD, CLI
+from conftest import BUILD, CLI, communicate_or_explain
 
 FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
 
@@ -62,7 +62,7 @@ def test_after_the_program_ended_the_tool_stops_and_says_what_is_incomplete(tmp_
                          stderr=subprocess.PIPE, text=True)
     wait_fifo(fifo)  # the program has ended; the worker is inside the plugin's finish()
     p.send_signal(sig)
-    stdout, stderr = p.communicate(timeout=120)
+    stdout, stderr = communicate_or_explain(p, 120)
     assert p.returncode == 70, (stdout, stderr)
     name = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}[sig]
     lines = [l for l in stderr.splitlines() if l.startswith("msmemscope: error:")]
@@ -100,7 +100,7 @@ def test_a_signal_sent_to_the_cli_while_the_program_runs_reaches_the_program_onc
                          stderr=subprocess.PIPE, text=True)
     wait_fifo(fifo)
     p.send_signal(signal.SIGINT)  # from a process, as `kill -INT` does
-    stdout, stderr = p.communicate(timeout=120)
+    stdout, stderr = communicate_or_explain(p, 120)
     # the program's own status passes through: it got the signal and exited 3
     assert p.returncode == 3, (stdout, stderr)
     assert stdout.count("interrupted") == 1
