@@ -100,14 +100,47 @@ struct Shared {
     int completed;  // the checks ran to their end (not ended by the plugin)
     std::atomic<uint32_t> callback;
     std::atomic<uint64_t> calls;  // callbacks begun: a count standing still while `callback` is set = one call running
+    char stopped[512];            // why the child stopped itself (its output check), empty if it did not
 };
 Shared* g_shared = nullptr;
 FILE* g_report = stdout;  // the checker's lines (in a child: the tool's stdout, not the plugin's)
+
+uint64_t tree_bytes(const std::string& dir);
+std::string output_stop_reason(const Settings& s, uint64_t bytes, uint64_t calls, uint32_t cb);
+
+// The child's own output check, made between callbacks: whenever the kind
+// of callback changes and at most every 2 ms within a run of one kind, so
+// the bytes found past the limit were written by the kind of callback that
+// ran since the last check (the parent's sampling alone may first look when
+// the plugin has already moved on to another callback).
+struct OutputCheck {
+    const Settings* s = nullptr;
+    std::string dir;
+    uint32_t last = CB_NONE;  // kind of the last callback begun
+    std::chrono::steady_clock::time_point checked{};
+
+    void before(uint32_t next) {
+        if (!s || !s->output_limit_mib || last == CB_NONE) return;
+        auto now = std::chrono::steady_clock::now();
+        if (next == last && now - checked < std::chrono::milliseconds(2)) return;
+        checked = now;
+        uint64_t calls = g_shared->calls.load(std::memory_order_relaxed);
+        uint64_t bytes = tree_bytes(dir);
+        if (bytes <= s->output_limit_mib * 1048576 + s->output_per_call * calls) return;
+        std::snprintf(g_shared->stopped, sizeof(g_shared->stopped), "%s",
+                      output_stop_reason(*s, bytes, calls, last).c_str());
+        std::fflush(g_report);
+        raise(SIGKILL);
+    }
+};
+OutputCheck g_output_check;  // set up in the child only
 
 // Marks a plugin callback for as long as it lives.
 struct InCall {
     explicit InCall(Callback c) {
         if (g_shared) {
+            g_output_check.before(c);
+            g_output_check.last = c;
             g_shared->calls.fetch_add(1, std::memory_order_relaxed);
             g_shared->callback.store(c, std::memory_order_relaxed);
         }
@@ -943,6 +976,15 @@ uint64_t tree_bytes(const std::string& dir) {
     return total;
 }
 
+// "unbounded output: ... in on_event; stopped" (cb: the callback that wrote
+// past the limit, CB_NONE when none was running).
+std::string output_stop_reason(const Settings& s, uint64_t bytes, uint64_t calls, uint32_t cb) {
+    return "unbounded output: its files and stdout/stderr passed " + std::to_string(s.output_limit_mib) + " MiB + " +
+           std::to_string(s.output_per_call) + " bytes per callback (--output-limit-mib, --output-per-call; " +
+           std::to_string(bytes) + " bytes after " + std::to_string(calls) + " callbacks)" +
+           (cb != CB_NONE ? std::string(" in ") + callback_name(cb) : std::string()) + "; stopped";
+}
+
 // Waits for the child checking one plugin; stops it (SIGKILL) when a plugin
 // callback outlasts the time budget or its output passes the limit, and
 // returns why in `stopped`.
@@ -952,9 +994,15 @@ int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::strin
     uint64_t seen_calls = g_shared->calls.load(std::memory_order_relaxed);
     auto since = clock::now();
     const uint64_t base = s.output_limit_mib * 1048576;
+    bool over_idle = false;  // past the output limit with no callback running
+    uint64_t over_calls = 0;
+    auto over_since = since;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid) return status;
+        if (w == pid) {
+            if (stopped.empty() && g_shared->stopped[0]) stopped = g_shared->stopped;  // the child's own check
+            return status;
+        }
         if (w < 0 && errno != EINTR) return status;
         if (stopped.empty()) {
             uint32_t cb = g_shared->callback.load(std::memory_order_relaxed);
@@ -970,14 +1018,23 @@ int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::strin
             // Output may grow with the events fed (a sink writes a row per
             // event), by at most output_per_call bytes per callback.
             uint64_t limit = base ? base + s.output_per_call * calls : 0;
+            // Past the limit while a callback runs: that callback (the child
+            // checked at its start). Between callbacks the child's own check
+            // at the next one names the writer; only output that keeps
+            // growing past the limit for a second with no callback begun (a
+            // plugin's own thread) is stopped here without a name.
             if (stopped.empty() && limit) {
                 uint64_t bytes = tree_bytes(tmp);
-                if (bytes > limit)
-                    stopped = "unbounded output: its files and stdout/stderr passed " +
-                              std::to_string(s.output_limit_mib) + " MiB + " + std::to_string(s.output_per_call) +
-                              " bytes per callback (--output-limit-mib, --output-per-call; " + std::to_string(bytes) +
-                              " bytes after " + std::to_string(calls) + " callbacks)" +
-                              (cb != CB_NONE ? std::string(" in ") + callback_name(cb) : std::string()) + "; stopped";
+                if (bytes <= limit || cb != CB_NONE) {
+                    over_idle = false;
+                    if (bytes > limit) stopped = output_stop_reason(s, bytes, calls, cb);
+                } else if (!over_idle || calls != over_calls) {
+                    over_idle = true;
+                    over_calls = calls;
+                    over_since = now;
+                } else if (now - over_since >= std::chrono::seconds(1)) {
+                    stopped = output_stop_reason(s, bytes, calls, CB_NONE);
+                }
             }
             if (!stopped.empty()) kill(pid, SIGKILL);
         }
@@ -1078,6 +1135,7 @@ int main(int argc, char** argv) {
         g_shared->completed = 0;
         g_shared->callback.store(CB_NONE);
         g_shared->calls.store(0);
+        g_shared->stopped[0] = '\0';
         std::string tmp = make_temp_folder();
         if (tmp.empty()) return 2;
         pid_t pid = fork();
@@ -1093,6 +1151,8 @@ int main(int argc, char** argv) {
             int fd = open((tmp + "/plugin_output.log").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
             if (rf && fd >= 0 && dup2(fd, 1) >= 0 && dup2(fd, 2) >= 0) g_report = rf;
             if (fd >= 0) close(fd);
+            g_output_check.s = &s;
+            g_output_check.dir = tmp;
             int rc = Checker(p, s, tmp).run();
             g_shared->completed = 1;
             std::fflush(g_report);
