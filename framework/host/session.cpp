@@ -408,7 +408,9 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
 }
 
 // The processes other than the tool's own workers whose parent is this host
-// (the program's orphans, re-parented here): "pid N (command)", ...
+// (the program's orphans, re-parented here): "pid N (command)", ... A worker
+// being killed (a plugin over its time budget) has no executable left to
+// compare: workers are known by pid.
 static std::string left_behind() {
     std::string out;
     std::error_code ec;
@@ -425,7 +427,7 @@ static std::string left_behind() {
         std::istringstream rest(line.substr(close + 1));
         std::string state, ppid;
         rest >> state >> ppid;
-        if (ppid != me || state == "Z") continue;
+        if (ppid != me || state == "Z" || supervisor::is_worker(static_cast<pid_t>(std::stol(pid)))) continue;
         std::error_code ec2;
         if (fs::read_symlink(e.path() / "exe", ec2).string() == self_exe) continue;  // a pipeline worker
         std::ifstream cmd(e.path() / "cmdline");
@@ -547,10 +549,12 @@ int Session::run_program() {
                 std::string left = left_behind();
                 if (!left.empty()) {
                     said_waiting = true;
-                    std::cerr << "msmemscope: the program has ended; waiting for what it left running (profiled, "
-                                 "--follow-fork): "
-                              << left << "; end them, or press Ctrl-C (SIGINT/SIGTERM to pid " << getpid()
-                              << ") to stop waiting and write what was recorded\n";
+                    // One write: the workers' threads print their own lines meanwhile.
+                    supervisor::host_stderr("msmemscope: the program has ended; waiting for what it left running "
+                                            "(profiled, --follow-fork): " + left +
+                                            "; end them, or press Ctrl-C (SIGINT/SIGTERM to pid " +
+                                            std::to_string(getpid()) +
+                                            ") to stop waiting and write what was recorded\n");
                 }
             }
             // Ctrl-C once the program has ended: stop waiting for them.

@@ -194,6 +194,11 @@ void drop_empty_plugin_log() {
     if (fstat(g_log_fd, &st) == 0 && st.st_size == 0) unlinkat(g_log_dir, kPluginLogName, 0);
 }
 
+bool is_worker(pid_t pid) {
+    std::lock_guard<std::mutex> lk(g_reap_mu);
+    return g_workers.count(pid) != 0;
+}
+
 bool reaped(pid_t pid, int status) {
     std::lock_guard<std::mutex> lk(g_reap_mu);
     if (!g_workers.count(pid)) return false;

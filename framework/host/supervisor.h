@@ -104,6 +104,9 @@ void drop_empty_plugin_log();
 // The session reaped one of our workers with waitpid(-1): hand its status to
 // the supervisor waiting for it. Returns false when pid is not a worker.
 bool reaped(pid_t pid, int status);
+// pid is one of our pipeline workers (started and not yet reaped), whatever
+// state it is in (one being killed has no command line or executable left).
+bool is_worker(pid_t pid);
 
 // The tool was told to stop once the program had ended (SIGINT, SIGTERM or
 // SIGHUP, session.cpp): every worker is killed, no new one starts, and each

@@ -42,6 +42,22 @@ def wait_for_file(path, proc, what="the program"):
     return int(Path(path).read_text())
 
 
+def reachable_by(user, *paths):
+    """Whether user can run these programs of the build: a checkout under a
+    private folder (mktemp -d makes 0700 ones) is not, and the tests that
+    run the CLI as another user cannot say anything there."""
+    if not IS_ROOT or not shutil.which("setpriv"):
+        return False
+    script = 'for p; do test -r "$p" && test -x "$p" || exit 1; done'
+    return subprocess.run(["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", "/bin/sh", "-c", script,
+                           "sh", *map(str, paths)], env=clean_env(), cwd="/").returncode == 0
+
+
+NOBODY_RUNS_BUILD = reachable_by("nobody", CLI, CLI.parent / "msmemscope.bin", TEST_BIN / "attach_loop")
+AS_NOBODY = pytest.mark.skipif(not NOBODY_RUNS_BUILD, reason="needs root, setpriv and a build that user nobody can "
+                               "reach (no private folder above it)")
+
+
 def attach(pid, out, *extra, user=None, device="cpu"):
     cmd = [str(CLI), f"--attach={pid}", f"--device={device}", f"--output={out}"] + list(extra)
     if user:
@@ -473,7 +489,7 @@ def test_attach_timeout_leaves_a_blocked_program_untouched(tmp_path):
             prog.kill()
 
 
-@pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
+@AS_NOBODY
 def test_attach_errors_not_ours(tmp_path):
     prog, pid = start_loop(tmp_path)  # root's
     try:
@@ -490,7 +506,7 @@ def test_attach_errors_not_ours(tmp_path):
             prog.kill()
 
 
-@pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
+@AS_NOBODY
 def test_attach_errors_ptrace_not_permitted(tmp_path):
     # nobody's own process, made undumpable: the kernel lets nobody trace it
     # without CAP_SYS_PTRACE.
