@@ -183,3 +183,23 @@ def test_msmemscopes_own_module_memory_is_not_the_programs(tmp_path):
               "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path)
     assert p.returncode == 0, p.stderr
     assert [l for l in p.stdout.splitlines() if l.startswith("    ") and "/msmemscope/_msmemscope." in l], p.stdout
+
+
+def test_the_start_up_hooks_memory_is_not_the_programs(tmp_path):
+    # With Python stacks only, what msmemscope's start-up in the program keeps
+    # was listed after the CLI's generated sitecustomize.py in its session
+    # folder (a temporary path, gone by the time the list is read).
+    (tmp_path / "loop.py").write_text(TORCH_LOOP)
+    args = ["--device=cpu", "--call-stack=python", "--analysis=leaks"]
+    p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    [start] = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
+    sites = [l for l in lines[start + 1:] if l.startswith("    ")]
+    assert sites and not [l for l in sites if ".msmemscope_session_" in l], sites
+    [summary] = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
+    assert re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary), summary
+    p = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [l for l in p.stdout.splitlines()
+            if l.startswith("    ") and re.search(r"/\.msmemscope_session_\w+/python/sitecustomize\.py\(\d+\): ", l)]

@@ -45,10 +45,14 @@ const char* const kCPython =
 // operator observer): what they keep until exit (the code objects and
 // operator names seen) is the profiler's memory, not the program's. Matched
 // against every frame: their std::string and container allocations name a
-// libstdc++ frame as the site.
+// libstdc++ frame as the site. Also the interpreter-start hook the CLI writes
+// into its session folder (the package's own frames are never in a stack;
+// with Python stacks only, what the package's start-up keeps was named
+// after this file, a temporary path gone when the run ends).
 const char* const kSelf =
     "/msmemscope/_msmemscope.\n"
-    "/msmemscope/_torch_observer.\n";
+    "/msmemscope/_torch_observer.\n"
+    "/.msmemscope_session_*/python/sitecustomize.py(\n";
 
 }  // namespace
 
