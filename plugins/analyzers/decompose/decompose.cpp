@@ -17,10 +17,10 @@
 #include <cstdio>
 #include <map>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "../common/analyzer_util.h"
+#include "../common/block_table.h"
 
 namespace {
 
@@ -89,12 +89,11 @@ public:
             std::string owner = owner_of(ev, attr(ev, "owner"));
             host_.add_attr("owner", owner);
             BlockKey k = block_key(ev);
-            auto old = live_.find(k);
-            if (old != live_.end()) release(old->second);
+            if (const Block* old = live_.find(k)) release(*old);
             Block b{ev.size, ev.id, owner_index(dev_key(ev), owner)};
             bool host = ev.type == MSMS_T_HOST;
             acquire(b, true, !host);
-            live_[k] = b;
+            live_.put(k, b);
             if (host) {
                 pending_host_ = true;
                 pending_key_ = k;
@@ -103,31 +102,33 @@ public:
             }
             // Relabels (below) reach framework-pool blocks only: the host heap
             // block under a PTA block has the same address and keeps HOST.
-            if (!driver_pool(ev.type)) by_ptr_[DevPtr{ev.device_kind, ev.device_id, ev.ptr}] = k;
+            if (!driver_pool(ev.type)) by_ptr_.put(at_address(ev), ev.type);
         } else if (ev.kind == MSMS_EV_FREE) {
-            auto it = live_.find(block_key(ev));
-            if (it == live_.end()) return;
-            release(it->second);
-            auto p = by_ptr_.find(DevPtr{ev.device_kind, ev.device_id, ev.ptr});
-            if (p != by_ptr_.end() && p->second == it->first) by_ptr_.erase(p);
-            live_.erase(it);
+            BlockKey k = block_key(ev);
+            const Block* b = live_.find(k);
+            if (!b) return;
+            release(*b);
+            const uint16_t* type = by_ptr_.find(at_address(ev));
+            if (type && *type == ev.type) by_ptr_.erase(at_address(ev));
+            live_.erase(k);
         } else {
             std::string_view label = attr(ev, "owner");
             if (label.empty() || ev.ptr == 0) return;
-            auto p = by_ptr_.find(DevPtr{ev.device_kind, ev.device_id, ev.ptr});
-            if (p == by_ptr_.end()) return;
-            auto it = live_.find(p->second);
-            if (it == live_.end()) return;
+            const uint16_t* type = by_ptr_.find(at_address(ev));
+            if (!type) return;
+            BlockKey k{ev.device_kind, ev.device_id, *type, ev.ptr};
+            Block* found = live_.find(k);
+            if (!found) return;
             msms_event as_malloc = ev;
-            as_malloc.type = p->second.type;
+            as_malloc.type = k.type;
             std::string owner = owner_of(as_malloc, label);
-            Block& b = it->second;
+            Block& b = *found;
             if (owners_[b.owner].name == owner) return;
             release(b);
             // The allocation moves with its bytes (an owner never shows live
             // bytes without allocations).
             if (owners_[b.owner].allocations) --owners_[b.owner].allocations;
-            b.owner = owner_index(DevKey{p->second.dev_kind, p->second.dev_id}, owner);
+            b.owner = owner_index(DevKey{k.dev_kind, k.dev_id}, owner);
             acquire(b, true);
             host_.annotate(b.malloc_id, "owner", owner);
         }
@@ -173,15 +174,8 @@ private:
         uint64_t size, malloc_id;
         uint32_t owner;
     };
-    struct DevPtr {
-        uint16_t kind;
-        int16_t id;
-        uint64_t ptr;
-        bool operator==(const DevPtr& o) const { return kind == o.kind && id == o.id && ptr == o.ptr; }
-    };
-    struct DevPtrHash {
-        size_t operator()(const DevPtr& k) const { return std::hash<uint64_t>()(k.ptr ^ (uint64_t(k.kind) << 56) ^ (uint64_t(uint16_t(k.id)) << 40)); }
-    };
+    // A device address as a key of by_ptr_ (one pseudo-pool per device).
+    static BlockKey at_address(const msms_event& ev) { return BlockKey{ev.device_kind, ev.device_id, 0, ev.ptr}; }
 
     uint32_t owner_index(const DevKey& dev, const std::string& name) {
         auto key = std::make_pair(dev, name);
@@ -204,9 +198,9 @@ private:
     }
     void settle_pending() {
         pending_host_ = false;
-        auto it = live_.find(pending_key_);
-        if (it == live_.end()) return;
-        Owner& o = owners_[it->second.owner];
+        const Block* b = live_.find(pending_key_);
+        if (!b) return;
+        Owner& o = owners_[b->owner];
         o.peak = std::max(o.peak, o.live);
     }
     // Each byte once (DESIGN §8): the host heap block at a framework block's
@@ -214,12 +208,12 @@ private:
     // allocation) and its FREE changes nothing there.
     void cover_host_block(const msms_event& ev) {
         BlockKey hk{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr};
-        auto it = live_.find(hk);
-        if (it == live_.end()) return;
-        release(it->second);
-        Owner& o = owners_[it->second.owner];
+        const Block* b = live_.find(hk);
+        if (!b) return;
+        release(*b);
+        Owner& o = owners_[b->owner];
         if (o.allocations) --o.allocations;
-        live_.erase(it);
+        live_.erase(hk);
         if (pending_host_ && pending_key_ == hk) pending_host_ = false;
     }
     void release(const Block& b) { owners_[b.owner].live -= static_cast<int64_t>(b.size); }
@@ -227,8 +221,10 @@ private:
     msmemscope::Host host_;
     std::vector<Owner> owners_;
     std::map<std::pair<DevKey, std::string>, uint32_t> owner_ids_;
-    std::unordered_map<BlockKey, Block, BlockKeyHash> live_;
-    std::unordered_map<DevPtr, BlockKey, DevPtrHash> by_ptr_;
+    BlockTable<Block> live_;
+    // The framework-pool block live at each device address, by its pool
+    // type (relabels name an address, not a pool).
+    BlockTable<uint16_t> by_ptr_;
     bool pending_host_ = false;  // the last event was a host MALLOC (peak not yet counted)
     BlockKey pending_key_{};
 };

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "../common/analyzer_util.h"
+#include "../common/block_table.h"
 #include "suppressions.h"
-#include "util/addr_map.h"
 #include "util/stack_site.h"
 
 namespace {
@@ -272,23 +272,11 @@ private:
         uint32_t stack;
         const char* shadow;  // a shadow MALLOC (no stack): kBeforeStart or kImport; else nullptr
     };
-    // The driver and host blocks of one device live now, per pool type (HAL,
-    // HOST, HOST_PINNED) by address, in open addressing: every MALLOC and
-    // FREE of the run looks here (a node-based map's pointer chasing was 15%
-    // of a PyTorch replay's samples with only this analyzer on).
-    struct ExitBlocks {
-        std::map<uint16_t, msms::AddrMap<ExitBlock>> by_type;
-        void put(uint16_t type, uint64_t ptr, const ExitBlock& b) { by_type[type][ptr] = b; }
-        void erase(uint16_t type, uint64_t ptr) {
-            auto it = by_type.find(type);
-            if (it != by_type.end()) it->second.erase(ptr);
-        }
-    };
     struct Device {
         std::unordered_map<BlockKey, PoolBlock, BlockKeyHash> pool;
         std::map<LeakKey, LeakInfo> leaks;
         std::map<uint16_t, PoolStatus> status;
-        ExitBlocks exit;
+        BlockTable<ExitBlock> exit;  // driver and host blocks live now
     };
 
     uint32_t stack_of(const msms_event& ev) {
@@ -343,9 +331,9 @@ private:
             // Each byte once: a framework block at the address of a live host
             // heap block is that block's memory (a CPU framework allocating
             // with malloc); it is the framework's, never also a host leak.
-            d.exit.erase(MSMS_T_HOST, ev.ptr);
+            d.exit.erase(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
-            d.exit.put(ev.type, ev.ptr, ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
+            d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
                                                   stack_of(ev), shadow_origin(ev)});
         }
     }
@@ -357,7 +345,7 @@ private:
             dit->second.pool.erase(block_key(ev));
             update_allocated(dit->second, ev);
         } else if (dit != devices_.end()) {
-            dit->second.exit.erase(ev.type, ev.ptr);
+            dit->second.exit.erase(block_key(ev));
         }
     }
 
@@ -802,16 +790,13 @@ private:
                             " bytes) allocated then are still live and were not judged.");
         // 1. driver blocks live at exit, one line each (up to max_lines)
         std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
-        std::vector<BlockKey> keys;  // the blocks' keys (the maps hold addresses only)
-        size_t live = 0;
-        for (auto& [type, blocks] : d.exit.by_type) live += blocks.size();
-        keys.reserve(live);
-        for (auto& [type, blocks] : d.exit.by_type)
-            for (auto& [ptr, b] : blocks)
-                if (!suppressed(dk, b.stack, 0, b.size)) {
-                    keys.push_back(BlockKey{dk.kind, dk.id, type, ptr});
-                    (type == MSMS_T_HOST ? host : driver).emplace_back(&keys.back(), &b);
-                }
+        std::vector<BlockKey> keys;  // the blocks' keys (the table holds addresses per pool)
+        keys.reserve(d.exit.size());
+        d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) {
+            if (suppressed(dk, b.stack, 0, b.size)) return;
+            keys.push_back(k);
+            (k.type == MSMS_T_HOST ? host : driver).emplace_back(&keys.back(), &b);
+        });
         auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
         std::sort(driver.begin(), driver.end(), by_time);
         if (!driver.empty()) {
