@@ -162,44 +162,36 @@ for step in range(4):
 """
 
 
+def _own_memory_left_out(tmp_path, call_stack, ours):
+    """Runs TORCH_LOOP with the given stacks: no at-exit site line matches
+    `ours` (a regex) and the summary counts sites left out as msmemscope's;
+    with the built-in lists off such a line is there (the list hides it)."""
+    (tmp_path / "loop.py").write_text(TORCH_LOOP)
+    args = ["--device=cpu", f"--call-stack={call_stack}", "--analysis=leaks"]
+    p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    [start] = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
+    sites = [l for l in lines[start + 1:] if l.startswith("    ")]
+    assert sites and not [l for l in sites if re.search(ours, l)], sites
+    [summary] = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
+    assert re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary), summary
+    p = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [l for l in p.stdout.splitlines() if l.startswith("    ") and re.search(ours, l)], p.stdout
+
+
 def test_msmemscopes_own_module_memory_is_not_the_programs(tmp_path):
     # The package's extension and its operator observer keep caches until
     # exit (code objects seen, operator names): the profiler's memory. With C
     # stacks they used to head the "Host memory still allocated at exit" list
     # (code_info_slow in _msmemscope, op_name in _torch_observer, libstdc++'s
     # string growth called from them); now a built-in list takes them out.
-    (tmp_path / "loop.py").write_text(TORCH_LOOP)
-    p = _run(["--device=cpu", "--call-stack=c,python", "--analysis=leaks", "--output=out", "--",
-              "/usr/bin/python3", "loop.py"], tmp_path)
-    assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    [start] = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
-    sites = [l for l in lines[start + 1:] if l.startswith("    ")]
-    assert sites and not [l for l in sites if "/msmemscope/_" in l], sites
-    [summary] = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
-    assert re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary), summary
-    # with the built-in lists off they are shown, so the list is what hides them
-    p = _run(["--device=cpu", "--call-stack=c,python", "--analysis=leaks", "--default-suppressions=false",
-              "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert [l for l in p.stdout.splitlines() if l.startswith("    ") and "/msmemscope/_msmemscope." in l], p.stdout
+    _own_memory_left_out(tmp_path, "c,python", r"/msmemscope/_")
 
 
 def test_the_start_up_hooks_memory_is_not_the_programs(tmp_path):
     # With Python stacks only, what msmemscope's start-up in the program keeps
     # was listed after the CLI's generated sitecustomize.py in its session
     # folder (a temporary path, gone by the time the list is read).
-    (tmp_path / "loop.py").write_text(TORCH_LOOP)
-    args = ["--device=cpu", "--call-stack=python", "--analysis=leaks"]
-    p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path)
-    assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    [start] = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
-    sites = [l for l in lines[start + 1:] if l.startswith("    ")]
-    assert sites and not [l for l in sites if ".msmemscope_session_" in l], sites
-    [summary] = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
-    assert re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary), summary
-    p = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert [l for l in p.stdout.splitlines()
-            if l.startswith("    ") and re.search(r"/\.msmemscope_session_\w+/python/sitecustomize\.py\(\d+\): ", l)]
+    _own_memory_left_out(tmp_path, "python", r"/\.msmemscope_session_\w+/python/sitecustomize\.py\(\d+\): ")
