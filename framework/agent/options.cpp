@@ -82,6 +82,7 @@ void parse_options(const char* text) {
             o.kernel_level = kernel;
         }
     }
+    if (const char* v = find_value("op_access", len)) o.op_access = !(len >= 1 && (v[0] == '0' || v[0] == 'f'));
     if (const char* v = find_value("collect_mode", len)) o.deferred = len == 8 && strncmp(v, "deferred", 8) == 0;
     if (const char* v = find_value("follow_fork", len)) o.follow_fork = !(len >= 1 && (v[0] == '0' || v[0] == 'f'));
     if (const char* v = find_value("capture_budget", len)) {
@@ -107,7 +108,7 @@ bool wants(const char* cls) {
     if (!strcmp(cls, "kernel")) return g_options.kernel_level;
     if (!strcmp(cls, "op_launch")) return g_options.launch && g_options.op_level;
     if (!strcmp(cls, "kernel_launch")) return g_options.launch && g_options.kernel_level;
-    if (!strcmp(cls, "op_access")) return g_options.access && g_options.op_level;
+    if (!strcmp(cls, "op_access")) return g_options.access && g_options.op_level && g_options.op_access;
     return false;
 }
 

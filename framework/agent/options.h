@@ -12,6 +12,11 @@ struct Options {
     // --level (upstream's levelType bits): op = framework operators (ATEN_START/END,
     // their ACCESS rows), kernel = kernel launches (KERNEL_LAUNCH). Default: op.
     bool op_level = true, kernel_level = false;
+    // Operators' tensor reads and writes (ACCESS READ/WRITE per operator
+    // input/output, the bulk of ACCESS rows) among the accesses: off when
+    // access is collected only for owner tags (decompose), neither written
+    // nor read by any analyzer (host: Config::op_access).
+    bool op_access = true;
     bool deferred = false;
     bool follow_fork = true;
     uint32_t c_depth = 0;   // 0: no C stacks

@@ -56,6 +56,9 @@ struct Config {
     bool level_given = false;        // --level (or YAML/Python level) was set (--compare: upstream's rule)
     std::set<std::string> events{"alloc", "free", "launch"};          // collected
     std::set<std::string> written_events{"alloc", "free", "launch"};  // written (--events as given)
+    // With access collected: also every operator's tensor reads and writes
+    // (false when access is there only for decompose's owner tags; validate.cpp).
+    bool op_access = true;
     int c_depth = 0, py_depth = 0;   // 0: off
     bool c_stack = false, py_stack = false;
     std::string collect_mode = "immediate";

@@ -231,6 +231,27 @@ TEST_CASE("agent options carry what the target needs") {
     CHECK(s.find(";level=op;") != std::string::npos);
 }
 
+TEST_CASE("operators' accesses are collected only where something reads or writes them (issue #30)") {
+    auto op_access_off = [](std::vector<std::string> args) {
+        args.insert(args.end(), {"--", "p"});
+        auto r = run(args);
+        REQUIRE(r.ok);
+        CHECK(r.cfg.events.count("access"));  // the owner tags come through either way
+        return r.cfg.agent_options().find(";op_access=0;") != std::string::npos;
+    };
+    // decompose's access is its owner tags: neither written nor read per operator
+    CHECK(op_access_off({"--device=cpu", "--analysis=decompose"}));
+    CHECK(op_access_off({"--device=cpu", "--analysis=leaks,decompose", "--aggregate"}));
+    // an analyzer that reads them, or access asked for (and so written): collected
+    CHECK_FALSE(op_access_off({"--device=cpu", "--analysis=decompose,inefficient"}));
+    CHECK_FALSE(op_access_off({"--device=cpu", "--analysis=decompose", "--events=alloc,free,access"}));
+    CHECK_FALSE(op_access_off({"--device=cpu", "--analysis=", "--events=access"}));
+    // no access at all: nothing to say
+    auto r = run({"--device=cpu", "--analysis=leaks", "--", "p"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.agent_options().find("op_access") == std::string::npos);
+}
+
 TEST_CASE("agent options bound the unread capture unless it is saved (issue #18 item 4)") {
     auto budget_of = [](std::vector<std::string> args) -> std::string {
         args.insert(args.end(), {"--", "p"});

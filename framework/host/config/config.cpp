@@ -38,6 +38,7 @@ std::string Config::agent_options() const {
     if (c_stack) cs.push_back("c:" + std::to_string(c_depth));
     if (py_stack) cs.push_back("python:" + std::to_string(py_depth));
     s += ";call_stack=" + join(cs, ",");
+    if (events.count("access") && !op_access) s += ";op_access=0";
     s += ";collect_mode=" + collect_mode;
     s += ";follow_fork=" + std::string(follow_fork ? "1" : "0");
     s += ";device=" + join(devices, ",");

@@ -615,6 +615,17 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         if (v && !added.empty())
             cfg.warnings.push_back(v->origin + "=" + shown(v->value) + ": also collecting " + join(added, ", ") +
                                    "; only the events listed are written");
+        // Operators' tensor reads and writes (every input and output of every
+        // operator: most ACCESS rows, and over a third of a PyTorch loop's
+        // time) are collected when access was asked for (listed, so
+        // written) or an analyzer other than decompose declares it.
+        // Decompose's access is its owner tags (ACCESS UNKNOWN, Attr
+        // owner): it never reads an operator's accesses, and access it
+        // implied is not written.
+        cfg.op_access = listed.count("access") != 0;
+        for (auto& name : cfg.analyzers)
+            if (auto p = find_plugin(catalog, name, MSMS_KIND_ANALYZER))
+                if (name != "decompose" && std::count(p->events.begin(), p->events.end(), "access")) cfg.op_access = true;
     }
 
     // What is written (--events as given; msMemScope's Dump::ShouldDumpEvent):
