@@ -12,26 +12,17 @@ import re
 
 import pytest
 
-from conftest import dump_files, process_dirs, run_cli
+from conftest import SOURCE, dump_files, process_dirs, run_cli
 
 pytest.importorskip("torch")
 
-LOOP = """
-import torch
-m = torch.nn.Linear(16, 16)
-opt = torch.optim.SGD(m.parameters(), lr=0.1)
-for step in range(3):
-    loss = m(torch.randn(4, 16)).sum()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-"""
+LOOP = SOURCE / "tests" / "programs" / "python" / "sgd_keep.py"
 
 
 def collected(tmp_path, name, analysis):
     """(ACCESS rows by Event Type in the run's capture, decompose's PTA owners table)."""
     run = run_cli(["--device=cpu", f"--analysis={analysis}", "--save-capture=true", f"--output={name}", "--",
-                   "/usr/bin/python3", "loop.py"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+                   "/usr/bin/python3", str(LOOP)], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
     owners = {m[1]: m[2] for m in re.finditer(r"^  (PTA\S*)\s+(-?\d+\s+-?\d+\s+\d+)$", run.stdout, re.M)}
     (d,) = process_dirs(tmp_path / name)
     (cap,) = d.glob("*.msmcap")
@@ -44,7 +35,6 @@ def collected(tmp_path, name, analysis):
 
 
 def test_decompose_alone_collects_the_owner_tags_not_the_operators_accesses(tmp_path):
-    (tmp_path / "loop.py").write_text(LOOP)
     alone, owners = collected(tmp_path, "alone", "decompose")
     assert set(alone) == {"UNKNOWN"} and alone["UNKNOWN"] >= 4, alone  # weight, bias and their gradients
     assert owners["PTA@weight"] and owners["PTA@gradient"], owners

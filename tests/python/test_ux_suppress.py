@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, CLI, TEST_BIN
+from conftest import BUILD, CLI, SOURCE, TEST_BIN
 
 sys.path.insert(0, str(BUILD / "python"))
 import msmemscope  # noqa: E402
@@ -148,25 +148,14 @@ def test_python_api_suppress_errors(tmp_path, monkeypatch):
     assert str(e.value) == "msmemscope.config: default_suppressions: invalid value 'maybe' (allowed: true, false)"
 
 
-TORCH_LOOP = """
-import torch
-keep = []
-m = torch.nn.Linear(64, 64)
-opt = torch.optim.SGD(m.parameters(), lr=0.1)
-for step in range(4):
-    loss = m(torch.randn(32, 64)).sum()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    keep.append(torch.zeros(1000))
-"""
+TORCH_LOOP = SOURCE / "tests" / "programs" / "python" / "sgd_keep.py"
 
 
 def _own_memory_left_out(tmp_path, call_stack, ours):
-    """Runs TORCH_LOOP with the given stacks: no at-exit site line matches
+    """Runs TORCH_LOOP (a small SGD loop) with the given stacks: no at-exit site line matches
     `ours` (a regex) and the summary counts sites left out as msmemscope's;
     with the built-in lists off such a line is there (the list hides it)."""
-    (tmp_path / "loop.py").write_text(TORCH_LOOP)
+    (tmp_path / "loop.py").write_text(TORCH_LOOP.read_text())
     args = ["--device=cpu", f"--call-stack={call_stack}", "--analysis=leaks"]
     p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path)
     assert p.returncode == 0, p.stderr
