@@ -106,6 +106,10 @@ Shared* g_shared = nullptr;
 FILE* g_report = stdout;  // the checker's lines (in a child: the tool's stdout, not the plugin's)
 
 uint64_t tree_bytes(const std::string& dir);
+// Bytes of output allowed after `calls` plugin callbacks (0: no limit).
+uint64_t output_limit(const Settings& s, uint64_t calls) {
+    return s.output_limit_mib ? s.output_limit_mib * 1048576 + s.output_per_call * calls : 0;
+}
 std::string output_stop_reason(const Settings& s, uint64_t bytes, uint64_t calls, uint32_t cb);
 
 // The child's own output check, made between callbacks: whenever the kind
@@ -126,7 +130,7 @@ struct OutputCheck {
         checked = now;
         uint64_t calls = g_shared->calls.load(std::memory_order_relaxed);
         uint64_t bytes = tree_bytes(dir);
-        if (bytes <= s->output_limit_mib * 1048576 + s->output_per_call * calls) return;
+        if (bytes <= output_limit(*s, calls)) return;
         std::snprintf(g_shared->stopped, sizeof(g_shared->stopped), "%s",
                       output_stop_reason(*s, bytes, calls, last).c_str());
         std::fflush(g_report);
@@ -993,7 +997,6 @@ int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::strin
     int status = 0;
     uint64_t seen_calls = g_shared->calls.load(std::memory_order_relaxed);
     auto since = clock::now();
-    const uint64_t base = s.output_limit_mib * 1048576;
     bool over_idle = false;  // past the output limit with no callback running
     uint64_t over_calls = 0;
     auto over_since = since;
@@ -1017,7 +1020,7 @@ int watch_child(pid_t pid, const Settings& s, const std::string& tmp, std::strin
             }
             // Output may grow with the events fed (a sink writes a row per
             // event), by at most output_per_call bytes per callback.
-            uint64_t limit = base ? base + s.output_per_call * calls : 0;
+            uint64_t limit = output_limit(s, calls);
             // Past the limit while a callback runs: that callback (the child
             // checked at its start). Between callbacks the child's own check
             // at the next one names the writer; only output that keeps
