@@ -414,7 +414,6 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
 static std::string left_behind() {
     std::string out;
     std::error_code ec;
-    std::string self_exe = fs::read_symlink("/proc/self/exe", ec).string();
     std::string me = std::to_string(getpid());
     for (auto& e : fs::directory_iterator("/proc", ec)) {
         std::string pid = e.path().filename().string();
@@ -428,8 +427,6 @@ static std::string left_behind() {
         std::string state, ppid;
         rest >> state >> ppid;
         if (ppid != me || state == "Z" || supervisor::is_worker(static_cast<pid_t>(std::stol(pid)))) continue;
-        std::error_code ec2;
-        if (fs::read_symlink(e.path() / "exe", ec2).string() == self_exe) continue;  // a pipeline worker
         std::ifstream cmd(e.path() / "cmdline");
         std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
         while (!args.empty() && args.back() == '\0') args.pop_back();
