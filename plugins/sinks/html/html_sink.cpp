@@ -34,11 +34,13 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "report_template.h"
+#include "util/addr_map.h"
 #include "util/json.h"
 
 namespace {
@@ -121,7 +123,7 @@ struct Device {
     int64_t peak = 0;
     uint64_t peak_ts = 0, peak_seq = 0;
     std::vector<Block> freed_since_peak;
-    std::unordered_map<uint64_t, Block> live;
+    msms::AddrMap<Block> live;  // allocation id (or address | 1<<63) -> block
     uint64_t mallocs = 0, frees = 0;
     // lifetimes of the largest blocks; blocks under lives_min are not kept
     std::vector<Life> lives;
@@ -619,8 +621,14 @@ private:
     }
     static void prune_lives(Device& d) {
         if (d.lives.size() <= kMaxLives) return;
+        // The largest, in a total order (ties: the earlier, then the rest of
+        // the lifetime), so that which of equal blocks are kept does not
+        // depend on the order the live ones are visited in at the end.
         std::nth_element(d.lives.begin(), d.lives.begin() + static_cast<long>(kMaxLives - 1), d.lives.end(),
-                         [](const Life& x, const Life& y) { return x.size > y.size; });
+                         [](const Life& x, const Life& y) {
+                             return std::make_tuple(y.size, x.start, x.end, x.site, x.cat) <
+                                    std::make_tuple(x.size, y.start, y.end, y.site, y.cat);
+                         });
         d.lives.resize(kMaxLives);
         d.lives_min = std::max(d.lives_min, d.lives[kMaxLives - 1].size);
         for (const Life& l : d.lives) d.lives_min = std::min(d.lives_min, l.size);
@@ -724,7 +732,9 @@ private:
         auto rel = [base](uint64_t t) { return t - std::min(t, base); };
         for (auto& [key, b] : d.live) life(d, b, 0);
         prune_lives(d);
-        std::sort(d.lives.begin(), d.lives.end(), [](const Life& x, const Life& y) { return x.start < y.start; });
+        std::sort(d.lives.begin(), d.lives.end(), [](const Life& x, const Life& y) {
+            return std::tie(x.start, x.end, x.size, x.site, x.cat) < std::tie(y.start, y.end, y.size, y.site, y.cat);
+        });
         o += "\"lives_min\":" + std::to_string(d.lives_min) + ",\"lives\":[";
         for (size_t i = 0; i < d.lives.size(); ++i) {
             const Life& l = d.lives[i];
@@ -751,13 +761,18 @@ private:
             for (auto& [k, b] : d.live) m[b.site][2] += b.size;
         }
         std::vector<std::pair<uint32_t, std::array<uint64_t, 3>>> v(m.begin(), m.end());
+        std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.first < y.first; });  // not the map's order
         std::vector<bool> keep(v.size(), false);
         for (int measure = 0; measure < 3; ++measure) {
             std::vector<size_t> idx(v.size());
             for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
             size_t top = std::min(idx.size(), kFlameSites);
             std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(top), idx.end(),
-                              [&](size_t a, size_t b) { return v[a].second[measure] > v[b].second[measure]; });
+                              [&](size_t a, size_t b) {  // ties: the lower site, whatever the map's order
+                                  return v[a].second[measure] != v[b].second[measure]
+                                             ? v[a].second[measure] > v[b].second[measure]
+                                             : v[a].first < v[b].first;
+                              });
             for (size_t i = 0; i < top; ++i)
                 if (v[idx[i]].second[measure]) keep[idx[i]] = true;
         }
@@ -961,7 +976,7 @@ private:
     std::vector<Site> sites_;
     std::unordered_map<uint64_t, uint32_t> site_index_;
     std::map<std::string, Findings> findings_;
-    std::unordered_map<uint64_t, std::pair<Device*, uint64_t>> host_ptr_;  // live host heap blocks: device, key
+    msms::AddrMap<std::pair<Device*, uint64_t>> host_ptr_;  // live host heap blocks: device, key
     Device* pending_host_ = nullptr;  // the last memory event was this device's host MALLOC
     uint64_t pending_hkey_ = 0, pending_ts_ = 0, pending_seq_ = 0;
     std::map<std::string, uint64_t> annotations_;
@@ -971,7 +986,7 @@ private:
     bool leaks_ran_ = false;                           // the configuration lists the leaks analysis
     bool keep_gone_ = true;                            // findings may name freed blocks
     std::vector<LeakRow> leak_rows_;                   // every finding of the leaks analyzer
-    std::unordered_map<uint64_t, std::pair<Device*, uint64_t>> live_id_;  // MALLOC event id -> live block
+    msms::AddrMap<std::pair<Device*, uint64_t>> live_id_;  // MALLOC event id -> live block
     std::vector<Gone> gone_;
     std::unordered_map<std::string, uint32_t> text_sites_;
     std::unordered_map<const Device*, LeakSum> leaked_;
