@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -187,4 +188,56 @@ TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrit
     CHECK(said == "csv: 334 row(s) got analyzers' Attr changes in memory, 0 after they were written (the files are "
                   "rewritten for those)");
     CHECK(all_held == expected);
+}
+
+// The rewrite at the end changes the file in place from the first changed
+// row on: rows that shrink (an owner replaced by a shorter one) and rows
+// that grow, mixed, over more than one of its 8 MiB chunks, leave exactly
+// the expected bytes (no stale tail, no lost byte) in the same file.
+TEST_CASE("csv: the rewrite in place moves later rows by what changed rows shrank or grew") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/in_place";
+    std::string frames;
+    for (int f = 0; f < 30; ++f) frames += "frame_" + std::to_string(f) + "\n";
+    const int rows = 30000;  // ~11 MB
+    auto run = [&](bool tags) {
+        fs::remove_all(dir);
+        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+        REQUIRE(h.create({{"hold_mib", "0"}}) == MSMS_OK);
+        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+        for (int i = 1; i <= rows; ++i)
+            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                       .id(static_cast<uint64_t>(i))
+                       .at(1000 + static_cast<uint64_t>(i))
+                       .py_stack("row " + std::to_string(i) + "\n" + frames)
+                       .attr("allocation_id", std::to_string(i))
+                       .attr("owner", "PTA@optimizer_state"));
+        std::string path = dir + "/device_cpu/dump/memscope_dump_20260101000000.csv";
+        if (tags) {
+            for (uint64_t id = 3; id <= rows; id += 7)  // shrink by 14 bytes
+                REQUIRE(h.annotate(id, "owner", "PTA@w") == MSMS_OK);
+            for (uint64_t id = 5; id <= rows; id += 11)  // grow by 9 bytes
+                REQUIRE(h.annotate(id, "owner", "PTA@optimizer_state_fp32") == MSMS_OK);
+        }
+        REQUIRE(h.finish() == MSMS_OK);
+        return read_all(path);
+    };
+    std::string expected = run(false);
+    REQUIRE(expected.size() > (8u << 20));
+    auto tag = [&](uint64_t id, const std::string& owner) {
+        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
+        REQUIRE(at != std::string::npos);
+        std::string from = "owner:PTA@optimizer_state}";
+        size_t a = expected.find(from, at);
+        REQUIRE(a != std::string::npos);
+        expected.replace(a, from.size(), "owner:" + owner + "}");
+    };
+    std::map<uint64_t, std::string> last;  // a row tagged twice keeps the later owner
+    for (uint64_t id = 3; id <= rows; id += 7) last[id] = "PTA@w";
+    for (uint64_t id = 5; id <= rows; id += 11) last[id] = "PTA@optimizer_state_fp32";
+    for (auto& [id, owner] : last) tag(id, owner);
+    std::string got = run(true);
+    CHECK(got.size() == expected.size());
+    CHECK(got == expected);
+    // no temporary beside it
+    CHECK(!fs::exists(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv.tmp"));
 }
