@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <sstream>
@@ -40,6 +41,7 @@
 #include "../common/analyzer_util.h"
 #include "../common/block_table.h"
 #include "suppressions.h"
+#include "util/addr_map.h"
 #include "util/stack_site.h"
 
 namespace {
@@ -47,16 +49,28 @@ namespace {
 using namespace msms_an;
 using msmemscope::attr;
 
-// Interned stack texts (ids given by the capture are not available offline).
+// Interned stack texts. A live run's events carry the capture's stack ids
+// (equal ids, equal stacks): those are looked up first, so a stack's text
+// is hashed once, not at every MALLOC (offline there are no ids).
 class Stacks {
 public:
     uint32_t intern(std::string_view text) {
         if (text.empty()) return 0;
-        auto it = index_.find(std::string(text));
+        auto it = index_.find(text);
         if (it != index_.end()) return it->second;
         texts_.emplace_back(text);
         uint32_t id = static_cast<uint32_t>(texts_.size());
         index_.emplace(texts_.back(), id);
+        return id;
+    }
+    // kind: 0 C stack, 1 Python stack (their ids are counted apart)
+    uint32_t intern(uint64_t capture_id, unsigned kind, std::string_view text) {
+        if (!capture_id || text.empty()) return intern(text);
+        uint64_t key = capture_id * 2 + kind;
+        auto it = by_id_.find(key);
+        if (it != by_id_.end()) return it->second;
+        uint32_t id = intern(text);
+        by_id_.emplace(key, id);
         return id;
     }
     const std::string& text(uint32_t id) const {
@@ -65,8 +79,9 @@ public:
     }
 
 private:
-    std::vector<std::string> texts_;
-    std::unordered_map<std::string, uint32_t> index_;
+    std::deque<std::string> texts_;  // never moved: index_'s keys point into them
+    std::unordered_map<std::string_view, uint32_t> index_;
+    msms::AddrMap<uint32_t> by_id_;
 };
 
 // Where a block written as a shadow MALLOC (allocated while collection was
@@ -280,8 +295,8 @@ private:
     };
 
     uint32_t stack_of(const msms_event& ev) {
-        if (ev.c_stack.size) return stacks_.intern(view(ev.c_stack));
-        if (ev.py_stack.size) return stacks_.intern(view(ev.py_stack));
+        if (ev.c_stack.size) return stacks_.intern(ev.c_stack_id, 0, view(ev.c_stack));
+        if (ev.py_stack.size) return stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack));
         return 0;
     }
     // The operator running on the event's thread (outermost: the one the
@@ -326,7 +341,7 @@ private:
                 host_.warn("leaks: [device " + device_label(ev) + "] double malloc in " + pool_name(ev.type) +
                            ", ptr: " + hex(ev.ptr));
             d.pool[k] = PoolBlock{ev.size, steps_.current(), kernel_of(ev), 0, ev.id, stack_of(ev),
-                                  ev.py_stack.size ? stacks_.intern(view(ev.py_stack)) : 0u, op_of(ev)};
+                                  ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0u, op_of(ev)};
             update_allocated(d, ev);
             // Each byte once: a framework block at the address of a live host
             // heap block is that block's memory (a CPU framework allocating
