@@ -1,4 +1,7 @@
 #include "pipeline.h"
+#include "sink_lanes.h"
+
+#include <sys/resource.h>
 
 #include <spdlog/spdlog.h>
 
@@ -73,9 +76,19 @@ namespace {
 std::string to_s(msms_str s) { return std::string(s.data ? s.data : "", s.size); }
 }  // namespace
 
-Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {}
+Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {
+    // MSMEMSCOPE_SINK_THREADS=0: every sink on the pipeline's thread, as
+    // before issue #30 (a third-party sink that is not safe beside another).
+    if (const char* e = std::getenv("MSMEMSCOPE_SINK_THREADS"); e && std::string(e) == "0") sink_threads_ = false;
+    // Under an address-space limit (ulimit -v, shared with the program) the
+    // host keeps to one thread's stack and one malloc arena
+    // (util/host_process.cpp): the sinks stay on the pipeline's thread.
+    struct rlimit as {};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) sink_threads_ = false;
+}
 
 Pipeline::~Pipeline() {
+    lanes_.reset();  // the sinks' threads end first (what they still held is dropped)
     for (auto* list : {&analyzers_, &sinks_})
         for (auto& i : *list)
             if (i.obj) {
@@ -96,6 +109,7 @@ void Pipeline::log(int level, const std::string& msg) {
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
     inst.alive = false;
+    std::lock_guard<std::mutex> lk(api_mu_);
     // (plugins built before MSMS_ERR_OUT_OF_MEMORY said it as an exception)
     static const std::string kBadAlloc = ": std::bad_alloc";
     bool oom = rc == MSMS_ERR_OUT_OF_MEMORY ||
@@ -217,6 +231,71 @@ void Pipeline::start(const RunContext& run) {
     }
     supervisor::pipeline_started();
     throw_if_out_of_memory();
+    if (sink_threads_ && !sinks_.empty()) {
+        std::vector<SinkLanes::Lane> lanes;
+        sink_reports_.resize(sinks_.size());
+        for (size_t i = 0; i < sinks_.size(); ++i)
+            lanes.push_back(SinkLanes::Lane{[this, i](const SinkItem& it) { sink_item(i, it); },
+                                            [this, i] { sink_finish(i); }});
+        lanes_ = std::make_unique<SinkLanes>(std::move(lanes), 1);
+    }
+}
+
+void Pipeline::idle() {
+    if (lanes_) lanes_->publish();
+}
+
+namespace {
+// The sink whose thread this is (sink_lanes.h), -1 on the pipeline's thread.
+thread_local long t_sink = -1;
+}
+
+void Pipeline::sink_item(size_t i, const SinkItem& it) {
+    t_sink = static_cast<long>(i);
+    Instance& s = sinks_[i];
+    if (!s.alive) return;
+    int rc = MSMS_OK;
+    switch (it.kind) {
+    case SinkItem::Event: {
+        supervisor::CallScope in(s.slot, PluginCall::OnEvent);
+        rc = s.d->on_event(s.obj, &it.ev);
+        break;
+    }
+    case SinkItem::Annotation:
+        if (s.d->on_annotation) {
+            supervisor::CallScope in(s.slot, PluginCall::OnAnnotation);
+            rc = s.d->on_annotation(s.obj, it.id, it.key, it.value);
+        }
+        break;
+    case SinkItem::Finding:
+        if (s.d->on_finding) {
+            supervisor::CallScope in(s.slot, PluginCall::OnFinding);
+            rc = s.d->on_finding(s.obj, it.key, it.cols, it.n);
+        }
+        break;
+    }
+    if (rc == MSMS_OK) return;
+    const char* what = it.kind == SinkItem::Event ? nullptr : it.kind == SinkItem::Annotation ? "failed on an annotation" : "failed on a finding";
+    plugin_failed(s, with_reason(s, what ? std::string(what) : "failed on event " + std::to_string(it.ev.id)), rc);
+}
+
+void Pipeline::sink_finish(size_t i) {
+    t_sink = static_cast<long>(i);
+    Instance& s = sinks_[i];
+    if (!s.alive || !s.d->finish) return;
+    msms_error err{};
+    {
+        supervisor::CallScope in(s.slot, PluginCall::Finish);
+        if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK)
+            plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
+    }
+    if (progress_) {
+        Progress p;
+        p.plugin = s.name;
+        p.ended = true;
+        std::lock_guard<std::mutex> lk(api_mu_);
+        progress_(p);
+    }
 }
 
 void Pipeline::throw_if_out_of_memory() {
@@ -511,8 +590,9 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
         // add_attr changed the list: refresh the views
         if (attrs_dirty_) build_views(r);
     }
+    if (lanes_ && to_sinks) lanes_->event(r.ev);
     for (auto& s : sinks_) {
-        if (!s.alive || !to_sinks) continue;
+        if (lanes_ || !s.alive || !to_sinks) continue;
         int rc;
         {
             supervisor::CallScope in(s.slot, PluginCall::OnEvent);
@@ -599,6 +679,14 @@ void Pipeline::finish() {
     live_view_ = nullptr;  // the live view ends with what the analyses found, before the end's shadow FREEs
     if (accounting_) shadow_frees_at_end();
     finished_ = true;
+    if (lanes_) {
+        lanes_->finish();
+        lanes_.reset();
+        for (auto& lines : sink_reports_) report_.insert(report_.end(), lines.begin(), lines.end());
+        sink_reports_.clear();
+        throw_if_out_of_memory();
+        return;
+    }
     for (auto& s : sinks_) {
         if (!s.alive || !s.d->finish) continue;
         msms_error err{};
@@ -622,6 +710,7 @@ void Pipeline::finish() {
 void Pipeline::api_log(void* h, int level, msms_str m) {
     Pipeline* self = of(h);
     std::string msg = escape_controls(to_s(m));  // a plugin's text never drives the terminal
+    std::lock_guard<std::mutex> lk(self->api_mu_);
     if (level >= 2) {
         const std::string& plugin = static_cast<HostApi*>(h)->plugin;
         auto it = std::find_if(self->reported_.begin(), self->reported_.end(),
@@ -629,7 +718,8 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
         if (it == self->reported_.end()) self->reported_.push_back(Reported{plugin, msg, 1});
         else ++it->count;
     }
-    if (self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
+    // (the live view is the pipeline thread's: a sink's thread does not reach it)
+    if (self->live_view_ && t_sink < 0) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
     self->log(level, msg);
 }
 
@@ -661,13 +751,14 @@ int Pipeline::api_progress(void* h, const msms_progress* p) {
     r.total = p->total;
     r.unit = p->unit;
     r.estimate = (p->flags & MSMS_PROGRESS_ESTIMATE) != 0;
+    std::lock_guard<std::mutex> lk(self->api_mu_);
     self->progress_(r);
     return MSMS_OK;
 }
 
 int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
     auto* p = of(h);
-    if (!p->current_) return MSMS_ERR_INVALID_ARGUMENT;
+    if (!p->current_ || t_sink >= 0) return MSMS_ERR_INVALID_ARGUMENT;  // analyzers' calls (sinks have their own threads)
     std::string key = to_s(k);
     p->attrs_dirty_ = true;
     for (auto& kv : p->current_->attrs)
@@ -682,7 +773,11 @@ int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
 
 int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
     auto* p = of(h);
-    if (id == 0 || id > p->next_id_) return MSMS_ERR_INVALID_ARGUMENT;
+    if (id == 0 || id > p->next_id_ || t_sink >= 0) return MSMS_ERR_INVALID_ARGUMENT;
+    if (p->lanes_) {
+        p->lanes_->annotation(id, k, v);
+        return MSMS_OK;
+    }
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_annotation) continue;
         int rc;
@@ -697,7 +792,7 @@ int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {
 
 int Pipeline::api_emit(void* h, const msms_event* ev) {
     auto* p = of(h);
-    if (!ev || ev->struct_size < offsetof(msms_event, c_stack_id)) return MSMS_ERR_INVALID_ARGUMENT;
+    if (!ev || ev->struct_size < offsetof(msms_event, c_stack_id) || t_sink >= 0) return MSMS_ERR_INVALID_ARGUMENT;
     Record r;
     std::memcpy(&r.ev, ev, std::min<size_t>(sizeof(msms_event), ev->struct_size));
     r.ev.struct_size = sizeof(msms_event);
@@ -715,7 +810,12 @@ int Pipeline::api_emit(void* h, const msms_event* ev) {
 
 int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n) {
     auto* p = of(h);
+    if (t_sink >= 0) return MSMS_ERR_INVALID_ARGUMENT;  // analyzers' findings
     if (p->live_view_) p->live_view_->on_finding(msmemscope::view(table), cols, n);
+    if (p->lanes_) {
+        p->lanes_->finding(table, cols, n);
+        return MSMS_OK;
+    }
     for (auto& s : p->sinks_) {
         if (!s.alive || !s.d->on_finding) continue;
         int rc;
@@ -728,6 +828,12 @@ int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint
     return MSMS_OK;
 }
 
-void Pipeline::api_report(void* h, msms_str line) { of(h)->report_.push_back(escape_controls(to_s(line), true)); }
+void Pipeline::api_report(void* h, msms_str line) {
+    Pipeline* p = of(h);
+    std::string text = escape_controls(to_s(line), true);
+    std::lock_guard<std::mutex> lk(p->api_mu_);
+    if (t_sink >= 0 && static_cast<size_t>(t_sink) < p->sink_reports_.size()) p->sink_reports_[static_cast<size_t>(t_sink)].push_back(std::move(text));
+    else p->report_.push_back(std::move(text));
+}
 
 }  // namespace msms

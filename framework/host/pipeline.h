@@ -3,11 +3,13 @@
 // increase with time. Also the host API that plugins call back into.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +30,8 @@ namespace msms {
 namespace live {
 class LiveState;
 }
+class SinkLanes;
+struct SinkItem;
 
 struct RunContext {
     uint32_t pid = 0;
@@ -96,6 +100,12 @@ public:
     // event after accounting, the findings and the plugins' log lines, until
     // the analyzers have finished (not the end's shadow FREEs).
     void set_live(live::LiveState* l) { live_view_ = l; }
+    // Each sink on a thread of its own (sink_lanes.h; on unless set off
+    // before start()). Off: every sink is called on the pipeline's thread.
+    void set_sink_threads(bool on) { sink_threads_ = on; }
+    // The pipeline's thread waits for more events: what the sinks' threads
+    // were not handed yet goes to them now.
+    void idle();
 
 private:
     struct Instance {
@@ -139,6 +149,9 @@ private:
     // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
     std::string with_reason(const Instance& inst, const std::string& what) const;
     void log(int level, const std::string& msg);
+    // On sink i's thread: one item, and its finish().
+    void sink_item(size_t i, const SinkItem& it);
+    void sink_finish(size_t i);
 
     // Each plugin instance gets its own host API struct, so that a callback
     // knows which plugin called (progress is per plugin).
@@ -165,9 +178,15 @@ private:
     std::function<void(const Progress&)> progress_;
     live::LiveState* live_view_ = nullptr;
     std::vector<Instance> analyzers_, sinks_;
+    bool sink_threads_ = true;
+    std::unique_ptr<SinkLanes> lanes_;
+    // What the sinks' threads share with the pipeline's: plugin errors, the
+    // log's error counts, progress, report lines.
+    std::mutex api_mu_;
+    std::vector<std::vector<std::string>> sink_reports_;  // per sink, in the report after the analyzers' in sink order
     bool accounting_ = true;
     bool oom_fatal_ = false;
-    bool oom_pending_ = false;
+    std::atomic<bool> oom_pending_{false};
     size_t oom_analyzer_ = SIZE_MAX;  // live runs: the oom analyzer, which writes OOM_TRIGGER rows
     bool finished_ = false;
 

@@ -363,6 +363,7 @@ void ProcessRun::run_stream() {
                 live_last = std::chrono::steady_clock::now();
             }
         }
+        pipeline.idle();  // the sinks' threads get what this round gave them
         if (!released_noted && reader_.released_any()) {
             released_noted = true;
             supervisor::capture_released();

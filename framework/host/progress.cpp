@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -68,9 +69,13 @@ void copy_text(char* dst, size_t n, const std::string& src) { snprintf(dst, n, "
 std::string text_of(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
 
 // Writers bracket their changes with seq (odd while writing).
+// One writer at a time in this process: the pipeline's thread and the
+// sinks' threads (sink_lanes.h) report into the same slot.
+std::mutex g_write_mu;
 struct WriteScope {
-    explicit WriteScope(Slot* s) : s_(s) { s_->seq.fetch_add(1, std::memory_order_acq_rel); }
+    explicit WriteScope(Slot* s) : lk_(g_write_mu), s_(s) { s_->seq.fetch_add(1, std::memory_order_acq_rel); }
     ~WriteScope() { s_->seq.fetch_add(1, std::memory_order_acq_rel); }
+    std::lock_guard<std::mutex> lk_;
     Slot* s_;
 };
 

@@ -31,11 +31,20 @@ namespace supervisor {
 // The page a worker shares with its supervisor. Set in the worker only.
 struct WorkerPage;
 extern WorkerPage* g_page;
-// (slot << 32 | call) of the plugin call in progress; 0 outside plugins.
-extern std::atomic<uint64_t>* g_current;
-// Plugin calls begun so far: the supervisor's watchdog sees a call that does
-// not end as `current` set and this count standing still.
-extern std::atomic<uint64_t>* g_calls;
+// Threads that call plugins, each a lane of the page: the pipeline's thread
+// is lane 0, the sinks' threads (sink_lanes.h) lanes 1 and up.
+constexpr unsigned kLanes = 8;
+// This thread's lane: (slot << 32 | call) of the plugin call in progress, 0
+// outside plugins; null in a thread that has no lane (or outside a worker).
+extern thread_local std::atomic<uint64_t>* t_current;
+// This thread's plugin calls begun so far: the supervisor's watchdog sees a
+// call that does not end as `current` set and this count standing still.
+extern thread_local std::atomic<uint64_t>* t_calls;
+// Makes the calling thread lane `lane` of the worker's page (no-op outside a
+// worker; a lane past kLanes is not watched). A thread that faults (SIGSEGV,
+// SIGBUS, SIGILL, SIGFPE, SIGABRT) names its lane to the supervisor, so the
+// plugin call of that thread is the one reported.
+void enter_lane(unsigned lane);
 
 // How long one plugin call may take before its worker is killed and the
 // plugin treated as crashed (--plugin-time-budget): finish() has its own.
@@ -67,16 +76,16 @@ void capture_released();
 class CallScope {
 public:
     CallScope(uint32_t slot, PluginCall call) {
-        if (g_current) {
-            prev_ = g_current->load(std::memory_order_relaxed);
-            g_current->store((static_cast<uint64_t>(slot) << 32) | static_cast<uint32_t>(call),
+        if (t_current) {
+            prev_ = t_current->load(std::memory_order_relaxed);
+            t_current->store((static_cast<uint64_t>(slot) << 32) | static_cast<uint32_t>(call),
                              std::memory_order_relaxed);
-            // one writer (the pipeline's thread): no locked increment needed
-            g_calls->store(g_calls->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+            // one writer per lane (its thread): no locked increment needed
+            t_calls->store(t_calls->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         }
     }
     ~CallScope() {
-        if (g_current) g_current->store(prev_, std::memory_order_relaxed);
+        if (t_current) t_current->store(prev_, std::memory_order_relaxed);
     }
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;

@@ -92,6 +92,25 @@ def test_sink_segfault_in_finish(cli, tmp_path):
     assert_complete(out)
 
 
+def test_sink_segfault_on_its_own_thread_names_the_sink(cli, tmp_path):
+    # Sinks run on threads of their own beside the analyzers (issue #30): the
+    # thread that faulted is the one named, not the analyzer the pipeline's
+    # thread may be in at that moment.
+    p, out = run(cli, tmp_path, "--analysis=leaks,decompose", "--sinks=csv,segv_in_sink_event", rc=70)
+    assert crash_lines(p.stderr) == [
+        "msmemscope: error: plugin 'segv_in_sink_event' crashed (SIGSEGV) in on_event; re-running the outputs without "
+        "it"]
+    assert_complete(out)
+
+
+def test_a_sink_stuck_in_on_event_is_killed_at_the_budget(cli, tmp_path):
+    p, out = run(cli, tmp_path, "--analysis=leaks", "--sinks=csv,hang_in_sink_event", "--plugin-time-budget=1", rc=70)
+    assert [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error: plugin")] == [
+        "msmemscope: error: plugin 'hang_in_sink_event' exceeded its time budget (1 s, --plugin-time-budget) in "
+        "on_event; re-running the outputs without it"], p.stderr
+    assert_complete(out)
+
+
 def test_two_crashing_plugins_are_both_dropped(cli, tmp_path):
     p, out = run(cli, tmp_path, "--analysis=segv_in_event", "--sinks=segv_in_finish", rc=70)
     assert crash_lines(p.stderr) == [

@@ -87,8 +87,9 @@ TEST_CASE("discover refuses every bad fixture and loads the others, in file name
     for (auto& p : reg.plugins()) loaded.push_back(p.info.name);
     // duplicate_csv loads here: no built-in csv in this registry.
     CHECK(loaded == std::vector<std::string>{"bad_alloc_in_event", "c_function_entry", "chatty", "csv", "error_in_event", "hang_in_event",
-                                             "hang_in_finish", "hog_in_event", "kill_in_event", "old_minor",
-                                             "segv_in_create", "segv_in_event", "segv_in_finish", "throws_in_create",
+                                             "hang_in_finish", "hang_in_sink_event", "hog_in_event", "kill_in_event",
+                                             "old_minor", "segv_in_create", "segv_in_event", "segv_in_finish",
+                                             "segv_in_sink_event", "throws_in_create",
                                              "throws_in_event"});
     std::vector<std::string> refused;
     for (auto& r : reg.refused()) refused.push_back(std::filesystem::path(r.path).filename().string());
