@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Issue #30's benchmark: the GPT-style CPU training loop of train_gpt.py
 bare, under the msmemscope CLI (--device=cpu --call-stack=python
---analysis=leaks,decompose) with each output, under torch.profiler
+--analysis=leaks,decompose) with each output and, for the CSV, started
+from a shell script (`bash train.sh`, item 3), under torch.profiler
 (profile_memory=True, with_stack=True), and under memray when it is
 importable; all variants interleaved over N rounds (each round runs every
 variant once, in turn), so that a shared machine's load falls on all alike.
@@ -50,6 +51,10 @@ def variants(args):
     for key, label, extra in MSMS_VARIANTS:
         out.append((key, label, lambda d, extra=extra: [args.msmemscope] + MSMS_COMMON + extra +
                     ["--output-path=" + d, "--", py, SCRIPT] + steps))
+    # item 3: the same program started from a shell script (upstream's
+    # recommended form, `msmemscope ... bash user.sh`), the default CSV
+    out.append(("csv_sh", "msmemscope CSV, `bash train.sh`",
+                lambda d: [args.msmemscope] + MSMS_COMMON + ["--output-path=" + d, "--", "bash", shell_script(d, py, steps)]))
     out.append(("torch_profiler", "torch.profiler(profile_memory, with_stack)",
                 lambda d: [py, SCRIPT] + steps + ["--torch-profiler", os.path.join(d, "trace.json")]))
     if has_module(py, "memray"):
@@ -62,6 +67,14 @@ def variants(args):
         keep = set(args.only.split(",")) | {"bare"}
         out = [v for v in out if v[0] in keep]
     return out
+
+
+def shell_script(d, py, steps):
+    """train.sh in the run's folder: the script run by bash (not exec'd), as a user's launcher."""
+    path = os.path.join(d, "train.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/bash\nset -e\n%s %s %s\n" % (py, SCRIPT, " ".join(steps)))
+    return path
 
 
 def dir_bytes(d):
