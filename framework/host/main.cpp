@@ -221,6 +221,7 @@ int run_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    host_malloc_huge_pages(argv);
     host_process_setup();
     // No exception leaves the tool unreported: one clear line and 70.
     try {

@@ -5,6 +5,11 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
 
 namespace msms {
 namespace {
@@ -15,6 +20,35 @@ bool g_nofile_raised = false;
 constexpr rlim_t kHostOpenFiles = 1024;
 constexpr rlim_t kHostMinOpenFiles = 16;
 }  // namespace
+
+void host_malloc_huge_pages(char** argv) {
+    static const char kSaved[] = "MSMEMSCOPE_HOST_TUNABLES";  // "=<the user's value>" or "-" (unset)
+    if (const char* saved = getenv(kSaved)) {  // the second start: the user's value back
+        if (saved[0] == '=') setenv("GLIBC_TUNABLES", saved + 1, 1);
+        else unsetenv("GLIBC_TUNABLES");
+        unsetenv(kSaved);
+        return;
+    }
+    if (const char* off = getenv("MSMEMSCOPE_HUGE_PAGES"); off && strcmp(off, "0") == 0) return;
+    const char* user = getenv("GLIBC_TUNABLES");
+    if (user && strstr(user, "glibc.malloc.hugetlb")) return;
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) return;
+    char mode[128] = {0};
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, mode, sizeof(mode) - 1);
+    close(fd);
+    if (n <= 0 || strstr(mode, "[never]")) return;
+    std::string saved = user ? std::string("=") + user : std::string("-");
+    std::string tunables = user && *user ? std::string(user) + ":glibc.malloc.hugetlb=1" : "glibc.malloc.hugetlb=1";
+    if (setenv(kSaved, saved.c_str(), 1) != 0 || setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    // not executed again: as it was
+    if (user) setenv("GLIBC_TUNABLES", user, 1);
+    else unsetenv("GLIBC_TUNABLES");
+    unsetenv(kSaved);
+}
 
 void host_process_setup() {
     // Under an address-space limit (ulimit -v), glibc's per-thread arenas

@@ -4,7 +4,20 @@
 
 namespace msms {
 
-// Called first in main(): SIGXFSZ ignored (an output that reaches the
+// Called before anything else in main(), with main's argv: the host's own
+// malloc in transparent huge pages. Its per-block tables and buffers reach
+// hundreds of MiB on a PyTorch run, and on a VM every 4 KiB page touched
+// the first time is a trap to the hypervisor: a GPT loop's replay spent a
+// fifth of its time in those faults (bench/README.md). glibc takes the
+// choice (tunable glibc.malloc.hugetlb=1) only at start, so the host
+// executes itself once more with it added to GLIBC_TUNABLES, and then puts
+// the user's GLIBC_TUNABLES back (set as it was, or unset) before anything
+// else runs: the programs it starts see the user's environment. Nothing is
+// done where the kernel has no huge pages to give ([never]), under an
+// address-space limit, when the user's GLIBC_TUNABLES chose already, or
+// with MSMEMSCOPE_HUGE_PAGES=0; a failed exec goes on without.
+void host_malloc_huge_pages(char** argv);
+// Called first in main() after that: SIGXFSZ ignored (an output that reaches the
 // file-size limit fails with EFBIG and is reported, instead of killing the
 // host), and write-for-others taken out of the umask (outputs are never
 // world-writable).
