@@ -245,6 +245,8 @@ void Pipeline::idle() {
     if (lanes_) lanes_->publish();
 }
 
+void Pipeline::stop_sinks() { lanes_.reset(); }
+
 namespace {
 // The sink whose thread this is (sink_lanes.h), -1 on the pipeline's thread.
 thread_local long t_sink = -1;
@@ -590,7 +592,8 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
         // add_attr changed the list: refresh the views
         if (attrs_dirty_) build_views(r);
     }
-    if (lanes_ && to_sinks) lanes_->event(r.ev);
+    // stacks from the symbolizer's cache (py_ref, c_ref) outlive the lanes
+    if (lanes_ && to_sinks) lanes_->event(r.ev, r.py_ref.data() != nullptr, r.c_ref.data() != nullptr);
     for (auto& s : sinks_) {
         if (lanes_ || !s.alive || !to_sinks) continue;
         int rc;

@@ -106,6 +106,10 @@ public:
     // The pipeline's thread waits for more events: what the sinks' threads
     // were not handed yet goes to them now.
     void idle();
+    // The sinks' threads end now, dropping what they were not handed yet
+    // (the pipeline's owner calls it before the stack texts it lent go:
+    // an exception out of feed()); finish() ends them normally.
+    void stop_sinks();
 
 private:
     struct Instance {

@@ -308,6 +308,12 @@ void ProcessRun::run_stream() {
     }
     auto live_last = std::chrono::steady_clock::now();
     Symbolizer sym(reader_);
+    // The sinks' threads may hold sym's stack texts (Record::py_ref): they
+    // end before sym does, also when an exception leaves this function.
+    struct StopSinks {
+        Pipeline& p;
+        ~StopSinks() { p.stop_sinks(); }
+    } stop_sinks{pipeline};
     StepFilter steps(cfg_.steps);
     StepCounter step_count;  // for summary.json
     RawEvent raw;

@@ -56,9 +56,10 @@ msms_str SinkBatch::copy(msms_str s) {
     return {p, s.size};
 }
 
-void SinkBatch::copy_texts(msms_event& ev) {
+void SinkBatch::copy_texts(msms_event& ev, bool keep_py, bool keep_c) {
     // one piece for all of them (per event: this is the pipeline's thread)
-    size_t need = sizeof(msms_kv) * ev.attr_count + ev.name.size + ev.py_stack.size + ev.c_stack.size;
+    size_t need = sizeof(msms_kv) * ev.attr_count + ev.name.size + (keep_py ? 0 : ev.py_stack.size) +
+                  (keep_c ? 0 : ev.c_stack.size);
     for (uint32_t i = 0; i < ev.attr_count; ++i) need += ev.attrs[i].key.size + ev.attrs[i].value.size;
     char* p = take(need, alignof(msms_kv));
     auto put = [&p](msms_str& s) {
@@ -80,8 +81,8 @@ void SinkBatch::copy_texts(msms_event& ev) {
         ev.attrs = nullptr;
     }
     put(ev.name);
-    put(ev.py_stack);
-    put(ev.c_stack);
+    if (!keep_py) put(ev.py_stack);
+    if (!keep_c) put(ev.c_stack);
 }
 
 const msms_kv* SinkBatch::copy(const msms_kv* kv, uint32_t n) {
@@ -130,13 +131,13 @@ SinkBatch& SinkLanes::batch() {
     return *filling_;
 }
 
-void SinkLanes::event(const msms_event& ev) {
+void SinkLanes::event(const msms_event& ev, bool keep_py, bool keep_c) {
     SinkBatch& b = batch();
     b.items.emplace_back();
     SinkItem& it = b.items.back();
     it.kind = SinkItem::Event;
     it.ev = ev;
-    b.copy_texts(it.ev);
+    b.copy_texts(it.ev, keep_py, keep_c);
     if (b.items.size() >= kBatchItems || b.bytes() >= kBatchBytes) publish();
 }
 

@@ -64,7 +64,7 @@ public:
     msms_str copy(msms_str s);
     const msms_kv* copy(const msms_kv* kv, uint32_t n);
     // The event's name, stacks and attributes, copied: ev points at the copies.
-    void copy_texts(msms_event& ev);
+    void copy_texts(msms_event& ev, bool keep_py = false, bool keep_c = false);
     size_t bytes() const { return bytes_; }
 
 private:
@@ -92,7 +92,10 @@ public:
     SinkLanes(const SinkLanes&) = delete;
     SinkLanes& operator=(const SinkLanes&) = delete;
 
-    void event(const msms_event& ev);
+    // keep_py / keep_c: the event's Python / C stack text outlives every
+    // lane's use of it (the symbolizer's cache, which the pipeline's owner
+    // keeps until the lanes have ended): handed as it is, not copied.
+    void event(const msms_event& ev, bool keep_py = false, bool keep_c = false);
     void annotation(uint64_t id, msms_str key, msms_str value);
     void finding(msms_str table, const msms_kv* cols, uint32_t n);
     // Hands the batch being filled to the lanes (it is also handed once

@@ -134,3 +134,30 @@ TEST_CASE("sink lanes: a lane that does not keep up holds the sender; stopping d
     CHECK(!finished.load());
     CHECK(handled.load() <= static_cast<int>(SinkLanes::kMaxQueued) + 3);
 }
+
+TEST_CASE("sink lanes: a stack text the owner keeps is handed as it is, the rest copied") {
+    std::vector<const char*> py_seen, c_seen, name_seen;
+    std::vector<SinkLanes::Lane> lanes;
+    lanes.push_back({[&](const SinkItem& it) {
+                         py_seen.push_back(it.ev.py_stack.data);
+                         c_seen.push_back(it.ev.c_stack.data);
+                         name_seen.push_back(it.ev.name.data);
+                     },
+                     nullptr});
+    SinkLanes sl(std::move(lanes), 1);
+    const std::string py = "train.py(3): step", c = "malloc+0x10 in libc.so.6", name = "op";
+    msms_event ev{};
+    ev.struct_size = sizeof ev;
+    ev.py_stack = str(py);
+    ev.c_stack = str(c);
+    ev.name = str(name);
+    sl.event(ev, true, false);  // the Python stack kept by its owner (the symbolizer's cache)
+    sl.event(ev, false, true);
+    sl.finish();
+    REQUIRE(py_seen.size() == 2);
+    CHECK(py_seen[0] == py.data());
+    CHECK(c_seen[0] != c.data());
+    CHECK(py_seen[1] != py.data());
+    CHECK(c_seen[1] == c.data());
+    CHECK(name_seen[0] != name.data());  // never kept
+}
