@@ -231,7 +231,12 @@ void Pipeline::start(const RunContext& run) {
     }
     supervisor::pipeline_started();
     throw_if_out_of_memory();
-    if (sink_threads_ && !sinks_.empty()) {
+    // Lanes pay off when the pipeline's thread has more to do than feed one
+    // sink: analyses selected, or several sinks. A lone sink without
+    // analyses (a C-stack capture into SQLite) was faster on the pipeline's
+    // thread (0.79-0.81 s against 0.84-0.95 s for 1 M rows, c:32, db: the
+    // copies and hand-overs cost more than the overlap gains; bench/README.md).
+    if (sink_threads_ && !sinks_.empty() && (!cfg_.analyzers.empty() || sinks_.size() >= 2)) {
         std::vector<SinkLanes::Lane> lanes;
         sink_reports_.resize(sinks_.size());
         for (size_t i = 0; i < sinks_.size(); ++i)
