@@ -727,7 +727,7 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
         else ++it->count;
     }
     // (the live view is the pipeline thread's: a sink's thread does not reach it)
-    if (self->live_view_ && t_sink < 0) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
+    if (t_sink < 0 && self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
     self->log(level, msg);
 }
 
