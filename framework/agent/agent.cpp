@@ -169,6 +169,8 @@ void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_
 // also when main returned (its value goes to exit() inside libc, not through
 // our exit() below), so every process's summary says its exit code.
 void at_exit(int status, void*) {
+    // what the interpreter's shutdown left of the imports' heap (live at exit)
+    import_fold::publish();
     Tls& t = tls();
     ++t.depth;
     g_off_tracking.store(false, std::memory_order_relaxed);
@@ -225,6 +227,7 @@ void child_after_fork() {
     const capture::CaptureHeader* parent = channel_header();
     uint32_t forked_from = parent ? parent->pid : static_cast<uint32_t>(getppid());
     channel_forget_after_fork();
+    import_fold::after_fork();
     if (was_open && g_follow_fork && g_session_dir[0]) {
         if (int rc = channel_open(g_session_dir, forked_from); rc != 0) {
             g_collecting.store(false);
@@ -417,10 +420,10 @@ void write_shadow_malloc(const live_blocks::Block& b, const char* attrs) {
     if (!w) return count_drop();
     generic_record(w, MSMS_EV_MALLOC, b.type, b.dev_kind, b.dev_id, b.ptr, b.size, 0, 0, 0, attrs, false);
 }
-void write_host_free_plain(uint64_t ptr) {
+void write_host_free_plain(uint64_t ptr, const char* attrs) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
-    generic_record(w, MSMS_EV_FREE, MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, 0, 0, 0, 0, nullptr, false);
+    generic_record(w, MSMS_EV_FREE, MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, 0, 0, 0, 0, attrs, false);
 }
 bool collecting_now() { return g_collecting.load(std::memory_order_relaxed); }
 }  // namespace msms::agent
@@ -457,7 +460,9 @@ __attribute__((visibility("default"))) int msms_agent_off_alloc(uint16_t type, u
 }
 
 __attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, uint64_t ptr) {
-    if (tls().depth != 0 || !g_off_tracking.load(std::memory_order_relaxed)) return;
+    if (tls().depth != 0) return;
+    if (type == MSMS_T_HOST && import_fold::release_quiet(ptr)) return;  // a block of the imports' heap
+    if (!g_off_tracking.load(std::memory_order_relaxed)) return;
     live_blocks::note_free(type, ptr);
 }
 
@@ -468,6 +473,7 @@ __attribute__((visibility("default"))) void msms_agent_start(void) {
     Guard g(t);
     msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
     emit_shadow_mallocs();
+    import_fold::publish();  // imports that ended while collection was off
 }
 
 __attribute__((visibility("default"))) void msms_agent_stop(void) {
@@ -565,6 +571,9 @@ __attribute__((visibility("default"))) void exit(int status) noexcept {
     ++t.depth;
     capture::CaptureHeader* h = channel_header();
     if (h && h->pid == static_cast<uint32_t>(getpid())) {  // not a vfork child
+        --t.depth;
+        import_fold::publish();
+        ++t.depth;
         g_off_tracking.store(false, std::memory_order_relaxed);
         g_collecting.store(false, std::memory_order_release);
         channel_close(status & 0xff, capture::EndKind::QuickExit);

@@ -2,7 +2,6 @@
 
 #include <sys/mman.h>
 
-#include <atomic>
 #include <cstddef>
 
 namespace msms::agent::live_blocks {
@@ -16,51 +15,53 @@ constexpr uint64_t kPtrLimit = 1ull << kTypeShift;
 // The value: size (44 bits), device kind (4 bits), device id (16 bits).
 constexpr uint64_t kSizeMask = (1ull << 44) - 1;
 
-constexpr int kLevels = 4;
-constexpr int kLevelBits[kLevels] = {16, 18, 20, 22};  // 1 MiB .. 64 MiB of address space
+constexpr int kLevelBits[Table::kLevels] = {16, 18, 20, 22};  // 1 MiB .. 64 MiB of address space
 constexpr unsigned kProbe = 32;
 
-struct Slot {
-    std::atomic<uint64_t> key;
-    std::atomic<uint64_t> val;
-};
-
-std::atomic<Slot*> g_levels[kLevels];
-std::atomic<uint64_t> g_overflow{0};
-
-inline uint64_t hash(uint64_t key) {
+// The start slot: the high bits of a multiplicative hash (its low bits
+// depend only on the key's low bits, which are zero for aligned blocks).
+inline uint64_t start_of(uint64_t key, int bits) {
     key ^= key >> 29;
-    return key * 0x9E3779B97F4A7C15ull;
+    return (key * 0x9E3779B97F4A7C15ull) >> (64 - bits);
 }
 
-Slot* level(int i, bool create) {
-    Slot* s = g_levels[i].load(std::memory_order_acquire);
+inline bool too_full(int64_t held, int bits) { return held >= (int64_t{3} << bits) / 4; }
+
+inline uint64_t key_of(uint16_t type, uint64_t ptr) { return ptr | (static_cast<uint64_t>(type) << kTypeShift); }
+
+Table g_off;
+
+}  // namespace
+
+Table::Slot* Table::level(int i, bool create) {
+    Slot* s = levels_[i].load(std::memory_order_acquire);
     if (s || !create) return s;
     size_t bytes = sizeof(Slot) << kLevelBits[i];
     void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return nullptr;
     Slot* expected = nullptr;
-    if (g_levels[i].compare_exchange_strong(expected, static_cast<Slot*>(m), std::memory_order_acq_rel)) {
+    if (levels_[i].compare_exchange_strong(expected, static_cast<Slot*>(m), std::memory_order_acq_rel)) {
+        int top = top_.load(std::memory_order_relaxed);
+        while (top < i && !top_.compare_exchange_weak(top, i, std::memory_order_release, std::memory_order_relaxed)) {
+        }
         return static_cast<Slot*>(m);
     }
     munmap(m, bytes);  // another thread made it first
     return expected;
 }
 
-inline uint64_t key_of(uint16_t type, uint64_t ptr) { return ptr | (static_cast<uint64_t>(type) << kTypeShift); }
-
-}  // namespace
-
-bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, bool count_overflow) {
+bool Table::note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
+                       bool count_overflow) {
     if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
     const uint64_t key = key_of(type, ptr);
     const uint64_t val = (size > kSizeMask ? kSizeMask : size) | (static_cast<uint64_t>(dev_kind & 0xF) << 44) |
                          (static_cast<uint64_t>(static_cast<uint16_t>(dev_id)) << 48);
-    const uint64_t h = hash(key);
     for (int l = 0; l < kLevels; ++l) {
+        if (l + 1 < kLevels && too_full(held_[l].load(std::memory_order_relaxed), kLevelBits[l])) continue;
         Slot* t = level(l, true);
         if (!t) break;
         const uint64_t mask = (1ull << kLevelBits[l]) - 1;
+        const uint64_t h = start_of(key, kLevelBits[l]);
         for (unsigned i = 0; i < kProbe; ++i) {
             Slot& s = t[(h + i) & mask];
             uint64_t k = s.key.load(std::memory_order_relaxed);
@@ -68,30 +69,36 @@ bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, 
                 if (s.key.compare_exchange_weak(k, kBusy, std::memory_order_acquire, std::memory_order_relaxed)) {
                     s.val.store(val, std::memory_order_relaxed);
                     s.key.store(key, std::memory_order_release);
+                    held_[l].fetch_add(1, std::memory_order_relaxed);
                     return true;
                 }
             }
         }
     }
-    if (count_overflow) g_overflow.fetch_add(1, std::memory_order_relaxed);
+    if (count_overflow) overflow_.fetch_add(1, std::memory_order_relaxed);
     return false;
 }
 
-bool note_free(uint16_t type, uint64_t ptr) {
+bool Table::note_free(uint16_t type, uint64_t ptr, uint64_t* size) {
     if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
     const uint64_t key = key_of(type, ptr);
-    const uint64_t h = hash(key);
-    for (int l = 0; l < kLevels; ++l) {
+    for (int l = top_.load(std::memory_order_acquire); l >= 0; --l) {
         Slot* t = level(l, false);
-        if (!t) return false;
+        if (!t || held_[l].load(std::memory_order_relaxed) == 0) continue;
         const uint64_t mask = (1ull << kLevelBits[l]) - 1;
+        const uint64_t h = start_of(key, kLevelBits[l]);
         for (unsigned i = 0; i < kProbe; ++i) {
             Slot& s = t[(h + i) & mask];
             uint64_t k = s.key.load(std::memory_order_acquire);
             if (k == key) {
                 // Only this thread frees this block; a drain may take the
                 // slot at the same time (then the block was written).
-                return s.key.compare_exchange_strong(k, kTomb, std::memory_order_acq_rel, std::memory_order_relaxed);
+                const uint64_t v = s.val.load(std::memory_order_relaxed);
+                if (!s.key.compare_exchange_strong(k, kTomb, std::memory_order_acq_rel, std::memory_order_relaxed))
+                    return false;
+                held_[l].fetch_sub(1, std::memory_order_relaxed);
+                if (size) *size = v & kSizeMask;
+                return true;
             }
             if (k == kEmpty) break;  // the key was never placed past an empty slot
         }
@@ -99,7 +106,7 @@ bool note_free(uint16_t type, uint64_t ptr) {
     return false;
 }
 
-uint64_t drain(void (*fn)(const Block&, void*), void* ctx) {
+uint64_t Table::drain(void (*fn)(const Block&, void*), void* ctx) {
     for (int l = 0; l < kLevels; ++l) {
         Slot* t = level(l, false);
         if (!t) break;
@@ -112,6 +119,7 @@ uint64_t drain(void (*fn)(const Block&, void*), void* ctx) {
                    !t[i].key.compare_exchange_weak(k, kEmpty, std::memory_order_acquire, std::memory_order_relaxed)) {
             }
             if (k <= kBusy) continue;  // empty, busy, or a tombstone now emptied
+            held_[l].fetch_sub(1, std::memory_order_relaxed);
             uint64_t v = t[i].val.load(std::memory_order_relaxed);
             Block b;
             b.ptr = k & (kPtrLimit - 1);
@@ -122,18 +130,25 @@ uint64_t drain(void (*fn)(const Block&, void*), void* ctx) {
             fn(b, ctx);
         }
     }
-    return g_overflow.exchange(0, std::memory_order_relaxed);
+    return overflow_.exchange(0, std::memory_order_relaxed);
 }
 
-uint64_t size() {
+uint64_t Table::size() const {
     uint64_t n = 0;
     for (int l = 0; l < kLevels; ++l) {
-        Slot* t = level(l, false);
+        Slot* t = levels_[l].load(std::memory_order_acquire);
         if (!t) break;
         for (size_t i = 0; i < (size_t{1} << kLevelBits[l]); ++i)
             if (t[i].key.load(std::memory_order_relaxed) > kBusy) ++n;
     }
     return n;
 }
+
+bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, bool count_overflow) {
+    return g_off.note_alloc(type, dev_kind, dev_id, ptr, size, count_overflow);
+}
+bool note_free(uint16_t type, uint64_t ptr) { return g_off.note_free(type, ptr); }
+uint64_t drain(void (*fn)(const Block&, void*), void* ctx) { return g_off.drain(fn, ctx); }
+uint64_t size() { return g_off.size(); }
 
 }  // namespace msms::agent::live_blocks

@@ -1,21 +1,26 @@
-// The blocks allocated while collection is off (--collect-mode=deferred
-// before start(), or after stop()): when collection starts, each one still
-// live is written as a MALLOC with Attr shadow:true (upstream's shadow
-// events, COMPAT §8), so that its later FREE pairs with a MALLOC and the
-// leak report knows it.
+// Tables of blocks the agent remembers instead of writing rows for them:
+//  * the blocks allocated while collection is off (--collect-mode=deferred
+//    before start(), or after stop()): when collection starts, each one still
+//    live is written as a MALLOC with Attr shadow:true (upstream's shadow
+//    events, COMPAT §8), so that its later FREE pairs with a MALLOC and the
+//    leak report knows it (the namespace functions below: one such table);
+//  * the host blocks of Python imports (import_fold.cpp keeps its own Table).
 //
-// Memory hooks report here only while collection is off (msms_agent_enter()
-// returned 0); the collecting hot path never touches this table.
+// Memory hooks report to the first only while collection is off
+// (msms_agent_enter() returned 0); the collecting hot path never touches it.
 //
 // Lock-free: open addressing with tombstones, a bounded probe and up to
 // kLevels tables of growing size, mmap'ed on first use (never the hooked
 // heap). A slot goes empty -> busy -> key -> tombstone -> busy -> key ...
 // and back to empty only when drained, so a lookup stops at the first empty
-// slot. An address is live at most once per pool, which is all the table
-// relies on. When every level is full around a key the block is counted as
-// lost (overflow) and reported at start.
+// slot. A level that holds three quarters of its slots takes no new block
+// (its probes would run long); lookups start at the newest level, where
+// short-lived blocks are. An address is live at most once per pool, which
+// is all the table relies on. When every level is full around a key the
+// block is counted as lost (overflow).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace msms::agent::live_blocks {
@@ -26,17 +31,43 @@ struct Block {
     int16_t dev_id;
 };
 
-// Remembers a block (false: not remembered: a full table, or an address or
-// type the table cannot hold; counted as lost unless count_overflow is
-// false, for a caller that writes the block another way).
+class Table {
+public:
+    static constexpr int kLevels = 4;
+    constexpr Table() = default;
+    Table(const Table&) = delete;
+    Table& operator=(const Table&) = delete;
+
+    // Remembers a block (false: not remembered: a full table, or an address
+    // or type the table cannot hold; counted as lost unless count_overflow
+    // is false, for a caller that writes the block another way).
+    bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
+                    bool count_overflow = true);
+    // Forgets a block (false: it was not in the table); its size in *size.
+    bool note_free(uint16_t type, uint64_t ptr, uint64_t* size = nullptr);
+    // Calls fn for every block held and empties the table. Returns how many
+    // blocks could not be remembered since the last drain.
+    uint64_t drain(void (*fn)(const Block&, void*), void* ctx);
+    // Blocks held now (tests).
+    uint64_t size() const;
+
+private:
+    struct Slot {
+        std::atomic<uint64_t> key;
+        std::atomic<uint64_t> val;
+    };
+    Slot* level(int i, bool create);
+    std::atomic<Slot*> levels_[kLevels] = {};
+    std::atomic<int64_t> held_[kLevels] = {};  // keys per level (not tombstones)
+    std::atomic<int> top_{-1};                 // the highest level made so far
+    std::atomic<uint64_t> overflow_{0};
+};
+
+// The table of blocks allocated while collection is off.
 bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
                 bool count_overflow = true);
-// Forgets a block (false: it was not in the table).
 bool note_free(uint16_t type, uint64_t ptr);
-// Calls fn for every block held and empties the table. Returns how many
-// blocks could not be remembered since the last drain.
 uint64_t drain(void (*fn)(const Block&, void*), void* ctx);
-// Blocks held now (tests).
 uint64_t size();
 
 }  // namespace msms::agent::live_blocks

@@ -374,8 +374,12 @@ bool Pipeline::account(Record& r) {
     ev.device_used = *slot.device_used;
     ev.process_used = process_used_;
     host_totals(ev, slot, used);
-    if (ev.kind == MSMS_EV_MALLOC && ev.type == MSMS_T_HOST && is_import_shadow(r))
-        ++device_totals_[msmemscope::device_label(ev) + "/HOST"].import_shadows;
+    if (ev.kind == MSMS_EV_MALLOC && ev.type == MSMS_T_HOST && is_import_shadow(r)) {
+        auto& t = device_totals_[msmemscope::device_label(ev) + "/HOST"];
+        ++t.import_rows;
+        t.import_blocks = std::max(t.import_blocks, import_shadow_blocks(r));
+        t.import_bytes = std::max(t.import_bytes, ev.size);
+    }
     if (is_shadow(r)) {
         // counted, not written; no stacks either (upstream's shadow rows: the
         // block was made before, these would be the reporting call's)

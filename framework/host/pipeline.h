@@ -63,9 +63,9 @@ public:
 
     struct DeviceTotals {
         int64_t used = 0, peak = 0;
-        // HOST blocks of Python imports written as shadow rows (Attr
-        // import:true: framework/agent/import_fold.h)
-        uint64_t import_shadows = 0;
+        // The imports' heap (framework/agent/import_fold.h): its MALLOC
+        // rows, and the most blocks and bytes one of them stood for.
+        uint64_t import_rows = 0, import_blocks = 0, import_bytes = 0;
     };
     uint64_t events() const { return events_; }
     const std::map<std::string, DeviceTotals>& device_totals() const { return device_totals_; }

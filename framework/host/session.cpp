@@ -673,10 +673,12 @@ int Session::print_summary(std::ostream& out) const {
         out << "\n";
         for (auto& [dev, t] : s.totals) {
             out << "  " << dev << ": peak " << human_bytes(t.peak) << ", final " << human_bytes(t.used) << "\n";
-            if (t.import_shadows)
-                out << "  " << dev << ": " << t.import_shadows
-                    << " block(s) that Python imports left live are shadow rows without stacks; the imports' "
-                       "other allocations are not written (host_heap.python_imports=fold)\n";
+            if (t.import_rows)
+                out << "  " << dev << ": Python imports left up to " << t.import_blocks << " block(s), "
+                    << human_bytes(static_cast<int64_t>(t.import_bytes))
+                    << ", live: written as one block, the imports' heap (" << t.import_rows
+                    << " MALLOC row(s) as it changed, Attr shadow:true,import:true,blocks), no row of their own "
+                       "(host_heap.python_imports=fold)\n";
         }
         // Analyzer reports at column 0, as upstream prints them (its leak
         // report: grep '^======'); each analyzer indents its own details.

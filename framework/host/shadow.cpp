@@ -45,4 +45,17 @@ bool is_import_shadow(const Record& r) {
     return shadow && import;
 }
 
+uint64_t import_shadow_blocks(const Record& r) {
+    for (auto& a : r.attrs)
+        if (a.first == "blocks") {
+            uint64_t n = 0;
+            for (char c : a.second) {
+                if (c < '0' || c > '9') return 1;
+                n = n * 10 + static_cast<uint64_t>(c - '0');
+            }
+            return n ? n : 1;
+        }
+    return 1;
+}
+
 }  // namespace msms

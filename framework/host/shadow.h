@@ -26,8 +26,10 @@ Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t pt
                    uint64_t size, uint64_t ts, uint32_t pid);
 // Whether the source marked the event a shadow (Attr shadow:true).
 bool is_shadow(const Record& r);
-// A shadow MALLOC of a host block a Python import made (Attr shadow:true and
-// import:true: framework/agent/import_fold.h).
+// A shadow MALLOC of the imports' heap, the host blocks Python imports made
+// (Attr shadow:true and import:true: framework/agent/import_fold.h).
 bool is_import_shadow(const Record& r);
+// The blocks an import shadow stands for (its Attr blocks; 1 without).
+uint64_t import_shadow_blocks(const Record& r);
 
 }  // namespace msms

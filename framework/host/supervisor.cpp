@@ -323,7 +323,9 @@ std::string encode(const ProcessSummary& s) {
         w.s(k);
         w.u(static_cast<uint64_t>(t.used));
         w.u(static_cast<uint64_t>(t.peak));
-        w.u(t.import_shadows);
+        w.u(t.import_rows);
+        w.u(t.import_blocks);
+        w.u(t.import_bytes);
     }
     w.u(s.report.size());
     for (auto& l : s.report) w.s(l);
@@ -368,7 +370,9 @@ bool decode(const std::string& in, ProcessSummary& s) {
         Pipeline::DeviceTotals t;
         t.used = static_cast<int64_t>(r.u());
         t.peak = static_cast<int64_t>(r.u());
-        t.import_shadows = r.u();
+        t.import_rows = r.u();
+        t.import_blocks = r.u();
+        t.import_bytes = r.u();
         s.totals[k] = t;
     }
     s.report.clear();

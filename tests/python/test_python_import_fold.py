@@ -3,8 +3,9 @@
 
 Default (fold): while the interpreter loads a module of the Python installation
 (here: one in the user site-packages, PYTHONUSERBASE), its host blocks get no
-rows of their own; those still live when the import ends are MALLOC rows with
-Attr shadow:true,import:true and no stacks, whose FREE pairs with them. The
+rows of their own, for their whole life; those still live are written together
+as one block, the imports' heap (a MALLOC with Attr shadow:true,import:true,
+blocks:N at a reserved address, no stacks), written again as it changes. The
 program's own modules and the program's body are recorded as always, so the
 body's rows and leak figures are the same as with python_imports=record, which
 writes every import-time allocation with its stacks."""
@@ -109,25 +110,36 @@ def both(tmp_path_factory):
     return run(tmp, "fold"), run(tmp, "record")
 
 
-def test_installed_module_blocks_still_live_are_shadow_rows(both):
+IMPORT_HEAP = "0xffff800000000000"  # framework/agent/import_fold.h, kImportHeapAddr
+
+
+def test_installed_module_blocks_still_live_are_one_block_the_imports_heap(both):
     (p, rows), _ = both
-    kept = host(rows, "MALLOC", INSTALLED_KEPT + 1)
-    assert len(kept) == 1, kept
-    k = kept[0]
-    assert k["attr"].get("shadow") == "true" and k["attr"].get("import") == "true", k
-    assert k["Call Stack(Python)"] == "" and k["Call Stack(C)"] == "", k
-    # its free at the interpreter's shutdown pairs with it
-    assert len(freed(rows, k)) == 1
-    # a block made and freed during the import has no row at all
+    # the module's blocks have no rows of their own: the one it keeps nor the one it frees
+    assert host(rows, "MALLOC", INSTALLED_KEPT + 1) == []
     assert host(rows, "MALLOC", INSTALLED_TEMP + 1) == []
-    # every import shadow row is a MALLOC without stacks; the summary counts them
-    shadows = [r for r in host(rows, "MALLOC") if r["attr"].get("import") == "true"]
-    assert all(r["attr"].get("shadow") == "true" and not r["Call Stack(C)"] and not r["Call Stack(Python)"]
-               for r in shadows)
-    m = re.search(r"^  cpu/HOST: (\d+) block\(s\) that Python imports left live are shadow rows without stacks; "
-                  r"the imports' other allocations are not written \(host_heap.python_imports=fold\)$", p.stdout, re.M)
+    heap = [r for r in host(rows, "MALLOC") + host(rows, "FREE") if r["attr"].get("import") == "true"]
+    heap.sort(key=lambda r: int(r["ID"]))
+    assert heap and all(r["Ptr"] == IMPORT_HEAP and r["attr"].get("shadow") == "true" and not r["Call Stack(C)"]
+                        and not r["Call Stack(Python)"] for r in heap), heap[:4]
+    mallocs = [r for r in heap if r["Event"] == "MALLOC"]
+    # written again as it changes: MALLOC, FREE, MALLOC, ... each FREE pairs with the MALLOC before it
+    assert [r["Event"] for r in heap] == ["MALLOC", "FREE"] * (len(heap) // 2) + ["MALLOC"] * (len(heap) % 2)
+    for m, f in zip(heap[0::2], heap[1::2]):
+        assert f["attr"]["allocation_id"] == m["attr"]["allocation_id"] and f["attr"]["size"] == m["attr"]["size"]
+    # the last one is still live at exit: its FREE is the end's shadow row
+    assert len(freed(rows, mallocs[-1])) == 1
+    # the module's import grew the heap by the block it kept, not by the one it freed
+    sizes = [int(r["attr"]["size"]) for r in mallocs]
+    growth = [b - a for a, b in zip(sizes, sizes[1:])]
+    assert any(INSTALLED_KEPT + 1 <= g < INSTALLED_KEPT + 1 + INSTALLED_TEMP for g in growth), growth
+    assert all(int(r["attr"]["blocks"]) >= 1 for r in mallocs)
+    m = re.search(r"^  cpu/HOST: Python imports left up to (\d+) block\(s\), [\d.]+ [KMG]?i?B, live: written as one "
+                  r"block, the imports' heap \((\d+) MALLOC row\(s\) as it changed, Attr shadow:true,import:true,"
+                  r"blocks\), no row of their own \(host_heap.python_imports=fold\)$", p.stdout, re.M)
     assert m, p.stdout
-    assert int(m.group(1)) == len(shadows) >= 1
+    assert int(m.group(1)) == max(int(r["attr"]["blocks"]) for r in mallocs)
+    assert int(m.group(2)) == len(mallocs)
 
 
 def test_program_own_module_is_recorded_with_stacks(both):

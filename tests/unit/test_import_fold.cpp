@@ -1,10 +1,11 @@
 // Host blocks of Python imports (framework/agent/import_fold.h), with the
 // agent's row writer replaced by a recorder: what is folded, what a free
-// inside or after the scope does, when the still-live blocks are written.
+// inside or after the scope does, when the imports' heap is written.
 #include <doctest/doctest.h>
 #include <msmemscope/abi.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@ struct Row {
 };
 std::vector<Row> g_shadow_rows;
 std::vector<uint64_t> g_plain_frees;
+std::vector<std::string> g_free_attrs;
 bool g_collecting = true;
 }  // namespace
 
@@ -36,7 +38,10 @@ void write_shadow_malloc(const live_blocks::Block& b, const char* attrs) {
     CHECK(t_tls.depth > 0);  // the agent's own allocations stay unrecorded meanwhile
     g_shadow_rows.push_back({b.ptr, b.size, attrs});
 }
-void write_host_free_plain(uint64_t ptr) { g_plain_frees.push_back(ptr); }
+void write_host_free_plain(uint64_t ptr, const char* attrs) {
+    g_plain_frees.push_back(ptr);
+    g_free_attrs.push_back(attrs ? attrs : "");
+}
 bool collecting_now() { return g_collecting; }
 }  // namespace msms::agent
 
@@ -44,15 +49,21 @@ namespace fold = msms::agent::import_fold;
 using msms::agent::g_shadow_rows;
 
 namespace {
-void reset() {
+constexpr uint64_t kHeap = fold::kImportHeapAddr;
+
+// Frees every folded block a case left (they live until freed) and forgets
+// the rows written so far.
+void reset(std::initializer_list<uint64_t> left = {}) {
+    for (uint64_t p : left) fold::release_quiet(p);
+    msms::agent::g_collecting = true;
+    fold::publish();  // the imports' heap, now empty: its FREE
     g_shadow_rows.clear();
     msms::agent::g_plain_frees.clear();
-    msms::agent::g_collecting = true;
-    msms::agent::live_blocks::drain([](const msms::agent::live_blocks::Block&, void*) {}, nullptr);
+    msms::agent::g_free_attrs.clear();
 }
 }  // namespace
 
-TEST_CASE("outside a scope nothing is folded; inside, blocks still live at the outermost end become shadow rows") {
+TEST_CASE("outside a scope nothing is folded; inside, blocks still live at the outermost end are written as one block") {
     reset();
     CHECK_FALSE(fold::alloc(0x1000, 10));
     CHECK_FALSE(fold::release(0x1000));
@@ -66,17 +77,33 @@ TEST_CASE("outside a scope nothing is folded; inside, blocks still live at the o
     CHECK(g_shadow_rows.empty());  // only the outermost end writes
     CHECK_FALSE(fold::release(0x9000));  // a block from before the import: its FREE row is written as usual
     msms_agent_import_leave();
-    std::sort(g_shadow_rows.begin(), g_shadow_rows.end(), [](auto& a, auto& b) { return a.ptr < b.ptr; });
+    REQUIRE(g_shadow_rows.size() == 1);
+    CHECK(g_shadow_rows[0].ptr == kHeap);
+    CHECK(g_shadow_rows[0].size == 60);
+    CHECK(g_shadow_rows[0].attrs == "shadow:true,import:true,blocks:2");
+    CHECK(msms::agent::g_plain_frees.empty());
+    // folded for life: a later free has no row; the next end writes the heap again
+    CHECK(fold::release(0x2000));
+    CHECK(msms::agent::g_plain_frees.empty());
+    CHECK_FALSE(fold::alloc(0x5000, 50));  // outside a scope
+    msms_agent_import_enter();
+    CHECK(fold::alloc(0x6000, 5));
+    msms_agent_import_leave();
+    CHECK(msms::agent::g_plain_frees == std::vector<uint64_t>{kHeap});  // the heap before: freed
+    CHECK(msms::agent::g_free_attrs == std::vector<std::string>{"shadow:true,import:true"});
     REQUIRE(g_shadow_rows.size() == 2);
-    CHECK(g_shadow_rows[0].ptr == 0x2000);
-    CHECK(g_shadow_rows[0].size == 20);
-    CHECK(g_shadow_rows[0].attrs == "shadow:true,import:true");
-    CHECK(g_shadow_rows[1].ptr == 0x4000);
-    // written now: their frees are ordinary rows from here on
-    CHECK_FALSE(fold::release(0x2000));
-    CHECK_FALSE(fold::alloc(0x5000, 50));
+    CHECK(g_shadow_rows[1].ptr == kHeap);
+    CHECK(g_shadow_rows[1].size == 45);
+    CHECK(g_shadow_rows[1].attrs == "shadow:true,import:true,blocks:2");
     msms_agent_import_leave();  // unbalanced: ignored
     CHECK_FALSE(fold::alloc(0x5000, 50));
+    // an import that leaves the figures as they were writes nothing
+    msms_agent_import_enter();
+    CHECK(fold::alloc(0x7000, 7));
+    CHECK(fold::release(0x7000));
+    msms_agent_import_leave();
+    CHECK(g_shadow_rows.size() == 2);
+    reset({0x4000, 0x6000});
 }
 
 TEST_CASE("a folded block freed on another thread while the import runs has no row") {
@@ -91,27 +118,57 @@ TEST_CASE("a folded block freed on another thread while the import runs has no r
     CHECK(folded);
     msms_agent_import_leave();
     CHECK(g_shadow_rows.empty());
+    CHECK(msms::agent::g_plain_frees.empty());
 }
 
-TEST_CASE("collection off when the import ends: the blocks wait for start() like every block made while off") {
+TEST_CASE("collection off when the import ends: the heap is written when it starts; frees while off are forgotten") {
     reset();
     msms_agent_import_enter();
     CHECK(fold::alloc(0x8000, 80));
+    CHECK(fold::alloc(0x8100, 8));
     msms::agent::g_collecting = false;
     msms_agent_import_leave();
     CHECK(g_shadow_rows.empty());
-    CHECK(msms::agent::live_blocks::size() == 1);
+    CHECK(fold::release_quiet(0x8100));  // freed while off
+    CHECK_FALSE(fold::release_quiet(0x8200));
+    msms::agent::g_collecting = true;
+    fold::publish();  // what msms_agent_start does
+    REQUIRE(g_shadow_rows.size() == 1);
+    CHECK(g_shadow_rows[0].size == 80);
+    CHECK(g_shadow_rows[0].attrs == "shadow:true,import:true,blocks:1");
+    reset({0x8000});
 }
 
 TEST_CASE("after finalizing, host frees are written here without stacks; folded ones still have no row") {
     reset();
     msms_agent_import_enter();
     CHECK(fold::alloc(0xa000, 1));
+    CHECK(fold::alloc(0xa100, 2));
+    msms_agent_import_leave();
+    REQUIRE(g_shadow_rows.size() == 1);
     msms_agent_import_finalizing();
     CHECK(fold::release(0xa000));
     CHECK(msms::agent::g_plain_frees.empty());
     CHECK(fold::release(0xb000));
     CHECK(msms::agent::g_plain_frees == std::vector<uint64_t>{0xb000});
+    // the process exits (the agent's at_exit): what is left of the heap, live at exit
+    fold::publish();
+    REQUIRE(g_shadow_rows.size() == 2);
+    CHECK(msms::agent::g_plain_frees == std::vector<uint64_t>{0xb000, kHeap});
+    CHECK(g_shadow_rows[1].size == 2);
+    CHECK(g_shadow_rows[1].attrs == "shadow:true,import:true,blocks:1");
+    reset({0xa100});
+}
+
+TEST_CASE("a forked child writes its heap anew: its stream has none of the parent's rows") {
+    reset();
+    msms_agent_import_enter();
+    CHECK(fold::alloc(0xc000, 12));
     msms_agent_import_leave();
-    CHECK(g_shadow_rows.empty());
+    REQUIRE(g_shadow_rows.size() == 1);
+    fold::after_fork();
+    fold::publish();
+    REQUIRE(g_shadow_rows.size() == 2);  // a MALLOC, no FREE of a block the child's stream never had
+    CHECK(msms::agent::g_plain_frees.empty());
+    reset({0xc000});
 }

@@ -75,3 +75,32 @@ TEST_CASE("threads noting and freeing at once: exactly the blocks still live com
     for (auto& b : got) odd += ((b.ptr - 0x10000000ull) / 16 % kPer) % 2;
     CHECK(odd == 0);
 }
+
+TEST_CASE("a table of its own: a free hands back the block's size; 400000 live blocks fit beside churn") {
+    static lb::Table t;  // as import_fold.cpp keeps one
+    CHECK(t.note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x7000, 4242));
+    uint64_t size = 0;
+    CHECK(t.note_free(MSMS_T_HOST, 0x7000, &size));
+    CHECK(size == 4242);
+    CHECK_FALSE(t.note_free(MSMS_T_HOST, 0x7000, &size));
+    CHECK(lb::size() == 0);  // the table of blocks made while off is another one
+    constexpr uint64_t kLive = 400000;
+    for (uint64_t i = 0; i < kLive; ++i) {
+        REQUIRE(t.note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x20000000ull + i * 32, i + 1));
+        // a short-lived block beside each (an import's temporaries)
+        REQUIRE(t.note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x90000000ull + i * 16, 8));
+        REQUIRE(t.note_free(MSMS_T_HOST, 0x90000000ull + i * 16));
+    }
+    CHECK(t.size() == kLive);
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < kLive; i += 2) {
+        REQUIRE(t.note_free(MSMS_T_HOST, 0x20000000ull + i * 32, &size));
+        sum += size;
+    }
+    CHECK(sum == (kLive / 2) * (kLive / 2));  // 1 + 3 + 5 + ...
+    std::vector<lb::Block> rest;
+    CHECK(t.drain([](const lb::Block& b, void* p) { static_cast<std::vector<lb::Block>*>(p)->push_back(b); }, &rest) ==
+          0);
+    CHECK(rest.size() == kLive / 2);
+    CHECK(t.size() == 0);
+}

@@ -174,14 +174,21 @@ void LiveState::on_event(const msms_event& ev) {
                     hb->second.taken = true;
                     Site& hs = sites_[hb->second.site];
                     hs.live_bytes -= static_cast<int64_t>(hb->second.size);
-                    --hs.live_blocks;
+                    hs.live_blocks -= hb->second.blocks;
                 }
             }
         }
         uint32_t s = site_of(ev);
-        blocks_.emplace(ev.allocation_id, Block{ev.size, s, false});
+        uint32_t n = 1;
+        if (ev.type == MSMS_T_HOST && is_true_attr(ev, "import")) {
+            std::string_view v = msmemscope::attr(ev, "blocks");
+            uint64_t k = 0;
+            for (char c : v) k = (c >= '0' && c <= '9' && k < UINT32_MAX / 10) ? k * 10 + static_cast<uint64_t>(c - '0') : 0;
+            if (k > 0) n = static_cast<uint32_t>(k);
+        }
+        blocks_.emplace(ev.allocation_id, Block{ev.size, s, false, n});
         sites_[s].live_bytes += static_cast<int64_t>(ev.size);
-        ++sites_[s].live_blocks;
+        sites_[s].live_blocks += n;
         return;
     }
     case MSMS_EV_FREE: {
@@ -194,7 +201,7 @@ void LiveState::on_event(const msms_event& ev) {
         if (!b->second.taken) {
             Site& s = sites_[b->second.site];
             s.live_bytes -= static_cast<int64_t>(b->second.size);
-            --s.live_blocks;
+            s.live_blocks -= b->second.blocks;
         }
         blocks_.erase(b);
         return;

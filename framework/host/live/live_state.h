@@ -81,7 +81,8 @@ private:
     struct Block {
         uint64_t size;
         uint32_t site;
-        bool taken = false;  // a HOST block whose memory a framework block took: counted there (each byte once)
+        bool taken = false;
+        uint32_t blocks = 1;  // the blocks it stands for (the imports' heap: its Attr blocks)  // a HOST block whose memory a framework block took: counted there (each byte once)
     };
     void step_ended(uint64_t step);
     uint32_t site_of(const msms_event& ev);

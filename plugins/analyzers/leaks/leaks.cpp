@@ -87,8 +87,9 @@ private:
 // Where a block written as a shadow MALLOC (allocated while collection was
 // off, reported when it started; no stack) comes from, in the report.
 constexpr const char* kBeforeStart = "before collection started (no stack: allocated while collection was off)";
-// A shadow MALLOC with Attr import:true: a host block that a Python import
-// made and that was still live when the import ended (framework/agent/import_fold.h).
+// A shadow MALLOC with Attr import:true: the imports' heap, the host blocks
+// that Python imports made and that are still live, as one block (its Attr
+// blocks says how many; framework/agent/import_fold.h).
 constexpr const char* kImport =
     "while importing Python modules (no stack: host_heap.python_imports=fold; =record keeps the stacks)";
 
@@ -103,6 +104,22 @@ bool has_true(const msms_event& ev, const char* key) {
 }
 
 bool is_shadow(const msms_event& ev) { return has_true(ev, "shadow"); }
+
+// The blocks a row of the imports' heap stands for (its Attr blocks; 1 without).
+uint32_t blocks_of(const msms_event& ev) {
+    for (uint32_t i = 0; i < ev.attr_count; ++i) {
+        const msms_kv& a = ev.attrs[i];
+        if (a.key.size != 6 || memcmp(a.key.data, "blocks", 6) != 0) continue;
+        uint64_t n = 0;
+        for (uint32_t j = 0; j < a.value.size; ++j) {
+            char c = a.value.data[j];
+            if (c < '0' || c > '9' || n > UINT32_MAX / 10) return 1;
+            n = n * 10 + static_cast<uint64_t>(c - '0');
+        }
+        return n == 0 || n > UINT32_MAX ? 1u : static_cast<uint32_t>(n);
+    }
+    return 1;
+}
 
 // Where a shadow block came from (kBeforeStart or kImport); nullptr: not a shadow.
 const char* shadow_origin(const msms_event& ev) {
@@ -285,6 +302,7 @@ private:
     struct ExitBlock {
         uint64_t size, step, kernel, malloc_id, ts;
         uint32_t stack;
+        uint32_t blocks;     // the blocks it stands for (the imports' heap: its Attr blocks), else 1
         const char* shadow;  // a shadow MALLOC (no stack): kBeforeStart or kImport; else nullptr
     };
     struct Device {
@@ -348,8 +366,9 @@ private:
             // with malloc); it is the framework's, never also a host leak.
             d.exit.erase(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
+            const char* shadow = shadow_origin(ev);
             d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
-                                                  stack_of(ev), shadow_origin(ev)});
+                                                  stack_of(ev), shadow == kImport ? blocks_of(ev) : 1u, shadow});
         }
     }
 
@@ -850,14 +869,15 @@ private:
             uint32_t stack = 0;
         };
         std::map<std::string, Group> groups;
-        uint64_t host_bytes = 0;
+        uint64_t host_bytes = 0, host_blocks = 0;
         for (auto& [k, b] : host) {
             const std::string& st = stacks_.text(b->stack);
             std::string site = b->shadow ? std::string(b->shadow)
                                : st.empty()       ? std::string()
                                                   : site_of(st);
             Group& g = groups[site];
-            ++g.n;
+            g.n += b->blocks;
+            host_blocks += b->blocks;
             g.bytes += b->size;
             if (b->malloc_id < g.first_id) {
                 g.first_id = b->malloc_id;
@@ -870,7 +890,7 @@ private:
             return a.second.bytes != b.second.bytes ? a.second.bytes > b.second.bytes : a.first < b.first;
         });
         lines.push_back("  Host memory still allocated " + live_when() + " on device " + dev_name(dk) + ": " +
-                        std::to_string(host.size()) + " block(s), " + std::to_string(host_bytes) + " bytes, from " +
+                        std::to_string(host_blocks) + " block(s), " + std::to_string(host_bytes) + " bytes, from " +
                         std::to_string(sorted.size()) + " allocation site(s):");
         size_t g_shown = 0;
         uint64_t more_sites = 0, more_n = 0, more_bytes = 0;

@@ -24,8 +24,9 @@ public:
         static const msms_option_spec specs[] = {
             {"python_imports", MSMS_OPT_ENUM, "fold", "fold|record", 0, 0,
              "Python targets: host blocks allocated while the interpreter imports modules of the Python installation "
-             "(standard library, site-packages) get no row of their own; those still live when the import ends are "
-             "written then as MALLOC rows with Attr shadow:true,import:true and no stacks (fold), or every "
+             "(standard library, site-packages) get no row of their own, nor do their frees; those still live are "
+             "written together as one block, the imports' heap (a MALLOC at 0xffff800000000000 with Attr "
+             "shadow:true,import:true,blocks:N and no stacks, written again as it changes) (fold), or every "
              "allocation and free is written with its stacks (record)"}};
         count = 1;
         return specs;

@@ -85,10 +85,12 @@ void msms_agent_off_free(uint16_t type, uint64_t ptr);
  * Python package's CLI boot calls these around the import machinery when
  * host_heap.python_imports=fold, the default). Scopes nest. While one is
  * open and collection is on, HOST blocks the thread allocates are only
- * remembered; when its outermost scope ends, those still live are written
- * as MALLOC rows with Attr shadow:true,import:true and no stacks, and their
- * later FREEs are written as usual. Blocks allocated and freed inside the
- * scope are not written. (Newer agents only: look them up with dlsym.) */
+ * remembered, for their whole life (their frees are not written either);
+ * those still live are written together as one block, the imports' heap: a
+ * MALLOC at 0xffff800000000000 with Attr shadow:true,import:true,blocks:N
+ * and no stacks, written again (FREE, MALLOC) when an outermost scope ends
+ * and the figures changed, and at exit. (Newer agents only: look them up
+ * with dlsym.) */
 void msms_agent_import_enter(void);
 void msms_agent_import_leave(void);
 /* The interpreter starts its shutdown (after the program's atexit
