@@ -20,6 +20,7 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "config.h"
 #include "config/options.h"
@@ -208,8 +209,92 @@ std::string common_script() {
            "handle all nostop noprint pass\nhandle SIGINT stop print nopass\n"
            "sharedlibrary libc\\.so\\.6\n"
            // entries of the malloc family: the thread stopped there holds no
-           // allocator lock, so dlopen (and gdb's own string copies) may allocate
+           // allocator lock, so dlopen may allocate
            "break *malloc\nbreak *free\nbreak *calloc\nbreak *realloc\n";
+}
+
+// The process's entry point (AT_ENTRY of /proc/PID/auxv): code that never
+// runs again once the program started, where the calls below return.
+uint64_t entry_point(pid_t pid) {
+    int fd = open(("/proc/" + std::to_string(pid) + "/auxv").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    uint64_t kv[2], entry = 0;
+    while (read(fd, kv, sizeof(kv)) == static_cast<ssize_t>(sizeof(kv)) && kv[0] != 0)
+        if (kv[0] == 9) entry = kv[1];  // AT_ENTRY
+    close(fd);
+    return entry;
+}
+
+// Calls into the stopped thread without gdb's inferior calls: gdb saves and
+// restores the whole register file around those, and on some machines
+// (kernel 6.x with AMX state, gdb 13) it cannot write the extended state
+// back ("Couldn't write extended state status: Bad address"), which left
+// the process broken. The thread is stopped at the entry of a malloc-family
+// function, where the SysV ABI keeps no vector or x87 register live: only
+// the general registers are saved, set for each call and restored. The
+// strings go below the red zone of the thread's stack; each call returns to
+// the program's entry point, where a temporary breakpoint stops it.
+class ThreadCalls {
+public:
+    ThreadCalls(uint64_t ret, const std::vector<std::string>& strings) : ret_(hex(ret)) {
+        size_t total = 0;
+        for (auto& t : strings) total += (t.size() + 16) / 16 * 16;
+        // the area: below the red zone (128 bytes) and a margin
+        s_ = "set $msms_area = ((unsigned long)$rsp - " + std::to_string(total + 512) + ") & ~(unsigned long)15\n";
+        size_t off = 0;
+        for (auto& t : strings) {
+            s_ += "set {char[" + std::to_string(t.size() + 1) + "]}($msms_area + " + std::to_string(off) + ") = " +
+                  quoted(t) + "\n";
+            at_.push_back("($msms_area + " + std::to_string(off) + ")");
+            off += (t.size() + 16) / 16 * 16;
+        }
+    }
+    static std::string save() {
+        std::string s;
+        for (const char* r : kRegs) s += std::string("set $msms_o_") + r + " = $" + r + "\n";
+        return s;
+    }
+    static std::string restore() {
+        std::string s;
+        for (const char* r : kRegs) s += std::string("set $") + r + " = $msms_o_" + r + "\n";
+        return s;
+    }
+    // The address of the i-th string, as a gdb expression.
+    const std::string& str(size_t i) const { return at_[i]; }
+    const std::string& setup() const { return s_; }
+    // fn(args...): the result in $rax afterwards; a call that did not come
+    // back (gdb interrupted) prints MSMS_CALL_INTERRUPTED and ends the script.
+    std::string call(const std::string& fn, const std::vector<std::string>& args) const {
+        static const char* kArgs[] = {"rdi", "rsi", "rdx", "rcx", "r8", "r9"};
+        std::string s = "set $rsp = $msms_area - 8\nset *(unsigned long*)$rsp = " + ret_ + "\n";
+        for (size_t i = 0; i < args.size() && i < 6; ++i) s += std::string("set $") + kArgs[i] + " = " + args[i] + "\n";
+        s += "set $rip = (unsigned long)(" + fn + ")\ntbreak *" + ret_ + "\ncontinue\n";
+        s += "if $rip != " + ret_ + "\nprintf \"MSMS_CALL_INTERRUPTED\\n\"\nquit\nend\n";
+        return s;
+    }
+
+private:
+    static std::string hex(uint64_t v) {
+        char b[32];
+        snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
+        return b;
+    }
+    static constexpr const char* kRegs[] = {"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8",
+                                            "r9",  "r10", "r11", "r12", "r13", "r14", "r15", "rip", "eflags"};
+    std::string ret_, s_;
+    std::vector<std::string> at_;
+};
+
+// The script's frame: waits for a thread at a malloc-family entry, runs
+// `body` there with the registers saved, restores them and detaches.
+std::string at_malloc_entry(const std::string& body) {
+    std::string s = common_script();
+    s += "continue\ndelete\n";
+    s += "if $rip == (unsigned long)malloc || $rip == (unsigned long)free || $rip == (unsigned long)calloc || "
+         "$rip == (unsigned long)realloc\n";
+    s += ThreadCalls::save() + body + ThreadCalls::restore();
+    s += "else\nprintf \"MSMS_NOT_STOPPED\\n\"\nend\ndetach\nquit\n";
+    return s;
 }
 
 std::string write_script(const std::string& dir, const std::string& name, const std::string& text, std::string& err) {
@@ -301,18 +386,23 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::st
     std::string gdb = find_gdb();
     if (gdb.empty())
         return "--attach needs gdb, which is not on PATH (Debian/Ubuntu: apt-get install gdb)";
-    std::string s = common_script();
-    s += "commands 1-4\nsilent\ndelete\n";
-    s += "set $msms_h = (void*)dlopen(" + quoted(what.agent) + ", 0x102)\n";
-    s += "if $msms_h == 0\nprintf \"MSMS_DLOPEN_FAILED %s\\n\", (char*)dlerror()\nelse\n";
-    s += "set $msms_f = (void*)dlsym($msms_h, \"msms_agent_attach_running\")\n";
-    s += "printf \"MSMS_RC=%d\\n\", ((int(*)(const char*, const char*, const char*, const char*, unsigned "
-         "long, int))$msms_f)(" +
-         quoted(what.dir) + ", " + quoted(what.options) + ", " + quoted(what.libs) + ", " + quoted(what.pypath) +
-         ", " + std::to_string(what.steps) + ", " + std::to_string(getpid()) + ")\n";
-    s += "set $msms_r = (void*)dlsym($msms_h, \"msms_agent_attach_report\")\n";
-    s += "if $msms_r != 0\nprintf \"MSMS_REPORT\\n%sMSMS_REPORT_END\\n\", ((const char*(*)(void))$msms_r)()\nend\n";
-    s += "end\ndetach\nquit\nend\ncontinue\n";
+    uint64_t ret = entry_point(pid);
+    if (ret == 0) return "cannot attach to pid " + std::to_string(pid) + ": cannot read its entry point from /proc";
+    ThreadCalls c(ret, {what.agent, "msms_agent_attach_running", what.dir, what.options, what.libs, what.pypath,
+                        "msms_agent_attach_report"});
+    std::string body = c.setup();
+    body += c.call("dlopen", {c.str(0), "0x102"}) + "set $msms_h = $rax\n";
+    body += "if $msms_h == 0\n" + c.call("dlerror", {}) +
+            "printf \"MSMS_DLOPEN_FAILED %s\\n\", (char*)$rax\nelse\n";
+    body += c.call("dlsym", {"$msms_h", c.str(1)}) + "set $msms_f = $rax\n";
+    body += c.call("$msms_f", {c.str(2), c.str(3), c.str(4), c.str(5), std::to_string(what.steps),
+                               std::to_string(getpid())}) +
+            "printf \"MSMS_RC=%d\\n\", (int)$rax\n";
+    body += c.call("dlsym", {"$msms_h", c.str(6)}) + "set $msms_r = $rax\n";
+    body += "if $msms_r != 0\n" + c.call("$msms_r", {}) +
+            "printf \"MSMS_REPORT\\n%sMSMS_REPORT_END\\n\", (char*)$rax\nend\n";
+    body += "end\n";
+    std::string s = at_malloc_entry(body);
     std::string err;
     std::string script = write_script(what.dir, "attach.gdb", s, err);
     if (script.empty()) return err;
@@ -343,11 +433,16 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::st
 std::string force_detach(pid_t pid, const std::string& agent, unsigned timeout_s) {
     std::string gdb = find_gdb();
     if (gdb.empty()) return "gdb is not on PATH";
-    std::string s = common_script();
-    s += "commands 1-4\nsilent\ndelete\n"
-         "set $msms_h = (void*)dlopen(" + quoted(agent) + ", 0x6)\n"  // RTLD_NOW|RTLD_NOLOAD: the loaded one
-         "if $msms_h != 0\ncall ((void(*)(void))dlsym($msms_h, \"msms_agent_attach_detach_now\"))()\nend\n"
-         "printf \"MSMS_DETACHED\\n\"\ndetach\nquit\nend\ncontinue\n";
+    uint64_t ret = entry_point(pid);
+    if (ret == 0) return "cannot read its entry point from /proc";
+    ThreadCalls c(ret, {agent, "msms_agent_attach_detach_now"});
+    std::string body = c.setup();
+    // RTLD_NOW|RTLD_NOLOAD: the one loaded
+    body += c.call("dlopen", {c.str(0), "0x6"}) + "set $msms_h = $rax\n";
+    body += "if $msms_h != 0\n" + c.call("dlsym", {"$msms_h", c.str(1)}) + "set $msms_f = $rax\n";
+    body += "if $msms_f != 0\n" + c.call("$msms_f", {}) + "end\nend\n";
+    body += "printf \"MSMS_DETACHED\\n\"\n";
+    std::string s = at_malloc_entry(body);
     char tmpl[] = "/tmp/msmemscope_detach_XXXXXX";
     int fd = mkstemp(tmpl);
     if (fd < 0) return std::string("mkstemp: ") + strerror(errno);
