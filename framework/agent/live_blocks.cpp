@@ -16,16 +16,18 @@ constexpr uint64_t kPtrLimit = 1ull << kTypeShift;
 constexpr uint64_t kSizeMask = (1ull << 44) - 1;
 
 constexpr int kLevelBits[Table::kLevels] = {16, 18, 20, 22};  // 1 MiB .. 64 MiB of address space
-constexpr unsigned kProbe = 32;
+constexpr unsigned kWays = 4;  // slots per bucket: 64 bytes
 
-// The start slot: the high bits of a multiplicative hash (its low bits
-// depend only on the key's low bits, which are zero for aligned blocks).
-inline uint64_t start_of(uint64_t key, int bits) {
+// The key's two buckets' first slots: high bits of two multiplicative hashes
+// (their low bits depend only on the key's low bits, zero for aligned blocks).
+inline void buckets_of(uint64_t key, int bits, uint64_t& a, uint64_t& b) {
     key ^= key >> 29;
-    return (key * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+    const int bucket_bits = bits - 2;
+    a = ((key * 0x9E3779B97F4A7C15ull) >> (64 - bucket_bits)) * kWays;
+    b = ((key * 0xC2B2AE3D27D4EB4Full) >> (64 - bucket_bits)) * kWays;
 }
 
-inline bool too_full(int64_t held, int bits) { return held >= (int64_t{3} << bits) / 4; }
+inline bool too_full(int64_t held, int bits) { return held >= (int64_t{7} << bits) / 8; }
 
 inline uint64_t key_of(uint16_t type, uint64_t ptr) { return ptr | (static_cast<uint64_t>(type) << kTypeShift); }
 
@@ -37,6 +39,7 @@ Table::Slot* Table::level(int i, bool create) {
     Slot* s = levels_[i].load(std::memory_order_acquire);
     if (s || !create) return s;
     size_t bytes = sizeof(Slot) << kLevelBits[i];
+    static_assert(sizeof(Slot) * kWays == 64, "a bucket is a cache line");
     void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return nullptr;
     Slot* expected = nullptr;
@@ -60,10 +63,10 @@ bool Table::note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_
         if (l + 1 < kLevels && too_full(held_[l].load(std::memory_order_relaxed), kLevelBits[l])) continue;
         Slot* t = level(l, true);
         if (!t) break;
-        const uint64_t mask = (1ull << kLevelBits[l]) - 1;
-        const uint64_t h = start_of(key, kLevelBits[l]);
-        for (unsigned i = 0; i < kProbe; ++i) {
-            Slot& s = t[(h + i) & mask];
+        uint64_t first[2];
+        buckets_of(key, kLevelBits[l], first[0], first[1]);
+        for (unsigned i = 0; i < 2 * kWays; ++i) {
+            Slot& s = t[first[i / kWays] + i % kWays];
             uint64_t k = s.key.load(std::memory_order_relaxed);
             while (k == kEmpty || k == kTomb) {
                 if (s.key.compare_exchange_weak(k, kBusy, std::memory_order_acquire, std::memory_order_relaxed)) {
@@ -85,10 +88,10 @@ bool Table::note_free(uint16_t type, uint64_t ptr, uint64_t* size) {
     for (int l = top_.load(std::memory_order_acquire); l >= 0; --l) {
         Slot* t = level(l, false);
         if (!t || held_[l].load(std::memory_order_relaxed) == 0) continue;
-        const uint64_t mask = (1ull << kLevelBits[l]) - 1;
-        const uint64_t h = start_of(key, kLevelBits[l]);
-        for (unsigned i = 0; i < kProbe; ++i) {
-            Slot& s = t[(h + i) & mask];
+        uint64_t first[2];
+        buckets_of(key, kLevelBits[l], first[0], first[1]);
+        for (unsigned i = 0; i < 2 * kWays; ++i) {
+            Slot& s = t[first[i / kWays] + i % kWays];
             uint64_t k = s.key.load(std::memory_order_acquire);
             if (k == key) {
                 // Only this thread frees this block; a drain may take the
@@ -100,7 +103,6 @@ bool Table::note_free(uint16_t type, uint64_t ptr, uint64_t* size) {
                 if (size) *size = v & kSizeMask;
                 return true;
             }
-            if (k == kEmpty) break;  // the key was never placed past an empty slot
         }
     }
     return false;

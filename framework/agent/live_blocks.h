@@ -9,15 +9,17 @@
 // Memory hooks report to the first only while collection is off
 // (msms_agent_enter() returned 0); the collecting hot path never touches it.
 //
-// Lock-free: open addressing with tombstones, a bounded probe and up to
-// kLevels tables of growing size, mmap'ed on first use (never the hooked
-// heap). A slot goes empty -> busy -> key -> tombstone -> busy -> key ...
-// and back to empty only when drained, so a lookup stops at the first empty
-// slot. A level that holds three quarters of its slots takes no new block
-// (its probes would run long); lookups start at the newest level, where
-// short-lived blocks are. An address is live at most once per pool, which
-// is all the table relies on. When every level is full around a key the
-// block is counted as lost (overflow).
+// Lock-free: up to kLevels tables of growing size, mmap'ed on first use
+// (never the hooked heap), each of buckets of four slots (a cache line); a
+// key may sit in either of two buckets chosen by its hash, so a lookup reads
+// two cache lines per level, however many blocks came and went (linear
+// probing with tombstones read up to 32 slots per level once an import had
+// churned through a million blocks). A slot goes empty -> busy -> key ->
+// tombstone -> busy -> key ... and back to empty only when drained. A level
+// that holds seven eighths of its slots takes no new block; lookups start at
+// the newest level, where short-lived blocks are. An address is live at
+// most once per pool, which is all the table relies on. When both buckets
+// of every level are full the block is counted as lost (overflow).
 #pragma once
 
 #include <atomic>
