@@ -27,8 +27,24 @@ from __future__ import annotations
 from . import _session
 from ._api import RecordFunction, TakeSnapshot, config, start, step, stop, take_snapshot
 from ._hooks import cleanup_framework_hooks, enable_npu_sanitizer, init_framework_hooks
-from . import analyzer, describe, tracer, watcher
-from .analyzer import analyze, check_inefficient, check_leaks, get_analyzer_config, list_analyzers
+from . import describe, tracer, watcher
+
+# The offline analyzers (sqlite3, inspect, pathlib...) load when first used:
+# a program under the CLI imports this package at its start (issue #30).
+_ANALYZER_NAMES = ("analyze", "check_inefficient", "check_leaks", "get_analyzer_config", "list_analyzers")
+
+
+def __getattr__(name):
+    if name == "analyzer" or name in _ANALYZER_NAMES:
+        import importlib
+
+        analyzer = importlib.import_module(__name__ + ".analyzer")  # binds msmemscope.analyzer too
+        return analyzer if name == "analyzer" else getattr(analyzer, name)
+    raise AttributeError(f"module 'msmemscope' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"analyzer", *_ANALYZER_NAMES})
 
 __version__ = _session._paths.VERSION
 __all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction", "tracer",

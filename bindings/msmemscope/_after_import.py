@@ -4,13 +4,17 @@ the PyTorch collector after ``import torch``; _step_on.py wraps a library's
 step function before the program can copy it with ``from m import f``."""
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 from typing import Callable, Dict
 
+# importlib.abc is not imported: under the CLI this runs at
+# the interpreter's start, and importlib.abc pulls in importlib.resources,
+# pathlib, tempfile... (~20 ms of the user's start, issue #30). A finder and
+# a loader are any objects with these methods; the annotations stay text.
 
-class AfterImport(importlib.abc.MetaPathFinder):
+
+class AfterImport:
     """callbacks: module name -> callback(module), each called once; the
     finder leaves sys.meta_path when every one was called."""
 
@@ -33,7 +37,7 @@ class AfterImport(importlib.abc.MetaPathFinder):
             return spec
         loader, callback = spec.loader, self.callbacks.pop(name)
 
-        class _Loader(importlib.abc.Loader):
+        class _Loader:
             def create_module(self, spec):
                 return loader.create_module(spec)
 

@@ -16,12 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
-import secrets
-import select
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -328,6 +323,12 @@ class Session:
                     except RuntimeError as e:
                         warnings.warn(f"msmemscope: host heap hooks not installed in this process: {e}")
             return
+        # the standalone session's modules, not imported under the CLI
+        # (Python's start there is the user's: issue #30)
+        import secrets
+        import subprocess
+        import tempfile
+
         cfg = current_config()
         self.config = cfg
         # As root: refused unless root's own (#29), before anything is created.
@@ -395,6 +396,8 @@ class Session:
         (plugins loaded, sinks open): the host's start-up then does not run
         beside the user's first measured work, and a host that cannot serve
         is reported here instead of losing the whole recording."""
+        import select
+        import shutil
         prefix = f"{os.getpid()}."
         deadline = time.monotonic() + self.SERVE_TIMEOUT_S
         buf = b""
@@ -483,6 +486,7 @@ class Session:
         MSMEMSCOPE_STOP_WAIT_S seconds (default 600; 0: no limit): the
         user's interpreter is never held longer. The host then goes on
         alone (it is not killed) and says in its log what it finished."""
+        import subprocess
         text = os.environ.get("MSMEMSCOPE_STOP_WAIT_S", "600")
         try:
             limit = float(text)
