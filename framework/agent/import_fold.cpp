@@ -34,6 +34,10 @@ int64_t g_pub_blocks = 0, g_pub_bytes = 0;
 
 bool forget(uint64_t ptr) {
     if (g_blocks.load(std::memory_order_relaxed) <= 0) return false;
+    // No import running: the filter built when the last one ended answers
+    // most frees of the program's own blocks with one read (instead of two
+    // cache lines per level of the table: ~3% of a training loop).
+    if (g_open.load(std::memory_order_acquire) == 0 && !g_table.maybe_holds(MSMS_T_HOST, ptr)) return false;
     uint64_t size = 0;
     if (!g_table.note_free(MSMS_T_HOST, ptr, &size)) return false;
     g_blocks.fetch_sub(1, std::memory_order_relaxed);
@@ -88,6 +92,19 @@ void publish() {
     --t.depth;
 }
 
+// This thread's outermost import ended: the last one running rebuilds the
+// filter (one at a time: g_writing), the others leave it to the last.
+void leave_last() {
+    Tls& t = tls();
+    ++t.depth;
+    while (g_writing.test_and_set(std::memory_order_acquire)) {
+    }
+    if (g_open.fetch_sub(1, std::memory_order_acq_rel) == 1 && g_blocks.load(std::memory_order_relaxed) > 0)
+        g_table.rebuild_filter();
+    g_writing.clear(std::memory_order_release);
+    --t.depth;
+}
+
 void after_fork() {
     g_writing.clear(std::memory_order_relaxed);  // a thread of the parent may have held it
     g_published = false;
@@ -101,15 +118,15 @@ using namespace msms::agent;
 extern "C" {
 
 __attribute__((visibility("default"))) void msms_agent_import_enter(void) {
-    if (import_fold::t_depth++ == 0) import_fold::g_open.fetch_add(1, std::memory_order_relaxed);
+    if (import_fold::t_depth++ == 0) import_fold::g_open.fetch_add(1, std::memory_order_acq_rel);
 }
 
 __attribute__((visibility("default"))) void msms_agent_import_leave(void) {
     if (import_fold::t_depth == 0) return;
     if (--import_fold::t_depth != 0) return;
-    import_fold::g_open.fetch_sub(1, std::memory_order_relaxed);
     // Collection off: written when it starts (msms_agent_start).
     import_fold::publish();
+    import_fold::leave_last();
 }
 
 __attribute__((visibility("default"))) void msms_agent_import_finalizing(void) {

@@ -52,6 +52,14 @@ public:
     uint64_t drain(void (*fn)(const Block&, void*), void* ctx);
     // Blocks held now (tests).
     uint64_t size() const;
+    // A filter of the keys held now (a bit per hash bucket, 1 MiB), built
+    // by one thread while no other adds blocks (import_fold.cpp: when the
+    // last import ended). Until the next rebuild it answers "maybe" for
+    // every key it held then: a block added afterwards must not be looked
+    // up through it. false from maybe_holds: not held.
+    void rebuild_filter();
+    void drop_filter() { filter_valid_.store(false, std::memory_order_release); }
+    bool maybe_holds(uint16_t type, uint64_t ptr) const;
 
 private:
     struct Slot {
@@ -63,6 +71,8 @@ private:
     std::atomic<int64_t> held_[kLevels] = {};  // keys per level (not tombstones)
     std::atomic<int> top_{-1};                 // the highest level made so far
     std::atomic<uint64_t> overflow_{0};
+    std::atomic<uint64_t*> filter_{nullptr};
+    std::atomic<bool> filter_valid_{false};
 };
 
 // The table of blocks allocated while collection is off.
