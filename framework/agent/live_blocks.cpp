@@ -22,9 +22,12 @@ constexpr unsigned kWays = 4;  // slots per bucket: 64 bytes
 // The key's two buckets' first slots: high bits of two multiplicative hashes
 // (their low bits depend only on the key's low bits, zero for aligned blocks).
 inline void buckets_of(uint64_t key, int bits, uint64_t& a, uint64_t& b) {
-    key ^= key >> 29;
     const int bucket_bits = bits - 2;
-    a = ((key * 0x9E3779B97F4A7C15ull) >> (64 - bucket_bits)) * kWays;
+    const uint64_t mask = (uint64_t{1} << bucket_bits) - 1;
+    // The first by address (blocks allocated one after another, and freed
+    // soon, are in neighbouring cache lines and pages), the second hashed.
+    a = ((key >> 5) & mask) * kWays;
+    key ^= key >> 29;
     b = ((key * 0xC2B2AE3D27D4EB4Full) >> (64 - bucket_bits)) * kWays;
 }
 
