@@ -46,15 +46,10 @@ bool is_import_shadow(const Record& r) {
 }
 
 uint64_t import_shadow_blocks(const Record& r) {
-    for (auto& a : r.attrs)
-        if (a.first == "blocks") {
-            uint64_t n = 0;
-            for (char c : a.second) {
-                if (c < '0' || c > '9') return 1;
-                n = n * 10 + static_cast<uint64_t>(c - '0');
-            }
-            return n ? n : 1;
-        }
+    for (auto& a : r.attrs) {
+        unsigned long long n = 0;
+        if (a.first == "blocks") return parse_uint(a.second, n) && n > 0 ? n : 1;
+    }
     return 1;
 }
 

@@ -179,13 +179,7 @@ void LiveState::on_event(const msms_event& ev) {
             }
         }
         uint32_t s = site_of(ev);
-        uint32_t n = 1;
-        if (ev.type == MSMS_T_HOST && is_true_attr(ev, "import")) {
-            std::string_view v = msmemscope::attr(ev, "blocks");
-            uint64_t k = 0;
-            for (char c : v) k = (c >= '0' && c <= '9' && k < UINT32_MAX / 10) ? k * 10 + static_cast<uint64_t>(c - '0') : 0;
-            if (k > 0) n = static_cast<uint32_t>(k);
-        }
+        uint32_t n = ev.type == MSMS_T_HOST && is_true_attr(ev, "import") ? msmemscope::attr_blocks(ev) : 1u;
         blocks_.emplace(ev.allocation_id, Block{ev.size, s, false, n});
         sites_[s].live_bytes += static_cast<int64_t>(ev.size);
         sites_[s].live_blocks += n;

@@ -105,22 +105,6 @@ bool has_true(const msms_event& ev, const char* key) {
 
 bool is_shadow(const msms_event& ev) { return has_true(ev, "shadow"); }
 
-// The blocks a row of the imports' heap stands for (its Attr blocks; 1 without).
-uint32_t blocks_of(const msms_event& ev) {
-    for (uint32_t i = 0; i < ev.attr_count; ++i) {
-        const msms_kv& a = ev.attrs[i];
-        if (a.key.size != 6 || memcmp(a.key.data, "blocks", 6) != 0) continue;
-        uint64_t n = 0;
-        for (uint32_t j = 0; j < a.value.size; ++j) {
-            char c = a.value.data[j];
-            if (c < '0' || c > '9' || n > UINT32_MAX / 10) return 1;
-            n = n * 10 + static_cast<uint64_t>(c - '0');
-        }
-        return n == 0 || n > UINT32_MAX ? 1u : static_cast<uint32_t>(n);
-    }
-    return 1;
-}
-
 // Where a shadow block came from (kBeforeStart or kImport); nullptr: not a shadow.
 const char* shadow_origin(const msms_event& ev) {
     if (!is_shadow(ev)) return nullptr;
@@ -368,7 +352,7 @@ private:
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
             const char* shadow = shadow_origin(ev);
             d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
-                                                  stack_of(ev), shadow == kImport ? blocks_of(ev) : 1u, shadow});
+                                                  stack_of(ev), shadow == kImport ? msmemscope::attr_blocks(ev) : 1u, shadow});
         }
     }
 

@@ -69,6 +69,20 @@ inline std::string_view attr(const msms_event& ev, std::string_view key) {
     return {};
 }
 
+// The blocks a row stands for: its Attr blocks (the imports' heap, Attr
+// import:true, is one row for many host blocks: framework/agent/import_fold.h),
+// 1 for every other row or a value that is not a positive 32-bit number.
+inline uint32_t attr_blocks(const msms_event& ev) {
+    std::string_view v = attr(ev, "blocks");
+    if (v.empty() || v.size() > 10) return 1;
+    uint64_t n = 0;
+    for (char c : v) {
+        if (c < '0' || c > '9') return 1;
+        n = n * 10 + static_cast<uint64_t>(c - '0');
+    }
+    return n == 0 || n > UINT32_MAX ? 1u : static_cast<uint32_t>(n);
+}
+
 // The validated options of one plugin instance (every declared option is
 // present, defaults filled in by the host).
 class Options {
