@@ -154,6 +154,34 @@ def test_leaked_view_is_the_leak_analysis(leak_run):
     assert '>Leaked (leaks analysis)</button>' in dom
 
 
+def test_imports_heap_is_as_many_blocks_as_it_stands_for(leak_run):
+    """Python's import-time heap is one row for many blocks (Attr blocks:
+    framework/agent/import_fold.h): the page lists it under its own name and
+    counts the blocks that row stands for, as the console and the leak
+    analysis do, not one."""
+    tmp, p, d = leak_run
+    data = page_data(only(d.glob("report_*.html")))
+    host = device(data, "cpu host memory")
+    db = only(list(d.glob("device_*/dump/*.db")) or list(d.glob("**/*.db")))
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        attrs = [a for (a,) in con.execute("""SELECT Attr FROM memscope_dump WHERE Event='MALLOC' AND "Event Type"='HOST'""")
+                 if re.search(r'"?import"?:"?true', a)]
+    finally:
+        con.close()
+    heaps = {(int(re.search(r'"?blocks"?:"?(\d+)', a).group(1)), int(re.search(r'"?size"?:"?(\d+)', a).group(1)))
+             for a in attrs}
+    assert heaps, "no row of the imports' heap"
+    (row,) = [r for r in host["at_peak"] if r["stack"] == "(no stack) while importing Python modules"]
+    assert (row["count"], row["bytes"]) in heaps, (row, sorted(heaps)[-3:])
+    assert row["count"] > 10000  # import torch: ~300 k blocks, not one
+    m = re.search(r"^  cpu/HOST: Python imports left up to (\d+) block\(s\)", p.stdout, re.M)
+    assert m and int(m.group(1)) == max(b for b, _ in heaps), p.stdout
+    # the blocks live at the end count it the same way: the leak analysis's exit blocks are among them
+    exit_blocks = sum(int(f["count"]) for f in db_findings(d, "leaks") if f["kind"] == "exit")
+    assert exit_blocks <= host["live"] < exit_blocks + 1000, (host["live"], exit_blocks)
+
+
 def test_default_device_labels_and_folded_wrappers(leak_run):
     """The page opens the flame graph on the device with the most memory that
     has a stack at its peak (the framework pools, not the host whose peak

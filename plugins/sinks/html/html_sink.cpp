@@ -84,6 +84,7 @@ struct Block {
     uint32_t site;
     uint32_t bound;  // step and mark boundaries seen before the MALLOC
     uint16_t cat;
+    uint32_t n;      // the blocks it stands for: the imports' heap is one row for many (Attr blocks)
 };
 
 // A row of the leaks analyzer's findings, as the page needs it.
@@ -481,6 +482,7 @@ private:
         if (ev.c_stack_id || ev.py_stack_id) key = (ev.c_stack_id * 0x9E3779B97F4A7C15ull) ^ (ev.py_stack_id << 1) ^ 1;
         else if (ev.c_stack.size || ev.py_stack.size) key = std::hash<std::string_view>()(view(ev.c_stack)) ^
                                                            (std::hash<std::string_view>()(view(ev.py_stack)) << 1);
+        else if (import_heap(ev)) key = 0x2000 + ev.type;  // the imports' heap: a site of its own
         else key = 0x1000 + ev.type;  // no stack: one site per pool
         auto it = site_index_.find(key);
         if (it != site_index_.end()) return it->second;
@@ -491,6 +493,7 @@ private:
         }
         Site s;
         if (key == ~0ull) s.text = "(other sites)";
+        else if (key == 0x2000u + ev.type) s.text = "(no stack) while importing Python modules";
         else if (!ev.c_stack.size && !ev.py_stack.size) {
             const char* t = msms_event_type_name(ev.type);
             s.text = std::string("(no stack) ") + (t ? t : "");
@@ -512,6 +515,9 @@ private:
     // charted with the framework pools only. The host block's peak and
     // sample wait for the next memory event, which may be that block.
     bool host_heap(const msms_event& ev) const { return ev.type == MSMS_T_HOST; }
+    static bool import_heap(const msms_event& ev) {
+        return ev.type == MSMS_T_HOST && msmemscope::attr(ev, "import") == "true";
+    }
     void settle_host_pending() {
         if (!pending_host_) return;
         Device* d = pending_host_;
@@ -538,7 +544,7 @@ private:
         hd->live.erase(it);
         live_id_.erase(b.id);
         release(*hd, b);
-        sites_[b.site].count--;
+        sites_[b.site].count -= b.n;
         sites_[b.site].bytes -= b.size;
         hd->site_bytes[b.site] -= b.size;
         if (hd->mallocs) --hd->mallocs;
@@ -559,7 +565,7 @@ private:
             ++d.mallocs;
             uint16_t c = category(d, ev);
             uint32_t s = site(ev);
-            Block b{ev.size, ev.timestamp_ns, seq_, ev.id, s, bounds_, c};
+            Block b{ev.size, ev.timestamp_ns, seq_, ev.id, s, bounds_, c, import_heap(ev) ? msmemscope::attr_blocks(ev) : 1u};
             auto key = ev.allocation_id ? ev.allocation_id : (ev.ptr | (1ull << 63));
             auto [it, inserted] = d.live.emplace(key, b);
             if (!inserted) {  // an id seen twice: replace the old state
@@ -570,11 +576,11 @@ private:
             if (ev.id) live_id_[ev.id] = {&d, key};
             d.cur[c] += static_cast<int64_t>(ev.size);
             d.total += static_cast<int64_t>(ev.size);
-            sites_[s].count++;
+            sites_[s].count += b.n;
             sites_[s].bytes += ev.size;
             d.site_bytes[s] += ev.size;
             sites_[s].live_bytes += ev.size;
-            sites_[s].live_count++;
+            sites_[s].live_count += b.n;
             if (host_heap(ev)) {
                 host_ptr_[hkey(ev)] = {&d, key};
                 pending_host_ = &d;
@@ -638,7 +644,7 @@ private:
         d.cur[b.cat] -= static_cast<int64_t>(b.size);
         d.total -= static_cast<int64_t>(b.size);
         sites_[b.site].live_bytes -= b.size;
-        sites_[b.site].live_count--;
+        sites_[b.site].live_count -= b.n;
     }
 
     void sample(Device& d, uint64_t ts) {
@@ -688,8 +694,8 @@ private:
             if (b.seq > d.peak_seq) return;
             auto& g = groups[{b.site, b.cat}];
             g.first += b.size;
-            g.second++;
-            ++n;
+            g.second += b.n;
+            n += b.n;
         };
         for (auto& [id, b] : d.live) add(b);
         for (auto& b : d.freed_since_peak) add(b);
@@ -883,11 +889,13 @@ private:
         o += "],\"devices\":[";
         for (size_t di = 0; di < devices_.size(); ++di) {
             Device& d = *devices_[di];
+            uint64_t live_blocks = 0;  // the imports' heap counts as the blocks it stands for
+            for (auto& [id, b] : d.live) live_blocks += b.n;
             if (di) o += ',';
             o += "{\"label\":";
             jstr(o, d.label);
             o += ",\"peak\":" + std::to_string(d.peak) + ",\"peak_t\":" + std::to_string(d.peak_ts - std::min(d.peak_ts, base_)) +
-                 ",\"final\":" + std::to_string(d.total) + ",\"live\":" + std::to_string(d.live.size()) +
+                 ",\"final\":" + std::to_string(d.total) + ",\"live\":" + std::to_string(live_blocks) +
                  ",\"mallocs\":" + std::to_string(d.mallocs) + ",\"frees\":" + std::to_string(d.frees) + ",\"cats\":[";
             for (size_t c = 0; c < d.cats.size(); ++c) {
                 if (c) o += ',';
