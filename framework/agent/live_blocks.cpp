@@ -146,14 +146,15 @@ uint64_t Table::drain(void (*fn)(const Block&, void*), void* ctx) {
 }
 
 void Table::rebuild_filter() {
-    filter_valid_.store(false, std::memory_order_release);
-    uint64_t* f = filter_.load(std::memory_order_acquire);
     const size_t bytes = size_t{1} << (kFilterBits - 3);
+    uint64_t*& f = filter_bufs_[filter_next_];
     if (!f) {
         void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) return;  // no filter: every lookup goes to the levels
+        if (m == MAP_FAILED) {  // no filter: every lookup goes to the levels
+            filter_.store(nullptr, std::memory_order_release);
+            return;
+        }
         f = static_cast<uint64_t*>(m);
-        filter_.store(f, std::memory_order_release);
     } else {
         std::memset(f, 0, bytes);
     }
@@ -168,12 +169,13 @@ void Table::rebuild_filter() {
             f[b >> 6] |= uint64_t{1} << (b & 63);
         }
     }
-    filter_valid_.store(true, std::memory_order_release);
+    filter_.store(f, std::memory_order_release);
+    filter_next_ ^= 1;
 }
 
 bool Table::maybe_holds(uint16_t type, uint64_t ptr) const {
-    if (!filter_valid_.load(std::memory_order_acquire)) return true;
-    const uint64_t* f = filter_.load(std::memory_order_relaxed);
+    const uint64_t* f = filter_.load(std::memory_order_acquire);
+    if (!f) return true;
     uint64_t b = filter_bit(key_of(type, ptr));
     return (f[b >> 6] >> (b & 63)) & 1;
 }

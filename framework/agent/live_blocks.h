@@ -58,7 +58,7 @@ public:
     // every key it held then: a block added afterwards must not be looked
     // up through it. false from maybe_holds: not held.
     void rebuild_filter();
-    void drop_filter() { filter_valid_.store(false, std::memory_order_release); }
+    void drop_filter() { filter_.store(nullptr, std::memory_order_release); }
     bool maybe_holds(uint16_t type, uint64_t ptr) const;
 
 private:
@@ -71,8 +71,12 @@ private:
     std::atomic<int64_t> held_[kLevels] = {};  // keys per level (not tombstones)
     std::atomic<int> top_{-1};                 // the highest level made so far
     std::atomic<uint64_t> overflow_{0};
+    // The filter lookups read (null: none); rebuilt into the other buffer,
+    // so a lookup reads one being cleared only if it stalls through a whole
+    // rebuild.
     std::atomic<uint64_t*> filter_{nullptr};
-    std::atomic<bool> filter_valid_{false};
+    uint64_t* filter_bufs_[2] = {nullptr, nullptr};
+    int filter_next_ = 0;
 };
 
 // The table of blocks allocated while collection is off.
