@@ -325,6 +325,12 @@ std::string gdb_failure(pid_t pid, const GdbRun& r) {
         return "cannot attach to " + p + ": ptrace is not permitted; " + ptrace_hint();
     if (o.find("ptrace: No such process") != std::string::npos || !alive(pid))
         return p + " exited during the attach (nothing was collected)";
+    if (o.find("MSMS_CALL_INTERRUPTED") != std::string::npos)
+        return "cannot attach to " + p + ": loading the agent into it did not finish within the attach timeout "
+               "(MSMEMSCOPE_ATTACH_TIMEOUT_S); the call was left running in it";
+    if (o.find("MSMS_NO_ENTRY") != std::string::npos)
+        return "cannot attach to " + p + ": the agent loaded into it has no msms_agent_attach_running (another "
+               "msmemscope's agent?)";
     if (r.timed_out)
         return p + " made no call to malloc, free, calloc or realloc within the attach timeout (it may be "
                    "blocked or sleeping): not attached, it runs on untouched; try again while it works";
@@ -395,13 +401,14 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::st
     body += "if $msms_h == 0\n" + c.call("dlerror", {}) +
             "printf \"MSMS_DLOPEN_FAILED %s\\n\", (char*)$rax\nelse\n";
     body += c.call("dlsym", {"$msms_h", c.str(1)}) + "set $msms_f = $rax\n";
+    body += "if $msms_f == 0\nprintf \"MSMS_NO_ENTRY\\n\"\nelse\n";
     body += c.call("$msms_f", {c.str(2), c.str(3), c.str(4), c.str(5), std::to_string(what.steps),
                                std::to_string(getpid())}) +
             "printf \"MSMS_RC=%d\\n\", (int)$rax\n";
     body += c.call("dlsym", {"$msms_h", c.str(6)}) + "set $msms_r = $rax\n";
     body += "if $msms_r != 0\n" + c.call("$msms_r", {}) +
             "printf \"MSMS_REPORT\\n%sMSMS_REPORT_END\\n\", (char*)$rax\nend\n";
-    body += "end\n";
+    body += "end\nend\n";
     std::string s = at_malloc_entry(body);
     std::string err;
     std::string script = write_script(what.dir, "attach.gdb", s, err);
