@@ -46,7 +46,13 @@ class _ImportScopes:
     prefixes, site-packages or this package) is an import scope for the
     agent, and so is everything it imports in turn. The program's own
     modules are not: their allocations are recorded as usual (the
-    installation's modules they import get their own scopes)."""
+    installation's modules they import get their own scopes).
+
+    While an outermost scope runs, the thread's profile function (Python
+    stacks) is off unless trace records are wanted (ext.profile_pause,
+    bindings/src/py_trace.h): the import machinery's calls need no stack of
+    their own, and a stack asked for meanwhile is read from the interpreter's
+    frames."""
 
     def __init__(self, ext):
         self.ext = ext
@@ -83,11 +89,14 @@ class _ImportScopes:
             if depth == 0 and not scopes.installation(spec):
                 return original(spec)
             local.depth = depth + 1
+            paused = depth == 0 and ext.profile_pause()
             ext.import_enter()
             try:
                 return original(spec)
             finally:
                 ext.import_leave()
+                if paused:
+                    ext.profile_resume()
                 local.depth = depth
                 if depth == 0 and getattr(local, "pending", None):
                     due, local.pending = local.pending, []

@@ -613,6 +613,8 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("import_leave", [] {
         if (g_agent_loaded && g_agent.import_leave) g_agent.import_leave();
     });
+    m.def("profile_pause", [] { return msms_py::profile_pause(); });
+    m.def("profile_resume", [] { msms_py::profile_resume(); });
     m.def("import_finalizing", [] {
         if (g_agent_loaded && g_agent.import_finalizing) g_agent.import_finalizing();
     });

@@ -285,12 +285,56 @@ uint32_t g_autograd_n = 0;
 int g_autograd_depth = 0;  // changed with the GIL held
 std::atomic<bool> g_autograd_active{false};
 
+// Import pauses (profile_pause): the profile state a thread set aside
+// while it loads a module of the Python installation, and how many threads
+// have one (the stack provider looks at its thread-local only then).
+thread_local PyObject* t_paused = nullptr;
+std::atomic<int> g_paused_threads{0};
+
+#ifdef MSMS_FRAME_CODE_DIRECT
+// A str's UTF-8 text when it has one without allocating (ASCII, or UTF-8
+// made before), else "?": read by a thread that may not hold the GIL.
+inline const char* utf8_now(PyObject* s) {
+    if (!s || !PyUnicode_Check(s) || !PyUnicode_IS_READY(s)) return "?";
+    if (PyUnicode_IS_COMPACT_ASCII(s)) return reinterpret_cast<const char*>(reinterpret_cast<PyASCIIObject*>(s) + 1);
+    const char* u = reinterpret_cast<PyCompactUnicodeObject*>(s)->utf8;
+    return u ? u : "?";
+}
+
+// Interned frames, innermost first, of the interpreter's own frame chain of
+// `ts` (a paused thread: no shadow stack is kept meanwhile). As frames_of:
+// the thread is the caller, stopped in C code; nothing here allocates or
+// needs the GIL. Same text as frames_of for the same frame.
+uint32_t frames_of_interpreter(PyThreadState* ts, uint64_t* out, uint32_t max) {
+    uint32_t n = 0;
+    char buf[1024];
+    for (_PyInterpreterFrame* f = ts->cframe ? ts->cframe->current_frame : nullptr; f && n < max; f = f->previous) {
+        if (_PyFrame_IsIncomplete(f)) continue;
+        PyCodeObject* code = f->f_code;
+        const char* file = utf8_now(code->co_filename);
+        bool skip = false;
+        for (auto& p : g_skip_prefixes)
+            if (strncmp(file, p.c_str(), p.size()) == 0) skip = true;
+        if (skip) continue;
+        int line = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT)));
+        snprintf(buf, sizeof(buf), "%s(%d): %s", file, line, utf8_now(code->co_name));
+        if (uint64_t id = g_agent.intern(buf)) out[n++] = id;
+    }
+    return n;
+}
+#endif
+
 // --call-stack=python: the calling thread's frames, innermost first, from
 // its own shadow stack (no Python API that allocates or needs the GIL);
 // a thread without Python frames inside a backward() gets that call's stack.
 uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
-    Shadow* sh = shadow_of(own_thread_state());
+    PyThreadState* ts = own_thread_state();
+    Shadow* sh = shadow_of(ts);
     if (sh && sh->depth > 0) return frames_of(sh, out, max);
+#ifdef MSMS_FRAME_CODE_DIRECT
+    if (ts && g_paused_threads.load(std::memory_order_relaxed) > 0 && t_paused)
+        return frames_of_interpreter(ts, out, max);
+#endif
     if (!g_autograd_active.load(std::memory_order_acquire)) return 0;
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
@@ -381,6 +425,36 @@ void profile_stop_emit(bool forced_only) {
     }
 }
 
+bool profile_pause() {
+#ifdef MSMS_FRAME_CODE_DIRECT
+    PyThreadState* ts = PyThreadState_Get();
+    if (t_paused || g_trace_emit.load(std::memory_order_relaxed) || ts->c_profilefunc != &profile_func ||
+        !ts->c_profileobj)
+        return false;
+    auto* st = reinterpret_cast<ProfileState*>(ts->c_profileobj);
+    if (st->generation != g_generation) return false;
+    t_paused = ts->c_profileobj;
+    Py_INCREF(t_paused);  // the shadow stack lives on while the function is off
+    g_paused_threads.fetch_add(1, std::memory_order_relaxed);
+    if (_PyEval_SetProfile(ts, nullptr, nullptr) < 0) PyErr_Clear();
+    return true;
+#else
+    return false;
+#endif
+}
+
+void profile_resume() {
+    PyObject* o = t_paused;
+    if (!o) return;
+    t_paused = nullptr;
+    g_paused_threads.fetch_sub(1, std::memory_order_relaxed);
+    PyThreadState* ts = PyThreadState_Get();
+    // Not over a profile function set meanwhile (ours, renewed by a
+    // start(), or the program's own sys.setprofile).
+    if (!ts->c_profilefunc && _PyEval_SetProfile(ts, profile_func, o) < 0) PyErr_Clear();
+    Py_DECREF(o);
+}
+
 void profile_uninstall() {
     if (g_profile_installed) {
         if (g_agent_loaded) g_agent.set_py_provider(nullptr);
@@ -397,8 +471,12 @@ void profile_uninstall() {
 void autograd_enter() {
     if (!g_profile_installed || !g_agent_loaded) return;
     uint64_t frames[kMaxAutograd];
-    Shadow* sh = shadow_of(own_thread_state());
+    PyThreadState* ts = own_thread_state();
+    Shadow* sh = shadow_of(ts);
     uint32_t n = sh ? frames_of(sh, frames, kMaxAutograd) : 0;
+#ifdef MSMS_FRAME_CODE_DIRECT
+    if (!sh && t_paused) n = frames_of_interpreter(ts, frames, kMaxAutograd);
+#endif
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
     if (g_autograd_depth++ == 0 || n) {

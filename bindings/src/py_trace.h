@@ -21,6 +21,16 @@ bool profile_install_thread();
 void profile_stop_emit(bool forced_only);
 // Removes the profile function and the stack provider.
 void profile_uninstall();
+// The calling thread's profile function off (true) or not (false: no
+// profile function of ours on it, trace records wanted, or not CPython
+// 3.11) until profile_resume(): the boot's import scopes of the Python
+// installation (bindings/msmemscope/_boot.py), where the interpreter would
+// otherwise make a frame object for each call of the import machinery for
+// a stack nothing asks for (their host blocks are folded). Its shadow stack
+// is kept; a Python stack asked for meanwhile is read from the interpreter's
+// own frames. The GIL held; one pause per thread at a time.
+bool profile_pause();
+void profile_resume();
 // Around backward() / autograd.grad() (the GIL held): remembers the
 // caller's Python stack for allocations on threads without Python frames
 // (autograd engine threads of a device); nests.

@@ -173,3 +173,62 @@ def test_body_rows_and_leak_figures_are_the_same(both):
     for rows in (fold, record):
         (leak,) = host(rows, "MALLOC", BODY_LEAK)
         assert leak["attr"].get("owner") == "HOST" and "prog.py" in leak["Call Stack(Python)"]
+
+
+# While an installed module is imported the thread's profile function is off
+# (no frame object per call of the import machinery; _boot.py, py_trace.h):
+# a tensor made meanwhile still gets its exact Python stack, read from the
+# interpreter's own frames, the same text as the profile function's stack.
+PAUSE_MOD = """
+    import sys
+    import torch
+
+    PROFILE = type(sys.getprofile()).__name__
+
+
+    def make(n):
+        return torch.empty(n, dtype=torch.uint8)
+
+
+    T = make(12345)
+"""
+PAUSE_PROGRAM = """
+    import sys
+    import torch
+    import pause_probe
+    after = torch.empty(54321, dtype=torch.uint8)
+    print("profile", pause_probe.PROFILE, type(sys.getprofile()).__name__)
+"""
+
+
+def run_pause(tmp_path, mode):
+    work = tmp_path / mode
+    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "pause_probe.py").write_text(textwrap.dedent(PAUSE_MOD))
+    (work / "prog.py").write_text(textwrap.dedent(PAUSE_PROGRAM))
+    args = ["--device=cpu", "--events=alloc,free", "--call-stack=python", "--output-path=out"]
+    if mode == "record":
+        args.append("--plugin-option=host_heap.python_imports=record")
+    p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (procdir,) = process_dirs(work / "out")
+    stacks = {r["attr"]["size"]: r["Call Stack(Python)"] for r in read_rows(procdir)
+              if r["Event"] == "MALLOC" and r["Event Type"] == "PTA" and r["attr"].get("size") in ("12345", "54321")}
+    return p.stdout, stacks, site
+
+
+def test_tensor_made_in_installed_import_has_exact_stack(tmp_path):
+    pytest.importorskip("torch")
+    fold_out, fold, site = run_pause(tmp_path, "fold")
+    record_out, record, _ = run_pause(tmp_path, "record")
+    # fold: the profile function was off inside the installed module's import, back after it
+    assert "profile NoneType _ProfileState" in fold_out, fold_out
+    assert "profile _ProfileState _ProfileState" in record_out, record_out
+    probe = site / "pause_probe.py"
+    inner = fold["12345"].splitlines()
+    assert inner[:2] == [f"{probe}(9): make", f"{probe}(12): <module>"], fold["12345"]
+    assert inner[-1].endswith("prog.py(4): <module>"), fold["12345"]
+    assert fold["54321"].splitlines() == [str(tmp_path / "fold" / "prog.py") + "(5): <module>"], fold["54321"]
+    # the same text as the profile function's own stacks (record: no scope, no pause)
+    assert fold["12345"] == record["12345"].replace(str(tmp_path / "record"), str(tmp_path / "fold"))
