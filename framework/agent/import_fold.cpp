@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "channel.h"
+#include "fold_map.h"
 #include "live_blocks.h"
 
 namespace msms::agent {
@@ -20,10 +21,8 @@ namespace msms::agent::import_fold {
 namespace {
 
 __thread uint32_t t_depth __attribute__((tls_model("initial-exec")));
-// Threads inside a scope now.
-std::atomic<int> g_open{0};
 // The folded blocks held now and their bytes.
-live_blocks::Table g_table;
+fold_map::Map g_map;
 std::atomic<int64_t> g_blocks{0}, g_bytes{0};
 // The interpreter is shutting down (after the program's atexit handlers).
 std::atomic<bool> g_finalizing{false};
@@ -34,12 +33,8 @@ int64_t g_pub_blocks = 0, g_pub_bytes = 0;
 
 bool forget(uint64_t ptr) {
     if (g_blocks.load(std::memory_order_relaxed) <= 0) return false;
-    // No import running: the filter built when the last one ended answers
-    // most frees of the program's own blocks with one read (instead of two
-    // cache lines per level of the table: ~3% of a training loop).
-    if (g_open.load(std::memory_order_acquire) == 0 && !g_table.maybe_holds(MSMS_T_HOST, ptr)) return false;
     uint64_t size = 0;
-    if (!g_table.note_free(MSMS_T_HOST, ptr, &size)) return false;
+    if (!g_map.take(ptr, &size)) return false;
     g_blocks.fetch_sub(1, std::memory_order_relaxed);
     g_bytes.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
     return true;
@@ -49,7 +44,7 @@ bool forget(uint64_t ptr) {
 
 bool alloc(uint64_t ptr, uint64_t size) {
     if (t_depth == 0) return false;
-    if (!g_table.note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, size, /*count_overflow=*/false)) return false;
+    if (!g_map.put(ptr, size)) return false;
     g_blocks.fetch_add(1, std::memory_order_relaxed);
     g_bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
     return true;
@@ -92,19 +87,6 @@ void publish() {
     --t.depth;
 }
 
-// This thread's outermost import ended: the last one running rebuilds the
-// filter (one at a time: g_writing), the others leave it to the last.
-void leave_last() {
-    Tls& t = tls();
-    ++t.depth;
-    while (g_writing.test_and_set(std::memory_order_acquire)) {
-    }
-    if (g_open.fetch_sub(1, std::memory_order_acq_rel) == 1 && g_blocks.load(std::memory_order_relaxed) > 0)
-        g_table.rebuild_filter();
-    g_writing.clear(std::memory_order_release);
-    --t.depth;
-}
-
 void after_fork() {
     g_writing.clear(std::memory_order_relaxed);  // a thread of the parent may have held it
     g_published = false;
@@ -118,7 +100,7 @@ using namespace msms::agent;
 extern "C" {
 
 __attribute__((visibility("default"))) void msms_agent_import_enter(void) {
-    if (import_fold::t_depth++ == 0) import_fold::g_open.fetch_add(1, std::memory_order_acq_rel);
+    ++import_fold::t_depth;
 }
 
 __attribute__((visibility("default"))) void msms_agent_import_leave(void) {
@@ -126,7 +108,6 @@ __attribute__((visibility("default"))) void msms_agent_import_leave(void) {
     if (--import_fold::t_depth != 0) return;
     // Collection off: written when it starts (msms_agent_start).
     import_fold::publish();
-    import_fold::leave_last();
 }
 
 __attribute__((visibility("default"))) void msms_agent_import_finalizing(void) {

@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <cstddef>
-#include <cstring>
 
 namespace msms::agent::live_blocks {
 namespace {
@@ -29,12 +28,6 @@ inline void buckets_of(uint64_t key, int bits, uint64_t& a, uint64_t& b) {
     a = ((key >> 5) & mask) * kWays;
     key ^= key >> 29;
     b = ((key * 0xC2B2AE3D27D4EB4Full) >> (64 - bucket_bits)) * kWays;
-}
-
-constexpr int kFilterBits = 23;  // 1 MiB of bits
-inline uint64_t filter_bit(uint64_t key) {
-    key ^= key >> 31;
-    return (key * 0xD6E8FEB86659FD93ull) >> (64 - kFilterBits);
 }
 
 inline bool too_full(int64_t held, int bits) { return held >= (int64_t{7} << bits) / 8; }
@@ -143,41 +136,6 @@ uint64_t Table::drain(void (*fn)(const Block&, void*), void* ctx) {
         }
     }
     return overflow_.exchange(0, std::memory_order_relaxed);
-}
-
-void Table::rebuild_filter() {
-    const size_t bytes = size_t{1} << (kFilterBits - 3);
-    uint64_t*& f = filter_bufs_[filter_next_];
-    if (!f) {
-        void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) {  // no filter: every lookup goes to the levels
-            filter_.store(nullptr, std::memory_order_release);
-            return;
-        }
-        f = static_cast<uint64_t*>(m);
-    } else {
-        std::memset(f, 0, bytes);
-    }
-    for (int l = 0; l < kLevels; ++l) {
-        Slot* t = level(l, false);
-        if (!t || held_[l].load(std::memory_order_relaxed) == 0) continue;
-        const size_t n = size_t{1} << kLevelBits[l];
-        for (size_t i = 0; i < n; ++i) {
-            uint64_t k = t[i].key.load(std::memory_order_relaxed);
-            if (k <= kBusy) continue;
-            uint64_t b = filter_bit(k);
-            f[b >> 6] |= uint64_t{1} << (b & 63);
-        }
-    }
-    filter_.store(f, std::memory_order_release);
-    filter_next_ ^= 1;
-}
-
-bool Table::maybe_holds(uint16_t type, uint64_t ptr) const {
-    const uint64_t* f = filter_.load(std::memory_order_acquire);
-    if (!f) return true;
-    uint64_t b = filter_bit(key_of(type, ptr));
-    return (f[b >> 6] >> (b & 63)) & 1;
 }
 
 uint64_t Table::size() const {

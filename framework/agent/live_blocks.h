@@ -4,7 +4,7 @@
 //    live is written as a MALLOC with Attr shadow:true (upstream's shadow
 //    events, COMPAT §8), so that its later FREE pairs with a MALLOC and the
 //    leak report knows it (the namespace functions below: one such table);
-//  * the host blocks of Python imports (import_fold.cpp keeps its own Table).
+//  * the large host blocks of Python imports (fold_map.h keeps its own Table).
 //
 // Memory hooks report to the first only while collection is off
 // (msms_agent_enter() returned 0); the collecting hot path never touches it.
@@ -52,14 +52,6 @@ public:
     uint64_t drain(void (*fn)(const Block&, void*), void* ctx);
     // Blocks held now (tests).
     uint64_t size() const;
-    // A filter of the keys held now (a bit per hash bucket, 1 MiB), built
-    // by one thread while no other adds blocks (import_fold.cpp: when the
-    // last import ended). Until the next rebuild it answers "maybe" for
-    // every key it held then: a block added afterwards must not be looked
-    // up through it. false from maybe_holds: not held.
-    void rebuild_filter();
-    void drop_filter() { filter_.store(nullptr, std::memory_order_release); }
-    bool maybe_holds(uint16_t type, uint64_t ptr) const;
 
 private:
     struct Slot {
@@ -71,12 +63,6 @@ private:
     std::atomic<int64_t> held_[kLevels] = {};  // keys per level (not tombstones)
     std::atomic<int> top_{-1};                 // the highest level made so far
     std::atomic<uint64_t> overflow_{0};
-    // The filter lookups read (null: none); rebuilt into the other buffer,
-    // so a lookup reads one being cleared only if it stalls through a whole
-    // rebuild.
-    std::atomic<uint64_t*> filter_{nullptr};
-    uint64_t* filter_bufs_[2] = {nullptr, nullptr};
-    int filter_next_ = 0;
 };
 
 // The table of blocks allocated while collection is off.

@@ -139,11 +139,11 @@ TEST_CASE("collection off when the import ends: the heap is written when it star
     reset({0x8000});
 }
 
-TEST_CASE("between imports a free is answered by the filter; blocks of a later import are still found") {
+TEST_CASE("between imports a free of the program's own block is not folded; blocks of a later import are found") {
     reset();
     msms_agent_import_enter();
     CHECK(fold::alloc(0xd000, 1));
-    msms_agent_import_leave();  // the filter is built now
+    msms_agent_import_leave();
     CHECK_FALSE(fold::release(0xd100));  // not an import's block
     msms_agent_import_enter();
     CHECK(fold::alloc(0xd200, 2));
@@ -152,7 +152,7 @@ TEST_CASE("between imports a free is answered by the filter; blocks of a later i
     std::thread([] { CHECK(fold::release(0xd200)); }).join();  // freed while the import runs, on another thread
     CHECK(fold::alloc(0xd300, 3));
     msms_agent_import_leave();
-    CHECK(fold::release(0xd300));  // made in the later import: found after the filter's rebuild
+    CHECK(fold::release(0xd300));  // made in the later import
     CHECK(fold::release(0xd000));
     reset();
 }

@@ -104,17 +104,3 @@ TEST_CASE("a table of its own: a free hands back the block's size; 400000 live b
     CHECK(rest.size() == kLive / 2);
     CHECK(t.size() == 0);
 }
-
-TEST_CASE("the filter says 'maybe' for every block held when it was built, and 'no' for most others") {
-    static lb::Table t;
-    CHECK(t.maybe_holds(MSMS_T_HOST, 0x1234560));  // no filter yet: maybe
-    for (uint64_t i = 0; i < 300000; ++i) REQUIRE(t.note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x40000000ull + i * 64, 1));
-    t.rebuild_filter();
-    for (uint64_t i = 0; i < 300000; ++i) REQUIRE(t.maybe_holds(MSMS_T_HOST, 0x40000000ull + i * 64));
-    uint64_t maybe = 0;
-    for (uint64_t i = 0; i < 100000; ++i) maybe += t.maybe_holds(MSMS_T_HOST, 0x90000000ull + i * 48);
-    CHECK(maybe < 10000);  // ~3.5% expected with 300 k keys in 8 M bits
-    t.drop_filter();
-    CHECK(t.maybe_holds(MSMS_T_HOST, 0x90000000ull));
-    t.drain([](const lb::Block&, void*) {}, nullptr);
-}

@@ -1,0 +1,84 @@
+#include "fold_map.h"
+
+#include <sys/mman.h>
+
+#include <cstddef>
+
+#include <msmemscope/abi.h>
+
+namespace msms::agent::fold_map {
+namespace {
+
+constexpr int kAddrBits = Map::kGranuleBits + Map::kLeafBits + Map::kMidBits + Map::kTopBits;
+static_assert(kAddrBits == 47, "the map covers the user half of a 4-level address space");
+
+inline bool mappable(uint64_t ptr) { return ptr != 0 && (ptr & 15) == 0 && ptr < (uint64_t{1} << kAddrBits); }
+
+void* reserve(size_t bytes) {
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return m == MAP_FAILED ? nullptr : m;
+}
+
+// Publishes a freshly made table at `at` (or takes the one another thread
+// published first and gives its own back).
+template <class T>
+T* publish(std::atomic<T*>& at, size_t bytes) {
+    T* made = static_cast<T*>(reserve(bytes));
+    if (!made) return nullptr;
+    T* expected = nullptr;
+    if (at.compare_exchange_strong(expected, made, std::memory_order_acq_rel, std::memory_order_acquire))
+        return made;
+    munmap(made, bytes);
+    return expected;
+}
+
+}  // namespace
+
+Map::Slot* Map::leaf(uint64_t ptr, bool create) const {
+    std::atomic<Mid*>& top = top_[ptr >> (kGranuleBits + kLeafBits + kMidBits)];
+    Mid* mid = top.load(std::memory_order_acquire);
+    if (!mid) {
+        if (!create || !(mid = publish(top, sizeof(Mid) << kMidBits))) return nullptr;
+    }
+    Mid& at = mid[(ptr >> (kGranuleBits + kLeafBits)) & ((uint64_t{1} << kMidBits) - 1)];
+    Slot* leaf = at.load(std::memory_order_acquire);
+    if (!leaf && create) leaf = publish(at, sizeof(Slot) << kLeafBits);
+    return leaf;
+}
+
+bool Map::put(uint64_t ptr, uint64_t size) {
+    if (!mappable(ptr)) return false;
+    Slot* l = leaf(ptr, true);
+    if (!l) return false;
+    Slot& s = l[(ptr >> kGranuleBits) & ((uint64_t{1} << kLeafBits) - 1)];
+    if (size < kLarge - 1) {
+        s.store(static_cast<uint16_t>(size + 1), std::memory_order_relaxed);
+        return true;
+    }
+    if (!large_.note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, size, /*count_overflow=*/false)) return false;
+    s.store(kLarge, std::memory_order_relaxed);
+    return true;
+}
+
+bool Map::take(uint64_t ptr, uint64_t* size) {
+    if (!mappable(ptr)) return false;
+    Slot* l = leaf(ptr, false);
+    if (!l) return false;
+    Slot& s = l[(ptr >> kGranuleBits) & ((uint64_t{1} << kLeafBits) - 1)];
+    const uint16_t v = s.load(std::memory_order_relaxed);
+    if (v == 0) return false;
+    s.store(0, std::memory_order_relaxed);
+    if (v != kLarge) {
+        *size = v - 1u;
+        return true;
+    }
+    return large_.note_free(MSMS_T_HOST, ptr, size);
+}
+
+bool Map::holds(uint64_t ptr) const {
+    if (!mappable(ptr)) return false;
+    Slot* l = leaf(ptr, false);
+    return l && l[(ptr >> kGranuleBits) & ((uint64_t{1} << kLeafBits) - 1)].load(std::memory_order_relaxed) != 0;
+}
+
+}  // namespace msms::agent::fold_map
