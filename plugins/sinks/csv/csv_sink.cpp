@@ -500,19 +500,33 @@ private:
         done += size;
         host_.progress(std::min(done, total), total, "updating csv");
     }
-    // Replaces each edit's [start, end) by its line and moves what follows,
-    // from the first edit to the end of the file, reading ahead of writing:
+    // Replaces each edit's [start, end) by its line. Edits of the same
+    // length as their rows are written where they are (an owner tag that
+    // came late, ops@aten -> gradient, is most of them: the rest of the file
+    // stays untouched); from the first edit that grows or shrinks its row,
+    // what follows moves, to the end of the file, reading ahead of writing:
     // bytes are written only over bytes already read (what the rows grew by
     // waits in `carry`).
     template <class E>
     static void shift_in_place(int fd, const std::string& path, const std::vector<E>& edits, uint64_t size) {
         constexpr uint64_t kChunk = 8 << 20;
-        uint64_t r = edits.front().start, w = r;
-        std::string carry, chunk;
-        size_t k = 0;
         auto fail = [&](const char* what) {
             throw std::runtime_error(std::string("cannot ") + what + " " + path + ": " + std::strerror(errno));
         };
+        size_t k = 0;
+        for (; k < edits.size() && edits[k].line.size() == edits[k].end - edits[k].start; ++k) {
+            const std::string& line = edits[k].line;
+            size_t put = 0;
+            while (put < line.size()) {
+                ssize_t n = ::pwrite(fd, line.data() + put, line.size() - put, static_cast<off_t>(edits[k].start + put));
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) fail("write");
+                put += static_cast<size_t>(n);
+            }
+        }
+        if (k == edits.size()) return;
+        uint64_t r = edits[k].start, w = r;
+        std::string carry, chunk;
         while (r < size || !carry.empty()) {
             if (k < edits.size() && r == edits[k].start) {
                 carry += edits[k].line;

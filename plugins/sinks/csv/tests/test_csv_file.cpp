@@ -241,3 +241,50 @@ TEST_CASE("csv: the rewrite in place moves later rows by what changed rows shran
     // no temporary beside it
     CHECK(!fs::exists(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv.tmp"));
 }
+
+TEST_CASE("csv: late changes of a row's length only (ops@aten -> gradient) are written in place; one that grows after them moves the rest") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/same_length";
+    const int rows = 20000;
+    auto run = [&](int grow_at) {
+        fs::remove_all(dir);
+        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+        REQUIRE(h.create({{"hold_mib", "0"}}) == MSMS_OK);
+        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+        for (int i = 1; i <= rows; ++i)
+            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                       .id(static_cast<uint64_t>(i))
+                       .at(1000 + static_cast<uint64_t>(i))
+                       .py_stack("row " + std::to_string(i) + "\nframe_a\nframe_b\n")
+                       .attr("allocation_id", std::to_string(i))
+                       .attr("owner", "PTA@ops@aten"));
+        if (grow_at >= 0) {
+            for (uint64_t id = 2; id <= rows; id += 97) REQUIRE(h.annotate(id, "owner", "PTA@gradient") == MSMS_OK);
+            if (grow_at > 0) REQUIRE(h.annotate(static_cast<uint64_t>(grow_at), "owner", "PTA@optimizer_state") == MSMS_OK);
+        }
+        REQUIRE(h.finish() == MSMS_OK);
+        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+    };
+    const std::string plain = run(-1);
+    auto expect = [&](int grow_at) {
+        std::string e = plain;
+        auto tag = [&](uint64_t id, const std::string& owner) {
+            size_t at = e.find("\n" + std::to_string(id) + ",MALLOC,");
+            REQUIRE(at != std::string::npos);
+            size_t a = e.find("owner:PTA@ops@aten}", at);
+            REQUIRE(a != std::string::npos);
+            e.replace(a, std::string("owner:PTA@ops@aten}").size(), "owner:" + owner + "}");
+        };
+        for (uint64_t id = 2; id <= rows; id += 97)
+            if (static_cast<int>(id) != grow_at) tag(id, "PTA@gradient");
+        if (grow_at > 0) tag(static_cast<uint64_t>(grow_at), "PTA@optimizer_state");
+        return e;
+    };
+    std::string got = run(0);  // only same-length changes
+    CHECK(got.size() == plain.size());
+    CHECK(got == expect(0));
+    got = run(rows / 2 + 1);  // same-length ones before and after one that grows
+    CHECK(got.size() == plain.size() + 7);
+    CHECK(got == expect(rows / 2 + 1));
+    got = run(3);  // the first change grows its row
+    CHECK(got == expect(3));
+}
