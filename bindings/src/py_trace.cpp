@@ -292,32 +292,72 @@ thread_local PyObject* t_paused = nullptr;
 std::atomic<int> g_paused_threads{0};
 
 #ifdef MSMS_FRAME_CODE_DIRECT
-// A str's UTF-8 text when it has one without allocating (ASCII, or UTF-8
-// made before), else "?": read by a thread that may not hold the GIL.
-inline const char* utf8_now(PyObject* s) {
-    if (!s || !PyUnicode_Check(s) || !PyUnicode_IS_READY(s)) return "?";
-    if (PyUnicode_IS_COMPACT_ASCII(s)) return reinterpret_cast<const char*>(reinterpret_cast<PyASCIIObject*>(s) + 1);
-    const char* u = reinterpret_cast<PyCompactUnicodeObject*>(s)->utf8;
-    return u ? u : "?";
+// A str as UTF-8 into out (NUL-terminated, cut at a character's end when it
+// does not fit), from its own characters: no allocation, no GIL (the str
+// belongs to a code object a live frame of the calling thread holds).
+void put_utf8(PyObject* s, char* out, size_t cap) {
+    size_t n = 0;
+    if (s && PyUnicode_Check(s) && PyUnicode_IS_READY(s)) {
+        const int kind = PyUnicode_KIND(s);
+        const void* data = PyUnicode_DATA(s);
+        const Py_ssize_t len = PyUnicode_GET_LENGTH(s);
+        for (Py_ssize_t i = 0; i < len; ++i) {
+            const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            char b[4];
+            size_t k = 1;
+            if (c < 0x80) {
+                b[0] = static_cast<char>(c);
+            } else if (c < 0x800) {
+                b[0] = static_cast<char>(0xC0 | (c >> 6));
+                b[1] = static_cast<char>(0x80 | (c & 0x3F));
+                k = 2;
+            } else if (c < 0x10000) {
+                b[0] = static_cast<char>(0xE0 | (c >> 12));
+                b[1] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+                b[2] = static_cast<char>(0x80 | (c & 0x3F));
+                k = 3;
+            } else {
+                b[0] = static_cast<char>(0xF0 | (c >> 18));
+                b[1] = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+                b[2] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+                b[3] = static_cast<char>(0x80 | (c & 0x3F));
+                k = 4;
+            }
+            if (n + k >= cap) break;
+            memcpy(out + n, b, k);
+            n += k;
+        }
+    } else if (cap > 1) {
+        out[n++] = '?';
+    }
+    out[n] = '\0';
 }
 
 // Interned frames, innermost first, of the interpreter's own frame chain of
 // `ts` (a paused thread: no shadow stack is kept meanwhile). As frames_of:
 // the thread is the caller, stopped in C code; nothing here allocates or
-// needs the GIL. Same text as frames_of for the same frame.
+// needs the GIL. Same text as frames_of for the same frame. Nothing is
+// cached: a code object's address says nothing of the code once it was
+// freed and another made there (same file name and line table addresses
+// included: tests/python/test_python_stack_frames.py makes them so).
 uint32_t frames_of_interpreter(PyThreadState* ts, uint64_t* out, uint32_t max) {
     uint32_t n = 0;
-    char buf[1024];
+    char file[768], func[192], buf[1024];
     for (_PyInterpreterFrame* f = ts->cframe ? ts->cframe->current_frame : nullptr; f && n < max; f = f->previous) {
         if (_PyFrame_IsIncomplete(f)) continue;
         PyCodeObject* code = f->f_code;
-        const char* file = utf8_now(code->co_filename);
+        // A frame being popped drops its code last: if that was the code's
+        // last reference, the code is being freed now (its file name and
+        // line table may be gone already).
+        if (Py_REFCNT(code) <= 0) continue;
+        put_utf8(code->co_filename, file, sizeof(file));
         bool skip = false;
         for (auto& p : g_skip_prefixes)
             if (strncmp(file, p.c_str(), p.size()) == 0) skip = true;
         if (skip) continue;
+        put_utf8(code->co_name, func, sizeof(func));
         int line = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT)));
-        snprintf(buf, sizeof(buf), "%s(%d): %s", file, line, utf8_now(code->co_name));
+        snprintf(buf, sizeof(buf), "%s(%d): %s", file, line, func);
         if (uint64_t id = g_agent.intern(buf)) out[n++] = id;
     }
     return n;

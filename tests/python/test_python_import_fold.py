@@ -213,8 +213,15 @@ def run_pause(tmp_path, mode):
     p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     (procdir,) = process_dirs(work / "out")
-    stacks = {r["attr"]["size"]: r["Call Stack(Python)"] for r in read_rows(procdir)
-              if r["Event"] == "MALLOC" and r["Event Type"] == "PTA" and r["attr"].get("size") in ("12345", "54321")}
+    (dump,) = dump_files(procdir)
+    stacks = {}
+    with open(dump, newline="") as f:  # record's dump has every row of `import torch`: only PTA ones parsed
+        for rec in csv.reader(f):
+            if rec[1:3] == ["MALLOC", "PTA"]:
+                row = dict(zip(DUMP_HEADER, rec))
+                size = parse_attr(row["Attr"]).get("size")
+                if size in ("12345", "54321"):
+                    stacks[size] = row["Call Stack(Python)"]
     return p.stdout, stacks, site
 
 

@@ -1,0 +1,193 @@
+"""--call-stack=python: exact "file(line): func" frames where a reader of
+frames can go wrong -- code objects made and freed at the same address over
+and over (a cache keyed by the code's address, its file name's and line
+table's would name the code before: they are all reallocated in turn),
+another thread, a generator, a non-ASCII file name, a frame whose code dies
+as it returns. Both readers: the profile function's shadow stacks (the
+program's own code) and the interpreter's frame chain (bindings/src/
+py_trace.cpp, frames_of_interpreter: while an installed module is imported
+the profile function is off), which must give the same text."""
+import csv
+import re
+import textwrap
+
+import pytest
+
+from conftest import DUMP_HEADER, dump_files, parse_attr, process_dirs, read_dump, run_cli
+
+PY = "/usr/bin/python3"
+CALLS, LINES = 60, 40
+BASE = 20000        # bytearray(BASE + k) on line k + 3 of each generated function
+THREAD_SIZE, GEN_SIZE, MODULE_SIZE = 33333, 44444, 55555
+
+PROGRAM = f"""
+    import sys
+    import threading
+
+    import 模块
+
+    G = {{}}
+    SRC = "def f():\\n    del G['f']\\n" + "".join("    x%d = bytearray(%d)\\n" % (k, {BASE} + k) for k in range({LINES}))
+
+
+    def make(i):
+        ns = {{"G": G}}
+        exec(compile(SRC, "dyn_%d.py" % i, "exec"), ns)
+        G["f"] = ns.pop("f")
+
+
+    for i in range({CALLS}):
+        make(i)
+        G["f"]()  # the frame holds the last references to f and its code: both die as it returns
+
+
+    def worker():
+        keep.append(bytearray({THREAD_SIZE}))  # THREAD LINE
+
+
+    keep = []
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+
+
+    def gen():
+        yield bytearray({GEN_SIZE})  # GEN LINE
+
+
+    for b in gen():  # FOR LINE
+        keep.append(b)
+    keep.append(模块.alloc())  # MODULE CALL LINE
+    print("profile", type(sys.getprofile()).__name__, type(threading.getprofile()).__name__)
+"""
+MODULE = f"""
+    def alloc():
+        return bytearray({MODULE_SIZE})
+"""
+
+
+def line_of(text, marker):
+    for i, line in enumerate(textwrap.dedent(text).splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError(marker)
+
+
+def test_frames_read_from_the_interpreter_are_exact(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(PROGRAM), encoding="utf-8")
+    (tmp_path / "模块.py").write_text(textwrap.dedent(MODULE), encoding="utf-8")
+    p = run_cli(["--device=cpu", "--events=alloc,free", "--call-stack=python", "--analysis=", "--output=out",
+                 "--", PY, "prog.py"], tmp_path, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "profile _ProfileState" in p.stdout, p.stdout
+    (procdir,) = process_dirs(tmp_path / "out")
+    rows = [r for r in read_dump(dump_files(procdir)[0]) if r["Event Type"] == "HOST"]
+    for r in rows:
+        for frame in r["Call Stack(Python)"].splitlines():
+            assert re.fullmatch(r".+\(\d+\): \S+", frame), (frame, r)
+
+    def mallocs(size):
+        return [r for r in rows if r["Event"] == "MALLOC" and r["attr"].get("size") == str(size + 1)]
+
+    def stack(r):
+        return r["Call Stack(Python)"].splitlines()
+
+    call_line = line_of(PROGRAM, 'G["f"]()')
+    # the i-th generated function's blocks name its own file (dyn_i.py), each on its own line, though
+    # every code object is made and freed in turn (likely at the address of the one before)
+    seen = {}
+    for k in range(LINES):
+        ms = mallocs(BASE + k)
+        assert len(ms) == CALLS, (k, len(ms))
+        for i, r in enumerate(ms):
+            s = stack(r)
+            assert s[0] == f"dyn_{i}.py({k + 3}): f" and s[1] == f"{prog}({call_line}): <module>" and len(s) == 2, s
+            seen[(i, k)] = r["attr"]["allocation_id"]
+    # their frees (the frame's locals cleared as it returns) name the calling line
+    frees = {r["attr"]["allocation_id"]: r for r in rows if r["Event"] == "FREE"}
+    for (i, k), aid in seen.items():
+        assert stack(frees[aid])[-1] == f"{prog}({call_line}): <module>", stack(frees[aid])
+    # another thread: its own frames, innermost first, down to threading's bootstrap
+    (t,) = mallocs(THREAD_SIZE)
+    s = stack(t)
+    assert s[0] == f"{prog}({line_of(PROGRAM, 'THREAD LINE')}): worker", s
+    assert s[-1].endswith("): _bootstrap") and "threading.py" in s[-1], s
+    # a generator's frame, then the loop that resumed it
+    (g,) = mallocs(GEN_SIZE)
+    assert stack(g) == [f"{prog}({line_of(PROGRAM, 'GEN LINE')}): gen", f"{prog}({line_of(PROGRAM, 'FOR LINE')}): <module>"]
+    # a module whose file name is not ASCII: its UTF-8 text
+    (m,) = mallocs(MODULE_SIZE)
+    assert stack(m) == [f"{tmp_path / '模块.py'}(3): alloc", f"{prog}({line_of(PROGRAM, 'MODULE CALL LINE')}): <module>"]
+
+
+INSTALLED = f"""
+    import torch
+
+    G = {{}}
+    SRC = "def f():\\n    del G['f']\\n" + "".join("    x%d = torch.empty(%d, dtype=torch.uint8)\\n" % (k, {BASE} + k)
+                                                 for k in range({LINES}))
+    KEEP = []
+
+
+    def make(i):
+        ns = {{"G": G, "torch": torch}}
+        exec(compile(SRC, "dyn_%d.py" % i, "exec"), ns)
+        G["f"] = ns.pop("f")
+
+
+    for i in range({CALLS}):
+        make(i)
+        G["f"]()
+
+
+    def gen():
+        yield torch.empty({GEN_SIZE}, dtype=torch.uint8)
+
+
+    for b in gen():
+        KEEP.append(b)
+"""
+IMPORTER = """
+    import torch
+    import stack_probe
+    print("done", len(stack_probe.KEEP))
+"""
+
+
+def pta_stacks(tmp_path, mode):
+    work = tmp_path / mode
+    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "stack_probe.py").write_text(textwrap.dedent(INSTALLED))
+    (work / "prog.py").write_text(textwrap.dedent(IMPORTER))
+    args = ["--device=cpu", "--events=alloc,free", "--call-stack=python", "--analysis=", "--output=out"]
+    if mode == "record":
+        args.append("--plugin-option=host_heap.python_imports=record")
+    p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
+    assert p.returncode == 0 and "done 1" in p.stdout, p.stdout + p.stderr
+    (procdir,) = process_dirs(work / "out")
+    # record's dump holds every row of `import torch` with its stacks: only the PTA ones are parsed
+    with open(dump_files(procdir)[0], newline="") as f:
+        rows = [dict(zip(DUMP_HEADER, rec)) for rec in csv.reader(f) if rec[1:3] == ["MALLOC", "PTA"]]
+    return [(parse_attr(r["Attr"])["size"], r["Call Stack(Python)"].replace(str(work), "WORK")) for r in rows], site
+
+
+def test_frames_read_while_an_installed_module_is_imported_are_exact(tmp_path):
+    pytest.importorskip("torch")
+    fold, site = pta_stacks(tmp_path, "fold")
+    record, _ = pta_stacks(tmp_path, "record")
+    # the import (fold: the profile function off, frames read from the interpreter) and the same
+    # import recorded (record: no scope, the profile function's shadow stacks) give the same stacks
+    assert fold == record
+    by_size = {}
+    for size, stack in fold:
+        by_size.setdefault(int(size), []).append(stack.splitlines())
+    probe = "WORK/userbase/lib/python3.11/site-packages/stack_probe.py"
+    for k in range(LINES):
+        stacks = by_size[BASE + k]
+        assert len(stacks) == CALLS
+        for i, s in enumerate(stacks):
+            assert s[0] == f"dyn_{i}.py({k + 3}): f" and s[1].startswith(probe + "(") and s[-1] == "WORK/prog.py(3): <module>", s
+    (g,) = by_size[GEN_SIZE]
+    assert g[0] == f"{probe}({line_of(INSTALLED, 'yield')}): gen" and g[-1] == "WORK/prog.py(3): <module>", g
