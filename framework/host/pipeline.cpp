@@ -1,6 +1,7 @@
 #include "pipeline.h"
 #include "sink_lanes.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <spdlog/spdlog.h>
@@ -79,7 +80,12 @@ std::string to_s(msms_str s) { return std::string(s.data ? s.data : "", s.size);
 Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {
     // MSMEMSCOPE_SINK_THREADS=0: every sink on the pipeline's thread, as
     // before issue #30 (a third-party sink that is not safe beside another).
+    // =1: a thread for a lone sink too, however few CPUs the host has (tests).
     if (const char* e = std::getenv("MSMEMSCOPE_SINK_THREADS"); e && std::string(e) == "0") sink_threads_ = false;
+    if (const char* e = std::getenv("MSMEMSCOPE_SINK_THREADS"); e && std::string(e) == "1") lone_sink_thread_ = true;
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) host_cpus_ = CPU_COUNT(&cpus);
     // Under an address-space limit (ulimit -v, shared with the program) the
     // host keeps to one thread's stack and one malloc arena
     // (util/host_process.cpp): the sinks stay on the pipeline's thread.
@@ -232,17 +238,30 @@ void Pipeline::start(const RunContext& run) {
     supervisor::pipeline_started();
     throw_if_out_of_memory();
     // Lanes pay off when the pipeline's thread has more to do than feed one
-    // sink: analyses selected, or several sinks. A lone sink without
-    // analyses (a C-stack capture into SQLite) was faster on the pipeline's
-    // thread (0.79-0.81 s against 0.84-0.95 s for 1 M rows, c:32, db: the
-    // copies and hand-overs cost more than the overlap gains; bench/README.md).
-    if (sink_threads_ && !sinks_.empty() && (!cfg_.analyzers.empty() || sinks_.size() >= 2)) {
+    // sink: several sinks, or analyses beside a lone sink when there is a
+    // CPU for each (the program's, the pipeline's, the sink's). A lone sink
+    // without analyses (a C-stack capture into SQLite) was faster on the
+    // pipeline's thread (0.79-0.81 s against 0.84-0.95 s for 1 M rows, c:32,
+    // db: the copies and hand-overs cost more than the overlap gains); so
+    // was a lone sink with analyses on 2 CPUs (a PyTorch loop, 5 rounds:
+    // db 1.24x -> 1.225x, CSV 1.19x -> 1.18x; bench/README.md).
+    const bool lone_pays = !cfg_.analyzers.empty() && (host_cpus_ >= 3 || lone_sink_thread_);
+    if (sink_threads_ && !sinks_.empty() && (sinks_.size() >= 2 || lone_pays)) {
         std::vector<SinkLanes::Lane> lanes;
         sink_reports_.resize(sinks_.size());
         for (size_t i = 0; i < sinks_.size(); ++i)
             lanes.push_back(SinkLanes::Lane{[this, i](const SinkItem& it) { sink_item(i, it); },
                                             [this, i] { sink_finish(i); }});
         lanes_ = std::make_unique<SinkLanes>(std::move(lanes), 1);
+    }
+    if (!sinks_.empty()) {
+        std::string names;
+        for (auto& sk : sinks_) names += (names.empty() ? "" : ", ") + sk.name;
+        const char* where = lanes_ ? (sinks_.size() > 1 ? "each on a thread of its own" : "on a thread of its own")
+                            : !sink_threads_ ? "on the pipeline's thread (MSMEMSCOPE_SINK_THREADS=0 or an address-space limit)"
+                            : cfg_.analyzers.empty() ? "on the pipeline's thread (a lone sink, no analyses)"
+                                                     : "on the pipeline's thread (a lone sink, fewer than 3 CPUs for the host)";
+        if (run_.log) run_.log->info("sinks: {} {}", names, where);
     }
 }
 

@@ -183,6 +183,8 @@ private:
     live::LiveState* live_view_ = nullptr;
     std::vector<Instance> analyzers_, sinks_;
     bool sink_threads_ = true;
+    bool lone_sink_thread_ = false;  // MSMEMSCOPE_SINK_THREADS=1
+    int host_cpus_ = 1;              // CPUs the host may run on
     std::unique_ptr<SinkLanes> lanes_;
     // What the sinks' threads share with the pipeline's: plugin errors, the
     // log's error counts, progress, report lines.

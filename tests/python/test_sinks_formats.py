@@ -282,3 +282,33 @@ def test_db_layouts_view_and_table_hold_the_same_rows_for_upstream_readers(cli, 
     n, distinct = view[5]
     assert n == distinct and 0 < n < 10 and view[6] > 3000  # thousands of rows with a stack, a handful stored
     assert view[7] * 4 < table[7]
+
+
+def _sink_placement(tmp_path, name, args, env=None, cpus=None):
+    """The log's line saying where the sinks ran (framework/host/pipeline.cpp)."""
+    import os
+    import subprocess
+    from conftest import CLI
+    e = dict(os.environ)
+    e.pop("MSMEMSCOPE_SINK_THREADS", None)
+    e.update(env or {})
+    cmd = (["taskset", "-c", cpus] if cpus else []) + [str(CLI), "--device=cpu", f"--output={tmp_path / name}"] + args + [
+        "--", "/usr/bin/python3", "-c", "pass"]
+    p = subprocess.run(cmd, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    log = only((only(process_dirs(tmp_path / name)) / "msmemscope_logs").glob("*.log")).read_text()
+    return [l.split("[info] ", 1)[-1] for l in log.splitlines() if "[info] sinks: " in l]
+
+
+def test_a_lone_sink_gets_a_thread_only_where_it_pays(tmp_path):
+    # one CPU for the host (taskset): a lone sink beside analyses stays on the pipeline's thread
+    assert _sink_placement(tmp_path, "a", ["--analysis=leaks"], cpus="0") == [
+        "sinks: csv on the pipeline's thread (a lone sink, fewer than 3 CPUs for the host)"]
+    assert _sink_placement(tmp_path, "b", ["--analysis=leaks"], env={"MSMEMSCOPE_SINK_THREADS": "1"}, cpus="0") == [
+        "sinks: csv on a thread of its own"]
+    assert _sink_placement(tmp_path, "c", ["--analysis=leaks", "--sinks=csv,html"], cpus="0") == [
+        "sinks: csv, html each on a thread of its own"]
+    assert _sink_placement(tmp_path, "d", ["--analysis="]) == ["sinks: csv on the pipeline's thread (a lone sink, no analyses)"]
+    assert _sink_placement(tmp_path, "e", ["--analysis=leaks", "--sinks=csv,html"],
+                           env={"MSMEMSCOPE_SINK_THREADS": "0"}) == [
+        "sinks: csv, html on the pipeline's thread (MSMEMSCOPE_SINK_THREADS=0 or an address-space limit)"]
