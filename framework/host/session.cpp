@@ -47,6 +47,16 @@ volatile sig_atomic_t g_pending_stop = 0;
 // tool stops writing and says what is incomplete (supervisor::abandon).
 void on_stop_signal(int sig, siginfo_t* info, void*) {
     pid_t pid = static_cast<pid_t>(g_forward_pid);
+    if (pid > 0) {
+        // Ended but not reaped yet (run_program's loop reaps it, and may
+        // not have run since): the signal is the tool's, not lost on a
+        // zombie. WNOWAIT: the loop still reaps it. A system call only
+        // (async-signal-safe); errno is the interrupted code's.
+        int saved = errno;
+        siginfo_t si{};
+        if (waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) pid = 0;
+        errno = saved;
+    }
     if (sig == SIGINT && info && info->si_code == SI_KERNEL && (pid > 0 || g_launching)) return;
     if (pid > 0) {
         kill(pid, sig);
