@@ -70,9 +70,18 @@ struct ShadowFrame {
 };
 
 constexpr int kMaxShadow = 4096;
+constexpr uint32_t kMemoIds = 64;
 struct Shadow {
     ShadowFrame frames[kMaxShadow];
     int depth = 0;       // may exceed kMaxShadow (frames not kept)
+    // Changed by every push and pop: while it stays the same, every frame
+    // but the innermost is stopped at the call it made, on the same line.
+    uint64_t version = 0;
+    // frames_of's last ids of the frames under the innermost, for that
+    // version, stream generation and room (its thread's only: no lock).
+    uint64_t memo_version = ~uint64_t{0}, memo_gen = 0;
+    uint32_t memo_room = 0, memo_n = 0;
+    uint64_t memo_ids[kMemoIds];
 };
 
 Py_ssize_t g_code_extra = -1;
@@ -189,6 +198,7 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
         int d = sh->depth;
         if (d >= kMaxShadow) {
             ++sh->depth;
+            ++sh->version;
             return 0;
         }
         PyCodeObject* code = frame_code(frame);
@@ -197,10 +207,12 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
         CodeInfo* ci = code_info(code);
         sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? trace_clock() : 0};
         sh->depth = d + 1;
+        ++sh->version;  // after the push: a stack taken inside code_info was the one before
         return 0;
     }
     if (sh->depth == 0) return 0;  // a frame entered before tracing began
     int d = --sh->depth;
+    ++sh->version;
     if (d >= kMaxShadow) return 0;
     ShadowFrame& f = sh->frames[d];
     if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
@@ -239,37 +251,62 @@ inline Shadow* shadow_of(PyThreadState* ts) {
 // Interned frames ("file(line): func"), innermost first, of a shadow stack.
 // The stack's thread is the caller, stopped in C code (an operator, the
 // allocator): its frames do not move while we read them, GIL or not.
+// One shadow frame's interned "file(line): func" (0: not interned), the
+// line read now (the frame may have moved since it was pushed).
+uint64_t frame_id(ShadowFrame& f, uint64_t gen) {
+    CodeInfo* ci = f.info;
+    int line = PyFrame_GetLineNumber(f.frame);
+    bool cacheable = gen != 0 && line >= 0 && line < 0x10000;
+    uint64_t key = (gen << 56) | (static_cast<uint64_t>(line) << 40);
+    if (cacheable) {
+        for (auto& slot : ci->line_ids) {
+            uint64_t v = slot.load(std::memory_order_relaxed);
+            if ((v & ~((1ull << 40) - 1)) == key) return v & ((1ull << 40) - 1);
+        }
+    }
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s(%d): %s", ci->file, line, ci->func);
+    uint64_t id = g_agent.intern(buf);
+    if (id && cacheable && id < (1ull << 40))
+        ci->line_ids[static_cast<unsigned>(line) % CodeInfo::kLineIds].store(key | id, std::memory_order_relaxed);
+    return id;
+}
+
+// Interned frames ("file(line): func"), innermost first, of a shadow stack.
+// The stack's thread is the caller, stopped in C code (an operator, the
+// allocator): its frames do not move while we read them, GIL or not. Only
+// the innermost frame's line can have changed since the last call without
+// a push or pop in between (the others wait on their calls): the ids under
+// it come from the memo then (many allocations come from one operator).
 uint32_t frames_of(Shadow* sh, uint64_t* out, uint32_t max) {
     int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
-    uint32_t n = 0;
-    char buf[1024];
+    if (d == 0 || max == 0) return 0;
     // Ids are valid within one stream: the cache is keyed by its generation.
     uint64_t gen = g_agent.stream_generation ? (g_agent.stream_generation() & 0xff) : 0;
-    for (int i = d - 1; i >= 0 && n < max; --i) {
+    uint32_t n = 0;
+    ShadowFrame& top = sh->frames[d - 1];
+    if (!top.info->skip)
+        if (uint64_t id = frame_id(top, gen)) out[n++] = id;
+    const uint32_t room = max - n;
+    if (gen != 0 && sh->memo_version == sh->version && sh->memo_gen == gen && sh->memo_room == room) {
+        memcpy(out + n, sh->memo_ids, sh->memo_n * sizeof(uint64_t));
+        return n + sh->memo_n;
+    }
+    const uint32_t first = n;
+    bool whole = true;  // every frame interned: the answer may be remembered
+    for (int i = d - 2; i >= 0 && n < max; --i) {
         ShadowFrame& f = sh->frames[i];
-        CodeInfo* ci = f.info;
-        if (ci->skip) continue;
-        int line = PyFrame_GetLineNumber(f.frame);
-        bool cacheable = gen != 0 && line >= 0 && line < 0x10000;
-        uint64_t key = (gen << 56) | (static_cast<uint64_t>(line) << 40);
-        uint64_t id = 0;
-        if (cacheable) {
-            for (auto& slot : ci->line_ids) {
-                uint64_t v = slot.load(std::memory_order_relaxed);
-                if ((v & ~((1ull << 40) - 1)) == key) {
-                    id = v & ((1ull << 40) - 1);
-                    break;
-                }
-            }
-        }
-        if (!id) {
-            snprintf(buf, sizeof(buf), "%s(%d): %s", ci->file, line, ci->func);
-            id = g_agent.intern(buf);
-            if (id && cacheable && id < (1ull << 40))
-                ci->line_ids[static_cast<unsigned>(line) % CodeInfo::kLineIds].store(key | id,
-                                                                                    std::memory_order_relaxed);
-        }
+        if (f.info->skip) continue;
+        uint64_t id = frame_id(f, gen);
         if (id) out[n++] = id;
+        else whole = false;
+    }
+    if (gen != 0 && whole && n - first <= kMemoIds) {
+        sh->memo_version = sh->version;
+        sh->memo_gen = gen;
+        sh->memo_room = room;
+        sh->memo_n = n - first;
+        memcpy(sh->memo_ids, out + first, sh->memo_n * sizeof(uint64_t));
     }
     return n;
 }
@@ -398,6 +435,7 @@ void seed_shadow(PyThreadState* ts, Shadow* sh) {
     for (int i = n - 1; i >= 0; --i) {
         CodeInfo* ci = code_info(frame_code(chain[i]));
         sh->frames[sh->depth++] = ShadowFrame{chain[i], ci, 0};
+        ++sh->version;
     }
     // The frames stay alive while they run (their thread holds them);
     // the shadow stack, like for every frame, keeps no reference.

@@ -19,6 +19,7 @@ PY = "/usr/bin/python3"
 CALLS, LINES = 60, 40
 BASE = 20000        # bytearray(BASE + k) on line k + 3 of each generated function
 THREAD_SIZE, GEN_SIZE, MODULE_SIZE = 33333, 44444, 55555
+NEST_SIZES = (61111, 62222, 63333)  # one frame, three frames, one frame again: the stack changes depth between them
 
 PROGRAM = f"""
     import sys
@@ -58,6 +59,20 @@ PROGRAM = f"""
     for b in gen():  # FOR LINE
         keep.append(b)
     keep.append(模块.alloc())  # MODULE CALL LINE
+
+
+    def inner(n):
+        return bytearray(n)  # INNER LINE
+
+
+    def outer(n):
+        keep.append(inner(n))  # OUTER LINE
+
+
+    for r in range(3):
+        keep.append(bytearray({NEST_SIZES[0]}))  # NEST A
+        outer({NEST_SIZES[1]})  # NEST CALL
+        keep.append(bytearray({NEST_SIZES[2]}))  # NEST B
     print("profile", type(sys.getprofile()).__name__, type(threading.getprofile()).__name__)
 """
 MODULE = f"""
@@ -117,6 +132,13 @@ def test_frames_read_from_the_interpreter_are_exact(tmp_path):
     (g,) = mallocs(GEN_SIZE)
     assert stack(g) == [f"{prog}({line_of(PROGRAM, 'GEN LINE')}): gen", f"{prog}({line_of(PROGRAM, 'FOR LINE')}): <module>"]
     # a module whose file name is not ASCII: its UTF-8 text
+    # the same program line's allocations around a call that allocates deeper: each its own stack
+    for size, want in zip(NEST_SIZES, (
+            [f"{prog}({line_of(PROGRAM, 'NEST A')}): <module>"],
+            [f"{prog}({line_of(PROGRAM, 'INNER LINE')}): inner", f"{prog}({line_of(PROGRAM, 'OUTER LINE')}): outer",
+             f"{prog}({line_of(PROGRAM, 'NEST CALL')}): <module>"],
+            [f"{prog}({line_of(PROGRAM, 'NEST B')}): <module>"])):
+        assert [stack(r) for r in mallocs(size)] == [want] * 3, (size, [stack(r) for r in mallocs(size)])
     (m,) = mallocs(MODULE_SIZE)
     assert stack(m) == [f"{tmp_path / '模块.py'}(3): alloc", f"{prog}({line_of(PROGRAM, 'MODULE CALL LINE')}): <module>"]
 
