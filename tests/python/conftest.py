@@ -7,6 +7,7 @@ import csv
 import io
 import os
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,42 @@ def process_dirs(out):
 
 def dump_files(procdir, device="cpu", kind="memscope_dump"):
     return sorted((Path(procdir) / f"device_{device}" / "dump").glob(f"{kind}_*.csv"))
+
+
+def run_with_user_site(work, installed, program, args, mode="fold", files=None):
+    """Runs `program` (work/prog.py, Debian's python3) under the CLI with `args`
+    (which write to work/out), with the modules of `installed` in a user
+    site-packages of its own (PYTHONUSERBASE: part of the Python installation,
+    so their imports are import scopes) and `files` beside the program; both
+    map file names to sources (dedented). mode "record": the imports' host
+    blocks are not folded. Returns (the CompletedProcess, the process's output
+    folder, the site-packages folder)."""
+    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    for name, text in installed.items():
+        (site / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    for name, text in (files or {}).items():
+        (work / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    (work / "prog.py").write_text(textwrap.dedent(program), encoding="utf-8")
+    if mode == "record":
+        args = args + ["--plugin-option=host_heap.python_imports=record"]
+    p = run_cli(args + ["--", "/usr/bin/python3", "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")},
+                timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (procdir,) = process_dirs(work / "out")
+    return p, procdir, site
+
+
+def pta_mallocs_of(procdir):
+    """The PTA MALLOC rows of a process's dump (dicts by DUMP_HEADER, "attr"
+    parsed); no other row is parsed (with python_imports=record the dump holds
+    every row of `import torch` with its stacks)."""
+    (dump,) = dump_files(procdir)
+    with open(dump, newline="") as f:
+        rows = [dict(zip(DUMP_HEADER, rec)) for rec in csv.reader(f) if rec[1:3] == ["MALLOC", "PTA"]]
+    for r in rows:
+        r["attr"] = parse_attr(r["Attr"])
+    return rows
 
 
 @pytest.fixture

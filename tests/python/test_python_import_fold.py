@@ -11,11 +11,10 @@ body's rows and leak figures are the same as with python_imports=record, which
 writes every import-time allocation with its stacks."""
 import csv
 import re
-import textwrap
 
 import pytest
 
-from conftest import CLI, DUMP_HEADER, dump_files, parse_attr, process_dirs, run_cli
+from conftest import DUMP_HEADER, dump_files, parse_attr, pta_mallocs_of, run_with_user_site
 
 PY = "/usr/bin/python3"
 
@@ -62,20 +61,11 @@ def read_rows(procdir):
 
 
 def run(tmp_path, mode):
-    work = tmp_path / mode
-    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    (site / "fold_installed_probe.py").write_text(textwrap.dedent(INSTALLED_MOD))
-    (work / "own_probe.py").write_text(textwrap.dedent(OWN_MOD))
-    (work / "prog.py").write_text(textwrap.dedent(PROGRAM))
     args = ["--device=cpu", "--events=alloc,free", "--call-stack=c,python", "--analysis=leaks,decompose",
             "--output-path=out"]
-    if mode == "record":
-        args.append("--plugin-option=host_heap.python_imports=record")
-    p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p, procdir, _ = run_with_user_site(tmp_path / mode, {"fold_installed_probe.py": INSTALLED_MOD}, PROGRAM, args,
+                                       mode, files={"own_probe.py": OWN_MOD})
     assert f"done {INSTALLED_KEPT} {OWN_KEPT}" in p.stdout
-    (procdir,) = process_dirs(work / "out")
     return p, read_rows(procdir)
 
 
@@ -202,26 +192,10 @@ PAUSE_PROGRAM = """
 
 
 def run_pause(tmp_path, mode):
-    work = tmp_path / mode
-    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    (site / "pause_probe.py").write_text(textwrap.dedent(PAUSE_MOD))
-    (work / "prog.py").write_text(textwrap.dedent(PAUSE_PROGRAM))
     args = ["--device=cpu", "--events=alloc,free", "--call-stack=python", "--output-path=out"]
-    if mode == "record":
-        args.append("--plugin-option=host_heap.python_imports=record")
-    p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    (procdir,) = process_dirs(work / "out")
-    (dump,) = dump_files(procdir)
-    stacks = {}
-    with open(dump, newline="") as f:  # record's dump has every row of `import torch`: only PTA ones parsed
-        for rec in csv.reader(f):
-            if rec[1:3] == ["MALLOC", "PTA"]:
-                row = dict(zip(DUMP_HEADER, rec))
-                size = parse_attr(row["Attr"]).get("size")
-                if size in ("12345", "54321"):
-                    stacks[size] = row["Call Stack(Python)"]
+    p, procdir, site = run_with_user_site(tmp_path / mode, {"pause_probe.py": PAUSE_MOD}, PAUSE_PROGRAM, args, mode)
+    stacks = {r["attr"].get("size"): r["Call Stack(Python)"] for r in pta_mallocs_of(procdir)
+              if r["attr"].get("size") in ("12345", "54321")}
     return p.stdout, stacks, site
 
 

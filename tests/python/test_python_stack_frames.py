@@ -7,13 +7,12 @@ as it returns. Both readers: the profile function's shadow stacks (the
 program's own code) and the interpreter's frame chain (bindings/src/
 py_trace.cpp, frames_of_interpreter: while an installed module is imported
 the profile function is off), which must give the same text."""
-import csv
 import re
 import textwrap
 
 import pytest
 
-from conftest import DUMP_HEADER, dump_files, parse_attr, process_dirs, read_dump, run_cli
+from conftest import dump_files, process_dirs, pta_mallocs_of, read_dump, run_cli, run_with_user_site
 
 PY = "/usr/bin/python3"
 CALLS, LINES = 60, 40
@@ -179,20 +178,10 @@ IMPORTER = """
 
 def pta_stacks(tmp_path, mode):
     work = tmp_path / mode
-    site = work / "userbase" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    (site / "stack_probe.py").write_text(textwrap.dedent(INSTALLED))
-    (work / "prog.py").write_text(textwrap.dedent(IMPORTER))
     args = ["--device=cpu", "--events=alloc,free", "--call-stack=python", "--analysis=", "--output=out"]
-    if mode == "record":
-        args.append("--plugin-option=host_heap.python_imports=record")
-    p = run_cli(args + ["--", PY, "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")}, timeout=300)
-    assert p.returncode == 0 and "done 1" in p.stdout, p.stdout + p.stderr
-    (procdir,) = process_dirs(work / "out")
-    # record's dump holds every row of `import torch` with its stacks: only the PTA ones are parsed
-    with open(dump_files(procdir)[0], newline="") as f:
-        rows = [dict(zip(DUMP_HEADER, rec)) for rec in csv.reader(f) if rec[1:3] == ["MALLOC", "PTA"]]
-    return [(parse_attr(r["Attr"])["size"], r["Call Stack(Python)"].replace(str(work), "WORK")) for r in rows], site
+    p, procdir, site = run_with_user_site(work, {"stack_probe.py": INSTALLED}, IMPORTER, args, mode)
+    assert "done 1" in p.stdout, p.stdout
+    return [(r["attr"]["size"], r["Call Stack(Python)"].replace(str(work), "WORK")) for r in pta_mallocs_of(procdir)], site
 
 
 def test_frames_read_while_an_installed_module_is_imported_are_exact(tmp_path):

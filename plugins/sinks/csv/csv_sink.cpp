@@ -513,17 +513,19 @@ private:
         auto fail = [&](const char* what) {
             throw std::runtime_error(std::string("cannot ") + what + " " + path + ": " + std::strerror(errno));
         };
-        size_t k = 0;
-        for (; k < edits.size() && edits[k].line.size() == edits[k].end - edits[k].start; ++k) {
-            const std::string& line = edits[k].line;
-            size_t put = 0;
-            while (put < line.size()) {
-                ssize_t n = ::pwrite(fd, line.data() + put, line.size() - put, static_cast<off_t>(edits[k].start + put));
-                if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) fail("write");
-                put += static_cast<size_t>(n);
+        auto put_at = [&](const char* p, size_t n, uint64_t at) {
+            while (n) {
+                ssize_t put = ::pwrite(fd, p, n, static_cast<off_t>(at));
+                if (put < 0 && errno == EINTR) continue;
+                if (put <= 0) fail("write");
+                p += put;
+                n -= static_cast<size_t>(put);
+                at += static_cast<uint64_t>(put);
             }
-        }
+        };
+        size_t k = 0;
+        for (; k < edits.size() && edits[k].line.size() == edits[k].end - edits[k].start; ++k)
+            put_at(edits[k].line.data(), edits[k].line.size(), edits[k].start);
         if (k == edits.size()) return;
         uint64_t r = edits[k].start, w = r;
         std::string carry, chunk;
@@ -543,15 +545,9 @@ private:
             }
             // over bytes already read only, until the old end is read
             size_t room = r >= size ? carry.size() : static_cast<size_t>(std::min<uint64_t>(carry.size(), r > w ? r - w : 0));
-            size_t put = 0;
-            while (put < room) {
-                ssize_t n = ::pwrite(fd, carry.data() + put, room - put, static_cast<off_t>(w));
-                if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) fail("write");
-                put += static_cast<size_t>(n);
-                w += static_cast<uint64_t>(n);
-            }
-            carry.erase(0, put);
+            put_at(carry.data(), room, w);
+            w += room;
+            carry.erase(0, room);
         }
         if (w < size && ::ftruncate(fd, static_cast<off_t>(w)) != 0) fail("write");
     }

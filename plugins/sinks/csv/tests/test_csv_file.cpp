@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fs = std::filesystem;
 using namespace msmemscope::testing;
@@ -190,6 +192,40 @@ TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrit
     CHECK(all_held == expected);
 }
 
+namespace {
+using Tags = std::vector<std::pair<uint64_t, std::string>>;
+
+// A dump of `rows` MALLOC rows whose owner is `owner`, then late owner
+// changes (hold_mib=0: every change reaches the file by the end's rewrite);
+// the file's text.
+std::string dump_with_late_tags(const std::string& dir, int rows, const std::string& frames, const std::string& owner,
+                                const Tags& tags) {
+    fs::remove_all(dir);
+    PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+    REQUIRE(h.create({{"hold_mib", "0"}}) == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    for (int i = 1; i <= rows; ++i)
+        h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                   .id(static_cast<uint64_t>(i))
+                   .at(1000 + static_cast<uint64_t>(i))
+                   .py_stack("row " + std::to_string(i) + "\n" + frames)
+                   .attr("allocation_id", std::to_string(i))
+                   .attr("owner", owner));
+    for (auto& [id, to] : tags) REQUIRE(h.annotate(id, "owner", to) == MSMS_OK);
+    REQUIRE(h.finish() == MSMS_OK);
+    return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+}
+
+// `text` with row id's owner `from` replaced by `to`, as the rewrite should.
+void retag(std::string& text, uint64_t id, const std::string& from, const std::string& to) {
+    size_t at = text.find("\n" + std::to_string(id) + ",MALLOC,");
+    REQUIRE(at != std::string::npos);
+    size_t a = text.find("owner:" + from + "}", at);
+    REQUIRE(a != std::string::npos);
+    text.replace(a, from.size() + 7, "owner:" + to + "}");
+}
+}  // namespace
+
 // The rewrite at the end changes the file in place from the first changed
 // row on: rows that shrink (an owner replaced by a shorter one) and rows
 // that grow, mixed, over more than one of its 8 MiB chunks, leave exactly
@@ -199,43 +235,15 @@ TEST_CASE("csv: the rewrite in place moves later rows by what changed rows shran
     std::string frames;
     for (int f = 0; f < 30; ++f) frames += "frame_" + std::to_string(f) + "\n";
     const int rows = 30000;  // ~11 MB
-    auto run = [&](bool tags) {
-        fs::remove_all(dir);
-        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-        REQUIRE(h.create({{"hold_mib", "0"}}) == MSMS_OK);
-        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-        for (int i = 1; i <= rows; ++i)
-            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
-                       .id(static_cast<uint64_t>(i))
-                       .at(1000 + static_cast<uint64_t>(i))
-                       .py_stack("row " + std::to_string(i) + "\n" + frames)
-                       .attr("allocation_id", std::to_string(i))
-                       .attr("owner", "PTA@optimizer_state"));
-        std::string path = dir + "/device_cpu/dump/memscope_dump_20260101000000.csv";
-        if (tags) {
-            for (uint64_t id = 3; id <= rows; id += 7)  // shrink by 14 bytes
-                REQUIRE(h.annotate(id, "owner", "PTA@w") == MSMS_OK);
-            for (uint64_t id = 5; id <= rows; id += 11)  // grow by 9 bytes
-                REQUIRE(h.annotate(id, "owner", "PTA@optimizer_state_fp32") == MSMS_OK);
-        }
-        REQUIRE(h.finish() == MSMS_OK);
-        return read_all(path);
-    };
-    std::string expected = run(false);
+    Tags tags;
+    for (uint64_t id = 3; id <= rows; id += 7) tags.emplace_back(id, "PTA@w");  // shrink by 14 bytes
+    for (uint64_t id = 5; id <= rows; id += 11) tags.emplace_back(id, "PTA@optimizer_state_fp32");  // grow by 9
+    std::string expected = dump_with_late_tags(dir, rows, frames, "PTA@optimizer_state", {});
     REQUIRE(expected.size() > (8u << 20));
-    auto tag = [&](uint64_t id, const std::string& owner) {
-        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
-        REQUIRE(at != std::string::npos);
-        std::string from = "owner:PTA@optimizer_state}";
-        size_t a = expected.find(from, at);
-        REQUIRE(a != std::string::npos);
-        expected.replace(a, from.size(), "owner:" + owner + "}");
-    };
     std::map<uint64_t, std::string> last;  // a row tagged twice keeps the later owner
-    for (uint64_t id = 3; id <= rows; id += 7) last[id] = "PTA@w";
-    for (uint64_t id = 5; id <= rows; id += 11) last[id] = "PTA@optimizer_state_fp32";
-    for (auto& [id, owner] : last) tag(id, owner);
-    std::string got = run(true);
+    for (auto& [id, owner] : tags) last[id] = owner;
+    for (auto& [id, owner] : last) retag(expected, id, "PTA@optimizer_state", owner);
+    std::string got = dump_with_late_tags(dir, rows, frames, "PTA@optimizer_state", tags);
     CHECK(got.size() == expected.size());
     CHECK(got == expected);
     // no temporary beside it
@@ -245,40 +253,21 @@ TEST_CASE("csv: the rewrite in place moves later rows by what changed rows shran
 TEST_CASE("csv: late changes of a row's length only (ops@aten -> gradient) are written in place; one that grows after them moves the rest") {
     std::string dir = std::string(MSMS_TEST_OUT) + "/same_length";
     const int rows = 20000;
-    auto run = [&](int grow_at) {
-        fs::remove_all(dir);
-        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-        REQUIRE(h.create({{"hold_mib", "0"}}) == MSMS_OK);
-        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-        for (int i = 1; i <= rows; ++i)
-            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
-                       .id(static_cast<uint64_t>(i))
-                       .at(1000 + static_cast<uint64_t>(i))
-                       .py_stack("row " + std::to_string(i) + "\nframe_a\nframe_b\n")
-                       .attr("allocation_id", std::to_string(i))
-                       .attr("owner", "PTA@ops@aten"));
-        if (grow_at >= 0) {
-            for (uint64_t id = 2; id <= rows; id += 97) REQUIRE(h.annotate(id, "owner", "PTA@gradient") == MSMS_OK);
-            if (grow_at > 0) REQUIRE(h.annotate(static_cast<uint64_t>(grow_at), "owner", "PTA@optimizer_state") == MSMS_OK);
-        }
-        REQUIRE(h.finish() == MSMS_OK);
-        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+    const std::string frames = "frame_a\nframe_b\n";
+    // same-length tags on every 97th row, and one that grows at grow_at (0: none)
+    auto tags = [&](int grow_at) {
+        Tags t;
+        for (uint64_t id = 2; id <= rows; id += 97) t.emplace_back(id, "PTA@gradient");
+        if (grow_at > 0) t.emplace_back(static_cast<uint64_t>(grow_at), "PTA@optimizer_state");
+        return t;
     };
-    const std::string plain = run(-1);
+    const std::string plain = dump_with_late_tags(dir, rows, frames, "PTA@ops@aten", {});
     auto expect = [&](int grow_at) {
         std::string e = plain;
-        auto tag = [&](uint64_t id, const std::string& owner) {
-            size_t at = e.find("\n" + std::to_string(id) + ",MALLOC,");
-            REQUIRE(at != std::string::npos);
-            size_t a = e.find("owner:PTA@ops@aten}", at);
-            REQUIRE(a != std::string::npos);
-            e.replace(a, std::string("owner:PTA@ops@aten}").size(), "owner:" + owner + "}");
-        };
-        for (uint64_t id = 2; id <= rows; id += 97)
-            if (static_cast<int>(id) != grow_at) tag(id, "PTA@gradient");
-        if (grow_at > 0) tag(static_cast<uint64_t>(grow_at), "PTA@optimizer_state");
+        for (auto& [id, owner] : tags(grow_at)) retag(e, id, "PTA@ops@aten", owner);
         return e;
     };
+    auto run = [&](int grow_at) { return dump_with_late_tags(dir, rows, frames, "PTA@ops@aten", tags(grow_at)); };
     std::string got = run(0);  // only same-length changes
     CHECK(got.size() == plain.size());
     CHECK(got == expect(0));
