@@ -2,7 +2,8 @@
 
 * Python trace (events "traceback", or tracer.start()): a C profile function
   (PyEval_SetProfile) on every thread records one PY_TRACE event per
-  returning call; its shadow stacks also serve --call-stack=python. Threads
+  returning call; its shadow stacks also serve --call-stack=python (which,
+  alone, reads the interpreter's frames on CPython 3.11 instead). Threads
   running at start() get it at once, threads started later through
   ``threading`` from a ``threading.setprofile`` hook at their first call;
 * PyTorch (when torch is imported): aten operators (OP_LAUNCH ATEN_START /
@@ -38,8 +39,10 @@ def _thread_bootstrap(frame, event, arg):  # threading.setprofile hook
 
 def _install(emit: bool, forced: bool) -> None:
     # threading.setprofile is a Python call: made while no trace is on, so
-    # that it is not in the trace itself.
-    if not _state["thread_hook"]:
+    # that it is not in the trace itself. Not needed where stacks alone are
+    # read from the interpreter's frames (no profile function at all).
+    uses_profile = emit or forced or not _ext.stacks_from_frames()
+    if uses_profile and not _state["thread_hook"]:
         threading.setprofile(_thread_bootstrap)
         _state["thread_hook"] = True
     _ext.profile_install(emit, forced, [PACKAGE_DIR + os.sep])

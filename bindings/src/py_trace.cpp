@@ -33,6 +33,8 @@
 #include <msmemscope/abi.h>
 
 #include "agent_api.h"
+#include "py_code_info.h"
+#include "py_frames.h"
 
 namespace msms_py {
 namespace {
@@ -47,21 +49,6 @@ inline PyCodeObject* frame_code(PyFrameObject* frame) {
     return code;
 #endif
 }
-
-struct CodeInfo {
-    PyCodeObject* code;  // whose co_extra this is (freed with it)
-    const char* file;   // UTF-8, owned by the code object
-    const char* func;
-    int first_line;
-    bool skip;
-    std::string label;  // "file(line): func", formatted once
-    uint64_t name_cache[2] = {0, 0};  // the label's id in this thread's stream (agent)
-    // Python stacks: interned ids of "file(line): func" for a few lines of
-    // this code, each packed as stream generation (8 bits) | line (16) |
-    // id (40); read and written by any thread, GIL or not (one word each).
-    static constexpr int kLineIds = 4;
-    std::atomic<uint64_t> line_ids[kLineIds] = {};
-};
 
 struct ShadowFrame {
     PyFrameObject* frame;
@@ -84,63 +71,11 @@ struct Shadow {
     uint64_t memo_ids[kMemoIds];
 };
 
-Py_ssize_t g_code_extra = -1;
 std::atomic<bool> g_trace_emit{false};   // PY_TRACE events wanted (traceback or tracer)
 std::atomic<bool> g_tracer_forced{false}; // tracer.start(): emit even when not collecting
-std::vector<std::string> g_skip_prefixes;
-
-// Code object -> CodeInfo without a call: a direct-mapped cache in front of
-// the code's co_extra slot. A slot is cleared when its code object dies
-// (free_code_info runs then, under the GIL), so an address reused by a new
-// code object never finds the old entry.
-struct CodeSlot {
-    PyCodeObject* code;
-    CodeInfo* info;
-};
-constexpr size_t kCodeSlots = 1024;
-CodeSlot g_code_slots[kCodeSlots];
-
-inline CodeSlot& code_slot(PyCodeObject* code) {
-    return g_code_slots[(reinterpret_cast<uintptr_t>(code) >> 4) & (kCodeSlots - 1)];
-}
-
-void free_code_info(void* p) {
-    auto* ci = static_cast<CodeInfo*>(p);
-    CodeSlot& s = code_slot(ci->code);
-    if (s.code == ci->code) s = CodeSlot{nullptr, nullptr};
-    delete ci;
-}
-
-__attribute__((noinline)) CodeInfo* code_info_slow(PyCodeObject* code) {
-    void* extra = nullptr;
-    if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra)
-        return static_cast<CodeInfo*>(extra);
-    auto* ci = new CodeInfo{};
-    ci->code = code;
-    ci->file = PyUnicode_AsUTF8(code->co_filename);
-    ci->func = PyUnicode_AsUTF8(code->co_name);
-    if (!ci->file) ci->file = "?";
-    if (!ci->func) ci->func = "?";
-    PyErr_Clear();
-    ci->first_line = code->co_firstlineno;
-    ci->label = std::string(ci->file) + "(" + std::to_string(ci->first_line) + "): " + ci->func;
-    for (auto& p : g_skip_prefixes)
-        if (strncmp(ci->file, p.c_str(), p.size()) == 0) ci->skip = true;
-    if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, ci) != 0) {
-        // Never expected; keep the program going and the info alive.
-        PyErr_Clear();
-        ci->code = nullptr;
-    }
-    return ci;
-}
-
-inline CodeInfo* code_info(PyCodeObject* code) {
-    CodeSlot& s = code_slot(code);
-    if (s.code == code) return s.info;
-    CodeInfo* ci = code_info_slow(code);
-    if (ci->code == code) s = CodeSlot{code, ci};  // cached only while the code owns it
-    return ci;
-}
+// --call-stack=python read from the interpreter's frames (py_frames.h):
+// no profile function is needed for stacks alone.
+std::atomic<bool> g_reader_on{false};
 
 // The capture's clock (the agent's msms_agent_now is CLOCK_MONOTONIC too),
 // read here directly: one call fewer through a pointer on every Python call.
@@ -258,12 +193,8 @@ uint64_t frame_id(ShadowFrame& f, uint64_t gen) {
     int line = PyFrame_GetLineNumber(f.frame);
     bool cacheable = gen != 0 && line >= 0 && line < 0x10000;
     uint64_t key = (gen << 56) | (static_cast<uint64_t>(line) << 40);
-    if (cacheable) {
-        for (auto& slot : ci->line_ids) {
-            uint64_t v = slot.load(std::memory_order_relaxed);
-            if ((v & ~((1ull << 40) - 1)) == key) return v & ((1ull << 40) - 1);
-        }
-    }
+    if (cacheable)
+        if (uint64_t id = cached_id(ci->line_ids, key)) return id;
     char buf[1024];
     snprintf(buf, sizeof(buf), "%s(%d): %s", ci->file, line, ci->func);
     uint64_t id = g_agent.intern(buf);
@@ -282,7 +213,7 @@ uint32_t frames_of(Shadow* sh, uint64_t* out, uint32_t max) {
     int d = sh->depth < kMaxShadow ? sh->depth : kMaxShadow;
     if (d == 0 || max == 0) return 0;
     // Ids are valid within one stream: the cache is keyed by its generation.
-    uint64_t gen = g_agent.stream_generation ? (g_agent.stream_generation() & 0xff) : 0;
+    uint64_t gen = id_generation();
     uint32_t n = 0;
     ShadowFrame& top = sh->frames[d - 1];
     if (!top.info->skip)
@@ -328,90 +259,24 @@ std::atomic<bool> g_autograd_active{false};
 thread_local PyObject* t_paused = nullptr;
 std::atomic<int> g_paused_threads{0};
 
-#ifdef MSMS_FRAME_CODE_DIRECT
-// A str as UTF-8 into out (NUL-terminated, cut at a character's end when it
-// does not fit), from its own characters: no allocation, no GIL (the str
-// belongs to a code object a live frame of the calling thread holds).
-void put_utf8(PyObject* s, char* out, size_t cap) {
-    size_t n = 0;
-    if (s && PyUnicode_Check(s) && PyUnicode_IS_READY(s)) {
-        const int kind = PyUnicode_KIND(s);
-        const void* data = PyUnicode_DATA(s);
-        const Py_ssize_t len = PyUnicode_GET_LENGTH(s);
-        for (Py_ssize_t i = 0; i < len; ++i) {
-            const Py_UCS4 c = PyUnicode_READ(kind, data, i);
-            char b[4];
-            size_t k = 1;
-            if (c < 0x80) {
-                b[0] = static_cast<char>(c);
-            } else if (c < 0x800) {
-                b[0] = static_cast<char>(0xC0 | (c >> 6));
-                b[1] = static_cast<char>(0x80 | (c & 0x3F));
-                k = 2;
-            } else if (c < 0x10000) {
-                b[0] = static_cast<char>(0xE0 | (c >> 12));
-                b[1] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-                b[2] = static_cast<char>(0x80 | (c & 0x3F));
-                k = 3;
-            } else {
-                b[0] = static_cast<char>(0xF0 | (c >> 18));
-                b[1] = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-                b[2] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-                b[3] = static_cast<char>(0x80 | (c & 0x3F));
-                k = 4;
-            }
-            if (n + k >= cap) break;
-            memcpy(out + n, b, k);
-            n += k;
-        }
-    } else if (cap > 1) {
-        out[n++] = '?';
-    }
-    out[n] = '\0';
+// Whether the stacks of `ts` (the calling thread's) are read from the
+// interpreter's frames: reader mode, or the thread's profile function set
+// aside for an import; and it has frames.
+inline bool reads_frames(PyThreadState* ts) {
+    if (!ts || !ts->cframe || !ts->cframe->current_frame) return false;
+    return g_reader_on.load(std::memory_order_relaxed) ||
+           (g_paused_threads.load(std::memory_order_relaxed) > 0 && t_paused);
 }
-
-// Interned frames, innermost first, of the interpreter's own frame chain of
-// `ts` (a paused thread: no shadow stack is kept meanwhile). As frames_of:
-// the thread is the caller, stopped in C code; nothing here allocates or
-// needs the GIL. Same text as frames_of for the same frame. Nothing is
-// cached: a code object's address says nothing of the code once it was
-// freed and another made there (same file name and line table addresses
-// included: tests/python/test_python_stack_frames.py makes them so).
-uint32_t frames_of_interpreter(PyThreadState* ts, uint64_t* out, uint32_t max) {
-    uint32_t n = 0;
-    char file[768], func[192], buf[1024];
-    for (_PyInterpreterFrame* f = ts->cframe ? ts->cframe->current_frame : nullptr; f && n < max; f = f->previous) {
-        if (_PyFrame_IsIncomplete(f)) continue;
-        PyCodeObject* code = f->f_code;
-        // A frame being popped drops its code last: if that was the code's
-        // last reference, the code is being freed now (its file name and
-        // line table may be gone already).
-        if (Py_REFCNT(code) <= 0) continue;
-        put_utf8(code->co_filename, file, sizeof(file));
-        bool skip = false;
-        for (auto& p : g_skip_prefixes)
-            if (strncmp(file, p.c_str(), p.size()) == 0) skip = true;
-        if (skip) continue;
-        put_utf8(code->co_name, func, sizeof(func));
-        int line = PyCode_Addr2Line(code, _PyInterpreterFrame_LASTI(f) * static_cast<int>(sizeof(_Py_CODEUNIT)));
-        snprintf(buf, sizeof(buf), "%s(%d): %s", file, line, func);
-        if (uint64_t id = g_agent.intern(buf)) out[n++] = id;
-    }
-    return n;
-}
-#endif
 
 // --call-stack=python: the calling thread's frames, innermost first, from
-// its own shadow stack (no Python API that allocates or needs the GIL);
-// a thread without Python frames inside a backward() gets that call's stack.
+// its own shadow stack or the interpreter's frames (no Python API that
+// allocates or needs the GIL); a thread without Python frames inside a
+// backward() gets that call's stack.
 uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
     PyThreadState* ts = own_thread_state();
     Shadow* sh = shadow_of(ts);
     if (sh && sh->depth > 0) return frames_of(sh, out, max);
-#ifdef MSMS_FRAME_CODE_DIRECT
-    if (ts && g_paused_threads.load(std::memory_order_relaxed) > 0 && t_paused)
-        return frames_of_interpreter(ts, out, max);
-#endif
+    if (reads_frames(ts)) return frames_read(ts, out, max);
     if (!g_autograd_active.load(std::memory_order_acquire)) return 0;
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
@@ -470,12 +335,25 @@ void install_on(PyThreadState* ts) {
 
 }  // namespace
 
+bool stacks_from_frames() {
+    const char* mode = getenv("MSMEMSCOPE_PY_STACKS");
+    return frames_reader_available() && !(mode && strcmp(mode, "shadow") == 0);
+}
+
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
     need_agent();
-    if (g_code_extra < 0) g_code_extra = _PyEval_RequestCodeExtraIndex(free_code_info);
-    if (g_skip_prefixes.empty()) g_skip_prefixes = skip_prefixes;
+    code_info_init(skip_prefixes);
     if (emit) g_trace_emit = true;
     if (forced) g_tracer_forced = true;
+    // Stacks alone are read from the interpreter's frames where this build
+    // can (CPython 3.11), unless MSMEMSCOPE_PY_STACKS=shadow asks for the
+    // profile function's shadow stacks; trace records need the function.
+    if (!emit && !forced && stacks_from_frames() && !g_profile_installed) {
+        frames_reader_enable(true);
+        g_reader_on = true;
+        g_agent.set_py_provider(python_stack_provider);
+        return;
+    }
     if (!g_profile_installed) {
         ++g_generation;
         // Every thread of the interpreter now; threads started later call
@@ -534,6 +412,11 @@ void profile_resume() {
 }
 
 void profile_uninstall() {
+    if (g_reader_on) {
+        if (g_agent_loaded) g_agent.set_py_provider(nullptr);
+        g_reader_on = false;
+        frames_reader_enable(false);
+    }
     if (g_profile_installed) {
         if (g_agent_loaded) g_agent.set_py_provider(nullptr);
         // Other threads drop their (now stale) state at their next event.
@@ -547,14 +430,12 @@ void profile_uninstall() {
 }
 
 void autograd_enter() {
-    if (!g_profile_installed || !g_agent_loaded) return;
+    if (!(g_profile_installed || g_reader_on) || !g_agent_loaded) return;
     uint64_t frames[kMaxAutograd];
     PyThreadState* ts = own_thread_state();
     Shadow* sh = shadow_of(ts);
     uint32_t n = sh ? frames_of(sh, frames, kMaxAutograd) : 0;
-#ifdef MSMS_FRAME_CODE_DIRECT
-    if (!sh && t_paused) n = frames_of_interpreter(ts, frames, kMaxAutograd);
-#endif
+    if (!sh && reads_frames(ts)) n = frames_read(ts, frames, kMaxAutograd);
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
     if (g_autograd_depth++ == 0 || n) {

@@ -7,10 +7,15 @@
 
 namespace msms_py {
 
-// Installs the profile function on every thread of the interpreter (once)
-// and turns on
-// PY_TRACE records when `emit`; `forced` records even outside start/stop
-// (tracer.start()). Frames of files under `skip_prefixes` are not recorded.
+// Whether --call-stack=python alone is answered from the interpreter's
+// frames (py_frames.h: CPython 3.11, unless MSMEMSCOPE_PY_STACKS=shadow)
+// rather than by a profile function's shadow stacks.
+bool stacks_from_frames();
+// Turns on --call-stack=python and, when `emit`, PY_TRACE records; `forced`
+// records even outside start/stop (tracer.start()). Records, or stacks
+// where stacks_from_frames() is false, install the profile function on
+// every thread of the interpreter (once). Frames of files under
+// `skip_prefixes` are not recorded.
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes);
 // Traces the calling thread if tracing is installed (a thread started after
 // profile_install: the package's threading.setprofile hook calls this);

@@ -59,26 +59,38 @@ at::CallbackHandle g_handle = 0;
 // f"{__module__}.{__name__}", e.g. aten::mm -> torch._ops.aten.mm.default;
 // python/msmemscope/aten_collection.py) and the agent's cache of its id.
 struct OpName {
+    std::string raw;   // fn.name() when made: the schema's name
     std::string name;
     uint64_t cache[2] = {0, 0};
 };
 
-// Per thread, by the name's pointer (the schema's string, stable). Only
-// records with a schema get here (on_start).
+// Per thread, by the name's pointer: an operator's is its schema's string,
+// made when the operator was registered and kept. Only operators are
+// remembered; a record without a schema (a user scope, an autograd engine
+// range: its name is its own string, often at an address another one had
+// before) is asked each time, which costs it nothing (no schema, nothing
+// copied), while asking an operator for its name copies two strings.
 thread_local std::unordered_map<const char*, OpName>* t_by_schema = nullptr;
 
-OpName& op_name(const at::RecordFunction& fn, const c10::OperatorName& op) {
+// The operator's name, or nullptr for a record without a schema.
+OpName* op_name(const at::RecordFunction& fn) {
     const char* raw = fn.name();
     if (!t_by_schema) t_by_schema = new std::unordered_map<const char*, OpName>();
-    auto [it, fresh] = t_by_schema->try_emplace(raw);
-    if (fresh) {
-        size_t sep = op.name.find("::");
-        it->second.name = sep == std::string::npos
-                              ? std::string(raw)
-                              : "torch._ops." + op.name.substr(0, sep) + "." + op.name.substr(sep + 2) + "." +
-                                    (op.overload_name.empty() ? std::string("default") : op.overload_name);
-    }
-    return it->second;
+    auto it = t_by_schema->find(raw);
+    // The same text too: an operator unregistered (its library unloaded)
+    // frees its schema's string, and another name may be made there.
+    if (it != t_by_schema->end() && it->second.raw == raw) return &it->second;
+    auto op = fn.operator_name();
+    if (!op) return nullptr;
+    OpName& entry = (*t_by_schema)[raw];
+    entry = OpName{};
+    entry.raw = raw;
+    size_t sep = op->name.find("::");
+    entry.name = sep == std::string::npos
+                     ? std::string(raw)
+                     : "torch._ops." + op->name.substr(0, sep) + "." + op->name.substr(sep + 2) + "." +
+                           (op->overload_name.empty() ? std::string("default") : op->overload_name);
+    return &entry;
 }
 
 struct Device {
@@ -175,9 +187,9 @@ void access_value(const c10::IValue& v, uint16_t type, OpName& op) {
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (g_depth.enter) g_depth.enter();
     if (!g_collecting()) return nullptr;
-    auto op = fn.operator_name();
+    OpName* op = op_name(fn);
     if (!op) return nullptr;
-    OpName& name = op_name(fn, *op);
+    OpName& name = *op;
     // Upstream's order (aten_collection.py): ATEN_START, the inputs' ACCESS
     // rows, (the operator), the outputs' ACCESS rows, ATEN_END -- an
     // operator's accesses lie inside it, where upstream's inefficient
@@ -189,9 +201,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-    auto op = g_collecting() ? fn.operator_name() : c10::nullopt;
-    if (op) {
-        OpName& name = op_name(fn, *op);
+    if (OpName* op = g_collecting() ? op_name(fn) : nullptr) {
+        OpName& name = *op;
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
             for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
         if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, op_device(), 0, 0, name, nullptr);

@@ -35,6 +35,13 @@ struct ThreadWriter {
     static constexpr uint32_t kCacheSize = 512;
     uint64_t string_hash[kCacheSize];
     uint64_t string_id[kCacheSize];
+    // The last Python stack this thread interned (capture_py_stack): most
+    // allocations repeat it, and comparing its frames is cheaper than
+    // hashing them. py_last_n 0: none.
+    static constexpr uint32_t kPyLast = 32;
+    uint32_t py_last_n;
+    uint64_t py_last_id;
+    uint64_t py_last[kPyLast];
 };
 
 struct Tls {

@@ -336,7 +336,15 @@ uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32
     if (depth > kMaxFrames) depth = kMaxFrames;
     uint32_t n = provider(frames, depth);
     if (n > depth) n = depth;
-    return intern_stack(w, 1, frames, n);
+    if (n != 0 && n == w->py_last_n && memcmp(frames, w->py_last, n * sizeof(uint64_t)) == 0) return w->py_last_id;
+    // intern_stack may move to another writer (a fresh one has no memo).
+    uint64_t id = intern_stack(w, 1, frames, n);
+    if (id && n <= ThreadWriter::kPyLast) {
+        memcpy(w->py_last, frames, n * sizeof(uint64_t));
+        w->py_last_n = n;
+        w->py_last_id = id;
+    }
+    return id;
 }
 
 }  // namespace msms::agent

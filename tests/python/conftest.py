@@ -80,14 +80,14 @@ def dump_files(procdir, device="cpu", kind="memscope_dump"):
     return sorted((Path(procdir) / f"device_{device}" / "dump").glob(f"{kind}_*.csv"))
 
 
-def run_with_user_site(work, installed, program, args, mode="fold", files=None):
+def run_with_user_site(work, installed, program, args, mode="fold", files=None, env=None):
     """Runs `program` (work/prog.py, Debian's python3) under the CLI with `args`
     (which write to work/out), with the modules of `installed` in a user
     site-packages of its own (PYTHONUSERBASE: part of the Python installation,
     so their imports are import scopes) and `files` beside the program; both
     map file names to sources (dedented). mode "record": the imports' host
-    blocks are not folded. Returns (the CompletedProcess, the process's output
-    folder, the site-packages folder)."""
+    blocks are not folded; `env`: more environment. Returns (the
+    CompletedProcess, the process's output folder, the site-packages folder)."""
     site = work / "userbase" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     for name, text in installed.items():
@@ -97,8 +97,8 @@ def run_with_user_site(work, installed, program, args, mode="fold", files=None):
     (work / "prog.py").write_text(textwrap.dedent(program), encoding="utf-8")
     if mode == "record":
         args = args + ["--plugin-option=host_heap.python_imports=record"]
-    p = run_cli(args + ["--", "/usr/bin/python3", "prog.py"], work, env={"PYTHONUSERBASE": str(work / "userbase")},
-                timeout=300)
+    p = run_cli(args + ["--", "/usr/bin/python3", "prog.py"], work,
+                env={"PYTHONUSERBASE": str(work / "userbase"), **(env or {})}, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     (procdir,) = process_dirs(work / "out")
     return p, procdir, site

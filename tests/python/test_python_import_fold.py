@@ -165,10 +165,13 @@ def test_body_rows_and_leak_figures_are_the_same(both):
         assert leak["attr"].get("owner") == "HOST" and "prog.py" in leak["Call Stack(Python)"]
 
 
-# While an installed module is imported the thread's profile function is off
-# (no frame object per call of the import machinery; _boot.py, py_trace.h):
-# a tensor made meanwhile still gets its exact Python stack, read from the
-# interpreter's own frames, the same text as the profile function's stack.
+# While an installed module is imported the thread's profile function, where
+# there is one (MSMEMSCOPE_PY_STACKS=shadow), is off (no frame object per call
+# of the import machinery; _boot.py, py_trace.h): a tensor made meanwhile
+# still gets its exact Python stack, read from the interpreter's own frames,
+# the same text as the profile function's stack -- and as the default's,
+# which reads every stack from the interpreter's frames, with no profile
+# function at all.
 PAUSE_MOD = """
     import sys
     import torch
@@ -191,9 +194,10 @@ PAUSE_PROGRAM = """
 """
 
 
-def run_pause(tmp_path, mode):
+def run_pause(tmp_path, mode, stacks="shadow"):
     args = ["--device=cpu", "--events=alloc,free", "--call-stack=python", "--output-path=out"]
-    p, procdir, site = run_with_user_site(tmp_path / mode, {"pause_probe.py": PAUSE_MOD}, PAUSE_PROGRAM, args, mode)
+    p, procdir, site = run_with_user_site(tmp_path / (mode + "_" + stacks), {"pause_probe.py": PAUSE_MOD},
+                                          PAUSE_PROGRAM, args, mode, env={"MSMEMSCOPE_PY_STACKS": stacks})
     stacks = {r["attr"].get("size"): r["Call Stack(Python)"] for r in pta_mallocs_of(procdir)
               if r["attr"].get("size") in ("12345", "54321")}
     return p.stdout, stacks, site
@@ -203,13 +207,17 @@ def test_tensor_made_in_installed_import_has_exact_stack(tmp_path):
     pytest.importorskip("torch")
     fold_out, fold, site = run_pause(tmp_path, "fold")
     record_out, record, _ = run_pause(tmp_path, "record")
+    frames_out, frames, frames_site = run_pause(tmp_path, "fold", "frames")
     # fold: the profile function was off inside the installed module's import, back after it
     assert "profile NoneType _ProfileState" in fold_out, fold_out
     assert "profile _ProfileState _ProfileState" in record_out, record_out
+    # the default: no profile function, ever
+    assert "profile NoneType NoneType" in frames_out, frames_out
     probe = site / "pause_probe.py"
     inner = fold["12345"].splitlines()
     assert inner[:2] == [f"{probe}(9): make", f"{probe}(12): <module>"], fold["12345"]
     assert inner[-1].endswith("prog.py(4): <module>"), fold["12345"]
-    assert fold["54321"].splitlines() == [str(tmp_path / "fold" / "prog.py") + "(5): <module>"], fold["54321"]
-    # the same text as the profile function's own stacks (record: no scope, no pause)
-    assert fold["12345"] == record["12345"].replace(str(tmp_path / "record"), str(tmp_path / "fold"))
+    assert fold["54321"].splitlines() == [str(tmp_path / "fold_shadow" / "prog.py") + "(5): <module>"], fold["54321"]
+    # the same text as the profile function's own stacks (record: no scope, no pause), and as the default's
+    assert fold["12345"] == record["12345"].replace("record_shadow", "fold_shadow")
+    assert {k: v.replace("fold_frames", "fold_shadow") for k, v in frames.items()} == fold

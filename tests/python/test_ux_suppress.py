@@ -18,10 +18,11 @@ import msmemscope  # noqa: E402
 DEMO = TEST_BIN / "demo_train"
 
 
-def _run(args, cwd):
+def _run(args, cwd, env=None):
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
     e.pop("PYTHONPATH", None)
+    e.update(env or {})
     return subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=e, capture_output=True, text=True,
                           timeout=300)
 
@@ -151,23 +152,25 @@ def test_python_api_suppress_errors(tmp_path, monkeypatch):
 TORCH_LOOP = SOURCE / "tests" / "programs" / "python" / "sgd_keep.py"
 
 
-def _own_memory_left_out(tmp_path, call_stack, ours):
+def _own_memory_left_out(tmp_path, call_stack, ours, env=None, recorded=True):
     """Runs TORCH_LOOP (a small SGD loop) with the given stacks: no at-exit site line matches
     `ours` (a regex) and the summary counts sites left out as msmemscope's;
-    with the built-in lists off such a line is there (the list hides it)."""
+    with the built-in lists off such a line is there (the list hides it). Not
+    `recorded`: msmemscope's memory there has no rows at all, lists or not."""
     (tmp_path / "loop.py").write_text(TORCH_LOOP.read_text())
     args = ["--device=cpu", f"--call-stack={call_stack}", "--analysis=leaks"]
-    p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path)
+    p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path, env=env)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     [start] = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
     sites = [l for l in lines[start + 1:] if l.startswith("    ")]
     assert sites and not [l for l in sites if re.search(ours, l)], sites
     [summary] = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
-    assert re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary), summary
-    p = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path)
+    assert bool(re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary)) == recorded, summary
+    p = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path,
+             env=env)
     assert p.returncode == 0, p.stderr
-    assert [l for l in p.stdout.splitlines() if l.startswith("    ") and re.search(ours, l)], p.stdout
+    assert bool([l for l in p.stdout.splitlines() if l.startswith("    ") and re.search(ours, l)]) == recorded, p.stdout
 
 
 def test_msmemscopes_own_module_memory_is_not_the_programs(tmp_path):
@@ -181,6 +184,17 @@ def test_msmemscopes_own_module_memory_is_not_the_programs(tmp_path):
 
 def test_the_start_up_hooks_memory_is_not_the_programs(tmp_path):
     # With Python stacks only, what msmemscope's start-up in the program keeps
-    # was listed after the CLI's generated sitecustomize.py in its session
-    # folder (a temporary path, gone by the time the list is read).
-    _own_memory_left_out(tmp_path, "python", r"/\.msmemscope_session_\w+/python/sitecustomize\.py\(\d+\): ")
+    # (the profile function's infos of the code objects it saw) was listed
+    # after the CLI's generated sitecustomize.py in its session folder (a
+    # temporary path, gone by the time the list is read).
+    _own_memory_left_out(tmp_path, "python", r"/\.msmemscope_session_\w+/python/sitecustomize\.py\(\d+\): ",
+                         env={"MSMEMSCOPE_PY_STACKS": "shadow"})
+
+
+def test_code_infos_of_the_frame_reader_are_not_recorded(tmp_path):
+    # The default reads Python stacks from the interpreter's frames: the code
+    # objects' infos are made by a pending call on the program's time (its
+    # rows would name whatever line of the program then ran), with the
+    # agent's hooks off -- no row, no site, with or without the lists.
+    _own_memory_left_out(tmp_path, "python", r"/\.msmemscope_session_\w+/python/sitecustomize\.py\(\d+\): |"
+                         r"/msmemscope/_", recorded=False)

@@ -1,0 +1,168 @@
+// Code object infos: see py_code_info.h.
+#include "py_code_info.h"
+
+#include <string.h>
+
+#include "agent_api.h"
+
+namespace msms_py {
+namespace {
+
+Py_ssize_t g_code_extra = -1;
+std::vector<std::string> g_skip_prefixes;
+std::atomic<uint64_t> g_deaths{0};
+
+// Code object -> CodeInfo without a call: a direct-mapped table in front of
+// the code's co_extra slot. Written with the GIL held only (an info made,
+// or its code freed: free_code_info clears the slot, so an address reused
+// by a new code object never finds the old entry); read by any thread.
+// A writer clears `code` before it changes `info` and sets `code` last; a
+// reader that finds its code reads `info`, then `code` again: the same
+// code both times means the info is that code's (the code is alive, so its
+// entry cannot be cleared meanwhile; a slot taken over by another code
+// shows another code the second time).
+struct CodeSlot {
+    std::atomic<PyCodeObject*> code{nullptr};
+    std::atomic<CodeInfo*> info{nullptr};
+};
+constexpr size_t kCodeSlots = 8192;
+CodeSlot g_code_slots[kCodeSlots];
+
+inline CodeSlot& code_slot(PyCodeObject* code) {
+    return g_code_slots[(reinterpret_cast<uintptr_t>(code) * 0x9E3779B97F4A7C15ull) >> (64 - 13)];
+}
+static_assert(kCodeSlots == (size_t{1} << 13), "code_slot's shift");
+
+void set_slot(CodeSlot& s, PyCodeObject* code, CodeInfo* ci) {
+    s.code.store(nullptr, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    s.info.store(ci, std::memory_order_relaxed);
+    s.code.store(code, std::memory_order_release);
+}
+
+void free_code_info(void* p) {
+    auto* ci = static_cast<CodeInfo*>(p);
+    CodeSlot& s = code_slot(ci->code);
+    if (s.code.load(std::memory_order_relaxed) == ci->code) set_slot(s, nullptr, nullptr);
+    g_deaths.fetch_add(1, std::memory_order_release);
+    const bool hooks_off = ci->unrecorded && g_agent_loaded && g_agent.enter();
+    delete ci;
+    if (hooks_off) g_agent.leave();
+}
+
+__attribute__((noinline)) CodeInfo* code_info_slow(PyCodeObject* code) {
+    void* extra = nullptr;
+    if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra)
+        return static_cast<CodeInfo*>(extra);
+    auto* ci = new CodeInfo{};
+    ci->code = code;
+    ci->file = PyUnicode_AsUTF8(code->co_filename);
+    ci->func = PyUnicode_AsUTF8(code->co_name);
+    if (!ci->file) ci->file = "?";
+    if (!ci->func) ci->func = "?";
+    PyErr_Clear();
+    ci->first_line = code->co_firstlineno;
+    ci->label = std::string(ci->file) + "(" + std::to_string(ci->first_line) + "): " + ci->func;
+    ci->skip = skipped_file(ci->file);
+    if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, ci) != 0) {
+        // Never expected; keep the program going and the info alive.
+        PyErr_Clear();
+        ci->code = nullptr;
+    }
+    return ci;
+}
+
+}  // namespace
+
+void code_info_init(const std::vector<std::string>& skip_prefixes) {
+    if (g_code_extra < 0) g_code_extra = _PyEval_RequestCodeExtraIndex(free_code_info);
+    if (g_skip_prefixes.empty()) g_skip_prefixes = skip_prefixes;
+}
+
+CodeInfo* code_info_unrecorded(PyCodeObject* code) {
+    CodeSlot& s = code_slot(code);
+    if (s.code.load(std::memory_order_relaxed) == code) return s.info.load(std::memory_order_relaxed);
+    const bool hooks_off = g_agent_loaded && g_agent.enter();
+    void* extra = nullptr;
+    const bool fresh = !(_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra);
+    CodeInfo* ci = code_info(code);
+    if (fresh) ci->unrecorded = true;
+    if (hooks_off) g_agent.leave();
+    return ci;
+}
+
+bool code_info_ready() { return g_code_extra >= 0; }
+
+CodeInfo* code_info(PyCodeObject* code) {
+    CodeSlot& s = code_slot(code);
+    if (s.code.load(std::memory_order_relaxed) == code) return s.info.load(std::memory_order_relaxed);
+    CodeInfo* ci = code_info_slow(code);
+    if (ci->code == code) set_slot(s, code, ci);  // in the table only while the code owns it
+    return ci;
+}
+
+CodeInfo* code_info_lookup(PyCodeObject* code) {
+    CodeSlot& s = code_slot(code);
+    if (s.code.load(std::memory_order_acquire) != code) return nullptr;
+    CodeInfo* ci = s.info.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.code.load(std::memory_order_relaxed) != code) return nullptr;
+    return ci;
+}
+
+uint64_t code_info_deaths() { return g_deaths.load(std::memory_order_acquire); }
+
+bool skipped_file(const char* file) {
+    for (auto& p : g_skip_prefixes)
+        if (strncmp(file, p.c_str(), p.size()) == 0) return true;
+    return false;
+}
+
+void put_utf8(PyObject* s, char* out, size_t cap) {
+    if (cap == 0) return;
+    size_t n = 0;
+    bool ok = s && PyUnicode_Check(s) && PyUnicode_IS_READY(s);
+    if (ok) {
+        const int kind = PyUnicode_KIND(s);
+        const void* data = PyUnicode_DATA(s);
+        const Py_ssize_t len = PyUnicode_GET_LENGTH(s);
+        for (Py_ssize_t i = 0; i < len && ok; ++i) {
+            const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            char b[4];
+            size_t k = 1;
+            if (c < 0x80) {
+                b[0] = static_cast<char>(c);
+            } else if (c < 0x800) {
+                b[0] = static_cast<char>(0xC0 | (c >> 6));
+                b[1] = static_cast<char>(0x80 | (c & 0x3F));
+                k = 2;
+            } else if (c >= 0xD800 && c <= 0xDFFF) {
+                ok = false;  // a lone surrogate: not UTF-8
+                break;
+            } else if (c < 0x10000) {
+                b[0] = static_cast<char>(0xE0 | (c >> 12));
+                b[1] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+                b[2] = static_cast<char>(0x80 | (c & 0x3F));
+                k = 3;
+            } else {
+                b[0] = static_cast<char>(0xF0 | (c >> 18));
+                b[1] = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+                b[2] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+                b[3] = static_cast<char>(0x80 | (c & 0x3F));
+                k = 4;
+            }
+            if (n + k >= cap) break;
+            memcpy(out + n, b, k);
+            n += k;
+        }
+    }
+    if (!ok) {
+        n = 0;
+        if (cap > 1) out[n++] = '?';
+    }
+    out[n] = '\0';
+}
+
+uint64_t id_generation() { return g_agent.stream_generation ? (g_agent.stream_generation() & 0xff) : 0; }
+
+}  // namespace msms_py

@@ -1,0 +1,234 @@
+// The interpreter-frame reader: see py_frames.h.
+//
+// Exact, and cheap for the many allocations a training step makes from the
+// same few places:
+// * a frame's text is cached per code object and instruction in the code's
+//   info (py_code_info.h), which lives in the code's co_extra slot and dies
+//   with it: a code object freed and another made at its address (file name
+//   and line table objects too, as tests/python/test_python_stack_frames.py
+//   makes them) finds no info and is read afresh;
+// * infos are made with the GIL held only. A frame whose code has none yet
+//   (the reader may run without the GIL: an operator releases it before it
+//   allocates) is formatted from the code's own str and line table, and the
+//   main thread is asked (Py_AddPendingCall) to make the infos of every
+//   thread's frames at its next check;
+// * each thread remembers its last walk (frame, code, instruction, id): the
+//   outer frames both walks share keep their ids, as long as no code object
+//   with an info was freed since (the same address is then the same code).
+#include "py_frames.h"
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#define MSMS_READ_FRAMES 1
+#endif
+
+#include <stdio.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "agent_api.h"
+#include "py_code_info.h"
+
+namespace msms_py {
+
+#ifdef MSMS_READ_FRAMES
+namespace {
+
+std::atomic<bool> g_enabled{false};
+std::atomic<bool> g_register_pending{false};
+
+// Pending call (main thread, GIL held): an info for the code of every
+// complete frame of every thread. Threads other than the caller are
+// stopped (in C code with the GIL released, or waiting for it), their
+// frames alive.
+int register_frames(void*) {
+    g_register_pending.store(false, std::memory_order_relaxed);
+    if (!g_enabled.load(std::memory_order_relaxed)) return 0;
+    PyThreadState* me = PyThreadState_Get();
+    for (PyThreadState* ts = PyInterpreterState_ThreadHead(me->interp); ts; ts = PyThreadState_Next(ts)) {
+        for (_PyInterpreterFrame* f = ts->cframe ? ts->cframe->current_frame : nullptr; f; f = f->previous) {
+            if (_PyFrame_IsIncomplete(f) || Py_REFCNT(f->f_code) <= 0) continue;
+            code_info_unrecorded(f->f_code);
+        }
+    }
+    return 0;
+}
+
+void request_registration() {
+    if (!g_enabled.load(std::memory_order_relaxed) || g_register_pending.exchange(true, std::memory_order_relaxed))
+        return;
+    // Takes the interpreter's pending-calls lock only (no allocation, no
+    // GIL); refused when its queue is full: asked again at the next miss.
+    if (Py_AddPendingCall(register_frames, nullptr) != 0) g_register_pending.store(false, std::memory_order_relaxed);
+}
+
+// One frame's interned text (0: skipped or not interned); `reusable` when
+// the answer holds for this code address and instruction as long as no
+// code object with an info dies (its info was found) and ids stay valid.
+uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
+    reusable = false;
+    // A frame being popped drops its code last: if that was the code's last
+    // reference, the code is being freed now (its strings may be gone).
+    if (Py_REFCNT(code) <= 0) return 0;
+    char buf[1024];
+    if (CodeInfo* ci = code_info_lookup(code)) {
+        if (ci->skip) {
+            reusable = true;
+            return 0;
+        }
+        const bool cacheable = gen != 0 && lasti >= 0 && lasti < 0x10000;
+        const uint64_t key = (gen << 56) | (static_cast<uint64_t>(lasti) << 40);
+        if (cacheable)
+            if (uint64_t id = cached_id(ci->instr_ids, key)) {
+                reusable = true;
+                return id;
+            }
+        int line = PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT)));
+        snprintf(buf, sizeof(buf), "%s(%d): %s", ci->file, line, ci->func);
+        uint64_t id = g_agent.intern(buf);
+        if (id && cacheable && id < (uint64_t{1} << 40)) {
+            ci->instr_ids[static_cast<unsigned>(lasti) % CodeInfo::kInstrIds].store(key | id, std::memory_order_relaxed);
+            reusable = true;
+        }
+        return id;
+    }
+    request_registration();
+    char file[768], func[192];
+    put_utf8(code->co_filename, file, sizeof(file));
+    if (skipped_file(file)) return 0;
+    put_utf8(code->co_name, func, sizeof(func));
+    int line = PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT)));
+    snprintf(buf, sizeof(buf), "%s(%d): %s", file, line, func);
+    return g_agent.intern(buf);
+}
+
+// One frame of a walk: what identifies its text (frame, code, instruction,
+// owner: a frame at the same address running the same code at the same
+// instruction reads the same) and that text's id (0: none, or left out).
+struct WalkFrame {
+    _PyInterpreterFrame* frame;
+    PyCodeObject* code;
+    _Py_CODEUNIT* instr;
+    uint64_t id;
+    int8_t owner;
+    bool reusable;
+};
+
+constexpr uint32_t kMemoFrames = 128;
+
+// The calling thread's last two walks, the newer at `last`: a walk is
+// written over the older while the newer is compared with it (no copy).
+// Zero-initialised: no constructor behind the thread_local's access.
+struct ReadMemo {
+    uint64_t gen;
+    uint64_t deaths;
+    uint32_t last;
+    uint32_t n[2];
+    // The newer walk's answer (its ids, in order, the left-out frames
+    // dropped) when every frame of it is reusable; else nout is kNoAnswer.
+    uint32_t nout;
+    WalkFrame frames[2][kMemoFrames];
+    uint64_t out[kMemoFrames];
+};
+constexpr uint32_t kNoAnswer = ~0u;
+thread_local ReadMemo t_memo;
+
+inline int lasti_of(const WalkFrame& w) { return static_cast<int>(w.instr - _PyCode_CODE(w.code)); }
+
+// A frame pushed whose first instruction has not run (its arguments are
+// being bound): not on the stack yet, as in tracebacks.
+inline bool incomplete(const WalkFrame& w) {
+    return w.owner != FRAME_OWNED_BY_GENERATOR && w.instr < _PyCode_CODE(w.code) + w.code->_co_firsttraceable;
+}
+
+}  // namespace
+
+bool frames_reader_available() { return true; }
+
+void frames_reader_enable(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+
+uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max) {
+    if (!ts || !ts->cframe || max == 0) return 0;
+    const uint64_t gen = id_generation();
+    const uint64_t deaths = code_info_deaths();
+    ReadMemo* m = &t_memo;
+    asm("" : "+r"(m));  // one TLS lookup: the address is not recomputed after each call below
+    const WalkFrame* before = m->frames[m->last];
+    const uint32_t nb = m->n[m->last];
+    const bool memo_valid = gen != 0 && m->gen == gen && m->deaths == deaths;
+    if (memo_valid && m->nout != kNoAnswer) {
+        // Most allocations come from where the one before came from: the
+        // same chain (frame, code, instruction, owner at every level)
+        // gives the same answer.
+        uint32_t i = 0;
+        _PyInterpreterFrame* g = ts->cframe->current_frame;
+        for (; g && i < nb; ++i, g = g->previous) {
+            const WalkFrame& b = before[i];
+            if (g != b.frame || g->f_code != b.code || g->prev_instr != b.instr || g->owner != b.owner) break;
+        }
+        if (!g && i == nb) {
+            const uint32_t n = m->nout < max ? m->nout : max;
+            memcpy(out, m->out, n * sizeof(uint64_t));
+            return n;
+        }
+    }
+    WalkFrame* now = m->frames[m->last ^ 1];
+    // The chain as it is, innermost first: no code object is touched yet.
+    uint32_t c = 0;
+    _PyInterpreterFrame* f = ts->cframe->current_frame;
+    for (; f && c < kMemoFrames; f = f->previous)
+        now[c++] = WalkFrame{f, f->f_code, f->prev_instr, 0, f->owner, false};
+    const bool deep = f != nullptr;  // more frames than the memo holds: the rest read directly
+    // The outer frames both walks share keep their ids.
+    uint32_t shared = 0;
+    if (!deep && memo_valid) {
+        while (shared < c && shared < nb) {
+            WalkFrame& a = now[c - 1 - shared];
+            const WalkFrame& b = before[nb - 1 - shared];
+            if (!b.reusable || a.frame != b.frame || a.code != b.code || a.instr != b.instr || a.owner != b.owner)
+                break;
+            a.id = b.id;
+            a.reusable = true;
+            ++shared;
+        }
+    }
+    for (uint32_t i = 0; i < c - shared; ++i) {
+        WalkFrame& w = now[i];
+        if (!incomplete(w)) w.id = frame_id(w.code, lasti_of(w), gen, w.reusable);
+    }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c && n < max; ++i)
+        if (now[i].id) out[n++] = now[i].id;
+    for (; f && n < max; f = f->previous) {
+        WalkFrame w{f, f->f_code, f->prev_instr, 0, f->owner, false};
+        if (incomplete(w)) continue;
+        if (uint64_t id = frame_id(w.code, lasti_of(w), gen, w.reusable)) out[n++] = id;
+    }
+    if (!deep) {
+        m->gen = gen;
+        m->deaths = deaths;
+        m->last ^= 1;
+        m->n[m->last] = c;
+        uint32_t k = 0;
+        bool all = true;
+        for (uint32_t i = 0; i < c; ++i) {
+            all = all && now[i].reusable;
+            if (now[i].id) m->out[k++] = now[i].id;
+        }
+        m->nout = all ? k : kNoAnswer;
+    }
+    return n;
+}
+
+#else  // not CPython 3.11: the profile function's shadow stacks answer
+
+bool frames_reader_available() { return false; }
+void frames_reader_enable(bool) {}
+uint32_t frames_read(PyThreadState*, uint64_t*, uint32_t) { return 0; }
+
+#endif
+
+}  // namespace msms_py
