@@ -220,7 +220,7 @@ def tag(t: torch.Tensor, owner: str, where: str, weak: bool = False) -> None:
     weak: only where the user gave the block no label of their own (a
     describer scope or tag); a parameter is a weight unless the user said
     otherwise."""
-    if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse:
+    if not isinstance(t, torch.Tensor) or not t.is_cpu or t.is_sparse:
         return
     try:
         ptr = _base_ptr(t)
@@ -228,7 +228,13 @@ def tag(t: torch.Tensor, owner: str, where: str, weak: bool = False) -> None:
         return
     if not ptr:
         return
-    held = _held(ptr) if ptr in _tagged else None
+    entry = _tagged.get(ptr)
+    if entry is None:
+        held = None
+    elif entry[1]() is t:
+        held = entry[0]  # this very tensor, on that block now: _held's answer without asking it again
+    else:
+        held = _held(ptr)
     if held == owner or (weak and held is not None and held not in _CLASSES):
         return  # the same block: a live tensor still holds it
     _ext.event(EV["ACCESS"], T["UNKNOWN"], CPU, -1, ptr, t.numel() * t.element_size(), 0, 0, where,

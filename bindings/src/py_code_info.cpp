@@ -12,26 +12,33 @@ Py_ssize_t g_code_extra = -1;
 std::vector<std::string> g_skip_prefixes;
 std::atomic<uint64_t> g_deaths{0};
 
-// Code object -> CodeInfo without a call: a direct-mapped table in front of
-// the code's co_extra slot. Written with the GIL held only (an info made,
-// or its code freed: free_code_info clears the slot, so an address reused
-// by a new code object never finds the old entry); read by any thread.
-// A writer clears `code` before it changes `info` and sets `code` last; a
-// reader that finds its code reads `info`, then `code` again: the same
-// code both times means the info is that code's (the code is alive, so its
-// entry cannot be cleared meanwhile; a slot taken over by another code
-// shows another code the second time).
+// Code object -> CodeInfo without a call: a 4-way set-associative table in
+// front of the code's co_extra slot (4 slots a cache line: two hot code
+// objects whose addresses hash alike do not push each other out; the frame
+// reader reads a code the slow way while it is not in the table). Written
+// with the GIL held only (an info made, or its code freed: free_code_info
+// clears its slot, so an address reused by a new code object never finds
+// the old entry); read by any thread. A writer clears `code` before it
+// changes `info` and sets `code` last; a reader that finds its code reads
+// `info`, then `code` again: the same code both times means the info is
+// that code's (the code is alive, so its entry cannot be cleared meanwhile;
+// a slot taken over by another code shows another code the second time).
 struct CodeSlot {
     std::atomic<PyCodeObject*> code{nullptr};
     std::atomic<CodeInfo*> info{nullptr};
 };
-constexpr size_t kCodeSlots = 8192;
-CodeSlot g_code_slots[kCodeSlots];
+constexpr int kWays = 4;
+struct alignas(64) CodeSet {
+    CodeSlot way[kWays];
+    uint32_t next = 0;  // the way the next new code takes when none is free (GIL)
+};
+constexpr size_t kCodeSets = 2048;
+CodeSet g_code_sets[kCodeSets];
 
-inline CodeSlot& code_slot(PyCodeObject* code) {
-    return g_code_slots[(reinterpret_cast<uintptr_t>(code) * 0x9E3779B97F4A7C15ull) >> (64 - 13)];
+inline CodeSet& code_set(PyCodeObject* code) {
+    return g_code_sets[(reinterpret_cast<uintptr_t>(code) * 0x9E3779B97F4A7C15ull) >> (64 - 11)];
 }
-static_assert(kCodeSlots == (size_t{1} << 13), "code_slot's shift");
+static_assert(kCodeSets == (size_t{1} << 11), "code_set's shift");
 
 void set_slot(CodeSlot& s, PyCodeObject* code, CodeInfo* ci) {
     s.code.store(nullptr, std::memory_order_relaxed);
@@ -40,10 +47,27 @@ void set_slot(CodeSlot& s, PyCodeObject* code, CodeInfo* ci) {
     s.code.store(code, std::memory_order_release);
 }
 
+// The GIL held: the slot of `code` in its set, or nullptr.
+inline CodeSlot* slot_of(CodeSet& set, PyCodeObject* code) {
+    for (CodeSlot& s : set.way)
+        if (s.code.load(std::memory_order_relaxed) == code) return &s;
+    return nullptr;
+}
+
+// The GIL held: `code` joins its set in a free slot, else in the one
+// whose turn it is.
+void put_slot(PyCodeObject* code, CodeInfo* ci) {
+    CodeSet& set = code_set(code);
+    if (slot_of(set, code)) return;
+    CodeSlot* free = slot_of(set, nullptr);
+    if (!free) free = &set.way[set.next++ % kWays];
+    set_slot(*free, code, ci);
+}
+
 void free_code_info(void* p) {
     auto* ci = static_cast<CodeInfo*>(p);
-    CodeSlot& s = code_slot(ci->code);
-    if (s.code.load(std::memory_order_relaxed) == ci->code) set_slot(s, nullptr, nullptr);
+    if (ci->code)
+        if (CodeSlot* s = slot_of(code_set(ci->code), ci->code)) set_slot(*s, nullptr, nullptr);
     g_deaths.fetch_add(1, std::memory_order_release);
     const bool hooks_off = ci->unrecorded && g_agent_loaded && g_agent.enter();
     delete ci;
@@ -80,8 +104,7 @@ void code_info_init(const std::vector<std::string>& skip_prefixes) {
 }
 
 CodeInfo* code_info_unrecorded(PyCodeObject* code) {
-    CodeSlot& s = code_slot(code);
-    if (s.code.load(std::memory_order_relaxed) == code) return s.info.load(std::memory_order_relaxed);
+    if (CodeSlot* s = slot_of(code_set(code), code)) return s->info.load(std::memory_order_relaxed);
     const bool hooks_off = g_agent_loaded && g_agent.enter();
     void* extra = nullptr;
     const bool fresh = !(_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra);
@@ -94,20 +117,21 @@ CodeInfo* code_info_unrecorded(PyCodeObject* code) {
 bool code_info_ready() { return g_code_extra >= 0; }
 
 CodeInfo* code_info(PyCodeObject* code) {
-    CodeSlot& s = code_slot(code);
-    if (s.code.load(std::memory_order_relaxed) == code) return s.info.load(std::memory_order_relaxed);
+    if (CodeSlot* s = slot_of(code_set(code), code)) return s->info.load(std::memory_order_relaxed);
     CodeInfo* ci = code_info_slow(code);
-    if (ci->code == code) set_slot(s, code, ci);  // in the table only while the code owns it
+    if (ci->code == code) put_slot(code, ci);  // in the table only while the code owns it
     return ci;
 }
 
 CodeInfo* code_info_lookup(PyCodeObject* code) {
-    CodeSlot& s = code_slot(code);
-    if (s.code.load(std::memory_order_acquire) != code) return nullptr;
-    CodeInfo* ci = s.info.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (s.code.load(std::memory_order_relaxed) != code) return nullptr;
-    return ci;
+    for (CodeSlot& s : code_set(code).way) {
+        if (s.code.load(std::memory_order_acquire) != code) continue;
+        CodeInfo* ci = s.info.load(std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (s.code.load(std::memory_order_relaxed) != code) return nullptr;
+        return ci;
+    }
+    return nullptr;
 }
 
 uint64_t code_info_deaths() { return g_deaths.load(std::memory_order_acquire); }

@@ -1,7 +1,7 @@
 // What the Python stacks know of a code object (file, function, whether its
 // file is skipped, the ids of the frame texts already interned for it),
 // made once per code object with the GIL held and kept in the code's
-// co_extra slot, so that it is freed with the code object. A direct-mapped
+// co_extra slot, so that it is freed with the code object. A set-associative
 // table in front of co_extra answers "which info belongs to this code" from
 // any thread, GIL or not: the profile function's pushes (py_trace.cpp) and
 // the interpreter-frame reader (py_frames.cpp) share it.
@@ -33,7 +33,7 @@ struct CodeInfo {
     // not (one word each).
     static constexpr int kLineIds = 4;
     std::atomic<uint64_t> line_ids[kLineIds] = {};
-    static constexpr int kInstrIds = 8;
+    static constexpr int kInstrIds = 16;
     std::atomic<uint64_t> instr_ids[kInstrIds] = {};
 };
 
