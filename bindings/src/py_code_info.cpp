@@ -187,6 +187,32 @@ void put_utf8(PyObject* s, char* out, size_t cap) {
     out[n] = '\0';
 }
 
+void format_frame(char* out, size_t cap, const char* file, int line, const char* func) {
+    if (cap == 0) return;
+    char num[16];
+    size_t k = 0;
+    unsigned v = line < 0 ? 0u - static_cast<unsigned>(line) : static_cast<unsigned>(line);
+    do {
+        num[k++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (line < 0) num[k++] = '-';
+    size_t n = 0;
+    auto put = [&](const char* s, size_t len) {
+        if (n + len >= cap) len = cap - 1 - n;
+        memcpy(out + n, s, len);
+        n += len;
+    };
+    put(file, strlen(file));
+    put("(", 1);
+    char digits[16];
+    for (size_t i = 0; i < k; ++i) digits[i] = num[k - 1 - i];
+    put(digits, k);
+    put("): ", 3);
+    put(func, strlen(func));
+    out[n] = '\0';
+}
+
 uint64_t id_generation() { return g_agent.stream_generation ? (g_agent.stream_generation() & 0xff) : 0; }
 
 }  // namespace msms_py

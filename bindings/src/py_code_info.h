@@ -70,6 +70,11 @@ bool skipped_file(const char* file);
 // info's text.
 void put_utf8(PyObject* s, char* out, size_t cap);
 
+// "file(line): func" into out (NUL-terminated, cut to fit), as snprintf
+// would write it, without its format parsing (a frame's text is made for
+// every new code and instruction a stack passes through).
+void format_frame(char* out, size_t cap, const char* file, int line, const char* func);
+
 // The stream generation the interned ids belong to (8 bits; 0: ids cannot
 // be cached, an agent without generations).
 uint64_t id_generation();

@@ -87,7 +87,7 @@ uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
                 return id;
             }
         int line = PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT)));
-        snprintf(buf, sizeof(buf), "%s(%d): %s", ci->file, line, ci->func);
+        format_frame(buf, sizeof(buf), ci->file, line, ci->func);
         uint64_t id = g_agent.intern(buf);
         if (id && cacheable && id < (uint64_t{1} << 40)) {
             ci->instr_ids[static_cast<unsigned>(lasti) % CodeInfo::kInstrIds].store(key | id, std::memory_order_relaxed);
@@ -101,7 +101,7 @@ uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
     if (skipped_file(file)) return 0;
     put_utf8(code->co_name, func, sizeof(func));
     int line = PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT)));
-    snprintf(buf, sizeof(buf), "%s(%d): %s", file, line, func);
+    format_frame(buf, sizeof(buf), file, line, func);
     return g_agent.intern(buf);
 }
 
