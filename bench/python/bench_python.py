@@ -2,6 +2,11 @@
 
   trace: a call-heavy script (recursive fib + small method calls), plain vs
          cProfile vs msmemscope events="traceback";
+  stacks: the same script with a host allocation every 100 calls, plain vs
+         cProfile vs msmemscope events="alloc,free" call_stack="python"
+         (CPython 3.11: stacks read from the interpreter's frames) and
+         msmemscope+shadow, the same with MSMEMSCOPE_PY_STACKS=shadow (a
+         profile function's shadow stacks, as before 2026-12-04);
   torch: a CPU training loop (MLP, Adam), plain vs
          torch.profiler.profile(profile_memory=True) vs msmemscope
          events="launch" (operators + CPU tensor storage as PTA rows: what
@@ -44,6 +49,16 @@ def trace_work():
     return s
 
 
+def stacks_work():
+    s = fib(25)
+    keep = []
+    for i in range(300000):
+        s += P(i).get()
+        if i % 100 == 0:
+            keep.append(bytearray(1000 + i % 7))
+    return s
+
+
 def torch_setup():
     import torch
     torch.manual_seed(0)
@@ -61,14 +76,17 @@ def torch_setup():
 
 
 def child(workload, tool, out):
-    work = trace_work if workload == "trace" else torch_setup()
+    work = {"trace": trace_work, "stacks": stacks_work}.get(workload) or torch_setup()
     if tool.startswith("msmemscope"):
         import msmemscope
         if workload == "trace":
             events = "traceback"
+        elif workload == "stacks":
+            events = "alloc,free"
         else:
             events = "alloc,free,launch" if tool in ("msmemscope+heap", "msmemscope+pystack") else "launch"
-        extra = {"call_stack": "python:20"} if tool == "msmemscope+pystack" else {}
+        extra = {"call_stack": "python:20"} if tool in ("msmemscope+pystack", "msmemscope+shadow") or \
+            workload == "stacks" else {}
         msmemscope.config(device="cpu", events=events, analysis="", output=out, **extra)
         msmemscope.start()
         t = time.perf_counter()
@@ -101,8 +119,11 @@ def measure(workload, tool, repeat):
     best = None
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ)
+            if tool == "msmemscope+shadow":
+                env["MSMEMSCOPE_PY_STACKS"] = "shadow"
             p = subprocess.run([sys.executable, HERE, "--child", workload, tool, out], capture_output=True,
-                               text=True, timeout=600)
+                               text=True, timeout=600, env=env)
             line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
             if p.returncode != 0 or not line:
                 raise SystemExit(f"{workload}/{tool} failed:\n{p.stdout}\n{p.stderr}")
@@ -115,13 +136,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child", nargs=3)
-    ap.add_argument("--workload", choices=("trace", "torch"), help="only this workload")
+    ap.add_argument("--workload", choices=("trace", "stacks", "torch"), help="only this workload")
     a = ap.parse_args()
     if a.child:
         child(*a.child)
         return
     print(f"{'workload':10} {'tool':16} {'time (s)':>10} {'overhead':>10}")
     for workload, tools in (("trace", ("plain", "cProfile", "msmemscope")),
+                            ("stacks", ("plain", "cProfile", "msmemscope", "msmemscope+shadow")),
                             ("torch", ("plain", "torch.profiler", "msmemscope", "msmemscope+heap",
                                        "msmemscope+pystack"))):
         if a.workload and workload != a.workload:
