@@ -41,19 +41,35 @@ std::atomic<bool> g_enabled{false};
 std::atomic<bool> g_register_pending{false};
 
 // Pending call (main thread, GIL held): an info for the code of every
-// complete frame of every thread. Threads other than the caller are
-// stopped (in C code with the GIL released, or waiting for it), their
-// frames alive.
+// frame of every thread. The threads' frames come from
+// _PyThread_CurrentFrames (sys._current_frames(): it reads the list of
+// thread states under the runtime's lock, as a thread state may be deleted
+// without the GIL). The agent's hooks are off meanwhile: this is the
+// profiler's memory, made on the program's time.
 int register_frames(void*) {
     g_register_pending.store(false, std::memory_order_relaxed);
     if (!g_enabled.load(std::memory_order_relaxed)) return 0;
-    PyThreadState* me = PyThreadState_Get();
-    for (PyThreadState* ts = PyInterpreterState_ThreadHead(me->interp); ts; ts = PyThreadState_Next(ts)) {
-        for (_PyInterpreterFrame* f = ts->cframe ? ts->cframe->current_frame : nullptr; f; f = f->previous) {
-            if (_PyFrame_IsIncomplete(f) || Py_REFCNT(f->f_code) <= 0) continue;
-            code_info_unrecorded(f->f_code);
+    const bool hooks_off = g_agent_loaded && g_agent.enter();
+    if (PyObject* frames = _PyThread_CurrentFrames()) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(frames, &pos, &key, &value)) {
+            if (!PyFrame_Check(value)) continue;
+            PyFrameObject* f = reinterpret_cast<PyFrameObject*>(value);
+            Py_INCREF(f);
+            while (f) {
+                PyCodeObject* code = PyFrame_GetCode(f);  // new reference
+                code_info_unrecorded(code);
+                Py_DECREF(code);
+                PyFrameObject* back = PyFrame_GetBack(f);  // new reference
+                Py_DECREF(f);
+                f = back;
+            }
         }
+        Py_DECREF(frames);
     }
+    PyErr_Clear();
+    if (hooks_off) g_agent.leave();
     return 0;
 }
 
