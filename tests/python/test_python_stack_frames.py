@@ -3,7 +3,10 @@ frames can go wrong -- code objects made and freed at the same address over
 and over (a cache keyed by the code's address, its file name's and line
 table's would name the code before: they are all reallocated in turn),
 another thread, a generator, a non-ASCII file name, a frame whose code dies
-as it returns. Both readers: the interpreter's frame chain (bindings/src/
+as it returns, code objects made by code.replace() (no malloc between two:
+the reader's memo sees the same frame, code address and instruction), with
+and without their infos (a thread while the main thread waits in join()
+runs no pending call). Both readers: the interpreter's frame chain (bindings/src/
 py_frames.cpp: the default on CPython 3.11, and while an installed module
 is imported in shadow mode) and the profile function's shadow stacks
 (MSMEMSCOPE_PY_STACKS=shadow, or trace records), which must give the same
@@ -19,11 +22,16 @@ PY = "/usr/bin/python3"
 CALLS, LINES = 60, 40
 BASE = 20000        # bytearray(BASE + k) on line k + 3 of each generated function
 THREAD_SIZE, GEN_SIZE, MODULE_SIZE = 33333, 44444, 55555
+# code objects made by code.replace() (no malloc between two of them: the frame reader's memo sees the
+# same frame, code address and instruction), on the main thread and on a thread while the main thread
+# waits in join() (no pending call runs then: their codes never get an info)
+REPLACED_MAIN, REPLACED_THREAD = 81000, 91000
 NEST_SIZES = (61111, 62222, 63333)  # one frame, three frames, one frame again: the stack changes depth between them
 
 PROGRAM = f"""
     import sys
     import threading
+    import types
 
     import 模块
 
@@ -48,6 +56,22 @@ PROGRAM = f"""
 
     keep = []
     t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+
+
+    def replaced(base):
+        ns = {{}}
+        exec(compile("def g(n):\\n    for k in range(2):\\n        keep.append(bytearray(n))\\n", "g.py", "exec"), ns)
+        code = ns["g"].__code__
+        for i in range({CALLS}):
+            f = types.FunctionType(code.replace(co_filename="rdyn_%d.py" % i), {{"keep": keep}})
+            f(base + i)  # REPLACED LINE
+            del f  # the code dies here; the next one is likely made at its address
+
+
+    replaced({REPLACED_MAIN})  # REPLACED MAIN
+    t = threading.Thread(target=replaced, args=({REPLACED_THREAD},))
     t.start()
     t.join()
 
@@ -131,6 +155,17 @@ def test_python_stacks_are_exact(tmp_path, stacks):
     s = stack(t)
     assert s[0] == f"{prog}({line_of(PROGRAM, 'THREAD LINE')}): worker", s
     assert s[-1].endswith("): _bootstrap") and "threading.py" in s[-1], s
+    # code objects replaced in turn: each allocation names its own code's file, twice (the second on
+    # the main thread read through the code's info once the pending call made it, the first without)
+    rl = line_of(PROGRAM, "REPLACED LINE")
+    for base, last in ((REPLACED_MAIN, f"{prog}({line_of(PROGRAM, 'REPLACED MAIN')}): <module>"), (REPLACED_THREAD, None)):
+        for i in range(CALLS):
+            ms = mallocs(base + i)
+            assert len(ms) == 2, (base, i, len(ms))
+            for r in ms:
+                s = stack(r)
+                assert s[:2] == [f"rdyn_{i}.py(3): g", f"{prog}({rl}): replaced"], (base, i, s)
+                assert s[-1] == last if last else s[-1].endswith("): _bootstrap"), (base, i, s)
     # a generator's frame, then the loop that resumed it
     (g,) = mallocs(GEN_SIZE)
     assert stack(g) == [f"{prog}({line_of(PROGRAM, 'GEN LINE')}): gen", f"{prog}({line_of(PROGRAM, 'FOR LINE')}): <module>"]
