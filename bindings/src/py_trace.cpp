@@ -1,12 +1,17 @@
 // Python trace: a C-level profile function (PyEval_SetProfile) keeps a
 // shadow stack per thread (frame, code info, start time) and writes one
 // record per returning call through the agent (msms_agent_py_call). The
-// shadow stack also answers --call-stack=python for the agent.
+// shadow stack also answers --call-stack=python for the agent when the
+// profile function is on anyway (trace records), on Pythons other than
+// 3.11, or with MSMEMSCOPE_PY_STACKS=shadow; else the stacks are read from
+// the interpreter's frames (py_frames.h) and no profile function is set.
+// This file also holds the stack provider that picks between the two.
 //
 // Every Python call passes here twice, so the hook avoids calls it can: the
 // thread's shadow stack comes with the profile function's object (no TLS
-// lookup in this dlopen'ed module), the code's info from a direct-mapped
-// cache, and on CPython 3.11 the frame's code from the frame itself.
+// lookup in this dlopen'ed module), the code's info from a small table
+// (py_code_info.h), and on CPython 3.11 the frame's code from the frame
+// itself.
 #include "py_trace.h"
 
 #include <Python.h>
