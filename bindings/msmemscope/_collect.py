@@ -41,8 +41,7 @@ def _install(emit: bool, forced: bool) -> None:
     # threading.setprofile is a Python call: made while no trace is on, so
     # that it is not in the trace itself. Not needed where stacks alone are
     # read from the interpreter's frames (no profile function at all).
-    uses_profile = emit or forced or not _ext.stacks_from_frames()
-    if uses_profile and not _state["thread_hook"]:
+    if _ext.profile_function_needed(emit, forced) and not _state["thread_hook"]:
         threading.setprofile(_thread_bootstrap)
         _state["thread_hook"] = True
     _ext.profile_install(emit, forced, [PACKAGE_DIR + os.sep])

@@ -74,7 +74,7 @@ void free_code_info(void* p) {
     if (hooks_off) g_agent.leave();
 }
 
-__attribute__((noinline)) CodeInfo* code_info_slow(PyCodeObject* code) {
+__attribute__((noinline)) CodeInfo* code_info_slow(PyCodeObject* code, bool unrecorded) {
     void* extra = nullptr;
     if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra)
         return static_cast<CodeInfo*>(extra);
@@ -88,6 +88,7 @@ __attribute__((noinline)) CodeInfo* code_info_slow(PyCodeObject* code) {
     ci->first_line = code->co_firstlineno;
     ci->label = std::string(ci->file) + "(" + std::to_string(ci->first_line) + "): " + ci->func;
     ci->skip = skipped_file(ci->file);
+    ci->unrecorded = unrecorded;
     if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, ci) != 0) {
         // Never expected; keep the program going and the info alive.
         PyErr_Clear();
@@ -103,22 +104,11 @@ void code_info_init(const std::vector<std::string>& skip_prefixes) {
     if (g_skip_prefixes.empty()) g_skip_prefixes = skip_prefixes;
 }
 
-CodeInfo* code_info_unrecorded(PyCodeObject* code) {
-    if (CodeSlot* s = slot_of(code_set(code), code)) return s->info.load(std::memory_order_relaxed);
-    const bool hooks_off = g_agent_loaded && g_agent.enter();
-    void* extra = nullptr;
-    const bool fresh = !(_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra);
-    CodeInfo* ci = code_info(code);
-    if (fresh) ci->unrecorded = true;
-    if (hooks_off) g_agent.leave();
-    return ci;
-}
-
 bool code_info_ready() { return g_code_extra >= 0; }
 
-CodeInfo* code_info(PyCodeObject* code) {
+CodeInfo* code_info(PyCodeObject* code, bool unrecorded) {
     if (CodeSlot* s = slot_of(code_set(code), code)) return s->info.load(std::memory_order_relaxed);
-    CodeInfo* ci = code_info_slow(code);
+    CodeInfo* ci = code_info_slow(code, unrecorded);
     if (ci->code == code) put_slot(code, ci);  // in the table only while the code owns it
     return ci;
 }

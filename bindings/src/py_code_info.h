@@ -23,7 +23,7 @@ struct CodeInfo {
     const char* func;
     int first_line;
     bool skip;           // a file under a skipped prefix (the package's own)
-    bool unrecorded;     // made with the agent's hooks off (code_info_unrecorded): freed so too
+    bool unrecorded;     // made with the agent's hooks off (code_info's `unrecorded`): freed so too
     std::string label;   // "file(line): func", formatted once
     uint64_t name_cache[2] = {0, 0};  // the label's id in this thread's stream (agent)
     // Interned ids of "file(line): func", each packed as stream generation
@@ -41,14 +41,12 @@ struct CodeInfo {
 void code_info_init(const std::vector<std::string>& skip_prefixes);
 bool code_info_ready();
 
-// The info of `code`, made now if it has none. The GIL held (it may allocate).
-CodeInfo* code_info(PyCodeObject* code);
-
-// As code_info, with the agent's hooks off on this thread while an info is
-// made (its memory is the profiler's, not the program's: made on the
-// program's time by a pending call, its rows would name the program's line
-// then running); it is freed with the hooks off too.
-CodeInfo* code_info_unrecorded(PyCodeObject* code);
+// The info of `code`, made now if it has none. The GIL held (it may
+// allocate). `unrecorded`: the caller has the agent's hooks off while an
+// info is made (the profiler's memory, made on the program's time by a
+// pending call: its rows would name the program's line then running), and
+// the info is freed with them off too.
+CodeInfo* code_info(PyCodeObject* code, bool unrecorded = false);
 
 // The info of `code` if one was made and is in the table, else nullptr. Any
 // thread, GIL or not, no allocation; `code` must be alive (a frame of the

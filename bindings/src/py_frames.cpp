@@ -59,7 +59,7 @@ int register_frames(void*) {
             Py_INCREF(f);
             while (f) {
                 PyCodeObject* code = PyFrame_GetCode(f);  // new reference
-                code_info_unrecorded(code);
+                code_info(code, /*unrecorded=*/true);
                 Py_DECREF(code);
                 PyFrameObject* back = PyFrame_GetBack(f);  // new reference
                 Py_DECREF(f);
@@ -81,6 +81,13 @@ void request_registration() {
     if (Py_AddPendingCall(register_frames, nullptr) != 0) g_register_pending.store(false, std::memory_order_relaxed);
 }
 
+// "file(line): func" of a frame at instruction `lasti` of `code`, interned.
+uint64_t intern_text(PyCodeObject* code, int lasti, const char* file, const char* func) {
+    char buf[1024];
+    format_frame(buf, sizeof(buf), file, PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT))), func);
+    return g_agent.intern(buf);
+}
+
 // One frame's interned text (0: skipped or not interned); `reusable` when
 // the answer holds for this code address and instruction as long as no
 // code object with an info dies (its info was found) and ids stay valid.
@@ -89,7 +96,6 @@ uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
     // A frame being popped drops its code last: if that was the code's last
     // reference, the code is being freed now (its strings may be gone).
     if (Py_REFCNT(code) <= 0) return 0;
-    char buf[1024];
     if (CodeInfo* ci = code_info_lookup(code)) {
         if (ci->skip) {
             reusable = true;
@@ -102,9 +108,7 @@ uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
                 reusable = true;
                 return id;
             }
-        int line = PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT)));
-        format_frame(buf, sizeof(buf), ci->file, line, ci->func);
-        uint64_t id = g_agent.intern(buf);
+        uint64_t id = intern_text(code, lasti, ci->file, ci->func);
         if (id && cacheable && id < (uint64_t{1} << 40)) {
             ci->instr_ids[static_cast<unsigned>(lasti) % CodeInfo::kInstrIds].store(key | id, std::memory_order_relaxed);
             reusable = true;
@@ -116,9 +120,7 @@ uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
     put_utf8(code->co_filename, file, sizeof(file));
     if (skipped_file(file)) return 0;
     put_utf8(code->co_name, func, sizeof(func));
-    int line = PyCode_Addr2Line(code, lasti * static_cast<int>(sizeof(_Py_CODEUNIT)));
-    format_frame(buf, sizeof(buf), file, line, func);
-    return g_agent.intern(buf);
+    return intern_text(code, lasti, file, func);
 }
 
 // One frame of a walk: what identifies its text (frame, code, instruction,
@@ -165,6 +167,8 @@ inline bool incomplete(const WalkFrame& w) {
 bool frames_reader_available() { return true; }
 
 void frames_reader_enable(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+
+bool frames_present(PyThreadState* ts) { return ts && ts->cframe && ts->cframe->current_frame; }
 
 uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max) {
     if (!ts || !ts->cframe || max == 0) return 0;
@@ -243,6 +247,7 @@ uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max) {
 
 bool frames_reader_available() { return false; }
 void frames_reader_enable(bool) {}
+bool frames_present(PyThreadState*) { return false; }
 uint32_t frames_read(PyThreadState*, uint64_t*, uint32_t) { return 0; }
 
 #endif

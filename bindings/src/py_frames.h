@@ -19,6 +19,9 @@ bool frames_reader_available();
 // make the infos of every thread's frames (Py_AddPendingCall).
 void frames_reader_enable(bool on);
 
+// Whether `ts` (the calling thread's own state) has Python frames.
+bool frames_present(PyThreadState* ts);
+
 // Interned frames ("file(line): func"), innermost first, of `ts`, which
 // must be the calling thread's own state, stopped in C code (an operator,
 // the allocator): its frames do not move while they are read, GIL or not.

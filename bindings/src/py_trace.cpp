@@ -268,7 +268,7 @@ std::atomic<int> g_paused_threads{0};
 // interpreter's frames: reader mode, or the thread's profile function set
 // aside for an import; and it has frames.
 inline bool reads_frames(PyThreadState* ts) {
-    if (!ts || !ts->cframe || !ts->cframe->current_frame) return false;
+    if (!frames_present(ts)) return false;
     return g_reader_on.load(std::memory_order_relaxed) ||
            (g_paused_threads.load(std::memory_order_relaxed) > 0 && t_paused);
 }
@@ -340,9 +340,10 @@ void install_on(PyThreadState* ts) {
 
 }  // namespace
 
-bool stacks_from_frames() {
+bool profile_function_needed(bool emit, bool forced) {
+    if (emit || forced || !frames_reader_available()) return true;
     const char* mode = getenv("MSMEMSCOPE_PY_STACKS");
-    return frames_reader_available() && !(mode && strcmp(mode, "shadow") == 0);
+    return mode && strcmp(mode, "shadow") == 0;
 }
 
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
@@ -350,10 +351,7 @@ void profile_install(bool emit, bool forced, const std::vector<std::string>& ski
     code_info_init(skip_prefixes);
     if (emit) g_trace_emit = true;
     if (forced) g_tracer_forced = true;
-    // Stacks alone are read from the interpreter's frames where this build
-    // can (CPython 3.11), unless MSMEMSCOPE_PY_STACKS=shadow asks for the
-    // profile function's shadow stacks; trace records need the function.
-    if (!emit && !forced && stacks_from_frames() && !g_profile_installed) {
+    if (!profile_function_needed(emit, forced) && !g_profile_installed) {
         frames_reader_enable(true);
         g_reader_on = true;
         g_agent.set_py_provider(python_stack_provider);
@@ -417,13 +415,12 @@ void profile_resume() {
 }
 
 void profile_uninstall() {
+    if ((g_reader_on || g_profile_installed) && g_agent_loaded) g_agent.set_py_provider(nullptr);
     if (g_reader_on) {
-        if (g_agent_loaded) g_agent.set_py_provider(nullptr);
         g_reader_on = false;
         frames_reader_enable(false);
     }
     if (g_profile_installed) {
-        if (g_agent_loaded) g_agent.set_py_provider(nullptr);
         // Other threads drop their (now stale) state at their next event.
         ++g_generation;
         g_profile_installed = false;

@@ -7,13 +7,14 @@
 
 namespace msms_py {
 
-// Whether --call-stack=python alone is answered from the interpreter's
-// frames (py_frames.h: CPython 3.11, unless MSMEMSCOPE_PY_STACKS=shadow)
-// rather than by a profile function's shadow stacks.
-bool stacks_from_frames();
+// Whether profile_install(emit, forced) sets the profile function: for
+// trace records, and for stacks where they are not read from the
+// interpreter's frames (py_frames.h: CPython 3.11, unless
+// MSMEMSCOPE_PY_STACKS=shadow asks for the shadow stacks).
+bool profile_function_needed(bool emit, bool forced);
 // Turns on --call-stack=python and, when `emit`, PY_TRACE records; `forced`
 // records even outside start/stop (tracer.start()). Records, or stacks
-// where stacks_from_frames() is false, install the profile function on
+// where profile_function_needed() says so, install the profile function on
 // every thread of the interpreter (once). Frames of files under
 // `skip_prefixes` are not recorded.
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes);
