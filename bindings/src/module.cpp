@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <initializer_list>
@@ -268,16 +269,35 @@ void op_depth_exit() {
 }
 OpDepthApi g_op_depth_api{&op_depth_enter, &op_depth_exit};
 
+// Attr text is assembled with memcpy and format_uint, not snprintf: a
+// tensor's MALLOC and FREE each make one (a training step makes thousands),
+// and glibc's printf machinery showed in the program's profile.
+// Appends s at p, cut to leave room for the terminator before end.
+char* put_attr_text(char* p, char* end, const char* s) {
+    size_t n = strlen(s);
+    if (n > static_cast<size_t>(end - p) - 1) n = static_cast<size_t>(end - p) - 1;
+    memcpy(p, s, n);
+    return p + n;
+}
+// Appends ",total:<n>" and the terminator (28 bytes at most).
+void put_total(char* p, uint64_t total) {
+    memcpy(p, ",total:", 7);
+    *msms::format_uint(p + 7, total) = '\0';
+}
+
 void owner_attr(char* buf, size_t n, uint64_t total) {
     const char* owner = nullptr;
     if (t_owner_label[0]) owner = t_owner_label;
     else if (t_optimizer_depth > 0) owner = "optimizer_state";
     else if (t_op_depth > 0) owner = "ops@aten";
-    if (owner)
-        snprintf(buf, n, "owner:PTA@%s,total:%llu", owner, static_cast<unsigned long long>(total));
-    else
-        snprintf(buf, n, "owner:PTA,total:%llu", static_cast<unsigned long long>(total));
+    char* end = buf + n - 28;  // room for put_total
+    char* p = put_attr_text(buf, end, owner ? "owner:PTA@" : "owner:PTA");
+    if (owner) p = put_attr_text(p, end, owner);
+    put_total(p, total);
 }
+
+// "total:<n>" (a FREE's Attr).
+void total_attr(char* buf, uint64_t total) { *msms::format_uint(std::copy_n("total:", 6, buf), total) = '\0'; }
 
 int pta_posix_memalign(void** out, size_t align, size_t n) {
     int rc = g_prev_posix_memalign(out, align, n);
@@ -321,7 +341,7 @@ void pta_free(void* p) {
         if (known && reported) {
             if (g_agent.enter()) {
                 char attrs[64];
-                snprintf(attrs, sizeof(attrs), "total:%llu", static_cast<unsigned long long>(total));
+                total_attr(attrs, total);
                 g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0,
                               nullptr, attrs);
                 g_agent.leave();
@@ -411,7 +431,7 @@ int pta_munmap(void* p, size_t n) {
         if (known && reported) {
             if (g_agent.enter()) {
                 char attrs[64];
-                snprintf(attrs, sizeof(attrs), "total:%llu", static_cast<unsigned long long>(total));
+                total_attr(attrs, total);
                 g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0,
                               nullptr, attrs);
                 g_agent.leave();

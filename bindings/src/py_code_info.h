@@ -30,10 +30,13 @@ struct CodeInfo {
     // (8 bits) | key (16) | id (40): by line (shadow stacks, whose frame
     // objects say their line) and by instruction (the frame reader, which
     // skips the line table's scan). Read and written by any thread, GIL or
-    // not (one word each).
-    static constexpr int kLineIds = 4;
+    // not (one word each). 32 instructions: AdamW's step and a model's
+    // forward allocate at more than 16 places each; with 16 (and a slot
+    // chosen by instruction) a training loop formatted and interned ~300
+    // frames a step again.
+    static constexpr int kLineIds = 8;
     std::atomic<uint64_t> line_ids[kLineIds] = {};
-    static constexpr int kInstrIds = 16;
+    static constexpr int kInstrIds = 32;
     std::atomic<uint64_t> instr_ids[kInstrIds] = {};
 };
 
@@ -86,6 +89,26 @@ inline uint64_t cached_id(const std::atomic<uint64_t> (&slots)[N], uint64_t key)
         if ((v & ~((uint64_t{1} << 40) - 1)) == key) return v & ((uint64_t{1} << 40) - 1);
     }
     return 0;
+}
+
+// Remembers `id` under `key` in such a cache: in a slot that holds nothing
+// of this generation (the one `hint` names first), else over the one `hint`
+// names. A code with several hot instructions keeps them all while they fit
+// (two instructions whose hints collide do not push each other out). Two
+// threads storing at once may lose one entry: it is made again on its next miss.
+template <int N>
+inline void remember_id(std::atomic<uint64_t> (&slots)[N], unsigned hint, uint64_t key, uint64_t id) {
+    const uint64_t gen_mask = uint64_t{0xFF} << 56;
+    unsigned at = hint % N;
+    for (unsigned k = 0; k < static_cast<unsigned>(N); ++k) {
+        const unsigned i = (hint + k) % N;
+        const uint64_t v = slots[i].load(std::memory_order_relaxed);
+        if (v == 0 || (v & gen_mask) != (key & gen_mask)) {
+            at = i;
+            break;
+        }
+    }
+    slots[at].store(key | id, std::memory_order_relaxed);
 }
 
 }  // namespace msms_py

@@ -110,7 +110,7 @@ uint64_t frame_id(PyCodeObject* code, int lasti, uint64_t gen, bool& reusable) {
             }
         uint64_t id = intern_text(code, lasti, ci->file, ci->func);
         if (id && cacheable && id < (uint64_t{1} << 40)) {
-            ci->instr_ids[static_cast<unsigned>(lasti) % CodeInfo::kInstrIds].store(key | id, std::memory_order_relaxed);
+            remember_id(ci->instr_ids, static_cast<unsigned>(lasti), key, id);
             reusable = true;
         }
         return id;

@@ -204,7 +204,7 @@ uint64_t frame_id(ShadowFrame& f, uint64_t gen) {
     format_frame(buf, sizeof(buf), ci->file, line, ci->func);
     uint64_t id = g_agent.intern(buf);
     if (id && cacheable && id < (1ull << 40))
-        ci->line_ids[static_cast<unsigned>(line) % CodeInfo::kLineIds].store(key | id, std::memory_order_relaxed);
+        remember_id(ci->line_ids, static_cast<unsigned>(line), key, id);
     return id;
 }
 

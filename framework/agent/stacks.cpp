@@ -331,12 +331,21 @@ uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth) {
     return intern_stack(w, 0, frames + first, n);
 }
 
+// A few words compared inline: a Python stack is 4-8 frames deep in a
+// training loop, and libc's memcmp (a call, its size dispatch) showed in
+// the program's profile on every allocation.
+inline bool same_frames(const uint64_t* a, const uint64_t* b, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth) {
     uint64_t frames[kMaxFrames];
     if (depth > kMaxFrames) depth = kMaxFrames;
     uint32_t n = provider(frames, depth);
     if (n > depth) n = depth;
-    if (n != 0 && n == w->py_last_n && memcmp(frames, w->py_last, n * sizeof(uint64_t)) == 0) return w->py_last_id;
+    if (n != 0 && n == w->py_last_n && same_frames(frames, w->py_last, n)) return w->py_last_id;
     // intern_stack may move to another writer (a fresh one has no memo).
     uint64_t id = intern_stack(w, 1, frames, n);
     if (id && n <= ThreadWriter::kPyLast) {

@@ -27,6 +27,9 @@ THREAD_SIZE, GEN_SIZE, MODULE_SIZE = 33333, 44444, 55555
 # waits in join() (no pending call runs then: their codes never get an info)
 REPLACED_MAIN, REPLACED_THREAD = 81000, 91000
 NEST_SIZES = (61111, 62222, 63333)  # one frame, three frames, one frame again: the stack changes depth between them
+# one long-lived function allocating on LINES lines, called HOT_CALLS times: more instructions than a
+# code's info caches ids for (py_code_info.h, kInstrIds), so its cache fills, then entries are replaced
+HOT_BASE, HOT_CALLS = 70000, 3
 
 PROGRAM = f"""
     import sys
@@ -91,6 +94,12 @@ PROGRAM = f"""
 
     def outer(n):
         keep.append(inner(n))  # OUTER LINE
+
+
+    HOT = "def h():\\n" + "".join("    y%d = bytearray(%d)\\n" % (k, {HOT_BASE} + k) for k in range({LINES}))
+    exec(compile(HOT, "hot.py", "exec"), G)
+    for r in range({HOT_CALLS}):
+        G["h"]()  # HOT CALL
 
 
     for r in range(3):
@@ -179,6 +188,10 @@ def test_python_stacks_are_exact(tmp_path, stacks):
         assert [stack(r) for r in mallocs(size)] == [want] * 3, (size, [stack(r) for r in mallocs(size)])
     (m,) = mallocs(MODULE_SIZE)
     assert stack(m) == [f"{tmp_path / '模块.py'}(3): alloc", f"{prog}({line_of(PROGRAM, 'MODULE CALL LINE')}): <module>"]
+    # one code, many allocating lines, called again and again: every call names each line
+    hot_call = f"{prog}({line_of(PROGRAM, 'HOT CALL')}): <module>"
+    for k in range(LINES):
+        assert [stack(r) for r in mallocs(HOT_BASE + k)] == [[f"hot.py({k + 2}): h", hot_call]] * HOT_CALLS, k
 
 
 INSTALLED = f"""
