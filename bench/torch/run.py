@@ -58,11 +58,12 @@ def variants(args):
     out.append(("torch_profiler", "torch.profiler(profile_memory, with_stack)",
                 lambda d: [py, SCRIPT] + steps + ["--torch-profiler", os.path.join(d, "trace.json")]))
     if has_module(py, "memray"):
-        out.append(("memray", "memray run", lambda d: [py, "-m", "memray", "run", "-q", "-o",
-                                                       os.path.join(d, "out.bin"), SCRIPT] + steps))
+        # memray_run.py: `memray run`'s own tracking through memray's API (its
+        # command line needs a newer `textual` than Debian 12 has)
+        runner = os.path.join(HERE, "memray_run.py")
+        out.append(("memray", "memray run", lambda d: [py, runner, os.path.join(d, "out.bin"), SCRIPT] + steps))
         out.append(("memray_native", "memray run --native",
-                    lambda d: [py, "-m", "memray", "run", "--native", "-q", "-o",
-                               os.path.join(d, "out.bin"), SCRIPT] + steps))
+                    lambda d: [py, runner, "--native", os.path.join(d, "out.bin"), SCRIPT] + steps))
     if args.only:
         keep = set(args.only.split(",")) | {"bare"}
         out = [v for v in out if v[0] in keep]
