@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, CLI, SOURCE, TEST_BIN
+from conftest import BUILD, CLI, SOURCE, TEST_BIN, dump_files, process_dirs, read_dump
 
 sys.path.insert(0, str(BUILD / "python"))
 import msmemscope  # noqa: E402
@@ -152,10 +152,17 @@ def test_python_api_suppress_errors(tmp_path, monkeypatch):
 TORCH_LOOP = SOURCE / "tests" / "programs" / "python" / "sgd_keep.py"
 
 
+def _at_exit_sites(stdout):
+    """The number of allocation sites the at-exit report names."""
+    [n] = re.findall(r"^  Host memory still allocated at exit on device cpu: .*, from (\d+) allocation site\(s\):$",
+                     stdout, re.M)
+    return int(n)
+
+
 def _own_memory_left_out(tmp_path, call_stack, ours, env=None, recorded=True):
     """Runs TORCH_LOOP (a small SGD loop) with the given stacks: no at-exit site line matches
     `ours` (a regex) and the summary counts sites left out as msmemscope's;
-    with the built-in lists off such a line is there (the list hides it). Not
+    with the built-in lists off those sites are in the report again. Not
     `recorded`: msmemscope's memory there has no rows at all, lists or not."""
     (tmp_path / "loop.py").write_text(TORCH_LOOP.read_text())
     args = ["--device=cpu", f"--call-stack={call_stack}", "--analysis=leaks"]
@@ -166,20 +173,46 @@ def _own_memory_left_out(tmp_path, call_stack, ours, env=None, recorded=True):
     sites = [l for l in lines[start + 1:] if l.startswith("    ")]
     assert sites and not [l for l in sites if re.search(ours, l)], sites
     [summary] = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
-    assert bool(re.search(r", \d+ by msmemscope's own modules \(the profiler's memory\)$", summary)) == recorded, summary
-    p = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path,
-             env=env)
-    assert p.returncode == 0, p.stderr
-    assert bool([l for l in p.stdout.splitlines() if l.startswith("    ") and re.search(ours, l)]) == recorded, p.stdout
+    own = re.search(r", (\d+) by msmemscope's own modules \(the profiler's memory\)$", summary)
+    assert bool(own) == recorded, summary
+    p2 = _run(args + ["--default-suppressions=false", "--output=out2", "--", "/usr/bin/python3", "loop.py"], tmp_path,
+              env=env)
+    assert p2.returncode == 0, p2.stderr
+    assert " allocation site(s) suppressed on device cpu " not in p2.stdout, p2.stdout
+    if recorded:
+        # what the list took out is listed again (named by its first frame, libstdc++'s or Python's)
+        assert _at_exit_sites(p2.stdout) >= _at_exit_sites(p.stdout) + int(own.group(1)), (p.stdout, p2.stdout)
+    else:
+        assert not [l for l in p2.stdout.splitlines() if l.startswith("    ") and re.search(ours, l)], p2.stdout
 
 
 def test_msmemscopes_own_module_memory_is_not_the_programs(tmp_path):
-    # The package's extension and its operator observer keep caches until
-    # exit (code objects seen, operator names): the profiler's memory. With C
-    # stacks they used to head the "Host memory still allocated at exit" list
-    # (code_info_slow in _msmemscope, op_name in _torch_observer, libstdc++'s
-    # string growth called from them); now a built-in list takes them out.
+    # The package's extension keeps memory until exit (pybind11's function
+    # records, its caches): the profiler's memory. With C stacks it used to
+    # head the "Host memory still allocated at exit" list; a built-in list
+    # takes it out.
     _own_memory_left_out(tmp_path, "c,python", r"/msmemscope/_")
+
+
+def test_the_operator_observers_memory_is_not_recorded(tmp_path):
+    # The operator observer's name caches (one entry and name per operator
+    # and thread) were recorded as the program's: with Python stacks alone
+    # the at-exit report named the lines that first ran each operator
+    # (`linear.py(114): forward`, `functional.py(2210): embedding`, ...) as
+    # sites still holding memory. They are made with the agent's hooks off:
+    # from the first operator on, no row has an observer frame (only
+    # pybind11's call of enable(), at `import torch`, allocates before the
+    # observer runs), while its operator rows are there.
+    (tmp_path / "loop.py").write_text(TORCH_LOOP.read_text())
+    p = _run(["--device=cpu", "--call-stack=c,python", "--analysis=", "--output=out", "--", "/usr/bin/python3",
+              "loop.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    (procdir,) = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(procdir)[0])
+    [first] = [i for i, r in enumerate(rows) if r["Event"] == "OP_LAUNCH"][:1]
+    assert [r for r in rows if r["Event Type"] == "ATEN_START" and r["Name"] == "torch._ops.aten.addmm.default"]
+    mine = [r for r in rows[first:] if r["Event"] in ("MALLOC", "FREE") and "_torch_observer" in r["Call Stack(C)"]]
+    assert not mine, mine[:3]
 
 
 def test_the_start_up_hooks_memory_is_not_the_programs(tmp_path):
