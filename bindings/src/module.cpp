@@ -583,6 +583,52 @@ py::dict memory_info() {
 
 }  // namespace
 
+namespace {
+
+// event(kind, type, dev_kind, dev_id, ptr=0, size=0, aux0=0, aux1=0, name="", attrs=""),
+// positional only: a plain CPython function, not a pybind11 one. The
+// package's hooks call it for every tag and trace row of a step (a
+// gradient's owner after backward()), and pybind11's call allocates its
+// argument vectors and a std::string per str argument: rows of the
+// profiler's own memory at the program's lines. Here nothing is allocated
+// (an ASCII str's UTF-8 is its own buffer).
+const char kEventDoc[] =
+    "event(kind, type, dev_kind, dev_id, ptr=0, size=0, aux0=0, aux1=0, name='', attrs='')\n"
+    "Writes one event (positional arguments only).";
+
+PyObject* event_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs < 4 || nargs > 10) {
+        PyErr_Format(PyExc_TypeError, "event() takes from 4 to 10 positional arguments (%zd given)", nargs);
+        return nullptr;
+    }
+    long small[4];
+    for (int i = 0; i < 4; ++i) {
+        small[i] = PyLong_AsLong(args[i]);
+        if (small[i] == -1 && PyErr_Occurred()) return nullptr;
+    }
+    unsigned long long big[4] = {0, 0, 0, 0};
+    for (Py_ssize_t i = 4; i < nargs && i < 8; ++i) {
+        big[i - 4] = PyLong_AsUnsignedLongLong(args[i]);
+        if (big[i - 4] == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+    }
+    const char* text[2] = {nullptr, nullptr};
+    for (Py_ssize_t i = 8; i < nargs; ++i) {
+        Py_ssize_t len = 0;
+        const char* t = PyUnicode_AsUTF8AndSize(args[i], &len);
+        if (!t) return nullptr;
+        text[i - 8] = len ? t : nullptr;
+    }
+    if (!g_agent_loaded) {
+        PyErr_SetString(PyExc_RuntimeError, "msmemscope: the agent is not loaded");
+        return nullptr;
+    }
+    g_agent.event(static_cast<uint16_t>(small[0]), static_cast<uint16_t>(small[1]), static_cast<uint16_t>(small[2]),
+                  static_cast<int16_t>(small[3]), big[0], big[1], big[2], big[3], text[0], text[1]);
+    Py_RETURN_NONE;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_msmemscope, m) {
     m.doc() = "native half of the msmemscope package (not a public API)";
     m.def("load_agent", &load_agent, py::arg("path"));
@@ -643,17 +689,9 @@ PYBIND11_MODULE(_msmemscope, m) {
         return g_agent.now();
     });
     // Any event; recorded whenever a stream is open (callers decide).
-    m.def(
-        "event",
-        [](int kind, int type, int dev_kind, int dev_id, uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1,
-           const std::string& name, const std::string& attrs) {
-            need_agent();
-            g_agent.event(static_cast<uint16_t>(kind), static_cast<uint16_t>(type), static_cast<uint16_t>(dev_kind),
-                          static_cast<int16_t>(dev_id), ptr, size, aux0, aux1, name.empty() ? nullptr : name.c_str(),
-                          attrs.empty() ? nullptr : attrs.c_str());
-        },
-        py::arg("kind"), py::arg("type"), py::arg("dev_kind"), py::arg("dev_id"), py::arg("ptr") = 0,
-        py::arg("size") = 0, py::arg("aux0") = 0, py::arg("aux1") = 0, py::arg("name") = "", py::arg("attrs") = "");
+    static PyMethodDef event_def = {"event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&event_fast)),
+                                    METH_FASTCALL, kEventDoc};
+    m.add_object("event", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&event_def, nullptr, m.attr("__name__").ptr())));
     // Operator boundaries (the dispatch mode): also the owner context.
     // dev_kind/dev_id: the operator row's device (cpu; CUDA mode: the current device).
     m.def(

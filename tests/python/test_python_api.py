@@ -539,3 +539,25 @@ def test_offline_rejects(tmp_path, call, exc, msg):
         call(tmp_path)
     if msg:
         assert str(e.value) == msg.format(p=tmp_path)
+
+
+def test_event_checks_its_arguments():
+    # _msmemscope.event is a plain CPython function (no allocation per call):
+    # positional arguments only, checked as pybind11 checked them.
+    from msmemscope import _msmemscope as ext
+    with pytest.raises(TypeError) as e:
+        ext.event(1, 2, 3)
+    assert str(e.value) == "event() takes from 4 to 10 positional arguments (3 given)"
+    with pytest.raises(TypeError) as e:
+        ext.event(1, 2, 3, 4, 0, 0, 0, 0, "n", "a", "extra")
+    assert str(e.value) == "event() takes from 4 to 10 positional arguments (11 given)"
+    with pytest.raises(TypeError):
+        ext.event("1", 2, 3, 4)
+    with pytest.raises(TypeError):
+        ext.event(1, 2, 3, 4, 1.5)
+    with pytest.raises(OverflowError):
+        ext.event(1, 2, 3, 4, -1)
+    with pytest.raises(TypeError):
+        ext.event(1, 2, 3, 4, 0, 0, 0, 0, b"name")
+    with pytest.raises(TypeError):
+        ext.event(1, 2, 3, 4, kind=1)

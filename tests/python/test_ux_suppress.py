@@ -194,24 +194,29 @@ def test_msmemscopes_own_module_memory_is_not_the_programs(tmp_path):
     _own_memory_left_out(tmp_path, "c,python", r"/msmemscope/_")
 
 
-def test_the_operator_observers_memory_is_not_recorded(tmp_path):
+def test_msmemscopes_own_memory_makes_no_rows_while_the_loop_runs(tmp_path):
     # The operator observer's name caches (one entry and name per operator
     # and thread) were recorded as the program's: with Python stacks alone
     # the at-exit report named the lines that first ran each operator
     # (`linear.py(114): forward`, `functional.py(2210): embedding`, ...) as
-    # sites still holding memory. They are made with the agent's hooks off:
-    # from the first operator on, no row has an observer frame (only
-    # pybind11's call of enable(), at `import torch`, allocates before the
-    # observer runs), while its operator rows are there.
+    # sites still holding memory. And each owner tag the package writes
+    # (a gradient's, after backward()) went through pybind11, whose call
+    # allocates its argument vectors and a string per str argument: two
+    # MALLOC/FREE pairs a tag at the program's backward() line. The caches
+    # are made with the agent's hooks off, the tag's call allocates nothing:
+    # between the first and the last operator row, no row has a frame of
+    # msmemscope's modules, while the operator and tag rows are there.
     (tmp_path / "loop.py").write_text(TORCH_LOOP.read_text())
-    p = _run(["--device=cpu", "--call-stack=c,python", "--analysis=", "--output=out", "--", "/usr/bin/python3",
-              "loop.py"], tmp_path)
+    p = _run(["--device=cpu", "--call-stack=c,python", "--analysis=decompose", "--output=out", "--",
+              "/usr/bin/python3", "loop.py"], tmp_path)
     assert p.returncode == 0, p.stderr
     (procdir,) = process_dirs(tmp_path / "out")
     rows = read_dump(dump_files(procdir)[0])
-    [first] = [i for i, r in enumerate(rows) if r["Event"] == "OP_LAUNCH"][:1]
-    assert [r for r in rows if r["Event Type"] == "ATEN_START" and r["Name"] == "torch._ops.aten.addmm.default"]
-    mine = [r for r in rows[first:] if r["Event"] in ("MALLOC", "FREE") and "_torch_observer" in r["Call Stack(C)"]]
+    ops = [i for i, r in enumerate(rows) if r["Event"] == "OP_LAUNCH"]
+    loop = rows[ops[0]:ops[-1]]
+    assert [r for r in loop if r["Event Type"] == "ATEN_START" and r["Name"] == "torch._ops.aten.addmm.default"]
+    assert [r for r in loop if r["Event"] == "MALLOC" and "owner:PTA@gradient" in r["Attr"]]  # a tag's answer
+    mine = [r for r in loop if r["Event"] in ("MALLOC", "FREE") and "/msmemscope/_" in r["Call Stack(C)"]]
     assert not mine, mine[:3]
 
 
