@@ -90,7 +90,12 @@ struct OpNames {
     }
 };
 static_assert(OpNames::kSlots == 256, "slot()'s shift");
-thread_local OpNames* t_names = nullptr;
+// initial-exec: in the static TLS block, so that a thread's first operator
+// does not make glibc allocate this module's TLS block (that allocation was
+// recorded as the program's, a block held at the first operator's line until
+// exit). One pointer; if the static block had no room, importing the module
+// fails and the Python dispatch mode tracks operators instead.
+__thread OpNames* t_names __attribute__((tls_model("initial-exec"))) = nullptr;
 
 // Runs the observer's own allocations (and frees) with the agent's hooks off.
 struct Unrecorded {

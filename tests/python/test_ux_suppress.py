@@ -202,8 +202,10 @@ def test_msmemscopes_own_memory_makes_no_rows_while_the_loop_runs(tmp_path):
     # sites still holding memory. And each owner tag the package writes
     # (a gradient's, after backward()) went through pybind11, whose call
     # allocates its argument vectors and a string per str argument: two
-    # MALLOC/FREE pairs a tag at the program's backward() line. The caches
-    # are made with the agent's hooks off, the tag's call allocates nothing:
+    # MALLOC/FREE pairs a tag at the program's backward() line; and glibc
+    # made the observer's TLS block at a thread's first operator, a block
+    # held until exit at that operator's line. The caches are made with the
+    # agent's hooks off, the TLS is initial-exec, the tag's call allocates nothing:
     # between the first and the last operator row, no row has a frame of
     # msmemscope's modules, while the operator and tag rows are there.
     (tmp_path / "loop.py").write_text(TORCH_LOOP.read_text())
@@ -218,6 +220,10 @@ def test_msmemscopes_own_memory_makes_no_rows_while_the_loop_runs(tmp_path):
     assert [r for r in loop if r["Event"] == "MALLOC" and "owner:PTA@gradient" in r["Attr"]]  # a tag's answer
     mine = [r for r in loop if r["Event"] in ("MALLOC", "FREE") and "/msmemscope/_" in r["Call Stack(C)"]]
     assert not mine, mine[:3]
+    # nor a thread's first operator: glibc making the observer's TLS block (its first TLS access)
+    tls = [r for r in rows if r["Event"] == "MALLOC" and "__tls_get_addr" in r["Call Stack(C)"] and
+           "/msmemscope/_" in r["Call Stack(C)"]]
+    assert not tls, tls[:3]
 
 
 def test_the_start_up_hooks_memory_is_not_the_programs(tmp_path):
