@@ -477,6 +477,7 @@ size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existin
 
 int install_torch_hooks(const std::string& library) {
     need_agent();
+    HooksOff hooks_off;  // the pool's tables
     if (!g_agent.got_install) throw std::runtime_error("the msmemscope agent has no GOT patcher");
     static bool installed = false;
     if (!g_pta_live) {
@@ -630,6 +631,7 @@ PyObject* event_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }  // namespace
 
 PYBIND11_MODULE(_msmemscope, m) {
+    HooksOff hooks_off;  // pybind11's function records and internals: the package's memory
     m.doc() = "native half of the msmemscope package (not a public API)";
     m.def("load_agent", &load_agent, py::arg("path"));
     m.def("agent_loaded", [] { return g_agent_loaded; });

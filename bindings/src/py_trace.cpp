@@ -348,7 +348,10 @@ bool profile_function_needed(bool emit, bool forced) {
 
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
     need_agent();
-    code_info_init(skip_prefixes);
+    {
+        HooksOff hooks_off;  // the skipped prefixes, kept for the run
+        code_info_init(skip_prefixes);
+    }
     if (emit) g_trace_emit = true;
     if (forced) g_tracer_forced = true;
     if (!profile_function_needed(emit, forced) && !g_profile_installed) {
