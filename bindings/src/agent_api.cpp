@@ -67,16 +67,6 @@ std::string load_agent(const std::string& path) {
     return origin;
 }
 
-HooksOff::HooksOff() {
-    auto enter = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "msms_agent_enter"));
-    auto leave = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "msms_agent_leave"));
-    if (enter && leave && enter()) leave_ = leave;
-}
-
-HooksOff::~HooksOff() {
-    if (leave_) leave_();
-}
-
 void need_agent() {
     if (!g_agent_loaded) throw std::runtime_error("msmemscope: the agent is not loaded");
 }

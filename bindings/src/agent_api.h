@@ -51,22 +51,6 @@ struct AgentApi {
 
 extern AgentApi g_agent;
 extern bool g_agent_loaded;
-
-// The profiler's own memory made outside the agent's hooks (the module's
-// init, the tables the torch hooks keep): the hooks are off while it is
-// made, so that no row names the program's line then running. The agent
-// is looked up in the process, as it may be preloaded and collecting
-// before load_agent() runs.
-class HooksOff {
-public:
-    HooksOff();
-    ~HooksOff();
-    HooksOff(const HooksOff&) = delete;
-    HooksOff& operator=(const HooksOff&) = delete;
-
-private:
-    void (*leave_)() = nullptr;
-};
 // The agent's collecting byte (msms_agent_collecting_flag): read on every
 // Python call without a call into the agent; nullptr with an older agent.
 extern const unsigned char* g_collecting_flag;

@@ -37,6 +37,7 @@
 #include <msmemscope/abi.h>
 
 #include "agent_api.h"
+#include "hooks_off.h"
 #include "config.h"
 #include "registry.h"
 #include "py_trace.h"

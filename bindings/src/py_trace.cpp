@@ -38,6 +38,7 @@
 #include <msmemscope/abi.h>
 
 #include "agent_api.h"
+#include "hooks_off.h"
 #include "py_code_info.h"
 #include "py_frames.h"
 

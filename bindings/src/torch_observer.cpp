@@ -25,6 +25,8 @@
 
 #include <msmemscope/abi.h>
 
+#include "hooks_off.h"
+
 namespace py = pybind11;
 
 namespace {
@@ -34,8 +36,6 @@ using event_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint6
 using event_cached_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t,
                                  const char*, uint64_t*, const char*);
 using collecting_fn = int (*)();
-using enter_fn = int (*)();
-using leave_fn = void (*)();
 
 // From _msmemscope (capsule "msmemscope.op_depth").
 struct OpDepthApi {
@@ -46,11 +46,6 @@ struct OpDepthApi {
 event_fn g_event = nullptr;
 event_cached_fn g_event_cached = nullptr;
 collecting_fn g_collecting = nullptr;
-// The agent's hooks off while the observer makes its own memory (its name
-// caches), as the package's other caches: that memory is the profiler's,
-// and its rows would name whatever program line ran the operator.
-enter_fn g_enter = nullptr;
-leave_fn g_leave = nullptr;
 OpDepthApi g_depth{nullptr, nullptr};
 std::atomic<bool> g_launch{false};
 std::atomic<bool> g_access{false};
@@ -97,14 +92,6 @@ static_assert(OpNames::kSlots == 256, "slot()'s shift");
 // fails and the Python dispatch mode tracks operators instead.
 __thread OpNames* t_names __attribute__((tls_model("initial-exec"))) = nullptr;
 
-// Runs the observer's own allocations (and frees) with the agent's hooks off.
-struct Unrecorded {
-    bool off = g_enter && g_enter();
-    ~Unrecorded() {
-        if (off) g_leave();
-    }
-};
-
 OpName* op_name_slow(const at::RecordFunction& fn, const char* raw);
 
 // The operator's name, or nullptr for a record without a schema.
@@ -120,7 +107,7 @@ OpName* op_name(const at::RecordFunction& fn) {
 }
 
 __attribute__((noinline)) OpName* op_name_slow(const at::RecordFunction& fn, const char* raw) {
-    Unrecorded unrecorded;
+    msms_py::HooksOff hooks_off;  // the name caches: the observer's own memory
     OpNames* names = t_names;
     if (!names) names = t_names = new OpNames();
     auto& hot = names->recent[OpNames::slot(raw)];
@@ -274,15 +261,8 @@ ctx_get_device_fn resolve_ctx_get_device() {
 // cuda = CUDA mode (operator rows on the current CUDA device, CUDA tensors'
 // ACCESS rows on theirs); the driver must be loaded by then (it is once
 // torch.cuda.is_available() has been asked).
-// The agent's hooks-off pair, where the agent is loaded (module init).
-void resolve_unrecorded() {
-    g_enter = reinterpret_cast<enter_fn>(dlsym(RTLD_DEFAULT, "msms_agent_enter"));
-    g_leave = reinterpret_cast<leave_fn>(dlsym(RTLD_DEFAULT, "msms_agent_leave"));
-    if (!g_enter || !g_leave) g_enter = nullptr, g_leave = nullptr;
-}
-
 void enable(bool launch, bool access, py::capsule depth, bool cuda) {
-    Unrecorded unrecorded;  // the callback's registration: PyTorch's memory, for us
+    msms_py::HooksOff hooks_off;  // the callback's registration: PyTorch's memory, for us
     if (!g_event) {
         g_event = reinterpret_cast<event_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event"));
         g_event_cached = reinterpret_cast<event_cached_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event_cached"));
@@ -306,7 +286,7 @@ void enable(bool launch, bool access, py::capsule depth, bool cuda) {
 }
 
 void disable() {
-    Unrecorded unrecorded;
+    msms_py::HooksOff hooks_off;  // the callback's removal
     if (g_registered) {
         at::removeCallback(g_handle);
         g_registered = false;
@@ -316,8 +296,7 @@ void disable() {
 }  // namespace
 
 PYBIND11_MODULE(_torch_observer, m) {
-    resolve_unrecorded();
-    Unrecorded unrecorded;  // pybind11's function records of this module
+    msms_py::HooksOff hooks_off;  // pybind11's function records of this module
     m.doc() = "aten operator tracking by a RecordFunction callback (not a public API)";
     m.def("enable", &enable, py::arg("launch"), py::arg("access"), py::arg("depth"), py::arg("cuda") = false);
     m.def("disable", &disable);
