@@ -129,7 +129,7 @@ public:
         for_each_file([&](File& f) { total += f.written() + f.pending(); });
         progress(total);
         // What is still buffered gets its changes in memory.
-        for (auto& [dev, f] : files_) patch_buffer(*f, SIZE_MAX);
+        for (auto& [dev, f] : files_) write_out(*f, SIZE_MAX);
         for (auto& [dev, f] : files_) f->close();
         if (trace_) trace_->close();
         if (patched_in_memory_ || !patches_.empty())
@@ -158,8 +158,8 @@ private:
     // among them got their changes. True when it wrote.
     bool flush(File& f) {
         if (!f.flush_due()) return false;
-        patch_buffer(f, f.pending() - f.hold());
-        return f.maybe_flush();
+        write_out(f, f.buffer().size() - f.hold());
+        return true;
     }
 
     // A string read like a Window (record_end/record_id work on either).
@@ -178,18 +178,19 @@ private:
         const std::string& s_;
     };
 
-    // Where row `id` is in f's buffer: [start, end) (offsets in the buffer),
+    // Where row `id` is in f's buffer: [start, end) (indices in the buffer),
     // or false when it is not there (written already, in another file, or
     // in a group of rows that began before the buffer).
     bool locate(File& f, uint64_t id, uint64_t& start, uint64_t& end) {
         RowIndex& ix = index_[&f];
         if (!ix.ordered || ix.marks.empty()) return false;
-        const uint64_t base = f.written();
+        // file offset - base = index in the buffer
+        const uint64_t written = f.written(), base = written - f.start();
         const std::string& buf = f.buffer();
         auto m = std::upper_bound(ix.marks.begin(), ix.marks.end(), std::make_pair(id, UINT64_MAX));
         if (m == ix.marks.begin()) return false;
         --m;
-        if (m->second < base) return false;
+        if (m->second < written) return false;
         Text text(buf);
         uint64_t off = m->second - base;
         uint64_t stop = (m + 1 != ix.marks.end()) ? (m + 1)->second - base : buf.size();
@@ -206,16 +207,17 @@ private:
         return false;
     }
 
-    // The Attr changes that came since they were last looked at, applied to
-    // their rows in f's buffer before `cut` (the part about to be written;
-    // SIZE_MAX: all of it). A row after the cut, or in another file's
-    // buffer, waits for its own flush; a row in no buffer was written
-    // already and waits for the rewrite at the end. Applied ones leave
-    // patches_. f's later rows move: its row index follows. Only the part
-    // before the cut is built anew (once per byte written, in scratch_).
-    void patch_buffer(File& f, uint64_t cut) {
+    // Writes f's buffer up to index `cut` (SIZE_MAX: all of it), with the
+    // Attr changes that came since they were last looked at applied to
+    // their rows there, as they are written (OutputFile::flush's patches:
+    // the rows around them are not moved). A row after the cut, or in
+    // another file's buffer, waits for its own flush; a row in no buffer was
+    // written already and waits for the rewrite at the end. Applied ones
+    // leave patches_. f's later rows move: its row index follows.
+    void write_out(File& f, size_t cut) {
         if (hold_ == 0) fresh_.clear();  // hold_mib=0: every change by the rewrite
-        if (fresh_.empty()) return;
+        cut = std::min(cut, f.buffer().size());
+        if (fresh_.empty()) return f.flush(cut);
         struct Hit {
             uint64_t start, end, id;
         };
@@ -237,38 +239,41 @@ private:
                 }
         }
         fresh_.swap(keep);
-        if (hits.empty()) return;
-        std::string& buf = f.buffer();
-        const uint64_t base = f.written();
-        std::string rec, line;
+        if (hits.empty()) return f.flush(cut);
+        const std::string& buf = f.buffer();
+        const uint64_t base = f.written() - f.start();  // file offset of buf[0]
+        std::string rec;
         std::vector<std::string> fields;
+        std::vector<std::string> lines;  // the changed rows (the patches point into them)
+        lines.reserve(hits.size());
+        std::vector<File::Patch> changes;
         std::vector<std::pair<uint64_t, int64_t>> shifts;  // (old end of a rewritten row, delta after it)
-        scratch_.clear();
-        uint64_t pos = 0;
         int64_t delta = 0;
         for (const Hit& h : hits) {
             rec.assign(buf, static_cast<size_t>(h.start), static_cast<size_t>(h.end - h.start));
             if (!rec.empty() && rec.back() == '\n') rec.pop_back();
+            std::string line;
             if (!patch_record(rec, fields, line, true)) continue;
-            scratch_.append(buf, static_cast<size_t>(pos), static_cast<size_t>(h.start - pos));
             line += '\n';
-            scratch_ += line;
             delta += static_cast<int64_t>(line.size()) - static_cast<int64_t>(h.end - h.start);
             shifts.emplace_back(base + h.end, delta);
-            pos = h.end;
+            lines.push_back(std::move(line));
+            changes.push_back(File::Patch{static_cast<size_t>(h.start), static_cast<size_t>(h.end), {}});
             patches_.erase(h.id);
             ++patched_in_memory_;
         }
-        if (shifts.empty()) return;
-        buf.replace(0, static_cast<size_t>(pos), scratch_);
-        RowIndex& ix = index_[&f];
-        size_t k = 0;
-        int64_t d = 0;
-        for (auto& mark : ix.marks) {
-            if (mark.second < base) continue;
-            while (k < shifts.size() && shifts[k].first <= mark.second) d = shifts[k++].second;
-            mark.second = static_cast<uint64_t>(static_cast<int64_t>(mark.second) + d);
+        for (size_t i = 0; i < changes.size(); ++i) changes[i].text = lines[i];
+        if (!shifts.empty()) {
+            RowIndex& ix = index_[&f];
+            size_t k = 0;
+            int64_t d = 0;
+            for (auto& mark : ix.marks) {
+                if (mark.second < f.written()) continue;
+                while (k < shifts.size() && shifts[k].first <= mark.second) d = shifts[k++].second;
+                mark.second = static_cast<uint64_t>(static_cast<int64_t>(mark.second) + d);
+            }
         }
+        f.flush(cut, changes.data(), changes.size());
     }
 
     // Where rows start in one file: every kEvery-th row's ID and offset.
@@ -700,7 +705,6 @@ private:
     bool history_full_ = false;
     std::unordered_map<uint64_t, std::vector<std::pair<std::string, std::string>>> patches_;
     std::vector<uint64_t> fresh_;  // IDs with changes not applied yet that may be in a buffer
-    std::string scratch_;          // patch_buffer's rebuilt part (its capacity kept)
     uint64_t patched_in_memory_ = 0;
 };
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -53,37 +54,128 @@ OutputFile::~OutputFile() {
     std::free(spare_);
 }
 
+void OutputFile::set_hold(size_t bytes) {
+    hold_ = bytes;
+    // Room for the held rows and two flushes beyond them: the unwritten part
+    // moves to the front once per two flushes (compact()).
+    size_t room = hold_ + 2 * std::max(kBlock, hold_) + kSlack;
+    if (buf_.capacity() < room) buf_.reserve(room);
+}
+
 bool OutputFile::maybe_flush() {
     if (!flush_due()) return false;
     flush(buf_.size() - hold_);
     return true;
 }
 
-void OutputFile::flush(size_t limit) {
-    if (fd_ < 0 || buf_.empty()) return;
-    limit = std::min(limit, buf_.size());
+namespace {
+
+// The bytes to write: the buffer's, with some ranges changed -- read in
+// order, piece after piece, without building them in one place.
+class Pieces {
+public:
+    Pieces(const std::string& buf, size_t from, size_t cut, const OutputFile::Patch* p, size_t count) {
+        size_t at = from;
+        for (size_t i = 0; i < count; ++i) {
+            if (p[i].begin < at || p[i].end < p[i].begin || p[i].end > cut)
+                throw std::logic_error("output file: a change outside the part written, or out of order");
+            add(buf.data() + at, p[i].begin - at);
+            add(p[i].text.data(), p[i].text.size());
+            at = p[i].end;
+        }
+        add(buf.data() + at, cut - at);
+    }
+    uint64_t size() const { return size_; }
+    // The next n bytes (n <= what is left) into dst.
+    void take(char* dst, size_t n) {
+        while (n) {
+            auto& [p, len] = parts_[i_];
+            size_t k = std::min(n, len - off_);
+            std::memcpy(dst, p + off_, k);
+            dst += k;
+            n -= k;
+            off_ += k;
+            if (off_ == len) ++i_, off_ = 0;
+        }
+    }
+    // The rest, piece by piece.
+    template <class F>
+    void rest(F f) {
+        for (; i_ < parts_.size(); ++i_, off_ = 0) f(parts_[i_].first + off_, parts_[i_].second - off_);
+    }
+
+private:
+    void add(const char* p, size_t n) {
+        if (n) parts_.emplace_back(p, n), size_ += n;
+    }
+    std::vector<std::pair<const char*, size_t>> parts_;
+    size_t i_ = 0, off_ = 0;
+    uint64_t size_ = 0;
+};
+
+}  // namespace
+
+void OutputFile::flush(size_t cut, const Patch* patches, size_t count) {
+    if (fd_ < 0) return;
+    cut = std::min(cut, buf_.size());
+    if (cut <= head_ && !count) return;
+    Pieces src(buf_, head_, std::max(cut, head_), patches, count);
+    const uint64_t total = src.size();
+    uint64_t done = 0;
     if (direct_) {
-        size_t whole = limit / kAlign * kAlign;
-        size_t done = 0;
+        uint64_t whole = total / kAlign * kAlign;
         while (direct_ && done < whole) {
-            size_t n = std::min(whole - done, kBlock);
+            size_t n = static_cast<size_t>(std::min<uint64_t>(whole - done, kBlock));
             // Copied while the block before is still being written (the
             // writer has the other buffer): the disk waits for no copy.
-            std::memcpy(spare_, buf_.data() + done, n);
+            src.take(spare_, n);
             wait_block();  // the block before: written (or gone on through the page cache)
-            if (!direct_) break;
+            if (!direct_) {
+                write_all(spare_, n, base_ + done);
+                done += n;
+                break;
+            }
             submit_block(n, base_ + done);
             done += n;
         }
-        base_ += done;
-        buf_.erase(0, done);
-        if (direct_) return;
-        limit -= done;
+        if (direct_) {
+            // The partial block waits in the buffer, just before `cut`.
+            std::string tail(static_cast<size_t>(total - done), '\0');
+            src.take(tail.data(), tail.size());
+            if (tail.size() <= cut - head_) {
+                std::memmove(&buf_[cut - tail.size()], tail.data(), tail.size());
+                head_ = cut - tail.size();
+            } else {
+                buf_.replace(head_, cut - head_, tail);  // a few changed rows made it longer than their place
+            }
+            base_ += done;
+            compact();
+            return;
+        }
     }
     wait_block();
-    write_all(buf_.data(), limit, base_);
-    base_ += limit;
-    buf_.erase(0, limit);
+    uint64_t at = base_ + done;
+    src.rest([&](const char* p, size_t n) {
+        write_all(p, n, at);
+        at += n;
+    });
+    base_ += total;
+    head_ = std::max(cut, head_);
+    compact();
+}
+
+// The written part is dropped (the rest moves to the front) when the room
+// left would not take the rows until the next flush without the string
+// growing (a new, larger copy), or when there is little to move.
+void OutputFile::compact() {
+    if (!head_) return;
+    size_t room = buf_.capacity() - buf_.size();
+    size_t due = hold_ + std::max(kBlock, hold_);
+    size_t to_come = due > pending() ? due - pending() : 0;
+    if (room < to_come + kSlack || pending() <= head_ / 8) {
+        buf_.erase(0, head_);
+        head_ = 0;
+    }
 }
 
 void OutputFile::close() {

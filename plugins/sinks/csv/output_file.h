@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "util/job_thread.h"
 
@@ -42,23 +43,38 @@ public:
     OutputFile& operator=(const OutputFile&) = delete;
 
     // Rows are appended here; maybe_flush() writes whole blocks of it.
+    // buffer()[start(), size()) is not written yet; what lies before start()
+    // was (it is dropped now and then, when the buffer runs short of room:
+    // moving the held rows to the front after every block was a copy of
+    // each byte written, issue #30).
     std::string& buffer() { return buf_; }
+    size_t start() const { return head_; }
     // The last `bytes` appended stay in the buffer through maybe_flush()
     // (the csv sink applies analyzers' Attr changes to rows still there).
-    void set_hold(size_t bytes) { hold_ = bytes; }
+    // Reserves room for them and two flushes' worth of rows beyond them.
+    void set_hold(size_t bytes);
     size_t hold() const { return hold_; }
     // maybe_flush() would write now: once the buffer holds `hold` bytes and
-    // a block or `hold` bytes more (whichever is more: the held part moves
-    // to the buffer's front once per that much written).
-    bool flush_due() const { return buf_.size() >= hold_ + std::max(kBlock, hold_); }
+    // a block or `hold` bytes more (whichever is more).
+    bool flush_due() const { return pending() >= hold_ + std::max(kBlock, hold_); }
     // True when it wrote (the progress line is told then).
     bool maybe_flush();
-    // Bytes handed to the file so far, and still buffered.
+    // Bytes handed to the file so far (the file offset of buffer()[start()]),
+    // and still buffered.
     uint64_t written() const { return base_; }
-    uint64_t pending() const { return buf_.size(); }
-    // Writes what the buffer holds up to `limit` bytes (default: all of it):
-    // whole blocks (direct), or everything.
-    void flush(size_t limit = SIZE_MAX);
+    uint64_t pending() const { return buf_.size() - head_; }
+    // A change of the unwritten bytes buffer()[begin, end) to `text`.
+    struct Patch {
+        size_t begin, end;
+        std::string_view text;
+    };
+    // Writes the buffer up to index `cut` (default: all of it) -- whole
+    // blocks (direct), or everything -- with `patches` (sorted, apart, within
+    // [start(), cut)) in place of the bytes they cover: a changed row costs
+    // its own bytes, the rows around it are not moved (they are copied into
+    // the block anyway). A partial block left over waits in the buffer,
+    // just before `cut`, changed already.
+    void flush(size_t cut = SIZE_MAX, const Patch* patches = nullptr, size_t count = 0);
     // Everything written, the thread ended, the file closed; errors are
     // swallowed (the destructor calls it): flush() first to see them.
     void close();
@@ -67,23 +83,32 @@ public:
     const std::string& rel() const { return rel_; }
     // Blocks written with O_DIRECT so far (tests).
     uint64_t direct_blocks() const { return blocks_; }
+    // Every write through the page cache from now on, as where O_DIRECT is
+    // refused (tests: tmpfs takes O_DIRECT on recent kernels).
+    void through_page_cache() {
+        wait_block();
+        stop_direct();
+    }
 
     static constexpr size_t kBlock = 8 << 20;
 
 private:
     static constexpr size_t kAlign = 4096;
+    static constexpr size_t kSlack = 1 << 20;  // room for the row that makes a flush due
     void submit_block(size_t n, uint64_t at);
     void wait_block();
     void write_block();
     void stop_direct();
     void write_all(const char* p, size_t n, uint64_t at);
+    void compact();
 
     std::string path_, rel_;
     int fd_ = -1;
     bool direct_ = false;
     char* aligned_ = nullptr;  // the block in flight (the writer's)
     char* spare_ = nullptr;    // the next block
-    uint64_t base_ = 0;        // file offset of buf_[0]
+    uint64_t base_ = 0;        // file offset of buf_[head_]
+    size_t head_ = 0;          // buf_[0, head_) was written
     uint64_t blocks_ = 0;
     size_t hold_ = 0;
     std::string buf_;

@@ -5,6 +5,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -92,4 +96,126 @@ TEST_CASE("output file: a file-size limit stops it with the reason, not a signal
     std::string got = read_all(path);
     CHECK(got.size() == (20u << 20));
     CHECK(got.rfind("HEAD\nline 0\nline 1x\n", 0) == 0);
+}
+
+namespace {
+
+// Lines appended and changed as the csv sink does it: held rows, some of
+// the rows about to be written changed at the flush (longer, shorter, the
+// first and the last one before the cut among them). Every flush leaves the
+// unwritten part of the buffer equal to the end of what the file must be;
+// the file is every line's last text, in order.
+struct Model {
+    std::vector<std::string> text;  // each line's current text
+    std::vector<uint64_t> off;      // its file offset
+    uint64_t size = 0;              // all of them
+    void add(const std::string& t) {
+        off.push_back(size);
+        text.push_back(t);
+        size += t.size();
+    }
+    // Line i becomes t: the lines after it move.
+    void change(size_t i, const std::string& t) {
+        int64_t d = static_cast<int64_t>(t.size()) - static_cast<int64_t>(text[i].size());
+        text[i] = t;
+        for (size_t k = i + 1; k < off.size(); ++k) off[k] = static_cast<uint64_t>(static_cast<int64_t>(off[k]) + d);
+        size = static_cast<uint64_t>(static_cast<int64_t>(size) + d);
+    }
+    std::string from(uint64_t at) const {  // the content from file offset `at`
+        auto it = std::upper_bound(off.begin(), off.end(), at);
+        size_t i = static_cast<size_t>(it - off.begin()) - 1;
+        std::string s = text[i].substr(static_cast<size_t>(at - off[i]));
+        for (++i; i < text.size(); ++i) s += text[i];
+        return s;
+    }
+};
+
+void changed_flushes(const std::string& path, size_t hold, bool direct) {
+    Model m;
+    m.add("HEAD\n");
+    uint64_t flushes = 0, changed = 0;
+    std::mt19937 rng(7);
+    {
+        msms::OutputFile f(path, "HEAD");
+        if (!direct) f.through_page_cache();
+        f.set_hold(hold);
+        const size_t cap = f.buffer().capacity();
+        for (int i = 0; i < 600000; ++i) {
+            std::string line;
+            append_line(line, i);
+            f.buffer() += line;
+            m.add(line);
+            if (!f.flush_due()) continue;
+            // the lines wholly unwritten before the cut: some of them change
+            size_t cut = f.buffer().size() - f.hold();
+            uint64_t base = f.written() - f.start(), cut_off = base + cut;
+            std::vector<size_t> lines;
+            for (size_t k = m.off.size(); k-- > 0 && m.off[k] >= f.written();)
+                if (m.off[k] + m.text[k].size() <= cut_off) lines.push_back(k);
+            std::reverse(lines.begin(), lines.end());
+            REQUIRE(lines.size() > 10);
+            std::vector<size_t> pick = {lines.front(), lines.back()};
+            for (int k = 0; k < 40; ++k) pick.push_back(lines[rng() % lines.size()]);
+            std::sort(pick.begin(), pick.end());
+            pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+            std::vector<std::string> texts;
+            std::vector<msms::OutputFile::Patch> patches;
+            for (size_t k : pick) {
+                size_t at = static_cast<size_t>(m.off[k] - base);
+                std::string t = rng() % 2 ? "changed " + std::to_string(k) + std::string(rng() % 300, 'y') + "\n"
+                                          : "c\n";
+                patches.push_back({at, at + m.text[k].size(), {}});
+                texts.push_back(t);
+            }
+            for (size_t k = 0; k < pick.size(); ++k) patches[k].text = texts[k];
+            f.flush(cut, patches.data(), patches.size());
+            for (size_t k = 0; k < pick.size(); ++k) m.change(pick[k], texts[k]);
+            changed += pick.size();
+            ++flushes;
+            if (f.written() + f.pending() != m.size) FAIL("written + pending != the content after flush " << flushes);
+            if (f.buffer().compare(f.start(), std::string::npos, m.from(f.written())) != 0)
+                FAIL("the unwritten part is not the end of the content after flush " << flushes);
+            if (f.buffer().capacity() != cap) FAIL("the buffer grew (a copy of it) at flush " << flushes);
+        }
+        f.close();
+        CHECK((f.direct_blocks() > 0) == direct);
+    }
+    CHECK(flushes >= 3);
+    CHECK(changed > 100);
+    std::string got = read_all(path);
+    std::string want = m.from(0);
+    REQUIRE(got.size() == want.size());
+    CHECK(got == want);
+}
+
+}  // namespace
+
+TEST_CASE("output file: rows changed as they are written land in place, the rest byte for byte") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/output_file_changes";
+    fs::remove_all(dir);
+    SUBCASE("direct blocks, rows held") { changed_flushes(dir + "/held.csv", 2 << 20, true); }
+    SUBCASE("direct blocks, nothing held") { changed_flushes(dir + "/none.csv", 0, true); }
+    SUBCASE("through the page cache (where O_DIRECT is refused)") { changed_flushes(dir + "/cache.csv", 2 << 20, false); }
+}
+
+TEST_CASE("output file: a change longer than the part written waits in the buffer, changed") {
+    // The changed bytes make more than the place they take: a whole block
+    // goes out, the rest of them waits in front of the rows after the cut.
+    std::string dir = std::string(MSMS_TEST_OUT) + "/output_file_small";
+    fs::remove_all(dir);
+    std::string path = dir + "/small.csv";
+    std::string want = "HEAD\n" + std::string(9000, 'z') + "\nb\nc\n";
+    {
+        msms::OutputFile f(path, "HEAD");
+        f.buffer() += "a\nb\nc\n";  // buffer: "HEAD\na\nb\nc\n"
+        std::string big(9000, 'z');
+        big += '\n';
+        msms::OutputFile::Patch p{5, 7, big};  // "a\n" -> 9000 z's
+        f.flush(9, &p, 1);                      // up to "c\n"
+        CHECK(f.written() == 8192);
+        CHECK(f.written() + f.pending() == want.size());
+        CHECK(f.buffer().substr(f.start()) == want.substr(8192));
+        f.close();
+    }
+    CHECK(read_all(path) == want);
 }
