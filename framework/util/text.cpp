@@ -180,8 +180,24 @@ char* format_uint(char* dst, uint64_t v) {
         p -= 8;
     }
     p = digits_below_1e8(p, static_cast<uint32_t>(v));
-    size_t n = static_cast<size_t>(end - p);
-    std::memcpy(dst, p, n);
+    size_t n = static_cast<size_t>(end - p);  // 1..20
+    // Two fixed-size copies that overlap, not a memcpy call of n bytes:
+    // that call was ~8% of the host's time on a row-heavy run (a row has
+    // half a dozen numbers).
+    if (n >= 16) {
+        std::memcpy(dst, p, 16);
+        std::memcpy(dst + n - 16, p + n - 16, 16);
+    } else if (n >= 8) {
+        std::memcpy(dst, p, 8);
+        std::memcpy(dst + n - 8, p + n - 8, 8);
+    } else if (n >= 4) {
+        std::memcpy(dst, p, 4);
+        std::memcpy(dst + n - 4, p + n - 4, 4);
+    } else {
+        dst[0] = p[0];
+        dst[n / 2] = p[n / 2];
+        dst[n - 1] = p[n - 1];
+    }
     return dst + n;
 }
 

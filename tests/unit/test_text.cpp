@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ TEST_CASE("append_uint and append_int write every digit count like printf") {
         std::string out = "x";
         append_uint(out, v);
         CHECK(out == "x" + std::to_string(v));
+        // format_uint writes its digits and not a byte after them
+        char buf[32];
+        std::memset(buf, '#', sizeof(buf));
+        char* end = format_uint(buf + 1, v);
+        CHECK(std::string(buf + 1, end) == std::to_string(v));
+        CHECK(buf[0] == '#');
+        for (char* q = end; q < buf + sizeof(buf); ++q) CHECK(*q == '#');
     }
     std::string s;
     append_int(s, -1234567);
