@@ -71,8 +71,12 @@ public:
     // old, so that records of all threads can be merged in time order.
     static constexpr uint64_t kWindowNs = 50'000'000;
     // The shortest time between two polls of a live capture (each one
-    // interrupts the target's CPUs: see run_stream).
-    static constexpr std::chrono::milliseconds kMinPollInterval{2};
+    // interrupts the target's CPUs: see run_stream). A poll costs the host
+    // ~0.1 ms of CPU in a VM (the membarrier's IPIs, fstat, flock): at 2 ms
+    // apart that was ~5% of the host's CPU under a PyTorch loop (issue #30);
+    // 10 ms is 1-2 chunks of a 150 k events/s program, far below the
+    // capture budget (capture_disk.h).
+    static constexpr std::chrono::milliseconds kMinPollInterval{10};
 
 private:
     // supervisor.cpp runs run() in a worker process and hands the worker's
