@@ -44,14 +44,13 @@ public:
 
     // Rows are appended here; maybe_flush() writes whole blocks of it.
     // buffer()[start(), size()) is not written yet; what lies before start()
-    // was (it is dropped now and then, when the buffer runs short of room:
-    // moving the held rows to the front after every block was a copy of
-    // each byte written, issue #30).
+    // was (dropped when the buffer runs short of room, or when little is
+    // left to move).
     std::string& buffer() { return buf_; }
     size_t start() const { return head_; }
     // The last `bytes` appended stay in the buffer through maybe_flush()
     // (the csv sink applies analyzers' Attr changes to rows still there).
-    // Reserves room for them and two flushes' worth of rows beyond them.
+    // Reserves room for them and a flush's worth of rows beyond them.
     void set_hold(size_t bytes);
     size_t hold() const { return hold_; }
     // maybe_flush() would write now: once the buffer holds `hold` bytes and
