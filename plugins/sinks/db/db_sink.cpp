@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,6 +148,15 @@ public:
         sqlite3_reset(s_);
         if (rc != SQLITE_DONE && rc != SQLITE_ROW)
             throw std::runtime_error(std::string("SQLite: ") + sqlite3_errmsg(db));
+    }
+    // The first column of the first row (0 when there is none).
+    int64_t value(sqlite3* db) {
+        int rc = sqlite3_step(s_);
+        int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(s_, 0) : 0;
+        sqlite3_reset(s_);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            throw std::runtime_error(std::string("SQLite: ") + sqlite3_errmsg(db));
+        return v;
     }
 
 private:
@@ -280,6 +290,7 @@ public:
                                   "WHERE \"ID\"=?3), ?1, json(?2)) WHERE id=?3");
         }
         ins_stack_ = Stmt(db_, "INSERT OR IGNORE INTO msms_stacks VALUES (?,?,?)");
+        page_count_ = Stmt(db_, "PRAGMA page_count");
         ins_finding_ = Stmt(db_, "INSERT INTO msms_findings VALUES (?,?,?)");
         ins_meta_ = Stmt(db_, "INSERT OR REPLACE INTO msms_meta VALUES (?,?)");
         meta("schema_version", std::to_string(version));
@@ -401,17 +412,12 @@ public:
     const std::string& path() const { return path_; }
     // The database's size as SQLite sees it now (pages, written or still
     // cached in the open transaction): what the status line shows.
+    // In layout "view" as the row writer last counted them (after each
+    // group of rows): asking the connection would wait for the writer, and
+    // the status line asks every kProgressRows rows.
     uint64_t size_bytes() {
-        uint64_t pages = 0;
-        drain();
-        sqlite3_exec(
-            db_, "PRAGMA page_count",
-            [](void* out, int n, char** v, char**) {
-                if (n > 0 && v[0]) *static_cast<uint64_t*>(out) = std::strtoull(v[0], nullptr, 10);
-                return 0;
-            },
-            &pages, nullptr);
-        return pages * kPageSize;
+        if (!table_) return pages_.load(std::memory_order_relaxed) * kPageSize;
+        return static_cast<uint64_t>(page_count_.value(db_)) * kPageSize;
     }
 
 private:
@@ -898,16 +904,24 @@ private:
     // instead of after them. The connection is used by one thread at a
     // time (SQLITE_OPEN_NOMUTEX): every other use of it drains the writer
     // first (drain()), which is rare on the rows' path (a new stack,
-    // context or Attr layout, a commit every kBatch rows).
+    // context or Attr layout); the commit every kBatch rows is the
+    // writer's own job.
     static constexpr size_t kGroupRows = 64 * kBatchRows;
-    void flush_rows() {
-        if (!npend_) return;
+    // `commit`: the writer commits the transaction after the rows and
+    // begins the next (view layout): the commit's page writes run beside
+    // the next rows' building instead of on the sink's thread.
+    void flush_rows(bool commit = false) {
+        if (!npend_ && !(commit && !table_)) return;
         if (!table_) {
             writer_.wait();  // the group before is in; its error is thrown here
             std::swap(work_, pend_);
             nwork_ = npend_;
             npend_ = 0;
-            writer_.submit([this] { insert_rows(work_, nwork_); });
+            writer_.submit([this, commit] {
+                insert_rows(work_, nwork_);
+                if (commit) commit_and_begin();
+                pages_.store(static_cast<uint64_t>(page_count_.value(db_)), std::memory_order_relaxed);
+            });
             if (pend_.vals.size() != kGroupRows * kCols) pend_.vals.resize(kGroupRows * kCols);
             pend_.text.clear();
             return;
@@ -1020,15 +1034,29 @@ private:
     void tick() {
         if (++since_commit_ < kBatch) return;
         since_commit_ = 0;
+        if (!table_) return flush_rows(true);
         flush_rows();
         exec("COMMIT");
         exec("BEGIN");
+    }
+    // On whichever thread holds the connection.
+    void commit_and_begin() {
+        for (const char* sql : {"COMMIT", "BEGIN"}) {
+            char* msg = nullptr;
+            if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+                std::string why = msg ? msg : "unknown error";
+                sqlite3_free(msg);
+                throw std::runtime_error(path_ + ": SQLite: " + why + " (in: " + sql + ")");
+            }
+        }
     }
 
     std::string path_;
     msmemscope::files::Fd dir_;  // the file's folder (SQLite reaches it through /proc/self/fd)
     sqlite3* db_ = nullptr;
     Stmt ins_dump_, ins_block_, ins_row_, ins_rows_, ins_ctx_, ins_fmt_, ins_live_, ins_stack_, upd_attr_, ins_finding_, ins_meta_;
+    Stmt page_count_;
+    std::atomic<uint64_t> pages_{0};  // the row writer's last page count (size_bytes)
     std::string dev_, other_dev_;
     bool table_;
     int32_t own_kind_ = -1, own_id_ = -1;
