@@ -90,8 +90,13 @@ void Symbolizer::sync_modules() {
 const std::string& Symbolizer::text(uint64_t id) {
     static const std::string kEmpty;
     if (id == 0) return kEmpty;
+    Recent& hot = recent_[id % kRecent];
+    if (hot.id == id) return *hot.text;
     auto it = cache_.find(id);
-    if (it != cache_.end()) return it->second;
+    if (it != cache_.end()) {
+        hot = {id, &it->second};  // unordered_map entries stay put
+        return it->second;
+    }
     const StackDef* s = reader_.stack(id);
     if (!s) return kEmpty;  // definition not read yet: not cached, retried later
     if (s->kind == 0) sync_modules();
@@ -122,7 +127,9 @@ const std::string& Symbolizer::text(uint64_t id) {
             out += fc->second;
         }
     }
-    return cache_.emplace(id, std::move(out)).first->second;
+    const std::string& made = cache_.emplace(id, std::move(out)).first->second;
+    hot = {id, &made};
+    return made;
 }
 
 std::string Symbolizer::c_frame(uint64_t address) {

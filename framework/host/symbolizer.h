@@ -37,6 +37,14 @@ private:
     void sync_modules();
     const CaptureReader& reader_;
     std::unordered_map<uint64_t, std::string> cache_;
+    // In front of cache_: the stacks of the rows just before (a row's
+    // stack is nearly always one of them), by id, without hashing.
+    static constexpr uint64_t kRecent = 256;
+    struct Recent {
+        uint64_t id = 0;
+        const std::string* text = nullptr;
+    };
+    Recent recent_[kRecent];
     std::unordered_map<uint64_t, std::string> frame_cache_;
     struct Impl;
     std::unique_ptr<Impl> impl_;
