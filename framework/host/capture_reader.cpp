@@ -722,9 +722,11 @@ bool CaptureReader::resolvable(const RawEvent& e) const {
         if (!sid) continue;
         auto it = stacks_.find(sid);
         if (it == stacks_.end()) return false;
-        if (it->second.kind == 1)
+        if (it->second.kind == 1 && !it->second.strings_known) {
             for (uint64_t f : it->second.frames)
                 if (!strings_.count(f)) return false;
+            it->second.strings_known = true;
+        }
     }
     return true;
 }

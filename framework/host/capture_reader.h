@@ -63,6 +63,9 @@ private:
 struct StackDef {
     uint8_t kind = 0;  // 0 C addresses, 1 Python string ids
     std::vector<uint64_t> frames;
+    // Python: every frame's string was read (strings are never dropped, so
+    // it stays so; resolvable() then skips the frames' lookups).
+    mutable bool strings_known = false;
 };
 
 struct ModuleDef {
