@@ -62,7 +62,7 @@ void OutputFile::set_hold(size_t bytes) {
     // moves for 16 MiB more memory, most of it touched only after the
     // first flushes (bounded, but the conformance check of a sink's memory
     // after warm-up, 32 MiB, refuses that).
-    size_t room = hold_ + std::max(kBlock, hold_) + kSlack;
+    size_t room = due() + kSlack;
     if (buf_.capacity() < room) buf_.reserve(room);
 }
 
@@ -174,8 +174,7 @@ void OutputFile::flush(size_t cut, const Patch* patches, size_t count) {
 void OutputFile::compact() {
     if (!head_) return;
     size_t room = buf_.capacity() - buf_.size();
-    size_t due = hold_ + std::max(kBlock, hold_);
-    size_t to_come = due > pending() ? due - pending() : 0;
+    size_t to_come = due() > pending() ? due() - pending() : 0;
     if (room < to_come + kSlack || pending() <= head_ / 8) {
         buf_.erase(0, head_);
         head_ = 0;

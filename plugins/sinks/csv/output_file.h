@@ -55,7 +55,7 @@ public:
     size_t hold() const { return hold_; }
     // maybe_flush() would write now: once the buffer holds `hold` bytes and
     // a block or `hold` bytes more (whichever is more).
-    bool flush_due() const { return pending() >= hold_ + std::max(kBlock, hold_); }
+    bool flush_due() const { return pending() >= due(); }
     // True when it wrote (the progress line is told then).
     bool maybe_flush();
     // Bytes handed to the file so far (the file offset of buffer()[start()]),
@@ -94,6 +94,8 @@ public:
 private:
     static constexpr size_t kAlign = 4096;
     static constexpr size_t kSlack = 1 << 20;  // room for the row that makes a flush due
+    // The unwritten bytes at which a flush is due.
+    size_t due() const { return hold_ + std::max(kBlock, hold_); }
     void submit_block(size_t n, uint64_t at);
     void wait_block();
     void write_block();

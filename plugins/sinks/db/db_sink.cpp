@@ -423,8 +423,13 @@ public:
 private:
     void exec(const std::string& sql) {
         drain();
+        exec_here(sql.c_str());
+    }
+    // On the thread that holds the connection now (the row writer's jobs
+    // included), without waiting for the writer.
+    void exec_here(const char* sql) {
         char* msg = nullptr;
-        if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+        if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
             std::string why = msg ? msg : "unknown error";
             sqlite3_free(msg);
             throw std::runtime_error(path_ + ": SQLite: " + why + " (in: " + sql + ")");
@@ -1036,19 +1041,12 @@ private:
         since_commit_ = 0;
         if (!table_) return flush_rows(true);
         flush_rows();
-        exec("COMMIT");
-        exec("BEGIN");
+        commit_and_begin();  // table layout: no row writer, the connection is this thread's
     }
-    // On whichever thread holds the connection.
+    // On whichever thread holds the connection (the row writer's job).
     void commit_and_begin() {
-        for (const char* sql : {"COMMIT", "BEGIN"}) {
-            char* msg = nullptr;
-            if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-                std::string why = msg ? msg : "unknown error";
-                sqlite3_free(msg);
-                throw std::runtime_error(path_ + ": SQLite: " + why + " (in: " + sql + ")");
-            }
-        }
+        exec_here("COMMIT");
+        exec_here("BEGIN");
     }
 
     std::string path_;
