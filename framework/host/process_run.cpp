@@ -368,6 +368,14 @@ void ProcessRun::run_stream() {
                 live_write(false);
                 live_last = std::chrono::steady_clock::now();
             }
+            // ... and its status line moves: one poll can deliver seconds
+            // of events (the whole backlog once the program has ended), and
+            // the line said "program running" with the count of before.
+            if (progress_ && (delivered & 4095) == 0 &&
+                std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(100)) {
+                report_progress(live && !reader_.ended_normally() ? progress::Phase::Running : progress::Phase::Draining);
+                last_progress = std::chrono::steady_clock::now();
+            }
         }
         pipeline.idle();  // the sinks' threads get what this round gave them
         if (!released_noted && reader_.released_any()) {

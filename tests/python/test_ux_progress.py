@@ -223,3 +223,40 @@ def test_no_status_line_when_stderr_is_not_a_terminal_or_with_quiet(tmp_path):
     os.close(master)
     assert r.returncode == 0
     assert b"\r\x1b[Kmsmemscope: " in drawn and b"writing trace" in drawn, drawn[-2000:]
+
+
+# ---------------------------------------------------------------- a backlog read in one go
+def _count(s):
+    """The line's event count ("599.9k events" -> 599900)."""
+    num = re.match(r"msmemscope: ([\d.]+)([kMG]?) events", s)
+    return float(num.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[num.group(2)]
+
+
+def test_the_count_and_the_capture_read_move_while_one_poll_delivers_a_backlog(tmp_path):
+    # A replay is the whole capture in one poll, as a live run's backlog once
+    # the program has ended: the line showed "0 events" (or the count before)
+    # until all of it was through.
+    save = [str(CLI), "--device=cpu", "--call-stack=c", "--save-capture=true", "--analysis=",
+            f"--output={tmp_path}/saved", "--", str(TEST_BIN / "sinks_alloc_loop"), "1000000"]
+    p = subprocess.run(save, cwd=tmp_path, env=_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    [cap] = list((tmp_path / "saved").rglob("*.msmcap"))
+    master, slave = _pty()
+    q = subprocess.Popen([str(CLI), f"--replay={cap}", "--data-format=db", f"--output={tmp_path}/replayed"],
+                         cwd=tmp_path, env=_env(sync=True), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=slave)
+    os.close(slave)
+    raw = _read_all(master, q)
+    out, _ = q.communicate(timeout=300)
+    os.close(master)
+    assert q.returncode == 0, raw[-2000:] + out
+    lines = _lines(raw)
+    counts = [_count(s) for s in lines]
+    assert counts == sorted(counts), counts
+    total = counts[-1]
+    assert total >= 2_000_000 * 0.99, lines[-3:]
+    # Shown on the way, not only at 0 and at the end: counts and how much of the capture was read.
+    between = sorted({c for c in counts if 0 < c < total})
+    assert len(between) >= 2, lines[:: max(1, len(lines) // 20)]
+    read = {int(m.group(1)) for s in lines for m in [re.search(r"reading its capture (\d+)%", s)] if m}
+    assert any(0 < x < 100 for x in read), sorted(read)
