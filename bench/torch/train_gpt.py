@@ -1,9 +1,10 @@
 """A small GPT-style CPU training loop (issue #30's workload): token and
 position embeddings, 3 pre-norm transformer blocks (causal self-attention
 written out, GELU MLP), a tied output head, AdamW, 20 steps on random tokens,
-one thread. Prints the training loop's own wall time as `loop_s=<seconds>`.
+one thread. Prints the training loop's own wall time as `loop_s=<seconds>`
+(and with --step-times each step's as `steps_ms=<ms>,<ms>,...` before it).
 
-Usage: python3 train_gpt.py [--steps N] [--layers L]
+Usage: python3 train_gpt.py [--steps N] [--layers L] [--step-times]
 """
 import argparse
 import math
@@ -67,6 +68,7 @@ def main():
     ap.add_argument("--torch-profiler", metavar="TRACE_JSON",
                     help="run the loop under torch.profiler(profile_memory=True, with_stack=True) "
                          "and export its chrome trace here")
+    ap.add_argument("--step-times", action="store_true", help="print each step's wall time (steps_ms=...)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -80,17 +82,22 @@ def main():
         from torch.profiler import ProfilerActivity, profile
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True)
         prof.__enter__()
+    step_ms = []
     t0 = time.perf_counter()
     for _ in range(args.steps):
+        ts = time.perf_counter()
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        step_ms.append((time.perf_counter() - ts) * 1e3)
     loop = time.perf_counter() - t0
     if prof is not None:
         prof.__exit__(None, None, None)
         prof.export_chrome_trace(args.torch_profiler)
+    if args.step_times:
+        print("steps_ms=" + ",".join("%.2f" % v for v in step_ms), flush=True)
     # end_wall: when the program is done (the host's work after it is the
     # CLI's exit time minus this).
     # end_mono: the same on CLOCK_MONOTONIC (perf record -k CLOCK_MONOTONIC).
