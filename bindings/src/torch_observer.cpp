@@ -35,6 +35,8 @@ using event_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint6
                           const char*, const char*);
 using event_cached_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, uint64_t, uint64_t,
                                  const char*, uint64_t*, const char*);
+using op_event_fn = void (*)(uint16_t, uint16_t, uint16_t, int16_t, uint64_t, uint64_t, const char*, uint64_t*,
+                             const char*, uint64_t*);
 using collecting_fn = int (*)();
 
 // From _msmemscope (capsule "msmemscope.op_depth").
@@ -45,6 +47,7 @@ struct OpDepthApi {
 
 event_fn g_event = nullptr;
 event_cached_fn g_event_cached = nullptr;
+op_event_fn g_op_event = nullptr;
 collecting_fn g_collecting = nullptr;
 OpDepthApi g_depth{nullptr, nullptr};
 std::atomic<bool> g_launch{false};
@@ -76,12 +79,37 @@ struct OpName {
 // training step makes ~5 k operators, each asked twice (start, end), and
 // the map's hashing, bucket walk and string compare showed in the
 // program's profile (~34 ns a call).
+// Also the thread's records in progress, innermost last: each keeps the
+// Python stack its operator's rows share (the agent's msms_agent_op_event
+// takes it at the first row and the others reuse it), so the end row costs
+// no second look at the interpreter's frames.
 struct OpNames {
     static constexpr unsigned kSlots = 256;
     std::array<std::pair<const char*, OpName*>, kSlots> recent{};
     std::unordered_map<const char*, OpName> by_schema;
     static unsigned slot(const char* raw) {
         return static_cast<unsigned>((reinterpret_cast<uintptr_t>(raw) * 0x9E3779B97F4A7C15ull) >> 56);
+    }
+    struct Call {
+        const at::RecordFunction* fn;
+        uint64_t stack[2];
+    };
+    static constexpr unsigned kCalls = 128;
+    std::array<Call, kCalls> calls{};
+    unsigned depth = 0;  // may pass kCalls: deeper records keep nothing (each row takes its own stack)
+    // Every start pushes and every end pops (a record's callbacks run on
+    // its thread, nested); nullptr past kCalls.
+    Call* push(const at::RecordFunction& fn) {
+        unsigned d = depth++;
+        if (d >= kCalls) return nullptr;
+        calls[d] = Call{&fn, {0, 0}};
+        return &calls[d];
+    }
+    // The record's own entry (read before the next push), or nullptr.
+    Call* pop(const at::RecordFunction& fn) {
+        if (depth == 0) return nullptr;
+        unsigned d = --depth;
+        return d < kCalls && calls[d].fn == &fn ? &calls[d] : nullptr;
     }
 };
 static_assert(OpNames::kSlots == 256, "slot()'s shift");
@@ -93,6 +121,11 @@ static_assert(OpNames::kSlots == 256, "slot()'s shift");
 __thread OpNames* t_names __attribute__((tls_model("initial-exec"))) = nullptr;
 
 OpName* op_name_slow(const at::RecordFunction& fn, const char* raw);
+
+__attribute__((noinline)) OpNames* make_names() {
+    msms_py::HooksOff hooks_off;  // the observer's own memory
+    return t_names = new OpNames();
+}
 
 // The operator's name, or nullptr for a record without a schema.
 OpName* op_name(const at::RecordFunction& fn) {
@@ -109,7 +142,7 @@ OpName* op_name(const at::RecordFunction& fn) {
 __attribute__((noinline)) OpName* op_name_slow(const at::RecordFunction& fn, const char* raw) {
     msms_py::HooksOff hooks_off;  // the name caches: the observer's own memory
     OpNames* names = t_names;
-    if (!names) names = t_names = new OpNames();
+    if (!names) names = make_names();
     auto& hot = names->recent[OpNames::slot(raw)];
     auto it = names->by_schema.find(raw);
     if (it == names->by_schema.end() || it->second.raw != raw) {
@@ -145,8 +178,12 @@ Device op_device() {
     return kCpu;
 }
 
-void emit(uint16_t kind, uint16_t type, Device dev, uint64_t ptr, uint64_t size, OpName& op, const char* attrs) {
-    if (g_event_cached)
+// `stack`: the operator call's shared Python stack (nullptr: the row takes its own).
+void emit(uint16_t kind, uint16_t type, Device dev, uint64_t ptr, uint64_t size, OpName& op, const char* attrs,
+          uint64_t* stack) {
+    if (g_op_event)
+        g_op_event(kind, type, dev.kind, dev.id, ptr, size, op.name.c_str(), op.cache, attrs, stack);
+    else if (g_event_cached)
         g_event_cached(kind, type, dev.kind, dev.id, ptr, size, 0, 0, op.name.c_str(), op.cache, attrs);
     else
         g_event(kind, type, dev.kind, dev.id, ptr, size, 0, 0, op.name.c_str(), attrs);
@@ -175,7 +212,7 @@ const char* dtype_name(c10::ScalarType t) {
 }
 
 // One ACCESS row for a CPU dense tensor (as _torch._access_event).
-void access_tensor(const at::Tensor& t, uint16_t type, OpName& op) {
+void access_tensor(const at::Tensor& t, uint16_t type, OpName& op, uint64_t* stack) {
     if (!t.defined() || t.is_sparse() || t.layout() != c10::kStrided) return;
     Device dev = kCpu;
     if (t.device().is_cuda() && g_cuda.load(std::memory_order_relaxed))
@@ -201,17 +238,17 @@ void access_tensor(const at::Tensor& t, uint16_t type, OpName& op) {
         n += snprintf(attrs + n, sizeof(attrs) - n, i ? ", %lld" : "%lld", static_cast<long long>(sizes[i]));
     snprintf(attrs + n, sizeof(attrs) - n, "]),size:%llu,format:%s,type:PTA", static_cast<unsigned long long>(size),
              t.is_contiguous() ? "contiguous" : "strided");
-    emit(MSMS_EV_ACCESS, type, dev, reinterpret_cast<uint64_t>(base), size, op, attrs);
+    emit(MSMS_EV_ACCESS, type, dev, reinterpret_cast<uint64_t>(base), size, op, attrs, stack);
 }
 
-void access_value(const c10::IValue& v, uint16_t type, OpName& op) {
+void access_value(const c10::IValue& v, uint16_t type, OpName& op, uint64_t* stack) {
     if (v.isTensor()) {
-        access_tensor(v.toTensor(), type, op);
+        access_tensor(v.toTensor(), type, op, stack);
     } else if (v.isTensorList()) {
-        for (const at::Tensor& t : v.toTensorVector()) access_tensor(t, type, op);
+        for (const at::Tensor& t : v.toTensorVector()) access_tensor(t, type, op, stack);
     } else if (v.isList()) {
         for (const c10::IValue& x : v.toListRef())
-            if (x.isTensor()) access_tensor(x.toTensor(), type, op);
+            if (x.isTensor()) access_tensor(x.toTensor(), type, op, stack);
     }
 }
 
@@ -222,6 +259,10 @@ void access_value(const c10::IValue& v, uint16_t type, OpName& op) {
 // depth, so their allocations keep the Python stack taken at their entry.
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (g_depth.enter) g_depth.enter();
+    OpNames* names = t_names;
+    if (__builtin_expect(!names, 0)) names = make_names();
+    OpNames::Call* call = names->push(fn);
+    uint64_t* stack = call ? call->stack : nullptr;
     if (!g_collecting()) return nullptr;
     OpName* op = op_name(fn);
     if (!op) return nullptr;
@@ -230,18 +271,22 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     // rows, (the operator), the outputs' ACCESS rows, ATEN_END -- an
     // operator's accesses lie inside it, where upstream's inefficient
     // analysis counts them to the operator's API.
-    if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, op_device(), 0, 0, name, nullptr);
+    if (g_launch.load(std::memory_order_relaxed))
+        emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_START, op_device(), 0, 0, name, nullptr, stack);
     if (g_access.load(std::memory_order_relaxed) && fn.needsInputs())
-        for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name);
+        for (const c10::IValue& v : fn.inputs()) access_value(v, MSMS_T_READ, name, stack);
     return nullptr;
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+    OpNames::Call* call = t_names ? t_names->pop(fn) : nullptr;
+    uint64_t* stack = call ? call->stack : nullptr;
     if (OpName* op = g_collecting() ? op_name(fn) : nullptr) {
         OpName& name = *op;
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
-            for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name);
-        if (g_launch.load(std::memory_order_relaxed)) emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, op_device(), 0, 0, name, nullptr);
+            for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name, stack);
+        if (g_launch.load(std::memory_order_relaxed))
+            emit(MSMS_EV_OP_LAUNCH, MSMS_T_ATEN_END, op_device(), 0, 0, name, nullptr, stack);
     }
     if (g_depth.exit) g_depth.exit();
 }
@@ -266,6 +311,7 @@ void enable(bool launch, bool access, py::capsule depth, bool cuda) {
     if (!g_event) {
         g_event = reinterpret_cast<event_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event"));
         g_event_cached = reinterpret_cast<event_cached_fn>(dlsym(RTLD_DEFAULT, "msms_agent_event_cached"));
+        g_op_event = reinterpret_cast<op_event_fn>(dlsym(RTLD_DEFAULT, "msms_agent_op_event"));
         g_collecting = reinterpret_cast<collecting_fn>(dlsym(RTLD_DEFAULT, "msms_agent_collecting"));
         if (!g_event || !g_collecting) {
             g_event = nullptr;

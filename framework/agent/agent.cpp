@@ -137,15 +137,34 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
     commit(w, p);
 }
 
+// Rows that carry the Python stack only, as upstream's current code writes
+// them (AtenManager: ReportAtenLaunch / ReportAtenAccess take the Python
+// call stack when it is collected, never a C one): a framework operator's
+// start and end, and its tensors' accesses.
+inline bool py_stack_only(uint16_t kind, uint16_t type) {
+    return kind == MSMS_EV_ACCESS ||
+           (kind == MSMS_EV_OP_LAUNCH && (type == MSMS_T_ATEN_START || type == MSMS_T_ATEN_END));
+}
+
+// The calling thread's Python stack, for py_stack_only rows (0: none asked for).
+inline uint64_t py_stack_for(ThreadWriter*& w) {
+    msms_stack_provider prov = g_py_provider.load(std::memory_order_relaxed);
+    return prov && options().py_depth > 0 ? capture_py_stack(w, prov, options().py_depth) : 0;
+}
+
 // The generic record (every event but the compact heap and Python-call
-// ones): interns attrs, takes stacks for memory events when asked for.
+// ones): interns attrs, takes stacks for memory events when asked for, the
+// Python stack for operator rows (py_stack_only; `py_known`: the caller's,
+// taken for this operator already).
 void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr,
                     uint64_t size, uint64_t aux0, uint64_t aux1, uint64_t name_id, const char* attrs,
-                    bool stacks = true) {
+                    bool stacks = true, const uint64_t* py_known = nullptr) {
     uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
     uint64_t cs = 0, ps = 0;
     if (stacks && (kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
         stacks_for(w, cs, ps);
+    else if (stacks && py_stack_only(kind, type))
+        ps = py_known ? *py_known : py_stack_for(w);
     w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
     uint64_t ts = stamp(w);
@@ -411,6 +430,36 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_event_cached(
     if (!w) return count_drop();
     uint64_t name_id = cached_name(w, name, name_cache);
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
+}
+
+// An operator's row (OP_LAUNCH ATEN_START/END, or an ACCESS of one of its
+// tensors) with the operator's Python stack taken once: `stack` is two words
+// the caller keeps per operator call (zeroed at its start); the first row
+// takes the stack and keeps its id there (key: channel generation and
+// thread, as the name cache), the others reuse it. While an operator runs,
+// its caller's Python frames cannot change (it is a C call made from the
+// innermost frame; Python code it calls runs above them and returns), so
+// the end row's stack is the start row's.
+extern "C" __attribute__((visibility("default"))) void msms_agent_op_event(
+    uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, const char* name,
+    uint64_t name_cache[2], const char* attrs, uint64_t stack[2]) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return count_drop();
+    uint64_t name_id = cached_name(w, name, name_cache);
+    uint64_t py = 0;
+    const uint64_t* known = nullptr;
+    if (stack && py_stack_only(kind, type)) {
+        uint64_t key = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
+        if (stack[0] != key) {
+            py = py_stack_for(w);
+            // keyed by the writer the stack was interned for (interning may
+            // have moved to a fresh chunk of the same thread: same key)
+            stack[0] = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
+            stack[1] = py;
+        }
+        known = &stack[1];
+    }
+    generic_record(w, kind, type, dev_kind, dev_id, ptr, size, 0, 0, name_id, attrs, true, known);
 }
 
 namespace msms::agent {

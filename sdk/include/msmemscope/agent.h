@@ -147,6 +147,17 @@ void msms_agent_event_cached(uint16_t kind, uint16_t type, uint16_t device_kind,
                              uint64_t ptr, uint64_t size, uint64_t aux0, uint64_t aux1, const char* name,
                              uint64_t name_cache[2], const char* attrs);
 
+/* A framework operator's row (OP_LAUNCH ATEN_START / ATEN_END, or ACCESS of
+ * one of its tensors) with an interned name (`name_cache` as above). Such
+ * rows carry the Python stack (when Python stacks are collected; never a C
+ * stack), as upstream writes them. `stack` is two words the caller keeps per
+ * operator call, zeroed when the call starts: the first row takes the
+ * stack and keeps its id there, the call's other rows reuse it (NULL: each
+ * row takes its own). (Newer agents only: look it up with dlsym.) */
+void msms_agent_op_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr,
+                         uint64_t size, const char* name, uint64_t name_cache[2], const char* attrs,
+                         uint64_t stack[2]);
+
 #ifdef __cplusplus
 }
 #endif
