@@ -446,16 +446,13 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_op_event(
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
     uint64_t name_id = cached_name(w, name, name_cache);
-    uint64_t py = 0;
     const uint64_t* known = nullptr;
     if (stack && py_stack_only(kind, type)) {
-        uint64_t key = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
-        if (stack[0] != key) {
-            py = py_stack_for(w);
+        if (stack[0] != ((static_cast<uint64_t>(w->generation) << 32) | w->tid)) {
+            stack[1] = py_stack_for(w);
             // keyed by the writer the stack was interned for (interning may
             // have moved to a fresh chunk of the same thread: same key)
             stack[0] = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
-            stack[1] = py;
         }
         known = &stack[1];
     }
