@@ -138,3 +138,19 @@ def test_dispatch_mode_operator_rows_carry_the_stack_too(tmp_path):
     (d,) = process_dirs(tmp_path / "out")
     (dump,) = dump_files(d)
     check_stacks(calls_of(op_rows(dump)), script, shift)
+
+
+def test_operator_rows_carry_the_stack_in_sqlite_too(tmp_path):
+    # the db stores each stack once; memscope_dump (a view) gives every row its text
+    import sqlite3
+    (tmp_path / "prog.py").write_text(PROG)
+    run_cli(["--device=cpu", "--call-stack=python", "--events=alloc,free,launch,access", "--analysis=",
+             "--data-format=db", "--output=out", "--", PY, "prog.py"], tmp_path,
+            env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    (d,) = process_dirs(tmp_path / "out")
+    (db,) = sorted((d / "device_cpu" / "dump").glob("memscope_dump_*.db"))
+    con = sqlite3.connect(str(db))
+    rows = [dict(zip(DUMP_HEADER, rec)) for rec in con.execute(
+        "SELECT * FROM memscope_dump WHERE \"Event\" IN ('OP_LAUNCH', 'ACCESS') ORDER BY \"ID\"")]
+    con.close()
+    check_stacks(calls_of(rows), tmp_path / "prog.py")
