@@ -55,13 +55,16 @@ inline uint8_t* begin_record(ThreadWriter* w, uint8_t tag, uint64_t ts) {
     return p;
 }
 
+// The calling thread's interned Python stack if the user asked for it (0: none).
+inline uint64_t py_stack_for(ThreadWriter*& w) {
+    msms_stack_provider prov = g_py_provider.load(std::memory_order_relaxed);
+    return prov && options().py_depth > 0 ? capture_py_stack(w, prov, options().py_depth) : 0;
+}
+
 // Interns the current C / Python stack if the user asked for it.
 inline void stacks_for(ThreadWriter*& w, uint64_t& cstack, uint64_t& pystack) {
-    cstack = 0;
-    pystack = 0;
-    if (options().c_depth > 0) cstack = capture_c_stack(w, options().c_depth);
-    msms_stack_provider prov = g_py_provider.load(std::memory_order_relaxed);
-    if (prov && options().py_depth > 0) pystack = capture_py_stack(w, prov, options().py_depth);
+    cstack = options().c_depth > 0 ? capture_c_stack(w, options().c_depth) : 0;
+    pystack = py_stack_for(w);
 }
 
 inline bool want_stacks() { return options().c_depth > 0 || (options().py_depth > 0 && g_py_provider.load(std::memory_order_relaxed)); }
@@ -144,12 +147,6 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
 inline bool py_stack_only(uint16_t kind, uint16_t type) {
     return kind == MSMS_EV_ACCESS ||
            (kind == MSMS_EV_OP_LAUNCH && (type == MSMS_T_ATEN_START || type == MSMS_T_ATEN_END));
-}
-
-// The calling thread's Python stack, for py_stack_only rows (0: none asked for).
-inline uint64_t py_stack_for(ThreadWriter*& w) {
-    msms_stack_provider prov = g_py_provider.load(std::memory_order_relaxed);
-    return prov && options().py_depth > 0 ? capture_py_stack(w, prov, options().py_depth) : 0;
 }
 
 // The generic record (every event but the compact heap and Python-call

@@ -143,23 +143,23 @@ public:
         sqlite3_bind_null(s_, col);
         return *this;
     }
-    void run(sqlite3* db) {
-        int rc = sqlite3_step(s_);
-        sqlite3_reset(s_);
-        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-            throw std::runtime_error(std::string("SQLite: ") + sqlite3_errmsg(db));
-    }
+    void run(sqlite3* db) { step(db, nullptr); }
     // The first column of the first row (0 when there is none).
     int64_t value(sqlite3* db) {
-        int rc = sqlite3_step(s_);
-        int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(s_, 0) : 0;
-        sqlite3_reset(s_);
-        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-            throw std::runtime_error(std::string("SQLite: ") + sqlite3_errmsg(db));
+        int64_t v = 0;
+        step(db, &v);
         return v;
     }
 
 private:
+    // One step, then reset; `first`: the first column of a row it gave.
+    void step(sqlite3* db, int64_t* first) {
+        int rc = sqlite3_step(s_);
+        if (first && rc == SQLITE_ROW) *first = sqlite3_column_int64(s_, 0);
+        sqlite3_reset(s_);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            throw std::runtime_error(std::string("SQLite: ") + sqlite3_errmsg(db));
+    }
     sqlite3_stmt* s_ = nullptr;
 };
 
