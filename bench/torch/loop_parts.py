@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+from rounds import interleaved
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = os.path.join(HERE, "train_gpt.py")
@@ -105,19 +107,8 @@ def main():
     variants = [("bare", lambda d: [args.python] + script), ("default", under_cli([], True, ""))]
     variants += [(p, under_cli(*PARTS[p])) for p in parts]
     workdir = tempfile.mkdtemp(prefix="msms_loop_parts_")
-    res = {k: [] for k, _ in variants}
-    for rnd in range(args.rounds):
-        got = {}
-        for key, cmd in variants:
-            t = loop_time(cmd, workdir)
-            if t is None:
-                break
-            got[key] = t
-        if len(got) != len(variants):
-            continue  # a round counts only whole (ratios are paired within it)
-        for k, t in got.items():
-            res[k].append(t)
-        print("round %d: " % (rnd + 1) + "  ".join("%s %.3f s" % (k, got[k]) for k, _ in variants), flush=True)
+    res = interleaved(variants, args.rounds, lambda cmd: loop_time(cmd, workdir),
+                      lambda k, t: "%s %.3f s" % (k, t))
     subprocess.run(["rm", "-rf", workdir])
     n = len(res["bare"])
     if n == 0:

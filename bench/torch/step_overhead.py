@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from rounds import interleaved
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = os.path.join(HERE, "train_gpt.py")
@@ -133,20 +135,8 @@ def main():
     if args.stop_host:
         vs.append(("host stopped", msms, True))
     workdir = tempfile.mkdtemp(prefix="msms_step_overhead_")
-    res = {k: [] for k, _, _ in vs}
-    for rnd in range(args.rounds):
-        got = {}
-        for key, cmd, stop in vs:
-            r = run(cmd, stop, workdir)
-            if r is None:
-                break
-            got[key] = r
-        if len(got) != len(vs):
-            continue  # a round counts only whole (ratios are paired within it)
-        for k, r in got.items():
-            res[k].append(r)
-        print("round %d: " % (rnd + 1) +
-              "  ".join("%s loop %.3f s" % (k, got[k][1]) for k, _, _ in vs), flush=True)
+    res = interleaved([(k, (cmd, stop)) for k, cmd, stop in vs], args.rounds,
+                      lambda how: run(how[0], how[1], workdir), lambda k, r: "%s loop %.3f s" % (k, r[1]))
     subprocess.run(["rm", "-rf", workdir])
     n = len(res["bare"])
     if n == 0:

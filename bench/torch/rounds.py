@@ -1,0 +1,24 @@
+"""Interleaved rounds for the #30 loop benchmarks (step_overhead.py,
+loop_parts.py): every variant runs once per round, in turn, so that all of
+them see the same moments of a shared machine; a round counts only whole,
+since ratios are paired within it."""
+
+
+def interleaved(variants, rounds, measure, describe):
+    """variants: [(key, how)]; measure(how) -> a result, or None when the run
+    failed (the round is dropped); describe(key, result) -> the round line's
+    text for it. Returns {key: [result of each whole round]}."""
+    res = {k: [] for k, _ in variants}
+    for rnd in range(rounds):
+        got = {}
+        for key, how in variants:
+            r = measure(how)
+            if r is None:
+                break
+            got[key] = r
+        if len(got) != len(variants):
+            continue
+        for k, r in got.items():
+            res[k].append(r)
+        print("round %d: " % (rnd + 1) + "  ".join(describe(k, got[k]) for k, _ in variants), flush=True)
+    return res
