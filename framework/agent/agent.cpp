@@ -379,11 +379,14 @@ __attribute__((visibility("default"))) int msms_agent_mstx_steps_seen(void) {
 
 // ---- fast paths for the Python package (agent.h, appended) ----
 namespace {
-// The name's id in this thread's stream, from the caller's two-word cache
-// (key: channel generation and thread; the key is never 0).
+// What a caller's two-word cache of an id in this thread's stream is keyed
+// by: the channel generation and the thread (never 0).
+inline uint64_t cache_key(const ThreadWriter* w) { return (static_cast<uint64_t>(w->generation) << 32) | w->tid; }
+
+// The name's id in this thread's stream, from the caller's two-word cache.
 inline uint64_t cached_name(ThreadWriter*& w, const char* name, uint64_t* cache) {
     if (!name || !*name) return 0;
-    uint64_t key = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
+    uint64_t key = cache_key(w);
     if (cache && cache[0] == key) return cache[1];
     uint64_t id = intern(w, name, strlen(name));
     if (cache && id) {
@@ -402,7 +405,7 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_py_call(uint64
     ThreadWriter* w = writer_for(kRecord);
     if (!w) return count_drop();
     uint64_t name_id;
-    if (cache && cache[0] == ((static_cast<uint64_t>(w->generation) << 32) | w->tid)) {
+    if (cache && cache[0] == cache_key(w)) {
         name_id = cache[1];
     } else {
         // Interning may seal the chunk and take another: ask again.
@@ -445,11 +448,11 @@ extern "C" __attribute__((visibility("default"))) void msms_agent_op_event(
     uint64_t name_id = cached_name(w, name, name_cache);
     const uint64_t* known = nullptr;
     if (stack && py_stack_only(kind, type)) {
-        if (stack[0] != ((static_cast<uint64_t>(w->generation) << 32) | w->tid)) {
+        if (stack[0] != cache_key(w)) {
             stack[1] = py_stack_for(w);
             // keyed by the writer the stack was interned for (interning may
             // have moved to a fresh chunk of the same thread: same key)
-            stack[0] = (static_cast<uint64_t>(w->generation) << 32) | w->tid;
+            stack[0] = cache_key(w);
         }
         known = &stack[1];
     }
