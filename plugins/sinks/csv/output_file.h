@@ -50,11 +50,12 @@ public:
     size_t start() const { return head_; }
     // The last `bytes` appended stay in the buffer through maybe_flush()
     // (the csv sink applies analyzers' Attr changes to rows still there).
-    // Reserves room for them and a flush's worth of rows beyond them.
+    // Reserves room for them and two flushes' worth of rows beyond them.
     void set_hold(size_t bytes);
     size_t hold() const { return hold_; }
     // maybe_flush() would write now: once the buffer holds `hold` bytes and
-    // a block or `hold` bytes more (whichever is more).
+    // a block more (one block a flush: the disk gets it while the next rows
+    // are built; two at once made the second wait for the first).
     bool flush_due() const { return pending() >= due(); }
     // True when it wrote (the progress line is told then).
     bool maybe_flush();
@@ -68,7 +69,8 @@ public:
         std::string_view text;
     };
     // Writes the buffer up to index `cut` (default: all of it) -- whole
-    // blocks (direct), or everything -- with `patches` (sorted, apart, within
+    // blocks (direct: kBlock each, and a last shorter one, whole pages, only
+    // when `cut` is the buffer's end), or everything -- with `patches` (sorted, apart, within
     // [start(), cut)) in place of the bytes they cover: a changed row costs
     // its own bytes, the rows around it are not moved (they are copied into
     // the block anyway). A partial block left over waits in the buffer,
@@ -95,7 +97,7 @@ private:
     static constexpr size_t kAlign = 4096;
     static constexpr size_t kSlack = 1 << 20;  // room for the row that makes a flush due
     // The unwritten bytes at which a flush is due.
-    size_t due() const { return hold_ + std::max(kBlock, hold_); }
+    size_t due() const { return hold_ + kBlock; }
     void submit_block(size_t n, uint64_t at);
     void wait_block();
     void write_block();

@@ -201,20 +201,45 @@ TEST_CASE("output file: rows changed as they are written land in place, the rest
 TEST_CASE("output file: a change longer than the part written waits in the buffer, changed") {
     // The changed bytes make more than the place they take: a whole block
     // goes out, the rest of them waits in front of the rows after the cut.
+    const size_t kBlock = msms::OutputFile::kBlock;
     std::string dir = std::string(MSMS_TEST_OUT) + "/output_file_small";
     fs::remove_all(dir);
     std::string path = dir + "/small.csv";
-    std::string want = "HEAD\n" + std::string(9000, 'z') + "\nb\nc\n";
+    std::string want = "HEAD\n" + std::string(kBlock + 9000, 'z') + "\nb\nc\n";
     {
         msms::OutputFile f(path, "HEAD");
         f.buffer() += "a\nb\nc\n";  // buffer: "HEAD\na\nb\nc\n"
-        std::string big(9000, 'z');
+        std::string big(kBlock + 9000, 'z');
         big += '\n';
-        msms::OutputFile::Patch p{5, 7, big};  // "a\n" -> 9000 z's
+        msms::OutputFile::Patch p{5, 7, big};  // "a\n" -> a block and 9000 z's
         f.flush(9, &p, 1);                      // up to "c\n"
-        CHECK(f.written() == 8192);
+        CHECK(f.written() == kBlock);
         CHECK(f.written() + f.pending() == want.size());
-        CHECK(f.buffer().substr(f.start()) == want.substr(8192));
+        CHECK(f.buffer().substr(f.start()) == want.substr(kBlock));
+        f.close();
+    }
+    CHECK(read_all(path) == want);
+}
+
+TEST_CASE("output file: a block short of a whole one waits while rows follow it") {
+    // Written at once, it would wait for the block in flight, and the disk
+    // would then stand idle while the next rows are built. Only when
+    // nothing follows in the buffer (the end) do its whole pages go out.
+    std::string dir = std::string(MSMS_TEST_OUT) + "/output_file_partial";
+    fs::remove_all(dir);
+    std::string path = dir + "/partial.csv";
+    std::string want = "HEAD\n" + std::string(20000, 'p') + "\nrest\n";
+    {
+        msms::OutputFile f(path, "HEAD");
+        f.buffer() += std::string(20000, 'p') + "\nrest\n";
+        f.flush(f.buffer().size() - 5);  // "rest\n" follows the cut
+        CHECK(f.written() == 0);
+        CHECK(f.direct_blocks() == 0);
+        CHECK(f.buffer().substr(f.start()) == want);
+        f.flush();  // nothing follows: its whole pages (4 of 4096 bytes) go out
+        CHECK(f.written() == 4 * 4096);
+        CHECK(f.direct_blocks() == 1);
+        CHECK(f.buffer().substr(f.start()) == want.substr(4 * 4096));
         f.close();
     }
     CHECK(read_all(path) == want);
