@@ -2,9 +2,10 @@
 // python_trace CSV (§5). Rows arrive in time order and are written as they
 // come, through a large buffer. Attr changes that analyzers make later
 // (annotations, e.g. inefficient, decompose's owners) go into the rows while
-// they are still in the buffer: the last hold_mib MiB of each file stay there
-// (OutputFile::set_hold), and the annotated rows among them are rewritten in
-// memory before a block is written. Changes to rows already written are
+// they are still in the buffer: once the first change has come, the last
+// hold_mib MiB of each file stay there (OutputFile::set_hold), and the
+// annotated rows among them are rewritten in memory before a block is
+// written. Changes to rows already written are
 // applied at the end: the sink keeps where every 32nd row of a file starts,
 // finds each such row from there, and the file is written again with the
 // kernel copying the rows between them (copy_file_range), only the annotated
@@ -118,6 +119,11 @@ public:
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
+        if (!holding_ && hold_) {
+            // The first change: from now on the files keep their last rows.
+            holding_ = true;
+            for (auto& [dev, f] : files_) f->set_hold(hold_);
+        }
         auto& list = patches_[id];
         if (list.empty()) fresh_.push_back(id);
         list.emplace_back(std::string(key), std::string(value));
@@ -579,7 +585,7 @@ private:
         if (it != files_.end()) return *it->second;
         std::string rel = "device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv";
         auto f = std::make_unique<File>(dir_fd_.get(), rel, dir_ + "/" + rel, msms::kDumpHeader);
-        f->set_hold(hold_);
+        if (holding_) f->set_hold(hold_);
         if (first_device_.empty()) first_device_ = dev;
         for (size_t i = 0; i < history_.size(); ++i) {
             auto& [head, tail] = history_[i];
@@ -691,8 +697,13 @@ private:
     msms::WrittenEvents written_;
     // Bytes of each dump file kept in memory after they are built (option
     // hold_mib), for Attr changes that come a little later (most owner tags:
-    // a gradient or an optimizer state is tagged within its step).
+    // a gradient or an optimizer state is tagged within its step). Held
+    // only once a change has come: a run whose analyzers change no Attr
+    // (none selected, or only ones that report) writes its rows as they
+    // come; holding them cost it the held bytes' move to the buffer's
+    // front after every second block.
     size_t hold_;
+    bool holding_ = false;
     std::string dir_, ts_, first_device_;
     msmemscope::files::Fd dir_fd_;  // the run folder (RunInfo::open_output_dir)
     std::map<std::string, std::unique_ptr<File>> files_;

@@ -192,6 +192,56 @@ TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrit
     CHECK(all_held == expected);
 }
 
+// Rows are held only once an analyzer has changed one: before that they are
+// written as they come (a run whose analyzers change nothing pays nothing
+// for the hold), so a change to a row written before the first change goes
+// by the rewrite, while a row still in the buffer then is held and changed
+// in memory. The file is the same either way.
+TEST_CASE("csv: rows are held from the first Attr change on, not before") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/hold_from_first_change";
+    std::string frames;
+    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
+    auto run = [&](bool tags, std::string& said) {
+        fs::remove_all(dir);
+        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+        REQUIRE(h.create({{"hold_mib", "64"}}) == MSMS_OK);
+        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+        for (int i = 1; i <= 30000; ++i) {  // ~20 MB: blocks go out from ~8 MB on
+            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                       .id(static_cast<uint64_t>(i))
+                       .at(1000 + static_cast<uint64_t>(i))
+                       .py_stack("row " + std::to_string(i) + "\n" + frames)
+                       .attr("allocation_id", std::to_string(i)));
+            if (tags && i == 15000) {
+                REQUIRE(h.annotate(1, "owner", "PTA@weight") == MSMS_OK);           // written by now
+                REQUIRE(h.annotate(14990, "owner", "PTA@gradient") == MSMS_OK);  // still in the buffer
+            }
+        }
+        REQUIRE(h.finish() == MSMS_OK);
+        said.clear();
+        for (auto& [level, m] : h.logs)
+            if (m.rfind("csv: ", 0) == 0) said = m;
+        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+    };
+    std::string said;
+    std::string expected = run(false, said);
+    CHECK(said.empty());  // no change, nothing to say
+    REQUIRE(expected.size() > 16u << 20);
+    for (auto [id, owner] : {std::pair<int, const char*>{1, "PTA@weight"}, {14990, "PTA@gradient"}}) {
+        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
+        REQUIRE(at != std::string::npos);
+        std::string from = "{allocation_id:" + std::to_string(id) + "}";
+        size_t a = expected.find(from, at);
+        REQUIRE(a != std::string::npos);
+        expected.replace(a, from.size(), "{allocation_id:" + std::to_string(id) + ",owner:" + owner + "}");
+    }
+    std::string tagged = run(true, said);
+    CHECK(said == "csv: 1 row(s) got analyzers' Attr changes in memory, 1 after they were written (the files are "
+                  "rewritten for those)");
+    CHECK(tagged.size() == expected.size());
+    CHECK(tagged == expected);
+}
+
 namespace {
 using Tags = std::vector<std::pair<uint64_t, std::string>>;
 
