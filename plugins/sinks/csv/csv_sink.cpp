@@ -2,9 +2,9 @@
 // python_trace CSV (§5). Rows arrive in time order and are written as they
 // come, through a large buffer. Attr changes that analyzers make later
 // (annotations, e.g. inefficient, decompose's owners) go into the rows while
-// they are still in the buffer: once the first change has come, the last
-// hold_mib MiB of each file stay there (OutputFile::set_hold), and the
-// annotated rows among them are rewritten in memory before a block is
+// they are still in the buffer: the last hold_mib MiB of each file stay
+// there (OutputFile::set_hold; given up while no analyzer changes any), and
+// the annotated rows among them are rewritten in memory before a block is
 // written. Changes to rows already written are
 // applied at the end: the sink keeps where every 32nd row of a file starts,
 // finds each such row from there, and the file is written again with the
@@ -119,8 +119,9 @@ public:
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
+        changed_ = true;
         if (!holding_ && hold_) {
-            // The first change: from now on the files keep their last rows.
+            // Rows were given up on (below, after_row): held again from now on.
             holding_ = true;
             for (auto& [dev, f] : files_) f->set_hold(hold_);
         }
@@ -168,49 +169,23 @@ private:
         return true;
     }
 
-    // A string read like a Window (record_end/record_id work on either).
-    class Text {
-    public:
-        explicit Text(const std::string& s) : s_(s) {}
-        uint64_t size() const { return s_.size(); }
-        char at(uint64_t off) const { return s_[static_cast<size_t>(off)]; }
-        uint64_t find(uint64_t off, uint64_t end, char c) const {
-            if (off >= end) return end;
-            const void* q = std::memchr(s_.data() + off, c, static_cast<size_t>(end - off));
-            return q ? static_cast<uint64_t>(static_cast<const char*>(q) - s_.data()) : end;
-        }
-
-    private:
-        const std::string& s_;
-    };
-
     // Where row `id` is in f's buffer: [start, end) (indices in the buffer),
-    // or false when it is not there (written already, in another file, or
-    // in a group of rows that began before the buffer).
+    // or false when it is not there (written already, even in part, or in
+    // another file). Every row not yet written has its offset noted
+    // (note_row): a row just after a written one is found as surely as any
+    // (with only every 32nd row's offset, the rows of a group whose first
+    // row was written were lost to the rewrite at the end).
     bool locate(File& f, uint64_t id, uint64_t& start, uint64_t& end) {
         RowIndex& ix = index_[&f];
-        if (!ix.ordered || ix.marks.empty()) return false;
+        if (!ix.ordered) return false;
         // file offset - base = index in the buffer
         const uint64_t written = f.written(), base = written - f.start();
-        const std::string& buf = f.buffer();
-        auto m = std::upper_bound(ix.marks.begin(), ix.marks.end(), std::make_pair(id, UINT64_MAX));
-        if (m == ix.marks.begin()) return false;
-        --m;
-        if (m->second < written) return false;
-        Text text(buf);
-        uint64_t off = m->second - base;
-        uint64_t stop = (m + 1 != ix.marks.end()) ? (m + 1)->second - base : buf.size();
-        while (off < stop && off < buf.size()) {
-            uint64_t rid = record_id(text, off), e = record_end(text, off);
-            if (rid > id) return false;
-            if (rid == id) {
-                start = off;
-                end = e;
-                return true;
-            }
-            off = e;
-        }
-        return false;
+        auto first = ix.unwritten.begin() + static_cast<std::ptrdiff_t>(ix.first), last = ix.unwritten.end();
+        auto it = std::lower_bound(first, last, std::make_pair(id, uint64_t{0}));
+        if (it == last || it->first != id || it->second < written) return false;
+        start = it->second - base;
+        end = (it + 1 != last) ? (it + 1)->second - base : f.buffer().size();
+        return true;
     }
 
     // Writes f's buffer up to index `cut` (SIZE_MAX: all of it), with the
@@ -273,11 +248,15 @@ private:
             RowIndex& ix = index_[&f];
             size_t k = 0;
             int64_t d = 0;
-            for (auto& mark : ix.marks) {
-                if (mark.second < f.written()) continue;
-                while (k < shifts.size() && shifts[k].first <= mark.second) d = shifts[k++].second;
-                mark.second = static_cast<uint64_t>(static_cast<int64_t>(mark.second) + d);
-            }
+            auto follow = [&](std::pair<uint64_t, uint64_t>& row) {
+                if (row.second < f.written()) return;
+                while (k < shifts.size() && shifts[k].first <= row.second) d = shifts[k++].second;
+                row.second = static_cast<uint64_t>(static_cast<int64_t>(row.second) + d);
+            };
+            for (auto& mark : ix.marks) follow(mark);
+            k = 0;
+            d = 0;
+            for (size_t i = ix.first; i < ix.unwritten.size(); ++i) follow(ix.unwritten[i]);
         }
         f.flush(cut, changes.data(), changes.size());
     }
@@ -289,6 +268,10 @@ private:
     struct RowIndex {
         static constexpr uint64_t kEvery = 32;
         std::vector<std::pair<uint64_t, uint64_t>> marks;
+        // Every row from [first] on: ID and offset, the rows not yet written
+        // (locate; the ones written are dropped as rows come).
+        std::vector<std::pair<uint64_t, uint64_t>> unwritten;
+        size_t first = 0;
         uint64_t rows = 0, last_id = 0;
         uint64_t next_report = 0;  // bytes built when the progress line is told next (after_row)
         bool ordered = true;
@@ -296,7 +279,20 @@ private:
     void note_row(File& f, uint64_t id) {
         RowIndex& ix = index_[&f];
         if (ix.rows && id <= ix.last_id) ix.ordered = false;
-        if (ix.rows % RowIndex::kEvery == 0) ix.marks.emplace_back(id, f.written() + f.pending());
+        const uint64_t at = f.written() + f.pending();
+        if (ix.rows % RowIndex::kEvery == 0) ix.marks.emplace_back(id, at);
+        if (ix.ordered) {
+            auto& u = ix.unwritten;
+            while (ix.first < u.size() && u[ix.first].second < f.written()) ++ix.first;
+            if (ix.first >= 4096 && 2 * ix.first >= u.size()) {
+                u.erase(u.begin(), u.begin() + static_cast<std::ptrdiff_t>(ix.first));
+                ix.first = 0;
+            }
+            u.emplace_back(id, at);
+        } else if (!ix.unwritten.empty()) {
+            ix.unwritten = {};  // found by nothing now (locate)
+            ix.first = 0;
+        }
         ix.last_id = id;
         ++ix.rows;
     }
@@ -585,7 +581,7 @@ private:
         if (it != files_.end()) return *it->second;
         std::string rel = "device_" + dev + "/dump/memscope_dump_" + ts_ + ".csv";
         auto f = std::make_unique<File>(dir_fd_.get(), rel, dir_ + "/" + rel, msms::kDumpHeader);
-        if (holding_) f->set_hold(hold_);
+        if (holding_) f->set_hold(hold_);  // hold_ 0: nothing held
         if (first_device_.empty()) first_device_ = dev;
         for (size_t i = 0; i < history_.size(); ++i) {
             auto& [head, tail] = history_[i];
@@ -614,6 +610,10 @@ private:
     // After f got a row: writes what is due, and tells the progress line
     // every kReportEvery bytes built.
     void after_row(File& f) {
+        if (holding_ && !changed_ && f.written() + f.pending() >= kGiveUpHolds * hold_) {
+            holding_ = false;
+            for (auto& [dev, g] : files_) g->set_hold(0);
+        }
         RowIndex& ix = index_[&f];
         bool wrote = flush(f);
         uint64_t built = f.written() + f.pending();
@@ -697,13 +697,18 @@ private:
     msms::WrittenEvents written_;
     // Bytes of each dump file kept in memory after they are built (option
     // hold_mib), for Attr changes that come a little later (most owner tags:
-    // a gradient or an optimizer state is tagged within its step). Held
-    // only once a change has come: a run whose analyzers change no Attr
-    // (none selected, or only ones that report) writes its rows as they
-    // come; holding them cost it the held bytes' move to the buffer's
-    // front after every second block.
+    // a gradient or an optimizer state is tagged within its step; a
+    // weight at the end of the first step). Given up when a file's first
+    // kGiveUpHolds holds of rows brought no change: a run whose analyzers
+    // change no Attr (none selected, or only ones that report) then writes
+    // its rows as they come (the held bytes' move to the buffer's front
+    // after every second block cost the c:32 CSV benchmark a fifth of its
+    // time); the next change takes the hold up again, and rows written
+    // before it get their changes by the rewrite at the end.
+    static constexpr size_t kGiveUpHolds = 4;
     size_t hold_;
-    bool holding_ = false;
+    bool holding_ = true;
+    bool changed_ = false;  // an analyzer changed a row's Attr
     std::string dir_, ts_, first_device_;
     msmemscope::files::Fd dir_fd_;  // the run folder (RunInfo::open_output_dir)
     std::map<std::string, std::unique_ptr<File>> files_;

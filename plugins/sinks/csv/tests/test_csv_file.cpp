@@ -192,30 +192,30 @@ TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrit
     CHECK(all_held == expected);
 }
 
-// Rows are held only once an analyzer has changed one: before that they are
-// written as they come (a run whose analyzers change nothing pays nothing
-// for the hold), so a change to a row written before the first change goes
-// by the rewrite, while a row still in the buffer then is held and changed
-// in memory. The file is the same either way.
-TEST_CASE("csv: rows are held from the first Attr change on, not before") {
-    std::string dir = std::string(MSMS_TEST_OUT) + "/hold_from_first_change";
+// Rows are held for analyzers' Attr changes from the start, given up when
+// a file's first 4 holds of rows brought no change (a run whose analyzers
+// change nothing then pays nothing for the hold), and held again from the
+// next change on: a row written in between gets its change by the rewrite,
+// a row still in the buffer in memory. The file is the same either way.
+TEST_CASE("csv: rows are held while analyzers change them, given up while none does") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/hold_given_up";
     std::string frames;
     for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
-    auto run = [&](bool tags, std::string& said) {
+    // first_change: the row after which rows 1 (the first) and 14990 are
+    // tagged (0: none); the hold is 1 MiB, given up at 4 MiB of rows
+    auto run = [&](int first_change, std::string& said) {
         fs::remove_all(dir);
         PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-        REQUIRE(h.create({{"hold_mib", "64"}}) == MSMS_OK);
+        REQUIRE(h.create({{"hold_mib", "1"}}) == MSMS_OK);
         REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-        for (int i = 1; i <= 30000; ++i) {  // ~20 MB: blocks go out from ~8 MB on
+        for (int i = 1; i <= 30000; ++i) {  // ~20 MB, ~700 bytes a row
             h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
                        .id(static_cast<uint64_t>(i))
                        .at(1000 + static_cast<uint64_t>(i))
                        .py_stack("row " + std::to_string(i) + "\n" + frames)
                        .attr("allocation_id", std::to_string(i)));
-            if (tags && i == 15000) {
-                REQUIRE(h.annotate(1, "owner", "PTA@weight") == MSMS_OK);           // written by now
-                REQUIRE(h.annotate(14990, "owner", "PTA@gradient") == MSMS_OK);  // still in the buffer
-            }
+            if (i == first_change) REQUIRE(h.annotate(1, "owner", "PTA@weight") == MSMS_OK);
+            if (first_change && i == 15000) REQUIRE(h.annotate(14990, "owner", "PTA@gradient") == MSMS_OK);
         }
         REQUIRE(h.finish() == MSMS_OK);
         said.clear();
@@ -224,7 +224,7 @@ TEST_CASE("csv: rows are held from the first Attr change on, not before") {
         return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
     };
     std::string said;
-    std::string expected = run(false, said);
+    std::string expected = run(0, said);
     CHECK(said.empty());  // no change, nothing to say
     REQUIRE(expected.size() > 16u << 20);
     for (auto [id, owner] : {std::pair<int, const char*>{1, "PTA@weight"}, {14990, "PTA@gradient"}}) {
@@ -235,10 +235,78 @@ TEST_CASE("csv: rows are held from the first Attr change on, not before") {
         REQUIRE(a != std::string::npos);
         expected.replace(a, from.size(), "{allocation_id:" + std::to_string(id) + ",owner:" + owner + "}");
     }
-    std::string tagged = run(true, said);
+    // the first change after row 100 (~70 kB): held all along, both in memory
+    std::string early = run(100, said);
+    CHECK(said == "csv: 2 row(s) got analyzers' Attr changes in memory, 0 after they were written (the files are "
+                  "rewritten for those)");
+    CHECK(early == expected);
+    // the first change after row 15000 (~10 MB): given up at 4 MiB, row 1
+    // written since; row 14990 still in the buffer, held from then on
+    std::string late = run(15000, said);
     CHECK(said == "csv: 1 row(s) got analyzers' Attr changes in memory, 1 after they were written (the files are "
                   "rewritten for those)");
-    CHECK(tagged.size() == expected.size());
+    CHECK(late.size() == expected.size());
+    CHECK(late == expected);
+}
+
+// The rows just after the end of a written block are found in the buffer
+// like any other: tagged before the next block goes out, they change in
+// memory, not by the rewrite at the end (with only every 32nd row's offset
+// noted, those whose group began in the written block were not found).
+TEST_CASE("csv: rows just after a written block are changed in memory") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/after_block";
+    std::string frames;
+    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
+    const int rows = 30000;  // ~25 MB in blocks of 8 MiB; hold 1 MiB
+    auto run = [&](int tag_after, int first, int count, std::string& said) {
+        fs::remove_all(dir);
+        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+        REQUIRE(h.create({{"hold_mib", "1"}}) == MSMS_OK);
+        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+        for (int i = 1; i <= rows; ++i) {
+            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                       .id(static_cast<uint64_t>(i))
+                       .at(1000 + static_cast<uint64_t>(i))
+                       .py_stack("row " + std::to_string(i) + "\n" + frames)
+                       .attr("allocation_id", std::to_string(i)));
+            if (i == tag_after)
+                for (int k = first; k < first + count; ++k)
+                    REQUIRE(h.annotate(static_cast<uint64_t>(k), "owner", "PTA@gradient") == MSMS_OK);
+        }
+        REQUIRE(h.finish() == MSMS_OK);
+        said.clear();
+        for (auto& [level, m] : h.logs)
+            if (m.rfind("csv: ", 0) == 0) said = m;
+        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+    };
+    std::string said;
+    std::string plain = run(0, 0, 0, said);
+    size_t from = 0;  // rows are looked for in rising order: each from the last one found
+    auto row_start = [&](int id) {
+        size_t at = plain.find("\n" + std::to_string(id) + ",MALLOC,", from);
+        REQUIRE(at != std::string::npos);
+        from = at;
+        return at + 1;
+    };
+    // the first row that starts at or after the first block's end (8 MiB),
+    // and the first row built after 12 MiB (between the first two blocks)
+    const size_t block = 8u << 20;  // the output file's block (output_file.h)
+    int first = 1, mid = 1;
+    while (row_start(first) < block) ++first;
+    mid = first;
+    while (row_start(mid) < block + (4u << 20)) ++mid;
+    REQUIRE((first - 1) % 32 != 0);  // its group of 32 began in the written block
+    std::string expected = plain;
+    from = 0;
+    for (int k = first; k < first + 5; ++k) {
+        std::string attr = "{allocation_id:" + std::to_string(k) + "}";
+        size_t a = expected.find(attr, row_start(k));
+        REQUIRE(a != std::string::npos);
+        expected.replace(a, attr.size(), "{allocation_id:" + std::to_string(k) + ",owner:PTA@gradient}");
+    }
+    std::string tagged = run(mid, first, 5, said);
+    CHECK(said == "csv: 5 row(s) got analyzers' Attr changes in memory, 0 after they were written (the files are "
+                  "rewritten for those)");
     CHECK(tagged == expected);
 }
 
