@@ -244,3 +244,42 @@ TEST_CASE("output file: a block short of a whole one waits while rows follow it"
     }
     CHECK(read_all(path) == want);
 }
+
+TEST_CASE("output file: a hold given up gives its room back at the next flush") {
+    std::string dir = std::string(MSMS_TEST_OUT) + "/output_file_unhold";
+    fs::remove_all(dir);
+    std::string path = dir + "/unhold.csv";
+    std::string expect = "HEAD\n";
+    {
+        msms::OutputFile f(path, "HEAD");
+        const size_t small = f.buffer().capacity();  // a block and a row's slack
+        f.set_hold(16u << 20);
+        const size_t held = f.buffer().capacity();
+        CHECK(held >= (32u << 20));  // the hold and two blocks
+        int i = 0;
+        while (f.written() < (40u << 20)) {  // blocks written while rows are held
+            size_t at = f.buffer().size();
+            append_line(f.buffer(), i++);
+            expect.append(f.buffer(), at, std::string::npos);
+            f.maybe_flush();
+        }
+        CHECK(f.buffer().capacity() == held);
+        f.set_hold(0);
+        while (f.buffer().capacity() == held && i < 3000000) {
+            size_t at = f.buffer().size();
+            append_line(f.buffer(), i++);
+            expect.append(f.buffer(), at, std::string::npos);
+            f.maybe_flush();
+        }
+        CHECK(f.buffer().capacity() < held);
+        CHECK(f.buffer().capacity() <= 2 * small);
+        for (int k = 0; k < 200000; ++k) {  // and rows go on as before
+            size_t at = f.buffer().size();
+            append_line(f.buffer(), i++);
+            expect.append(f.buffer(), at, std::string::npos);
+            f.maybe_flush();
+        }
+        f.close();
+    }
+    CHECK(read_all(path) == expect);
+}
