@@ -59,7 +59,8 @@ public:
             msms::WrittenEvents::kOptionSpec,
             {"hold_mib", MSMS_OPT_INT, "16", nullptr, 0, 4096,
              "MiB of each dump file kept in memory after its rows are built, so that analyzers' later Attr changes "
-             "(owners) go in without rewriting the file; 0: every change rewrites the file at the end"}};
+             "(owners) go in without rewriting the file (given up when a file's first 4x as many MiB bring no change, "
+             "taken up again at the next one); 0: every change rewrites the file at the end"}};
         count = 2;
         return specs;
     }
