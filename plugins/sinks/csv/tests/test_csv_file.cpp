@@ -6,6 +6,7 @@
 #include <msmemscope/testing.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <string>
@@ -59,6 +60,45 @@ namespace {
 std::string read_all(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// `rows` MALLOC rows (IDs 1..rows), each with a 40-frame Python stack that
+// names it (~700 bytes a row), fed to a csv sink with hold_mib `hold`;
+// after row i is fed, after_row(h, i) may change earlier rows' Attrs.
+// Returns the dump's text; `said` gets the sink's count of rows changed in
+// memory and after they were written (its last "csv: " line; empty if none).
+std::string stack_rows_dump(const std::string& dir, const std::string& hold, int rows,
+                            const std::function<void(PluginHarness&, int)>& after_row, std::string& said) {
+    std::string frames;
+    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
+    fs::remove_all(dir);
+    PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
+    REQUIRE(h.create({{"hold_mib", hold}}) == MSMS_OK);
+    REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
+    for (int i = 1; i <= rows; ++i) {
+        h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
+                   .id(static_cast<uint64_t>(i))
+                   .at(1000 + static_cast<uint64_t>(i))
+                   .py_stack("row " + std::to_string(i) + "\n" + frames)
+                   .attr("allocation_id", std::to_string(i)));
+        if (after_row) after_row(h, i);
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    said.clear();
+    for (auto& [level, m] : h.logs)
+        if (m.rfind("csv: ", 0) == 0) said = m;
+    return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+}
+
+// Row `id` of a stack_rows_dump text gets `owner` in its Attr, as the sink
+// writes it; the row is looked for from offset `from` on.
+void tag_row(std::string& csv, uint64_t id, const std::string& owner, size_t from = 0) {
+    size_t at = csv.find("\n" + std::to_string(id) + ",MALLOC,", from);
+    REQUIRE(at != std::string::npos);
+    std::string attr = "{allocation_id:" + std::to_string(id) + "}";
+    size_t a = csv.find(attr, at);
+    REQUIRE(a != std::string::npos);
+    csv.replace(a, attr.size(), "{allocation_id:" + std::to_string(id) + ",owner:" + owner + "}");
 }
 
 // Rows whose stacks hold quotes, commas and newlines; `annotate` ids get an
@@ -128,27 +168,14 @@ TEST_CASE("csv: analyzers' Attr changes reach exactly their rows, the rest byte 
 // one are found again (the row index follows the buffer).
 TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrite, give the same file") {
     std::string base = std::string(MSMS_TEST_OUT) + "/live_patches";
-    std::string frames;
-    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
     const int rows = 30000;  // ~20 MB: blocks are written while rows come
     std::string said;  // the sink's count of rows changed in memory and after they were written
-    auto run = [&](const std::string& dir, const std::string& hold, bool tags) {
-        fs::remove_all(dir);
-        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-        REQUIRE(h.create({{"hold_mib", hold}}) == MSMS_OK);
-        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-        for (int i = 1; i <= rows; ++i) {
-            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
-                       .id(static_cast<uint64_t>(i))
-                       .at(1000 + static_cast<uint64_t>(i))
-                       .py_stack("row " + std::to_string(i) + "\n" + frames)
-                       .attr("allocation_id", std::to_string(i)));
-            if (tags && i % 97 == 0) {
-                REQUIRE(h.annotate(static_cast<uint64_t>(i - 40), "owner", "PTA@gradient") == MSMS_OK);
-                if (i % 3 == 0) REQUIRE(h.annotate(static_cast<uint64_t>(i - 40), "owner", "PTA@optimizer_state") == MSMS_OK);
-            }
+    auto changes = [&](PluginHarness& h, int i) {
+        if (i % 97 == 0) {
+            REQUIRE(h.annotate(static_cast<uint64_t>(i - 40), "owner", "PTA@gradient") == MSMS_OK);
+            if (i % 3 == 0) REQUIRE(h.annotate(static_cast<uint64_t>(i - 40), "owner", "PTA@optimizer_state") == MSMS_OK);
         }
-        if (tags) {
+        if (i == rows) {
             for (uint64_t id : {1, 32, 33, 5000, 29999})
                 REQUIRE(h.annotate(id, "owner", "PTA@weight") == MSMS_OK);
             // rows still held after the last block was written, after rows
@@ -156,22 +183,13 @@ TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrit
             for (uint64_t id = 29011; id < 29991; id += 50)
                 REQUIRE(h.annotate(id, "owner", "PTA@activation") == MSMS_OK);
         }
-        REQUIRE(h.finish() == MSMS_OK);
-        said.clear();
-        for (auto& [level, m] : h.logs)
-            if (m.rfind("csv: ", 0) == 0) said = m;
-        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+    };
+    auto run = [&](const std::string& dir, const std::string& hold, bool tags) {
+        return stack_rows_dump(dir, hold, rows, tags ? std::function<void(PluginHarness&, int)>(changes) : nullptr, said);
     };
     std::string plain = run(base + "_none", "64", false);
     std::string expected = plain;
-    auto tag = [&](uint64_t id, const std::string& owner) {
-        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
-        REQUIRE(at != std::string::npos);
-        std::string from = "{allocation_id:" + std::to_string(id) + "}";
-        size_t a = expected.find(from, at);
-        REQUIRE(a != std::string::npos);
-        expected.replace(a, from.size(), "{allocation_id:" + std::to_string(id) + ",owner:" + owner + "}");
-    };
+    auto tag = [&](uint64_t id, const std::string& owner) { tag_row(expected, id, owner); };
     for (int i = 97; i <= rows; i += 97) tag(static_cast<uint64_t>(i - 40), i % 3 == 0 ? "PTA@optimizer_state" : "PTA@gradient");
     for (uint64_t id : {1, 32, 33, 5000, 29999}) tag(id, "PTA@weight");
     for (uint64_t id = 29011; id < 29991; id += 50) tag(id, "PTA@activation");
@@ -199,42 +217,20 @@ TEST_CASE("csv: Attr changes while rows are written, in memory and by the rewrit
 // a row still in the buffer in memory. The file is the same either way.
 TEST_CASE("csv: rows are held while analyzers change them, given up while none does") {
     std::string dir = std::string(MSMS_TEST_OUT) + "/hold_given_up";
-    std::string frames;
-    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
     // first_change: the row after which rows 1 (the first) and 14990 are
     // tagged (0: none); the hold is 1 MiB, given up at 4 MiB of rows
     auto run = [&](int first_change, std::string& said) {
-        fs::remove_all(dir);
-        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-        REQUIRE(h.create({{"hold_mib", "1"}}) == MSMS_OK);
-        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-        for (int i = 1; i <= 30000; ++i) {  // ~20 MB, ~700 bytes a row
-            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
-                       .id(static_cast<uint64_t>(i))
-                       .at(1000 + static_cast<uint64_t>(i))
-                       .py_stack("row " + std::to_string(i) + "\n" + frames)
-                       .attr("allocation_id", std::to_string(i)));
+        return stack_rows_dump(dir, "1", 30000, [&](PluginHarness& h, int i) {
             if (i == first_change) REQUIRE(h.annotate(1, "owner", "PTA@weight") == MSMS_OK);
             if (first_change && i == 15000) REQUIRE(h.annotate(14990, "owner", "PTA@gradient") == MSMS_OK);
-        }
-        REQUIRE(h.finish() == MSMS_OK);
-        said.clear();
-        for (auto& [level, m] : h.logs)
-            if (m.rfind("csv: ", 0) == 0) said = m;
-        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+        }, said);
     };
     std::string said;
     std::string expected = run(0, said);
     CHECK(said.empty());  // no change, nothing to say
     REQUIRE(expected.size() > 16u << 20);
-    for (auto [id, owner] : {std::pair<int, const char*>{1, "PTA@weight"}, {14990, "PTA@gradient"}}) {
-        size_t at = expected.find("\n" + std::to_string(id) + ",MALLOC,");
-        REQUIRE(at != std::string::npos);
-        std::string from = "{allocation_id:" + std::to_string(id) + "}";
-        size_t a = expected.find(from, at);
-        REQUIRE(a != std::string::npos);
-        expected.replace(a, from.size(), "{allocation_id:" + std::to_string(id) + ",owner:" + owner + "}");
-    }
+    tag_row(expected, 1, "PTA@weight");
+    tag_row(expected, 14990, "PTA@gradient");
     // the first change after row 100 (~70 kB): held all along, both in memory
     std::string early = run(100, said);
     CHECK(said == "csv: 2 row(s) got analyzers' Attr changes in memory, 0 after they were written (the files are "
@@ -255,32 +251,17 @@ TEST_CASE("csv: rows are held while analyzers change them, given up while none d
 // noted, those whose group began in the written block were not found).
 TEST_CASE("csv: rows just after a written block are changed in memory") {
     std::string dir = std::string(MSMS_TEST_OUT) + "/after_block";
-    std::string frames;
-    for (int f = 0; f < 40; ++f) frames += "frame_" + std::to_string(f) + " (\"x,y\")\n";
-    const int rows = 30000;  // ~25 MB in blocks of 8 MiB; hold 1 MiB
-    auto run = [&](int tag_after, int first, int count, std::string& said) {
-        fs::remove_all(dir);
-        PluginHarness h(require_descriptor(MSMS_CSV_PLUGIN));
-        REQUIRE(h.create({{"hold_mib", "1"}}) == MSMS_OK);
-        REQUIRE(h.begin(dir, "20260101000000") == MSMS_OK);
-        for (int i = 1; i <= rows; ++i) {
-            h.feed(EventBuilder::malloc(0x10000 + 64 * static_cast<uint64_t>(i), 64)
-                       .id(static_cast<uint64_t>(i))
-                       .at(1000 + static_cast<uint64_t>(i))
-                       .py_stack("row " + std::to_string(i) + "\n" + frames)
-                       .attr("allocation_id", std::to_string(i)));
+    // ~25 MB in blocks of 8 MiB; hold 1 MiB. After row tag_after, rows
+    // first..first+4 get an owner.
+    auto run = [&](int tag_after, int first, std::string& said) {
+        return stack_rows_dump(dir, "1", 30000, [&](PluginHarness& h, int i) {
             if (i == tag_after)
-                for (int k = first; k < first + count; ++k)
+                for (int k = first; k < first + 5; ++k)
                     REQUIRE(h.annotate(static_cast<uint64_t>(k), "owner", "PTA@gradient") == MSMS_OK);
-        }
-        REQUIRE(h.finish() == MSMS_OK);
-        said.clear();
-        for (auto& [level, m] : h.logs)
-            if (m.rfind("csv: ", 0) == 0) said = m;
-        return read_all(dir + "/device_cpu/dump/memscope_dump_20260101000000.csv");
+        }, said);
     };
     std::string said;
-    std::string plain = run(0, 0, 0, said);
+    std::string plain = run(0, 0, said);
     size_t from = 0;  // rows are looked for in rising order: each from the last one found
     auto row_start = [&](int id) {
         size_t at = plain.find("\n" + std::to_string(id) + ",MALLOC,", from);
@@ -291,20 +272,14 @@ TEST_CASE("csv: rows just after a written block are changed in memory") {
     // the first row that starts at or after the first block's end (8 MiB),
     // and the first row built after 12 MiB (between the first two blocks)
     const size_t block = 8u << 20;  // the output file's block (output_file.h)
-    int first = 1, mid = 1;
+    int first = 1;
     while (row_start(first) < block) ++first;
-    mid = first;
+    int mid = first;
     while (row_start(mid) < block + (4u << 20)) ++mid;
     REQUIRE((first - 1) % 32 != 0);  // its group of 32 began in the written block
     std::string expected = plain;
-    from = 0;
-    for (int k = first; k < first + 5; ++k) {
-        std::string attr = "{allocation_id:" + std::to_string(k) + "}";
-        size_t a = expected.find(attr, row_start(k));
-        REQUIRE(a != std::string::npos);
-        expected.replace(a, attr.size(), "{allocation_id:" + std::to_string(k) + ",owner:PTA@gradient}");
-    }
-    std::string tagged = run(mid, first, 5, said);
+    for (int k = first; k < first + 5; ++k) tag_row(expected, static_cast<uint64_t>(k), "PTA@gradient", block - 4096);
+    std::string tagged = run(mid, first, said);
     CHECK(said == "csv: 5 row(s) got analyzers' Attr changes in memory, 0 after they were written (the files are "
                   "rewritten for those)");
     CHECK(tagged == expected);

@@ -252,33 +252,24 @@ TEST_CASE("output file: a hold given up gives its room back at the next flush") 
     std::string expect = "HEAD\n";
     {
         msms::OutputFile f(path, "HEAD");
+        int i = 0;
+        auto add_line = [&] {  // one more line, written when due
+            size_t at = f.buffer().size();
+            append_line(f.buffer(), i++);
+            expect.append(f.buffer(), at, std::string::npos);
+            f.maybe_flush();
+        };
         const size_t small = f.buffer().capacity();  // a block and a row's slack
         f.set_hold(16u << 20);
         const size_t held = f.buffer().capacity();
         CHECK(held >= (32u << 20));  // the hold and two blocks
-        int i = 0;
-        while (f.written() < (40u << 20)) {  // blocks written while rows are held
-            size_t at = f.buffer().size();
-            append_line(f.buffer(), i++);
-            expect.append(f.buffer(), at, std::string::npos);
-            f.maybe_flush();
-        }
+        while (f.written() < (40u << 20)) add_line();  // blocks written while rows are held
         CHECK(f.buffer().capacity() == held);
         f.set_hold(0);
-        while (f.buffer().capacity() == held && i < 3000000) {
-            size_t at = f.buffer().size();
-            append_line(f.buffer(), i++);
-            expect.append(f.buffer(), at, std::string::npos);
-            f.maybe_flush();
-        }
+        while (f.buffer().capacity() == held && i < 3000000) add_line();
         CHECK(f.buffer().capacity() < held);
         CHECK(f.buffer().capacity() <= 2 * small);
-        for (int k = 0; k < 200000; ++k) {  // and rows go on as before
-            size_t at = f.buffer().size();
-            append_line(f.buffer(), i++);
-            expect.append(f.buffer(), at, std::string::npos);
-            f.maybe_flush();
-        }
+        for (int k = 0; k < 200000; ++k) add_line();  // and rows go on as before
         f.close();
     }
     CHECK(read_all(path) == expect);
