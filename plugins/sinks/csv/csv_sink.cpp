@@ -5,13 +5,13 @@
 // they are still in the buffer: the last hold_mib MiB of each file stay
 // there (OutputFile::set_hold; given up while no analyzer changes any), and
 // the annotated rows among them are rewritten in memory before a block is
-// written. Changes to rows already written are
-// applied at the end: the sink keeps where every 32nd row of a file starts,
-// finds each such row from there, and the file is written again with the
-// kernel copying the rows between them (copy_file_range), only the annotated
-// rows parsed (issue #30: the rewrite of a 669 MB dump was ~30% of the
-// host's CPU for a PyTorch training loop, whose owner tags mostly come soon
-// after the allocation).
+// written. Changes to rows already written are applied at the end: the
+// sink keeps where every 32nd row of a file starts, finds each such row
+// from there, and the file is written again with the kernel copying the
+// rows between them (copy_file_range), only the annotated rows parsed
+// (issue #30: the rewrite of a 669 MB dump was ~30% of the host's CPU for a
+// PyTorch training loop, whose owner tags mostly come soon after the
+// allocation).
 #include <msmemscope/plugin.hpp>
 
 #include <fcntl.h>
