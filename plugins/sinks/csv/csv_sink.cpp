@@ -282,7 +282,7 @@ private:
         if (ix.rows && id <= ix.last_id) ix.ordered = false;
         const uint64_t at = f.written() + f.pending();
         if (ix.rows % RowIndex::kEvery == 0) ix.marks.emplace_back(id, at);
-        if (ix.ordered) {
+        if (ix.ordered && hold_) {  // hold_mib=0: nothing is looked for in the buffer (write_out)
             auto& u = ix.unwritten;
             while (ix.first < u.size() && u[ix.first].second < f.written()) ++ix.first;
             if (ix.first >= 4096 && 2 * ix.first >= u.size()) {
