@@ -7,11 +7,35 @@
 //   with "access": ACCESS READ (tensor inputs) / WRITE (tensor outputs), Ptr
 //   the storage's base address, Attr dtype, shape, size, format, type
 //   (CPU tensors on cpu; in CUDA mode CUDA tensors on their own device),
-// the same rows as the Python TorchDispatchMode of _torch.py, without a
-// Python call per operator. It also keeps _msmemscope's per-thread operator
-// depth (the "ops@aten" owner of tensor storage allocated inside an op).
+// the same rows as the Python TorchDispatchMode of _torch.py (upstream's
+// aten collection is such a mode), without a Python call per operator. It
+// also keeps _msmemscope's per-thread operator depth (the "ops@aten" owner of
+// tensor storage allocated inside an op).
+//
+// The same rows, not more: a RecordFunction callback hears every call into
+// the dispatcher, while a dispatch mode sees only the calls that reach the
+// Python key with no operator of its own in progress. So rows are written
+// for an operator only
+// * when no operator this observer wrote rows for is running on the thread
+//   (what an operator's kernel calls -- bmm's select and as_strided per
+//   batch, a copy's empty_strided, a scalar's to() -- is inside it, below
+//   the mode), nor is the Python key excluded (torch.tensor() builds its
+//   tensor so), and
+// * unless its autograd kernel does not dispatch further (detach, detach_),
+//   and// * unless the call decomposes above the Python key: an operator whose
+//   autograd key takes its CompositeImplicitAutograd kernel (linear,
+//   matmul, softmax, to: the dispatcher's rule, OperatorEntry's
+//   computeDispatchTableEntry) runs that kernel at the autograd key, and
+//   the mode sees what it calls instead; with the autograd keys excluded
+//   (inference_mode) the kernel runs at the backend key, below the mode,
+//   which then sees the operator itself.
+// A GPT-style training step makes ~5,100 such calls and the mode sees ~950
+// of them; tests/python/test_aten_rows_match_dispatch_mode.py holds the
+// two to the same rows.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <pybind11/pybind11.h>
 
 #include <dlfcn.h>
@@ -67,7 +91,27 @@ struct OpName {
     std::string raw;   // fn.name() when made: the schema's name
     std::string name;
     uint64_t cache[2] = {0, 0};
+    // Whether a call with autograd decomposes above the Python key, for CPU
+    // tensors ([0]) and CUDA tensors ([1]); see the top of this file.
+    bool decomposes[2] = {false, false};
+    // The key whose kernel (torch/csrc/autograd/VariableTypeManual.cpp)
+    // returns without dispatching further, so that the call never reaches
+    // the Python key while that key is not excluded: detach_'s Autograd
+    // kernel, detach's and _fw_primal's ADInplaceOrView kernels.
+    // Undefined: none.
+    c10::DispatchKey stops_at = c10::DispatchKey::Undefined;
 };
+
+// The dispatcher's choice for an autograd key (OperatorEntry's
+// computeDispatchTableEntry): the operator's own kernel for that key first;
+// else its CompositeImplicitAutograd kernel, unless it has a kernel for the
+// key's backends or a CompositeExplicitAutograd one.
+bool decomposes_at(const c10::OperatorHandle& h, c10::DispatchKey autograd_key) {
+    using K = c10::DispatchKey;
+    return !h.hasKernelForDispatchKey(autograd_key) && h.hasKernelForDispatchKey(K::CompositeImplicitAutograd) &&
+           !h.hasKernelForAnyDispatchKey(c10::getBackendKeySetFromAutograd(autograd_key)) &&
+           !h.hasKernelForDispatchKey(K::CompositeExplicitAutograd);
+}
 
 // Per thread, by the name's pointer: an operator's is its schema's string,
 // made when the operator was registered and kept. Only operators are
@@ -93,16 +137,18 @@ struct OpNames {
     struct Call {
         const at::RecordFunction* fn;
         uint64_t stack[2];
+        bool rows;  // this call writes rows (counted in `writing`)
     };
     static constexpr unsigned kCalls = 128;
     std::array<Call, kCalls> calls{};
-    unsigned depth = 0;  // may pass kCalls: deeper records keep nothing (each row takes its own stack)
+    unsigned depth = 0;  // may pass kCalls: deeper records keep nothing and write no rows
+    bool writing = false;  // a call in progress writes rows: the calls under it write none
     // Every start pushes and every end pops (a record's callbacks run on
     // its thread, nested); nullptr past kCalls.
     Call* push(const at::RecordFunction& fn) {
         unsigned d = depth++;
         if (d >= kCalls) return nullptr;
-        calls[d] = Call{&fn, {0, 0}};
+        calls[d] = Call{&fn, {0, 0}, false};
         return &calls[d];
     }
     // The record's own entry (read before the next push), or nullptr.
@@ -156,6 +202,13 @@ __attribute__((noinline)) OpName* op_name_slow(const at::RecordFunction& fn, con
                          ? std::string(raw)
                          : "torch._ops." + op->name.substr(0, sep) + "." + op->name.substr(sep + 2) + "." +
                                (op->overload_name.empty() ? std::string("default") : op->overload_name);
+        if (op->name == "aten::detach_") entry.stops_at = c10::DispatchKey::AutogradFunctionality;
+        else if (op->name == "aten::detach" || op->name == "aten::_fw_primal")
+            entry.stops_at = c10::DispatchKey::ADInplaceOrView;
+        if (auto h = c10::Dispatcher::singleton().findOp(*op)) {
+            entry.decomposes[0] = decomposes_at(*h, c10::DispatchKey::AutogradCPU);
+            entry.decomposes[1] = decomposes_at(*h, c10::DispatchKey::AutogradCUDA);
+        }
         it = names->by_schema.find(raw);
     }
     hot = {raw, &it->second};  // unordered_map nodes stay put: the pointer lives as long as the entry
@@ -211,9 +264,12 @@ const char* dtype_name(c10::ScalarType t) {
     }
 }
 
-// One ACCESS row for a CPU dense tensor (as _torch._access_event).
+// One ACCESS row for a CPU dense tensor (as _torch._access_event). A Python
+// number the operator was given (`x * 0.5`: a wrapped-number tensor here)
+// reaches a dispatch mode as the number, and gets no row.
 void access_tensor(const at::Tensor& t, uint16_t type, OpName& op, uint64_t* stack) {
     if (!t.defined() || t.is_sparse() || t.layout() != c10::kStrided) return;
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return;
     Device dev = kCpu;
     if (t.device().is_cuda() && g_cuda.load(std::memory_order_relaxed))
         dev = Device{MSMS_DEV_CUDA, static_cast<int16_t>(t.device().has_index() ? t.device().index() : 0)};
@@ -252,6 +308,23 @@ void access_value(const c10::IValue& v, uint16_t type, OpName& op, uint64_t* sta
     }
 }
 
+// Whether a call of `op` starting now is one a dispatch mode would see (see
+// the top of this file); the thread writes rows for no other call.
+bool seen_by_mode(const OpName& op, const OpNames& names) {
+    if (names.writing) return false;
+    // PyTorch keeps some calls from modes (torch.tensor() builds its tensor
+    // with the Python key excluded)
+    if (c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) return false;
+    const bool cuda = g_cuda.load(std::memory_order_relaxed);
+    // (autograd's keys are excluded as a functionality, for every backend:
+    // inference_mode, AutoDispatchBelowAutograd)
+    if (op.stops_at != c10::DispatchKey::Undefined && !c10::impl::tls_is_dispatch_key_excluded(op.stops_at))
+        return false;
+    if (!op.decomposes[cuda]) return true;
+    // decomposes above the Python key only while autograd dispatches
+    return c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality);
+}
+
 // Rows only for operators, as upstream's dispatch-mode collection names them
 // (torch._ops.aten.<op>.<overload>): records without a schema -- autograd's
 // engine ranges ("autograd::engine::evaluate_function: AddmmBackward0"),
@@ -262,10 +335,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     OpNames* names = t_names;
     if (__builtin_expect(!names, 0)) names = make_names();
     OpNames::Call* call = names->push(fn);
-    uint64_t* stack = call ? call->stack : nullptr;
-    if (!g_collecting()) return nullptr;
+    if (!call || names->writing || !g_collecting()) return nullptr;
     OpName* op = op_name(fn);
-    if (!op) return nullptr;
+    if (!op || !seen_by_mode(*op, *names)) return nullptr;
+    call->rows = true;
+    names->writing = true;
+    uint64_t* stack = call->stack;
     OpName& name = *op;
     // Upstream's order (aten_collection.py): ATEN_START, the inputs' ACCESS
     // rows, (the operator), the outputs' ACCESS rows, ATEN_END -- an
@@ -280,7 +355,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     OpNames::Call* call = t_names ? t_names->pop(fn) : nullptr;
-    uint64_t* stack = call ? call->stack : nullptr;
+    if (!call || !call->rows) {
+        if (g_depth.exit) g_depth.exit();
+        return;
+    }
+    t_names->writing = false;
+    uint64_t* stack = call->stack;
     if (OpName* op = g_collecting() ? op_name(fn) : nullptr) {
         OpName& name = *op;
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())

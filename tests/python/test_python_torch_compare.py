@@ -59,12 +59,12 @@ def test_leak_shows_on_the_operator_that_allocates_it(tmp_path, runs):
     p, rows = compare(tmp_path, runs["a"], runs["leak"])
     ones = [r for r in rows if r[1] == ONES]
     assert len(ones) == 8 and all(r[3:] == ["N/A", "131072", "131072"] for r in ones), ones
-    # everything else pairs up; only the kept tensors' operators (and the ops
-    # they ran inside them) differ
+    # everything else pairs up; only the kept tensors' operator differs (what
+    # ones() calls inside itself, empty and fill_, writes no rows: upstream's
+    # dispatch mode does not see it)
     differing = [r for r in rows if r[5] != "0"]
-    assert {r[1] for r in differing} == {ONES, "torch._ops.aten.empty.memory_format"}, differing
-    assert [r for r in rows if r[3] == "N/A" and r[1] not in (ONES, "torch._ops.aten.empty.memory_format",
-                                                              "torch._ops.aten.fill_.Scalar")] == []
+    assert {r[1] for r in differing} == {ONES}, differing
+    assert [r for r in rows if r[3] == "N/A" and r[1] != ONES] == []
     assert [r for r in rows if r[4] == "N/A"] == []
 
 
