@@ -17,6 +17,8 @@ Parts switched off (experiments, not options a user has):
                 optimizer.step()) not made
   no-py-stacks  no --call-stack=python (operator rows and allocations
                 without the Python stack)
+  db-instead-of-csv  --format=db: what the CSV sink (its ~12 MB of text a
+                step, written directly to the disk) costs the loop beside it
 
 The two package switches run the program through this file (--as-program
 PARTS SCRIPT ARGS...), which changes msmemscope's Python package in the
@@ -46,6 +48,7 @@ PARTS = {
     "no-observer": ([], True, "observer"),
     "no-tagging": ([], True, "tagging"),
     "no-py-stacks": ([], False, ""),
+    "db-instead-of-csv": (["--format=db"], True, ""),
 }
 
 

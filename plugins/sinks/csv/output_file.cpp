@@ -3,6 +3,7 @@
 #include <msmemscope/output_files.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,7 +34,18 @@ OutputFile::OutputFile(int dir_fd, const std::string& rel, const std::string& sh
     if (fl >= 0 && ::fcntl(fd_, F_SETFL, fl | O_DIRECT) == 0) {
         void* p = nullptr;
         void* q = nullptr;
-        if (::posix_memalign(&p, kAlign, kBlock) == 0 && ::posix_memalign(&q, kAlign, kBlock) == 0) {
+        if (::posix_memalign(&p, kHugeAlign, kBlock) == 0 && ::posix_memalign(&q, kHugeAlign, kBlock) == 0) {
+            // Whole huge pages where the kernel has them (transparent huge
+            // pages are often `madvise` only): a direct write pins its
+            // buffer's pages and its completion unpins them, in the
+            // interrupt of whichever CPU takes the disk's -- often the
+            // program's. Small pages (at best, with the host's
+            // glibc.malloc.hugetlb, the 2 MiB stretches an unaligned
+            // mapping happens to cover) put that work on a PyTorch loop
+            // beside it (bench/README.md, "Direct writes from whole huge
+            // pages"). Refused: small pages, as before.
+            ::madvise(p, kBlock, MADV_HUGEPAGE);
+            ::madvise(q, kBlock, MADV_HUGEPAGE);
             aligned_ = static_cast<char*>(p);
             spare_ = static_cast<char*>(q);
             direct_ = true;

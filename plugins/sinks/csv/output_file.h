@@ -92,6 +92,12 @@ public:
     }
 
     static constexpr size_t kBlock = 8 << 20;
+    // The direct-write buffers' alignment: a huge page's (x86-64, AArch64
+    // with 4 KiB pages), so that each buffer is whole huge pages.
+    static constexpr size_t kHugeAlign = 2 << 20;
+    // The two direct-write buffers (tests; null while writing through the
+    // page cache).
+    const char* direct_buffer(int i) const { return i ? spare_ : aligned_; }
 
 private:
     static constexpr size_t kAlign = 4096;
