@@ -22,7 +22,8 @@
 //   the mode), nor is the Python key excluded (torch.tensor() builds its
 //   tensor so), and
 // * unless its autograd kernel does not dispatch further (detach, detach_),
-//   and// * unless the call decomposes above the Python key: an operator whose
+//   and
+// * unless the call decomposes above the Python key: an operator whose
 //   autograd key takes its CompositeImplicitAutograd kernel (linear,
 //   matmul, softmax, to: the dispatcher's rule, OperatorEntry's
 //   computeDispatchTableEntry) runs that kernel at the autograd key, and
