@@ -121,9 +121,10 @@ bool decomposes_at(const c10::OperatorHandle& h, c10::DispatchKey autograd_key) 
 // before) is asked each time, which costs it nothing (no schema, nothing
 // copied), while asking an operator for its name copies two strings.
 // In front of the map, a direct-mapped cache of the pointers seen last: a
-// training step makes ~5 k operators, each asked twice (start, end), and
-// the map's hashing, bucket walk and string compare showed in the
-// program's profile (~34 ns a call).
+// training step makes ~5 k operator calls, each one outside another's rows
+// asked at its start (its end keeps the answer in its Call), and the map's
+// hashing, bucket walk and string compare showed in the program's profile
+// (~34 ns a call).
 // Also the thread's records in progress, innermost last: each keeps the
 // Python stack its operator's rows share (the agent's msms_agent_op_event
 // takes it at the first row and the others reuse it), so the end row costs
@@ -138,7 +139,7 @@ struct OpNames {
     struct Call {
         const at::RecordFunction* fn;
         uint64_t stack[2];
-        bool rows;  // this call writes rows (counted in `writing`)
+        OpName* op;  // the operator, when this call writes rows (counted in `writing`); else nullptr
     };
     static constexpr unsigned kCalls = 128;
     std::array<Call, kCalls> calls{};
@@ -149,7 +150,7 @@ struct OpNames {
     Call* push(const at::RecordFunction& fn) {
         unsigned d = depth++;
         if (d >= kCalls) return nullptr;
-        calls[d] = Call{&fn, {0, 0}, false};
+        calls[d] = Call{&fn, {0, 0}, nullptr};
         return &calls[d];
     }
     // The record's own entry (read before the next push), or nullptr.
@@ -339,7 +340,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (!call || names->writing || !g_collecting()) return nullptr;
     OpName* op = op_name(fn);
     if (!op || !seen_by_mode(*op, *names)) return nullptr;
-    call->rows = true;
+    call->op = op;
     names->writing = true;
     uint64_t* stack = call->stack;
     OpName& name = *op;
@@ -356,14 +357,14 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     OpNames::Call* call = t_names ? t_names->pop(fn) : nullptr;
-    if (!call || !call->rows) {
+    if (!call || !call->op) {
         if (g_depth.exit) g_depth.exit();
         return;
     }
     t_names->writing = false;
     uint64_t* stack = call->stack;
-    if (OpName* op = g_collecting() ? op_name(fn) : nullptr) {
-        OpName& name = *op;
+    if (g_collecting()) {
+        OpName& name = *call->op;  // named at the start: no second look-up
         if (g_access.load(std::memory_order_relaxed) && fn.needsOutputs())
             for (const c10::IValue& v : fn.outputs()) access_value(v, MSMS_T_WRITE, name, stack);
         if (g_launch.load(std::memory_order_relaxed))
