@@ -73,8 +73,8 @@ public:
     // when `cut` is the buffer's end), or everything -- with `patches`
     // (sorted, apart, within [start(), cut)) in place of the bytes they
     // cover: a changed row costs its own bytes, the rows around it are not
-    // moved (they are copied into the block anyway). A partial block left over waits in the buffer,
-    // just before `cut`, changed already.
+    // moved (they are copied into the block anyway). A partial block left
+    // over waits in the buffer, just before `cut`, changed already.
     void flush(size_t cut = SIZE_MAX, const Patch* patches = nullptr, size_t count = 0);
     // Everything written, the thread ended, the file closed; errors are
     // swallowed (the destructor calls it): flush() first to see them.
