@@ -47,6 +47,7 @@ struct AgentApi {
     void (*import_enter)();           // optional: host-heap import scopes
     void (*import_leave)();
     void (*import_finalizing)();
+    void (*set_py_provider_named)(uint32_t (*)(uint64_t*, uint32_t, uint64_t*));  // optional
 };
 
 extern AgentApi g_agent;

@@ -40,6 +40,7 @@
 #include "hooks_off.h"
 #include "config.h"
 #include "registry.h"
+#include "py_frames.h"
 #include "py_trace.h"
 #include "util/file_trust.h"
 #include "util/text.h"
@@ -264,9 +265,13 @@ struct OpDepthApi {
     void (*enter)();
     void (*exit)();
 };
-void op_depth_enter() { ++t_op_depth; }
+void op_depth_enter() {
+    ++t_op_depth;
+    msms_py::frames_op_enter();
+}
 void op_depth_exit() {
     if (t_op_depth > 0) --t_op_depth;
+    msms_py::frames_op_exit();
 }
 OpDepthApi g_op_depth_api{&op_depth_enter, &op_depth_exit};
 

@@ -15,6 +15,13 @@
 // * each thread remembers its last walk (frame, code, instruction, id): the
 //   outer frames both walks share keep their ids, as long as no code object
 //   with an info was freed since (the same address is then the same code).
+// * while an operator runs (the C++ operator observer's calls, frames_op_enter),
+//   the Python frame that called it cannot move: it waits in its call until
+//   the operator returns, and so does every frame below it. Whatever the
+//   operator allocates while that frame is still the innermost has the stack
+//   read at the operator's first allocation: one frame compared, not the chain;
+// * answers are named (msms_stack_provider_named): an answer the agent
+//   already holds is not copied out, nor compared again there.
 #include "py_frames.h"
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
@@ -148,11 +155,49 @@ struct ReadMemo {
     // The newer walk's answer (its ids, in order, the left-out frames
     // dropped) when every frame of it is reusable; else nout is kNoAnswer.
     uint32_t nout;
+    uint32_t nids;       // how many ids out holds (the newer walk's, whether reusable or not)
+    uint64_t out_token;  // names that answer
     WalkFrame frames[2][kMemoFrames];
     uint64_t out[kMemoFrames];
+    // The outermost operator in progress on this thread (frames_op_enter):
+    // the frame that called it, as it was then (pin_frame nullptr: none),
+    // and, once read (pin_gen: its generation, 0: not yet), its answer.
+    uint32_t op_depth;
+    PyThreadState* pin_ts;
+    _PyInterpreterFrame* pin_frame;
+    PyCodeObject* pin_code;
+    _Py_CODEUNIT* pin_instr;
+    uint64_t pin_gen;
+    uint32_t pin_n;
+    uint64_t pin_token;
+    uint64_t pin_out[kMemoFrames];
+    uint64_t next_token;  // this thread's next answer name (0: take a block)
 };
 constexpr uint32_t kNoAnswer = ~0u;
 thread_local ReadMemo t_memo;
+
+// Answer names: blocks of 2^20 taken per thread from one counter, so that a
+// name is never given twice in the process (a thread's writer in the agent
+// may outlive the thread's memo).
+std::atomic<uint64_t> g_token_blocks{0};
+constexpr uint64_t kTokenBlock = uint64_t{1} << 20;
+
+uint64_t new_token(ReadMemo* m) {
+    if ((m->next_token & (kTokenBlock - 1)) == 0)
+        m->next_token = (g_token_blocks.fetch_add(1, std::memory_order_relaxed) + 1) * kTokenBlock;
+    return m->next_token++;
+}
+
+// The answer `ids[0..n)` named `name`, for a caller that holds `*token` and
+// may take at most `max`.
+inline uint32_t give(const uint64_t* ids, uint32_t n, uint64_t name, uint64_t* out, uint32_t max, uint64_t* token) {
+    const uint64_t held = *token;
+    *token = name;
+    if (name != 0 && held == name) return kStackSame;
+    if (n > max) n = max;
+    memcpy(out, ids, n * sizeof(uint64_t));
+    return n;
+}
 
 inline int lasti_of(const WalkFrame& w) { return static_cast<int>(w.instr - _PyCode_CODE(w.code)); }
 
@@ -170,31 +215,113 @@ void frames_reader_enable(bool on) { g_enabled.store(on, std::memory_order_relax
 
 bool frames_present(PyThreadState* ts) { return ts && ts->cframe && ts->cframe->current_frame; }
 
-uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max) {
-    if (!ts || !ts->cframe || max == 0) return 0;
+// The memo's chain with another innermost frame (a new line of the same
+// function, or another function called from the same place): only that
+// frame is read; the memo's newer walk is changed in place.
+uint32_t read_top(ReadMemo* m, _PyInterpreterFrame* top, uint64_t gen, bool pinned, uint64_t* out, uint32_t max,
+                  uint64_t* token) {
+    WalkFrame& b0 = m->frames[m->last][0];
+    WalkFrame w{top, top->f_code, top->prev_instr, 0, top->owner, false};
+    if (!incomplete(w)) w.id = frame_id(w.code, lasti_of(w), gen, w.reusable);
+    // m->out: the walk's nonzero ids in order, the innermost one first
+    if (b0.id && w.id) {
+        m->out[0] = w.id;
+    } else if (b0.id) {
+        memmove(m->out, m->out + 1, (m->nids - 1) * sizeof(uint64_t));
+        --m->nids;
+    } else if (w.id) {
+        memmove(m->out + 1, m->out, m->nids * sizeof(uint64_t));
+        m->out[0] = w.id;
+        ++m->nids;
+    }
+    b0 = w;
+    const uint64_t name = new_token(m);
+    // the levels below were reusable (checked), so the answer is if this one is
+    m->nout = w.reusable ? m->nids : kNoAnswer;
+    if (w.reusable) m->out_token = name;
+    if (pinned) {
+        memcpy(m->pin_out, m->out, m->nids * sizeof(uint64_t));
+        m->pin_n = m->nids;
+        m->pin_token = name;
+        m->pin_gen = gen;
+    }
+    *token = w.reusable ? name : 0;
+    const uint32_t n = m->nids < max ? m->nids : max;
+    memcpy(out, m->out, n * sizeof(uint64_t));
+    return n;
+}
+
+void frames_op_enter() {
+    ReadMemo* m = &t_memo;
+    if (m->op_depth++ != 0 || !g_enabled.load(std::memory_order_relaxed)) return;
+    // This thread's own state only (not own_thread_state()'s fallback, the
+    // GIL holder's): another thread's frames do not wait for our operator.
+    PyThreadState* ts = PyGILState_GetThisThreadState();
+    if (!ts || !ts->cframe || !ts->cframe->current_frame) return;
+    _PyInterpreterFrame* f = ts->cframe->current_frame;
+    m->pin_ts = ts;
+    m->pin_code = f->f_code;
+    m->pin_instr = f->prev_instr;
+    m->pin_gen = 0;
+    m->pin_frame = f;
+}
+
+void frames_op_exit() {
+    ReadMemo* m = &t_memo;
+    if (m->op_depth != 0 && --m->op_depth == 0) m->pin_frame = nullptr;
+}
+
+uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max, uint64_t* token) {
+    if (!ts || !ts->cframe || max == 0) {
+        *token = 0;
+        return 0;
+    }
     const uint64_t gen = id_generation();
     const uint64_t deaths = code_info_deaths();
     ReadMemo* m = &t_memo;
     asm("" : "+r"(m));  // one TLS lookup: the address is not recomputed after each call below
+    _PyInterpreterFrame* const top = ts->cframe->current_frame;
+    // Inside an operator, from the frame that called it: that frame and the
+    // ones below it wait for the operator, as they were at its start.
+    const bool pinned = m->pin_frame && top == m->pin_frame && ts == m->pin_ts && top->f_code == m->pin_code &&
+                        top->prev_instr == m->pin_instr && gen != 0;
+    if (pinned && m->pin_gen == gen) return give(m->pin_out, m->pin_n, m->pin_token, out, max, token);
     const WalkFrame* before = m->frames[m->last];
     const uint32_t nb = m->n[m->last];
     const bool memo_valid = gen != 0 && m->gen == gen && m->deaths == deaths;
-    if (memo_valid && m->nout != kNoAnswer) {
-        // Most allocations come from where the one before came from: the
-        // same chain (frame, code, instruction, owner at every level)
-        // gives the same answer.
-        uint32_t i = 0;
-        _PyInterpreterFrame* g = ts->cframe->current_frame;
-        for (; g && i < nb; ++i, g = g->previous) {
+    if (memo_valid && nb != 0 && top) {
+        // Most allocations come from where the one before came from, or
+        // from the same function a line or two on: the chain below the
+        // innermost frame is the memo's (frame, code, instruction, owner at
+        // every level). Each level's frame is read at the address the memo
+        // has for it, once the level above has shown that it is still its
+        // caller: the next address does not wait for this frame's load, so
+        // the CPU reads the levels side by side instead of one pointer
+        // after the other.
+        bool below = top->previous == (nb > 1 ? before[1].frame : nullptr);
+        for (uint32_t i = 1; below && i < nb; ++i) {
             const WalkFrame& b = before[i];
-            if (g != b.frame || g->f_code != b.code || g->prev_instr != b.instr || g->owner != b.owner) break;
+            const _PyInterpreterFrame* g = b.frame;  // live: checked as the caller of the level above
+            const _PyInterpreterFrame* caller = i + 1 < nb ? before[i + 1].frame : nullptr;
+            below = b.reusable && g->previous == caller && g->f_code == b.code && g->prev_instr == b.instr &&
+                    g->owner == b.owner;
         }
-        if (!g && i == nb) {
-            const uint32_t n = m->nout < max ? m->nout : max;
-            memcpy(out, m->out, n * sizeof(uint64_t));
-            return n;
+        if (below) {
+            const WalkFrame& b0 = before[0];
+            if (m->nout != kNoAnswer && top == b0.frame && top->f_code == b0.code && top->prev_instr == b0.instr &&
+                top->owner == b0.owner) {
+                if (pinned) {
+                    memcpy(m->pin_out, m->out, m->nout * sizeof(uint64_t));
+                    m->pin_n = m->nout;
+                    m->pin_token = m->out_token;
+                    m->pin_gen = gen;
+                }
+                return give(m->out, m->nout, m->out_token, out, max, token);
+            }
+            return read_top(m, top, gen, pinned, out, max, token);
         }
     }
+    *token = 0;
     WalkFrame* now = m->frames[m->last ^ 1];
     // The chain as it is, innermost first: no code object is touched yet.
     uint32_t c = 0;
@@ -238,7 +365,21 @@ uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max) {
             all = all && now[i].reusable;
             if (now[i].id) m->out[k++] = now[i].id;
         }
+        m->nids = k;
         m->nout = all ? k : kNoAnswer;
+        const uint64_t name = new_token(m);
+        if (all) {
+            m->out_token = name;
+            *token = name;
+        }
+        // The operator's caller's answer holds for as long as it waits,
+        // reusable or not (its code objects live while their frames do).
+        if (pinned) {
+            memcpy(m->pin_out, m->out, k * sizeof(uint64_t));
+            m->pin_n = k;
+            m->pin_token = name;
+            m->pin_gen = gen;
+        }
     }
     return n;
 }
@@ -248,7 +389,12 @@ uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max) {
 bool frames_reader_available() { return false; }
 void frames_reader_enable(bool) {}
 bool frames_present(PyThreadState*) { return false; }
-uint32_t frames_read(PyThreadState*, uint64_t*, uint32_t) { return 0; }
+void frames_op_enter() {}
+void frames_op_exit() {}
+uint32_t frames_read(PyThreadState*, uint64_t*, uint32_t, uint64_t* token) {
+    *token = 0;
+    return 0;
+}
 
 #endif
 

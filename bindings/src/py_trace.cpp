@@ -167,20 +167,6 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
     return 0;
 }
 
-// The calling thread's own Python thread state, whether or not it holds
-// the GIL: an operator releases the GIL before it allocates, and the
-// GIL holder's state (_PyThreadState_UncheckedGet) is then another thread's
-// or none. PyGILState_GetThisThreadState reads this thread's TLS slot only.
-inline PyThreadState* own_thread_state() {
-    PyThreadState* ts = PyGILState_GetThisThreadState();
-    if (ts) return ts;
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyThreadState_GetUnchecked();
-#else
-    return _PyThreadState_UncheckedGet();
-#endif
-}
-
 // The shadow stack of `ts` when this module traces it, else nullptr.
 inline Shadow* shadow_of(PyThreadState* ts) {
     if (!ts || ts->c_profilefunc != &profile_func) return nullptr;
@@ -278,11 +264,12 @@ inline bool reads_frames(PyThreadState* ts) {
 // its own shadow stack or the interpreter's frames (no Python API that
 // allocates or needs the GIL); a thread without Python frames inside a
 // backward() gets that call's stack.
-uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
+uint32_t python_stack_provider(uint64_t* out, uint32_t max, uint64_t* token) {
     PyThreadState* ts = own_thread_state();
     Shadow* sh = shadow_of(ts);
+    if (!(sh && sh->depth > 0) && reads_frames(ts)) return frames_read(ts, out, max, token);
+    *token = 0;  // the other answers are not named
     if (sh && sh->depth > 0) return frames_of(sh, out, max);
-    if (reads_frames(ts)) return frames_read(ts, out, max);
     if (!g_autograd_active.load(std::memory_order_acquire)) return 0;
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
@@ -290,6 +277,17 @@ uint32_t python_stack_provider(uint64_t* out, uint32_t max) {
     memcpy(out, g_autograd_frames, n * sizeof(uint64_t));
     g_autograd_lock.clear(std::memory_order_release);
     return n;
+}
+
+// For an agent without named providers.
+uint32_t python_stack_provider_plain(uint64_t* out, uint32_t max) {
+    uint64_t none = 0;  // holds no answer: never told "the same"
+    return python_stack_provider(out, max, &none);
+}
+
+void set_provider(bool on) {
+    if (g_agent.set_py_provider_named) g_agent.set_py_provider_named(on ? python_stack_provider : nullptr);
+    else g_agent.set_py_provider(on ? python_stack_provider_plain : nullptr);
 }
 
 bool g_profile_installed = false;
@@ -358,7 +356,7 @@ void profile_install(bool emit, bool forced, const std::vector<std::string>& ski
     if (!profile_function_needed(emit, forced) && !g_profile_installed) {
         frames_reader_enable(true);
         g_reader_on = true;
-        g_agent.set_py_provider(python_stack_provider);
+        set_provider(true);
         return;
     }
     if (!g_profile_installed) {
@@ -369,7 +367,7 @@ void profile_install(bool emit, bool forced, const std::vector<std::string>& ski
         for (PyThreadState* ts = PyInterpreterState_ThreadHead(me->interp); ts; ts = PyThreadState_Next(ts))
             install_on(ts);
         g_profile_installed = true;
-        g_agent.set_py_provider(python_stack_provider);
+        set_provider(true);
     }
 }
 
@@ -419,7 +417,7 @@ void profile_resume() {
 }
 
 void profile_uninstall() {
-    if ((g_reader_on || g_profile_installed) && g_agent_loaded) g_agent.set_py_provider(nullptr);
+    if ((g_reader_on || g_profile_installed) && g_agent_loaded) set_provider(false);
     if (g_reader_on) {
         g_reader_on = false;
         frames_reader_enable(false);
@@ -441,7 +439,8 @@ void autograd_enter() {
     PyThreadState* ts = own_thread_state();
     Shadow* sh = shadow_of(ts);
     uint32_t n = sh ? frames_of(sh, frames, kMaxAutograd) : 0;
-    if (!sh && reads_frames(ts)) n = frames_read(ts, frames, kMaxAutograd);
+    uint64_t unnamed = 0;  // a copy is kept: the answer's name is not needed
+    if (!sh && reads_frames(ts)) n = frames_read(ts, frames, kMaxAutograd, &unnamed);
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
     if (g_autograd_depth++ == 0 || n) {

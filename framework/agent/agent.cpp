@@ -37,6 +37,7 @@ std::atomic<bool> g_collecting{false};
 std::atomic<bool> g_off_tracking{false};
 std::atomic<uint64_t> g_step{0};
 std::atomic<msms_stack_provider> g_py_provider{nullptr};
+std::atomic<msms_stack_provider_named> g_py_provider_named{nullptr};  // takes the plain one's place
 char g_session_dir[4096];
 bool g_follow_fork = true;
 
@@ -57,8 +58,11 @@ inline uint8_t* begin_record(ThreadWriter* w, uint8_t tag, uint64_t ts) {
 
 // The calling thread's interned Python stack if the user asked for it (0: none).
 inline uint64_t py_stack_for(ThreadWriter*& w) {
+    if (options().py_depth == 0) return 0;
+    if (msms_stack_provider_named named = g_py_provider_named.load(std::memory_order_relaxed))
+        return capture_py_stack_named(w, named, options().py_depth);
     msms_stack_provider prov = g_py_provider.load(std::memory_order_relaxed);
-    return prov && options().py_depth > 0 ? capture_py_stack(w, prov, options().py_depth) : 0;
+    return prov ? capture_py_stack(w, prov, options().py_depth) : 0;
 }
 
 // Interns the current C / Python stack if the user asked for it.
@@ -67,7 +71,11 @@ inline void stacks_for(ThreadWriter*& w, uint64_t& cstack, uint64_t& pystack) {
     pystack = py_stack_for(w);
 }
 
-inline bool want_stacks() { return options().c_depth > 0 || (options().py_depth > 0 && g_py_provider.load(std::memory_order_relaxed)); }
+inline bool want_stacks() {
+    return options().c_depth > 0 ||
+           (options().py_depth > 0 && (g_py_provider_named.load(std::memory_order_relaxed) ||
+                                       g_py_provider.load(std::memory_order_relaxed)));
+}
 
 std::atomic<int> g_exit_status{-1};
 // An mstx range named "step start" began: the program marks its own steps
@@ -545,6 +553,10 @@ __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
 
 __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider(msms_stack_provider fn) {
     g_py_provider.store(fn);
+}
+
+__attribute__((visibility("default"))) void msms_agent_set_python_stack_provider_named(msms_stack_provider_named fn) {
+    g_py_provider_named.store(fn);
 }
 
 // Changes whenever interned ids stop being valid (a new stream: attach, or

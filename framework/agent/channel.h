@@ -41,6 +41,7 @@ struct ThreadWriter {
     static constexpr uint32_t kPyLast = 32;
     uint32_t py_last_n;
     uint64_t py_last_id;
+    uint64_t py_last_token;  // the provider's name for py_last (0: none; see msms_stack_provider_named)
     uint64_t py_last[kPyLast];
 };
 

@@ -331,6 +331,8 @@ uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth) {
     return intern_stack(w, 0, frames + first, n);
 }
 
+namespace {
+
 // A few words compared inline: a Python stack is 4-8 frames deep in a
 // training loop, and libc's memcmp (a call, its size dispatch) showed in
 // the program's profile on every allocation.
@@ -340,20 +342,47 @@ inline bool same_frames(const uint64_t* a, const uint64_t* b, uint32_t n) {
     return true;
 }
 
-uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth) {
-    uint64_t frames[kMaxFrames];
-    if (depth > kMaxFrames) depth = kMaxFrames;
-    uint32_t n = provider(frames, depth);
-    if (n > depth) n = depth;
-    if (n != 0 && n == w->py_last_n && same_frames(frames, w->py_last, n)) return w->py_last_id;
+// Interns frames[0..n) as this thread's Python stack, through its memo.
+uint64_t intern_py_stack(ThreadWriter*& w, const uint64_t* frames, uint32_t n, uint64_t token) {
+    if (n != 0 && n == w->py_last_n && same_frames(frames, w->py_last, n)) {
+        w->py_last_token = token;  // the same values: either token names them
+        return w->py_last_id;
+    }
     // intern_stack may move to another writer (a fresh one has no memo).
     uint64_t id = intern_stack(w, 1, frames, n);
     if (id && n <= ThreadWriter::kPyLast) {
         memcpy(w->py_last, frames, n * sizeof(uint64_t));
         w->py_last_n = n;
         w->py_last_id = id;
+        w->py_last_token = token;
     }
     return id;
+}
+
+}  // namespace
+
+uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth) {
+    uint64_t frames[kMaxFrames];
+    if (depth > kMaxFrames) depth = kMaxFrames;
+    uint32_t n = provider(frames, depth);
+    if (n > depth) n = depth;
+    return intern_py_stack(w, frames, n, 0);
+}
+
+uint64_t capture_py_stack_named(ThreadWriter*& w, msms_stack_provider_named provider, uint32_t depth) {
+    uint64_t frames[kMaxFrames];
+    if (depth > kMaxFrames) depth = kMaxFrames;
+    // The memo's token only while the memo holds an answer (its depth is
+    // the process's: a new stream, whose options may differ, has new writers).
+    uint64_t token = w->py_last_n ? w->py_last_token : 0;
+    const uint64_t held = token;
+    uint32_t n = provider(frames, depth, &token);
+    if (n == MSMS_STACK_SAME) {
+        if (held != 0 && token == held) return w->py_last_id;
+        return 0;  // a provider that broke its contract: no stack rather than a wrong one
+    }
+    if (n > depth) n = depth;
+    return intern_py_stack(w, frames, n, token);
 }
 
 }  // namespace msms::agent

@@ -19,6 +19,9 @@ void stacks_init();
 uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth);
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
+// Same, from a provider that names its answers: an answer named as the
+// thread's last one costs neither a copy nor a compare.
+uint64_t capture_py_stack_named(ThreadWriter*& w, msms_stack_provider_named provider, uint32_t depth);
 
 // Process-wide interning: one id per distinct string or stack in a stream,
 // whichever thread defines it first (the per-thread caches sit in front).

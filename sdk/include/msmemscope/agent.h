@@ -158,6 +158,20 @@ void msms_agent_op_event(uint16_t kind, uint16_t type, uint16_t device_kind, int
                          uint64_t size, const char* name, uint64_t name_cache[2], const char* attrs,
                          uint64_t stack[2]);
 
+/* A stack provider that names its answers (newer agents only: look the
+ * setter up with dlsym). As msms_stack_provider, with *token in and out: on
+ * entry, the token of the answer the caller holds from this provider on
+ * this thread (0: none); on return, the token of this answer (0: unnamed).
+ * A nonzero token names one answer -- its values, in order, for the same
+ * max -- for the life of the process, and is never reused. When this
+ * answer's token is the one the caller gave, the provider may return
+ * MSMS_STACK_SAME and write nothing: most allocations are made where the
+ * one before was, and the caller then reuses what it made of that answer.
+ * Installing one takes the place of the plain provider (NULL: removes it). */
+#define MSMS_STACK_SAME 0xFFFFFFFFu
+typedef uint32_t (*msms_stack_provider_named)(uint64_t* out, uint32_t max, uint64_t* token);
+void msms_agent_set_python_stack_provider_named(msms_stack_provider_named fn);
+
 #ifdef __cplusplus
 }
 #endif
