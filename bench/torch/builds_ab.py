@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from rounds import interleaved
+from rounds import interleaved, output_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "train_gpt.py")
@@ -31,15 +31,11 @@ MSMS_COMMON = ["--device=cpu", "--call-stack=python", "--analysis=leaks,decompos
 
 
 def steps_of(cmd, workdir):
-    d = tempfile.mkdtemp(prefix="out_", dir=workdir)
-    p = subprocess.run(cmd(d), cwd=d, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    subprocess.run(["rm", "-rf", d])
-    for line in p.stdout.splitlines():
-        if line.startswith("steps_ms="):
-            steps = [float(v) for v in line.split("=", 1)[1].split(",")]
-            return steps[2:] if len(steps) > 3 else steps
-    sys.stderr.write("FAILED (%s): %s\n" % (p.returncode, " ".join(cmd(d))))
-    return None
+    text = output_line(cmd, workdir, "steps_ms=")
+    if text is None:
+        return None
+    steps = [float(v) for v in text.split(",")]
+    return steps[2:] if len(steps) > 3 else steps
 
 
 def main():

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 
-from rounds import interleaved
+from rounds import interleaved, output_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -76,14 +76,8 @@ def as_program(argv):
 
 
 def loop_time(cmd, workdir):
-    d = tempfile.mkdtemp(prefix="out_", dir=workdir)
-    p = subprocess.run(cmd(d), cwd=d, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    subprocess.run(["rm", "-rf", d])
-    for line in p.stdout.splitlines():
-        if line.startswith("loop_s="):
-            return float(line.split()[0].split("=", 1)[1])
-    sys.stderr.write("FAILED (%s): %s\n" % (p.returncode, " ".join(cmd(d))))
-    return None
+    text = output_line(cmd, workdir, "loop_s=")
+    return float(text.split()[0]) if text is not None else None
 
 
 def main():

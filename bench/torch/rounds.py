@@ -2,6 +2,9 @@
 loop_parts.py): every variant runs once per round, in turn, so that all of
 them see the same moments of a shared machine; a round counts only whole,
 since ratios are paired within it."""
+import subprocess
+import sys
+import tempfile
 
 
 def interleaved(variants, rounds, measure, describe):
@@ -22,3 +25,17 @@ def interleaved(variants, rounds, measure, describe):
             res[k].append(r)
         print("round %d: " % (rnd + 1) + "  ".join(describe(k, got[k]) for k, _ in variants), flush=True)
     return res
+
+
+def output_line(cmd, workdir, prefix):
+    """Runs cmd(d) in a fresh folder d below workdir (removed after) and
+    returns the text after `prefix` on the first stdout line that starts
+    with it, or None (said on stderr) when no line does."""
+    d = tempfile.mkdtemp(prefix="out_", dir=workdir)
+    p = subprocess.run(cmd(d), cwd=d, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    subprocess.run(["rm", "-rf", d])
+    for line in p.stdout.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix):]
+    sys.stderr.write("FAILED (%s): %s\n" % (p.returncode, " ".join(cmd(d))))
+    return None

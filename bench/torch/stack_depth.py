@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from rounds import interleaved
+from rounds import interleaved, output_line
 
 MSMS_COMMON = ["--device=cpu", "--call-stack=python", "--analysis=leaks,decompose"]
 
@@ -48,14 +48,8 @@ def _timed(time, nest, depth):
 
 
 def us_per_iter(cmd, workdir):
-    d = tempfile.mkdtemp(prefix="out_", dir=workdir)
-    p = subprocess.run(cmd(d), cwd=d, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    subprocess.run(["rm", "-rf", d])
-    for line in p.stdout.splitlines():
-        if line.startswith("us_per_iter="):
-            return float(line.split("=", 1)[1])
-    sys.stderr.write("FAILED (%s): %s\n" % (p.returncode, " ".join(cmd(d))))
-    return None
+    text = output_line(cmd, workdir, "us_per_iter=")
+    return float(text) if text is not None else None
 
 
 def main():
