@@ -266,12 +266,10 @@ struct OpDepthApi {
     void (*exit)();
 };
 void op_depth_enter() {
-    ++t_op_depth;
-    msms_py::frames_op_enter();
+    if (t_op_depth++ == 0) msms_py::frames_op_enter();
 }
 void op_depth_exit() {
-    if (t_op_depth > 0) --t_op_depth;
-    msms_py::frames_op_exit();
+    if (t_op_depth > 0 && --t_op_depth == 0) msms_py::frames_op_exit();
 }
 OpDepthApi g_op_depth_api{&op_depth_enter, &op_depth_exit};
 

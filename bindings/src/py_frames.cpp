@@ -152,17 +152,16 @@ struct ReadMemo {
     uint64_t deaths;
     uint32_t last;
     uint32_t n[2];
-    // The newer walk's answer (its ids, in order, the left-out frames
-    // dropped) when every frame of it is reusable; else nout is kNoAnswer.
-    uint32_t nout;
-    uint32_t nids;       // how many ids out holds (the newer walk's, whether reusable or not)
-    uint64_t out_token;  // names that answer
+    // The newer walk's ids (in order, the left-out frames dropped), and
+    // their name when every frame of the walk is reusable (0: not an
+    // answer the memo may give again).
+    uint32_t nids;
+    uint64_t out_token;
     WalkFrame frames[2][kMemoFrames];
     uint64_t out[kMemoFrames];
     // The outermost operator in progress on this thread (frames_op_enter):
     // the frame that called it, as it was then (pin_frame nullptr: none),
     // and, once read (pin_gen: its generation, 0: not yet), its answer.
-    uint32_t op_depth;
     PyThreadState* pin_ts;
     _PyInterpreterFrame* pin_frame;
     PyCodeObject* pin_code;
@@ -173,7 +172,6 @@ struct ReadMemo {
     uint64_t pin_out[kMemoFrames];
     uint64_t next_token;  // this thread's next answer name (0: take a block)
 };
-constexpr uint32_t kNoAnswer = ~0u;
 thread_local ReadMemo t_memo;
 
 // Answer names: blocks of 2^20 taken per thread from one counter, so that a
@@ -197,6 +195,14 @@ inline uint32_t give(const uint64_t* ids, uint32_t n, uint64_t name, uint64_t* o
     if (n > max) n = max;
     memcpy(out, ids, n * sizeof(uint64_t));
     return n;
+}
+
+// The memo's ids, named `name`, as the pinned frame's answer.
+inline void pin_answer(ReadMemo* m, uint64_t name, uint64_t gen) {
+    memcpy(m->pin_out, m->out, m->nids * sizeof(uint64_t));
+    m->pin_n = m->nids;
+    m->pin_token = name;
+    m->pin_gen = gen;
 }
 
 inline int lasti_of(const WalkFrame& w) { return static_cast<int>(w.instr - _PyCode_CODE(w.code)); }
@@ -237,23 +243,14 @@ uint32_t read_top(ReadMemo* m, _PyInterpreterFrame* top, uint64_t gen, bool pinn
     b0 = w;
     const uint64_t name = new_token(m);
     // the levels below were reusable (checked), so the answer is if this one is
-    m->nout = w.reusable ? m->nids : kNoAnswer;
-    if (w.reusable) m->out_token = name;
-    if (pinned) {
-        memcpy(m->pin_out, m->out, m->nids * sizeof(uint64_t));
-        m->pin_n = m->nids;
-        m->pin_token = name;
-        m->pin_gen = gen;
-    }
-    *token = w.reusable ? name : 0;
-    const uint32_t n = m->nids < max ? m->nids : max;
-    memcpy(out, m->out, n * sizeof(uint64_t));
-    return n;
+    m->out_token = w.reusable ? name : 0;
+    if (pinned) pin_answer(m, name, gen);
+    return give(m->out, m->nids, m->out_token, out, max, token);
 }
 
 void frames_op_enter() {
+    if (!g_enabled.load(std::memory_order_relaxed)) return;
     ReadMemo* m = &t_memo;
-    if (m->op_depth++ != 0 || !g_enabled.load(std::memory_order_relaxed)) return;
     // This thread's own state only (not own_thread_state()'s fallback, the
     // GIL holder's): another thread's frames do not wait for our operator.
     PyThreadState* ts = PyGILState_GetThisThreadState();
@@ -266,10 +263,7 @@ void frames_op_enter() {
     m->pin_frame = f;
 }
 
-void frames_op_exit() {
-    ReadMemo* m = &t_memo;
-    if (m->op_depth != 0 && --m->op_depth == 0) m->pin_frame = nullptr;
-}
+void frames_op_exit() { t_memo.pin_frame = nullptr; }
 
 uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max, uint64_t* token) {
     if (!ts || !ts->cframe || max == 0) {
@@ -308,15 +302,10 @@ uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max, uint64_t* t
         }
         if (below) {
             const WalkFrame& b0 = before[0];
-            if (m->nout != kNoAnswer && top == b0.frame && top->f_code == b0.code && top->prev_instr == b0.instr &&
+            if (m->out_token != 0 && top == b0.frame && top->f_code == b0.code && top->prev_instr == b0.instr &&
                 top->owner == b0.owner) {
-                if (pinned) {
-                    memcpy(m->pin_out, m->out, m->nout * sizeof(uint64_t));
-                    m->pin_n = m->nout;
-                    m->pin_token = m->out_token;
-                    m->pin_gen = gen;
-                }
-                return give(m->out, m->nout, m->out_token, out, max, token);
+                if (pinned) pin_answer(m, m->out_token, gen);
+                return give(m->out, m->nids, m->out_token, out, max, token);
             }
             return read_top(m, top, gen, pinned, out, max, token);
         }
@@ -366,20 +355,12 @@ uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max, uint64_t* t
             if (now[i].id) m->out[k++] = now[i].id;
         }
         m->nids = k;
-        m->nout = all ? k : kNoAnswer;
         const uint64_t name = new_token(m);
-        if (all) {
-            m->out_token = name;
-            *token = name;
-        }
+        m->out_token = all ? name : 0;
+        *token = m->out_token;
         // The operator's caller's answer holds for as long as it waits,
         // reusable or not (its code objects live while their frames do).
-        if (pinned) {
-            memcpy(m->pin_out, m->out, k * sizeof(uint64_t));
-            m->pin_n = k;
-            m->pin_token = name;
-            m->pin_gen = gen;
-        }
+        if (pinned) pin_answer(m, name, gen);
     }
     return n;
 }

@@ -40,9 +40,10 @@ void frames_reader_enable(bool on);
 // Whether `ts` (the calling thread's own state) has Python frames.
 bool frames_present(PyThreadState* ts);
 
-// An operator starts / ends on the calling thread (the C++ operator
-// observer's every call, nested ones included). While the outermost one
-// runs, the frame that called it waits in that call: its stack is read once.
+// The outermost operator on the calling thread starts / ends (the C++
+// operator observer's calls, through _msmemscope's operator depth). While
+// it runs, the frame that called it waits in that call: its stack is read
+// once.
 void frames_op_enter();
 void frames_op_exit();
 

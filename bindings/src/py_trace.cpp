@@ -267,9 +267,12 @@ inline bool reads_frames(PyThreadState* ts) {
 uint32_t python_stack_provider(uint64_t* out, uint32_t max, uint64_t* token) {
     PyThreadState* ts = own_thread_state();
     Shadow* sh = shadow_of(ts);
-    if (!(sh && sh->depth > 0) && reads_frames(ts)) return frames_read(ts, out, max, token);
-    *token = 0;  // the other answers are not named
-    if (sh && sh->depth > 0) return frames_of(sh, out, max);
+    if (sh && sh->depth > 0) {
+        *token = 0;  // only the frame reader names its answers
+        return frames_of(sh, out, max);
+    }
+    if (reads_frames(ts)) return frames_read(ts, out, max, token);
+    *token = 0;
     if (!g_autograd_active.load(std::memory_order_acquire)) return 0;
     while (g_autograd_lock.test_and_set(std::memory_order_acquire)) {
     }
