@@ -53,13 +53,46 @@ _msms_real_dir() {
     (cd -P -- "$_msms_d" 2>/dev/null && pwd -P)
 }
 
+# The host's malloc in transparent huge pages, decided here as the host
+# decides it (host_malloc_huge_pages, framework/util/host_process.h), so that
+# it starts once instead of executing itself a second time: GLIBC_TUNABLES
+# with glibc.malloc.hugetlb=1 added, and the user's value (=VALUE, or - when
+# unset) in MSMEMSCOPE_HOST_TUNABLES, which the host puts back before it
+# starts anything. Left to the host when any fact is unknown here.
+_msms_host_huge_pages() {
+    [ "${MSMEMSCOPE_HUGE_PAGES:-}" = 0 ] && return 0
+    [ -n "${MSMEMSCOPE_HOST_TUNABLES+x}" ] && return 0
+    case ${GLIBC_TUNABLES:-} in *glibc.malloc.hugetlb*) return 0 ;; esac
+    _msms_thp=
+    { read -r _msms_thp </sys/kernel/mm/transparent_hugepage/enabled; } 2>/dev/null
+    case $_msms_thp in '' | *'[never]'*) return 0 ;; esac
+    # No address-space limit (ulimit -v): this shell's own, read without a
+    # process (the host binary inherits it).
+    _msms_as=
+    { while read -r _msms_w1 _msms_w2 _msms_w3 _msms_w4 _msms_rest; do
+        if [ "$_msms_w1 $_msms_w2 $_msms_w3" = "Max address space" ]; then _msms_as=$_msms_w4; break; fi
+    done </proc/self/limits; } 2>/dev/null
+    [ "$_msms_as" = unlimited ] || return 0
+    if [ -n "${GLIBC_TUNABLES+x}" ]; then MSMEMSCOPE_HOST_TUNABLES="=$GLIBC_TUNABLES"; else MSMEMSCOPE_HOST_TUNABLES=-; fi
+    if [ -n "${GLIBC_TUNABLES:-}" ]; then GLIBC_TUNABLES="$GLIBC_TUNABLES:glibc.malloc.hugetlb=1"
+    else GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+    fi
+    export MSMEMSCOPE_HOST_TUNABLES GLIBC_TUNABLES
+}
+
 if [ "$_msms_sourced" = 0 ]; then
     case ${1:-} in
         --load-api-env | --unload-api-env)
             echo "msmemscope: error: $1 must be sourced (from bash or zsh), so that it changes the calling shell's environment: source $_msms_self $1" >&2
             return 2 2>/dev/null || exit 2 ;;
     esac
-    _msms_bin=$(_msms_real_dir "$_msms_self" 2>/dev/null) || _msms_bin=
+    # This file is no link (as installed): its folder as named, without a
+    # command substitution (a process of its own, ~5 ms on a VM, on every run).
+    _msms_bin=
+    case $_msms_self in
+        */*) [ ! -L "$_msms_self" ] && [ -x "${_msms_self%/*}/msmemscope.bin" ] && _msms_bin=${_msms_self%/*} ;;
+    esac
+    [ -n "$_msms_bin" ] || _msms_bin=$(_msms_real_dir "$_msms_self" 2>/dev/null) || _msms_bin=
     if [ -z "$_msms_bin" ]; then
         # No descriptor left for a command substitution (ulimit -n): the
         # folder as named, when the host binary is there.
@@ -69,6 +102,7 @@ if [ "$_msms_sourced" = 0 ]; then
         echo "msmemscope: error: cannot find the folder of $_msms_self (the host binary msmemscope.bin is looked up beside it)" >&2
         exit 70
     fi
+    _msms_host_huge_pages
     exec "$_msms_bin/msmemscope.bin" "$@"
     exit 126
 fi
@@ -164,7 +198,7 @@ _msms_api_env() {
 
 _msms_rc=0
 _msms_api_env "$@" || _msms_rc=$?
-unset -f _msms_real_dir _msms_strip _msms_is_lib _msms_under_lib _msms_has _msms_api_env
+unset -f _msms_real_dir _msms_strip _msms_is_lib _msms_under_lib _msms_has _msms_api_env _msms_host_huge_pages
 unset _msms_self _msms_sourced _msms_p _msms_n _msms_l _msms_d _msms_bin _msms_lib _msms_added _msms_so _msms_f \
     _msms_removed _msms_new _msms_out _msms_rest _msms_e
 eval "unset _msms_rc; return $_msms_rc"

@@ -15,7 +15,10 @@ namespace msms {
 // else runs: the programs it starts see the user's environment. Nothing is
 // done where the kernel has no huge pages to give ([never]), under an
 // address-space limit, when the user's GLIBC_TUNABLES chose already, or
-// with MSMEMSCOPE_HUGE_PAGES=0; a failed exec goes on without.
+// with MSMEMSCOPE_HUGE_PAGES=0; a failed exec goes on without. The command
+// users run (bin/msmemscope, host/msmemscope.sh) makes the same choice before
+// it executes this binary, so that the host usually starts once: it then
+// finds MSMEMSCOPE_HOST_TUNABLES set and only puts the user's value back.
 void host_malloc_huge_pages(char** argv);
 // Called first in main() after that: SIGXFSZ ignored (an output that reaches the
 // file-size limit fails with EFBIG and is reported, instead of killing the
