@@ -65,6 +65,13 @@ def test_layout(prefix):
         assert str(BUILD) not in f.read_text(), f
 
 
+def test_installed_package_has_its_bytecode(prefix):
+    # compiled by the install itself (bindings/CMakeLists.txt), still current
+    # after the prefix moved (test_python_bytecode.py: why)
+    from test_python_bytecode import stale_bytecode
+    assert stale_bytecode(prefix / "python" / "msmemscope") == []
+
+
 def test_moved_prefix_finds_its_plugins(prefix, tmp_path):
     p = subprocess.run([str(prefix / "bin" / "msmemscope"), "--list-plugins"], capture_output=True, text=True,
                        env=clean_env(), cwd=tmp_path, timeout=120)
