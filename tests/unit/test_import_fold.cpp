@@ -121,6 +121,47 @@ TEST_CASE("a folded block freed on another thread while the import runs has no r
     CHECK(msms::agent::g_plain_frees.empty());
 }
 
+TEST_CASE("the figures are exact across many threads, past the per-thread tallies, concurrent or in turn") {
+    // Each thread counts its own folds and frees (import_fold.cpp): 1200
+    // threads in turn pass the 1024 tallies (the rest share one), and eight
+    // at once fold and free each other's blocks.
+    reset();
+    constexpr uint64_t kBase = 0x40000000, kThreads = 1200;
+    for (uint64_t i = 0; i < kThreads; ++i)
+        std::thread([i] {
+            msms_agent_import_enter();
+            CHECK(fold::alloc(kBase + 16 * i, i + 1));
+            msms_agent_import_leave();
+        }).join();
+    REQUIRE(!g_shadow_rows.empty());
+    CHECK(g_shadow_rows.back().size == kThreads * (kThreads + 1) / 2);
+    CHECK(g_shadow_rows.back().attrs == "shadow:true,import:true,blocks:1200");
+    // the odd ones freed by eight threads at once, each folding 1000 blocks of
+    // its own meanwhile and freeing half of them
+    std::vector<std::thread> team;
+    for (uint64_t t = 0; t < 8; ++t)
+        team.emplace_back([t] {
+            for (uint64_t i = 1 + 2 * t; i < kThreads; i += 16) CHECK(fold::release(kBase + 16 * i));
+            msms_agent_import_enter();
+            const uint64_t own = 0x80000000 + t * 0x100000;
+            for (uint64_t k = 0; k < 1000; ++k) CHECK(fold::alloc(own + 16 * k, 3));
+            for (uint64_t k = 0; k < 1000; k += 2) CHECK(fold::release(own + 16 * k));
+            msms_agent_import_leave();
+        });
+    for (auto& th : team) th.join();
+    fold::publish();
+    uint64_t even = 0;
+    for (uint64_t i = 0; i < kThreads; i += 2) even += i + 1;
+    CHECK(g_shadow_rows.back().size == even + 8 * 500 * 3);
+    CHECK(g_shadow_rows.back().attrs == "shadow:true,import:true,blocks:" + std::to_string(kThreads / 2 + 8 * 500));
+    std::vector<uint64_t> left;
+    for (uint64_t i = 0; i < kThreads; i += 2) left.push_back(kBase + 16 * i);
+    for (uint64_t t = 0; t < 8; ++t)
+        for (uint64_t k = 1; k < 1000; k += 2) left.push_back(0x80000000 + t * 0x100000 + 16 * k);
+    for (uint64_t p : left) CHECK(fold::release_quiet(p));
+    reset();
+}
+
 TEST_CASE("collection off when the import ends: the heap is written when it starts; frees while off are forgotten") {
     reset();
     msms_agent_import_enter();
