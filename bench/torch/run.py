@@ -12,7 +12,11 @@ loop's own time (printed by the script) / bare's, the seconds the tool still
 worked after the program ended (exit time minus the program's own end
 time), the CPU time of all its processes (user + system; steadier than
 wall time on a shared machine) / bare's, and the bytes it wrote (the output folder after the run). Medians,
-with the range over the rounds in parentheses.
+with the range over the rounds in parentheses. Then the lower quartile of
+each variant's wall times over bare's: a VM that now and then runs a whole
+run ~1.5× slow, whichever variant it hits, moves the medians and pairs of
+a few rounds but leaves the faster runs alone (bench/torch/builds_ab.py
+reads the loop the same way).
 
 Usage: bench/torch/run.py [--rounds 3] [--steps 20] [--msmemscope build/bin/msmemscope]
        [--python /usr/bin/python3] [--only csv,db,...] [--workdir DIR]
@@ -121,6 +125,10 @@ def fmt_ratio(vals):
     return "%.2f× (%.2f–%.2f)" % (m, min(vals), max(vals))
 
 
+def lower_quartile(vals):
+    return statistics.quantiles(vals, n=4)[0] if len(vals) >= 2 else vals[0]
+
+
 def fmt_s(vals):
     if not vals:
         return "-"
@@ -161,20 +169,23 @@ def main():
     print()
     print("rounds: %d, steps: %d; bare: wall %.2f s, loop %.2f s (medians)" % (args.rounds, args.steps, bw, bl))
     print()
-    print("| tool | wall ÷ bare | training loop ÷ bare | CPU (all processes) ÷ bare | s after the program ended | written MB |")
-    print("|---|---|---|---|---|---:|")
+    bq = lower_quartile([r["wall"] for r in bare])
+    print("| tool | wall ÷ bare | wall ÷ bare, lower quartiles | training loop ÷ bare | CPU (all processes) ÷ bare | "
+          "s after the program ended | written MB |")
+    print("|---|---|---|---|---|---|---:|")
     for key, label, _ in vs:
         rs = res[key]
         if not rs:
-            print("| %s | failed | | | | |" % label)
+            print("| %s | failed | | | | | |" % label)
             continue
         # ratios per round against that round's bare run (interleaved pairs)
         walls = [r["wall"] / bare[min(i, len(bare) - 1)]["wall"] for i, r in enumerate(rs)]
         loops = [r["loop"] / bare[min(i, len(bare) - 1)]["loop"] for i, r in enumerate(rs)]
         cpus = [r["cpu"] / bare[min(i, len(bare) - 1)]["cpu"] for i, r in enumerate(rs)]
-        print("| %s | %s | %s | %s | %s | %.1f |" % (label, fmt_ratio(walls), fmt_ratio(loops), fmt_ratio(cpus),
-                                               fmt_s([r["after"] for r in rs]),
-                                               statistics.median(r["bytes"] for r in rs) / 1e6))
+        lq = lower_quartile([r["wall"] for r in rs]) / bq
+        print("| %s | %s | %.2f× | %s | %s | %s | %.1f |" % (label, fmt_ratio(walls), lq, fmt_ratio(loops),
+                                                        fmt_ratio(cpus), fmt_s([r["after"] for r in rs]),
+                                                        statistics.median(r["bytes"] for r in rs) / 1e6))
 
 
 if __name__ == "__main__":
