@@ -191,7 +191,7 @@ uint64_t new_token(ReadMemo* m) {
 inline uint32_t give(const uint64_t* ids, uint32_t n, uint64_t name, uint64_t* out, uint32_t max, uint64_t* token) {
     const uint64_t held = *token;
     *token = name;
-    if (name != 0 && held == name) return kStackSame;
+    if (name != 0 && held == name) return MSMS_STACK_SAME;
     if (n > max) n = max;
     memcpy(out, ids, n * sizeof(uint64_t));
     return n;

@@ -12,9 +12,6 @@
 
 namespace msms_py {
 
-// frames_read's answer when it is the one the caller holds (MSMS_STACK_SAME).
-constexpr uint32_t kStackSame = MSMS_STACK_SAME;
-
 // The calling thread's own Python thread state, whether or not it holds
 // the GIL: an operator releases the GIL before it allocates, and the
 // GIL holder's state (_PyThreadState_UncheckedGet) is then another thread's
@@ -53,7 +50,7 @@ void frames_op_exit();
 // Nothing here allocates or needs the GIL. Frames of skipped files are left
 // out. Returns how many were written to out (at most max). `token` names
 // the answer as msms_stack_provider_named says: in, the one the caller
-// holds (0: none); out, this one's (0: unnamed); kStackSame when they are
+// holds (0: none); out, this one's (0: unnamed); MSMS_STACK_SAME when they are
 // the same, and nothing is written.
 uint32_t frames_read(PyThreadState* ts, uint64_t* out, uint32_t max, uint64_t* token);
 

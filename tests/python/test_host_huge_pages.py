@@ -5,6 +5,8 @@ with it) and puts the user's GLIBC_TUNABLES back before it starts anything,
 so the profiled program's environment is exactly the user's
 (util/host_process.h)."""
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,8 +88,6 @@ printf 'tunables=%s saved=%s\\n' "${GLIBC_TUNABLES-<unset>}" "${MSMEMSCOPE_HOST_
 
 
 def wrapper_sees(tmp_path, env_changes, prefix=""):
-    import shutil
-    import subprocess
     d = tmp_path / "bin"
     d.mkdir(exist_ok=True)
     shutil.copy(BUILD / "bin" / "msmemscope", d / "msmemscope")
@@ -122,7 +122,6 @@ def test_the_command_leaves_what_it_must_not_choose(tmp_path):
 
 def test_the_host_binary_run_directly_decides_itself(tmp_path, no_user_tunables):
     # msmemscope.bin started without the command: its own second start
-    import subprocess
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     p = subprocess.run([str(BUILD / "bin" / "msmemscope.bin"), "--device=cpu", "--analysis=",
