@@ -161,6 +161,28 @@ def test_replay_of_a_corrupt_capture_exits_70(cli, test_bin, tmp_path):
                     f"(first: checksum mismatch in chunk {first} at offset 0)"], p.stderr
 
 
+def test_html_report_over_the_file_size_limit_is_said(test_bin, tmp_path):
+    # The html sink renders its page straight into the file, in 256 KiB
+    # pieces: a page of ~700 KiB (30000 pairs with C stacks) under ulimit -f
+    # 300 KiB (the replay of a saved capture writes nothing else that large)
+    # fails at a piece, and the run says so by name and exits 70.
+    p = run_limited(["--device=cpu", "--call-stack=c", "--save-capture=true", "--aggregate", "--sinks=html",
+                     f"--output={tmp_path}/out", "--", test_bin / "sinks_alloc_loop", 30000], tmp_path, [])
+    assert p.returncode == 0, p.stdout + p.stderr
+    [d] = process_dirs(tmp_path / "out")
+    cap = next(d.glob("*.msmcap"))
+    [page] = d.glob("report_*.html")
+    assert page.stat().st_size > 600 * 1024
+    p = run_limited([f"--replay={cap}", "--aggregate", "--sinks=html", f"--output={tmp_path}/again"], tmp_path,
+                    [(resource.RLIMIT_FSIZE, 300 * 1024)])
+    assert p.returncode == 70, p.stdout + p.stderr
+    [again] = process_dirs(tmp_path / "again")
+    out = again / page.name
+    assert (f"msmemscope: error: plugin 'html': finish failed: cannot write {out}: File too large; "
+            "continuing without it") in p.stderr.splitlines(), p.stderr
+    assert out.stat().st_size == 300 * 1024
+
+
 def test_full_disk_never_costs_the_program(test_bin, tmp_path):
     # A 4 MiB file system for --output (root only: mount). The program goes on
     # allocating long after the disk is full (2M pairs: far more capture than

@@ -185,6 +185,11 @@ def test_phases_with_numbers_that_grow_and_end_at_the_file_sizes(tmp_path):
         assert (last_done, tilde, last_total) == (_human(real), "", _human(real)), (sink, shown[-3:], real)
         if sink in ("csv", "db", "trace"):
             assert len(set(done)) >= 3, (sink, shown)  # written as the run goes, not all at the end
+        if sink == "html":
+            # rendered into the file in 256 KiB pieces, not built whole in memory first
+            assert real > 2 * 256 * 1024, real
+            assert len(set(done)) >= 3, (sink, shown)
+            assert not any(t for _, _, t in shown[:-1]), shown  # its size is known only at its end
     # The csv: a total (here an estimate) shown while the capture was still being read, or exact at the end.
     csv_totals = [t for s in lines for t in re.findall(r"writing csv [\d.]+ [KMGT]?i?B / (~?[\d.]+ [KMGT]?i?B)", s)]
     assert csv_totals, lines[-5:]
