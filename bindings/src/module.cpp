@@ -275,9 +275,9 @@ void op_depth_exit() {
 }
 OpDepthApi g_op_depth_api{&op_depth_enter, &op_depth_exit};
 
-// Attr text is assembled with memcpy and format_uint, not snprintf: a
-// tensor's MALLOC and FREE each make one (a training step makes thousands),
-// and glibc's printf machinery showed in the program's profile.
+// Attr text is assembled with memcpy, not snprintf: each tensor's MALLOC
+// makes one (a training step makes thousands), and glibc's printf
+// machinery showed in the program's profile.
 // Appends s at p, cut to leave room for the terminator before end.
 char* put_attr_text(char* p, char* end, const char* s) {
     size_t n = strlen(s);
@@ -285,25 +285,22 @@ char* put_attr_text(char* p, char* end, const char* s) {
     memcpy(p, s, n);
     return p + n;
 }
-// Appends ",total:<n>" and the terminator (28 bytes at most).
-void put_total(char* p, uint64_t total) {
-    memcpy(p, ",total:", 7);
-    *msms::format_uint(p + 7, total) = '\0';
-}
+// The pool's bytes after a MALLOC or FREE go in the record's aux1 as
+// total + 1 (framework/common/capture_format.h; the host makes them the
+// row's `total`), not in its Attr text: the text is interned, and a running
+// total made a new string for nearly every row (~1,500 a training step).
+uint64_t total_aux(uint64_t total) { return total + 1; }
 
-void owner_attr(char* buf, size_t n, uint64_t total) {
+void owner_attr(char* buf, size_t n) {
     const char* owner = nullptr;
     if (t_owner_label[0]) owner = t_owner_label;
     else if (t_optimizer_depth > 0) owner = "optimizer_state";
     else if (t_op_depth > 0) owner = "ops@aten";
-    char* end = buf + n - 28;  // room for put_total
+    char* end = buf + n;
     char* p = put_attr_text(buf, end, owner ? "owner:PTA@" : "owner:PTA");
     if (owner) p = put_attr_text(p, end, owner);
-    put_total(p, total);
+    *p = '\0';
 }
-
-// "total:<n>" (a FREE's Attr).
-void total_attr(char* buf, uint64_t total) { *msms::format_uint(std::copy_n("total:", 6, buf), total) = '\0'; }
 
 int pta_posix_memalign(void** out, size_t align, size_t n) {
     int rc = g_prev_posix_memalign(out, align, n);
@@ -319,8 +316,9 @@ int pta_posix_memalign(void** out, size_t align, size_t n) {
     }
     if (on) {
         char attrs[300];
-        owner_attr(attrs, sizeof(attrs), total);
-        g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(*out), n, 0, attrs);
+        owner_attr(attrs, sizeof(attrs));
+        g_agent.event(MSMS_EV_MALLOC, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(*out), n, 0,
+                      total_aux(total), nullptr, attrs);
         g_agent.leave();
     }
     return rc;
@@ -346,10 +344,8 @@ void pta_free(void* p) {
         // shadow FREE at the next start.
         if (known && reported) {
             if (g_agent.enter()) {
-                char attrs[64];
-                total_attr(attrs, total);
-                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0,
-                              nullptr, attrs);
+                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0,
+                              total_aux(total), nullptr, nullptr);
                 g_agent.leave();
             } else {
                 std::lock_guard<std::mutex> lock(g_pta_mu);
@@ -396,14 +392,11 @@ void* pta_mapped(void* p, size_t n, int prot, int flags, int fd) {
     if (on) {
         const bool shared = (flags & MAP_SHARED) != 0;
         char attrs[320];
-        if (t_owner_label[0])
-            snprintf(attrs, sizeof(attrs), "owner:PTA@%s,total:%llu,mapped:%s", t_owner_label,
-                     static_cast<unsigned long long>(total), shared ? "shared" : "private");
-        else
-            snprintf(attrs, sizeof(attrs), "owner:PTA@%s,total:%llu,mapped:%s",
-                     shared ? "shared_memory" : "mapped_file", static_cast<unsigned long long>(total),
-                     shared ? "shared" : "private");
-        g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0, attrs);
+        snprintf(attrs, sizeof(attrs), "owner:PTA@%s,mapped:%s",
+                 t_owner_label[0] ? t_owner_label : shared ? "shared_memory" : "mapped_file",
+                 shared ? "shared" : "private");
+        g_agent.event(MSMS_EV_MALLOC, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0,
+                      total_aux(total), nullptr, attrs);
         g_agent.leave();
     }
     return p;
@@ -436,10 +429,8 @@ int pta_munmap(void* p, size_t n) {
         }
         if (known && reported) {
             if (g_agent.enter()) {
-                char attrs[64];
-                total_attr(attrs, total);
-                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0, 0,
-                              nullptr, attrs);
+                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0,
+                              total_aux(total), nullptr, nullptr);
                 g_agent.leave();
             } else {
                 std::lock_guard<std::mutex> lock(g_pta_mu);

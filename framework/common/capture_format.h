@@ -239,6 +239,8 @@ enum Tag : uint8_t {
     kHeapFreeS = 4,    // ts, ptr, cstack, pystack
     kGeneric = 5,      // ts, kind, type, devkind, devid(zigzag), ptr, size,
                        // aux0, aux1, name, attrs, cstack, pystack
+                       // (MALLOC and FREE: aux1 = the pool's bytes after
+                       // the event + 1, its row's `total`; 0: not given)
     kString = 6,       // id, len, bytes
     kStack = 7,        // id, kind(0 c,1 py), n, frames (c: addresses; py: string ids)
     kModule = 8,       // ts, load bias, extent (end of the highest PT_LOAD), path string id

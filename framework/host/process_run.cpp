@@ -139,6 +139,11 @@ void ProcessRun::convert(const RawEvent& e, Record& r, Symbolizer& sym) {
     ev.size = e.size;
     ev.aux0 = e.aux0;
     ev.aux1 = e.aux1;
+    if ((e.kind == MSMS_EV_MALLOC || e.kind == MSMS_EV_FREE) && e.aux1) {
+        // the pool's bytes after the event, + 1 (capture_format.h kGeneric)
+        ev.pool_total = static_cast<int64_t>(e.aux1 - 1);
+        ev.aux1 = 0;
+    }
     if (e.kind == MSMS_EV_PY_TRACE && e.aux0)
         ev.aux0 = static_cast<uint64_t>(static_cast<int64_t>(e.aux0) + reader_.wall_offset());
     if (e.name_id) {
