@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -43,6 +44,7 @@
 #include "py_trace.h"
 #include "util/addr_map.h"
 #include "util/file_trust.h"
+#include "util/spin_lock.h"
 #include "util/text.h"
 
 namespace py = pybind11;
@@ -242,7 +244,9 @@ using free_fn = void (*)(void*);
 posix_memalign_fn g_prev_posix_memalign = nullptr;
 free_fn g_prev_free = nullptr;
 std::atomic<bool> g_pta_on{false};
-std::mutex g_pta_mu;
+// The pool's table and figures below (util/spin_lock.h; held across fork by
+// the atfork handlers that install_torch_hooks registers).
+msms::SpinLock g_pta_mu;
 // Every live block of the pool since the hooks went in, and whether the
 // host was told of it (its MALLOC, or a shadow MALLOC: shadow.h).
 struct PtaBlock {
@@ -308,7 +312,7 @@ int pta_posix_memalign(void** out, size_t align, size_t n) {
     bool on = g_agent.enter();
     uint64_t total;
     {
-        std::lock_guard<std::mutex> lock(g_pta_mu);
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
         (*g_pta_live)[reinterpret_cast<uint64_t>(*out)] = PtaBlock{n, on};
         g_pta_used += static_cast<int64_t>(n);
         if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
@@ -329,7 +333,7 @@ void pta_free(void* p) {
         bool known = false, reported = false;
         uint64_t total = 0;
         {
-            std::lock_guard<std::mutex> lock(g_pta_mu);
+            std::lock_guard<msms::SpinLock> lock(g_pta_mu);
             auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
             if (it != g_pta_live->end()) {
                 g_pta_used -= static_cast<int64_t>(it->second.size);
@@ -348,7 +352,7 @@ void pta_free(void* p) {
                               total_aux(total), nullptr, nullptr);
                 g_agent.leave();
             } else {
-                std::lock_guard<std::mutex> lock(g_pta_mu);
+                std::lock_guard<msms::SpinLock> lock(g_pta_mu);
                 g_pta_unseen_frees->push_back(reinterpret_cast<uint64_t>(p));
             }
         }
@@ -383,7 +387,7 @@ void* pta_mapped(void* p, size_t n, int prot, int flags, int fd) {
     bool on = g_agent.enter();
     uint64_t total;
     {
-        std::lock_guard<std::mutex> lock(g_pta_mu);
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
         (*g_pta_live)[reinterpret_cast<uint64_t>(p)] = PtaBlock{n, on};
         g_pta_used += static_cast<int64_t>(n);
         if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
@@ -417,7 +421,7 @@ int pta_munmap(void* p, size_t n) {
         bool known = false, reported = false;
         uint64_t total = 0;
         {
-            std::lock_guard<std::mutex> lock(g_pta_mu);
+            std::lock_guard<msms::SpinLock> lock(g_pta_mu);
             auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
             if (it != g_pta_live->end()) {
                 g_pta_used -= static_cast<int64_t>(it->second.size);
@@ -433,7 +437,7 @@ int pta_munmap(void* p, size_t n) {
                               total_aux(total), nullptr, nullptr);
                 g_agent.leave();
             } else {
-                std::lock_guard<std::mutex> lock(g_pta_mu);
+                std::lock_guard<msms::SpinLock> lock(g_pta_mu);
                 g_pta_unseen_frees->push_back(reinterpret_cast<uint64_t>(p));
             }
         }
@@ -451,7 +455,7 @@ size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existin
     std::vector<uint64_t> freed;
     std::vector<std::pair<uint64_t, uint64_t>> born;
     {
-        std::lock_guard<std::mutex> lock(g_pta_mu);
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
         for (auto& [ptr, size] : existing)
             if (ptr && g_pta_live->emplace(ptr, PtaBlock{size, false}).second) {
                 g_pta_used += static_cast<int64_t>(size);
@@ -480,6 +484,8 @@ int install_torch_hooks(const std::string& library) {
     if (!g_pta_live) {
         g_pta_live = new msms::AddrMap<PtaBlock>();
         g_pta_unseen_frees = new std::vector<uint64_t>();
+        // fork with no table update in progress; the child's lock is free
+        pthread_atfork([] { g_pta_mu.lock(); }, [] { g_pta_mu.unlock(); }, [] { g_pta_mu.reset(); });
     }
     g_pta_on = true;
     if (installed) return 0;
@@ -572,7 +578,7 @@ py::dict memory_info() {
     read_kb_fields("/proc/meminfo", {{"MemTotal", "total"}, {"MemAvailable", "free"}}, d);
     read_kb_fields("/proc/self/status", {{"VmRSS", "rss"}, {"VmHWM", "peak_rss"}}, d);
     {
-        std::lock_guard<std::mutex> lock(g_pta_mu);
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
         d["pta_used"] = g_pta_used;
         d["pta_peak"] = g_pta_peak;
     }
