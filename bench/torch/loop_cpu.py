@@ -36,16 +36,8 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-SCRIPT = os.path.join(HERE, "train_gpt.py")
-MSMS_COMMON = ["--device=cpu", "--call-stack=python", "--analysis=leaks,decompose"]
-MSMS_VARIANTS = [
-    ("csv", "msmemscope CSV (default)", []),
-    ("db", "msmemscope --format=db", ["--format=db"]),
-    ("agg_html", "msmemscope --aggregate --sinks=html", ["--aggregate", "--sinks=html"]),
-    ("csv_html_viz", "msmemscope CSV + --sinks=html,memory_viz", ["--sinks=html,memory_viz"]),
-]
+from run import MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT  # the variants run.py measures end to end
+
 BLAS = re.compile(r"^libblas\.so")
 SAMPLE = re.compile(r"^\s*(\S.*?)\s+(\d+)\s+([0-9.]+):\s+[0-9a-f]+\s+.*\((.*)\)\s*$")
 
