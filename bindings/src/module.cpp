@@ -306,57 +306,67 @@ void owner_attr(char* buf, size_t n) {
     *p = '\0';
 }
 
+// A new block of the pool (a storage allocated or mapped): its entry in the
+// table (reported: the host hears of it now) and the pool's figures;
+// returns the pool's bytes after it.
+uint64_t pta_add(uint64_t ptr, uint64_t n, bool reported) {
+    std::lock_guard<msms::SpinLock> lock(g_pta_mu);
+    (*g_pta_live)[ptr] = PtaBlock{n, reported};
+    g_pta_used += static_cast<int64_t>(n);
+    if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
+    return static_cast<uint64_t>(g_pta_used);
+}
+
+// Its MALLOC row; the caller entered the agent (pta_add's `reported`).
+void pta_malloc_row(uint64_t ptr, uint64_t n, uint64_t total, const char* attrs) {
+    g_agent.event(MSMS_EV_MALLOC, MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, n, 0, total_aux(total), nullptr, attrs);
+    g_agent.leave();
+}
+
+// A block of the pool going away (freed or unmapped; called before the real
+// call: the address may be given out again by another thread as soon as it
+// returns). A block the host never heard of is not written (it would pair
+// with nothing); one it knows, gone while collection is off, gets a shadow
+// FREE at the next start.
+void pta_gone(uint64_t ptr) {
+    bool known = false, reported = false;
+    uint64_t total = 0;
+    {
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
+        auto it = g_pta_live->find(ptr);
+        if (it != g_pta_live->end()) {
+            g_pta_used -= static_cast<int64_t>(it->second.size);
+            total = static_cast<uint64_t>(g_pta_used);
+            reported = it->second.reported;
+            g_pta_live->erase(it);
+            known = true;
+        }
+    }
+    if (!known || !reported) return;
+    if (g_agent.enter()) {
+        g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, 0, 0, total_aux(total), nullptr, nullptr);
+        g_agent.leave();
+    } else {
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
+        g_pta_unseen_frees->push_back(ptr);
+    }
+}
+
 int pta_posix_memalign(void** out, size_t align, size_t n) {
     int rc = g_prev_posix_memalign(out, align, n);
     if (rc != 0 || !g_pta_on.load(std::memory_order_relaxed)) return rc;
     bool on = g_agent.enter();
-    uint64_t total;
-    {
-        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-        (*g_pta_live)[reinterpret_cast<uint64_t>(*out)] = PtaBlock{n, on};
-        g_pta_used += static_cast<int64_t>(n);
-        if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
-        total = static_cast<uint64_t>(g_pta_used);
-    }
+    uint64_t total = pta_add(reinterpret_cast<uint64_t>(*out), n, on);
     if (on) {
         char attrs[300];
         owner_attr(attrs, sizeof(attrs));
-        g_agent.event(MSMS_EV_MALLOC, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(*out), n, 0,
-                      total_aux(total), nullptr, attrs);
-        g_agent.leave();
+        pta_malloc_row(reinterpret_cast<uint64_t>(*out), n, total, attrs);
     }
     return rc;
 }
 
 void pta_free(void* p) {
-    if (p && g_pta_live) {
-        bool known = false, reported = false;
-        uint64_t total = 0;
-        {
-            std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-            auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
-            if (it != g_pta_live->end()) {
-                g_pta_used -= static_cast<int64_t>(it->second.size);
-                total = static_cast<uint64_t>(g_pta_used);
-                reported = it->second.reported;
-                g_pta_live->erase(it);
-                known = true;
-            }
-        }
-        // A block the host never heard of is not written (it would pair with
-        // nothing); one it knows, freed while collection is off, gets a
-        // shadow FREE at the next start.
-        if (known && reported) {
-            if (g_agent.enter()) {
-                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0,
-                              total_aux(total), nullptr, nullptr);
-                g_agent.leave();
-            } else {
-                std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-                g_pta_unseen_frees->push_back(reinterpret_cast<uint64_t>(p));
-            }
-        }
-    }
+    if (p && g_pta_live) pta_gone(reinterpret_cast<uint64_t>(p));
     g_prev_free(p);
 }
 
@@ -385,23 +395,14 @@ void* pta_mapped(void* p, size_t n, int prot, int flags, int fd) {
         !g_pta_on.load(std::memory_order_relaxed))
         return p;
     bool on = g_agent.enter();
-    uint64_t total;
-    {
-        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-        (*g_pta_live)[reinterpret_cast<uint64_t>(p)] = PtaBlock{n, on};
-        g_pta_used += static_cast<int64_t>(n);
-        if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
-        total = static_cast<uint64_t>(g_pta_used);
-    }
+    uint64_t total = pta_add(reinterpret_cast<uint64_t>(p), n, on);
     if (on) {
         const bool shared = (flags & MAP_SHARED) != 0;
         char attrs[320];
         snprintf(attrs, sizeof(attrs), "owner:PTA@%s,mapped:%s",
                  t_owner_label[0] ? t_owner_label : shared ? "shared_memory" : "mapped_file",
                  shared ? "shared" : "private");
-        g_agent.event(MSMS_EV_MALLOC, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0,
-                      total_aux(total), nullptr, attrs);
-        g_agent.leave();
+        pta_malloc_row(reinterpret_cast<uint64_t>(p), n, total, attrs);
     }
     return p;
 }
@@ -415,33 +416,7 @@ void* pta_mmap64(void* addr, size_t n, int prot, int flags, int fd, off_t off) {
 }
 
 int pta_munmap(void* p, size_t n) {
-    // as pta_free: recorded before the real call (the address may be mapped
-    // again by another thread as soon as it returns)
-    if (p && g_pta_live) {
-        bool known = false, reported = false;
-        uint64_t total = 0;
-        {
-            std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-            auto it = g_pta_live->find(reinterpret_cast<uint64_t>(p));
-            if (it != g_pta_live->end()) {
-                g_pta_used -= static_cast<int64_t>(it->second.size);
-                total = static_cast<uint64_t>(g_pta_used);
-                reported = it->second.reported;
-                g_pta_live->erase(it);
-                known = true;
-            }
-        }
-        if (known && reported) {
-            if (g_agent.enter()) {
-                g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), 0, 0,
-                              total_aux(total), nullptr, nullptr);
-                g_agent.leave();
-            } else {
-                std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-                g_pta_unseen_frees->push_back(reinterpret_cast<uint64_t>(p));
-            }
-        }
-    }
+    if (p && g_pta_live) pta_gone(reinterpret_cast<uint64_t>(p));
     return g_prev_munmap(p, n);
 }
 

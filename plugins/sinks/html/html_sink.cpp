@@ -280,7 +280,7 @@ public:
         o += html_escape("msmemscope report: pid " + std::to_string(run_.pid));
         o.append(tpl.substr(t_at + 7, at - t_at - 7));
         render_data(page);
-        page.text().append(tpl.substr(at + 6));
+        o.append(tpl.substr(at + 6));
         page.flush();
         host_.progress(page.written(), page.written());
         int err = page.ok() ? 0 : page.error();
