@@ -1,10 +1,13 @@
 #include "fold_map.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 
 #include <msmemscope/abi.h>
+
+#include "huge_stretch.h"
 
 namespace msms::agent::fold_map {
 namespace {
@@ -32,6 +35,29 @@ T* publish(std::atomic<T*>& at, size_t bytes) {
     return expected;
 }
 
+// Leaves of the brk heap (glibc's main arena: one stretch, its blocks side
+// by side, so nearly every page of their slots is written) come 8 to a
+// huge-page stretch (huge_stretch.h): importing torch fills ~8 MiB of them.
+// Other leaves (mmap'ed blocks, other arenas: often one block in 2 MiB)
+// keep 4 KiB pages, so a sparse leaf costs the program a page, not 256 KiB.
+constexpr size_t kLeafBytes = sizeof(std::atomic<uint16_t>) << Map::kLeafBits;
+huge_stretch::Pieces g_dense_leaves(kLeafBytes);
+
+bool in_brk_heap(uint64_t ptr) {
+    const auto brk = reinterpret_cast<uintptr_t>(sbrk(0));
+    return brk != ~uintptr_t{0} && ptr < brk && brk - ptr <= (uint64_t{64} << 30);
+}
+
+template <class T>
+T* publish_dense(std::atomic<T*>& at) {
+    T* made = static_cast<T*>(g_dense_leaves.take());
+    if (!made) return nullptr;
+    T* expected = nullptr;
+    if (at.compare_exchange_strong(expected, made, std::memory_order_acq_rel, std::memory_order_acquire))
+        return made;
+    return expected;  // another thread published first; this piece stays unused (rare)
+}
+
 }  // namespace
 
 Map::Slot* Map::leaf(uint64_t ptr, bool create) const {
@@ -42,7 +68,7 @@ Map::Slot* Map::leaf(uint64_t ptr, bool create) const {
     }
     Mid& at = mid[(ptr >> (kGranuleBits + kLeafBits)) & ((uint64_t{1} << kMidBits) - 1)];
     Slot* leaf = at.load(std::memory_order_acquire);
-    if (!leaf && create) leaf = publish(at, sizeof(Slot) << kLeafBits);
+    if (!leaf && create) leaf = in_brk_heap(ptr) ? publish_dense(at) : publish(at, kLeafBytes);
     return leaf;
 }
 

@@ -8,7 +8,8 @@
 // block reads and writes one slot beside those of the blocks allocated
 // just before and after it: no hashing, no locked instruction, no probing
 // however many blocks came and went (~2 M during `import torch`; the
-// hashed table it replaces took a cache miss on each, ~0.13 s).
+// hashed table it replaces took a cache miss on each, ~0.13 s). The brk
+// heap's leaves share huge-page stretches (fold_map.cpp).
 //
 // Lock-free. A block's address is live once at a time, and its free
 // happens after its allocation returned (the allocator orders them, on one
@@ -38,6 +39,8 @@ public:
     bool take(uint64_t ptr, uint64_t* size);
     // Whether a block is held at ptr now (tests).
     bool holds(uint64_t ptr) const;
+    // The memory of ptr's stretch of slots, nullptr when none was made (tests).
+    const void* leaf_memory(uint64_t ptr) const { return leaf(ptr, false); }
 
     static constexpr int kGranuleBits = 4;   // 16 bytes a slot
     static constexpr int kLeafBits = 17;     // 2 MiB a leaf

@@ -13,12 +13,15 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <unwind.h>
 
 #include <atomic>
 #include <cstring>
+
+#include "huge_stretch.h"
 
 namespace msms::agent {
 namespace {
@@ -174,14 +177,28 @@ __attribute__((noinline)) bool fp_walk(ThreadWriter* w, uint64_t* out, uint32_t 
 // hash (set once); its value is (generation << 40 | id), id 0 while the
 // claiming thread writes the definition. A value of another channel
 // generation (the stream was reopened after fork) is stale: reclaimed.
-constexpr uint32_t kSharedSlots = 1u << 16;
+constexpr uint32_t kSharedSlots = 1u << 17;
 constexpr uint32_t kSharedProbes = 16;
 constexpr uint64_t kIdMask = (1ull << 40) - 1;
 struct SharedSlot {
     std::atomic<uint64_t> key;
     std::atomic<uint64_t> value;
 };
-SharedSlot g_shared[kSharedSlots];
+// One huge-page stretch (huge_stretch.h), made at the first stack: the hash
+// spreads a run's few thousand stacks over every page of it, which as static
+// 4 KiB pages took a fault each (~250 a torch run).
+static_assert(sizeof(SharedSlot) * kSharedSlots == huge_stretch::kBytes, "the table fills its stretch");
+std::atomic<SharedSlot*> g_shared{nullptr};
+
+SharedSlot* shared_table() {
+    SharedSlot* t = g_shared.load(std::memory_order_acquire);
+    if (t) return t;
+    auto* made = static_cast<SharedSlot*>(huge_stretch::map());  // zeroed: every key 0
+    if (!made) return nullptr;
+    if (g_shared.compare_exchange_strong(t, made, std::memory_order_acq_rel, std::memory_order_acquire)) return made;
+    munmap(made, huge_stretch::kBytes);  // another thread made it first
+    return t;
+}
 
 inline uint64_t gen_tag() { return static_cast<uint64_t>(g_generation.load(std::memory_order_relaxed) & 0xffffff) << 40; }
 
@@ -238,11 +255,13 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
 
 uint64_t shared_find(uint64_t hash, int64_t& claim) {
     claim = -1;
+    SharedSlot* table = shared_table();
+    if (!table) return 0;  // no memory for it: each thread defines its own (still correct)
     const uint64_t tag = gen_tag();
     uint32_t start = static_cast<uint32_t>(hash >> 20);
     for (uint32_t i = 0; i < kSharedProbes; ++i) {
         uint32_t idx = (start + i) & (kSharedSlots - 1);
-        SharedSlot& s = g_shared[idx];
+        SharedSlot& s = table[idx];
         uint64_t k = s.key.load(std::memory_order_acquire);
         if (k == 0) {
             if (!s.key.compare_exchange_strong(k, hash, std::memory_order_acq_rel) && k != hash) continue;
@@ -272,7 +291,8 @@ uint64_t shared_find(uint64_t hash, int64_t& claim) {
 void shared_publish(int64_t claim, uint64_t id) {
     if (claim < 0) return;
     // id 0 gives the claim up (a value of generation 0 is stale for everyone).
-    g_shared[claim].value.store(id ? (gen_tag() | (id & kIdMask)) : 0, std::memory_order_release);
+    g_shared.load(std::memory_order_acquire)[claim].value.store(id ? (gen_tag() | (id & kIdMask)) : 0,
+                                                                std::memory_order_release);
 }
 
 int unwind_mode() { return g_mode; }
