@@ -25,26 +25,51 @@ list_analyzers, get_analyzer_config, analyze.
 from __future__ import annotations
 
 from . import _session
-from ._api import RecordFunction, TakeSnapshot, config, start, step, stop, take_snapshot
-from ._hooks import cleanup_framework_hooks, enable_npu_sanitizer, init_framework_hooks
-from . import describe, tracer, watcher
+# Small, and used inside traced regions (a first import there would trace
+# the import machinery's calls): loaded with the package.
+from . import describe, tracer
 
-# The offline analyzers (sqlite3, inspect, pathlib...) load when first used:
-# a program under the CLI imports this package at its start (issue #30).
+# Under the CLI every Python process imports this package at its start
+# (_boot.py), before the program's first line: only the session and what
+# it starts load then. The API (with ctypes, dis and the CUDA side), the
+# framework hooks and the watcher load when first used (the same objects:
+# ``from msmemscope import config`` and ``msmemscope.config`` both work);
+# the offline analyzers (sqlite3, inspect, pathlib...) too (issue #30).
+# Only the API and the tracer start a trace from the program, so these are
+# loaded by then (a CLI run with events=traceback traces a first use's import
+# like any other import of the program).
+_API_NAMES = ("RecordFunction", "TakeSnapshot", "config", "start", "step", "stop", "take_snapshot")
+_HOOK_NAMES = ("cleanup_framework_hooks", "enable_npu_sanitizer", "init_framework_hooks")
+_SUBMODULES = ("watcher",)
 _ANALYZER_NAMES = ("analyze", "check_inefficient", "check_leaks", "get_analyzer_config", "list_analyzers")
 
 
 def __getattr__(name):
-    if name == "analyzer" or name in _ANALYZER_NAMES:
-        import importlib
+    if name in _API_NAMES:
+        module, names = "_api", _API_NAMES
+    elif name in _HOOK_NAMES:
+        module, names = "_hooks", _HOOK_NAMES
+    elif name in _SUBMODULES or name == "analyzer":
+        module, names = name, ()
+    elif name in _ANALYZER_NAMES:
+        module, names = "analyzer", _ANALYZER_NAMES
+    else:
+        raise AttributeError(f"module 'msmemscope' has no attribute '{name}'")
+    # import_module, not ``from . import``: that asks this function for the
+    # name first. Importing a submodule binds msmemscope.<module> too.
+    import importlib
 
-        analyzer = importlib.import_module(__name__ + ".analyzer")  # binds msmemscope.analyzer too
-        return analyzer if name == "analyzer" else getattr(analyzer, name)
-    raise AttributeError(f"module 'msmemscope' has no attribute '{name}'")
+    source = importlib.import_module(f"{__name__}.{module}")
+    # All of a module's names at once, as plain attributes from now on: the
+    # program's next call (msmemscope.stop() inside a traced region) runs
+    # no import machinery.
+    for n in names:
+        globals()[n] = getattr(source, n)
+    return source if module == name else globals()[name]
 
 
 def __dir__():
-    return sorted(set(globals()) | {"analyzer", *_ANALYZER_NAMES})
+    return sorted(set(globals()) | {"analyzer", *_API_NAMES, *_HOOK_NAMES, *_SUBMODULES, *_ANALYZER_NAMES})
 
 __version__ = _session._paths.VERSION
 __all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction", "tracer",

@@ -145,6 +145,9 @@ def _torch_imported_now() -> None:
 def _step_on(session) -> None:
     """--step-on=module:function: those functions' returns end the steps
     (msmemscope/_step_on.py), instead of the optimizer's."""
+    text = session._ext.option("step_on")
+    if not text:
+        return  # the module (and its imports) only loads when asked for
     from . import _step_on as step_on
 
     def mark() -> None:
@@ -152,7 +155,7 @@ def _step_on(session) -> None:
         _cuda.flush()  # the caching allocator's blocks of this step before its mark
         session._ext.step()
 
-    if step_on.install(session._ext.option("step_on"), mark):
+    if step_on.install(text, mark):
         session.steps_from_step_on()
 
 

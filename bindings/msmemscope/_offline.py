@@ -12,13 +12,13 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 from . import _session
-from ._session import _ext
 
 __all__ = ["analyzer_plugins", "plugin_schema", "run", "check_input", "options"]
 
 
 def _plugins() -> List[dict]:
-    return _ext.list_plugins(_session.PREFIX, _session._plugin_paths)
+    from . import _msmemscope_config
+    return _msmemscope_config.list_plugins(_session.PREFIX, _session._plugin_paths)
 
 
 def analyzer_plugins() -> List[str]:

@@ -137,11 +137,12 @@ def _not_followed() -> bool:
 
 def validate(values: Dict[str, str], plugin_paths: Optional[List[str]] = None,
              plugin_options: Optional[Dict[str, Dict[str, str]]] = None) -> dict:
+    from . import _msmemscope_config  # the CLI's validator: loads at the first config()
     try:
-        return _ext.validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values}, PREFIX,
-                                    _plugin_paths if plugin_paths is None else plugin_paths,
-                                    _plugin_options if plugin_options is None else plugin_options,
-                                    "plugin_options")
+        return _msmemscope_config.validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values},
+                                                  PREFIX, _plugin_paths if plugin_paths is None else plugin_paths,
+                                                  _plugin_options if plugin_options is None else plugin_options,
+                                                  "plugin_options")
     except ValueError as e:
         raise ValueError(f"msmemscope.config: {e}") from None
 

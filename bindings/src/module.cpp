@@ -1,8 +1,5 @@
 // _msmemscope: the native half of the Python package.
 //
-//  - configuration: the CLI's own parser and validator (msmemscope::host), so
-//    that msmemscope.config() accepts and refuses exactly what the command
-//    line does, with the same messages;
 //  - the agent: loaded into this process (or found preloaded), attached to
 //    a session, driven (start/stop/step/events);
 //  - hooks without LD_PRELOAD: the host_heap collector's hooks installed by
@@ -38,8 +35,6 @@
 
 #include "agent_api.h"
 #include "hooks_off.h"
-#include "config.h"
-#include "registry.h"
 #include "py_frames.h"
 #include "py_trace.h"
 #include "util/addr_map.h"
@@ -53,113 +48,6 @@ namespace fs = std::filesystem;
 using namespace msms_py;
 
 namespace {
-
-// ---------------------------------------------------------------- config
-struct Catalogs {
-    std::unique_ptr<msms::Registry> registry;
-    std::string key;
-};
-Catalogs g_catalog;
-
-msms::Registry& registry_for(const std::string& prefix, const std::vector<std::string>& extra) {
-    std::string key = prefix;
-    for (auto& e : extra) key += "\n" + e;
-    if (const char* env = getenv("MSMEMSCOPE_PLUGIN_PATH")) key += std::string("\n$") + env;
-    if (g_catalog.registry && g_catalog.key == key) return *g_catalog.registry;
-    auto reg = std::make_unique<msms::Registry>();
-    // Plugins are first loaded in the installed probe helper (registry.h):
-    // one that crashes while being loaded is refused, and never loaded here.
-    std::string helper = prefix + "/lib/msmemscope/msmemscope-plugin-probe";
-    reg->set_probe_helper(access(helper.c_str(), X_OK) == 0 ? helper : "");
-    reg->discover(msms::Registry::search_dirs(prefix + "/lib/msmemscope/plugins", extra));
-    g_catalog.registry = std::move(reg);
-    g_catalog.key = key;
-    return *g_catalog.registry;
-}
-
-// Validates the Python config (canonical CLI option names -> text values).
-py::dict validate_config(const std::map<std::string, std::string>& values,
-                         const std::map<std::string, std::string>& origins, const std::string& prefix,
-                         const std::vector<std::string>& plugin_paths,
-                         const std::map<std::string, std::map<std::string, std::string>>& plugin_options,
-                         const std::string& plugin_options_origin) {
-    msms::RawConfig raw;
-    for (auto& [k, v] : values) {
-        auto it = origins.find(k);
-        raw.values[k] = msms::RawValue{v, it != origins.end() ? it->second : k};
-    }
-    raw.values["serve-session"] = msms::RawValue{"python", "serve_session"};
-    raw.search_paths = plugin_paths;
-    raw.plugin_options = plugin_options;
-    for (auto& [name, kv] : plugin_options) raw.plugin_option_origin[name] = plugin_options_origin;
-    msms::Registry& reg = registry_for(prefix, plugin_paths);
-    msms::Config cfg;
-    std::vector<std::string> errors;
-    if (!msms::validate(raw, reg.catalog(), cfg, errors)) {
-        std::string msg;
-        for (auto& e : errors) msg += (msg.empty() ? "" : "\n") + e;
-        throw py::value_error(msg);
-    }
-    py::dict d;
-    d["agent_options"] = cfg.agent_options();
-    d["output"] = cfg.output;
-    d["data_format"] = cfg.data_format;
-    d["analysis"] = cfg.analyzers;
-    d["sinks"] = cfg.sinks;
-    d["events"] = std::vector<std::string>(cfg.events.begin(), cfg.events.end());
-    d["devices"] = cfg.devices;
-    d["collectors"] = cfg.collectors;
-    d["collect_mode"] = cfg.collect_mode;
-    d["json"] = cfg.to_json();
-    // The collectors' target-side libraries (what the CLI would preload).
-    std::vector<std::string> libs;
-    for (auto& name : cfg.collectors) {
-        const msms::LoadedPlugin* p = reg.find(name, MSMS_KIND_COLLECTOR);
-        if (!p || !p->descriptor->agent_library) continue;
-        fs::path dir = fs::path(p->path).parent_path();
-        std::string lib = p->descriptor->agent_library;
-        for (auto& c : {dir / lib, dir.parent_path() / "agent" / lib, dir / "agent" / lib}) {
-            if (access(c.c_str(), R_OK) == 0) {
-                libs.push_back(fs::absolute(c).lexically_normal().string());
-                break;
-            }
-        }
-    }
-    d["agent_libraries"] = libs;
-    return d;
-}
-
-py::list list_plugins(const std::string& prefix, const std::vector<std::string>& plugin_paths) {
-    msms::Registry& reg = registry_for(prefix, plugin_paths);
-    py::list out;
-    for (auto& p : reg.plugins()) {
-        py::dict d;
-        d["name"] = p.info.name;
-        d["kind"] = p.kind_name();
-        d["version"] = std::string(p.descriptor->version ? p.descriptor->version : "");
-        d["description"] = std::string(p.descriptor->description ? p.descriptor->description : "");
-        d["events"] = p.info.events;
-        d["path"] = p.path;
-        py::list opts;
-        for (auto& o : p.info.options) {
-            py::dict od;
-            static const char* types[] = {"string", "int", "bool", "enum", "list"};
-            od["name"] = o.name;
-            od["type"] = std::string(o.type >= 0 && o.type < 5 ? types[o.type] : "string");
-            od["default"] = o.has_default ? py::object(py::str(o.default_value)) : py::object(py::none());
-            od["allowed"] = o.allowed;
-            if (o.type == MSMS_OPT_INT) {
-                od["min"] = o.min;
-                od["max"] = o.max;
-            }
-            od["description"] = o.description;
-            opts.append(od);
-        }
-        d["options"] = opts;
-        out.append(d);
-    }
-    return out;
-}
 
 // ---------------------------------------------------------------- heap hooks
 void* g_hook_handle = nullptr;
@@ -613,10 +501,6 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.doc() = "native half of the msmemscope package (not a public API)";
     m.def("load_agent", &load_agent, py::arg("path"));
     m.def("agent_loaded", [] { return g_agent_loaded; });
-    m.def("validate_config", &validate_config, py::arg("values"), py::arg("origins"), py::arg("prefix"),
-          py::arg("plugin_paths"), py::arg("plugin_options") = std::map<std::string, std::map<std::string, std::string>>{},
-          py::arg("plugin_options_origin") = std::string("plugin_options"));
-    m.def("list_plugins", &list_plugins, py::arg("prefix"), py::arg("plugin_paths"));
     // The host's trust check (util/file_trust.h): the package checks every
     // executable it runs with it (the host binary from MSMEMSCOPE_HOME, #29).
     m.def("untrusted_reason", [](const std::string& path) { return msms::untrusted_reason(path); }, py::arg("path"));

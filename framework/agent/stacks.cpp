@@ -61,9 +61,11 @@ bool is_tool_name(const char* name) {
     const char* base = strrchr(name, '/');
     base = base ? base + 1 : name;
     // Also the Python package's extensions (_msmemscope: the hooks on c10's
-    // CPU allocator; _torch_observer): a stack starts at the user's caller.
+    // CPU allocator; _msmemscope_config: config()'s validator;
+    // _torch_observer): a stack starts at the user's caller.
     return strncmp(base, "libmsmemscope_agent", 19) == 0 || strncmp(base, "libmsms_", 8) == 0 ||
-           strncmp(base, "_msmemscope.", 12) == 0 || strncmp(base, "_torch_observer.", 16) == 0;
+           strncmp(base, "_msmemscope.", 12) == 0 || strncmp(base, "_msmemscope_config.", 19) == 0 ||
+           strncmp(base, "_torch_observer.", 16) == 0;
 }
 
 struct ScanCtx {

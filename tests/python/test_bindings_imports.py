@@ -19,7 +19,7 @@ SHIPPED = {
     "msmemscope._torch_cuda": SOURCE / "plugins/collectors/cuda/python/msmemscope_torch_cuda.py",
 }
 # Native extensions (bindings/src, the torch observer): leaves.
-EXTENSIONS = ("msmemscope._msmemscope", "msmemscope._torch_observer")
+EXTENSIONS = ("msmemscope._msmemscope", "msmemscope._msmemscope_config", "msmemscope._torch_observer")
 
 
 def _modules() -> Dict[str, pathlib.Path]:

@@ -41,7 +41,7 @@ const char* const kCPython =
     "__tzfile_read\n"
     "__tzstring\n";
 
-// msmemscope's own Python modules (the package's extension and its PyTorch
+// msmemscope's own Python modules (the package's extensions and its PyTorch
 // operator observer): what they keep until exit (the code objects and
 // operator names seen) is the profiler's memory, not the program's. Matched
 // against every frame: their std::string and container allocations name a
@@ -51,6 +51,7 @@ const char* const kCPython =
 // after this file, a temporary path gone when the run ends).
 const char* const kSelf =
     "/msmemscope/_msmemscope.\n"
+    "/msmemscope/_msmemscope_config.\n"
     "/msmemscope/_torch_observer.\n"
     "/.msmemscope_session_*/python/sitecustomize.py(\n";
 
