@@ -88,6 +88,18 @@ def read_json(path):
         return None
 
 
+def live_json_at_barrier(out):
+    """The run folder's live.json once it is at the barrier; None before (the
+    process's folder may not exist yet when the program reaches its barrier:
+    the host makes it as the capture's first rows arrive)."""
+    dirs = process_dirs(out)
+    if not dirs:
+        return None
+    assert len(dirs) == 1, dirs
+    j = read_json(dirs[0] / "live.json")
+    return j if at_barrier(j) else None
+
+
 def at_barrier(j):
     """live.json once every event before the barrier is in: 3 step ends, 6 MiB live at the top site."""
     return (j and j["steps"] and j["steps"][-1]["step"] == 3 and j["top_sites"]
@@ -152,8 +164,7 @@ def test_live_terminal_screen_in_tmux(tmp_path):
             return "MSMS_EXIT=" not in pane()
 
         fifo.wait_reached(alive)
-        live = until(lambda: (lambda j: j if at_barrier(j) else None)(read_json(folder(out) / "live.json")),
-                     "live.json at the barrier")
+        live = until(lambda: live_json_at_barrier(out), "live.json at the barrier")
         assert live["finished"] is False
         pool = next(p for p in live["pools"] if p["pool"] == "cpu/HOST")
         # the screen shows that snapshot (redrawn each second): the pool, its peak, the top site
