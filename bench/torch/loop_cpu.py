@@ -51,6 +51,10 @@ def variants(args):
     return out
 
 
+PERF_MAP = re.compile(r"^perf-\d+\.map$")
+JIT_NAME = "JIT code (perf-PID.map)"
+
+
 def record(prefix, args, workdir):
     """One perf-recorded run; returns {library: samples} of the program's
     loop, or None when the run failed."""
@@ -74,7 +78,10 @@ def record(prefix, args, workdir):
         if not s or not s.group(1).startswith("python3"):
             continue
         if end - loop <= float(s.group(3)) <= end:
-            by_pid[s.group(2)][os.path.basename(s.group(4))] += 1
+            lib = os.path.basename(s.group(4))
+            # JIT-compiled code (oneDNN/fbgemm kernels) is named after the
+            # process (perf-PID.map): one name for it in every run.
+            by_pid[s.group(2)][JIT_NAME if PERF_MAP.match(lib) else lib] += 1
     if not by_pid:
         sys.stderr.write("no samples of the program in its loop: %s\n" % " ".join(cmd))
         return None
