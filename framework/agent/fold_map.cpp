@@ -22,19 +22,6 @@ void* reserve(size_t bytes) {
     return m == MAP_FAILED ? nullptr : m;
 }
 
-// Publishes a freshly made table at `at` (or takes the one another thread
-// published first and gives its own back).
-template <class T>
-T* publish(std::atomic<T*>& at, size_t bytes) {
-    T* made = static_cast<T*>(reserve(bytes));
-    if (!made) return nullptr;
-    T* expected = nullptr;
-    if (at.compare_exchange_strong(expected, made, std::memory_order_acq_rel, std::memory_order_acquire))
-        return made;
-    munmap(made, bytes);
-    return expected;
-}
-
 // Leaves of the brk heap (glibc's main arena: one stretch, its blocks side
 // by side, so nearly every page of their slots is written) come 8 to a
 // huge-page stretch (huge_stretch.h): importing torch fills ~8 MiB of them.
@@ -48,27 +35,24 @@ bool in_brk_heap(uint64_t ptr) {
     return brk != ~uintptr_t{0} && ptr < brk && brk - ptr <= (uint64_t{64} << 30);
 }
 
-template <class T>
-T* publish_dense(std::atomic<T*>& at) {
-    T* made = static_cast<T*>(g_dense_leaves.take());
-    if (!made) return nullptr;
-    T* expected = nullptr;
-    if (at.compare_exchange_strong(expected, made, std::memory_order_acq_rel, std::memory_order_acquire))
-        return made;
-    return expected;  // another thread published first; this piece stays unused (rare)
-}
-
 }  // namespace
 
 Map::Slot* Map::leaf(uint64_t ptr, bool create) const {
     std::atomic<Mid*>& top = top_[ptr >> (kGranuleBits + kLeafBits + kMidBits)];
     Mid* mid = top.load(std::memory_order_acquire);
     if (!mid) {
-        if (!create || !(mid = publish(top, sizeof(Mid) << kMidBits))) return nullptr;
+        constexpr size_t kMidBytes = sizeof(Mid) << kMidBits;
+        if (!create || !(mid = huge_stretch::publish(top, static_cast<Mid*>(reserve(kMidBytes)), kMidBytes)))
+            return nullptr;
     }
     Mid& at = mid[(ptr >> (kGranuleBits + kLeafBits)) & ((uint64_t{1} << kMidBits) - 1)];
     Slot* leaf = at.load(std::memory_order_acquire);
-    if (!leaf && create) leaf = in_brk_heap(ptr) ? publish_dense(at) : publish(at, kLeafBytes);
+    if (!leaf && create) {
+        // A dense leaf that lost the race stays an unused piece (rare).
+        const bool dense = in_brk_heap(ptr);
+        void* made = dense ? g_dense_leaves.take() : reserve(kLeafBytes);
+        leaf = huge_stretch::publish(at, static_cast<Slot*>(made), dense ? 0 : kLeafBytes);
+    }
     return leaf;
 }
 

@@ -17,6 +17,8 @@ void* map() {
     return reinterpret_cast<void*>(at);
 }
 
+void unmap(void* p, size_t bytes) { munmap(p, bytes); }
+
 void* Pieces::take() {
     uintptr_t cur = next_.load(std::memory_order_acquire);
     for (;;) {

@@ -24,6 +24,21 @@ constexpr size_t kBytes = size_t{2} << 20;
 // A 2 MiB-aligned, 2 MiB read-write anonymous mapping (MAP_NORESERVE) with
 // the huge-page advice; nullptr when there is no memory for it.
 void* map();
+void unmap(void* p, size_t bytes);
+
+// Publishes a freshly mapped table `made` at `at`, lock-free, unless another
+// thread published one there first: then that one is returned and `made`
+// unmapped (`bytes` long; 0: a piece of a stretch, kept unused). A null
+// `made` (no memory) returns null.
+template <class T>
+T* publish(std::atomic<T*>& at, T* made, size_t bytes) {
+    if (!made) return nullptr;
+    T* expected = nullptr;
+    if (at.compare_exchange_strong(expected, made, std::memory_order_acq_rel, std::memory_order_acquire))
+        return made;
+    if (bytes) unmap(made, bytes);
+    return expected;
+}
 
 // Pieces of `piece` bytes (a divisor of kBytes) cut in order from shared
 // stretches, lock-free; a piece is never given back. nullptr: no memory.

@@ -13,7 +13,6 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -195,11 +194,8 @@ std::atomic<SharedSlot*> g_shared{nullptr};
 SharedSlot* shared_table() {
     SharedSlot* t = g_shared.load(std::memory_order_acquire);
     if (t) return t;
-    auto* made = static_cast<SharedSlot*>(huge_stretch::map());  // zeroed: every key 0
-    if (!made) return nullptr;
-    if (g_shared.compare_exchange_strong(t, made, std::memory_order_acq_rel, std::memory_order_acquire)) return made;
-    munmap(made, huge_stretch::kBytes);  // another thread made it first
-    return t;
+    // zeroed: every key 0
+    return huge_stretch::publish(g_shared, static_cast<SharedSlot*>(huge_stretch::map()), huge_stretch::kBytes);
 }
 
 inline uint64_t gen_tag() { return static_cast<uint64_t>(g_generation.load(std::memory_order_relaxed) & 0xffffff) << 40; }
