@@ -13,9 +13,10 @@ interleaved rounds: `perf record -a -k CLOCK_MONOTONIC` of train_gpt.py;
 the program's samples inside its loop (the window ends at the script's
 end_mono and lasts its loop_s), split by library. Its ratio is
 (all loop samples / libblas loop samples) over bare's in the same round;
-the median and range over the rounds are printed, and per library the
-samples over libblas's, above bare's (what each part adds, as a share of
-bare's loop). The program never waits on msmemscope (under the CLI its
+the median and range over the rounds are printed, with the median's 90%
+confidence interval against the 1.15x target (run.py's verdict), and per
+library the samples over libblas's, above bare's (what each part adds, as
+a share of bare's loop). The program never waits on msmemscope (under the CLI its
 wall time equals its CPU time), so at equal CPU speed this ratio is the
 loop's wall ratio. It reads the cost a little low: what msmemscope does
 to the caches slows the BLAS work too, and that part cancels out.
@@ -36,7 +37,8 @@ import subprocess
 import sys
 import tempfile
 
-from run import MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT  # the variants run.py measures end to end
+from rounds import median_ci
+from run import LOOP_TARGET, MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT, verdict  # the variants run.py measures end to end
 
 BLAS = re.compile(r"^libblas\.so")
 SAMPLE = re.compile(r"^\s*(\S.*?)\s+(\d+)\s+([0-9.]+):\s+[0-9a-f]+\s+.*\((.*)\)\s*$")
@@ -137,9 +139,9 @@ def main():
     print("rounds: %d, steps: %d; the program's loop samples over its libblas samples, ÷ bare's in the same round"
           % (len(rounds), args.steps))
     print()
-    print("| variant | loop CPU ÷ bare at equal BLAS work | loop wall ÷ bare | "
-          "added per library, share of bare's loop (median) |")
-    print("|---|---|---|---|")
+    print("| variant | loop CPU ÷ bare at equal BLAS work | its median's 90%% CI, against %.2f× | loop wall ÷ bare | "
+          "added per library, share of bare's loop (median) |" % LOOP_TARGET)
+    print("|---|---|---|---|---|")
     for key, label, _ in vs[1:]:
         ratios, walls = [], []
         added = collections.defaultdict(list)
@@ -154,7 +156,9 @@ def main():
         top = sorted(((statistics.median(v), k) for k, v in added.items()), reverse=True)[:6]
         parts = ", ".join("%s %+.1f%%" % (k, 100 * v) for v, k in top if abs(v) >= 0.001)
         fmt = lambda v: "%.3f× (%.3f–%.3f)" % (statistics.median(v), min(v), max(v))
-        print("| %s | %s | %s | %s |" % (label, fmt(ratios), fmt(walls), parts))
+        _, lo, hi = median_ci(ratios)
+        ci = "[%.3f–%.3f] %s" % (lo, hi, verdict(ratios, LOOP_TARGET)) if lo is not None else "too few rounds"
+        print("| %s | %s | %s | %s | %s |" % (label, fmt(ratios), ci, fmt(walls), parts))
 
 
 if __name__ == "__main__":

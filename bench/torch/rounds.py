@@ -39,3 +39,26 @@ def output_line(cmd, workdir, prefix):
             return line[len(prefix):]
     sys.stderr.write("FAILED (%s): %s\n" % (p.returncode, " ".join(cmd(d))))
     return None
+
+
+def median_ci(values, level=0.90):
+    """The median of values and a distribution-free confidence interval for
+    it (order statistics: the k-th smallest and k-th largest, k the largest
+    with P(Binomial(n, 1/2) < k) <= (1 - level) / 2; its coverage is at
+    least `level`). None for the bounds when n is too small (n < 5 at 90%)."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return None, None, None
+    mid = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    tail, cdf, k = (1 - level) / 2, 0.0, 0
+    from math import comb
+    while k < n:
+        cdf += comb(n, k) / 2 ** n  # P(B <= k)
+        if cdf > tail:
+            break
+        k += 1
+    # P(B <= k - 1) <= tail: the interval [x_(k), x_(n-k+1)] (1-based)
+    if k == 0:
+        return mid, None, None
+    return mid, xs[k - 1], xs[n - k]
