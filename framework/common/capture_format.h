@@ -58,9 +58,14 @@
 // records. Any clock read that is not yet published either happened after the
 // barrier (so its timestamp is >= T) or its pending store is visible; so
 // every event below min(T, pending - 1) is already readable and can be
-// delivered in final order. The hot path pays two plain stores, the host one
-// system call per poll. Without membarrier the host falls back to a time
-// window and counts late events ("stragglers").
+// delivered in final order. That bound holds for every later read too (a
+// mark visible after the barrier stays so until its record is published), so
+// the host may poll again without a barrier and deliver up to
+// min(T of its last barrier, pending - 1): it barriers every 50 ms, not at
+// every poll (each barrier is an interrupt on the target's CPUs). The hot
+// path pays two plain stores, the host one system call per barrier. Without
+// membarrier the host falls back to a time window and counts late events
+// ("stragglers").
 #pragma once
 
 #include <atomic>

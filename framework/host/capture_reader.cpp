@@ -194,7 +194,7 @@ void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char*
         first_corruption_ = std::string(what) + " in chunk " + std::to_string(chunk) + " at offset " + std::to_string(offset);
 }
 
-uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
+uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded, uint64_t barrier_every_ns) {
     bool gone = writer_gone();
     // In the capture's clock: the TSC (this host runs on the target's
     // machine) or CLOCK_MONOTONIC.
@@ -205,6 +205,7 @@ uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
         now = __rdtsc();
         _mm_lfence();
         window_ns = clock_.ns_to_ticks(window_ns);
+        barrier_every_ns = clock_.ns_to_ticks(barrier_every_ns);
     } else
 #endif
     {
@@ -212,12 +213,26 @@ uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded) {
         clock_gettime(CLOCK_MONOTONIC, &t);
         now = static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
     }
-    bool exact = !gone && header_->ordering != 0 &&
-                 syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+    // Each barrier interrupts every CPU that runs a thread of the target
+    // (an IPI; in a VM, an exit to the hypervisor on the target's CPU).
+    // Every clock read of the target before the last barrier's `now` has
+    // its pending mark (or its record) visible to every read after that
+    // barrier, so the watermark may stay at that `now` until the next one.
+    bool exact = false;
+    if (!gone && header_->ordering != 0) {
+        if (have_barrier_ && barrier_every_ns && now - barrier_at_ < barrier_every_ns) {
+            exact = true;
+        } else if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0) {
+            have_barrier_ = true;
+            barrier_at_ = now;
+            ++barriers_;
+            exact = true;
+        }
+    }
     decoded = poll();
     if (gone) return UINT64_MAX;
     if (!exact) return now > window_ns ? now - window_ns : 0;
-    uint64_t w = now - 1;
+    uint64_t w = barrier_at_ - 1;
     if (pending_bound_ < w) w = pending_bound_;
     return w;
 }

@@ -91,7 +91,13 @@ public:
     // returns the watermark below which events may be popped in final order
     // (UINT64_MAX once the writer is gone; now - window_ns when the target
     // could not register for membarrier). `decoded` gets poll()'s result.
-    uint64_t poll_ordered(uint64_t window_ns, size_t& decoded);
+    // barrier_every_ns > 0: a barrier at most that often; between them the
+    // watermark stays at the last barrier's clock (still exact: see
+    // capture_format.h), so events come that much later and the target's
+    // CPUs get that many fewer interrupts.
+    uint64_t poll_ordered(uint64_t window_ns, size_t& decoded, uint64_t barrier_every_ns = 0);
+    // Barriers issued so far (membarrier calls that succeeded).
+    uint64_t barriers() const { return barriers_; }
     // True once the writing process is gone (its lock was released).
     bool writer_gone();
     // Next event in timestamp order whose ts <= watermark.
@@ -237,6 +243,9 @@ private:
     uint32_t last_queue_tid_ = 0;
     EventRing& queue_of(uint32_t tid);
     uint64_t pending_bound_ = UINT64_MAX;  // min in-flight lower bound at the last poll
+    bool have_barrier_ = false;            // a barrier succeeded; barrier_at_ is its clock
+    uint64_t barrier_at_ = 0;              // the capture clock read just before the last barrier
+    uint64_t barriers_ = 0;
     uint64_t poll_gen_ = 0;
     std::string first_corruption_;
     struct HeapItem {

@@ -357,7 +357,7 @@ void ProcessRun::run_stream() {
         // membarrier (capture_format.h), else a kWindowNs reorder window.
         size_t n = 0;
         auto poll_start = std::chrono::steady_clock::now();
-        uint64_t watermark = reader_.poll_ordered(kWindowNs, n);
+        uint64_t watermark = reader_.poll_ordered(kWindowNs, n, kBarrierEveryNs);
         bool gone = watermark == UINT64_MAX;
         size_t delivered = 0;
         while (reader_.pop(raw, watermark)) {
@@ -402,10 +402,10 @@ void ProcessRun::run_stream() {
             oom.sample();
             last_sample = std::chrono::steady_clock::now();
         }
-        // Each poll interrupts the target's CPUs (membarrier IPIs): a host
-        // that keeps up polled several times a millisecond. Polls are at
-        // least kMinPollInterval apart (a host that falls behind spends
-        // longer than that per round and never waits).
+        // A host that keeps up polled several times a millisecond. Polls
+        // are at least kMinPollInterval apart (a host that falls behind
+        // spends longer than that per round and never waits); at most one
+        // in kBarrierEveryNs interrupts the target's CPUs (membarrier IPIs).
         if (n == 0 && delivered == 0) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         } else {

@@ -188,6 +188,7 @@ struct Session {
     std::map<uint64_t, uint64_t> frees;                 // writer -> frees
     uint64_t last_ts = 0;
     bool ordered = true;
+    uint64_t barrier_every_ns = 0;  // poll_ordered's: 0 = a barrier at every poll
 
     explicit Session(const char* staging) {
         char tmpl[] = "/tmp/msms_staging_XXXXXX";
@@ -250,7 +251,7 @@ struct Session {
             opened = true;
         }
         size_t decoded = 0;
-        uint64_t mark = reader.poll_ordered(1000000, decoded);
+        uint64_t mark = reader.poll_ordered(1000000, decoded, barrier_every_ns);
         RawEvent e;
         while (reader.pop(e, mark)) {
             if (e.ts < last_ts) ordered = false;
@@ -394,6 +395,46 @@ TEST_CASE("two threads filling their slots while the host reads") {
     s.check_writer(101, 150000);
     s.check_writer(102, 150000);
     CHECK(s.ordered);
+    CHECK(s.reader.corrupt_records() == 0);
+}
+
+TEST_CASE("barriers spaced out: events wait for the next barrier, in the same exact order") {
+    Session s(nullptr);
+    s.barrier_every_ns = 3600ull * 1000000000ull;  // one barrier, at the first poll
+    s.send("w 0");  // the capture is there
+    s.poll();
+    CHECK(s.reader.barriers() == 1);
+    // Written after that barrier: read, but held below its clock, however
+    // often the reader polls (each poll without a barrier of its own).
+    s.send("w 100");
+    for (int i = 0; i < 20; ++i) s.poll();
+    CHECK(s.reader.barriers() == 1);
+    CHECK(s.mallocs[0].empty());
+    // A barrier due again delivers them.
+    s.barrier_every_ns = 1;
+    s.poll();
+    CHECK(s.reader.barriers() == 2);
+    CHECK(s.mallocs[0].size() == 100);
+    // Two threads writing while the reader polls with the host's spacing:
+    // what comes out meanwhile is each writer's first pairs, in order, and
+    // everything once they are done, in one order of time.
+    s.barrier_every_ns = 2000000;  // 2 ms
+    REQUIRE(write(s.cmd, "p 150000\n", 9) == 9);
+    char a = 0;
+    REQUIRE(read(s.ack, &a, 1) == 1);
+    CHECK(a == 'r');
+    for (int i = 0; i < 200; ++i) s.poll();
+    CHECK(s.in_order(101));
+    CHECK(s.in_order(102));
+    REQUIRE(read(s.ack, &a, 1) == 1);  // both joined
+    uint64_t barriers = s.reader.barriers();
+    s.finish();
+    CHECK(s.reader.barriers() == barriers);  // none once the writer is gone
+    s.check_writer(0, 100);
+    s.check_writer(101, 150000);
+    s.check_writer(102, 150000);
+    CHECK(s.ordered);
+    CHECK(s.reader.stragglers() == 0);
     CHECK(s.reader.corrupt_records() == 0);
 }
 
