@@ -289,6 +289,21 @@ struct Session {
         CHECK(in_order(w));
         CHECK(frees[w] == n);
     }
+    // Two threads write n pairs each (writers 101, 102) while the reader
+    // polls (their slots move on to new chunks under the reader's copies):
+    // what was delivered meanwhile is each writer's first pairs, in order,
+    // once each (a copy torn by a slot moving on would show here).
+    void two_writers_while_polling(uint64_t n) {
+        std::string line = "p " + std::to_string(n) + "\n";
+        REQUIRE(write(cmd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+        char a = 0;
+        REQUIRE(read(ack, &a, 1) == 1);
+        CHECK(a == 'r');
+        for (int i = 0; i < 200; ++i) poll();
+        CHECK(in_order(101));
+        CHECK(in_order(102));
+        REQUIRE(read(ack, &a, 1) == 1);  // both joined
+    }
     // The child detaches (its chunks go to their places) and exits; the
     // reader then delivers the rest.
     void finish() {
@@ -379,18 +394,8 @@ TEST_CASE("a thread that exits after the stream closed never writes through a de
 
 TEST_CASE("two threads filling their slots while the host reads") {
     Session s(nullptr);
-    // The reader polls while both threads write (their slots move on to
-    // new chunks under the reader's copies); then the rest once they ended.
-    REQUIRE(write(s.cmd, "p 150000\n", 9) == 9);
-    char a = 0;
-    REQUIRE(read(s.ack, &a, 1) == 1);
-    CHECK(a == 'r');
-    for (int i = 0; i < 200; ++i) s.poll();
-    // What was delivered meanwhile is each writer's first pairs, in order,
-    // once each (a copy torn by a slot moving on would show here).
-    CHECK(s.in_order(101));
-    CHECK(s.in_order(102));
-    REQUIRE(read(s.ack, &a, 1) == 1);  // both joined
+    // The reader polls while both threads write; then the rest once they ended.
+    s.two_writers_while_polling(150000);
     s.finish();
     s.check_writer(101, 150000);
     s.check_writer(102, 150000);
@@ -419,14 +424,7 @@ TEST_CASE("barriers spaced out: events wait for the next barrier, in the same ex
     // what comes out meanwhile is each writer's first pairs, in order, and
     // everything once they are done, in one order of time.
     s.barrier_every_ns = 2000000;  // 2 ms
-    REQUIRE(write(s.cmd, "p 150000\n", 9) == 9);
-    char a = 0;
-    REQUIRE(read(s.ack, &a, 1) == 1);
-    CHECK(a == 'r');
-    for (int i = 0; i < 200; ++i) s.poll();
-    CHECK(s.in_order(101));
-    CHECK(s.in_order(102));
-    REQUIRE(read(s.ack, &a, 1) == 1);  // both joined
+    s.two_writers_while_polling(150000);
     uint64_t barriers = s.reader.barriers();
     s.finish();
     CHECK(s.reader.barriers() == barriers);  // none once the writer is gone
