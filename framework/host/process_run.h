@@ -77,10 +77,11 @@ public:
     // 10 ms is 1-2 chunks of a 150 k events/s program, far below the
     // capture budget (capture_disk.h).
     static constexpr std::chrono::milliseconds kMinPollInterval{10};
-    // The longest a live poll goes on from the last barrier (each one an
-    // interrupt on every CPU that runs the target: ~100 a second at one per
-    // poll, each ~20-70 us of the target's CPU in a VM, issue #30). Events
-    // reach the pipeline up to this much later; their order stays exact.
+    // The longest a live poll goes on from the last barrier. Each barrier
+    // is an interrupt on every CPU that runs the target (in a VM an exit to
+    // the hypervisor there): ~100 a second at one per poll, issue #30.
+    // Events reach the pipeline up to this much later; their order stays
+    // exact.
     static constexpr uint64_t kBarrierEveryNs = 50'000'000;
 
 private:
