@@ -16,8 +16,8 @@ end_mono and lasts its loop_s), split by library. Its ratio is
 the median and range over the rounds are printed, with the median's 90%
 confidence interval against the 1.15x target (run.py's verdict), and per
 library the samples over libblas's, above bare's (what each part adds, as
-a share of bare's loop). The program never waits on msmemscope (under the CLI its
-wall time equals its CPU time), so at equal CPU speed this ratio is the
+a share of bare's loop). The program never waits on msmemscope (under the
+CLI its wall time equals its CPU time), so at equal CPU speed this ratio is the
 loop's wall ratio. It reads the cost a little low: what msmemscope does
 to the caches slows the BLAS work too, and that part cancels out.
 
@@ -37,8 +37,8 @@ import subprocess
 import sys
 import tempfile
 
-from rounds import median_ci
-from run import LOOP_TARGET, MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT, verdict  # the variants run.py measures end to end
+from rounds import median_ci, verdict
+from run import LOOP_TARGET, MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT  # the variants run.py measures end to end
 
 BLAS = re.compile(r"^libblas\.so")
 SAMPLE = re.compile(r"^\s*(\S.*?)\s+(\d+)\s+([0-9.]+):\s+[0-9a-f]+\s+.*\((.*)\)\s*$")

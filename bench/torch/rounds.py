@@ -1,10 +1,13 @@
 """Interleaved rounds for the #30 loop benchmarks (step_overhead.py,
 loop_parts.py): every variant runs once per round, in turn, so that all of
 them see the same moments of a shared machine; a round counts only whole,
-since ratios are paired within it."""
+since ratios are paired within it. And the statistics that judge #30's
+targets from such rounds (run.py, loop_cpu.py): the median's confidence
+interval and the verdict against a target."""
 import subprocess
 import sys
 import tempfile
+from math import comb
 
 
 def interleaved(variants, rounds, measure, describe):
@@ -52,7 +55,6 @@ def median_ci(values, level=0.90):
         return None, None, None
     mid = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
     tail, cdf, k = (1 - level) / 2, 0.0, 0
-    from math import comb
     while k < n:
         cdf += comb(n, k) / 2 ** n  # P(B <= k)
         if cdf > tail:
@@ -62,3 +64,16 @@ def median_ci(values, level=0.90):
     if k == 0:
         return mid, None, None
     return mid, xs[k - 1], xs[n - k]
+
+
+def verdict(vals, target):
+    """Met when the interval's upper bound is at or under the target, not met
+    when its lower bound is over it, else within the noise."""
+    m, lo, hi = median_ci(vals)
+    if hi is None:
+        return "too few rounds"
+    if hi <= target:
+        return "met (margin %.3f)" % (target - hi)
+    if lo > target:
+        return "NOT met"
+    return "not shown (interval holds %.2f)" % target

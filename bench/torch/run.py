@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from rounds import median_ci
+from rounds import median_ci, verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -175,19 +175,6 @@ def fmt_ci(vals):
     if lo is None:
         return "%.3f× (n=%d)" % (m, len(vals))
     return "%.3f× [%.3f–%.3f]" % (m, lo, hi)
-
-
-def verdict(vals, target):
-    """Met when the interval's upper bound is at or under the target, not met
-    when its lower bound is over it, else within the noise."""
-    m, lo, hi = median_ci(vals)
-    if hi is None:
-        return "too few rounds"
-    if hi <= target:
-        return "met (margin %.3f)" % (target - hi)
-    if lo > target:
-        return "NOT met"
-    return "not shown (interval holds %.2f)" % target
 
 
 def report(vs, rounds, steps, sources):
