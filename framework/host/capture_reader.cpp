@@ -220,10 +220,9 @@ uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded, uint64
     // barrier, so the watermark may stay at that `now` until the next one.
     bool exact = false;
     if (!gone && header_->ordering != 0) {
-        if (have_barrier_ && barrier_every_ns && now - barrier_at_ < barrier_every_ns) {
+        if (barriers_ != 0 && barrier_every_ns && now - barrier_at_ < barrier_every_ns) {
             exact = true;
         } else if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0) {
-            have_barrier_ = true;
             barrier_at_ = now;
             ++barriers_;
             exact = true;

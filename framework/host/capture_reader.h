@@ -243,9 +243,8 @@ private:
     uint32_t last_queue_tid_ = 0;
     EventRing& queue_of(uint32_t tid);
     uint64_t pending_bound_ = UINT64_MAX;  // min in-flight lower bound at the last poll
-    bool have_barrier_ = false;            // a barrier succeeded; barrier_at_ is its clock
     uint64_t barrier_at_ = 0;              // the capture clock read just before the last barrier
-    uint64_t barriers_ = 0;
+    uint64_t barriers_ = 0;                // barriers that succeeded (0: barrier_at_ holds none)
     uint64_t poll_gen_ = 0;
     std::string first_corruption_;
     struct HeapItem {
