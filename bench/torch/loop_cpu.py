@@ -37,8 +37,8 @@ import subprocess
 import sys
 import tempfile
 
-from rounds import median_ci, verdict
-from run import LOOP_TARGET, MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT  # the variants run.py measures end to end
+from rounds import verdict
+from run import LOOP_TARGET, MSMS_COMMON, MSMS_VARIANTS, ROOT, SCRIPT, fmt_ci  # the variants run.py measures end to end
 
 BLAS = re.compile(r"^libblas\.so")
 SAMPLE = re.compile(r"^\s*(\S.*?)\s+(\d+)\s+([0-9.]+):\s+[0-9a-f]+\s+.*\((.*)\)\s*$")
@@ -156,8 +156,7 @@ def main():
         top = sorted(((statistics.median(v), k) for k, v in added.items()), reverse=True)[:6]
         parts = ", ".join("%s %+.1f%%" % (k, 100 * v) for v, k in top if abs(v) >= 0.001)
         fmt = lambda v: "%.3f× (%.3f–%.3f)" % (statistics.median(v), min(v), max(v))
-        _, lo, hi = median_ci(ratios)
-        ci = "[%.3f–%.3f] %s" % (lo, hi, verdict(ratios, LOOP_TARGET)) if lo is not None else "too few rounds"
+        ci = "%s %s" % (fmt_ci(ratios), verdict(ratios, LOOP_TARGET))
         print("| %s | %s | %s | %s | %s |" % (label, fmt(ratios), ci, fmt(walls), parts))
 
 
