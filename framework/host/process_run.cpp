@@ -418,7 +418,10 @@ void ProcessRun::run_stream() {
     summary_.oom_kill_seen = live && oom.increased();
     bool exec_replaced =
         live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec();
-    if (exec_replaced) pipeline.release_all_by_exec();
+    // An exec without the agent (env -i) replaced the image just the same:
+    // its end record says so, no next capture follows.
+    if (exec_replaced || reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Exec))
+        pipeline.release_all_by_exec();
     // A child forked without exec that ended with _exit() (Python's
     // multiprocessing and DataLoader workers): its memory went with it.
     if (reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::QuickExit) && summary_.capture_index == 0 &&

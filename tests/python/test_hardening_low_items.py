@@ -1,5 +1,6 @@
 """#29 item 9: the low items of the second hardening round, each with a test
 that fails without its fix (one test per item; the file is shared by them)."""
+import json
 import os
 import re
 import subprocess
@@ -306,7 +307,7 @@ def test_exec_that_drops_the_agent_is_named_not_a_kill(cli, test_bin, tmp_path):
     # without LD_PRELOAD, so no capture followed, and env's image read as
     # "killed by SIGKILL or the OOM killer". The agent notes such an exec.
     prog = test_bin / "fsize_midrun"
-    p = cli(["--device=cpu", "--analysis=", "--output=out", "--", "bash", "-c",
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "bash", "-c",
              f"env -i {prog} 10 1000000; env -i /nonexistent/prog; echo after"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert re.search(rf"^msmemscope: pid \d+ \(env -i {re.escape(str(prog))} 10 1000000\) replaced by exec of "
@@ -316,6 +317,17 @@ def test_exec_that_drops_the_agent_is_named_not_a_kill(cli, test_bin, tmp_path):
     assert re.search(r"^msmemscope: pid \d+ \(env -i /nonexistent/prog\) exited with code 127$", p.stdout, re.M), \
         p.stdout
     assert "OOM killer" not in p.stdout
-    # The table of processes: the words without the explanation.
-    assert re.search(rf"^  \d+ +\d+ +- +replaced by exec of {re.escape(str(prog))} without the agent +",
+    # The table of processes: the words without the explanation, and no
+    # leaks: the exec took env's memory with it, as any exec does.
+    assert re.search(rf"^  \d+ +\d+ +- +replaced by exec of {re.escape(str(prog))} without the agent +- +",
                      p.stdout, re.M), p.stdout
+    env_image = p.stdout[p.stdout.index(f"(env -i {prog} 10 1000000) replaced by exec of"):]
+    env_image = env_image[:env_image.index("\nmsmemscope: ")]
+    assert "still allocated" not in env_image and "leaked" not in env_image, env_image
+    summaries = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
+    dropped = [j for j in summaries if "without the agent" in j["ended"]["text"]]
+    assert len(dropped) == 1 and dropped[0]["ended"]["how"] == "exec", summaries
+    assert dropped[0]["leaks"] == {"bytes": 0, "allocations": 0}, dropped[0]
+    # A program that exits after its own exec keeps its leaks (env's, here).
+    failed = [j for j in summaries if j["ended"]["text"] == "exited with code 127"]
+    assert len(failed) == 1 and failed[0]["leaks"]["allocations"] > 0, summaries
