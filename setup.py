@@ -24,7 +24,9 @@ build of this checkout (built for this interpreter) instead of building anew;
 otherwise a build tree is configured for the interpreter running pip in a
 temporary folder (ccache is used when it is installed). Nothing is written
 into the source tree: the CMake build tree, setuptools' build folder and its
-egg-info all live in one temporary folder, removed when setup.py ends.
+egg-info all live in one temporary folder, removed when setup.py ends; a
+given build tree is left as it was (CMake's install step rewrites its
+install_manifest.txt, which gets its old bytes and times back).
 """
 import os
 import re
@@ -63,6 +65,31 @@ class _Binary(Distribution):
         return True
 
 
+def _install_leaving_tree_as_it_was(tree, stage):
+    """`cmake --install` into stage. CMake also (re)writes the tree's
+    install_manifest.txt; a tree given by MSMEMSCOPE_BUILD_DIR (the
+    checkout's build/, often) gets its own back, or none as before."""
+    manifest = os.path.join(tree, "install_manifest.txt")
+    try:
+        with open(manifest, "rb") as f:
+            before = f.read()
+        times = os.stat(manifest)
+    except FileNotFoundError:
+        before = None
+    try:
+        _run(["cmake", "--install", tree, "--prefix", stage])
+    finally:
+        if before is None:
+            try:
+                os.unlink(manifest)
+            except FileNotFoundError:
+                pass
+        else:
+            with open(manifest, "wb") as f:
+                f.write(before)
+            os.utime(manifest, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
 class BuildWithCMake(build_py):
     def _build_tree(self):
         given = os.environ.get("MSMEMSCOPE_BUILD_DIR")
@@ -89,7 +116,7 @@ class BuildWithCMake(build_py):
                      f"({sys.executable}); configure it with -DPython3_EXECUTABLE={sys.executable}")
         stage = tempfile.mkdtemp(prefix="msmemscope_stage_")
         try:
-            _run(["cmake", "--install", tree, "--prefix", stage])
+            _install_leaving_tree_as_it_was(tree, stage)
             out = os.path.abspath(self.build_lib)
             pkg = os.path.join(out, "msmemscope")
             for name in ("msmemscope", "mstx"):

@@ -10,6 +10,7 @@ build tree's outputs (MSMEMSCOPE_BUILD_DIR); setup.py writes nothing into the
 source tree either way (its CMake build tree, setuptools' build folder and the
 egg-info live in a temporary folder)."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -17,7 +18,10 @@ import pytest
 
 from conftest import BUILD, SOURCE
 
-README_RECIPE = 'cmake -S my_plugin -B build -DCMAKE_PREFIX_PATH="$(msmemscope-conformance --cmake-prefix-path)"'
+# In the checkout, beside the project's own build/ (the README's set-up makes it):
+# the plugin's build tree is its own folder's.
+README_RECIPE = ('cmake -S my_plugin -B my_plugin/build '
+                 '-DCMAKE_PREFIX_PATH="$(msmemscope-conformance --cmake-prefix-path)"')
 
 
 def _env(venv=None):
@@ -49,6 +53,8 @@ def installed(tmp_path_factory):
     _git(src, "add", "-A")
     _git(src, "commit", "-q", "-m", "copy")
     assert _git(src, "status", "--porcelain", "--ignored") == ""
+    manifest = BUILD / "install_manifest.txt"
+    manifest_before = (manifest.read_bytes(), manifest.stat().st_mtime_ns) if manifest.exists() else None
     venv = tmp / "v"
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True)
     env = _env()
@@ -56,6 +62,10 @@ def installed(tmp_path_factory):
     p = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index", "--no-build-isolation", "."],
                        cwd=src, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # The build tree it was given, as it was (CMake's install step rewrote
+    # its install_manifest.txt; setup.py puts it back).
+    manifest_after = (manifest.read_bytes(), manifest.stat().st_mtime_ns) if manifest.exists() else None
+    assert manifest_after == manifest_before
     return tmp, src, venv, _git(src, "status", "--porcelain", "--ignored")
 
 
@@ -83,38 +93,45 @@ def test_installed_package_carries_the_sdk(installed):
         assert os.path.isfile(os.path.join(prefix, rel)), rel
 
 
-def test_plugin_team_builds_and_checks_a_plugin_against_the_pip_install(installed):
-    """The README's recipe: the SDK example built out of tree against the
-    venv (CMAKE_PREFIX_PATH from msmemscope-conformance --cmake-prefix-path),
-    then checked by the venv's own msmemscope-conformance, found on PATH."""
+def test_plugin_team_builds_and_checks_a_plugin_against_the_pip_install(installed, test_bin):
+    """The README's recipe, run as written in a checkout that has the
+    project's own build/ (the README's set-up makes it; a recipe that named
+    -B build failed there): the SDK example built against the venv
+    (CMAKE_PREFIX_PATH from msmemscope-conformance --cmake-prefix-path), then
+    checked by the venv's own msmemscope-conformance, found on PATH."""
     tmp, _, venv, _ = installed
     env = _env(venv)
-    plugin_src = tmp / "my_plugin"
-    shutil.copytree(SOURCE / "sdk" / "examples" / "peak_analyzer", plugin_src)
-    recipe = README_RECIPE.replace("-B build", f"-B {tmp / 'pb'}").replace("-S my_plugin", f"-S {plugin_src}")
-    p = subprocess.run(["bash", "-c", recipe], env=env, capture_output=True, text=True, timeout=300)
+    checkout = tmp / "checkout"
+    shutil.copytree(SOURCE / "sdk" / "examples" / "peak_analyzer", checkout / "my_plugin")
+    (checkout / "build").mkdir()
+    shutil.copy(BUILD / "CMakeCache.txt", checkout / "build" / "CMakeCache.txt")
+    p = subprocess.run(["bash", "-c", README_RECIPE], cwd=checkout, env=env, capture_output=True, text=True,
+                       timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    p = subprocess.run(["cmake", "--build", str(tmp / "pb"), "-j2"], env=env, capture_output=True, text=True,
-                       timeout=600)
+    pb = checkout / "my_plugin" / "build"
+    p = subprocess.run(["cmake", "--build", "my_plugin/build", "-j2"], cwd=checkout, env=env, capture_output=True,
+                       text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    cache = (tmp / "pb" / "CMakeCache.txt").read_text()
+    cache = (pb / "CMakeCache.txt").read_text()
     # The package found is the pip install's, not the build tree or a system one.
     assert f"msmemscope_DIR:PATH={venv}/lib/" in cache and "site-packages/msmemscope/_prefix/lib/cmake/msmemscope" in cache
-    so = tmp / "pb" / "libmsmemscope_plugin_my_peak.so"
-    assert so.exists()
+    assert (pb / "libmsmemscope_plugin_my_peak.so").exists()
     assert shutil.which("msmemscope-conformance", path=env["PATH"]) == str(venv / "bin" / "msmemscope-conformance")
-    p = subprocess.run(["msmemscope-conformance", str(so)], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(["msmemscope-conformance", "my_plugin/build/libmsmemscope_plugin_my_peak.so"], cwd=checkout,
+                       env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "ok    load: analyzer 'my_peak' 1.0.0" in p.stdout
     assert "1 plugin(s): 1 passed, 0 failed" in p.stdout
-    # The plugin runs under the pip-installed command too.
-    out = tmp / "out"
-    p = subprocess.run(["msmemscope", f"--plugin-path={tmp / 'pb'}", "--analysis=my_peak", "--device=cpu",
-                        f"--output={out}", "--", "/bin/true"], env=env, capture_output=True, text=True, timeout=300)
+    # The plugin runs under the pip-installed command too, as the README runs it.
+    p = subprocess.run(["msmemscope", "--plugin-path=my_plugin/build", "--analysis=my_peak", "--device=cpu",
+                        f"--output={tmp / 'out'}", "--", str(test_bin / "demo_train")], cwd=checkout, env=env,
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^my_peak: step 1: HOST \d", p.stdout, re.M), p.stdout + p.stderr
 
 
 def test_readme_has_the_plugin_team_recipe():
     text = (SOURCE / "README.md").read_text()
     assert README_RECIPE in text
-    assert "msmemscope-conformance build/libmsmemscope_plugin_my_peak.so" in text
+    assert "msmemscope-conformance my_plugin/build/libmsmemscope_plugin_my_peak.so" in text
+    assert "msmemscope --plugin-path=my_plugin/build --analysis=my_peak --device=cpu -- ./your_program" in text
