@@ -647,14 +647,16 @@ __attribute__((visibility("default"))) void _Exit(int status) noexcept { quick_e
 
 }  // extern "C"
 
-// ---- exec without the agent -------------------------------------------------
-// A process that execs with an environment that no longer preloads the agent
-// (`env -i prog`, a launcher that builds its own environment) leaves no
-// capture for its new image: without a word it would read as killed
-// (no end record). The exec calls the program makes through the PLT are seen
-// here: such an exec is noted in the end record (EndKind::Exec, the program
-// given), and taken back should the exec fail. An exec that keeps the agent
-// needs nothing: the new image's capture of the same pid says "exec".
+// ---- exec -------------------------------------------------------------------
+// An exec ends this image's capture without exit: without a word it would
+// read as killed (no end record), and what the image held as leaked. The
+// exec calls the program makes through the PLT are seen here and noted in
+// the end record (EndKind::Exec, the program given; end_code 0: the new
+// environment does not preload the agent, `env -i prog` or a launcher that
+// builds its own; 1: it does), taken back should the exec fail. Whether the
+// new image was recorded is the host's to tell (its capture of the same pid):
+// one that keeps LD_PRELOAD may still not load the agent (a static or
+// set-user-ID program).
 namespace {
 
 bool keeps_agent(char* const envp[]) {
@@ -665,11 +667,10 @@ bool keeps_agent(char* const envp[]) {
 }
 
 void before_exec(const char* path, char* const envp[]) {
-    if (keeps_agent(envp)) return;
     char abs[4096];
     const char* shown = path;
     if (path && strchr(path, '/') && realpath(path, abs)) shown = abs;
-    channel_note_exec(shown);
+    channel_note_exec(shown, keeps_agent(envp));
 }
 
 template <typename Fn>

@@ -1073,13 +1073,14 @@ void note_unrecorded(const char* session_dir, const char* why) {
     close(dfd);
 }
 
-void channel_note_exec(const char* path) {
+void channel_note_exec(const char* path, bool keeps_agent) {
     CaptureHeader* h = g_header.load(std::memory_order_acquire);
     if (!h || h->pid != static_cast<uint32_t>(getpid())) return;  // a vfork child: not this capture
     uint32_t unknown = static_cast<uint32_t>(capture::EndKind::Unknown);
     snprintf(h->exec_path, sizeof(h->exec_path), "%s", path ? path : "");
     if (h->end_kind.compare_exchange_strong(unknown, static_cast<uint32_t>(capture::EndKind::Exec))) {
-        h->end_code.store(0, std::memory_order_release);
+        h->end_code.store(keeps_agent ? capture::kExecKeepsAgent : capture::kExecDropsAgent,
+                          std::memory_order_release);
         seal_end(h);
     }
 }

@@ -76,10 +76,11 @@ void channel_close(int code, capture::EndKind kind);
 void note_unrecorded(const char* session_dir, const char* why);
 // Async-signal-safe: notes a fatal signal in the header (no record).
 void channel_note_signal(int sig);
-// The process is about to exec `path` with an environment that does not
-// preload the agent: the end record says so (EndKind::Exec, format 4.2).
+// The process is about to exec `path`, with an environment that preloads
+// the agent or not: the end record says so (EndKind::Exec, format 4.2; the
+// end code capture::kExecKeepsAgent or kExecDropsAgent, 4.3).
 // channel_exec_failed() takes it back when the exec returned.
-void channel_note_exec(const char* path);
+void channel_note_exec(const char* path, bool keeps_agent);
 void channel_exec_failed();
 // Header of the open stream (nullptr when none).
 capture::CaptureHeader* channel_header();

@@ -79,8 +79,10 @@ constexpr char kMagic[8] = {'M', 'S', 'M', 'S', 'C', 'A', 'P', '\0'};
 constexpr uint32_t kFormatMajor = 4;
 // Minor 1: CaptureHeader::forked_from. Minor 2: CaptureHeader::end_sum (the
 // end record's checksum; captures of minor 0 and 1 have none and are read as
-// before, their end record trusted as it is).
-constexpr uint32_t kFormatMinor = 2;
+// before, their end record trusted as it is). Minor 3: EndKind::Exec for every
+// exec, end_code kExecKeepsAgent when the new environment preloads the agent
+// (minor 2 noted only the others).
+constexpr uint32_t kFormatMinor = 3;
 // The oldest major this build still reads (format 2: ns timestamps, varint
 // heap records only; read as a format 3 capture with kClockMonotonic; format
 // 3: no staging slots, read as format 4).
@@ -108,10 +110,16 @@ enum class EndKind : uint32_t {
     QuickExit = 2,  // _exit() / _Exit(): end_code = status
     Signal = 3,   // a fatal signal: end_code = signal number
     Returned = 4, // atexit ran without a known status (return from main)
-    Exec = 5,     // (format 4.2) about to exec CaptureHeader::exec_path with an
-                  // environment that does not preload the agent (env -i): the
-                  // new image is not recorded. Undone when the exec fails.
+    Exec = 5,     // (format 4.2) about to exec CaptureHeader::exec_path; end_code
+                  // kExecDropsAgent: with an environment that does not preload
+                  // the agent (env -i), so the new image is not recorded;
+                  // (format 4.3) kExecKeepsAgent: with one that does (the new
+                  // image's capture follows unless it does not load the agent,
+                  // a static or set-user-ID program). Undone when the exec fails.
 };
+// EndKind::Exec's end_code.
+constexpr int32_t kExecDropsAgent = 0;
+constexpr int32_t kExecKeepsAgent = 1;
 
 // Why the agent turned collection off (CaptureHeader::disabled_reason).
 enum class DisabledReason : uint32_t {

@@ -38,6 +38,16 @@ namespace fs = std::filesystem;
 
 namespace msms {
 
+std::string unrecorded_exec_words(const ProcessSummary& s) {
+    if (s.attach_exec) return "replaced by exec, which an attach does not follow (the new image runs on unrecorded)";
+    if (s.replaced_by_exec || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec)) return "";
+    std::string words = "replaced by exec of " + escape_controls(s.exec_path) + " without the agent ";
+    if (s.end_code == capture::kExecKeepsAgent)
+        return words + "(its environment preloads the agent, but the new program did not load it: a static or "
+                       "set-user-ID program)";
+    return words + "(the new program's environment does not preload it, e.g. env -i)";
+}
+
 std::string timestamp_string(uint64_t wall_ns) {
     time_t secs = static_cast<time_t>(wall_ns / 1000000000ull);
     struct tm tm;
@@ -416,12 +426,23 @@ void ProcessRun::run_stream() {
     // Where reading ended (every stack symbolized, the whole capture read).
     report_progress(progress::Phase::Draining);
     summary_.oom_kill_seen = live && oom.increased();
-    bool exec_replaced =
-        live && reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec();
-    // An exec without the agent (env -i) replaced the image just the same:
-    // its end record says so, no next capture follows.
-    if (exec_replaced || reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::Exec))
-        pipeline.release_all_by_exec();
+    // Replaced by exec, and the new image went on recording (the next capture
+    // of this pid): the agent noted an exec that kept it preloaded, or saw
+    // none (an exec not made through the PLT; a new image that lives on
+    // with another command line is taken for one).
+    const uint32_t end = reader_.end_kind();
+    const bool exec_noted = end == static_cast<uint32_t>(capture::EndKind::Exec);
+    bool exec_replaced = false;
+    if (live && cfg_.attach_pid != 0) {
+        // An attach does not follow an exec: the new image has no agent.
+        summary_.attach_exec = end == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec(false);
+    } else if (live && end == static_cast<uint32_t>(capture::EndKind::Unknown)) {
+        exec_replaced = replaced_by_exec(false);
+    } else if (live && exec_noted && reader_.end_code() == capture::kExecKeepsAgent) {
+        exec_replaced = replaced_by_exec(true);  // not when the new image did not load the agent (static)
+    }
+    // Any exec takes the image's memory with it: nothing is left to leak.
+    if (exec_replaced || exec_noted || summary_.attach_exec) pipeline.release_all_by_exec();
     // A child forked without exec that ended with _exit() (Python's
     // multiprocessing and DataLoader workers): its memory went with it.
     if (reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::QuickExit) && summary_.capture_index == 0 &&
@@ -592,11 +613,11 @@ bool ProcessRun::forked_without_exec() const {
     return false;
 }
 
-// The stream ended without an end record and the next image of this pid
-// made its capture (pid.N+1), or the process lives on (not a zombie) with
-// another command line: it exec'ed. Waited for briefly while the process
-// lives (the new image's agent starts right after exec).
-bool ProcessRun::replaced_by_exec() const {
+// The next image of this pid made its capture (pid.N+1), or (unless
+// `capture_only`) the process lives on (not a zombie) with another command
+// line: it exec'ed. Waited for briefly while the process lives (the new
+// image's agent starts right after exec).
+bool ProcessRun::replaced_by_exec(bool capture_only) const {
     uint32_t pid = reader_.pid();
     std::string dir = capture_path_.substr(0, capture_path_.rfind('/') + 1);
     std::string next = dir + std::to_string(pid) + "." + std::to_string(summary_.capture_index + 1) + ".msmcap";
@@ -616,7 +637,7 @@ bool ProcessRun::replaced_by_exec() const {
         std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
         std::replace(args.begin(), args.end(), '\0', ' ');
         while (!args.empty() && args.back() == ' ') args.pop_back();
-        if (!args.empty() && args != summary_.command) return true;
+        if (!capture_only && !args.empty() && args != summary_.command) return true;
         if (std::chrono::steady_clock::now() > deadline) return false;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }

@@ -35,7 +35,10 @@ struct ProcessSummary {
     bool oom_kill_seen = false;
     uint32_t capture_index = 0;  // n of <pid>.<n>.msmcap: > 0 after exec
     bool exact_order = false;    // membarrier ordering (no reorder window)
-    bool replaced_by_exec = false;
+    bool replaced_by_exec = false;  // set by the session: a later capture has this pid
+    // Profiled by --attach, and the image exec'ed: an attach does not follow
+    // an exec (the new image has no agent), its capture ends there.
+    bool attach_exec = false;
     // A child forked from a profiled process (same program and command, no
     // exec) that ended with _exit(): what it still held went with it, as
     // with exec, so nothing is "still allocated at exit" (issue #27 item 8).
@@ -43,7 +46,7 @@ struct ProcessSummary {
     // How it ended, in the words of the summary line ("exited with code 0",
     // ...): set by the session, which also knows the program's wait status.
     std::string ended;
-    std::string damage;          // first damaged place in the capture, "" if none  // set by the session: a later capture has this pid
+    std::string damage;          // first damaged place in the capture, "" if none
     std::string error;  // a capture that could not be read
     std::map<std::string, Pipeline::DeviceTotals> totals;
     std::vector<std::string> report;
@@ -96,7 +99,7 @@ private:
     // Adds "dropped": {plugin: why} to config.json when a selected plugin did
     // not run to the end; "" or why it could not.
     std::string mark_dropped_plugins();
-    bool replaced_by_exec() const;
+    bool replaced_by_exec(bool capture_only) const;
     bool forked_without_exec() const;
 
     const Config& cfg_;
@@ -112,6 +115,12 @@ private:
     Fd root_fd_, dir_fd_;
     std::string dir_name_;
 };
+
+// How an image that exec'ed and whose new image is not recorded ended, in
+// the words of its summary line and summary.json: an attach's exec, or
+// EndKind::Exec (the agent saw the exec) when no capture of the new image
+// followed. "" for any other end.
+std::string unrecorded_exec_words(const ProcessSummary& s);
 
 // Local time as YYYYmmddHHMMSS.
 std::string timestamp_string(uint64_t wall_ns);

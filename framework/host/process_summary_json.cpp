@@ -152,6 +152,9 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
     if (f.exec_replaced) {
         how = "exec";
         text = "replaced by exec (continued in the next capture of this pid)";
+    } else if (std::string words = unrecorded_exec_words(s); !words.empty()) {
+        how = "exec";
+        text = words;
     } else if (s.end_corrupt) {
         how = "unknown";
         text = "end record corrupt (it fails its checksum: how the process ended is not known)";
@@ -162,10 +165,6 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
         how = "signal";
         const char* name = sigabbrev_np(s.end_code);
         text = "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
-    } else if (kind == capture::EndKind::Exec) {
-        how = "exec";
-        text = "replaced by exec of " + s.exec_path +
-               " without the agent (the new program's environment does not preload it, e.g. env -i)";
     } else if (kind == capture::EndKind::Returned) {
         how = "exit";
         text = "exited normally";
@@ -221,7 +220,7 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     // process replaced by exec holds no leaks.
     if (f.leaks_ran) {
         uint64_t bytes = 0, n = 0;
-        if (!f.exec_replaced && s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec))
+        if (!f.exec_replaced && !s.attach_exec && s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec))
             report_leaks(s.report, bytes, n);
         Json l = Json::object();
         l.set("bytes", Json(bytes));

@@ -70,9 +70,12 @@ std::string end_of(const ProcessSummary& s) {
         else how = "ended without an end record";
     }
     for (const char* why : {" (continued in ", " (killed by SIGKILL or the OOM killer)",
-                            " (the new program's environment does not preload it"}) {
+                            " (the new program's environment does not preload it",
+                            " (its environment preloads the agent, but", " (the new image runs on unrecorded)"}) {
         size_t at = how.find(why);
-        if (at != std::string::npos) how.erase(at);
+        if (at == std::string::npos) continue;
+        size_t close = how.find(')', at);  // what follows it stays ("; then exited with code 0")
+        how.erase(at, close == std::string::npos ? std::string::npos : close + 1 - at);
     }
     return how;
 }
@@ -128,7 +131,8 @@ std::vector<std::pair<std::string, size_t>> other_runs(const fs::path& root, con
 // Its memory went with it (exec, with or without the agent after it, or
 // _exit after fork): nothing leaked.
 bool no_leaks(const ProcessSummary& s) {
-    return s.replaced_by_exec || s.exit_after_fork || s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
+    return s.replaced_by_exec || s.exit_after_fork || s.attach_exec ||
+           s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
 }
 
 }  // namespace

@@ -273,19 +273,13 @@ void Session::scan() {
     }
 }
 
-// An exec whose environment no longer preloaded the agent (env -i): the
-// new image ran unrecorded.
-static std::string exec_without_agent(const std::string& path) {
-    return "replaced by exec of " + escape_controls(path) +
-           " without the agent (the new program's environment does not preload it, e.g. env -i)";
-}
-
 const char kEndCorrupt[] = "end record corrupt (it fails its checksum: how the process ended is not known)";
 
 // How a profiled process ended, from what its agent recorded (the CLI knows
 // the exact status only of the process it started).
 static std::string describe_end(const ProcessSummary& s) {
     if (s.replaced_by_exec) return "replaced by exec (continued in the next capture of this pid)";
+    if (std::string words = unrecorded_exec_words(s); !words.empty()) return words;
     if (s.end_corrupt) return kEndCorrupt;
     switch (static_cast<capture::EndKind>(s.end_kind)) {
     case capture::EndKind::Exit: return "exited with code " + std::to_string(s.end_code);
@@ -296,7 +290,6 @@ static std::string describe_end(const ProcessSummary& s) {
         return "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
     }
     case capture::EndKind::Returned: return "exited normally";
-    case capture::EndKind::Exec: return exec_without_agent(s.exec_path);
     default: break;
     }
     if (s.ended_normally) return "detached";
@@ -309,8 +302,11 @@ static std::string describe_end(const ProcessSummary& s) {
 // process by what its agent recorded.
 std::string Session::how_ended(const ProcessSummary& s) const {
     std::string how;
-    if (s.pid == static_cast<uint32_t>(root_pid_) && !root_status_.empty() && !s.replaced_by_exec) how = root_status_;
-    else how = describe_end(s);
+    std::string unrecorded = unrecorded_exec_words(s);
+    if (s.pid != static_cast<uint32_t>(root_pid_) || root_status_.empty() || s.replaced_by_exec) how = describe_end(s);
+    else if (unrecorded.empty()) how = root_status_;
+    else if (s.attach_exec) how = unrecorded;  // it goes on running
+    else how = unrecorded + "; then " + root_status_;  // the wait status is the new image's
     // SIGKILL while a memory cgroup it was in counted an OOM kill.
     if (s.oom_kill_seen && how == "killed by signal 9 (SIGKILL)") how = "killed by the OOM killer (SIGKILL)";
     return how;

@@ -314,6 +314,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.capture_index);
     w.u(s.exact_order);
     w.u(s.replaced_by_exec);
+    w.u(s.attach_exec);
     w.u(s.exit_after_fork);
     w.s(s.ended);
     w.s(s.damage);
@@ -360,6 +361,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.capture_index = static_cast<uint32_t>(r.u());
     s.exact_order = r.u() != 0;
     s.replaced_by_exec = r.u() != 0;
+    s.attach_exec = r.u() != 0;
     s.exit_after_fork = r.u() != 0;
     s.ended = r.s();
     s.damage = r.s();

@@ -5,6 +5,7 @@ with exactly its own results. And the targets that cannot be attached.
 Every wait is on a barrier: the program's ready file (it holds the pid),
 msmemscope's "attached to pid" line, the program's own answer lines, the
 tracer field of /proc/PID/status."""
+import json
 import os
 import shutil
 import signal
@@ -288,6 +289,34 @@ def test_attached_program_that_ends_ends_the_run(tmp_path):
         rc, out, err = finish(host)  # no signal: the program's end ends the run
         assert rc == 0, err + out
         assert f") exited with code 0\n" in out, out
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+def test_attached_program_that_execs_ends_the_run_and_says_so(tmp_path):
+    """An attach does not follow an exec (the new image has no agent): the
+    run ends there, says so instead of "detached", and what the image held
+    went with it (no leaks). The new image runs on."""
+    prog, pid = start_loop(tmp_path)
+    try:
+        host = attach(pid, tmp_path / "out", "--analysis=leaks")
+        wait_attached(host, pid)
+        say(prog, "leak 3")
+        assert prog.stdout.readline() == "leaked 3\n"
+        ready = tmp_path / "ready_after_exec"
+        say(prog, f"exec {TEST_BIN / 'attach_static'} {ready}")
+        assert wait_for_file(ready, prog, "the exec'ed image") == pid
+        rc, out, err = finish(host)  # no signal: the exec ends the run
+        assert rc == 0, err + out
+        words = "replaced by exec, which an attach does not follow (the new image runs on unrecorded)"
+        assert f"msmemscope: pid {pid} ({TEST_BIN / 'attach_loop'} {tmp_path / 'ready0'}) {words}\n" in out, out
+        assert "detached" not in out and "still allocated" not in out, out
+        (summary,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
+        assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
+        assert summary["leaks"] == {"bytes": 0, "allocations": 0}, summary
+        rest, _ = prog.communicate("", timeout=60)  # the new image: stdin's end, then it exits
+        assert (prog.returncode, rest) == (0, "static done\n")
     finally:
         if prog.poll() is None:
             prog.kill()

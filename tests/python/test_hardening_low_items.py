@@ -273,7 +273,7 @@ def test_an_edited_end_record_is_reported_corrupt_not_trusted(cli, test_bin, tmp
     assert p.returncode == 0, p.stderr
     [cap] = glob.glob(str(tmp_path / "out" / "*" / "*.msmcap"))
     raw = bytearray(open(cap, "rb").read())
-    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 2
+    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 3  # 4.3: every exec noted
     assert struct.unpack_from("<Ii", raw, END_KIND_OFFSET) == (1, 0)  # EndKind::Exit, code 0
     assert struct.unpack_from("<Q", raw, END_SUM_OFFSET)[0] != 0
     assert struct.unpack_from("<Q", raw, FIXED_SUM_OFFSET)[0] == _fixed_sum(raw)  # the port below is right
@@ -331,3 +331,24 @@ def test_exec_that_drops_the_agent_is_named_not_a_kill(cli, test_bin, tmp_path):
     # A program that exits after its own exec keeps its leaks (env's, here).
     failed = [j for j in summaries if j["ended"]["text"] == "exited with code 127"]
     assert len(failed) == 1 and failed[0]["leaks"]["allocations"] > 0, summaries
+
+
+def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, tmp_path):
+    # A static program ignores LD_PRELOAD: the exec kept the agent in the
+    # environment, yet no capture of the new image follows. The bash image
+    # read as "killed by SIGKILL or the OOM killer" in summary.json, and what
+    # it held at the exec as leaked.
+    prog = test_bin / "attach_static"
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "bash", "-c",
+             f"echo start; exec {prog} {tmp_path / 'ready'} < /dev/null"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "start\nstatic done\n" in p.stdout, p.stdout
+    words = (f"replaced by exec of {prog} without the agent (its environment preloads the agent, but the new "
+             "program did not load it: a static or set-user-ID program)")
+    # The program the CLI started: then its new image's wait status.
+    assert re.search(rf"^msmemscope: pid \d+ \(/usr/bin/bash -c echo start; exec .*\) {re.escape(words)}; then "
+                     r"exited with code 0$", p.stdout, re.M), p.stdout
+    assert "still allocated" not in p.stdout and "OOM killer" not in p.stdout, p.stdout
+    (summary,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
+    assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
+    assert summary["leaks"] == {"bytes": 0, "allocations": 0}, summary

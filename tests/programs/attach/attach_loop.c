@@ -10,6 +10,8 @@
  *   "leak N\n"  leak N blocks of 3000 bytes now (one per turn), then
  *               print "leaked N" on stdout
  *   "quit\n"    free the kept blocks, print the checksum, exit 0
+ *   "exec PROG ARG\n"  exec PROG with the one argument ARG (the same
+ *               stdin and stdout; "exec failed" on stdout if it returns)
  * READY_FILE is created (holding the pid) once the loop runs. Its stdout
  * is deterministic (the test compares it with a run without attach).
  * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
@@ -109,6 +111,14 @@ int main(int argc, char** argv) {
             leak_total = to_leak;
         } else if (line && strcmp(line, "quit") == 0) {
             break;
+        } else if (line && strncmp(line, "exec ", 5) == 0) {
+            char prog[1024];
+            snprintf(prog, sizeof(prog), "%s", line + 5);
+            char* arg = strchr(prog, ' ');
+            if (arg) *arg++ = '\0';
+            execl(prog, prog, arg, (char*)NULL);
+            printf("exec failed\n");
+            fflush(stdout);
         }
         /* pace the loop (the test waits on lines, never on time) */
         struct timespec ts = {0, 100000};
