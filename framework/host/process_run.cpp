@@ -621,7 +621,9 @@ bool ProcessRun::replaced_by_exec(bool capture_only) const {
     uint32_t pid = reader_.pid();
     std::string dir = capture_path_.substr(0, capture_path_.rfind('/') + 1);
     std::string next = dir + std::to_string(pid) + "." + std::to_string(summary_.capture_index + 1) + ".msmcap";
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    // An exec known to keep the agent: its capture is what tells a new image
+    // that loaded it from one that did not (static), so it is given longer.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(capture_only ? 2000 : 300);
     for (;;) {
         // The next image's capture keeps its name until the session ends
         // (also when that image has already exited).
