@@ -141,6 +141,28 @@ TEST_CASE("data format, sinks, output, log level, collect mode") {
           "--collect-mode: invalid value 'later' (allowed: immediate, deferred)");
 }
 
+TEST_CASE("--output: 32 folder levels, counted on the absolute path's folder names") {
+    auto deep = [](int n, const std::string& tail) {
+        std::string p;
+        for (int i = 0; i < n; ++i) p += "/d";
+        return p + tail;
+    };
+    CHECK(run({"--output=" + deep(32, ""), "--", "p"}).ok);
+    CHECK(run({"--output=" + deep(32, "/"), "--", "p"}).ok);  // a trailing '/' names no folder
+    CHECK(run({"--output=" + deep(31, "//./d/"), "--", "p"}).ok);
+    CHECK(only_error(run({"--output=" + deep(33, ""), "--", "p"})) == "--output: more than 32 folder levels deep");
+    // A relative path counts the working directory's folders too (as upstream's check of the resolved path).
+    char cwd[4096];
+    REQUIRE(getcwd(cwd, sizeof cwd));
+    int here = 0;
+    for (const char* c = cwd; *c; ++c) here += *c == '/' && c[1] && c[1] != '/';
+    if (here < 32) {
+        std::string rel = deep(32 - here, "").substr(1);
+        CHECK(run({"--output=" + rel, "--", "p"}).ok);
+        CHECK(only_error(run({"--output=" + rel + "/e", "--", "p"})) == "--output: more than 32 folder levels deep");
+    }
+}
+
 TEST_CASE("watch") {
     auto r = run({"--watch=op0:out1,op1,full-content", "--", "p"});  // our older outN form still reads
     REQUIRE(r.ok);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include <msmemscope/abi.h>
 #include "options.h"
@@ -145,7 +146,16 @@ std::string check_output_path(const std::string& p) {
         char cwd[4096];
         if (getcwd(cwd, sizeof cwd)) abs = std::string(cwd) + "/" + p;
     }
-    if (std::count(abs.begin(), abs.end(), '/') > 32) return "more than 32 folder levels deep";
+    // Levels are folder names: "a//b/" and "a/./b" are two deep, as "a/b".
+    int levels = 0;
+    for (size_t start = 0; start < abs.size();) {
+        size_t slash = abs.find('/', start);
+        if (slash == std::string::npos) slash = abs.size();
+        std::string_view name(abs.data() + start, slash - start);
+        if (!name.empty() && name != ".") ++levels;
+        start = slash + 1;
+    }
+    if (levels > 32) return "more than 32 folder levels deep";
     return "";
 }
 
