@@ -32,6 +32,7 @@
 #include "supervisor.h"
 #include "util/file_trust.h"
 #include "util/text.h"
+#include "warning_out.h"
 
 namespace fs = std::filesystem;
 
@@ -579,15 +580,15 @@ int Session::attach(pid_t pid) {
         std::string line = escape_controls(installed.substr(b, e == std::string::npos ? std::string::npos : e - b));
         b = e == std::string::npos ? installed.size() : e + 1;
         if (line.rfind("failed ", 0) == 0)
-            std::cerr << "msmemscope: warning: --attach: " << line.substr(7) << "; collecting without it\n";
+            warning_out() << "msmemscope: warning: --attach: " << line.substr(7) << "; collecting without it\n";
         else if (line.rfind("hooks ", 0) == 0)
             hooked.push_back(line.substr(6, line.find(':') - 6));
     }
     if (std::find_if(hooked.begin(), hooked.end(), [](const std::string& n) { return n.find("cuda") != std::string::npos; }) !=
         hooked.end())
-        std::cerr << "msmemscope: warning: --attach: a CUDA runtime that started before the attach found its driver "
-                     "functions then (cuGetProcAddress): its allocations are not seen; calls a program makes to "
-                     "libcuda itself are\n";
+        warning_out() << "msmemscope: warning: --attach: a CUDA runtime that started before the attach found its "
+                         "driver functions then (cuGetProcAddress): its allocations are not seen; calls a program "
+                         "makes to libcuda itself are\n";
     root_pid_ = pid;
     std::cerr << "msmemscope: attached to pid " << pid << "; "
               << (cfg_.attach_steps ? "detaching after " + std::to_string(cfg_.attach_steps) + " step(s)"
@@ -622,10 +623,10 @@ int Session::attach(pid_t pid) {
         if (requested && !forced && now - requested_at > std::chrono::seconds(30)) {
             // The agent's thread did not answer: detach from a malloc entry.
             forced = true;
-            std::cerr << "msmemscope: warning: pid " << pid
-                      << " did not answer the detach request within 30 s; detaching through gdb\n";
+            warning_out() << "msmemscope: warning: pid " << pid
+                          << " did not answer the detach request within 30 s; detaching through gdb\n";
             if (std::string why = attach::force_detach(pid, what.agent, attach_timeout_s()); !why.empty())
-                std::cerr << "msmemscope: warning: " << why << "\n";
+                warning_out() << "msmemscope: warning: " << why << "\n";
         }
         if (forced && now - requested_at > std::chrono::seconds(30 + 2 * attach_timeout_s() + 30)) {
             std::cerr << "msmemscope: error: pid " << pid << " still holds its capture; giving up (the outputs "

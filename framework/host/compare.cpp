@@ -49,6 +49,7 @@
 #include "offline/memory_budget.h"
 #include "process_run.h"
 #include "util/csv.h"
+#include "warning_out.h"
 
 namespace fs = std::filesystem;
 
@@ -416,8 +417,9 @@ static int compare_run(const Config& cfg) {
         bool exact = true;
         auto pairs = align(a.entries, b.entries, exact);
         if (!exact)
-            std::cerr << "msmemscope: warning: device " << dev
-                      << ": the two sequences differ too much for an exact alignment; unmatched ops are listed apart\n";
+            warning_out() << "msmemscope: warning: device " << dev
+                          << ": the two sequences differ too much for an exact alignment; unmatched ops are listed "
+                             "apart\n";
         for (auto& [i, j] : pairs) {
             const Entry* x = i >= 0 ? &a.entries[static_cast<size_t>(i)] : nullptr;
             const Entry* y = j >= 0 ? &b.entries[static_cast<size_t>(j)] : nullptr;

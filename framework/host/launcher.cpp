@@ -17,6 +17,7 @@
 #include "util/file_trust.h"
 #include "util/host_process.h"
 #include "util/output_dir.h"
+#include "warning_out.h"
 
 namespace msms {
 
@@ -86,8 +87,8 @@ std::string python_boot_path(const std::string& home, const std::string& session
     // As root, the package runs in every Python process of the run: each of
     // its files passes the check plugins pass (util/file_trust.h).
     if (std::string why = untrusted_package_file(pkg_parent + "/msmemscope"); !why.empty()) {
-        std::cerr << "msmemscope: warning: the msmemscope Python package is refused: " << why
-                  << "; Python processes run without the Python-side collectors\n";
+        warning_out() << "msmemscope: warning: the msmemscope Python package is refused: " << why
+                      << "; Python processes run without the Python-side collectors\n";
         return "";
     }
     std::string dir = session_dir + "/python";
@@ -100,8 +101,8 @@ std::string python_boot_path(const std::string& home, const std::string& session
     if (!py) {
         // The program still runs (e.g. ulimit -n leaves the tool no
         // descriptor for it): only its Python side goes without collectors.
-        std::cerr << "msmemscope: warning: cannot create '" << dir << "': " << why
-                  << "; Python processes run without the Python-side collectors\n";
+        warning_out() << "msmemscope: warning: cannot create '" << dir << "': " << why
+                      << "; Python processes run without the Python-side collectors\n";
         return "";
     }
     // The hook itself lives in the package (msmemscope/_boot.py); this file
@@ -137,8 +138,8 @@ _msmemscope_boot()
 del _msmemscope_boot
 )PY";
     if (!files::replace(py.get(), "sitecustomize.py", f.str(), why, 0644)) {
-        std::cerr << "msmemscope: warning: cannot write '" << dir << "/sitecustomize.py': " << why
-                  << "; Python processes run without the Python-side collectors\n";
+        warning_out() << "msmemscope: warning: cannot write '" << dir << "/sitecustomize.py': " << why
+                      << "; Python processes run without the Python-side collectors\n";
         return "";
     }
     return dir + ":" + pkg_parent;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "compare.h"
 #include "compare_log.h"
@@ -25,6 +26,8 @@
 #include "session.h"
 #include "supervisor.h"
 #include "util/host_process.h"
+#include "util/text.h"
+#include "warning_out.h"
 
 #ifndef MSMEMSCOPE_VERSION
 #define MSMEMSCOPE_VERSION "0.0.0"
@@ -35,7 +38,7 @@ using namespace msms;
 namespace {
 
 void warn(const std::vector<std::string>& warnings) {
-    for (auto& w : warnings) std::cerr << "msmemscope: warning: " << w << "\n";
+    for (auto& w : warnings) warning_out() << "msmemscope: warning: " << w << "\n";
 }
 
 std::string fs_timestamp() {
@@ -87,6 +90,10 @@ int run_main(int argc, char** argv) {
     if (!errors.empty()) return fail(errors);
     if (!raw.config_file.empty() && !load_yaml(raw.config_file, raw, errors)) return fail(errors);
 
+    // -q / --log-level=error (the profile's too): errors only on stderr.
+    if (auto level = raw.values.find("log-level"); level != raw.values.end())
+        set_warnings_shown(trim(level->second.value) != "error");
+
     Registry registry;
     registry.discover(Registry::search_dirs(raw.search_paths));
     if (raw.list_plugins) {
@@ -104,7 +111,7 @@ int run_main(int argc, char** argv) {
         std::vector<std::string> user_dirs = Registry::search_dirs(raw.search_paths);
         user_dirs.erase(user_dirs.begin());  // the installed folder
         for (auto& r : refusals_to_warn(registry, user_dirs, raw.verbose))
-            std::cerr << "msmemscope: warning: plugin " << r.path << " refused: " << r.reason << "\n";
+            warning_out() << "msmemscope: warning: plugin " << r.path << " refused: " << r.reason << "\n";
     }
     // A selected plugin that was found but cannot be loaded costs only
     // itself: the run goes on without it and ends with status 71.
@@ -115,9 +122,9 @@ int run_main(int argc, char** argv) {
     supervisor::set_time_budget({cfg.plugin_call_budget_s, cfg.plugin_finish_budget_s});
     warn(cfg.warnings);
     if (geteuid() == 0)
-        std::cerr << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "
-                     "root owns or could write (they or a folder above them) are refused; run as an ordinary "
-                     "user where possible\n";
+        warning_out() << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "
+                         "root owns or could write (they or a folder above them) are refused; run as an ordinary "
+                         "user where possible\n";
 
     if (!cfg.merge.empty()) return merge_main(cfg);  // --merge: runs of several nodes
     if (cfg.compare) {
@@ -207,7 +214,11 @@ int run_main(int argc, char** argv) {
             events += s.events;
         }
         memory = memory || events > session.summaries().size();
-        if (missing_driver_hint(cfg, session.summaries(), std::cerr) && !memory && !status) {
+        std::ostringstream hint;
+        bool nothing = missing_driver_hint(cfg, session.summaries(), hint) && !memory && !status;
+        // A warning, unless it says why the run failed (then shown with -q too).
+        (nothing ? std::cerr : warning_out()) << hint.str();
+        if (nothing) {
             std::cerr << "msmemscope: error: nothing was collected: no process recorded any memory\n";
             status = 70;
         }

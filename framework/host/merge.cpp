@@ -27,6 +27,7 @@
 #include "util/csv.h"
 #include "util/sqlite_fd_path.h"
 #include "util/text.h"
+#include "warning_out.h"
 
 namespace fs = std::filesystem;
 
@@ -747,7 +748,7 @@ int merge_main(const Config& cfg) {
         if (rows.size() == before)
             warnings.push_back("--merge: '" + escape_controls(node) + "' has no process folder with a summary.json");
     }
-    for (auto& w : warnings) std::cerr << "msmemscope: warning: " << w << "\n";
+    for (auto& w : warnings) warning_out() << "msmemscope: warning: " << w << "\n";
     if (missing) return 2;
     if (rows.empty()) {
         std::cerr << "msmemscope: error: --merge: nothing to merge (no msmemscope_*/summary.json found)\n";

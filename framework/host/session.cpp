@@ -26,6 +26,7 @@
 #include "util/file_trust.h"
 #include "util/output_dir.h"
 #include "util/text.h"
+#include "warning_out.h"
 
 namespace fs = std::filesystem;
 
@@ -218,8 +219,8 @@ void Session::scan() {
                                                st.st_uid == geteuid();
                                    if (!ours) {
                                        seen_.insert(p);
-                                       std::cerr << "msmemscope: warning: " << p
-                                                 << ": ignored (not a capture file of this user)\n";
+                                       warning_out() << "msmemscope: warning: " << p
+                                                     << ": ignored (not a capture file of this user)\n";
                                    }
                                    return !ours;
                                }),
@@ -653,7 +654,7 @@ int Session::print_summary(std::ostream& out) const {
     // whether every output is complete (70: no; 71: a plugin was dropped).
     int status = 0;
     for (auto& s : summaries_) {
-        for (auto& w : s.warnings) std::cerr << "msmemscope: warning: " << w << "\n";
+        for (auto& w : s.warnings) warning_out() << "msmemscope: warning: " << w << "\n";
         if (!s.error.empty()) {
             std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << s.error << "\n";
             status = 70;

@@ -150,6 +150,11 @@ def test_events_additions_are_said_in_one_line(tmp_path):
     assert "also collecting" not in p.stderr
     p = _run(["--device=cpu", "--events=launch", "--analysis=none", "--output=out4", "--", DEMO], tmp_path)
     assert "also collecting" not in p.stderr
+    # -q (--log-level=error): errors only, no warnings (the root one neither).
+    for quiet in (["-q"], ["--log-level=error"]):
+        p = _run(["--device=cpu", "--events=launch", *quiet, "--output=out5", "--", DEMO], tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert "warning" not in p.stderr, p.stderr
 
 
 def test_saved_capture_of_a_short_run_is_not_a_32_mib_reservation(tmp_path):
