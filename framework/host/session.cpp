@@ -377,7 +377,7 @@ void Session::join_all() {
     });
 }
 
-std::string Session::agent_library_paths(std::vector<std::string>& out, std::string& error) const {
+std::string Session::agent_library_paths(std::vector<std::string>& out, std::string& error) {
     std::string agent = Registry::agent_dir() + "/libmsmemscope_agent.so";
     if (access(agent.c_str(), R_OK) != 0) {
         error = "the agent library is missing: " + agent;
@@ -394,21 +394,24 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
         fs::path plugin_dir = fs::path(p->path).parent_path();
         std::string lib = p->descriptor->agent_library;
         std::vector<fs::path> candidates{plugin_dir / lib, plugin_dir.parent_path() / "agent" / lib, plugin_dir / "agent" / lib};
+        // A collector whose target library is missing or refused costs only
+        // itself, as a plugin that cannot be loaded: the run goes on without
+        // it and ends with status 71.
+        std::string why;
         bool found = false;
         for (auto& c : candidates) {
-            if (access(c.c_str(), R_OK) == 0) {
-                if (std::string why = untrusted_reason(c.string()); !why.empty()) {
-                    error = "collector '" + name + "': its target library " + c.string() + " is refused: " + why;
-                    return "";
-                }
+            if (access(c.c_str(), R_OK) != 0) continue;
+            found = true;
+            if (std::string untrusted = untrusted_reason(c.string()); !untrusted.empty())
+                why = "its target library " + c.string() + " is refused: " + untrusted;
+            else
                 out.push_back(fs::absolute(c).lexically_normal().string());
-                found = true;
-                break;
-            }
+            break;
         }
-        if (!found) {
-            error = "collector '" + name + "': its target library " + lib + " was not found next to " + p->path;
-            return "";
+        if (!found) why = "its target library " + lib + " was not found next to " + p->path;
+        if (!why.empty()) {
+            std::cerr << "msmemscope: error: collector '" << name << "': " << why << "; running without it\n";
+            collector_dropped_ = true;
         }
     }
     return "";
@@ -671,6 +674,7 @@ int Session::print_summary(std::ostream& out) const {
         }
         // (The pipeline said on stderr which plugin was dropped and why.)
         if (s.plugin_dropped && status == 0) status = 71;
+        if (collector_dropped_ && status == 0) status = 71;
         std::string how = s.ended.empty() ? how_ended(s) : s.ended;
         out << "msmemscope: pid " << s.pid << " (" << escape_controls(s.command) << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";

@@ -50,12 +50,15 @@ private:
     void join_all();
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
-    std::string agent_library_paths(std::vector<std::string>& out, std::string& error) const;
+    // The agent and the selected collectors' target libraries; a collector
+    // whose library is missing or refused is left out (collector_dropped_).
+    std::string agent_library_paths(std::vector<std::string>& out, std::string& error);
 
     const Config& cfg_;
     const Registry& registry_;
     std::string dir_;
     bool own_dir_ = false;
+    bool collector_dropped_ = false;  // a collector ran without its target library: exit 71
     std::set<std::string> seen_;
     struct Running {
         std::unique_ptr<ProcessRun> run;

@@ -44,6 +44,27 @@ def test_a_collectors_own_pool_is_named_and_counted(cli, tmp_path):
     assert int(kept["attr"]["process_used"]) >= 16384
 
 
+def test_a_collector_without_its_target_library_costs_only_itself(cli, tmp_path):
+    """The collector's plugin shipped without its libmsms_*.so: the run goes
+    on without that collector (the program runs, the host heap is
+    recorded) and ends with 71, as for any plugin that cannot be loaded. It
+    stopped the run before the program started (exit 2)."""
+    import shutil
+    lonely = tmp_path / "plugins"
+    lonely.mkdir()
+    shutil.copy(FIXTURE / "libmsmemscope_plugin_custom_pool.so", lonely)
+    out = tmp_path / "out"
+    p = cli(["--plugin-path", str(lonely), "--device=cpu", "--events=alloc,free", "--analysis=leaks",
+             "--output", str(out), "--", FIXTURE / "custom_pool_program"], cwd=tmp_path)
+    assert p.returncode == 71, p.stdout + p.stderr
+    assert (f"msmemscope: error: collector 'custom_pool': its target library libmsms_custom_pool_hook.so was not "
+            f"found next to {lonely / 'libmsmemscope_plugin_custom_pool.so'}; running without it") \
+        in p.stderr.splitlines(), p.stderr
+    assert "custom_pool_program: done 1" in p.stdout.splitlines(), p.stdout
+    assert re.search(r"^  cpu/HOST: peak ", p.stdout, re.M), p.stdout
+    assert "MYPOOL" not in p.stdout, p.stdout
+
+
 SILENT = BUILD / "tests" / "lib" / "silent_collector"
 
 
