@@ -207,3 +207,22 @@ def test_conformance_catches_crash_second_finish_history_and_bad_schema():
     assert of("bad_option_schema") == [
         "FAIL  load: plugin 'bad_option_schema': ENUM option 'style' lists no allowed values"]
     assert all(v == "FAIL" for v in result.values()), result
+
+
+def test_plugin_path_is_searched_before_the_profiles_search_paths(cli, tmp_path):
+    """sdk/README "Search order": each --plugin-path, then the YAML's
+    plugins.search_paths, wherever --config stands: the same type name in
+    both is the command line's, the profile's is refused as a duplicate."""
+    import shutil
+    plugin = BUILD / "tests" / "lib" / "custom_pool" / "libmsmemscope_plugin_custom_pool.so"
+    for folder in ("from_cli", "from_yaml"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(plugin, tmp_path / folder)
+    (tmp_path / "profile.yaml").write_text("plugins:\n  search_paths: [from_yaml]\n")
+    for args in (["--config=profile.yaml", "--plugin-path=from_cli"],
+                 ["--plugin-path=from_cli", "--config=profile.yaml"]):
+        p = cli([*args, "--list-plugins"], cwd=tmp_path, check_rc=0)
+        taken = [line.split() for line in p.stdout.splitlines() if line.startswith("custom_pool ")]
+        assert len(taken) == 1 and taken[0][-1].endswith("from_cli/libmsmemscope_plugin_custom_pool.so"), p.stdout
+        assert any(line.startswith("refused: ") and "from_yaml/libmsmemscope_plugin_custom_pool.so: duplicate type "
+                   "name 'custom_pool'" in line for line in p.stdout.splitlines()), p.stdout
