@@ -436,6 +436,7 @@ TEST_CASE("getopt: options after the program name, prefixes, repeats, -- protect
     CHECK(run({"bash", "train.sh", "-h"}).raw.help);
     CHECK(cli({"--dev=cpu"}).cfg.devices == std::vector<std::string>{"cpu"});
     CHECK(cli({"--an=none"}).cfg.analyzers.empty());  // upstream's unique prefix, though we also have --analyze
+    CHECK(cli({"--st=1"}).cfg.steps == std::vector<long long>{1});  // upstream's --steps, though we have --step-on
     CHECK(only_error(cli({"--de=cpu"})) == "option '--de' is ambiguous (could be --debug, --device)");
     CHECK(cli({"--level=op", "--level=kernel"}).cfg.levels == 2u);
     CHECK(only_error(run({"prog", "--bogus"})) ==

@@ -20,7 +20,8 @@ std::string help_text() {
           "  msmemscope --replay=<capture.msmcap> [--analysis=...] [--format=...]\n"
           "  msmemscope --analyze=<analyzer>[,...] --input-path=<dump.csv|dump.db|folder|capture> "
           "[--plugin-option=NAME.KEY=VALUE ...]\n"
-          "\nValues are separated by ',' or '\xEF\xBC\x8C'; long options may be shortened to an unambiguous prefix;\n"
+          "\nValues are separated by ',' or '\xEF\xBC\x8C'; long options may be shortened to an unambiguous prefix\n"
+          "(one that names a single msMemScope option means that option, as there: --st is --steps);\n"
           "a repeated option keeps its last value.\n";
     const char* titles[] = {"General options:", "Collection options:", "Analysis options:", "Input / Output options:",
                             "Other:", "Plugins:", "Internal (used by the Python package):"};
@@ -47,8 +48,10 @@ std::string help_text() {
           "  # Memory comparison\n"
           "  msmemscope --compare --input-path=./baseline,./target\n"
           "\nOutput:\n"
-          "  Results are written to <output-path>/msmemscope_{pid}_{timestamp}_{ascend|cpu|cuda}/ "
-          "(default output path: ./memscopeDumpResults).\n";
+          "  Results are written to <output-path>/msmemscope_{pid}_{timestamp}_{ascend|cpu|cuda}[_rank{N}][_exec{N}]/\n"
+          "  (default output path: ./memscopeDumpResults): ascend when an npu device is selected, else cuda when a\n"
+          "  cuda one is, else cpu; _rank{N} from its RANK (or LOCAL_RANK); _exec{N} for the N-th image a process\n"
+          "  exec'ed into. Each device's rows are in its device_{device}/ folder there (host memory: device_cpu).\n";
     return os.str();
 }
 

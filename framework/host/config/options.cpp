@@ -47,8 +47,8 @@ const std::vector<OptionDef>& options() {
          "with --attach: detach once N steps have ended since the attach (1..1000000)"},
         // Analysis
         {"analysis", 0, true, nullptr, kAnalysis, true, "<TYPE>",
-         "leaks, decompose, inefficient, oom[:K] (K 1..1000, default 10), other installed analyzers, or none "
-         "[default: leaks]"},
+         "leaks, decompose, inefficient, oom[:K] (K 1..1000, default 10; outside it, as msMemScope: a warning "
+         "and 10), other installed analyzers, or none [default: leaks]"},
         {"compare", 0, false, nullptr, kAnalysis, true, "",
          "compare two runs offline: --compare --input-path=<base>,<compare>; an operator is credited with what "
          "it allocated between its start and end, or with --level given (--level=op), as msMemScope: with the "
