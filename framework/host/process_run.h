@@ -116,6 +116,9 @@ private:
     std::string dir_name_;
 };
 
+// The image was replaced by exec (its new image recorded or not, attached
+// or not): its memory went with it, nothing it held leaked.
+bool replaced_by_exec(const ProcessSummary& s);
 // How an image that exec'ed and whose new image is not recorded ended, in
 // the words of its summary line and summary.json: an attach's exec, or
 // EndKind::Exec (the agent saw the exec) when no capture of the new image

@@ -220,8 +220,7 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     // process replaced by exec holds no leaks.
     if (f.leaks_ran) {
         uint64_t bytes = 0, n = 0;
-        if (!f.exec_replaced && !s.attach_exec && s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec))
-            report_leaks(s.report, bytes, n);
+        if (!f.exec_replaced && !replaced_by_exec(s)) report_leaks(s.report, bytes, n);
         Json l = Json::object();
         l.set("bytes", Json(bytes));
         l.set("allocations", Json(n));

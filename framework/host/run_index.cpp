@@ -128,12 +128,8 @@ std::vector<std::pair<std::string, size_t>> other_runs(const fs::path& root, con
     return out;
 }
 
-// Its memory went with it (exec, with or without the agent after it, or
-// _exit after fork): nothing leaked.
-bool no_leaks(const ProcessSummary& s) {
-    return s.replaced_by_exec || s.exit_after_fork || s.attach_exec ||
-           s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
-}
+// Its memory went with it (exec, or _exit after fork): nothing leaked.
+bool no_leaks(const ProcessSummary& s) { return replaced_by_exec(s) || s.exit_after_fork; }
 
 }  // namespace
 

@@ -674,7 +674,6 @@ int Session::print_summary(std::ostream& out) const {
         }
         // (The pipeline said on stderr which plugin was dropped and why.)
         if (s.plugin_dropped && status == 0) status = 71;
-        if (collector_dropped_ && status == 0) status = 71;
         std::string how = s.ended.empty() ? how_ended(s) : s.ended;
         out << "msmemscope: pid " << s.pid << " (" << escape_controls(s.command) << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";
@@ -712,6 +711,8 @@ int Session::print_summary(std::ostream& out) const {
             out << "    " << escape_controls(files[i].first) << " (" << human_bytes(static_cast<int64_t>(files[i].second)) << ")\n";
         if (files.size() > kMaxListed) out << "    ... and " << files.size() - kMaxListed << " more\n";
     }
+    // A collector left out for its missing target library (agent_library_paths).
+    if (collector_dropped_ && status == 0 && !summaries_.empty()) status = 71;
     return status;
 }
 
