@@ -90,10 +90,10 @@ def test_bash_script_runs_several_programs(cli, test_bin, tmp_path):
 ORPHAN = r'''
 import os, sys, time
 r, w = os.pipe()
+parent = os.getpid()  # not the child's getppid(): the parent may be gone by then
 pid = os.fork()
 if pid == 0:
     os.close(w)
-    parent = os.getppid()
     cap = os.path.join(os.environ["MSMEMSCOPE_SESSION"], f"{parent}.0.msmcap")
     kept = [bytearray(4096) for _ in range(100)]
     os.read(r, 1)  # EOF: the parent has ended
