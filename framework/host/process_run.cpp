@@ -192,22 +192,21 @@ void ProcessRun::run() {
     notify_started(summary_.error.empty() ? "the capture ended before its pipeline started" : summary_.error);
 }
 
+bool ProcessRun::identify(CaptureReader& reader, std::string& error) {
+    if (!reader.open(capture_path_, error)) return false;
+    summary_.pid = reader.pid();
+    summary_.ppid = reader.ppid();
+    summary_.command = join(reader.cmdline(), " ");
+    // <dir>/<pid>.<n>.msmcap
+    std::string base = fs::path(capture_path_).filename().string();
+    size_t a = base.find('.'), b = base.find('.', a + 1);
+    if (a != std::string::npos && b != std::string::npos && base.compare(b, std::string::npos, ".msmcap") == 0)
+        summary_.capture_index = static_cast<uint32_t>(std::strtoul(base.substr(a + 1, b - a - 1).c_str(), nullptr, 10));
+    return true;
+}
+
 void ProcessRun::run_stream() {
-    std::string err;
-    if (!reader_.open(capture_path_, err)) {
-        summary_.error = err;
-        return;
-    }
-    summary_.pid = reader_.pid();
-    summary_.ppid = reader_.ppid();
-    summary_.command = join(reader_.cmdline(), " ");
-    {
-        // <dir>/<pid>.<n>.msmcap
-        std::string base = fs::path(capture_path_).filename().string();
-        size_t a = base.find('.'), b = base.find('.', a + 1);
-        if (a != std::string::npos && b != std::string::npos && base.compare(b, std::string::npos, ".msmcap") == 0)
-            summary_.capture_index = static_cast<uint32_t>(std::strtoul(base.substr(a + 1, b - a - 1).c_str(), nullptr, 10));
-    }
+    if (!identify(reader_, summary_.error)) return;
     if (std::string rank = reader_.rank(); !rank.empty() && valid_rank(rank).empty()) {
         std::string shown = rank.size() > 40 ? rank.substr(0, 40) + "..." : rank;
         for (auto& ch : shown)

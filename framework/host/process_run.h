@@ -48,6 +48,9 @@ struct ProcessSummary {
     std::string ended;
     std::string damage;          // first damaged place in the capture, "" if none
     std::string error;  // a capture that could not be read
+    // msmemscope was interrupted (Ctrl-C) before this capture was read to
+    // its end: `error` says so, and the process may still be running.
+    bool interrupted = false;
     std::map<std::string, Pipeline::DeviceTotals> totals;
     std::vector<std::string> report;
     std::vector<std::string> plugin_errors;
@@ -92,6 +95,9 @@ private:
     // summary (and, when no worker got far enough, the start-up error) back.
     friend void run_supervised(ProcessRun& run);
     void run_stream();
+    // pid, ppid, command and capture_index from the capture's header and
+    // name; false (and `error`) when the header cannot be read.
+    bool identify(CaptureReader& reader, std::string& error);
     void notify_started(const std::string& error);
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);

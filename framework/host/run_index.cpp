@@ -60,6 +60,7 @@ std::string peaks(const ProcessSummary& s) {
 // How it ended: the words of the process's summary line (Session::how_ended),
 // without the explanations in parentheses that line adds.
 std::string end_of(const ProcessSummary& s) {
+    if (s.interrupted) return "not finished (msmemscope was interrupted)";
     if (!s.error.empty()) return "not read";
     std::string how = s.ended;
     if (how.empty()) {  // not set by a session (a caller of its own)

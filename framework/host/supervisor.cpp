@@ -291,7 +291,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 416,
+static_assert(sizeof(ProcessSummary) == 424,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -316,6 +316,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.replaced_by_exec);
     w.u(s.attach_exec);
     w.u(s.exit_after_fork);
+    w.u(s.interrupted);
     w.s(s.ended);
     w.s(s.damage);
     w.s(s.error);
@@ -363,6 +364,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.replaced_by_exec = r.u() != 0;
     s.attach_exec = r.u() != 0;
     s.exit_after_fork = r.u() != 0;
+    s.interrupted = r.u() != 0;
     s.ended = r.s();
     s.damage = r.s();
     s.error = r.s();
@@ -608,6 +610,14 @@ void run_supervised(ProcessRun& run) {
                              signal_text(supervisor::abandoned()) +
                              " after the program had ended; the outputs of this process are incomplete";
         if (!output_dir.empty()) run.summary_.output_dir = output_dir;
+        run.summary_.interrupted = true;
+        // Which process it is, for the table and for its earlier image (an
+        // exec followed by this capture): the worker that knew is gone.
+        if (run.summary_.pid == 0) {
+            CaptureReader header;
+            std::string unread;
+            run.identify(header, unread);
+        }
         if (!started_before) run.notify_started(run.summary_.error);
         run.started_ = nullptr;
     };

@@ -216,6 +216,15 @@ def test_a_daemon_left_by_the_program_is_named_and_not_waited_for_without_follow
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 70, err
         assert "interrupted by SIGINT after the program had ended" in err, err
+        # The daemon in the table by its pid and command (not "0 ... not
+        # read"), and the shell image it exec'ed from as replaced by exec: its
+        # new image did load the agent (the capture that was not finished),
+        # it is not one "without the agent".
+        rows = [r for r in (out + err).splitlines() if re.match(rf"^  {d} +\d+ +- +", r)]
+        assert len(rows) == 2, out + err
+        assert re.search(r" replaced by exec +- .*/sh -c sleep 600 ", rows[0]), rows
+        assert re.search(r" not finished \(msmemscope was interrupted\) +- +- +sleep 600$", rows[1]), rows
+        assert "without the agent" not in out + err and not re.search(r"^  0 ", out + err, re.M), out + err
     finally:
         if proc.poll() is None:
             proc.kill()
