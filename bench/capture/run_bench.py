@@ -13,6 +13,11 @@ default: frame pointers with libunwind as fallback; libunwind; libgcc) with
 frames each recovers when malloc is called by the program itself, through
 libc (strndup) and through libstdc++ (operator new), read from the symbolized
 stacks of the CSV.
+
+Usage: bench/capture/run_bench.py [--build build] [--pairs N] [--repeat N]
+       [--walkers] [--smoke]
+heaptrack (Debian's package) is measured when it is on PATH; without it its
+column is left out.
 """
 import csv
 import argparse
@@ -83,7 +88,7 @@ def machine():
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(Path(__file__).resolve().parents[2] / "build"))
     ap.add_argument("--pairs", type=int, default=2_000_000, help="pairs per thread")
     ap.add_argument("--repeat", type=int, default=3, help="best of N for each configuration")

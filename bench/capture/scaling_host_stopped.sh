@@ -4,9 +4,10 @@
 # On a 2-vCPU machine the host process (decode + CSV) needs one core while the
 # program runs, so "2 threads vs 1" there measures the machine, not the
 # capture path. The agent never waits for the host (records go into the
-# capture file), so here the host is stopped (SIGSTOP) while the workload's
-# loop runs and resumed afterwards to write everything; the workload times
-# its own loop. Usage: bench/capture/scaling_host_stopped.sh [build] [pairs] [repeat]
+# capture file), so here the host -- the CLI and its pipeline worker, every
+# process of the run but the workload -- is stopped (SIGSTOP) while the
+# workload runs and resumed afterwards to write everything; the workload
+# times its own loop. Usage: bench/capture/scaling_host_stopped.sh [build] [pairs] [repeat]
 set -euo pipefail
 build=${1:-build}
 pairs=${2:-300000}
@@ -21,10 +22,26 @@ for t in 1 2; do
     "$build/bin/msmemscope" --device=cpu --events=alloc,free --analysis= --output="$out/o" -- "$W" "$t" "$pairs" \
         > "$out/log" 2>&1 &
     host=$!
-    until pgrep -P "$host" -f bench_capture_workload > /dev/null; do :; done
-    kill -STOP "$host"
-    while pgrep -P "$host" -f bench_capture_workload > /dev/null; do sleep 0.02; done
-    kill -CONT "$host"
+    # The whole host: the CLI and every child of it but the workload (the
+    # pipeline worker that reads the capture is the CLI's child). Stopped
+    # twice over: a worker forked while the first round of signals went out
+    # is stopped by the second.
+    prog=
+    for _ in $(seq 2000); do
+      prog=$(pgrep -P "$host" -f bench_capture_workload || true)
+      [ -n "$prog" ] || ! kill -0 "$host" 2> /dev/null && break
+      sleep 0.005
+    done
+    [ -n "$prog" ] || { echo "the workload was not seen running (ended already? give more pairs)" >&2; exit 1; }
+    stopped=()
+    for pass in 1 2; do
+      for p in "$host" $(pgrep -P "$host" || true); do
+        [ "$p" = "$prog" ] && continue
+        kill -STOP "$p" 2> /dev/null && stopped+=("$p")
+      done
+    done
+    while kill -0 "$prog" 2> /dev/null && ! ps -o stat= -p "$prog" | grep -q "^Z"; do sleep 0.02; done
+    for p in "${stopped[@]}"; do kill -CONT "$p" 2> /dev/null || true; done
     wait "$host"
     grep -q "dropped: 0" "$out/log" || { echo "events were dropped" >&2; exit 1; }
     sed -n 's/.*loop_ns=\([0-9]*\).*/\1/p' "$out/log"

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch CUDA training loop under msmemscope (cuda collector) vs. PyTorch's
 own torch.cuda.memory._record_memory_history on the same loop.
 

@@ -18,7 +18,8 @@
 
 Each measurement runs in its own fresh process (the profilers install hooks
 that cannot be taken back). Usage: PYTHONPATH=<build>/python /usr/bin/python3
-bench/python/bench_python.py [--repeat N]
+bench/python/bench_python.py [--repeat N] [--workload trace|stacks|torch]
+(default: every workload)
 """
 import argparse
 import os

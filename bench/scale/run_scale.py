@@ -15,6 +15,10 @@ stacks would be ~40 GB: --call-stack is off unless asked for). Runs each
 configuration once: on a shared machine, note the load it prints.
 
 --smoke: 20000 events, no heaptrack needed (CI).
+
+Usage: bench/scale/run_scale.py [--build build] [--events 1000000,4000000,...]
+       [--modes csv,db,aggregate,heaptrack] [--call-stack c:32] [--smoke]
+Needs heaptrack (Debian's package) on PATH unless --smoke.
 """
 import argparse
 import os
@@ -63,7 +67,7 @@ def load():
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(Path(__file__).resolve().parents[2] / "build"))
     ap.add_argument("--events", default="1000000,4000000,16000000", help="comma list of event counts")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")

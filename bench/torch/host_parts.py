@@ -14,10 +14,13 @@ between two lines is that part's CPU time:
   csv + html,memory_viz
 
 Each line is run R times, interleaved (and with a second binary, --base, for
-a before/after comparison); user + system CPU seconds of the whole command,
-median and range.
+a before/after comparison); user + system CPU seconds of the whole command
+and its wall seconds, median and range.
 
 Usage: bench/torch/host_parts.py --capture FILE [--msmemscope BIN] [--base BIN] [--rounds 3]
+The capture: build/bin/msmemscope --device=cpu --call-stack=python --save-capture=true
+--output=OUT -- /usr/bin/python3 bench/torch/train_gpt.py, then
+FILE = OUT/msmemscope_*_cpu/capture_<pid>.msmcap.
 """
 import argparse
 import os
@@ -76,14 +79,15 @@ def main():
                     print("round %d %-24s %-5s cpu %6.2f s wall %6.2f s" % (rnd + 1, name, bname, r[0], r[1]), flush=True)
     shutil.rmtree(workdir, ignore_errors=True)
     print()
-    head = "| replay | " + " | ".join("%s CPU s" % b for b, _ in bins) + " |"
+    head = "| replay | " + " | ".join("%s CPU s | %s wall s" % (b, b) for b, _ in bins) + " |"
     print(head)
-    print("|---|" + "---:|" * len(bins))
+    print("|---|" + "---:|---:|" * len(bins))
     for name, _ in parts:
         cells = []
         for bname, _ in bins:
-            v = [c for c, _ in res.get((name, bname), [])]
-            cells.append("%.2f (%.2f–%.2f)" % (statistics.median(v), min(v), max(v)) if v else "-")
+            for i in (0, 1):  # CPU, wall
+                v = [r[i] for r in res.get((name, bname), [])]
+                cells.append("%.2f (%.2f–%.2f)" % (statistics.median(v), min(v), max(v)) if v else "-")
         print("| %s | %s |" % (name, " | ".join(cells)))
 
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """What a small operator costs under --call-stack=python as the Python stack
 gets deeper (issue #30: the Python-stack reads are per event, and a real
 model's stacks -- nested modules, a trainer's loop -- are deeper than the

@@ -4,7 +4,8 @@ written out, GELU MLP), a tied output head, AdamW, 20 steps on random tokens,
 one thread. Prints the training loop's own wall time as `loop_s=<seconds>`
 (and with --step-times each step's as `steps_ms=<ms>,<ms>,...` before it).
 
-Usage: python3 train_gpt.py [--steps N] [--layers L] [--step-times]
+Usage: /usr/bin/python3 bench/torch/train_gpt.py [--steps N] [--layers L] [--step-times]
+       [--torch-profiler TRACE_JSON]
 """
 import argparse
 import math

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Issue #27: what msmemscope's views say about three PyTorch scripts of our
 own, next to torch's own counts (printed by the scripts) and
-torch.profiler(profile_memory=True, with_stack=True); memray where
-`import memray` works.
+torch.profiler(profile_memory=True, with_stack=True). memray is not run
+(it says whether `import memray` works; bench/README.md's PyTorch section
+builds memray from source for the cost benchmark).
 
 For each script (gpt_keep_loss.py, cnn_loader.py, kv_infer.py):
  1. `msmemscope --device=cpu --call-stack=python --analysis=leaks,decompose
@@ -13,7 +14,7 @@ For each script (gpt_keep_loss.py, cnn_loader.py, kv_infer.py):
     memory(segments), the framework pool's active blocks, its peak replayed
     from its trace when the trace is complete, allocations of one batch's size);
  2. profile_wrap.py S: the same script in-process under torch.profiler;
- 3. memray: only if importable (Debian has no memray package).
+ 3. memray: not run; the last line says whether it could be imported.
 
 Prints the side-by-side table (markdown with --markdown).
 
@@ -260,9 +261,8 @@ def main():
             lines.append("(torch's own figures under the profiler differ: %s)" % t_prof)
         print("\n".join(lines[start:]), flush=True)
     lines.append("")
-    lines.append("memray: %s" % ("importable (not run by this script yet)" if memray else
-                                 "not importable here (`import memray` fails: not a Debian package, and nothing "
-                                 "outside Debian/npm can be installed on this machine)"))
+    lines.append("memray: not run by this script (%s; bench/README.md's PyTorch section builds it from "
+                 "source)" % ("it is importable" if memray else "`import memray` fails: not a Debian package"))
     if args.markdown:
         print("\n----- markdown -----")
         print("\n".join(lines))
