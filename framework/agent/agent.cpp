@@ -20,6 +20,7 @@
 
 #include "attach.h"
 #include "channel.h"
+#include "end_signals.h"
 #include "import_fold.h"
 #include "live_blocks.h"
 #include "options.h"
@@ -203,35 +204,6 @@ void at_exit(int status, void*) {
     channel_close(st >= 0 ? st : (status & 0xff), capture::EndKind::Exit);
 }
 
-// Fatal signals: note which one ended the process (in the header, async-signal
-// safe), then let the default action happen. Installed only where the program
-// kept the default disposition; a handler it installs later replaces ours.
-constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
-
-void on_fatal_signal(int sig) {
-    int saved = errno;
-    channel_note_signal(sig);
-    // SA_RESETHAND restored the default; the signal is blocked while we run,
-    // so this one is delivered (and kills) as soon as we return. A fault
-    // re-executes the faulting instruction anyway.
-    raise(sig);
-    errno = saved;
-}
-
-void install_fatal_handlers() {
-    for (int sig : kFatalSignals) {
-        struct sigaction old{};
-        if (sigaction(sig, nullptr, &old) != 0) continue;
-        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL) continue;
-        if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction != nullptr) continue;
-        struct sigaction sa{};
-        sa.sa_handler = on_fatal_signal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
-        sigaction(sig, &sa, nullptr);
-    }
-}
-
 // Why this process is not recorded: channel_open's error in words.
 const char* unrecorded_reason(const char* dir, int rc) {
     static char why[4800];
@@ -278,7 +250,7 @@ int attach_impl(const char* dir, const char* opts) {
         registered = true;
         on_exit(at_exit, nullptr);
         pthread_atfork(nullptr, nullptr, child_after_fork);
-        install_fatal_handlers();
+        install_end_signal_handlers();
     }
     if (options().c_depth > 0) stacks_init();
     g_off_tracking.store(true, std::memory_order_relaxed);
