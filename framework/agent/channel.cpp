@@ -931,7 +931,9 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
     h->header_size = capture::kHeaderSize;
     h->chunk_size = capture::kChunkSize;
     h->pid = static_cast<uint32_t>(pid);
-    h->ppid = static_cast<uint32_t>(getppid());
+    // A forked child's parent is the process it was forked from, which may
+    // have ended already (getppid() would then name a subreaper: the CLI).
+    h->ppid = forked_from ? forked_from : static_cast<uint32_t>(getppid());
     h->forked_from = forked_from;
     struct timespec rt, mt;
     clock_gettime(CLOCK_REALTIME, &rt);

@@ -160,7 +160,8 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
         text = "end record corrupt (it fails its checksum: how the process ended is not known)";
     } else if (kind == capture::EndKind::Exit || kind == capture::EndKind::QuickExit) {
         how = "exit";
-        text = "exited with code " + std::to_string(s.end_code) + (kind == capture::EndKind::QuickExit ? " (_exit)" : "");
+        text = "exited with code " + std::to_string(s.end_code) +
+               (kind != capture::EndKind::QuickExit ? "" : s.exit_after_fork ? " (_exit after fork)" : " (_exit)");
     } else if (kind == capture::EndKind::Signal) {
         how = "signal";
         const char* name = sigabbrev_np(s.end_code);

@@ -1,5 +1,6 @@
 """Issue 3 §5: fork, exec, bash scripts and torchrun-like launchers: one
 folder per process, nothing shared or interleaved; --follow-fork=false."""
+import json
 import re
 from collections import Counter
 
@@ -124,3 +125,45 @@ def test_exit_after_fork_when_the_parent_ended_first(cli, tmp_path):
     # the table: its parent, its ending, nothing leaked
     (row,) = [r for r in p.stdout.splitlines() if re.match(rf"^  {child} +{parent} ", r)]
     assert "exited with code 0 (_exit after fork)" in row and re.search(r"\(_exit after fork\) +- ", row), row
+    # summary.json in the console's words (it said "(_exit)")
+    (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{child}_")]
+    ended = json.loads((folder / "summary.json").read_text())["ended"]
+    assert ended == {"how": "exit", "code": 0, "text": "exited with code 0 (_exit after fork)"}, ended
+
+
+DAEMONIZE = r'''
+import os
+for _ in range(10):
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            os.close(r)
+            os.write(w, b"%d\n" % os.getpid())
+            os._exit(0)
+        os._exit(0)  # at once: the grandchild's agent may still be opening its capture
+    os.close(w)
+    os.waitpid(middle, 0)
+    line = b""
+    while not line.endswith(b"\n"):
+        line += os.read(r, 64)
+    os.close(r)
+    print("middle", middle, "grandchild", line.split()[0].decode(), flush=True)
+'''
+
+
+def test_a_daemonized_grandchild_names_the_process_that_forked_it(cli, tmp_path):
+    # The middle process of a double fork exits at once; the grandchild's
+    # ppid came from getppid() when its capture opened, which named the CLI
+    # (the subreaper) whenever the middle had already gone (3 runs in 7).
+    (tmp_path / "daemonize.py").write_text(DAEMONIZE)
+    p = cli(["--device=cpu", "--analysis=", "--sinks=csv", f"--output={tmp_path}/out", "--",
+             "/usr/bin/python3", "daemonize.py"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+    pairs = re.findall(r"^middle (\d+) grandchild (\d+)$", p.stdout, re.M)
+    assert len(pairs) == 10, p.stdout
+    for middle, grandchild in pairs:
+        (row,) = [r for r in p.stdout.splitlines() if re.match(rf"^  {grandchild} +\d+ ", r)]
+        assert re.match(rf"^  {grandchild} +{middle} ", row), (middle, row)
+        (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{grandchild}_")]
+        assert json.loads((folder / "summary.json").read_text())["ppid"] == int(middle)
