@@ -85,6 +85,11 @@ bool Map::take(uint64_t ptr, uint64_t* size) {
     return large_.note_free(MSMS_T_HOST, ptr, size);
 }
 
+void Map::abandon() {
+    for (auto& t : top_) t.store(nullptr, std::memory_order_relaxed);
+    large_.drain([](const live_blocks::Block&, void*) {}, nullptr);
+}
+
 bool Map::holds(uint64_t ptr) const {
     if (!mappable(ptr)) return false;
     Slot* l = leaf(ptr, false);

@@ -37,6 +37,9 @@ public:
     bool put(uint64_t ptr, uint64_t size);
     // Forgets a block: true, with its size in *size, when it was held.
     bool take(uint64_t ptr, uint64_t* size);
+    // Forgets every block at once, without giving their slots' memory back
+    // (import_fold.cpp's map of an ancestor too many forks back, reused).
+    void abandon();
     // Whether a block is held at ptr now (tests).
     bool holds(uint64_t ptr) const;
     // The memory of ptr's stretch of slots, nullptr when none was made (tests).

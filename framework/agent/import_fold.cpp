@@ -21,7 +21,19 @@ namespace msms::agent::import_fold {
 namespace {
 
 __thread uint32_t t_depth __attribute__((tls_model("initial-exec")));
-fold_map::Map g_map;
+// The blocks this process folded, and in a forked child those its
+// ancestors folded before each fork (newest first): a child's imports' heap
+// counts its own blocks, and its free of an inherited one is forgotten
+// without a row, as the parent's would be. The parent's blocks were written
+// as the parent's; counted again in the child they made a DataLoader
+// worker's peak the whole parent's import heap (62 MiB for 12 KiB of its
+// own). Past kGenerations forks deep, the oldest generation's blocks are
+// forgotten: their frees are written as any block's the child did not
+// allocate.
+constexpr int kGenerations = 4;
+fold_map::Map g_maps[kGenerations];
+int g_own = 0;        // this process's map
+int g_inherited = 0;  // maps of ancestors: g_maps[g_own - 1], [g_own - 2], ... (mod kGenerations)
 
 // The folded blocks held now and their bytes, counted per thread: a locked
 // add per figure on each allocation and free was ~40% of the fold's cost
@@ -76,16 +88,20 @@ int64_t g_pub_blocks = 0, g_pub_bytes = 0;
 bool forget(uint64_t ptr) {
     if (!g_any.load(std::memory_order_relaxed)) return false;
     uint64_t size = 0;
-    if (!g_map.take(ptr, &size)) return false;
-    count(-1, -static_cast<int64_t>(size));
-    return true;
+    if (g_maps[g_own].take(ptr, &size)) {
+        count(-1, -static_cast<int64_t>(size));
+        return true;
+    }
+    for (int i = 1; i <= g_inherited; ++i)
+        if (g_maps[(g_own + kGenerations - i) % kGenerations].take(ptr, &size)) return true;
+    return false;
 }
 
 }  // namespace
 
 bool alloc(uint64_t ptr, uint64_t size) {
     if (t_depth == 0) return false;
-    if (!g_map.put(ptr, size)) return false;
+    if (!g_maps[g_own].put(ptr, size)) return false;
     count(1, static_cast<int64_t>(size));
     if (__builtin_expect(!g_any.load(std::memory_order_relaxed), 0)) g_any.store(true, std::memory_order_relaxed);
     return true;
@@ -132,6 +148,18 @@ void after_fork() {
     g_writing.clear(std::memory_order_relaxed);  // a thread of the parent may have held it
     g_published = false;
     g_pub_blocks = g_pub_bytes = 0;
+    if (!g_any.load(std::memory_order_relaxed)) return;
+    // What the parent folded becomes inherited; this child's count starts at 0.
+    g_own = (g_own + 1) % kGenerations;
+    if (g_inherited == kGenerations - 1) g_maps[g_own].abandon();  // the oldest generation's
+    else ++g_inherited;
+    size_t n = g_tallies_taken.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < n && i < kTallies; ++i) {
+        g_tallies[i].blocks.store(0, std::memory_order_relaxed);
+        g_tallies[i].bytes.store(0, std::memory_order_relaxed);
+    }
+    g_shared_tally.blocks.store(0, std::memory_order_relaxed);
+    g_shared_tally.bytes.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace msms::agent::import_fold

@@ -11,10 +11,11 @@ body's rows and leak figures are the same as with python_imports=record, which
 writes every import-time allocation with its stacks."""
 import csv
 import re
+import textwrap
 
 import pytest
 
-from conftest import DUMP_HEADER, dump_files, parse_attr, pta_mallocs_of, run_with_user_site
+from conftest import DUMP_HEADER, dump_files, parse_attr, process_dirs, pta_mallocs_of, run_with_user_site
 
 PY = "/usr/bin/python3"
 
@@ -221,3 +222,46 @@ def test_tensor_made_in_installed_import_has_exact_stack(tmp_path):
     # the same text as the profile function's own stacks (record: no scope, no pause), and as the default's
     assert fold["12345"] == record["12345"].replace("record_shadow", "fold_shadow")
     assert {k: v.replace("fold_frames", "fold_shadow") for k, v in frames.items()} == fold
+
+
+FORK_PROGRAM = """
+    import ctypes, os, sys
+    import decimal, email.parser, json  # the installation's modules: their blocks are folded
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    for how in ("exit", "_exit"):
+        pid = os.fork()
+        if pid == 0:
+            libc.malloc(55551)  # the child's own, never freed
+            print("child", os.getpid(), how, flush=True)
+            if how == "exit":
+                sys.exit(0)  # the interpreter's teardown frees the parent's import blocks here
+            os._exit(0)
+        os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_does_not_count_its_parents_imports(cli, tmp_path):
+    # The child inherited the table of the parent's folded import blocks and
+    # their count: its imports' heap (a MALLOC at the reserved address, its
+    # peak, its leak report's "while importing Python modules") was the
+    # parent's whole import heap -- each DataLoader worker of a torch program
+    # said 62 MiB for 12 KiB of its own.
+    import json
+    (tmp_path / "prog.py").write_text(textwrap.dedent(FORK_PROGRAM))
+    p = cli(["--device=cpu", "--call-stack=c", "--analysis=leaks", "--output=out", "--", PY, "prog.py"], tmp_path,
+            env={"PYTHONPATH": ""}, check_rc=0)
+    children = dict((how, pid) for pid, how in re.findall(r"^child (\d+) (\S+)$", p.stdout, re.M))
+    assert set(children) == {"exit", "_exit"}, p.stdout
+    folders = {d.name.split("_")[1]: d for d in process_dirs(tmp_path / "out")}
+    (parent,) = [pid for pid in folders if pid not in children.values()]
+    parent_peak = json.loads((folders[parent] / "summary.json").read_text())["pools"]["cpu/HOST"]["peak_bytes"]
+    for how, pid in children.items():
+        s = json.loads((folders[pid] / "summary.json").read_text())
+        assert s["pools"]["cpu/HOST"]["peak_bytes"] < 55551 + 65536 < parent_peak, (how, s["pools"], parent_peak)
+        assert not [r for r in read_rows(folders[pid]) if r["Ptr"] == IMPORT_HEAP], how
+        block = re.split(r"^msmemscope: pid ", p.stdout, flags=re.M)
+        (mine,) = [b for b in block if b.startswith(f"{pid} ")]
+        assert "while importing Python modules" not in mine, mine
+    leaks = json.loads((folders[children["exit"]] / "summary.json").read_text())["leaks"]
+    assert 55551 <= leaks["bytes"] < 55551 + 8192, leaks

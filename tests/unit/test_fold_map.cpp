@@ -111,3 +111,17 @@ TEST_CASE("threads making the same stretches at once all keep their blocks; a bl
     for (auto& t : ts) t.join();
     CHECK(bad.load() == 0);
 }
+
+TEST_CASE("abandon forgets every block, small and large, and the map takes new ones after") {
+    static Map m;
+    REQUIRE(m.put(0x6600000000ull, 40));
+    REQUIRE(m.put(0x6600000010ull, uint64_t{1} << 20));  // large: its own table
+    m.abandon();
+    uint64_t got = 0;
+    CHECK_FALSE(m.holds(0x6600000000ull));
+    CHECK_FALSE(m.take(0x6600000000ull, &got));
+    CHECK_FALSE(m.take(0x6600000010ull, &got));
+    REQUIRE(m.put(0x6600000010ull, 77));
+    REQUIRE(m.take(0x6600000010ull, &got));
+    CHECK(got == 77);
+}
