@@ -69,7 +69,8 @@ def test_python_interpreter_sites_are_suppressed_by_default(tmp_path):
     # (and the caches of msmemscope's own Python modules, which the CLI's
     # Python side loads into every interpreter)
     m = re.search(r"^  (\d+) allocation site\(s\) suppressed on device cpu \((\d+) block\(s\), (\d+) bytes\): (\d+) by the "
-                  r"built-in CPython list \(--default-suppressions=false shows them\)(, \d+ by msmemscope's own modules "
+                  r"built-in list of one-time set-up \(the interpreter, the loader, libc's locale tables; "
+                  r"--default-suppressions=false shows them\)(, \d+ by msmemscope's own modules "
                   r"\(the profiler's memory\))?$", p.stdout, re.M)
     assert m, p.stdout
     suppressed = int(m[4])
@@ -133,7 +134,8 @@ def test_python_api_suppress_removes_sites_as_the_command_line_does(tmp_path):
     p = _python_api(tmp_path, LEAKY.format(out="o4", kw="suppress='other.supp'"))
     assert p.returncode == 0, p.stderr
     assert ("\n  1 allocation site(s) suppressed on device cpu (3 block(s), 300006 bytes): 1 by the built-in "
-            "CPython list (--default-suppressions=false shows them)\n") in p.stdout, p.stdout
+            "list of one-time set-up (the interpreter, the loader, libc's locale tables; "
+            "--default-suppressions=false shows them)\n") in p.stdout, p.stdout
 
 
 def test_python_api_suppress_errors(tmp_path, monkeypatch):

@@ -533,7 +533,7 @@ private:
             sites[origin].insert(site);
             return true;
         }
-        // "N allocation site(s) suppressed on device D (B block(s), X bytes): K by the built-in CPython list ..., M by FILE"
+        // "N allocation site(s) suppressed on device D (B block(s), X bytes): K by the built-in list of one-time set-up (...), M by FILE"
         std::string line(const std::string& device) const {
             std::set<std::string> all;
             std::vector<std::string> parts;
@@ -541,7 +541,7 @@ private:
                 all.insert(ss.begin(), ss.end());
                 parts.push_back(std::to_string(ss.size()) + " by " +
                                 (origin == "built-in (CPython)"
-                                     ? std::string("the built-in CPython list (--default-suppressions=false shows them)")
+                                     ? std::string("the built-in list of one-time set-up (the interpreter, the loader, libc's locale tables; --default-suppressions=false shows them)")
                                  : origin == "built-in (msmemscope)"
                                      ? std::string("msmemscope's own modules (the profiler's memory)")
                                      : origin));
