@@ -306,16 +306,36 @@ ChunkHeader* chunk_at(uint64_t index, capture::DisabledReason& why) {
 // wait ends when the host releases no chunk for 2 s (10 s while it has not
 // started reading: start-up), and no further wait starts until it releases
 // one again; the program is slowed to the host's pace, never stopped.
-void wait_for_host(CaptureHeader* h) {
+// Nobody will read this capture any more: its file was removed (the host
+// stopped waiting for a program it left running: Ctrl-C) or the host is gone
+// (killed). Then the program goes on unrecorded instead of filling the disk
+// with a capture that a removed file holds until the program ends.
+bool reader_gone() {
+    int saved = errno;
+    bool gone = false;
+    struct stat st;
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_nlink == 0) gone = true;
+    uint32_t host = options().host_pid;
+    if (!gone && host > 0 && kill(static_cast<pid_t>(host), 0) != 0 && errno == ESRCH) gone = true;
+    errno = saved;
+    return gone;
+}
+
+// Asked every kReaderCheckChunks chunks taken (a few system calls per 4 MiB).
+constexpr uint64_t kReaderCheckChunks = 64;
+
+// false: the reader is gone (reader_gone), checked while waiting.
+bool wait_for_host(CaptureHeader* h) {
     uint64_t budget = options().capture_budget;
-    if (budget == 0) return;
+    if (budget == 0) return true;
     // Chunks the host cannot release: the ones threads hold, and the
     // staging slots (never released while the process runs).
     budget += g_live_writers.load(std::memory_order_relaxed) + static_cast<uint64_t>(__atomic_load_n(&g_handon_n, __ATOMIC_RELAXED)) +
               static_cast<uint64_t>(__atomic_load_n(&g_stage_n, __ATOMIC_RELAXED));
     uint64_t released = h->chunks_released.load(std::memory_order_acquire);
-    if (h->chunks_taken.load(std::memory_order_relaxed) < released + budget) return;
-    if (g_budget_gave_up.load(std::memory_order_relaxed) == released) return;
+    if (h->chunks_taken.load(std::memory_order_relaxed) < released + budget) return true;
+    if (g_budget_gave_up.load(std::memory_order_relaxed) == released) return !reader_gone();
     uint64_t last = released;
     int idle = 0;
     while (h->chunks_taken.load(std::memory_order_relaxed) >= released + budget) {
@@ -328,17 +348,27 @@ void wait_for_host(CaptureHeader* h) {
             idle = 0;
         } else if (++idle >= (h->host_polls.load(std::memory_order_relaxed) ? 20000 : 100000)) {
             g_budget_gave_up.store(released, std::memory_order_relaxed);
-            return;
+            return !reader_gone();
+        } else if (idle % 1000 == 0 && reader_gone()) {  // every 0.1 s
+            return false;
         }
     }
+    return true;
 }
 
 // Takes a fresh chunk index, backed by the file; waits with bounded back-off
 // while another thread grows the file or the disk is full; false (and why)
 // when no space can be had.
 bool take_index(CaptureHeader* h, uint64_t& index, capture::DisabledReason& why) {
-    wait_for_host(h);
+    if (!wait_for_host(h)) {
+        why = capture::DisabledReason::NoReader;
+        return false;
+    }
     index = h->chunks_taken.fetch_add(1, std::memory_order_relaxed);
+    if (index % kReaderCheckChunks == kReaderCheckChunks - 1 && reader_gone()) {
+        why = capture::DisabledReason::NoReader;
+        return false;
+    }
     why = capture::DisabledReason::NoSpace;
     for (int attempt = 0; attempt < 200; ++attempt) {
         if (index < h->chunks_mapped.load(std::memory_order_acquire)) return true;
@@ -593,6 +623,8 @@ const char* reason_text(capture::DisabledReason r) {
     case capture::DisabledReason::FileSize: return "the capture file reached the file-size limit (ulimit -f)";
     case capture::DisabledReason::AddressSpace:
         return "no address space left to map the capture file (ulimit -v)";
+    case capture::DisabledReason::NoReader:
+        return "msmemscope is gone (nobody will read the capture); the program goes on unrecorded";
     default: return "the capture file cannot grow";
     }
 }

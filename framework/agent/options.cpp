@@ -90,6 +90,11 @@ void parse_options(const char* text) {
         for (size_t i = 0; i < len && v[i] >= '0' && v[i] <= '9' && n < (1u << 30); ++i) n = n * 10 + (v[i] - '0');
         o.capture_budget = static_cast<uint32_t>(n);
     }
+    if (const char* v = find_value("host_pid", len)) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < len && v[i] >= '0' && v[i] <= '9' && n < (1u << 30); ++i) n = n * 10 + (v[i] - '0');
+        o.host_pid = static_cast<uint32_t>(n);
+    }
     if (const char* v = find_value("call_stack", len)) {
         o.c_depth = stack_depth(v, len, "c");
         o.py_depth = stack_depth(v, len, "python");

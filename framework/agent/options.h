@@ -25,6 +25,9 @@ struct Options {
     // current ones) before a thread that needs a new chunk waits for the
     // host to release some (capture_format.h); 0: no bound (--aggregate sets it).
     uint32_t capture_budget = 0;
+    // The CLI (the capture's reader) when there is one: once it is gone, the
+    // program goes on unrecorded (channel.cpp, reader_gone). 0: none known.
+    uint32_t host_pid = 0;
 };
 
 extern Options g_options;

@@ -128,6 +128,7 @@ enum class DisabledReason : uint32_t {
     FileSize = 2,      // the file-size limit (ulimit -f, RLIMIT_FSIZE)
     AddressSpace = 3,  // no address space to map the capture (ulimit -v)
     Other = 4,
+    NoReader = 5,      // nobody will read it: msmemscope is gone, or the capture was removed
 };
 
 struct CaptureHeader {

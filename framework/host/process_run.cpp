@@ -485,6 +485,7 @@ void ProcessRun::run_stream() {
         case capture::DisabledReason::NoSpace: why = " (the disk was full)"; break;
         case capture::DisabledReason::FileSize: why = " (the capture reached the file-size limit, ulimit -f)"; break;
         case capture::DisabledReason::AddressSpace: why = " (no address space for the capture, ulimit -v)"; break;
+        case capture::DisabledReason::NoReader: why = " (msmemscope had stopped reading it)"; break;
         default: break;
         }
         summary_.incomplete.push_back(std::to_string(summary_.dropped) + " event(s) could not be recorded" + why);

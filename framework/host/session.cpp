@@ -495,7 +495,7 @@ int Session::run_program() {
     std::string watch_token = new_watch_token();
     spec.env = {{"MSMEMSCOPE_SESSION", fs::absolute(dir_).string()},
                 {"MSMEMSCOPE_WATCH_TOKEN", watch_token},
-                {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options()},
+                {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options() + ";host_pid=" + std::to_string(getpid())},
                 {"MSMEMSCOPE_HOME", fs::path(Registry::agent_dir()).parent_path().parent_path().string()}};
     // Blocked until the program's pid is known to the handler.
     sigset_t stop_set, old_mask;
@@ -561,7 +561,7 @@ int Session::run_program() {
                                             "(profiled, --follow-fork): " + left +
                                             "; end them, or press Ctrl-C (SIGINT/SIGTERM to pid " +
                                             std::to_string(getpid()) +
-                                            ") to stop waiting and write what was recorded\n");
+                                            ") to stop waiting (they go on unrecorded; their outputs are left incomplete)\n");
                 }
             }
             // Ctrl-C once the program has ended: stop waiting for them.

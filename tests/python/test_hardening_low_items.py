@@ -211,7 +211,7 @@ def test_a_daemon_left_by_the_program_is_named_and_not_waited_for_without_follow
         assert re.fullmatch(
             r"msmemscope: the program has ended; waiting for what it left running \(profiled, --follow-fork\): "
             rf"pid {d} \(sleep 600\); end them, or press Ctrl-C \(SIGINT/SIGTERM to pid {proc.pid}\) to stop "
-            r"waiting and write what was recorded\n", line), line
+            r"waiting \(they go on unrecorded; their outputs are left incomplete\)\n", line), line
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 70, err
@@ -232,6 +232,96 @@ def test_a_daemon_left_by_the_program_is_named_and_not_waited_for_without_follow
             os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)
         except (ProcessLookupError, ValueError, FileNotFoundError):
             pass
+
+
+DAEMON = r"""
+import os, sys
+n = 0
+while not os.path.exists("stop"):
+    for _ in range(100000):
+        bytearray(1000)  # a malloc and a free, recorded
+    n += 1
+    with open("progress.tmp", "w") as f:
+        f.write(str(n))
+    os.replace("progress.tmp", "progress")
+"""
+
+
+def _capture_size(pid):
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if ".msmcap" in link:
+            return os.stat(f"/proc/{pid}/fd/{fd}").st_size, link
+    return None, None
+
+
+def _wait_for(cond, what, timeout=120):
+    import time
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _progress(work):
+    try:
+        return int((work / "progress").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def test_a_program_left_running_stops_recording_once_nobody_reads(tmp_path):
+    # Ctrl-C while the CLI waited for a daemon, or the CLI killed: the daemon
+    # went on recording into a capture nobody would read -- a removed file it
+    # held open, 279 MB -> 1.37 GB in 16 s. Now it says so once and goes on
+    # unrecorded, its capture no longer growing.
+    import signal
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e["PYTHONPATH"] = ""
+    cli = str(BUILD / "bin" / "msmemscope")
+    for how in ("ctrl-c", "kill -9"):
+        work = tmp_path / how.replace(" ", "")
+        work.mkdir()
+        (work / "daemon.py").write_text(DAEMON)
+        if how == "ctrl-c":  # the daemon is left by the program
+            cmd = ["sh", "-c", "/usr/bin/python3 daemon.py </dev/null >/dev/null 2>daemon.err & echo $! > daemon.pid"]
+        else:  # the program itself
+            cmd = ["sh", "-c", "echo $$ > daemon.pid; exec /usr/bin/python3 daemon.py 2>daemon.err"]
+        # (killed, the CLI leaves its pipes to the program: no pipes then)
+        pipe = subprocess.PIPE if how == "ctrl-c" else subprocess.DEVNULL
+        proc = subprocess.Popen([cli, "--device=cpu", "--analysis=", "--output=out", "--"] + cmd, cwd=str(work),
+                                env=e, stdout=pipe, stderr=pipe, text=True, start_new_session=True)
+        d = None
+        try:
+            if how == "ctrl-c":
+                for line in proc.stderr:  # the barrier: the tool's own line
+                    if "waiting for" in line:
+                        break
+                proc.send_signal(signal.SIGINT)
+                proc.communicate(timeout=120)
+                assert proc.returncode == 70
+            else:
+                _wait_for(lambda: _progress(work) >= 2, "the program runs")
+                proc.kill()
+                proc.wait(timeout=120)
+            d = int((work / "daemon.pid").read_text())
+            _wait_for(lambda: "collection turned off" in (work / "daemon.err").read_text(), "the agent's line")
+            assert (work / "daemon.err").read_text() == (
+                "[msmemscope] warning: collection turned off: msmemscope is gone (nobody will read the capture); "
+                "the program goes on unrecorded\n"), how
+            size, link = _capture_size(d)
+            at = _progress(work)
+            _wait_for(lambda: _progress(work) >= at + 5, "the daemon goes on")  # ~10 MB of records more
+            later, _ = _capture_size(d)
+            assert later == size, (how, link, size, later)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            (work / "stop").write_text("")
+            if d:
+                _wait_for(lambda: not os.path.exists(f"/proc/{d}") or
+                          open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", "the daemon ends")
 
 
 # framework/common/capture_format.h, format 4.2: CaptureHeader offsets.
