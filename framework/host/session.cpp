@@ -629,6 +629,25 @@ int Session::serve(const std::string& dir, pid_t parent) {
 }
 
 int Session::replay(const std::string& capture) {
+    // SIGINT, SIGTERM, SIGHUP: stop writing and say what is incomplete
+    // (on_stop_signal: no program to forward them to). They ended the
+    // replay silently, with a CSV cut mid-row and the program's status.
+    struct sigaction on_stop{}, old_int{}, old_term{}, old_hup{};
+    on_stop.sa_sigaction = on_stop_signal;
+    on_stop.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&on_stop.sa_mask);
+    sigaction(SIGINT, &on_stop, &old_int);
+    sigaction(SIGTERM, &on_stop, &old_term);
+    sigaction(SIGHUP, &on_stop, &old_hup);
+    struct Restore {
+        struct sigaction *i, *t, *h;
+        ~Restore() {
+            sigaction(SIGINT, i, nullptr);
+            sigaction(SIGTERM, t, nullptr);
+            sigaction(SIGHUP, h, nullptr);
+        }
+    } restore{&old_int, &old_term, &old_hup};
+    if (supervisor::abandoned()) return 70;  // an earlier capture of --replay=PATTERN was interrupted
     if (std::string why = make_dirs(cfg_.output); !why.empty()) {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;

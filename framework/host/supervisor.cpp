@@ -606,9 +606,14 @@ void run_supervised(ProcessRun& run) {
     // Told to stop (supervisor::abandon): what this process's outputs lack.
     auto stop_abandoned = [&](const std::string& output_dir) {
         std::string where = output_dir.empty() ? run.capture_path_ : output_dir;
+        // When: a replay has no program; an attached one goes on running
+        // (the first signal detached it, this one stopped the writing).
+        const char* when = !run.cfg_.replays.empty() || !run.cfg_.replay.empty() ? ""
+                           : run.cfg_.attach_pid != 0                            ? " while it finished the outputs of the detached program"
+                                                                                  : " after the program had ended";
         run.summary_.error = where + ": not finished: msmemscope was interrupted by " +
-                             signal_text(supervisor::abandoned()) +
-                             " after the program had ended; the outputs of this process are incomplete";
+                             signal_text(supervisor::abandoned()) + when +
+                             "; the outputs of this process are incomplete";
         if (!output_dir.empty()) run.summary_.output_dir = output_dir;
         run.summary_.interrupted = true;
         // Which process it is, for the table and for its earlier image (an

@@ -75,6 +75,34 @@ def test_after_the_program_ended_the_tool_stops_and_says_what_is_incomplete(tmp_
     assert [f for f in os.listdir(out) if f.startswith(".msmemscope_session_")] == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_replay_stops_and_says_what_is_incomplete(tmp_path, sig):
+    # A signal ended a --replay silently, with the signal's status, a CSV cut
+    # mid-row and no summary.json.
+    saved = str(tmp_path / "saved")
+    subprocess.run([str(CLI), "--device=cpu", "--analysis=", "--save-capture=true", "--output", saved, "--",
+                    "/bin/ls", "/"], cwd=tmp_path, env=env(), check=True, capture_output=True, timeout=120)
+    (capture,) = [os.path.join(r, f) for r, _, fs in os.walk(saved) for f in fs if f.endswith(".msmcap")]
+    fifo = tmp_path / "in_finish"
+    os.mkfifo(fifo)
+    out = str(tmp_path / "out")
+    p = subprocess.Popen([str(CLI), "--plugin-path", str(FIXTURES), "--analysis=", "--sinks=csv,hang_in_finish",
+                          "--replay=" + capture, "--output", out], cwd=tmp_path,
+                         env=env(MSMEMSCOPE_FIXTURE_FIFO=str(fifo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    wait_fifo(fifo)  # the worker is inside the plugin's finish()
+    p.send_signal(sig)
+    stdout, stderr = communicate_or_explain(p, 120)
+    assert p.returncode == 70, (stdout, stderr)
+    name = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}[sig]
+    lines = [l for l in stderr.splitlines() if l.startswith("msmemscope: error:")]
+    assert len(lines) == 1, stderr
+    assert re.fullmatch(rf"msmemscope: error: --replay: {re.escape(out)}/msmemscope_\d+_\d+_cpu: not finished: "
+                        rf"msmemscope was interrupted by {name}; the outputs of this process are incomplete",
+                        lines[0]), lines[0]
+    assert pids_with_arg(out) == []
+
+
 def test_a_signal_sent_to_the_cli_while_the_program_runs_reaches_the_program_once(tmp_path):
     fifo = tmp_path / "ready"
     os.mkfifo(fifo)
