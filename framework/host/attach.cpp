@@ -70,6 +70,10 @@ void validate_attach_options(const RawValue* attach, const RawValue* attach_for,
 }
 
 namespace attach {
+
+volatile sig_atomic_t g_cancel = 0;
+const char* const kCancelled = "cancelled";
+
 namespace {
 
 std::string read_small(const std::string& path) {
@@ -127,13 +131,15 @@ std::string find_gdb() {
 struct GdbRun {
     std::string out;
     bool timed_out = false;
+    bool cancelled = false;  // g_cancel stopped the wait
     int status = 0;
 };
 
 // Runs gdb on `script` in its own process group (a Ctrl-C at the terminal
 // is msmemscope's, never gdb's). Past the timeout gdb gets SIGINT: it stops
 // waiting, the script ends and gdb detaches, leaving the process as it was.
-GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, unsigned timeout_s) {
+GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, unsigned timeout_s,
+               bool cancellable = false) {
     GdbRun r;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -186,7 +192,12 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
             if (errno != EINTR) break;
         }
         double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (stage == 0 && waited > timeout_s) {
+        if (stage == 0 && cancellable && g_cancel) {
+            r.cancelled = true;  // as at the timeout: gdb stops waiting and detaches
+            kill(child, SIGINT);
+            stage = 1;
+            start = std::chrono::steady_clock::now() - std::chrono::seconds(timeout_s);
+        } else if (stage == 0 && waited > timeout_s) {
             r.timed_out = true;
             kill(child, SIGINT);
             stage = 1;
@@ -414,7 +425,7 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::st
     std::string err;
     std::string script = write_script(what.dir, "attach.gdb", s, err);
     if (script.empty()) return err;
-    GdbRun r = run_gdb(gdb, pid, script, timeout_s);
+    GdbRun r = run_gdb(gdb, pid, script, timeout_s, true);
     unlink(script.c_str());
     if (size_t b = r.out.find("MSMS_REPORT\n"); b != std::string::npos) {
         size_t e = r.out.find("MSMS_REPORT_END", b);
@@ -435,6 +446,7 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::st
         return "cannot attach to pid " + std::to_string(pid) + ": loading the agent into it failed: " +
                escape_controls(why);
     }
+    if (r.cancelled && r.out.find("MSMS_CALL_INTERRUPTED") == std::string::npos && alive(pid)) return kCancelled;
     return gdb_failure(pid, r);
 }
 
@@ -475,6 +487,7 @@ void on_attach_signal(int sig) {
         return;
     }
     g_attach_stop = sig;
+    attach::g_cancel = sig;  // still waiting for the first malloc: stop waiting
 }
 
 // The writer (the agent in the target) holds an exclusive lock on its
@@ -569,6 +582,14 @@ int Session::attach(pid_t pid) {
     std::string installed;
     if (std::string why = attach::inject(pid, what, attach_timeout_s(), installed); !why.empty()) {
         restore();
+        if (why == attach::kCancelled) {
+            int sig = attach::g_cancel;
+            const char* abbrev = sigabbrev_np(sig);
+            std::cerr << "msmemscope: --attach: interrupted by "
+                      << (abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig)) << " while waiting for pid " << pid
+                      << " to call malloc, free, calloc or realloc: not attached, it runs on untouched\n";
+            return 128 + sig;
+        }
         std::cerr << "msmemscope: error: " << why << "\n";
         return 2;
     }

@@ -518,6 +518,34 @@ def test_attach_timeout_leaves_a_blocked_program_untouched(tmp_path):
             prog.kill()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_waiting_for_the_first_malloc_leaves_the_program_untouched(tmp_path, sig):
+    # Ctrl-C while gdb waited for the process's first malloc was held until
+    # that malloc came (or the 60 s timeout), and then the agent went in
+    # anyway. Now it stops the wait at once: not attached, untouched.
+    prog, pid = start_loop(tmp_path, "--block")
+    try:
+        host = attach(pid, tmp_path / "out")
+        deadline = time.monotonic() + 120
+        while tracer(pid) == 0:  # the barrier: gdb holds it, waiting
+            assert host.poll() is None, host.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        host.send_signal(sig)
+        rc, out, err = finish(host)
+        name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}[sig]
+        assert rc == 128 + sig, err
+        assert (f"msmemscope: --attach: interrupted by {name} while waiting for pid {pid} to call malloc, free, "
+                f"calloc or realloc: not attached, it runs on untouched\n") in err, err
+        assert prog.poll() is None and tracer(pid) == 0
+        assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
+        prog.stdin.close()  # its read ends: it exits 0 (not stopped, no stray signal)
+        assert prog.wait(timeout=60) == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 @AS_NOBODY
 def test_attach_errors_not_ours(tmp_path):
     prog, pid = start_loop(tmp_path)  # root's
