@@ -196,6 +196,7 @@ void CaptureReader::note_corruption(uint64_t chunk, uint64_t offset, const char*
 
 uint64_t CaptureReader::poll_ordered(uint64_t window_ns, size_t& decoded, uint64_t barrier_every_ns) {
     bool gone = writer_gone();
+    writer_seen_gone_ = writer_seen_gone_ || gone;
     // In the capture's clock: the TSC (this host runs on the target's
     // machine) or CLOCK_MONOTONIC.
     uint64_t now;

@@ -123,6 +123,9 @@ public:
     std::string exe() const { return std::string(header_copy_.exe, strnlen(header_copy_.exe, sizeof(header_copy_.exe))); }
     std::vector<std::string> cmdline() const;
     bool ended_normally() const { return saw_end_; }
+    // The writing process was seen gone by a poll (its records may still be
+    // being read).
+    bool writer_seen_gone() const { return writer_seen_gone_; }
     // How the process ended (capture::EndKind) and its status or signal.
     uint32_t end_kind() const;
     int32_t end_code() const;
@@ -267,6 +270,7 @@ private:
     uint64_t stragglers_ = 0, corrupt_ = 0, decoded_ = 0;
     uint64_t chunks_read_ = 0;
     bool saw_end_ = false;
+    bool writer_seen_gone_ = false;
     int64_t end_code_ = 0;
     bool gone_ = false;
 };

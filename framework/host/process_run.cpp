@@ -391,7 +391,8 @@ void ProcessRun::run_stream() {
             // the line said "program running" with the count of before.
             if (progress_ && (delivered & 4095) == 0 &&
                 std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(100)) {
-                report_progress(live && !reader_.ended_normally() ? progress::Phase::Running : progress::Phase::Draining);
+                report_progress(live && !reader_.ended_normally() && !reader_.writer_seen_gone() ? progress::Phase::Running
+                                                                                              : progress::Phase::Draining);
                 last_progress = std::chrono::steady_clock::now();
             }
         }
@@ -406,7 +407,8 @@ void ProcessRun::run_stream() {
             live_last = std::chrono::steady_clock::now();
         }
         if (progress_ && std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(100)) {
-            report_progress(live && !reader_.ended_normally() ? progress::Phase::Running : progress::Phase::Draining);
+            report_progress(live && !reader_.ended_normally() && !reader_.writer_seen_gone() ? progress::Phase::Running
+                                                                                              : progress::Phase::Draining);
             last_progress = std::chrono::steady_clock::now();
         }
         // A process may move to another cgroup while it runs (a job
