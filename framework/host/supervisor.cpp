@@ -614,7 +614,16 @@ void run_supervised(ProcessRun& run) {
         run.summary_.error = where + ": not finished: msmemscope was interrupted by " +
                              signal_text(supervisor::abandoned()) + when +
                              "; the outputs of this process are incomplete";
-        if (!output_dir.empty()) run.summary_.output_dir = output_dir;
+        if (!output_dir.empty()) {
+            run.summary_.output_dir = output_dir;
+            // The worker that would have removed an empty plugins' log is gone.
+            int dfd = open(output_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            struct stat st{};
+            if (dfd >= 0 && fstatat(dfd, supervisor::kPluginLogName, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                st.st_size == 0)
+                unlinkat(dfd, supervisor::kPluginLogName, 0);
+            if (dfd >= 0) close(dfd);
+        }
         run.summary_.interrupted = true;
         // Which process it is, for the table and for its earlier image (an
         // exec followed by this capture): the worker that knew is gone.

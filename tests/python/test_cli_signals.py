@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -70,8 +71,10 @@ def test_after_the_program_ended_the_tool_stops_and_says_what_is_incomplete(tmp_
     assert re.fullmatch(rf"msmemscope: error: {re.escape(out)}/msmemscope_\d+_\d+_cpu: not finished: msmemscope was "
                         rf"interrupted by {name} after the program had ended; the outputs of this process are "
                         r"incomplete", lines[0]), lines[0]
-    # the hung worker went with it, and so did the session folder
+    # the hung worker went with it, and so did the session folder; no empty
+    # plugins' log is left (the worker that would have removed it is gone)
     assert pids_with_arg(out) == []
+    assert [str(f) for f in Path(out).rglob("msmemscope_plugins.log")] == []
     assert [f for f in os.listdir(out) if f.startswith(".msmemscope_session_")] == []
 
 
@@ -101,6 +104,7 @@ def test_a_replay_stops_and_says_what_is_incomplete(tmp_path, sig):
                         rf"msmemscope was interrupted by {name}; the outputs of this process are incomplete",
                         lines[0]), lines[0]
     assert pids_with_arg(out) == []
+    assert [str(f) for f in Path(out).rglob("msmemscope_plugins.log")] == []
 
 
 def test_a_signal_sent_to_the_cli_while_the_program_runs_reaches_the_program_once(tmp_path):
