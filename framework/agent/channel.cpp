@@ -316,8 +316,12 @@ bool reader_gone() {
     struct stat st;
     int fd = g_fd.load(std::memory_order_acquire);
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_nlink == 0) gone = true;
+    // The CLI's pid means it only in the CLI's pid namespace.
     uint32_t host = options().host_pid;
-    if (!gone && host > 0 && kill(static_cast<pid_t>(host), 0) != 0 && errno == ESRCH) gone = true;
+    if (!gone && host > 0 && options().host_pidns != 0 && stat("/proc/self/ns/pid", &st) == 0 &&
+        static_cast<uint64_t>(st.st_ino) == options().host_pidns && kill(static_cast<pid_t>(host), 0) != 0 &&
+        errno == ESRCH)
+        gone = true;
     errno = saved;
     return gone;
 }

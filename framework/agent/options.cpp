@@ -95,6 +95,11 @@ void parse_options(const char* text) {
         for (size_t i = 0; i < len && v[i] >= '0' && v[i] <= '9' && n < (1u << 30); ++i) n = n * 10 + (v[i] - '0');
         o.host_pid = static_cast<uint32_t>(n);
     }
+    if (const char* v = find_value("host_pidns", len)) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < len && i < 20 && v[i] >= '0' && v[i] <= '9'; ++i) n = n * 10 + static_cast<uint64_t>(v[i] - '0');
+        o.host_pidns = n;
+    }
     if (const char* v = find_value("call_stack", len)) {
         o.c_depth = stack_depth(v, len, "c");
         o.py_depth = stack_depth(v, len, "python");

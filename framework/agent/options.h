@@ -28,6 +28,10 @@ struct Options {
     // The CLI (the capture's reader) when there is one: once it is gone, the
     // program goes on unrecorded (channel.cpp, reader_gone). 0: none known.
     uint32_t host_pid = 0;
+    // The CLI's pid namespace (the inode of /proc/self/ns/pid): host_pid
+    // names the CLI only in a process of that namespace (a program run in
+    // a new one, unshare --pid or a sandbox, does not see it).
+    uint64_t host_pidns = 0;
 };
 
 extern Options g_options;

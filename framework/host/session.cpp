@@ -71,6 +71,16 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
 }
 
 
+// The agent options that let a program the CLI leaves behind know that
+// nobody reads its capture any more (channel.cpp, reader_gone): the CLI's pid
+// and its pid namespace.
+std::string host_identity() {
+    std::string s = ";host_pid=" + std::to_string(getpid());
+    struct stat ns{};
+    if (stat("/proc/self/ns/pid", &ns) == 0) s += ";host_pidns=" + std::to_string(static_cast<uint64_t>(ns.st_ino));
+    return s;
+}
+
 // The host runs at a lower priority than the profiled program (set after the
 // program was started, so it does not inherit it): where cores are scarce the
 // program keeps its speed and the host catches up when it waits or ends —
@@ -495,7 +505,7 @@ int Session::run_program() {
     std::string watch_token = new_watch_token();
     spec.env = {{"MSMEMSCOPE_SESSION", fs::absolute(dir_).string()},
                 {"MSMEMSCOPE_WATCH_TOKEN", watch_token},
-                {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options() + ";host_pid=" + std::to_string(getpid())},
+                {"MSMEMSCOPE_AGENT_OPTS", cfg_.agent_options() + host_identity()},
                 {"MSMEMSCOPE_HOME", fs::path(Registry::agent_dir()).parent_path().parent_path().string()}};
     // Blocked until the program's pid is known to the handler.
     sigset_t stop_set, old_mask;

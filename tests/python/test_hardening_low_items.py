@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import BUILD
 
 
@@ -322,6 +324,25 @@ def test_a_program_left_running_stops_recording_once_nobody_reads(tmp_path):
             if d:
                 _wait_for(lambda: not os.path.exists(f"/proc/{d}") or
                           open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", "the daemon ends")
+
+
+def test_a_program_in_a_pid_namespace_of_its_own_is_recorded_to_its_end(tmp_path):
+    # There the CLI's pid names no process (or another one): the agent must
+    # not take the CLI for gone and stop recording after 4 MiB.
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e["PYTHONPATH"] = ""
+    (tmp_path / "many.py").write_text("for _ in range(1000000):\n    bytearray(1000)\nprint('done', flush=True)\n")
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid is not permitted here")
+    p = subprocess.run([str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--analysis=", "--sinks=", "--output=out",
+                        "--", "unshare", "--pid", "--fork", "/usr/bin/python3", "many.py"], cwd=str(tmp_path), env=e,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "done" in p.stdout, p.stdout + p.stderr
+    assert "collection turned off" not in p.stdout + p.stderr
+    block = p.stdout.split("msmemscope: pid 1 (/usr/bin/python3 many.py) exited with code 0\n", 1)[1]
+    events, dropped = map(int, re.search(r"^  events: (\d+), dropped: (\d+)$", block, re.M).groups())
+    assert events >= 2000000 and dropped == 0, p.stdout
 
 
 # framework/common/capture_format.h, format 4.2: CaptureHeader offsets.
