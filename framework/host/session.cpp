@@ -71,6 +71,32 @@ void on_stop_signal(int sig, siginfo_t* info, void*) {
 }
 
 
+// on_stop_signal for SIGINT, SIGTERM and SIGHUP while it lives (or until
+// restore()); the dispositions before it come back after.
+class StopSignals {
+public:
+    StopSignals() {
+        struct sigaction on{};
+        on.sa_sigaction = on_stop_signal;
+        on.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&on.sa_mask);
+        for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &on, &old_[i]);
+    }
+    StopSignals(const StopSignals&) = delete;
+    StopSignals& operator=(const StopSignals&) = delete;
+    ~StopSignals() { restore(); }
+    void restore() {
+        if (restored_) return;
+        restored_ = true;
+        for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+    }
+
+private:
+    static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction old_[3] {};
+    bool restored_ = false;
+};
+
 // The agent options that let a program the CLI leaves behind know that
 // nobody reads its capture any more (channel.cpp, reader_gone): the CLI's pid
 // and its pid namespace.
@@ -512,20 +538,12 @@ int Session::run_program() {
     sigemptyset(&stop_set);
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_set, sig);
     pthread_sigmask(SIG_BLOCK, &stop_set, &old_mask);
-    struct sigaction on_stop{}, old_int{}, old_term{}, old_hup{};
-    on_stop.sa_sigaction = on_stop_signal;
-    on_stop.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&on_stop.sa_mask);
-    sigaction(SIGINT, &on_stop, &old_int);
-    sigaction(SIGTERM, &on_stop, &old_term);
-    sigaction(SIGHUP, &on_stop, &old_hup);
+    StopSignals stop_signals;
     auto restore = [&] {
         g_forward_pid = 0;
         g_launching = 0;
         g_pending_stop = 0;
-        sigaction(SIGINT, &old_int, nullptr);
-        sigaction(SIGTERM, &old_term, nullptr);
-        sigaction(SIGHUP, &old_hup, nullptr);
+        stop_signals.restore();
         pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     };
     spec.child_mask = &old_mask;  // the program starts with the caller's mask
@@ -642,21 +660,7 @@ int Session::replay(const std::string& capture) {
     // SIGINT, SIGTERM, SIGHUP: stop writing and say what is incomplete
     // (on_stop_signal: no program to forward them to). They ended the
     // replay silently, with a CSV cut mid-row and the program's status.
-    struct sigaction on_stop{}, old_int{}, old_term{}, old_hup{};
-    on_stop.sa_sigaction = on_stop_signal;
-    on_stop.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&on_stop.sa_mask);
-    sigaction(SIGINT, &on_stop, &old_int);
-    sigaction(SIGTERM, &on_stop, &old_term);
-    sigaction(SIGHUP, &on_stop, &old_hup);
-    struct Restore {
-        struct sigaction *i, *t, *h;
-        ~Restore() {
-            sigaction(SIGINT, i, nullptr);
-            sigaction(SIGTERM, t, nullptr);
-            sigaction(SIGHUP, h, nullptr);
-        }
-    } restore{&old_int, &old_term, &old_hup};
+    StopSignals stop_signals;
     if (supervisor::abandoned()) return 70;  // an earlier capture of --replay=PATTERN was interrupted
     if (std::string why = make_dirs(cfg_.output); !why.empty()) {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";

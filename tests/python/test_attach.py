@@ -497,6 +497,15 @@ def test_attach_errors_process_exits_during_the_attach(tmp_path):
     assert prog.returncode == 0
 
 
+def assert_left_untouched(prog, pid):
+    """A --block program the attach gave up on: running, untraced, without
+    the agent; its read ends and it exits 0 (not stopped, no stray signal)."""
+    assert prog.poll() is None and tracer(pid) == 0
+    assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
+    prog.stdin.close()
+    assert prog.wait(timeout=60) == 0
+
+
 def test_attach_timeout_leaves_a_blocked_program_untouched(tmp_path):
     # --block: no malloc-family call ever; the attach gives up after
     # MSMEMSCOPE_ATTACH_TIMEOUT_S and gdb lets go of the process.
@@ -509,10 +518,7 @@ def test_attach_timeout_leaves_a_blocked_program_untouched(tmp_path):
         assert r.returncode == 2
         assert (f"msmemscope: error: pid {pid} made no call to malloc, free, calloc or realloc within the attach "
                 f"timeout (it may be blocked or sleeping): not attached, it runs on untouched") in r.stderr, r.stderr
-        assert prog.poll() is None and tracer(pid) == 0
-        assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
-        prog.stdin.close()  # its read ends: it exits 0 (not stopped, no stray SIGINT)
-        assert prog.wait(timeout=60) == 0
+        assert_left_untouched(prog, pid)
     finally:
         if prog.poll() is None:
             prog.kill()
@@ -537,10 +543,7 @@ def test_a_signal_while_waiting_for_the_first_malloc_leaves_the_program_untouche
         assert rc == 128 + sig, err
         assert (f"msmemscope: --attach: interrupted by {name} while waiting for pid {pid} to call malloc, free, "
                 f"calloc or realloc: not attached, it runs on untouched\n") in err, err
-        assert prog.poll() is None and tracer(pid) == 0
-        assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
-        prog.stdin.close()  # its read ends: it exits 0 (not stopped, no stray signal)
-        assert prog.wait(timeout=60) == 0
+        assert_left_untouched(prog, pid)
     finally:
         if prog.poll() is None:
             prog.kill()
