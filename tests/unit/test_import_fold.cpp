@@ -219,15 +219,24 @@ TEST_CASE("after finalizing, host frees are written here without stacks; folded 
     reset({0xa100});
 }
 
-TEST_CASE("a forked child writes its heap anew: its stream has none of the parent's rows") {
+TEST_CASE("a forked child's imports' heap holds its own blocks only; the parent's are forgotten without a row") {
     reset();
     msms_agent_import_enter();
     CHECK(fold::alloc(0xc000, 12));
     msms_agent_import_leave();
-    REQUIRE(g_shadow_rows.size() == 1);
+    REQUIRE(g_shadow_rows.size() == 1);  // the parent's heap
     fold::after_fork();
     fold::publish();
-    REQUIRE(g_shadow_rows.size() == 2);  // a MALLOC, no FREE of a block the child's stream never had
+    CHECK(g_shadow_rows.size() == 1);  // the child has none of its own: no row
+    CHECK(fold::release(0xc000));      // the parent's block freed in the child: forgotten, not counted
+    fold::publish();
+    CHECK(g_shadow_rows.size() == 1);
+    msms_agent_import_enter();
+    CHECK(fold::alloc(0xd000, 7));
+    msms_agent_import_leave();
+    REQUIRE(g_shadow_rows.size() == 2);  // a MALLOC of the child's own, no FREE of a row its stream never had
+    CHECK(g_shadow_rows[1].size == 7);
+    CHECK(g_shadow_rows[1].attrs == "shadow:true,import:true,blocks:1");
     CHECK(msms::agent::g_plain_frees.empty());
-    reset({0xc000});
+    reset({0xd000});
 }
