@@ -71,7 +71,9 @@ void validate_attach_options(const RawValue* attach, const RawValue* attach_for,
 
 namespace attach {
 
-volatile sig_atomic_t g_cancel = 0;
+// The first SIGINT, SIGTERM or SIGHUP the CLI got during an attach (0:
+// none): it cancels an inject still waiting, and detaches once attached.
+volatile sig_atomic_t g_stop_signal = 0;
 const char* const kCancelled = "cancelled";
 
 namespace {
@@ -131,7 +133,7 @@ std::string find_gdb() {
 struct GdbRun {
     std::string out;
     bool timed_out = false;
-    bool cancelled = false;  // g_cancel stopped the wait
+    bool cancelled = false;  // g_stop_signal stopped the wait
     int status = 0;
 };
 
@@ -192,7 +194,7 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
             if (errno != EINTR) break;
         }
         double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (stage == 0 && cancellable && g_cancel) {
+        if (stage == 0 && cancellable && g_stop_signal) {
             r.cancelled = true;  // as at the timeout: gdb stops waiting and detaches
             kill(child, SIGINT);
             stage = 1;
@@ -479,15 +481,12 @@ std::string force_detach(pid_t pid, const std::string& agent, unsigned timeout_s
 
 namespace {
 
-volatile sig_atomic_t g_attach_stop = 0;
-
 void on_attach_signal(int sig) {
-    if (g_attach_stop) {
+    if (attach::g_stop_signal) {
         supervisor::abandon(sig);  // a second one: stop writing, say what is incomplete
         return;
     }
-    g_attach_stop = sig;
-    attach::g_cancel = sig;  // still waiting for the first malloc: stop waiting
+    attach::g_stop_signal = sig;
 }
 
 // The writer (the agent in the target) holds an exclusive lock on its
@@ -583,7 +582,7 @@ int Session::attach(pid_t pid) {
     if (std::string why = attach::inject(pid, what, attach_timeout_s(), installed); !why.empty()) {
         restore();
         if (why == attach::kCancelled) {
-            int sig = attach::g_cancel;
+            int sig = attach::g_stop_signal;
             const char* abbrev = sigabbrev_np(sig);
             std::cerr << "msmemscope: --attach: interrupted by "
                       << (abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig)) << " while waiting for pid " << pid
@@ -632,7 +631,7 @@ int Session::attach(pid_t pid) {
             break;
         }
         auto now = clock::now();
-        if (!requested && (g_attach_stop || (cfg_.attach_for_s && now - start >= std::chrono::seconds(cfg_.attach_for_s)))) {
+        if (!requested && (attach::g_stop_signal || (cfg_.attach_for_s && now - start >= std::chrono::seconds(cfg_.attach_for_s)))) {
             std::string name = "detach." + std::to_string(pid);
             int dfd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);  // #29 item 4
             int fd = dfd < 0 ? -1 : openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);

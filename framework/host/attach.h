@@ -19,7 +19,6 @@
 
 #include <sys/types.h>
 
-#include <csignal>
 #include <string>
 
 namespace msms::attach {
@@ -40,10 +39,9 @@ struct Injection {
 // `report`: what the agent installed, one line per target library ("hooks
 // NAME: ...", "skipped NAME: why" or "failed NAME: why").
 std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::string& report);
-// Set (to the signal) by the CLI's SIGINT/SIGTERM/SIGHUP handler: an inject
-// still waiting for the process's first malloc stops waiting and leaves it
-// as it was (inject then returns kCancelled).
-extern volatile sig_atomic_t g_cancel;
+// What inject returns when the CLI got SIGINT, SIGTERM or SIGHUP while it
+// waited for the process's first malloc: it stopped waiting and left the
+// process as it was.
 extern const char* const kCancelled;
 // The fallback when the agent did not answer a detach request.
 std::string force_detach(pid_t pid, const std::string& agent, unsigned timeout_s);
