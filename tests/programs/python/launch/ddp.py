@@ -13,5 +13,8 @@ for step in range(5):
     opt.zero_grad()
     loss.backward()
     opt.step()
-print("rank", rank, "done", flush=True)
+# One write of the whole line: print("rank", rank, "done") under python -u
+# writes each piece, and torchrun's --tee interleaved two ranks' pieces
+# ("[default1]:rank [default0]:rank 0 done").
+os.write(1, ("rank %d done\n" % rank).encode())
 dist.destroy_process_group()
