@@ -27,6 +27,7 @@
 #include "oom_watch.h"
 #include "plugin_cli.h"
 #include "process_summary_json.h"
+#include "program_status.h"
 #include "step_filter.h"
 #include "util/json.h"
 #include "supervisor.h"
@@ -514,6 +515,13 @@ void ProcessRun::run_stream() {
     facts.steps = step_count.steps();
     facts.wall_start_ns = reader_.wall_start();
     facts.exec_replaced = exec_replaced;
+    // No end record (SIGKILL): the program the CLI started has its wait
+    // status, which the CLI writes within milliseconds of the end.
+    int wait_status = 0;
+    if (static_cast<capture::EndKind>(summary_.end_kind) == capture::EndKind::Unknown && !summary_.end_corrupt &&
+        !summary_.ended_normally && !exec_replaced && unrecorded_exec_words(summary_).empty() &&
+        program_status::wait_for(static_cast<pid_t>(summary_.pid), std::chrono::seconds(2), wait_status))
+        facts.wait_status = wait_status;
     facts.leaks_ran = cfg_.steps.empty() && !supervisor::excluded("leaks") &&
                       std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") != cfg_.analyzers.end();
     for (auto& e : summary_.plugin_errors) facts.leaks_ran = facts.leaks_ran && e.rfind("plugin 'leaks'", 0) != 0;

@@ -1,5 +1,6 @@
 #include "process_summary_json.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,6 +150,7 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
     Json e = Json::object();
     std::string how, text;
     auto kind = static_cast<capture::EndKind>(s.end_kind);
+    int code = s.end_code;
     if (f.exec_replaced) {
         how = "exec";
         text = "replaced by exec (continued in the next capture of this pid)";
@@ -172,6 +174,19 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
     } else if (s.ended_normally) {
         how = "detached";
         text = "detached";
+    } else if (f.wait_status >= 0 && WIFEXITED(f.wait_status)) {
+        // No end record, but the CLI reaped it (the agent was turned off).
+        how = "exit";
+        text = "exited with code " + std::to_string(WEXITSTATUS(f.wait_status));
+        kind = capture::EndKind::Exit;
+        code = WEXITSTATUS(f.wait_status);
+    } else if (f.wait_status >= 0 && WIFSIGNALED(f.wait_status) &&
+               !(s.oom_kill_seen && WTERMSIG(f.wait_status) == SIGKILL)) {
+        // SIGKILL leaves no end record; the CLI's wait status names it.
+        how = "signal";
+        code = WTERMSIG(f.wait_status);
+        const char* name = sigabbrev_np(code);
+        text = "killed by signal " + std::to_string(code) + (name ? std::string(" (SIG") + name + ")" : "");
     } else if (s.oom_kill_seen) {
         how = "oom_kill";
         text = "killed by the OOM killer (SIGKILL)";
@@ -180,10 +195,10 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
         text = "ended without an end record (killed by SIGKILL or the OOM killer)";
     }
     e.set("how", Json(how));
-    if (how == "exit" && kind != capture::EndKind::Returned) e.set("code", Json(static_cast<int64_t>(s.end_code)));
+    if (how == "exit" && kind != capture::EndKind::Returned) e.set("code", Json(static_cast<int64_t>(code)));
     else if (how == "exit") e.set("code", Json(0));
     else e.set("code", Json());
-    if (how == "signal") e.set("signal", Json(static_cast<int64_t>(s.end_code)));
+    if (how == "signal") e.set("signal", Json(static_cast<int64_t>(code)));
     e.set("text", Json(text));
     return e;
 }

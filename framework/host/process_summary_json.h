@@ -47,6 +47,9 @@ struct SummaryFacts {
     uint64_t wall_start_ns = 0;
     bool exec_replaced = false;
     bool leaks_ran = false;  // the leaks analyzer ran to its end
+    // The program the CLI started ended without an end record (SIGKILL):
+    // its wait status as the CLI reaped it (program_status.h), else -1.
+    int wait_status = -1;
 };
 
 // The JSON text (format "msmemscope-process-summary", version 1).

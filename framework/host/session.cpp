@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "launcher.h"
+#include "program_status.h"
 #include "stale_sessions.h"
 #include "supervisor.h"
 #include "util/file_trust.h"
@@ -548,6 +549,7 @@ int Session::run_program() {
     };
     spec.child_mask = &old_mask;  // the program starts with the caller's mask
     g_launching = 1;
+    program_status::setup();  // before the first worker is forked
     pid_t pid = launch(spec, err);
     if (pid < 0) {
         restore();
@@ -555,6 +557,7 @@ int Session::run_program() {
         return 2;
     }
     root_pid_ = pid;
+    program_status::started(pid);
     g_forward_pid = pid;
     g_launching = 0;
     if (int sig = g_pending_stop) {
@@ -604,6 +607,7 @@ int Session::run_program() {
         if (w == root_pid_) {
             root_code = exit_code_of(st);
             root_status_ = describe_status(st);
+            program_status::reaped(w, st);  // for summary.json (a worker may wait for it)
             root_reaped = true;
             root_end = std::chrono::steady_clock::now();
         } else if (w > 0) {

@@ -3,6 +3,8 @@ malloc failure) loses nothing it recorded, its files are complete,
 and the summary says how it ended -- for the program the CLI started (its
 wait status) and for a process further down the tree (what its agent saw).
 The OOM killer's kills: test_capture_oom_killer_v1.py / _v2.py."""
+import json
+
 import pytest
 
 from capture_util import assert_nothing_lost, sizes, summary_blocks, summary_list
@@ -37,6 +39,15 @@ def test_root_process_dies(cli, test_bin, tmp_path, mode):
     pid = int(dirs[0].name.split("_")[1])
     assert summary_blocks(p.stdout)[pid][0].endswith(") " + how)
     check_blocks(dirs[0])
+    # summary.json (what --merge reads) says the same. The program killed by
+    # SIGKILL has no end record: its folder's worker waits for the CLI's wait
+    # status, which it said "ended without an end record" without. The other
+    # ends are the agent's record, which knows _exit from exit.
+    ended = json.loads((dirs[0] / "summary.json").read_text())["ended"]
+    if mode == "sigkill":
+        assert ended == {"how": "signal", "code": None, "signal": 9, "text": how}, ended
+    else:
+        assert ended["text"] == CASES[mode][2], ended
 
 
 @pytest.mark.parametrize("mode", sorted(CASES))
