@@ -1,5 +1,7 @@
 #include "supervisor.h"
 
+#include "live/live_state.h"
+
 #include "oom_watch.h"
 
 #include <fcntl.h>
@@ -622,6 +624,8 @@ void run_supervised(ProcessRun& run) {
             if (dfd >= 0 && fstatat(dfd, supervisor::kPluginLogName, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
                 st.st_size == 0)
                 unlinkat(dfd, supervisor::kPluginLogName, 0);
+            // --live: the view it wrote said "running"; it is not finished.
+            if (dfd >= 0 && !run.cfg_.live_session.empty()) live::mark_interrupted(dfd);
             if (dfd >= 0) close(dfd);
         }
         run.summary_.interrupted = true;

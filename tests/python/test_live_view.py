@@ -214,6 +214,45 @@ def test_live_without_live_option_writes_no_view(tmp_path):
     assert "msmemscope live" not in p.stdout
 
 
+def test_live_interrupted_after_the_program_ended_says_not_finished(tmp_path):
+    """Ctrl-C once the program has ended, while a sink's finish() hangs: the
+    worker that writes live.json and live.txt is killed, and they said
+    "running" for good (the CLI's last screen too). They now say the view is
+    not finished."""
+    fixtures = CLI.parent.parent / "tests" / "lib" / "bad_plugins"
+    fifo = Barrier(tmp_path / "barrier")
+    in_finish = tmp_path / "in_finish"
+    os.mkfifo(in_finish)
+    out = tmp_path / "out"
+    e = env()
+    e["MSMEMSCOPE_FIXTURE_FIFO"] = str(in_finish)
+    p = subprocess.Popen([str(CLI), "--live", *BASE, "--plugin-path", str(fixtures), "--sinks=hang_in_finish",
+                          "-o", str(out), "--", str(PROG), str(fifo.path), "3"], cwd=tmp_path, env=e,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fifo.wait_reached(lambda: p.poll() is None)
+    until(lambda: live_json_at_barrier(out), "live.json at the barrier")
+    fifo.release()
+    got = []
+    t = threading.Thread(target=lambda: got.append(open(in_finish, "rb").read(1)), daemon=True)
+    t.start()
+    t.join(120)
+    assert got, "the sink's finish() was not reached"
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 70, stderr
+    assert "not finished: msmemscope was interrupted by SIGINT after the program had ended" in stderr, stderr
+    live = read_json(folder(out) / "live.json")
+    assert live["finished"] is False and live["interrupted"] is True, live
+    assert live["steps"][-1]["step"] >= 3, live
+    text = (folder(out) / "live.txt").read_text()
+    first = text.split("\n", 1)[0]
+    assert first.endswith("  [not finished: msmemscope was interrupted]"), first
+    assert "[running]" not in text
+    # the CLI's last screen (stdout a pipe: appended lines) is that file's
+    last = stdout.split("msmemscope live: pid ")[-1]
+    assert last.split("\n", 1)[0] == first[len("msmemscope live: pid "):], stdout
+
+
 # ---------------------------------------------------------------- web page
 
 def free_port():

@@ -20,6 +20,9 @@ namespace msms {
 namespace live {
 
 namespace {
+constexpr size_t kMaxFile = 16u << 20;
+constexpr char kRunningMark[] = "  [running]";
+constexpr char kInterruptedMark[] = "  [not finished: msmemscope was interrupted]";
 
 using msmemscope::view;
 
@@ -341,7 +344,7 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
     std::strftime(when, sizeof(when), "%H:%M:%S", &tmv);
     o += "msmemscope live: pid " + std::to_string(pid_) + " (" + cut(escape_controls(command_), 60) + ")  " + when +
          "  step " + std::to_string(step_) + "  events " + std::to_string(events_) +
-         (finished ? "  [finished]" : "  [running]") + "\n\n";
+         (finished ? "  [finished]" : kRunningMark) + "\n\n";
     o += "MEMORY (pool: live, peak)\n";
     Totals t = totals_ ? totals_() : Totals{};
     if (t.empty()) o += "  (no memory recorded yet)\n";
@@ -385,6 +388,48 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
         }
     }
     return o;
+}
+
+bool read_file_in(int dir_fd, const char* name, std::string& out) {
+    int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return false;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) > kMaxFile) {
+        close(fd);
+        return false;
+    }
+    out.clear();
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        out.append(buf, static_cast<size_t>(n));
+        if (out.size() > kMaxFile) break;
+    }
+    close(fd);
+    return true;
+}
+
+void mark_interrupted(int dir_fd) {
+    // Written by snapshot(): "finished" is a member of the top object, on a
+    // line of its own; screen(): the mark ends the first line.
+    std::string json, text;
+    const std::string running = "\n  \"finished\": false,\n";
+    if (read_file_in(dir_fd, "live.json", json)) {
+        size_t at = json.find(running);
+        if (at != std::string::npos && json.find("\"interrupted\"") == std::string::npos) {
+            json.insert(at + running.size(), "  \"interrupted\": true,\n");
+            write_atomic(dir_fd, "live.json", json);
+        }
+    }
+    if (read_file_in(dir_fd, "live.txt", text)) {
+        size_t eol = text.find('\n');
+        size_t mark = std::strlen(kRunningMark);
+        if (eol != std::string::npos && eol >= mark && text.compare(eol - mark, mark, kRunningMark) == 0) {
+            text.replace(eol - mark, mark, kInterruptedMark);
+            write_atomic(dir_fd, "live.txt", text);
+        }
+    }
 }
 
 std::string write_atomic(int dir_fd, const char* name, const std::string& text) {

@@ -133,6 +133,16 @@ private:
 // Writes text as dir_fd/name through a temporary file and a rename (the
 // temporary O_EXCL|O_NOFOLLOW, 0600); "" or why not.
 std::string write_atomic(int dir_fd, const char* name, const std::string& text);
+// A regular file of the folder dir_fd, never through a link, at most 16 MiB;
+// false when absent or not such a file.
+bool read_file_in(int dir_fd, const char* name, std::string& out);
+
+// msmemscope was interrupted (Ctrl-C) while the worker that writes live.json
+// and live.txt still ran, and the worker is gone: they said "running" for
+// good. Rewrites them, when they do, to say the view is not finished:
+// "interrupted": true in live.json, "[not finished: msmemscope was
+// interrupted]" on live.txt's first line. Called by the CLI's supervisor.
+void mark_interrupted(int dir_fd);
 
 // "1.5 MiB" as the console's summary writes bytes.
 

@@ -18,6 +18,7 @@
 #include <boost/beast/http.hpp>
 
 #include "live/live_page.h"
+#include "live/live_state.h"
 
 namespace msms {
 namespace live {
@@ -28,29 +29,6 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
-
-constexpr size_t kMaxFile = 16u << 20;
-
-// A regular file of the folder, never through a link; "" when absent.
-bool read_in(int dir_fd, const char* name, std::string& out) {
-    int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return false;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) > kMaxFile) {
-        close(fd);
-        return false;
-    }
-    out.clear();
-    char buf[65536];
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n <= 0) break;
-        out.append(buf, static_cast<size_t>(n));
-        if (out.size() > kMaxFile) break;
-    }
-    close(fd);
-    return true;
-}
 
 std::string endpoint_text(const std::string& addr, unsigned port) {
     return (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + std::to_string(port);
@@ -283,9 +261,9 @@ void LiveView::collect() {
         int dfd = openat(out, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd < 0) continue;
         std::string json, text;
-        if (read_in(dfd, "live.json", json) && json.find(token) != std::string::npos && json.size() > 2 &&
+        if (read_file_in(dfd, "live.json", json) && json.find(token) != std::string::npos && json.size() > 2 &&
             json.front() == '{') {
-            read_in(dfd, "live.txt", text);
+            read_file_in(dfd, "live.txt", text);
             while (!json.empty() && (json.back() == '\n' || json.back() == ' ')) json.pop_back();
             found[name] = {std::move(json), std::move(text)};
         }

@@ -255,6 +255,46 @@ TEST_CASE("live files: written whole through a temporary and a rename, never thr
     rmdir(dir.c_str());
 }
 
+TEST_CASE("live files marked interrupted: only a view that said running, once, never through a link") {
+    char tmpl[] = "/tmp/msms_live_XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    std::string dir = tmpl;
+    int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    REQUIRE(fd >= 0);
+    Totals totals{{"cpu/HOST", {1536, 2048}}};
+    LiveState st("tok", 42, "prog", [&] { return totals; });
+    // a view that said running: both files say it is not finished
+    REQUIRE(write_atomic(fd, "live.json", st.snapshot(5, false)) == "");
+    REQUIRE(write_atomic(fd, "live.txt", st.screen(5, false)) == "");
+    mark_interrupted(fd);
+    std::string json = slurp(dir + "/live.json");
+    CHECK(json.find("\n  \"finished\": false,\n  \"interrupted\": true,\n  \"events\": ") != std::string::npos);
+    std::string text = slurp(dir + "/live.txt");
+    std::string first = text.substr(0, text.find('\n'));
+    CHECK(first.size() > 44);
+    CHECK(first.substr(first.size() - 44) == "  [not finished: msmemscope was interrupted]");
+    CHECK(text.substr(text.find('\n')) == st.screen(5, false).substr(st.screen(5, false).find('\n')));
+    // marked once
+    mark_interrupted(fd);
+    CHECK(slurp(dir + "/live.json") == json);
+    CHECK(slurp(dir + "/live.txt") == text);
+    // a finished view is left as it is
+    REQUIRE(write_atomic(fd, "live.json", st.snapshot(5, true)) == "");
+    REQUIRE(write_atomic(fd, "live.txt", st.screen(5, true)) == "");
+    mark_interrupted(fd);
+    CHECK(slurp(dir + "/live.json") == st.snapshot(5, true));
+    CHECK(slurp(dir + "/live.txt") == st.screen(5, true));
+    // a link in the file's place is not followed: its target is untouched
+    unlink((dir + "/live.txt").c_str());
+    std::ofstream(dir + "/target") << st.screen(5, false);
+    REQUIRE(symlink((dir + "/target").c_str(), (dir + "/live.txt").c_str()) == 0);
+    mark_interrupted(fd);
+    CHECK(slurp(dir + "/target") == st.screen(5, false));
+    close(fd);
+    for (auto f : {"/live.json", "/live.txt", "/target"}) unlink((dir + f).c_str());
+    rmdir(dir.c_str());
+}
+
 TEST_CASE("--live-http: PORT or ADDRESS:PORT, loopback by default, exact errors") {
     auto check = [](const std::string& value, std::vector<std::string>& errors) {
         Config cfg;
