@@ -66,5 +66,10 @@ def test_quick_start_command_line(tmp_path):
     (dump,) = dump_files(procdir)
     with open(dump) as f:
         assert sum(line.count("shadow:true,owner:HOST,import:true,blocks:") for line in f) == int(m.group(2))
-    assert re.search(r"^    \d+ block\(s\), \d+ bytes, allocated at: while importing Python modules \(no stack: "
-                     r"host_heap.python_imports=fold; =record keeps the stacks\)$", p.stdout, re.M), p.stdout[-3000:]
+    # What the imports left live at exit is one-time set-up: the built-in list takes it out of the
+    # report (as it takes the import system's frames when the blocks are recorded one by one), and
+    # says so; a trivial `import torch` is not a 9.5 MiB leak
+    assert "allocated at: while importing Python modules" not in p.stdout, p.stdout[-3000:]
+    assert re.search(r"^  \d+ allocation site\(s\) suppressed on device cpu \(\d{5,} block\(s\), \d{7,} bytes\): \d+ by "
+                     r"the built-in list of one-time set-up \(the interpreter, the imports' heap, ", p.stdout, re.M), \
+        p.stdout[-3000:]

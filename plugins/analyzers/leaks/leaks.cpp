@@ -188,7 +188,8 @@ public:
             std::string why;
             if (!suppressions_.load_file(file, why)) load_errors_.push_back(why);
         }
-        if (opts.get_bool("default_suppressions", true)) suppressions_.add_builtin();
+        builtin_ = opts.get_bool("default_suppressions", true);
+        if (builtin_) suppressions_.add_builtin();
     }
 
     ~LeaksAnalyzer() override {
@@ -533,6 +534,13 @@ private:
             sites[origin].insert(site);
             return true;
         }
+        // The imports' heap (no stack to match): one-time set-up, as the
+        // import system's frames are when its blocks are recorded one by one.
+        void take_imports(uint64_t n, uint64_t size) {
+            blocks += n;
+            bytes += size;
+            sites[msms_leaks::kBuiltinOrigin].insert(kImport);
+        }
         // "N allocation site(s) suppressed on device D (B block(s), X bytes): K by the built-in list of one-time set-up (...), M by FILE"
         std::string line(const std::string& device) const {
             std::set<std::string> all;
@@ -540,8 +548,8 @@ private:
             for (auto& [origin, ss] : sites) {
                 all.insert(ss.begin(), ss.end());
                 parts.push_back(std::to_string(ss.size()) + " by " +
-                                (origin == "built-in (CPython)"
-                                     ? std::string("the built-in list of one-time set-up (the interpreter, the loader, libc's locale tables; --default-suppressions=false shows them)")
+                                (origin == msms_leaks::kBuiltinOrigin
+                                     ? std::string("the built-in list of one-time set-up (the interpreter, the imports' heap, the loader, libc's locale tables; --default-suppressions=false shows them)")
                                  : origin == "built-in (msmemscope)"
                                      ? std::string("msmemscope's own modules (the profiler's memory)")
                                      : origin));
@@ -812,6 +820,7 @@ private:
         keys.reserve(d.exit.size());
         d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) {
             if (suppressed(dk, b.stack, 0, b.size)) return;
+            if (b.shadow == kImport && builtin_) return suppressed_[dk].take_imports(b.blocks, b.size);
             keys.push_back(k);
             (k.type == MSMS_T_HOST ? host : driver).emplace_back(&keys.back(), &b);
         });
@@ -1020,6 +1029,7 @@ private:
 
     msmemscope::Host host_;
     msms_leaks::Suppressions suppressions_;
+    bool builtin_ = false;  // the built-in lists are on (default_suppressions)
     std::vector<std::string> load_errors_;
     std::string mstx_info_;
     uint64_t start_index_ = 0;

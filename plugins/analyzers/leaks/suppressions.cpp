@@ -150,7 +150,7 @@ bool Suppressions::load_file(const std::string& path, std::string& error) {
 
 void Suppressions::add_builtin() {
     size_t first = rules_.size();
-    load_text(kCPython, "built-in (CPython)");
+    load_text(kCPython, kBuiltinOrigin);
     for (size_t i = first; i < rules_.size(); ++i) rules_[i].site_only = true;
     load_text(kSelf, "built-in (msmemscope)");
 }

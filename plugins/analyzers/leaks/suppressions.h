@@ -19,6 +19,9 @@
 
 namespace msms_leaks {
 
+// The origin of the built-in list of one-time set-up's rules (add_builtin).
+constexpr const char* kBuiltinOrigin = "built-in (CPython)";
+
 // '*', '^...', '...$' matching of one pattern against one frame.
 bool pattern_matches(std::string_view pattern, std::string_view frame);
 

@@ -396,7 +396,7 @@ TEST_CASE("the built-in list takes the interpreter's own sites only, and can be 
     REQUIRE(h.finish() == MSMS_OK);
     CHECK(has_line(h.reports, "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 allocation site(s):"));
     CHECK(has_line(h.reports, "  2 allocation site(s) suppressed on device cpu (2 block(s), 262744 bytes): 2 by the built-in "
-                              "list of one-time set-up (the interpreter, the loader, libc's locale tables; "
+                              "list of one-time set-up (the interpreter, the imports' heap, the loader, libc's locale tables; "
                               "--default-suppressions=false shows them)"));
     PluginHarness off(plugin());
     REQUIRE(off.create({{"default_suppressions", "false"}}) == MSMS_OK);
