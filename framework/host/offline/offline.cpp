@@ -11,12 +11,14 @@
 #include <fstream>
 #include <iostream>
 #include <unordered_map>
+#include <vector>
 
 #include "offline/dump_reader.h"
 #include "offline/memory_budget.h"
 #include "pipeline.h"
 #include "process_run.h"
 #include "session.h"
+#include "shadow.h"
 #include "supervisor.h"
 #include "util/output_dir.h"
 #include "util/text.h"
@@ -74,11 +76,34 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     pipeline.set_out_of_memory_fatal(true);  // said below in one line (analyze_file), not as a dropped plugin
     pipeline.start(run);
     size_t fed = 0;
+    // Shadow FREEs (shadow.h) of a process are held until a later MALLOC or
+    // FREE of it shows they were real (an address reused unseen, the
+    // imports' heap written anew). Those still held at the end close the
+    // blocks live when collection ended: the online analyzers never saw
+    // them and judged those blocks live (leaks, decompose's Live), and so
+    // does this.
+    std::unordered_map<uint32_t, std::vector<DumpRow>> held;
+    auto feed = [&](DumpRow& r) {
+        r.rec.ev.id = r.file_id;
+        pipeline.feed(r.rec);
+        return guard.check(++fed, err);
+    };
     while (more > 0) {
-        row.rec.ev.id = row.file_id;
-        pipeline.feed(row.rec);
-        ++fed;
-        if (!guard.check(fed, err)) {
+        bool memory = row.rec.ev.kind == MSMS_EV_MALLOC || row.rec.ev.kind == MSMS_EV_FREE;
+        bool ok = true;
+        if (memory && row.rec.ev.kind == MSMS_EV_FREE && is_shadow(row.rec)) {
+            held[row.rec.ev.pid].push_back(row);
+        } else {
+            if (memory) {
+                auto h = held.find(row.rec.ev.pid);
+                if (h != held.end()) {
+                    for (auto& r : h->second) ok = ok && feed(r);
+                    held.erase(h);
+                }
+            }
+            ok = ok && feed(row);
+        }
+        if (!ok) {
             std::cerr << "msmemscope: error: --analyze: " << path << ": " << err << "; nothing was written back\n";
             return 70;
         }
@@ -88,6 +113,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         std::cerr << "msmemscope: error: --input: " << err << "\n";
         return 70;
     }
+    held.clear();
     pipeline.finish();
 
     std::cout << "msmemscope: analysed " << path << " (" << stream.rows() << " rows) with "
