@@ -29,6 +29,7 @@
 #include "compare.h"
 
 #include "util/output_dir.h"
+#include "util/text.h"
 
 #include <errno.h>
 #include <sys/stat.h>
@@ -247,10 +248,34 @@ private:
 };
 
 // One side's files, streamed in time order. oom: the memory budget was the cause.
+// The process folders (msmemscope_<pid>_<time>_<device>[_execN]) that the
+// dump files found under the folder `input` lie in, in order.
+std::vector<std::string> process_folders(const std::string& input, const std::vector<std::string>& files) {
+    std::vector<std::string> out;
+    for (auto& f : files) {
+        fs::path rel = fs::path(f).lexically_relative(input);
+        std::string folder;
+        for (auto& part : rel.parent_path())
+            if (part.string().rfind("msmemscope_", 0) == 0) folder = part.string();  // the innermost
+        if (!folder.empty() && std::find(out.begin(), out.end(), folder) == out.end()) out.push_back(folder);
+    }
+    return out;
+}
+
 bool load_side(const std::string& input, std::map<std::string, DeviceSeq>& out, Names& names, const Config& cfg,
                bool& any_entry, std::string& err, bool& oom) {
     auto files = dump_files(input, err);
     if (files.empty()) return false;
+    // A run's folder holds a process folder per process (a launcher's
+    // children, DataLoader workers, ranks): their operators, merged into one
+    // sequence by time, would be compared as one program's.
+    if (auto folders = process_folders(input, files); folders.size() > 1) {
+        err = escape_controls(input) + ": holds the dumps of " + std::to_string(folders.size()) + " processes (" +
+              escape_controls(folders[0]) + ", " + escape_controls(folders[1]) +
+              (folders.size() > 2 ? ", ..." : "") +
+              "): --compare compares one process with one; name one process folder (or dump file) on each side";
+        return false;
+    }
     size_t budget = offline_budget(cfg.offline_memory_mib);
     MemoryGuard guard(budget);
     DumpStream stream(files, sort_memory(budget));

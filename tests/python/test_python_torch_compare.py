@@ -90,3 +90,23 @@ def test_c_program_compared_by_allocation_site(tmp_path):
     big = [r for r in rows if r[1].startswith("leak_big")]
     assert len(big) == 1 and big[0][0] == "MALLOC" and big[0][3:] == ["10000", "10000", "0"], rows
     assert not any(r[1].startswith("malloc") for r in rows)
+
+
+def test_a_run_folder_of_several_processes_is_refused_with_the_process_folders_named(tmp_path, runs):
+    # Both sides' run folders held a process folder per process (a launcher
+    # and its children, DataLoader workers): their operators were merged by
+    # time into one sequence and compared as one program's, the real
+    # difference buried among hundreds of rows one side alone had.
+    for name in ("two_a", "two_b"):
+        run_cli(["--device=cpu", "--analysis=", f"--output={name}", "--", "/bin/sh", "-c", "/bin/true; /bin/true"],
+                tmp_path, check_rc=0)
+    folders = sorted(d.name for d in process_dirs(tmp_path / "two_a"))
+    assert len(folders) == 3, folders
+    p = run_cli(["--compare", "--input=two_a,two_b", f"--output={tmp_path / 'cmp'}"], tmp_path, check_rc=2)
+    assert p.stderr.splitlines()[-1] == (
+        f"msmemscope: error: --input: two_a: holds the dumps of 3 processes ({folders[0]}, {folders[1]}, ...): "
+        "--compare compares one process with one; name one process folder (or dump file) on each side")
+    assert list((tmp_path / "cmp").rglob("memory_compare_*.csv")) == []
+    # one process folder per side (or a run folder of one process) is compared
+    p, rows = compare(tmp_path, tmp_path / "two_a" / folders[0], runs["a"].parent)
+    assert rows
