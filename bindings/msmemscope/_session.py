@@ -72,6 +72,11 @@ ALLOWED: Dict[str, str] = {
     "plugin-time-budget": "seconds for one plugin call, optionally ',' and seconds for finish(), e.g. '60,600'",
 }
 ONCE = ("output", "data-format", "watch")
+# Keys whose value is a truth value: the strings the command line's
+# validator takes for it (framework/host/config/options.cpp parse_bool).
+_TRUTH = {"true": "true", "1": "true", "yes": "true", "on": "true",
+          "false": "false", "0": "false", "no": "false", "off": "false"}
+BOOLS: Dict[str, Dict[str, str]] = {"aggregate": _TRUTH, "default-suppressions": _TRUTH}
 
 _lock = threading.RLock()
 _values: Dict[str, str] = _shared.values  # changed in place only: the collectors read it there
@@ -245,8 +250,16 @@ def configure(kwargs: Dict[str, object]) -> None:
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
             if canon == "sinks" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
                 value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
-            if canon in ("aggregate", "default-suppressions") and isinstance(value, bool):
-                value = "true" if value else "false"
+            if canon in BOOLS:
+                if isinstance(value, bool):
+                    value = "true" if value else "false"
+                elif not isinstance(value, str):
+                    raise TypeError(f"msmemscope.config: '{key}' must be True or False (or a string: 'true', "
+                                    f"'false'), got {type(value).__name__}")
+                else:
+                    # the spellings the command line takes (parse_bool), as one: the
+                    # CLI's --aggregate is a flag given for "true" only
+                    value = BOOLS[canon].get(value, value)
             if canon == "suppress":
                 value = _suppress_files(key, value)
             if not isinstance(value, str):

@@ -81,6 +81,9 @@ def kinds(rows):
     ({"output": ""}, ValueError, "msmemscope.config: output: empty value (allowed: a folder path)"),
     ({"output_path": "x" * 4097}, ValueError, "msmemscope.config: output_path: path longer than 4096 characters"),
     ({"steps": "1,2,3,4,5,6"}, ValueError, "msmemscope.config: steps: at most 5 steps, got 6"),
+    ({"aggregate": 1}, TypeError,
+     "msmemscope.config: 'aggregate' must be True or False (or a string: 'true', 'false'), got int"),
+    ({"aggregate": "maybe"}, ValueError, "msmemscope.config: aggregate: invalid value 'maybe' (allowed: true, false)"),
     ({"watch": "a:out1"}, ValueError,
      "msmemscope.config: watch: invalid value 'a:out1': no ',' before the end op (allowed: [start[:N]],end[,"
      "full-content], e.g. --watch=op1:0,op2 or --watch=,op2)"),
@@ -89,6 +92,22 @@ def test_config_rejects(kw, exc, msg):
     with pytest.raises(exc) as e:
         msmemscope.config(**kw)
     assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("value", ["on", "yes", "1"])
+def test_config_aggregate_takes_the_command_lines_spellings(tmp_path, value):
+    # The validator took "yes", "on" and "1" (as the command line does), and
+    # then only "true" became --aggregate: the run wrote every row.
+    run_script(tmp_path, f"""
+        import msmemscope
+        msmemscope.config(device="cpu", aggregate={value!r}, output="out")
+        msmemscope.start()
+        x = bytearray(1 << 20)
+        msmemscope.stop()
+    """)
+    (d,) = process_dirs(tmp_path / "out")
+    assert json.loads((d / "config.json").read_text())["sinks"] == []
+    assert dump_files(d) == []
 
 
 def test_config_unknown_analyzer_and_sink_name_the_plugins():
