@@ -705,6 +705,7 @@ std::string now_timestamp() {
 int merge_main(const Config& cfg) {
     std::vector<std::string> warnings;
     std::vector<Row> rows;
+    std::map<std::string, std::string> seen;  // a process folder's real path -> as first named
     bool missing = false;
     for (auto& node : cfg.merge) {
         struct stat st;
@@ -740,12 +741,25 @@ int merge_main(const Config& cfg) {
             closedir(d);
             std::sort(dirs.begin(), dirs.end());
         }
-        size_t before = rows.size();
+        size_t before = rows.size(), again = 0;
         for (auto& dir : dirs) {
+            // The same process folder named twice (a folder and the run
+            // folder above it, or one folder twice) is one process.
+            char* real = realpath(dir.c_str(), nullptr);
+            std::string key = real ? real : dir;
+            free(real);
+            if (auto [it, added] = seen.emplace(key, dir); !added) {
+                warnings.push_back("--merge: '" + escape_controls(dir) + "' " +
+                                   (dir == it->second ? std::string("is named more than once")
+                                                      : "is '" + escape_controls(it->second) + "' again") +
+                                   "; counted once");
+                ++again;
+                continue;
+            }
             Row row;
             if (read_process(node, dir, row, warnings)) rows.push_back(std::move(row));
         }
-        if (rows.size() == before)
+        if (rows.size() == before && again == 0)
             warnings.push_back("--merge: '" + escape_controls(node) + "' has no process folder with a summary.json");
     }
     for (auto& w : warnings) warning_out() << "msmemscope: warning: " << w << "\n";

@@ -277,6 +277,30 @@ def test_merge_refuses_links_and_bad_files_and_escapes(tmp_path):
     assert p.returncode == 2 and "--merge runs alone" in p.stderr, p.stderr
 
 
+def test_a_process_folder_named_twice_is_counted_once(tmp_path):
+    # --merge=n1,n1 (or a run folder and one of its process folders) counted
+    # the same processes twice: "merged 4 processes (4 with a rank)", and the
+    # imbalance over 4 ranks.
+    node = tmp_path / "n1"
+    for pid, rank, peak in [(11, 0, 1000), (12, 1, 4000)]:
+        d = node / f"msmemscope_{pid}_20260101000000_cpu_rank{rank}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(fake_summary(pid, rank, peak)))
+    one = "n1/../n1/msmemscope_11_20260101000000_cpu_rank0"
+    p = run_cli(["--merge=n1,n1," + one, "-o", "out"], tmp_path, timeout=60, check_rc=0)
+    assert "msmemscope: merged 2 processes (2 with a rank) from 1 folder(s)" in p.stdout, p.stdout
+    assert [(r["pid"], r["rank"]) for r in read_csv(tmp_path / "out" / "merge.csv")] == [("11", "0"), ("12", "1")]
+    assert [r["ranks"] for r in read_csv(tmp_path / "out" / "merge_imbalance.csv")] == ["2"]
+    warned = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: warning: --merge: ")]
+    assert warned == [
+        "msmemscope: warning: --merge: 'n1/msmemscope_11_20260101000000_cpu_rank0' is named more than once; "
+        "counted once",
+        "msmemscope: warning: --merge: 'n1/msmemscope_12_20260101000000_cpu_rank1' is named more than once; "
+        "counted once",
+        f"msmemscope: warning: --merge: '{one}' is 'n1/msmemscope_11_20260101000000_cpu_rank0' again; counted once",
+    ], p.stderr
+
+
 def test_an_api_runs_summary_counts_what_is_live_at_stop(tmp_path):
     # Under the Python API the leak report says "still allocated at stop()":
     # summary.json's leaks and sites are read from that wording too.
