@@ -456,6 +456,17 @@ void ProcessRun::run_stream() {
         pipeline.release_all_by_exec();
         summary_.exit_after_fork = true;
     }
+    // --steps naming steps this process never reached: nothing of them is
+    // in its output (said for a process that had steps at all: a launcher's
+    // shell has none).
+    if (std::vector<long long> missed = steps.unreached(); steps.saw_steps() && !missed.empty()) {
+        std::string list;
+        for (size_t i = 0; i < missed.size(); ++i) list += (i ? ", " : "") + std::to_string(missed[i]);
+        summary_.warnings.push_back("pid " + std::to_string(reader_.pid()) + ": --steps: " +
+                                    (missed.size() == 1 ? "step " + list + " was" : "steps " + list + " were") +
+                                    " never reached (its last step was " + std::to_string(steps.current_step()) +
+                                    "); nothing was collected for " + (missed.size() == 1 ? "it" : "them"));
+    }
     report_progress(progress::Phase::Writing);
     pipeline.finish();
     live_write(true);  // the last screen: what the analyses found

@@ -4,6 +4,13 @@
 
 namespace msms {
 
+std::vector<long long> StepFilter::unreached() const {
+    std::vector<long long> out;
+    for (long long s : steps_)
+        if (s < 1 || static_cast<uint64_t>(s) > last_) out.push_back(s);
+    return out;
+}
+
 bool StepFilter::selected() const {
     return std::find(steps_.begin(), steps_.end(), static_cast<long long>(current_)) != steps_.end();
 }
@@ -15,6 +22,8 @@ bool StepFilter::keep(const msms_event& ev, const std::string& name) {
             uint64_t n = ev.aux0;
             if (n == 0) n = std::strtoull(name.c_str(), nullptr, 10);
             current_ = n + 1;
+            saw_steps_ = true;
+            last_ = std::max(last_, current_);
         }
         return true;
     }
@@ -24,6 +33,8 @@ bool StepFilter::keep(const msms_event& ev, const std::string& name) {
             mstx_ = true;
         }
         current_ = ++mstx_count_;
+        saw_steps_ = true;
+        last_ = std::max(last_, current_);
         range_id_ = ev.aux0;
         in_range_ = true;
         bool k = selected();

@@ -26,6 +26,11 @@ public:
     bool keep(const msms_event& ev, const std::string& name);
     uint64_t current_step() const { return current_; }
     uint64_t dropped() const { return dropped_; }
+    // Whether the stream had a step boundary (a STEP row or an mstx "step
+    // start" range): without one, every event is step 1.
+    bool saw_steps() const { return saw_steps_; }
+    // The selected steps the stream never reached, in the order given.
+    std::vector<long long> unreached() const;
 
 private:
     bool selected() const;
@@ -34,6 +39,8 @@ private:
     uint64_t current_ = 1;       // step() numbering until an mstx range is seen
     uint64_t mstx_count_ = 0, range_id_ = 0;
     uint64_t dropped_ = 0;
+    bool saw_steps_ = false;
+    uint64_t last_ = 1;  // the highest step reached
 };
 
 }  // namespace msms

@@ -2,6 +2,7 @@
 train.py: Linear + ReLU + Linear, Adam, 8 steps) under the CLI and in plain
 python mode, through leaks, decompose, inefficient, --steps and the offline
 check functions (CSV and DB write-back)."""
+import re
 import sqlite3
 import sys
 
@@ -133,6 +134,19 @@ def test_steps_keeps_only_those_steps_and_turns_leaks_off(tmp_path):
     # both steps have rows
     assert any(step_at["2"] < i < step_at["3"] for i in others)
     assert any(step_at["3"] < i < step_at["4"] for i in others)
+    assert "--steps:" not in p.stderr
+
+
+def test_steps_never_reached_are_named(tmp_path):
+    # --steps=20 on a run of 8 steps collected nothing and said nothing.
+    p = run_cli(tmp_path, ["--analysis=", "--steps=4,20,30"], "keep")
+    (line,) = [l for l in p.stderr.splitlines() if "--steps:" in l]
+    assert re.fullmatch(r"msmemscope: warning: pid \d+: --steps: steps 20, 30 were never reached \(its last step was "
+                        r"9\); nothing was collected for them", line), line
+    (tmp_path / "b").mkdir()
+    p = run_cli(tmp_path / "b", ["--analysis=", "--steps=20"], "keep")
+    assert re.search(r"^msmemscope: warning: pid \d+: --steps: step 20 was never reached \(its last step was 9\); "
+                     r"nothing was collected for it$", p.stderr, re.M), p.stderr
 
 
 OFFLINE = """
