@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from typing import Any, Dict, List, Optional
 
 from . import _session
@@ -50,9 +51,24 @@ def _offline_option() -> Optional[str]:
     return None
 
 
-def run(func: str, analyzer: str, input_path: str, options: Dict[str, str]) -> str:
+def _caller_level() -> int:
+    """warnings.warn's stacklevel that names the user's line: the first
+    frame outside this package (seen from warn's caller)."""
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    level, f = 1, sys._getframe(1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(here):
+        level += 1
+        f = f.f_back
+    return level
+
+
+def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
     """Runs the CLI's offline analysis; returns its standard output. Its
-    run folder (reports) goes to a temporary folder that is removed."""
+    run folder (reports) goes to a temporary folder that is removed. What
+    the CLI warns of about the input (a dump without the rows an analysis
+    needs) becomes a Python warning, naming the input as `shown_as` (the
+    user's file, where input_path is a temporary copy of it)."""
     opt = _offline_option()
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
@@ -66,6 +82,12 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str]) -> s
         shutil.rmtree(out_dir, ignore_errors=True)
     if p.returncode != 0:
         raise RuntimeError(f"msmemscope.{func}: {p.stderr.strip() or p.stdout.strip()}")
+    for line in p.stderr.splitlines():
+        if line.startswith("msmemscope: warning: --analyze: "):
+            text = line[len("msmemscope: warning: --analyze: "):]
+            if shown_as is not None:
+                text = text.replace(input_path, shown_as)
+            warnings.warn(f"msmemscope.{func}: {text}", stacklevel=_caller_level())
     return p.stdout
 
 

@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 
+import pytest
+
 from conftest import BUILD, process_dirs, run_cli
 
 PROGRAM = """
@@ -53,12 +55,19 @@ def leak_section(text):
     return text[start:text.index("decompose: memory by owner")]
 
 
-def test_analyze_of_a_runs_dump_says_what_the_run_said(tmp_path):
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    env = {"PYTHONPATH": str(BUILD / "python")}
-    p = subprocess.run(["/usr/bin/python3", "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                       env={**env, "PATH": "/usr/bin:/bin"})
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("api_run")
+    (tmp / "prog.py").write_text(PROGRAM)
+    p = subprocess.run(["/usr/bin/python3", "prog.py"], cwd=tmp, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(BUILD / "python"), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
+    (folder,) = process_dirs(tmp / "out")
+    return p, folder
+
+
+def test_analyze_of_a_runs_dump_says_what_the_run_said(tmp_path, api_run):
+    p, folder = api_run
     weights, grads, state = (int(v) for v in re.search(r"^TRUTH (\d+) (\d+) (\d+)$", p.stdout, re.M).groups())
     online = decompose_rows(p.stdout)
     # the run's own figures are torch's
@@ -66,7 +75,6 @@ def test_analyze_of_a_runs_dump_says_what_the_run_said(tmp_path):
     assert online["PTA@optimizer_state"][0] == state, online
     assert "1 block(s), 722400 bytes (step 4): allocated by: operator torch._ops.aten.zeros.default" in p.stdout
 
-    (folder,) = process_dirs(tmp_path / "out")
     shutil.copytree(folder, tmp_path / "copy")
     off = run_cli(["--analyze=leaks,decompose", "--input-path=copy"], tmp_path, check_rc=0)
     offline = decompose_rows(off.stdout)
@@ -77,3 +85,25 @@ def test_analyze_of_a_runs_dump_says_what_the_run_said(tmp_path):
     assert {o for o in online if online[o][2]} == set(offline), (online, offline)
     assert leak_section(off.stdout) == leak_section(p.stdout), (leak_section(p.stdout), leak_section(off.stdout))
     assert "Host memory still allocated at stop() on device cpu: " in off.stdout
+
+
+def test_inefficient_on_a_dump_without_accesses_says_it_had_nothing_to_judge(tmp_path, api_run):
+    # The run's default --events has no access: offline, the inefficient
+    # analysis marked nothing and said only that it had analysed the file.
+    _, folder = api_run
+    shutil.copytree(folder, tmp_path / "copy")
+    (dump,) = (tmp_path / "copy").rglob("memscope_dump_*.csv")
+    rel = dump.relative_to(tmp_path)
+    off = run_cli(["--analyze=inefficient", f"--input={rel}"], tmp_path, check_rc=0)
+    assert (f"msmemscope: warning: --analyze: {rel} has no ACCESS rows (it was recorded without access in --events): "
+            "the inefficient analysis, which judges accesses, had nothing to judge") in off.stderr.splitlines()
+    # the Python function says it as a warning about the user's file, at the user's line
+    (tmp_path / "check.py").write_text("import sys, warnings, msmemscope\n"
+                                       "warnings.simplefilter('always')\n"
+                                       "msmemscope.check_inefficient(sys.argv[1])\n")
+    p = subprocess.run(["/usr/bin/python3", "check.py", str(rel)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={"PYTHONPATH": str(BUILD / "python"), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    assert (f"check.py:3: UserWarning: msmemscope.check_inefficient: {rel} has no ACCESS rows (it was recorded "
+            "without access in --events): the inefficient analysis, which judges accesses, had nothing to judge"
+            ) in p.stderr, p.stderr

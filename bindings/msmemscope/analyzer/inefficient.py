@@ -113,7 +113,7 @@ class InefficientAnalyzer(BaseAnalyzer):
             before = _stamp(tmp)
             _offline.run("check_inefficient", "inefficient", tmp,
                          {"mem_size": str(config.mem_size), "inefficient_type": ",".join(config.inefficient_type),
-                          "idle_threshold": str(config.idle_threshold)})
+                          "idle_threshold": str(config.idle_threshold)}, shown_as=str(path))
             if fmt == "csv":
                 print(f"INFO: Connecting to csv {path.name} to write results")
             else:

@@ -21,6 +21,7 @@
 #include "shadow.h"
 #include "supervisor.h"
 #include "util/output_dir.h"
+#include "warning_out.h"
 #include "util/text.h"
 
 namespace fs = std::filesystem;
@@ -88,7 +89,9 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         pipeline.feed(r.rec);
         return guard.check(++fed, err);
     };
+    size_t accesses = 0;
     while (more > 0) {
+        accesses += row.rec.ev.kind == MSMS_EV_ACCESS;
         bool memory = row.rec.ev.kind == MSMS_EV_MALLOC || row.rec.ev.kind == MSMS_EV_FREE;
         bool ok = true;
         if (memory && row.rec.ev.kind == MSMS_EV_FREE && is_shadow(row.rec)) {
@@ -115,6 +118,12 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     }
     held.clear();
     pipeline.finish();
+    // The inefficient analysis judges accesses: a dump recorded without them
+    // (--events without access, the default) gives it nothing to judge.
+    if (accesses == 0 && std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "inefficient") != cfg.analyzers.end())
+        warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
+                      << " has no ACCESS rows (it was recorded without access in --events): the inefficient "
+                         "analysis, which judges accesses, had nothing to judge\n";
 
     std::cout << "msmemscope: analysed " << path << " (" << stream.rows() << " rows) with "
               << join(cfg.analyzers, ", ") << "\n";
