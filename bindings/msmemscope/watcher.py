@@ -169,13 +169,15 @@ def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, s
         import warnings
         warnings.warn("msmemscope.watcher: full-content dumps need the session folder of a run (none here); "
                       "checkpoints are written as hashes instead", stacklevel=2)
+    # the hash goes with a full-content dump too: which op changed the bytes
+    crc = f"crc64:{crc64(addr, size) if size else 0:016x}"
     if staged is not None:
         fd, name = staged
         with os.fdopen(fd, "wb") as f:
             f.write(ctypes.string_at(addr, size) if size else b"")
-        attrs = head + "file:" + name
+        attrs = head + "file:" + name + "," + crc
     else:
-        attrs = head + f"crc64:{crc64(addr, size) if size else 0:016x}"
+        attrs = head + crc
     ext.event(ext.EV["MSTX"], ext.T["MARK"], ext.DEV["CPU"], -1, 0, size, 0, 0, "msmemscope.watch", attrs)
 
 

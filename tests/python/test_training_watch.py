@@ -67,6 +67,37 @@ def test_watch_python_mode_full_content(tmp_path):
     assert "aten.sum_1-aten.mul.Tensor_0_after.bin" in names
     assert not [n for n in files if ":" in n], files
     assert not list(watch_dir(tmp_path).glob("watch_dump_data_check_sum_*.csv"))
+    # full-content checkpoints carry the bytes' hash too: the op that changed them is named
+    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
+
+
+CHANGES = """
+import torch
+a = torch.ones(4, 4)
+b = a.mul(2)               # the watched tensor
+b.add_(5)                  # changed by an operator
+b.numpy()[0, 0] = 9.0      # changed outside any operator
+b.mul_(0.5)                # and again by an operator
+print("sum", b.sum().item())
+"""
+
+
+@pytest.mark.parametrize("mode", ["", ",full-content"])
+def test_watch_names_every_op_that_changed_the_tensor_and_a_change_outside_operators(tmp_path, mode):
+    # Only the first op that changed a tensor was named, none in full-content
+    # mode, and a write between operators (numpy(), a C extension) never.
+    import subprocess
+    from conftest import CLI
+    (tmp_path / "prog.py").write_text(CHANGES)
+    p = subprocess.run([str(CLI), "--device=cpu", "--analysis=", f"--watch=aten::mul.Tensor:0,aten::sum{mode}",
+                        "--output=out", "--", "/usr/bin/python3", "prog.py"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "sum 57.0" in p.stdout  # (7 * 15 + 9) / 2: the program ran as written
+    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::add_.Tensor_1 and aten::mul_.Tensor_1\n" in p.stdout, \
+        p.stdout
+    assert re.search(r"^watch: tensor aten::mul.Tensor_0 was changed outside the watched operators between "
+                     r"\S+ \(after\) and aten::mul_.Tensor_1 \(before\)$", p.stdout, re.M), p.stdout
 
 
 def test_watcher_watch_python_mode_hash(tmp_path):

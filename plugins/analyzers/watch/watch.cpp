@@ -7,8 +7,9 @@
 //               "Tensor info,Check data sum" rows
 //   full:       <proc>/device_{dev}/watch_dump/{name}.bin (the target's staging file moved)
 // with name = {dev}_{tid}.{op}_{count}-{watched}_{idx}_{before|after}.bin ('/' and "::" -> '.').
-// At the end it reports, per watched tensor, the first op whose "after" hash
-// differs from its "before" hash (the op that changed it).
+// At the end it reports, per watched tensor, every op whose "after" hash
+// differs from its "before" hash (the ops that changed it), and every change
+// between two operators (code outside the watched operators changed it).
 //
 // Only our own files (issue #29, DESIGN §9): a `file` Attr is never a path.
 // It is the name of a staging file the target made in this live run's
@@ -35,6 +36,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../common/analyzer_util.h"
 
@@ -97,18 +99,28 @@ public:
             if (std::fwrite(line.data(), 1, line.size(), f) != line.size())
                 throw std::runtime_error("watch: cannot write " + folder + ": " + std::strerror(errno));
             ++written_;
-            // the op that changed a tensor: its after hash differs from its before hash
-            std::string tensor = watched + "_" + idx;
+        }
+        // Who changed the tensor (a full-content checkpoint carries the hash
+        // of the bytes it dumped too): an op whose after hash differs from
+        // its before hash; or code outside the watched operators, when a
+        // before hash differs from the tensor's last one. An after with no
+        // before of the same call is the start op's: a new tensor.
+        if (!crc.empty()) {
             std::string call = dev + "_" + std::to_string(ev.tid) + "/" + op + "_" + count;
-            auto& t = tensors_[tensor];
+            std::string point = op + "_" + count;
+            Tensor& t = tensors_[watched + "_" + idx];
             if (when == "before") {
+                if (!t.last.empty() && t.last != crc)
+                    t.outside.push_back("between " + t.last_point + " and " + point + " (before)");
                 t.before_call = call;
                 t.before = std::string(crc);
             } else if (when == "after") {
-                if (t.before_call == call && !t.before.empty() && t.before != crc && t.changed_by.empty())
-                    t.changed_by = op + "_" + count;
+                if (t.before_call == call && !t.before.empty() && t.before != crc) t.changed_by.push_back(point);
                 t.before.clear();
+                t.before_call.clear();
             }
+            t.last = std::string(crc);
+            t.last_point = point + " (" + when + ")";
         }
     }
 
@@ -125,9 +137,12 @@ public:
                        "read from a capture or dump)");
         if (!written_) return;
         host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
-        for (auto& [tensor, t] : tensors_)
-            if (!t.changed_by.empty())
-                host_.report("watch: tensor " + tensor + " was changed by " + t.changed_by);
+        for (auto& [tensor, t] : tensors_) {
+            if (!t.changed_by.empty()) host_.report("watch: tensor " + tensor + " was changed by " + listed(t.changed_by));
+            if (!t.outside.empty())
+                host_.report("watch: tensor " + tensor + " was changed outside the watched operators " +
+                             listed(t.outside));
+        }
     }
 
 private:
@@ -229,8 +244,20 @@ private:
     }
 
     struct Tensor {
-        std::string before_call, before, changed_by;
+        std::string before_call, before;  // the call in progress and its before hash
+        std::string last, last_point;     // the last hash seen, and where ("aten::add_1 (after)")
+        std::vector<std::string> changed_by, outside;
     };
+
+    // "a, b and c", at most 10 named: "..., and N more".
+    static std::string listed(const std::vector<std::string>& v) {
+        constexpr size_t kMax = 10;
+        std::string out;
+        size_t n = std::min(v.size(), kMax);
+        for (size_t i = 0; i < n; ++i) out += (i == 0 ? "" : i + 1 == n && v.size() <= kMax ? " and " : ", ") + v[i];
+        if (v.size() > kMax) out += ", and " + std::to_string(v.size() - kMax) + " more";
+        return out;
+    }
 
     // A folder below the run folder, made or opened through an openat chain
     // from the run folder's descriptor (#29 item 4); -1 and `why` on failure.

@@ -76,6 +76,33 @@ TEST_CASE("hash mode writes the check-sum CSV and finds the op that changed the 
     fs::remove_all(dir);
 }
 
+TEST_CASE("every op that changed a tensor is named, and a change between two operators") {
+    fs::path dir = temp_dir("msms_watch_every");
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir.string(), "20260102030405") == MSMS_OK);
+    h.feed(checkpoint("aten::mul", 1, "after", "00000000000000aa"));  // the start op: a new tensor
+    h.feed(checkpoint("aten::add_", 1, "before", "00000000000000aa"));
+    h.feed(checkpoint("aten::add_", 1, "after", "00000000000000bb"));
+    h.feed(checkpoint("aten::mul_", 1, "before", "00000000000000bb"));
+    h.feed(checkpoint("aten::mul_", 1, "after", "00000000000000cc"));
+    // changed between two operators (numpy() writes, a C extension): its next before differs
+    h.feed(checkpoint("aten::sum", 1, "before", "00000000000000dd"));
+    h.feed(checkpoint("aten::sum", 1, "after", "00000000000000dd"));
+    // the next window's start op: a new tensor, not a change
+    h.feed(checkpoint("aten::mul", 2, "after", "00000000000000ee"));
+    h.feed(checkpoint("aten::add_", 2, "before", "00000000000000ee"));
+    h.feed(checkpoint("aten::add_", 2, "after", "00000000000000ff"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports ==
+          std::vector<std::string>{
+              "watch: 10 checkpoint(s) written under device_*/watch_dump",
+              "watch: tensor aten::mul_0 was changed by aten::add__1, aten::mul__1 and aten::add__2",
+              "watch: tensor aten::mul_0 was changed outside the watched operators between aten::mul__1 (after) and "
+              "aten::sum_1 (before)"});
+    fs::remove_all(dir);
+}
+
 namespace {
 const char* kToken = "0123456789abcdef0123456789abcdef";
 
