@@ -140,7 +140,9 @@ def stop() -> None:
 
 def step() -> int:
     """Marks the end of a step (SYSTEM STEP, Name = the step number, 1, 2, ...);
-    returns the step number."""
+    returns the step number. Outside a collection range (before start(),
+    after stop()) it marks nothing, as upstream's, and returns the number of
+    the last step marked."""
     _session.session()
     _cuda.flush()  # the caching allocator's blocks of this step before its mark
     return int(_ext.step())

@@ -512,6 +512,10 @@ __attribute__((visibility("default"))) void msms_agent_stop(void) {
 }
 
 __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
+    // Outside a collection range (before start(), after stop()) a step marks
+    // nothing, as upstream's step() (a row ahead of START_TRACE, steps that
+    // summary.json counted): the last step's number is returned.
+    if (!g_collecting.load()) return g_step.load();
     uint64_t n = g_step.fetch_add(1) + 1;
     if (!channel_is_open() || !attach_step_allowed()) return n;
     Tls& t = tls();

@@ -261,11 +261,12 @@ def test_ranges_steps_and_snapshot_rows(tmp_path):
         msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
         keep = []
         keep.append(bytearray(1 << 16))          # before start: not recorded
+        assert msmemscope.step() == 0            # outside a range: no mark (as upstream), no number used
         msmemscope.start()
         keep.append(bytearray(1 << 17))
-        msmemscope.step()
-        msmemscope.step()
+        assert (msmemscope.step(), msmemscope.step()) == (1, 2)
         msmemscope.stop()
+        assert msmemscope.step() == 2            # (a STEP row ahead of START_TRACE, steps summary.json counted)
         keep.append(bytearray(1 << 18))          # between ranges: a shadow MALLOC at the next start
         msmemscope.take_snapshot(device_mask=[0], name="mid")
         msmemscope.start()
@@ -278,7 +279,8 @@ def test_ranges_steps_and_snapshot_rows(tmp_path):
         f()
         msmemscope.stop()
     """)
-    _, rows = rows_of(tmp_path / "out")
+    d, rows = rows_of(tmp_path / "out")
+    assert json.loads((d / "summary.json").read_text())["steps"] == 2
     system = [(r["Event Type"], r["Name"]) for r in rows if r["Event"] in ("SYSTEM", "SNAPSHOT")]
     assert system == [("START_TRACE", "N/A"), ("STEP", "1"), ("STEP", "2"), ("STOP_TRACE", "N/A"),
                       ("SNAPSHOT", "mid"), ("START_TRACE", "N/A"), ("SNAPSHOT", "block Start"),
