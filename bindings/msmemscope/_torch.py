@@ -361,13 +361,11 @@ def _wrap_step(cls) -> None:
 
     def step_wrapper(self, *args, **kwargs):
         global _optimizer_depth
-        _ext.optimizer_enter()
         _optimizer_depth += 1
         try:
             return step(self, *args, **kwargs)
         finally:
             _optimizer_depth -= 1
-            _ext.optimizer_exit()
             _tag_optimizer(self)
             if _optimizer_depth == 0 and _shared.auto_steps():
                 _cuda.flush()  # the caching allocator's blocks of this step before its mark

@@ -150,7 +150,6 @@ int64_t g_pta_used = 0, g_pta_peak = 0;
 
 // Per-thread context that decides the owner of a new block.
 thread_local int t_op_depth = 0;
-thread_local int t_optimizer_depth = 0;
 thread_local char t_owner_label[256];
 
 // The C++ operator observer (_torch_observer) keeps the depth through these
@@ -185,8 +184,11 @@ uint64_t total_aux(uint64_t total) { return total + 1; }
 
 void owner_attr(char* buf, size_t n) {
     const char* owner = nullptr;
+    // Inside Optimizer.step() too: a block is optimizer_state once it is
+    // reachable from the optimizer (the tag after step(), _torch.py); what
+    // step() allocates and drops (Adam's denominators, record_function's
+    // handles) is not (COMPAT §6), and it counted in that owner's peak.
     if (t_owner_label[0]) owner = t_owner_label;
-    else if (t_optimizer_depth > 0) owner = "optimizer_state";
     else if (t_op_depth > 0) owner = "ops@aten";
     char* end = buf + n;
     char* p = put_attr_text(buf, end, owner ? "owner:PTA@" : "owner:PTA");
@@ -577,10 +579,6 @@ PYBIND11_MODULE(_msmemscope, m) {
         },
         py::arg("name"), py::arg("dev_kind") = static_cast<int>(MSMS_DEV_CPU), py::arg("dev_id") = -1);
     m.attr("op_depth_api") = py::capsule(static_cast<void*>(&g_op_depth_api), "msmemscope.op_depth");
-    m.def("optimizer_enter", [] { ++t_optimizer_depth; });
-    m.def("optimizer_exit", [] {
-        if (t_optimizer_depth > 0) --t_optimizer_depth;
-    });
     m.def("set_owner_label", [](const std::string& label) {
         size_t n = std::min(label.size(), sizeof(t_owner_label) - 1);
         memcpy(t_owner_label, label.data(), n);

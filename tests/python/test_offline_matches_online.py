@@ -79,10 +79,20 @@ def test_analyze_of_a_runs_dump_says_what_the_run_said(tmp_path, api_run):
     off = run_cli(["--analyze=leaks,decompose", "--input-path=copy"], tmp_path, check_rc=0)
     offline = decompose_rows(off.stdout)
     for owner, (live, peak, n) in offline.items():
-        assert online[owner] == (live, peak, n), (owner, online, offline)
+        # A block tagged after it was made (the weights made before start(),
+        # tagged at the first step) held the bare framework owner for a while
+        # in the run; its row in the dump carries the owner it ended with.
+        # So that owner's peak alone may differ.
+        if owner == "PTA":
+            assert online[owner][0::2] == (live, n) and online[owner][1] >= peak, (owner, online, offline)
+        else:
+            assert online[owner] == (live, peak, n), (owner, online, offline)
     # an owner the run's table has only for a block tagged after it was
     # made (0 allocations) is the only difference
     assert {o for o in online if online[o][2]} == set(offline), (online, offline)
+    # the optimizer's state is what torch holds in it, at its peak too: what
+    # step() allocates and drops (Adam's denominators) belongs to the operators
+    assert online["PTA@optimizer_state"] == (state, state, 6), online
     assert leak_section(off.stdout) == leak_section(p.stdout), (leak_section(p.stdout), leak_section(off.stdout))
     assert "Host memory still allocated at stop() on device cpu: " in off.stdout
 

@@ -44,7 +44,7 @@ def clean_env(**extra):
 def test_plain_script_is_tracked_like_the_api(tmp_path):
     # (no --call-stack here: with Python stacks every malloc of `import torch`
     # carries one, gigabytes of rows; the API tests check the stacks)
-    p = run_cli(["--device=cpu", "--events=alloc,free,launch", "--analysis=leaks",
+    p = run_cli(["--device=cpu", "--events=alloc,free,launch", "--analysis=leaks,decompose",
                  "--output=out", "--", PY, SCRIPT, "out", "plain", "leak", "0"], tmp_path, env=clean_env(),
                 check_rc=0)
     assert "trained 8" in p.stdout
@@ -57,6 +57,8 @@ def test_plain_script_is_tracked_like_the_api(tmp_path):
             "torch._ops.aten.ones.default"} <= ops, ops
     pta = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"]
     assert len(pta) > 100
+    # (the rows carry the owner decompose ended with: the optimizer's state
+    # is tagged once step() made it)
     owners = {r["attr"].get("owner") for r in pta}
     assert {"PTA@ops@aten", "PTA@optimizer_state"} <= owners, owners
     # the leak analysis works from the optimizer's steps and names the operator
