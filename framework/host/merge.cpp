@@ -700,6 +700,23 @@ std::string now_timestamp() {
     return timestamp_string(static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec));
 }
 
+// How a process ended, in the console table's few columns, from its
+// summary.json: "exit 0", "_exit 0 after fork", "signal 15 (SIGTERM)".
+std::string short_ended(const Row& r) {
+    auto ends = [&](const char* tail) {
+        size_t n = strlen(tail);
+        return r.ended_text.size() >= n && r.ended_text.compare(r.ended_text.size() - n, n, tail) == 0;
+    };
+    if (r.ended_how == "exit" && r.code) {
+        std::string code = std::to_string(*r.code);
+        return ends(" (_exit after fork)") ? "_exit " + code + " after fork" : ends(" (_exit)") ? "_exit " + code
+                                                                                                  : "exit " + code;
+    }
+    const std::string kKilled = "killed by ";
+    if (r.ended_how == "signal" && r.ended_text.rfind(kKilled, 0) == 0) return r.ended_text.substr(kKilled.size());
+    return r.ended_how.empty() ? "-" : r.ended_how;
+}
+
 }  // namespace
 
 int merge_main(const Config& cfg) {
@@ -802,9 +819,7 @@ int merge_main(const Config& cfg) {
     for (auto& r : rows) {
         std::string peaks;
         for (auto& [p, t] : r.pools) peaks += (peaks.empty() ? "" : "; ") + p + " " + human_bytes(t.first);
-        std::string ended = r.ended_how == "exit" && r.code ? "exit " + std::to_string(*r.code)
-                            : r.ended_how.empty()           ? "-"
-                                                            : r.ended_how;
+        std::string ended = short_ended(r);
         std::cout << "  " << std::left << std::setw(static_cast<int>(node_w)) << escape_controls(r.node) << std::setw(6)
                   << (r.rank ? std::to_string(*r.rank) : "-") << std::setw(9) << r.pid << std::setw(22) << ended
                   << std::setw(7) << r.steps << std::setw(14) << (r.leak_bytes ? human_bytes(*r.leak_bytes) : "-")

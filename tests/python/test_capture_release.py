@@ -261,8 +261,8 @@ def test_python_config_aggregate(tmp_path):
     p = subprocess.run(["/usr/bin/python3", str(script)], cwd=str(tmp_path), env=e, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, p.stderr
-    assert ("ERR msmemscope.config: 'aggregate' must be a string, got int (allowed: True, False (or 'true', "
-            "'false'))") in p.stdout
+    assert ("ERR msmemscope.config: 'aggregate' must be True or False (or a string: 'true', 'false'), "
+            "got int") in p.stdout
     assert [l for l in p.stderr.splitlines() if "--aggregate" in l] == [OFF_CSV]
     (procdir,) = process_dirs(tmp_path / "out")
     assert '"aggregate": true' in (procdir / "config.json").read_text()

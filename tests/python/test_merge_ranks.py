@@ -301,6 +301,24 @@ def test_a_process_folder_named_twice_is_counted_once(tmp_path):
     ], p.stderr
 
 
+def test_the_table_says_how_each_process_ended_as_its_run_did(tmp_path):
+    # A DataLoader worker's "exited with code 0 (_exit after fork)" was
+    # "exit 0" in the merged table, and a killed process "signal".
+    node = tmp_path / "n1"
+    ends = {11: ("exit", 0, "exited with code 0 (_exit after fork)"), 12: ("exit", 3, "exited with code 3 (_exit)"),
+            13: ("signal", None, "killed by signal 15 (SIGTERM)"), 14: ("exit", 0, "exited with code 0")}
+    for pid, (how, code, text) in ends.items():
+        d = node / f"msmemscope_{pid}_20260101000000_cpu"
+        d.mkdir(parents=True)
+        s = fake_summary(pid, None, 1000)
+        s["ended"] = {"how": how, "code": code, "text": text}
+        (d / "summary.json").write_text(json.dumps(s))
+    p = run_cli(["--merge=n1", "-o", "out"], tmp_path, timeout=60, check_rc=0)
+    shown = dict(re.findall(r"^  n1\s+-\s+(\d+)\s+(.+?)\s{2,}3\s", p.stdout, re.M))
+    assert shown == {"11": "_exit 0 after fork", "12": "_exit 3", "13": "signal 15 (SIGTERM)", "14": "exit 0"}, \
+        p.stdout
+
+
 def test_an_api_runs_summary_counts_what_is_live_at_stop(tmp_path):
     # Under the Python API the leak report says "still allocated at stop()":
     # summary.json's leaks and sites are read from that wording too.
