@@ -488,17 +488,17 @@ void Pipeline::host_totals(const msms_event& ev, const PoolSlot& s, int64_t used
 // it, so every block still live is freed for the analyzers too (a shell's
 // pre-exec image holds no leaks).
 void Pipeline::release_all_by_exec() {
-    if (accounting_ && !finished_) shadow_frees_at_end(0);
+    if (accounting_ && !finished_) shadow_frees_at_end(0, true);
 }
 
 // A FREE with shadow:true for every block still live, to the sinks only:
 // the analyzers have finished and still hold those blocks as live (leaks).
-void Pipeline::shadow_frees_at_end(size_t first_consumer) {
+void Pipeline::shadow_frees_at_end(size_t first_consumer, bool image_ended) {
     std::vector<std::pair<uint64_t, Record>> frees;
     for (auto& [key, blocks] : live_)
         for (auto& [ptr, b] : blocks)
             frees.emplace_back(b.allocation_id, shadow_free(key.dev_kind, key.dev_id, key.type, ptr, b.allocation_id,
-                                                            b.size, last_ts_, run_.pid));
+                                                            b.size, last_ts_, run_.pid, image_ended));
     std::sort(frees.begin(), frees.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [id, r] : frees) {  // synthetic: not counted as events
         r.ev.id = ++next_id_;

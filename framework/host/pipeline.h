@@ -57,8 +57,10 @@ public:
     void feed(Record& r);
     // Ends the stream: analyzers finish (they may still emit), then sinks.
     void finish();
-    // Before finish(): the image was replaced by exec, every live block is
-    // released (to the analyzers too, so none is a leak).
+    // Before finish(): the image was replaced by exec (or ended by _exit
+    // after fork), every live block is released (to the analyzers too, so
+    // none is a leak; Attr image_ended:true, so that decompose keeps them as
+    // live when the image ended).
     void release_all_by_exec();
 
     struct DeviceTotals {
@@ -141,8 +143,9 @@ private:
     bool account(Record& r);
     // The name a collector gave its own pool type (abi.h msms_is_custom_pool).
     void note_custom_pool(uint16_t type, const std::vector<std::pair<std::string, std::string>>& attrs);
-    // first_consumer: 0 = analyzers and sinks, SIZE_MAX = the sinks only.
-    void shadow_frees_at_end(size_t first_consumer = SIZE_MAX);
+    // first_consumer: 0 = analyzers and sinks, SIZE_MAX = the sinks only;
+    // image_ended: the frees say the image ended with the blocks (shadow.h).
+    void shadow_frees_at_end(size_t first_consumer = SIZE_MAX, bool image_ended = false);
     uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
     // To the analyzers [first_analyzer, end_analyzer), then (to_sinks) every sink.
     void dispatch(Record& r, size_t first_analyzer, size_t end_analyzer = SIZE_MAX, bool to_sinks = true);

@@ -21,11 +21,15 @@
 namespace msms {
 
 // A FREE with shadow:true of a block (allocation_id, ptr, size) of pool
-// `type` on the device, at time ts.
+// `type` on the device, at time ts. image_ended: the process image ended
+// with the block live (exec, or _exit after fork) and its memory went with
+// it (Attr image_ended:true): no leak, but live when the image ended.
 Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t ptr, uint64_t allocation_id,
-                   uint64_t size, uint64_t ts, uint32_t pid);
+                   uint64_t size, uint64_t ts, uint32_t pid, bool image_ended = false);
 // Whether the source marked the event a shadow (Attr shadow:true).
 bool is_shadow(const Record& r);
+// A shadow FREE saying the image ended with the block (Attr image_ended:true).
+bool is_image_ended_free(const Record& r);
 // A shadow MALLOC of the imports' heap, the host blocks Python imports made
 // (Attr shadow:true and import:true: framework/agent/import_fold.h).
 bool is_import_shadow(const Record& r);

@@ -167,3 +167,44 @@ def test_a_daemonized_grandchild_names_the_process_that_forked_it(cli, tmp_path)
         assert re.match(rf"^  {grandchild} +{middle} ", row), (middle, row)
         (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{grandchild}_")]
         assert json.loads((folder / "summary.json").read_text())["ppid"] == int(middle)
+
+
+FORK_EXIT = """
+import os
+keep = []
+pid = os.fork()
+if pid == 0:
+    keep.append(bytearray(300000))
+    print("child", os.getpid(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_child_ended_by_exit_after_fork_shows_what_it_held_alike_everywhere(cli, tmp_path):
+    # Its memory went with it: no leak. Its console block said "final 293.3
+    # KiB" and, just below, decompose's "HOST Live 0": the release of its
+    # blocks reached the decompose analysis too. Now the table is what was
+    # live when the image ended, as the pool's final figure and summary.json.
+    (tmp_path / "prog.py").write_text(FORK_EXIT)
+    p = cli(["--device=cpu", "--analysis=leaks,decompose", "--output=out", "--", "/usr/bin/python3", "prog.py"],
+            tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+    child = re.search(r"^child (\d+)$", p.stdout, re.M).group(1)
+    block = summary_blocks(p.stdout)[int(child)]
+    assert block[0].endswith(") exited with code 0 (_exit after fork)"), block
+    text = "\n".join(block)
+    assert "leaks:" not in text and "still allocated" not in text, text
+    (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.split("_")[1] == child]
+    final = json.loads((folder / "summary.json").read_text())["pools"]["cpu/HOST"]["final_bytes"]
+    assert final >= 300000, final
+    live = re.search(r"^  HOST +(\d+) +(\d+) +(\d+)$", text, re.M)
+    assert live and int(live.group(1)) == final, text
+    # its rows: each block still live gets a FREE saying the image ended with it
+    frees = [rec for rec in iter_rows(only_dump(folder)) if rec[1] == "FREE" and "shadow:true" in rec[9]]
+    assert frees and all(rec[9].endswith(",shadow:true,image_ended:true}") for rec in frees), frees[:3]
+    # --analyze of its dump says the same: no leak, the same table
+    import shutil
+    shutil.copytree(folder, tmp_path / "copy" / folder.name)
+    off = cli(["--analyze=leaks,decompose", "--input-path=copy"], tmp_path, check_rc=0)
+    assert "still allocated" not in off.stdout and "Detected memory leaks" not in off.stdout, off.stdout
+    assert re.search(r"^  HOST +(\d+) ", off.stdout, re.M).group(1) == str(final), off.stdout

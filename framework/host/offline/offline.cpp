@@ -94,7 +94,9 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         accesses += row.rec.ev.kind == MSMS_EV_ACCESS;
         bool memory = row.rec.ev.kind == MSMS_EV_MALLOC || row.rec.ev.kind == MSMS_EV_FREE;
         bool ok = true;
-        if (memory && row.rec.ev.kind == MSMS_EV_FREE && is_shadow(row.rec)) {
+        // (the image ended with the block, exec or _exit after fork: the run's
+        // analyzers had that release, and so do these)
+        if (memory && row.rec.ev.kind == MSMS_EV_FREE && is_shadow(row.rec) && !is_image_ended_free(row.rec)) {
             held[row.rec.ev.pid].push_back(row);
         } else {
             if (memory) {

@@ -104,6 +104,9 @@ public:
             // block under a PTA block has the same address and keeps HOST.
             if (!driver_pool(ev.type)) by_ptr_.put(at_address(ev), ev.type);
         } else if (ev.kind == MSMS_EV_FREE) {
+            // The image ended with the block live (exec, _exit after fork):
+            // the table says what was live then, as the pool's final figure.
+            if (attr(ev, "image_ended") == "true" && attr(ev, "shadow") == "true") return;
             BlockKey k = block_key(ev);
             const Block* b = live_.find(k);
             if (!b) return;
