@@ -7,7 +7,7 @@ import gc
 import sys
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from . import _collect, _cuda, _session, watcher
+from . import _collect, _cuda, _session, _shared, watcher
 from ._session import _ext
 
 __all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction"]
@@ -142,8 +142,17 @@ def step() -> int:
     """Marks the end of a step (SYSTEM STEP, Name = the step number, 1, 2, ...);
     returns the step number. Outside a collection range (before start(),
     after stop()) it marks nothing, as upstream's, and returns the number of
-    the last step marked."""
+    the last step marked. Under the CLI a script that does not use the API
+    has its optimizer steps marked; its first step() call ends the iteration
+    the last optimizer step ended (no second mark) and marks from then on."""
     _session.session()
+    taken_over = _shared.auto_step
+    if taken_over is not None:
+        # The optimizer marked the steps until this first call (a plain
+        # script under the CLI): this call ends the iteration its last
+        # opt.step() ended, and marks no second, empty step.
+        _shared.auto_step = None
+        return int(taken_over)
     _cuda.flush()  # the caching allocator's blocks of this step before its mark
     return int(_ext.step())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 try:
     from . import _msmemscope as ext  # noqa: F401 - shared: the collectors use it as _shared.ext
@@ -29,6 +29,9 @@ values: Dict[str, str] = {}
 session: Any = None
 
 api_used = False   # the program called the API (start, step, config ...)
+# The last step the optimizer marked (auto_steps()), None once the program's
+# own msmemscope.step() took over (or when the optimizer never marked one).
+auto_step: Optional[int] = None
 booted = False     # the CLI's interpreter-start hook joined the session
 step_on = False    # --step-on named the functions that end the steps
 attached = False   # msmemscope --attach joined this running interpreter (_attach.py)

@@ -369,7 +369,8 @@ def _wrap_step(cls) -> None:
             _tag_optimizer(self)
             if _optimizer_depth == 0 and _shared.auto_steps():
                 _cuda.flush()  # the caching allocator's blocks of this step before its mark
-                _ext.step()  # a plain script under the CLI: the optimizer marks the steps
+                # a plain script under the CLI: the optimizer marks the steps
+                _shared.auto_step = _ext.step()
 
     step_wrapper._msmemscope_wrapped = True
     step_wrapper.__wrapped__ = step

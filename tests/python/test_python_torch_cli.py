@@ -7,6 +7,7 @@ through a shell script that sets its own LD_PRELOAD, as upstream's
 test_leaks.sh does) joins the CLI's session.
 """
 import csv
+import json
 import os
 import re
 
@@ -141,3 +142,34 @@ def test_target_ld_preload_is_merged(tmp_path):
     env = dict(l.split("=", 1) for l in p.stdout.splitlines() if "=" in l)
     parts = env["LD_PRELOAD"].split(":")
     assert libm in parts and any(x.endswith("libmsmemscope_agent.so") for x in parts), parts
+
+
+STEPPED = """
+import sys
+import torch, msmemscope
+first = int(sys.argv[1])  # the iteration of the script's first msmemscope.step()
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(6):
+    opt.zero_grad(); model(torch.randn(2, 8)).sum().backward(); opt.step()
+    if i >= first:
+        print("step", i, "->", msmemscope.step(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("first", [0, 2])
+def test_a_script_calling_step_after_its_optimizer_has_one_step_per_iteration(tmp_path, first):
+    # Under the CLI the optimizer marks the steps of a script that does not
+    # use the API; its first msmemscope.step() (after opt.step(), upstream's
+    # pattern) marked a second, empty step: 7 steps for 6 iterations, the
+    # first call returned 2 and every leak's step was one past the script's.
+    (tmp_path / "prog.py").write_text(STEPPED)
+    p = run_cli(["--device=cpu", "--analysis=", "--output=out", "--", PY, "prog.py", str(first)], tmp_path,
+                env=clean_env(), check_rc=0)
+    got = [(int(i), int(n)) for i, n in re.findall(r"^step (\d+) -> (\d+)$", p.stdout, re.M)]
+    assert got == [(i, i + 1) for i in range(first, 6)], p.stdout
+    (d,) = process_dirs(tmp_path / "out")
+    rows = rows_without_host(dump_files(d)[0])
+    assert [r["Name"] for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"] == \
+        [str(i) for i in range(1, 7)]
+    assert json.loads((d / "summary.json").read_text())["steps"] == 6
