@@ -91,6 +91,7 @@ std::string Config::to_json() const {
     j.set("output", Json(output));
     j.set("log_level", Json(log_level));
     j.set("follow_fork", Json(follow_fork));
+    if (attach_pid > 0) j.set("attach", Json(static_cast<int64_t>(attach_pid)));
     if (aggregate) j.set("aggregate", Json(true));
     j.set("collectors", Json::from_list(collectors));
     Json po = Json::object();

@@ -209,6 +209,8 @@ public:
             if (dir_fd_ < 0) dir_error_ = errno ? std::strerror(errno) : why;
         }
         for (auto& e : load_errors_) host_.error("leaks: " + e);
+        // --attach: the range ends when msmemscope detaches, not at a stop()
+        attached_ = run.config_json.find("\"attach\":") != std::string::npos;
         if (steps_selected(run.config_json)) {
             disabled_ = true;
             host_.warn("leaks: the leak analysis is off when --steps selects steps (only some events are collected)");
@@ -525,13 +527,19 @@ private:
     struct Suppressed {
         uint64_t blocks = 0, bytes = 0;
         std::map<std::string, std::set<std::string>> sites;  // rule origin (file or built-in) -> sites
+        std::set<std::string> counted;                       // every site in `sites`, once
         bool take(msms_leaks::Suppressions& s, const std::string& stack, const std::string& site, uint64_t size) {
             msms_leaks::Suppressions::Rule* r = s.match(stack, site);
             if (!r) return false;
             ++blocks;
             bytes += size;
             std::string origin = r->origin.substr(0, r->origin.rfind(':'));
-            sites[origin].insert(site);
+            // each site under one list (the first that took a block of it):
+            // the counts add up to the sites left out
+            if (!counted.count(site)) {
+                counted.insert(site);
+                sites[origin].insert(site);
+            }
             return true;
         }
         // The imports' heap (no stack to match): one-time set-up, as the
@@ -539,7 +547,7 @@ private:
         void take_imports(uint64_t n, uint64_t size) {
             blocks += n;
             bytes += size;
-            sites[msms_leaks::kBuiltinOrigin].insert(kImport);
+            if (counted.insert(kImport).second) sites[msms_leaks::kBuiltinOrigin].insert(kImport);
         }
         // "N allocation site(s) suppressed on device D (B block(s), X bytes): K by the built-in list of one-time set-up (...), M by FILE"
         std::string line(const std::string& device) const {
@@ -1038,7 +1046,10 @@ private:
     int dir_fd_ = -1;
     bool disabled_ = false, warned_sources_ = false;
     bool at_stop_ = false;  // the last trace control was STOP_TRACE
-    std::string live_when() const { return at_stop_ ? "at stop()" : "at exit"; }
+    bool attached_ = false;  // an --attach run (config.json "attach")
+    std::string live_when() const {
+        return !at_stop_ ? "at exit" : attached_ ? "when msmemscope detached" : "at stop()";
+    }
     StepTracker steps_;
     Stacks stacks_;
     std::map<DevKey, uint64_t> launches_;
