@@ -175,6 +175,10 @@ def _own_memory_left_out(tmp_path, call_stack, ours, env=None, recorded=True):
     sites = [l for l in lines[start + 1:] if l.startswith("    ")]
     assert sites and not [l for l in sites if re.search(ours, l)], sites
     summary = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
+    # each site is counted under one list: the parts add up to the sites left out
+    for l in summary:
+        total = int(re.match(r"^  (\d+) allocation site\(s\)", l).group(1))
+        assert sum(int(n) for n in re.findall(r"(?:: |, )(\d+) by ", l)) == total, l
     own = re.search(r"[:,] (\d+) by msmemscope's own modules \(the profiler's memory\)$", "".join(summary))
     # Not `recorded`: the start-up hook's import of the package itself may
     # still leave a block the list names as msmemscope's; what must not be
