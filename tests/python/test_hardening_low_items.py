@@ -251,7 +251,10 @@ while not os.path.exists("stop"):
 
 def _capture_size(pid):
     for fd in os.listdir(f"/proc/{pid}/fd"):
-        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile: the daemon writes its progress file again and again
+            continue
         if ".msmcap" in link:
             return os.stat(f"/proc/{pid}/fd/{fd}").st_size, link
     return None, None
