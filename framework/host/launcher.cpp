@@ -244,13 +244,13 @@ int exit_code_of(int st) {
 
 std::string describe_status(int st) {
     if (WIFEXITED(st)) return "exited with code " + std::to_string(WEXITSTATUS(st));
-    if (WIFSIGNALED(st)) {
-        int sig = WTERMSIG(st);
-        const char* name = sigabbrev_np(sig);
-        return std::string("killed by signal ") + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "") +
-               (WCOREDUMP(st) ? ", core dumped" : "");
-    }
+    if (WIFSIGNALED(st)) return killed_by_signal(WTERMSIG(st)) + (WCOREDUMP(st) ? ", core dumped" : "");
     return "ended";
+}
+
+std::string killed_by_signal(int sig) {
+    const char* name = sigabbrev_np(sig);
+    return "killed by signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
 }
 
 }  // namespace msms

@@ -36,5 +36,8 @@ pid_t launch(const LaunchSpec& spec, std::string& error);
 // 128+N for a signal, else the exit code.
 int exit_code_of(int wait_status);
 std::string describe_status(int wait_status);
+// "killed by signal 9 (SIGKILL)": how describe_status says a signal, and how
+// a process's recorded end says one.
+std::string killed_by_signal(int sig);
 
 }  // namespace msms

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/capture_format.h"
+#include "launcher.h"
 #include "util/json.h"
 #include <msmemscope/output_files.hpp>
 
@@ -166,27 +167,20 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
                (kind != capture::EndKind::QuickExit ? "" : s.exit_after_fork ? " (_exit after fork)" : " (_exit)");
     } else if (kind == capture::EndKind::Signal) {
         how = "signal";
-        const char* name = sigabbrev_np(s.end_code);
-        text = "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
+        text = killed_by_signal(s.end_code);
     } else if (kind == capture::EndKind::Returned) {
         how = "exit";
         text = "exited normally";
     } else if (s.ended_normally) {
         how = "detached";
         text = "detached";
-    } else if (f.wait_status >= 0 && WIFEXITED(f.wait_status)) {
-        // No end record, but the CLI reaped it (the agent was turned off).
-        how = "exit";
-        text = "exited with code " + std::to_string(WEXITSTATUS(f.wait_status));
-        kind = capture::EndKind::Exit;
-        code = WEXITSTATUS(f.wait_status);
-    } else if (f.wait_status >= 0 && WIFSIGNALED(f.wait_status) &&
-               !(s.oom_kill_seen && WTERMSIG(f.wait_status) == SIGKILL)) {
-        // SIGKILL leaves no end record; the CLI's wait status names it.
-        how = "signal";
-        code = WTERMSIG(f.wait_status);
-        const char* name = sigabbrev_np(code);
-        text = "killed by signal " + std::to_string(code) + (name ? std::string(" (SIG") + name + ")" : "");
+    } else if (f.wait_status >= 0 && (WIFEXITED(f.wait_status) || WIFSIGNALED(f.wait_status)) &&
+               !(s.oom_kill_seen && WIFSIGNALED(f.wait_status) && WTERMSIG(f.wait_status) == SIGKILL)) {
+        // No end record (SIGKILL; or the agent turned off): the CLI's wait
+        // status says it, in the console's words.
+        how = WIFEXITED(f.wait_status) ? "exit" : "signal";
+        code = WIFEXITED(f.wait_status) ? WEXITSTATUS(f.wait_status) : WTERMSIG(f.wait_status);
+        text = describe_status(f.wait_status);
     } else if (s.oom_kill_seen) {
         how = "oom_kill";
         text = "killed by the OOM killer (SIGKILL)";

@@ -323,10 +323,7 @@ static std::string describe_end(const ProcessSummary& s) {
     case capture::EndKind::Exit: return "exited with code " + std::to_string(s.end_code);
     case capture::EndKind::QuickExit:
         return "exited with code " + std::to_string(s.end_code) + (s.exit_after_fork ? " (_exit after fork)" : " (_exit)");
-    case capture::EndKind::Signal: {
-        const char* name = sigabbrev_np(s.end_code);
-        return "killed by signal " + std::to_string(s.end_code) + (name ? std::string(" (SIG") + name + ")" : "");
-    }
+    case capture::EndKind::Signal: return killed_by_signal(s.end_code);
     case capture::EndKind::Returned: return "exited normally";
     default: break;
     }

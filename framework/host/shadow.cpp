@@ -31,29 +31,22 @@ Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t pt
     return r;
 }
 
-bool is_shadow(const Record& r) {
+namespace {
+// Attr `key` of the record is "true".
+bool attr_true(const Record& r, const char* key) {
     for (auto& a : r.attrs)
-        if (a.first == "shadow") return a.second == "true";
+        if (a.first == key) return a.second == "true";
     return false;
 }
+}  // namespace
+
+bool is_shadow(const Record& r) { return attr_true(r, "shadow"); }
 
 bool is_image_ended_free(const Record& r) {
-    bool shadow = false, ended = false;
-    for (auto& a : r.attrs) {
-        if (a.first == "shadow") shadow = a.second == "true";
-        else if (a.first == "image_ended") ended = a.second == "true";
-    }
-    return r.ev.kind == MSMS_EV_FREE && shadow && ended;
+    return r.ev.kind == MSMS_EV_FREE && attr_true(r, "shadow") && attr_true(r, "image_ended");
 }
 
-bool is_import_shadow(const Record& r) {
-    bool shadow = false, import = false;
-    for (auto& a : r.attrs) {
-        if (a.first == "shadow") shadow = a.second == "true";
-        else if (a.first == "import") import = a.second == "true";
-    }
-    return shadow && import;
-}
+bool is_import_shadow(const Record& r) { return attr_true(r, "shadow") && attr_true(r, "import"); }
 
 uint64_t import_shadow_blocks(const Record& r) {
     for (auto& a : r.attrs) {

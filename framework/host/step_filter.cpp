@@ -7,7 +7,7 @@ namespace msms {
 std::vector<long long> StepFilter::unreached() const {
     std::vector<long long> out;
     for (long long s : steps_)
-        if (s < 1 || static_cast<uint64_t>(s) > last_) out.push_back(s);
+        if (s < 1 || static_cast<uint64_t>(s) > current_) out.push_back(s);
     return out;
 }
 
@@ -23,7 +23,6 @@ bool StepFilter::keep(const msms_event& ev, const std::string& name) {
             if (n == 0) n = std::strtoull(name.c_str(), nullptr, 10);
             current_ = n + 1;
             saw_steps_ = true;
-            last_ = std::max(last_, current_);
         }
         return true;
     }
@@ -34,7 +33,6 @@ bool StepFilter::keep(const msms_event& ev, const std::string& name) {
         }
         current_ = ++mstx_count_;
         saw_steps_ = true;
-        last_ = std::max(last_, current_);
         range_id_ = ev.aux0;
         in_range_ = true;
         bool k = selected();

@@ -40,7 +40,6 @@ private:
     uint64_t mstx_count_ = 0, range_id_ = 0;
     uint64_t dropped_ = 0;
     bool saw_steps_ = false;
-    uint64_t last_ = 1;  // the highest step reached
 };
 
 }  // namespace msms
