@@ -9,6 +9,10 @@
 
 #ifdef MSMEMSCOPE_HAVE_LIBDW
 #include <elfutils/libdwfl.h>
+
+#include <unordered_map>
+
+#include "symbol_index.h"
 #endif
 
 namespace msms {
@@ -39,6 +43,14 @@ struct Symbolizer::Impl {
     Dwfl_Callbacks callbacks{};
     char* debuginfo_path = nullptr;
     Dwfl* dwfl = nullptr;
+    // Each module's symbols, sorted once (symbol_index.h): addrinfo scans
+    // the whole table per frame.
+    std::unordered_map<Dwfl_Module*, std::unique_ptr<SymbolIndex>> symbols;
+    const char* symbol(Dwfl_Module* m, uint64_t address, uint64_t& offset) {
+        auto& index = symbols[m];
+        if (!index) index = std::make_unique<SymbolIndex>(m);
+        return index->lookup(address, offset);
+    }
     Impl() {
         callbacks.find_elf = dwfl_build_id_find_elf;
         callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
@@ -99,7 +111,7 @@ const std::string& Symbolizer::text(uint64_t id) {
     }
     const StackDef* s = reader_.stack(id);
     if (!s) return kEmpty;  // definition not read yet: not cached, retried later
-    if (s->kind == 0) sync_modules();
+    if (s->kind != 1) sync_modules();
     std::string out;
     for (size_t i = 0; i < s->frames.size(); ++i) {
         if (i) out += '\n';
@@ -122,8 +134,12 @@ const std::string& Symbolizer::text(uint64_t id) {
                 } else out += static_cast<char>(ch);
             }
         } else {
-            auto fc = frame_cache_.find(s->frames[i]);
-            if (fc == frame_cache_.end()) fc = frame_cache_.emplace(s->frames[i], c_frame(s->frames[i])).first;
+            // A start-up frame (no source line) is cached apart: the top bit
+            // is never set in a user-space address.
+            const bool line = s->kind == 0;
+            const uint64_t key = line ? s->frames[i] : s->frames[i] | (1ull << 63);
+            auto fc = frame_cache_.find(key);
+            if (fc == frame_cache_.end()) fc = frame_cache_.emplace(key, c_frame(s->frames[i], line)).first;
             out += fc->second;
         }
     }
@@ -132,7 +148,7 @@ const std::string& Symbolizer::text(uint64_t id) {
     return made;
 }
 
-std::string Symbolizer::c_frame(uint64_t address) {
+std::string Symbolizer::c_frame(uint64_t address, bool source_line) {
     char buf[64];
     const Impl::Mod* mod = impl_->find(address);
     if (!mod) {
@@ -144,13 +160,12 @@ std::string Symbolizer::c_frame(uint64_t address) {
     if (impl_->dwfl) {
         Dwfl_Module* m = dwfl_addrmodule(impl_->dwfl, address - 1);
         if (m) {
-            GElf_Off off = 0;
-            GElf_Sym sym;
-            const char* name = dwfl_module_addrinfo(m, address, &off, &sym, nullptr, nullptr, nullptr);
+            uint64_t off = 0;
+            const char* name = impl_->symbol(m, address, off);
             if (name) {
                 std::snprintf(buf, sizeof(buf), "+0x%llx", static_cast<unsigned long long>(off));
                 out = demangle(name) + buf;
-                if (Dwfl_Line* line = dwfl_module_getsrc(m, address - 1)) {
+                if (Dwfl_Line* line = source_line ? dwfl_module_getsrc(m, address - 1) : nullptr) {
                     int lineno = 0;
                     const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);
                     if (file && lineno > 0) out += " at " + std::string(file) + ":" + std::to_string(lineno);

@@ -6,6 +6,9 @@
 //     function+0xOFF at /src/file.c:LINE in /path/module
 // dropping what is unknown: "0xOFF in /path/module" (no symbol), "0xADDR"
 // (no module). Python frames are already text ("file(line): func").
+// A CPython process's start-up stacks that no one asked for (kStack kind 2,
+// framework/agent/agent.cpp) get no source lines: the DWARF of libc6-dbg's
+// compressed debug files took ~40 ms per process to inflate for them.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +34,7 @@ public:
 
 protected:
     // One C frame: a return address (the call site is address - 1).
-    virtual std::string c_frame(uint64_t address);
+    virtual std::string c_frame(uint64_t address, bool source_line = true);
 
 private:
     void sync_modules();
