@@ -197,10 +197,40 @@ def _chain(here: str) -> None:
     spec.loader.exec_module(module)
 
 
-def run(here: str) -> None:
-    """Called by the CLI's sitecustomize.py (in folder `here`)."""
+def _quietly(restore_environment) -> None:
+    """Runs the sitecustomize's restore_environment with the agent's hooks
+    off: the strings libc's setenv keeps until exit are the profiler's
+    doing, never a leak of the program's."""
     try:
-        _start()
-    except Exception as e:
-        _warn("the Python-side collectors did not start", e)
-    _chain(here)
+        from ._shared import ext
+    except Exception:
+        return restore_environment()
+    ext.without_hooks(restore_environment)
+
+
+def _started() -> None:
+    """The interpreter's start-up, this boot and the sitecustomize it chains
+    to are over: the agent stops giving host blocks a C stack no one asked
+    for (sdk/include/msmemscope/agent.h, msms_agent_python_started). What
+    they keep until exit is known by its site: the interpreter's, or
+    msmemscope's own modules."""
+    try:
+        from ._shared import ext
+        ext.python_started()
+    except Exception:
+        pass
+
+
+def run(here: str, restore_environment=None) -> None:
+    """Called by the CLI's sitecustomize.py (in folder `here`), which hands
+    over how to give the program its own environment back."""
+    try:
+        if restore_environment is not None:
+            _quietly(restore_environment)
+        try:
+            _start()
+        except Exception as e:
+            _warn("the Python-side collectors did not start", e)
+        _chain(here)
+    finally:
+        _started()

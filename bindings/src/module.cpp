@@ -550,6 +550,20 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("import_finalizing", [] {
         if (g_agent_loaded && g_agent.import_finalizing) g_agent.import_finalizing();
     });
+    // fn() with the agent's hooks off on this thread: the profiler's own
+    // work in the program's process (_boot.py restoring the program's
+    // environment: libc keeps every setenv string until exit).
+    m.def("without_hooks", [](py::function fn) {
+        HooksOff hooks_off;
+        return fn();
+    });
+    // _boot.py is done: the interpreter's start-up is over (agent.h). The
+    // agent the CLI preloaded, whether or not this process joined its session.
+    m.def("python_started", [] {
+        using fn_t = void (*)();
+        static const fn_t fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "msms_agent_python_started"));
+        if (fn) fn();
+    });
     m.def("now", [] {
         need_agent();
         return g_agent.now();

@@ -78,6 +78,30 @@ inline bool want_stacks() {
                                        g_py_provider.load(std::memory_order_relaxed)));
 }
 
+// A CPython interpreter's own start-up. From the agent's constructor until
+// the Python package's boot (the CLI's sitecustomize) is done
+// (msms_agent_python_started), the HOST blocks the process allocates get a
+// short C stack even when no C stacks were asked for. What the interpreter
+// keeps from its start-up until exit (~750 KB: its types, interned strings,
+// the site module's state) is then known by its site, the interpreter, and
+// the leak analysis's built-in list takes it out; without a stack it read
+// as a leak at an unknown site in every Python process of a run. A block a
+// program embedding Python allocates before Py_Initialize gets its own
+// stack and site, so nothing of the program's is hidden. At most
+// kStartupBlocks blocks: an interpreter whose boot never runs (-E, -I, -S
+// ignore the CLI's sitecustomize) stops taking them there.
+constexpr uint32_t kStartupDepth = 8;
+constexpr uint32_t kStartupBlocks = 16384;
+std::atomic<uint32_t> g_startup_left{0};
+
+// The start-up's C stack for a HOST block (0: the window is closed).
+inline uint64_t startup_c_stack(ThreadWriter*& w) {
+    uint32_t left = g_startup_left.load(std::memory_order_relaxed);
+    if (left == 0) return 0;
+    g_startup_left.store(left - 1, std::memory_order_relaxed);  // a bound, not a count: races are harmless
+    return capture_c_stack(w, kStartupDepth, true);
+}
+
 std::atomic<int> g_exit_status{-1};
 // An mstx range named "step start" began: the program marks its own steps
 // (the Python package then leaves the optimizer's steps unmarked).
@@ -93,7 +117,8 @@ std::atomic<bool> g_mstx_steps{false};  // from an explicit exit(): the status
 inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
-    if (__builtin_expect(!want_stacks(), 1)) {
+    if (__builtin_expect(!want_stacks(), 1) &&
+        __builtin_expect(!size || g_startup_left.load(std::memory_order_relaxed) == 0, 1)) {
         uint64_t ts = stamp(w);
         uint64_t dt = ts - w->last_ts;
         uint64_t dp = capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr));
@@ -137,6 +162,7 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
     }
     uint64_t cs = 0, ps = 0;
     stacks_for(w, cs, ps);
+    if (size && options().c_depth == 0) cs = startup_c_stack(w);
     w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
     uint64_t ts = stamp(w);
@@ -224,6 +250,8 @@ void child_after_fork() {
     uint32_t forked_from = parent ? parent->pid : static_cast<uint32_t>(getppid());
     channel_forget_after_fork();
     import_fold::after_fork();
+    // The child's stream has no module records for start-up stacks.
+    g_startup_left.store(0, std::memory_order_relaxed);
     if (was_open && g_follow_fork && g_session_dir[0]) {
         if (int rc = channel_open(g_session_dir, forked_from); rc != 0) {
             g_collecting.store(false);
@@ -282,6 +310,10 @@ __attribute__((constructor(101))) void agent_init() {
     {
         Guard g(tls());
         python_boot_prepare();
+        if (options().c_depth == 0 && is_python_interpreter()) {
+            stacks_init();
+            g_startup_left.store(kStartupBlocks, std::memory_order_relaxed);
+        }
     }
     if (!options().deferred) msms_agent_start();
 }
@@ -298,6 +330,10 @@ __attribute__((visibility("default"))) int msms_agent_enter(void) {
 }
 
 __attribute__((visibility("default"))) void msms_agent_leave(void) { --tls().depth; }
+
+__attribute__((visibility("default"))) void msms_agent_python_started(void) {
+    g_startup_left.store(0, std::memory_order_relaxed);
+}
 
 __attribute__((visibility("default"))) int msms_agent_collecting(void) {
     return g_collecting.load(std::memory_order_relaxed) ? 1 : 0;

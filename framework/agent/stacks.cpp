@@ -200,7 +200,8 @@ SharedSlot* shared_table() {
 
 inline uint64_t gen_tag() { return static_cast<uint64_t>(g_generation.load(std::memory_order_relaxed) & 0xffffff) << 40; }
 
-// Writes a kStack record (kind 0 = C addresses, 1 = Python string ids) unless
+// Writes a kStack record (kind 0 = C addresses, 1 = Python string ids, 2 = C
+// addresses of a start-up stack, capture_format.h) unless
 // this stack is known in this stream already (any thread); returns the id.
 uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, uint32_t n) {
     if (n == 0) return 0;
@@ -217,8 +218,8 @@ uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, ui
         w->string_id[slot] = known_id;
         return known_id;
     }
-    if (kind == 0) {
-        // A new stack: make sure the host can map its addresses.
+    if (kind != 1) {
+        // A new C stack: make sure the host can map its addresses.
         for (uint32_t i = 0; i < n; ++i) {
             if (!in_module(frames[i], nullptr)) {
                 uint64_t now = now_ns(), last = g_last_scan_ns.load(std::memory_order_relaxed);
@@ -314,7 +315,7 @@ void stacks_init() {
     scan_modules(w);
 }
 
-uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth) {
+uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, bool startup) {
     uint64_t frames[kMaxFrames + 16];
     if (depth > kMaxFrames) depth = kMaxFrames;
     // Room for the agent's and the hook library's own frames, skipped below.
@@ -346,7 +347,7 @@ uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth) {
     }
     n -= first;
     if (n > depth) n = depth;
-    return intern_stack(w, 0, frames + first, n);
+    return intern_stack(w, startup ? 2 : 0, frames + first, n);
 }
 
 namespace {

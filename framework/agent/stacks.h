@@ -16,7 +16,9 @@ namespace msms::agent {
 void stacks_init();
 // Returns the interned id of the current C stack (0 when none), at most
 // `depth` frames, skipping the agent's and the hook libraries' frames.
-uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth);
+// `startup`: a CPython process's start-up stack that no one asked for
+// (kStack kind 2: the host gives its frames no source lines).
+uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, bool startup = false);
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
 // Same, from a provider that names its answers: an answer named as the

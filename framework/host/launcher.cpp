@@ -113,16 +113,19 @@ std::string python_boot_path(const std::string& home, const std::string& session
 def _msmemscope_boot():
     import os, sys
     here = os.path.dirname(os.path.abspath(__file__))
-    # The agent put this folder first on PYTHONPATH (framework/agent/python_boot.h):
-    # the program and its children see the PYTHONPATH they were given.
-    was = os.environ.pop('MSMEMSCOPE_PYTHONPATH_WAS', None)
-    if was == '-':
-        os.environ.pop('PYTHONPATH', None)
-    elif was is not None and was.startswith('='):
-        os.environ['PYTHONPATH'] = was[1:]
+
+    def restore_environment():
+        # The agent put this folder first on PYTHONPATH (framework/agent/python_boot.h):
+        # the program and its children see the PYTHONPATH they were given.
+        was = os.environ.pop('MSMEMSCOPE_PYTHONPATH_WAS', None)
+        if was == '-':
+            os.environ.pop('PYTHONPATH', None)
+        elif was is not None and was.startswith('='):
+            os.environ['PYTHONPATH'] = was[1:]
     try:
         from msmemscope import _boot
     except Exception as e:  # the package cannot load: run the program untouched
+        restore_environment()
         sys.stderr.write('msmemscope: warning: cannot load the msmemscope package (%s); '
                          'this Python process is profiled without its Python-side collectors\n' % e)
         import importlib.machinery, importlib.util
@@ -133,7 +136,7 @@ def _msmemscope_boot():
             sys.modules['sitecustomize'] = module
             spec.loader.exec_module(module)
         return
-    _boot.run(here)
+    _boot.run(here, restore_environment)
 _msmemscope_boot()
 del _msmemscope_boot
 )PY";
