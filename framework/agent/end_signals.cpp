@@ -153,4 +153,35 @@ __attribute__((visibility("default"))) sighandler_t sysv_signal(int sig, sighand
     return msms::agent::program_signal(sig, handler, SA_RESETHAND | SA_NODEFER, false);
 }
 
+// The System V calls: glibc's reach its internal sigaction, past ours, so a
+// handler set through them was hidden behind the default a later query
+// answered. sigset: SIG_HOLD blocks the signal; anything else is set (no
+// flags, an empty mask) and unblocks it. Returns SIG_HOLD when the signal
+// was blocked, else the disposition before.
+__attribute__((visibility("default"))) sighandler_t sigset(int sig, sighandler_t disp) {
+    sigset_t one, before;
+    sigemptyset(&one);
+    if (sigaddset(&one, sig) < 0) return SIG_ERR;
+    struct sigaction was{};
+    if (disp == SIG_HOLD) {
+        if (sigprocmask(SIG_BLOCK, &one, &before) < 0) return SIG_ERR;
+        if (sigismember(&before, sig)) return SIG_HOLD;
+        if (msms::agent::program_sigaction(sig, nullptr, &was) < 0) return SIG_ERR;
+        return was.sa_handler;
+    }
+    struct sigaction sa{};
+    sa.sa_handler = disp;
+    sigemptyset(&sa.sa_mask);
+    if (msms::agent::program_sigaction(sig, &sa, &was) < 0) return SIG_ERR;
+    if (sigprocmask(SIG_UNBLOCK, &one, &before) < 0) return SIG_ERR;
+    return sigismember(&before, sig) ? SIG_HOLD : was.sa_handler;
+}
+
+__attribute__((visibility("default"))) int sigignore(int sig) {
+    struct sigaction sa{};
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    return msms::agent::program_sigaction(sig, &sa, nullptr);
+}
+
 }  // extern "C"

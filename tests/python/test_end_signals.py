@@ -18,6 +18,7 @@ import textwrap
 from conftest import process_dirs
 
 PROG = textwrap.dedent(r"""
+    #define _GNU_SOURCE  /* sigset, sigignore */
     #include <signal.h>
     #include <stdio.h>
     #include <stdlib.h>
@@ -67,6 +68,24 @@ PROG = textwrap.dedent(r"""
             int st = 0;
             waitpid(c, &st, 0);
             printf("child %d signal %d\n", (int)c, WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+            return 0;
+        }
+        if (!strcmp(argv[1], "sysv")) {
+            /* the System V calls: what they set is what a later query sees */
+            struct sigaction q;
+            printf("sigset returned the default: %d\n", sigset(SIGTERM, on_term) == SIG_DFL);
+            sigaction(SIGTERM, NULL, &q);
+            printf("SIGTERM is the handler: %d\n", q.sa_handler == on_term);
+            sigignore(SIGHUP);
+            sigaction(SIGHUP, NULL, &q);
+            printf("SIGHUP ignored: %d\n", q.sa_handler == SIG_IGN);
+            printf("held, the default before: %d\n", sigset(SIGUSR1, SIG_HOLD) == SIG_DFL);
+            sigset_t m;
+            sigprocmask(SIG_BLOCK, NULL, &m);
+            printf("SIGUSR1 blocked: %d\n", sigismember(&m, SIGUSR1));
+            printf("released, held before: %d\n", sigset(SIGUSR1, SIG_DFL) == SIG_HOLD);
+            raise(SIGTERM);
+            printf("handled: %d\n", (int)handled);
             return 0;
         }
         /* "query": what the program sees is the default; a server that puts
@@ -123,6 +142,19 @@ def test_the_program_sees_the_default_dispositions(cli, tmp_path):
     p = cli(["--device=cpu", f"--output={tmp_path}/out", "--", prog, "query"], tmp_path, check_rc=0)
     assert bare.stdout == ("SIGTERM default: 1\nSIGSEGV default: 1\nsignal(SIGUSR1) returned the default: 1\n"
                            "old was the default: 1\nhandled: 1\n"), bare.stdout
+    assert p.stdout.startswith(bare.stdout), p.stdout
+
+
+def test_the_system_v_calls_are_seen_by_a_later_query(cli, tmp_path):
+    # sigset() and sigignore() reach glibc's internal sigaction, past the
+    # agent's: a later sigaction() query answered the default the agent
+    # hides its own handler behind, not the program's handler.
+    prog = build(tmp_path)
+    bare = subprocess.run([prog, "sysv"], capture_output=True, text=True, timeout=60)
+    assert bare.stdout == ("sigset returned the default: 1\nSIGTERM is the handler: 1\nSIGHUP ignored: 1\n"
+                           "held, the default before: 1\nSIGUSR1 blocked: 1\nreleased, held before: 1\n"
+                           "handled: 1\n"), bare.stdout
+    p = cli(["--device=cpu", f"--output={tmp_path}/out", "--", prog, "sysv"], tmp_path, check_rc=0)
     assert p.stdout.startswith(bare.stdout), p.stdout
 
 
