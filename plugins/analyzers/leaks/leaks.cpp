@@ -288,7 +288,8 @@ private:
     };
     struct ExitBlock {
         uint64_t size, step, kernel, malloc_id, ts;
-        uint32_t stack;
+        uint32_t stack;      // the C stack, else the Python one
+        uint32_t py_stack;   // the Python stack beside a C one, else 0
         uint32_t blocks;     // the blocks it stands for (the imports' heap: its Attr blocks), else 1
         const char* shadow;  // a shadow MALLOC (no stack): kBeforeStart or kImport; else nullptr
     };
@@ -298,6 +299,11 @@ private:
         std::map<uint16_t, PoolStatus> status;
         BlockTable<ExitBlock> exit;  // driver and host blocks live now
     };
+
+    // The Python stack of an event that also has a C one (stack_of took the C one).
+    uint32_t py_beside_c(const msms_event& ev) {
+        return ev.c_stack.size && ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0;
+    }
 
     uint32_t stack_of(const msms_event& ev) {
         if (ev.c_stack.size) return stacks_.intern(ev.c_stack_id, 0, view(ev.c_stack));
@@ -355,7 +361,8 @@ private:
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
             const char* shadow = shadow_origin(ev);
             d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
-                                                  stack_of(ev), shadow == kImport ? msmemscope::attr_blocks(ev) : 1u, shadow});
+                                                  stack_of(ev), py_beside_c(ev),
+                                                  shadow == kImport ? msmemscope::attr_blocks(ev) : 1u, shadow});
         }
     }
 
@@ -575,6 +582,10 @@ private:
         const std::string& py = stacks_.text(py_stack);
         if (st.empty() && py.empty()) return false;
         std::string site = !st.empty() && st != py ? site_of(st) : first_frame(py);
+        // A Python object's block has the interpreter as its C site whatever
+        // code made it: with a Python stack, the line that ran is the site
+        // the built-in list judges (the import system's frames stay set-up).
+        if (!py.empty() && site != first_frame(py) && msms_leaks::interpreter_frame(site)) site = first_frame(py);
         std::string all = py.empty() || st == py ? st : st.empty() ? py : st + "\n" + py;
         return suppressed_[dk].take(suppressions_, all, site, size);
     }
@@ -827,7 +838,7 @@ private:
         std::vector<BlockKey> keys;  // the blocks' keys (the table holds addresses per pool)
         keys.reserve(d.exit.size());
         d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) {
-            if (suppressed(dk, b.stack, 0, b.size)) return;
+            if (suppressed(dk, b.stack, b.py_stack, b.size)) return;
             if (b.shadow == kImport && builtin_) return suppressed_[dk].take_imports(b.blocks, b.size);
             keys.push_back(k);
             (k.type == MSMS_T_HOST ? host : driver).emplace_back(&keys.back(), &b);
@@ -867,12 +878,15 @@ private:
         if (host.empty()) return;
         struct Group {
             uint64_t n = 0, bytes = 0, first_id = UINT64_MAX;
-            uint32_t stack = 0;
+            uint32_t stack = 0, py_stack = 0;
         };
         std::map<std::string, Group> groups;
         uint64_t host_bytes = 0, host_blocks = 0;
         for (auto& [k, b] : host) {
-            const std::string& st = stacks_.text(b->stack);
+            // With both stacks, the Python line that ran is the site (as with
+            // Python stacks alone): a Python object's C site is the
+            // interpreter, a ctypes call's libffi, whatever line made it.
+            const std::string& st = stacks_.text(b->py_stack ? b->py_stack : b->stack);
             std::string site = b->shadow ? std::string(b->shadow)
                                : st.empty()       ? std::string()
                                                   : site_of(st);
@@ -883,6 +897,7 @@ private:
             if (b->malloc_id < g.first_id) {
                 g.first_id = b->malloc_id;
                 g.stack = b->stack;
+                g.py_stack = b->py_stack;
             }
             host_bytes += b->size;
         }
@@ -906,9 +921,11 @@ private:
                 more_n += g.n;
                 more_bytes += g.bytes;
             }
+            std::string stack = stacks_.text(g.stack);
+            if (g.py_stack) stack += "\n" + stacks_.text(g.py_stack);
             finding(dk, MSMS_T_HOST, "exit",
                     {{"count", std::to_string(g.n)}, {"size", std::to_string(g.bytes)}, {"site", site},
-                     {"stack", stacks_.text(g.stack)}});
+                     {"stack", stack}});
         }
         if (more_sites)
             lines.push_back("    ... and " + std::to_string(more_sites) + " more site(s): " + std::to_string(more_n) +

@@ -21,11 +21,13 @@ std::string_view trim(std::string_view s) {
 // Python run's at-exit host leaks name them. Built-in rules are matched
 // against the allocation site only (the first frame past the allocator), since
 // every frame below a Python program's allocations is the interpreter's.
+// The interpreter itself (Debian: the python3.x binary; elsewhere
+// libpython3.x.so): its arenas, interned strings, static types and module
+// state, held until exit by design. (interpreter_frame: the same two.)
+constexpr const char* kInterpreterBinary = "bin/python3";
+constexpr const char* kInterpreterLibrary = "libpython3";
+
 const char* const kCPython =
-    "# the interpreter itself (Debian: the python3.x binary; elsewhere libpython3.x.so): its arenas,\n"
-    "# interned strings, static types and module state, held until exit by design\n"
-    "bin/python3\n"
-    "libpython3\n"
     "# Python frames of the import system\n"
     "<frozen importlib.\n"
     "# the dynamic loader's maps of the extension modules the interpreter loaded\n"
@@ -45,15 +47,16 @@ const char* const kCPython =
 // operator observer): what they keep until exit (the code objects and
 // operator names seen) is the profiler's memory, not the program's. Matched
 // against every frame: their std::string and container allocations name a
-// libstdc++ frame as the site. Also the interpreter-start hook the CLI writes
-// into its session folder (the package's own frames are never in a stack;
-// with Python stacks only, what the package's start-up keeps was named
-// after this file, a temporary path gone when the run ends).
+// libstdc++ frame as the site. Also the boot in the interpreter-start hook
+// the CLI writes into its session folder (the package's own frames are never
+// in a stack; with Python stacks only, what the package's start-up keeps was
+// named after this file, a temporary path gone when the run ends); not the
+// hook's _msmemscope_chain, which runs the program's own sitecustomize.
 const char* const kSelf =
     "/msmemscope/_msmemscope.\n"
     "/msmemscope/_msmemscope_config.\n"
     "/msmemscope/_torch_observer.\n"
-    "/.msmemscope_session_*/python/sitecustomize.py(\n";
+    "/.msmemscope_session_*/python/sitecustomize.py(*): _msmemscope_boot\n";
 
 }  // namespace
 
@@ -148,9 +151,13 @@ bool Suppressions::load_file(const std::string& path, std::string& error) {
     return true;
 }
 
+bool interpreter_frame(std::string_view frame) {
+    return pattern_matches(kInterpreterBinary, frame) || pattern_matches(kInterpreterLibrary, frame);
+}
+
 void Suppressions::add_builtin() {
     size_t first = rules_.size();
-    load_text(kCPython, kBuiltinOrigin);
+    load_text(std::string(kInterpreterBinary) + "\n" + kInterpreterLibrary + "\n" + kCPython, kBuiltinOrigin);
     for (size_t i = first; i < rules_.size(); ++i) rules_[i].site_only = true;
     load_text(kSelf, "built-in (msmemscope)");
 }

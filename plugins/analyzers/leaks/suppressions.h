@@ -25,6 +25,11 @@ constexpr const char* kBuiltinOrigin = "built-in (CPython)";
 // '*', '^...', '...$' matching of one pattern against one frame.
 bool pattern_matches(std::string_view pattern, std::string_view frame);
 
+// A C frame in the interpreter's own code (the built-in list's first two
+// patterns): a Python object's block has such a site whatever Python code
+// made it.
+bool interpreter_frame(std::string_view frame);
+
 class Suppressions {
 public:
     struct Rule {
