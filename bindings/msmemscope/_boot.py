@@ -16,8 +16,9 @@ PYTHONPATH in os.environ and calls run(), which
   import scopes for the agent (host_heap.python_imports=fold, the default;
   framework/agent/import_fold.h): their host blocks get no rows of their
   own, those still live when the import ends become shadow MALLOC rows;
-* then runs the sitecustomize that was next on the path (the program's or
-  the system's own), exactly as Python would have without us.
+* then the CLI's file runs the sitecustomize that was next on the path (the
+  program's or the system's own), exactly as Python would have without us,
+  outside this boot (what it keeps is the program's).
 
 Nothing here may stop the program: a failure is one warning on stderr.
 """
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import atexit
 import importlib._bootstrap
-import importlib.machinery
-import importlib.util
 import os
 import site
 import sys
@@ -185,18 +184,6 @@ def _start() -> None:
         AfterImport({"torch": lambda module: _torch_imported()}).install()
 
 
-def _chain(here: str) -> None:
-    """Runs the next sitecustomize on the path, as `import sitecustomize`
-    would have found it without ours (its errors reach site.py as before)."""
-    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sitecustomize"] = module
-    spec.loader.exec_module(module)
-
-
 def _quietly(restore_environment) -> None:
     """Runs the sitecustomize's restore_environment with the agent's hooks
     off: the strings libc's setenv keeps until exit are the profiler's
@@ -208,22 +195,36 @@ def _quietly(restore_environment) -> None:
     ext.without_hooks(restore_environment)
 
 
-def _started() -> None:
-    """The interpreter's start-up, this boot and the sitecustomize it chains
-    to are over: the agent stops giving host blocks a C stack no one asked
-    for (sdk/include/msmemscope/agent.h, msms_agent_python_started). What
-    they keep until exit is known by its site: the interpreter's, or
-    msmemscope's own modules."""
+def _startup_ends() -> None:
+    """Where the interpreter's start-up ends, the agent stops giving host
+    blocks a C stack no one asked for (sdk/include/msmemscope/agent.h,
+    msms_agent_python_started); what the start-up keeps until exit is then
+    known by its site: the interpreter's, or msmemscope's own modules. A
+    program CPython's main runs (sys.orig_argv) starts at its first line
+    (an audit hook: Py_RunMain's own set-up is start-up too); an embedding
+    program's Python, when this boot is done."""
     try:
         from ._shared import ext
-        ext.python_started()
+        if not (getattr(sys, "orig_argv", None) and ext.end_startup_at_program()):
+            ext.python_started()
     except Exception:
         pass
 
 
-def run(here: str, restore_environment=None) -> None:
-    """Called by the CLI's sitecustomize.py (in folder `here`), which hands
-    over how to give the program its own environment back."""
+def program_code(running: bool) -> None:
+    """The CLI's sitecustomize runs the program's own: its blocks are the
+    program's, not the start-up's (msms_agent_python_startup_paused)."""
+    try:
+        from ._shared import ext
+        ext.python_startup_paused(running)
+    except Exception:
+        pass
+
+
+def run(restore_environment=None) -> None:
+    """Called by the CLI's sitecustomize.py, which hands over how to give the
+    program its own environment back, and then runs the sitecustomize that
+    was next on the path."""
     try:
         if restore_environment is not None:
             _quietly(restore_environment)
@@ -231,6 +232,5 @@ def run(here: str, restore_environment=None) -> None:
             _start()
         except Exception as e:
             _warn("the Python-side collectors did not start", e)
-        _chain(here)
     finally:
-        _started()
+        _startup_ends()

@@ -498,8 +498,34 @@ PyObject* event_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 }  // namespace
 
+namespace {
+
+void python_started() {
+    using fn_t = void (*)();
+    static const fn_t fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "msms_agent_python_started"));
+    if (fn) fn();
+}
+
+// Kept for the process's life (audit hooks cannot be removed): after its
+// one use, a flag test per audit event.
+int startup_audit_hook(const char* event, PyObject*, void*) {
+    static bool done = false;
+    if (!done && strncmp(event, "cpython.run_", 12) == 0) {
+        done = true;
+        python_started();
+    }
+    return 0;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_msmemscope, m) {
     HooksOff hooks_off;  // pybind11's function records and internals: the package's memory
+    // This thread's block of the extension's thread-locals (a dlopen'ed
+    // module's: glibc allocates all of them, ~12 KiB, at the first access):
+    // the package's memory, made now with the hooks off, not at the first
+    // import scope, where without stacks it read as the program's leak.
+    *static_cast<volatile int*>(&t_op_depth) = 0;
     m.doc() = "native half of the msmemscope package (not a public API)";
     m.def("load_agent", &load_agent, py::arg("path"));
     m.def("agent_loaded", [] { return g_agent_loaded; });
@@ -557,13 +583,20 @@ PYBIND11_MODULE(_msmemscope, m) {
         HooksOff hooks_off;
         return fn();
     });
-    // _boot.py is done: the interpreter's start-up is over (agent.h). The
-    // agent the CLI preloaded, whether or not this process joined its session.
-    m.def("python_started", [] {
-        using fn_t = void (*)();
-        static const fn_t fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "msms_agent_python_started"));
-        if (fn) fn();
+    // The interpreter's start-up (agent.h): over, or paused while the
+    // program's own sitecustomize runs. The agent the CLI preloaded, whether
+    // or not this process joined its session.
+    m.def("python_started", [] { python_started(); });
+    m.def("python_startup_paused", [](bool paused) {
+        using fn_t = void (*)(int);
+        static const fn_t fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "msms_agent_python_startup_paused"));
+        if (fn) fn(paused ? 1 : 0);
     });
+    // The start-up ends where the program's first line runs: CPython raises
+    // "cpython.run_file" (or _command, _module, _stdin, _interactivehook)
+    // just before. After Py_RunMain's own set-up (what it copies then stays
+    // live when the program ends by sys.exit). False: no hook.
+    m.def("end_startup_at_program", [] { return PySys_AddAuditHook(&startup_audit_hook, nullptr) == 0; });
     m.def("now", [] {
         need_agent();
         return g_agent.now();

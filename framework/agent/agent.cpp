@@ -79,20 +79,25 @@ inline bool want_stacks() {
 }
 
 // A CPython interpreter's own start-up. From the agent's constructor until
-// the Python package's boot (the CLI's sitecustomize) is done
-// (msms_agent_python_started), the HOST blocks the process allocates get a
+// the program's first line (msms_agent_python_started: the Python package's
+// boot calls it at CPython's "cpython.run_*" audit event, or when the boot
+// is done), except while the program's own sitecustomize runs
+// (msms_agent_python_startup_paused), the HOST blocks the process allocates get a
 // short C stack even when no C stacks were asked for. What the interpreter
 // keeps from its start-up until exit (~750 KB: its types, interned strings,
 // the site module's state) is then known by its site, the interpreter, and
 // the leak analysis's built-in list takes it out; without a stack it read
 // as a leak at an unknown site in every Python process of a run. A block a
 // program embedding Python allocates before Py_Initialize gets its own
-// stack and site, so nothing of the program's is hidden. At most
-// kStartupBlocks blocks: an interpreter whose boot never runs (-E, -I, -S
-// ignore the CLI's sitecustomize) stops taking them there.
+// stack and site, so nothing of the program's is hidden. An interpreter
+// run with -I, -E or -S never runs the boot: no window (its start-up reads
+// as an unknown site again, but its program's own blocks are never taken
+// for the interpreter's). At most kStartupBlocks blocks otherwise (a boot
+// that could not load the package).
 constexpr uint32_t kStartupDepth = 8;
 constexpr uint32_t kStartupBlocks = 16384;
 std::atomic<uint32_t> g_startup_left{0};
+uint32_t g_startup_paused = 0;  // what was left when the program's own code began (start-up is single-threaded)
 
 // The start-up's C stack for a HOST block (0: the window is closed).
 inline uint64_t startup_c_stack(ThreadWriter*& w) {
@@ -310,7 +315,7 @@ __attribute__((constructor(101))) void agent_init() {
     {
         Guard g(tls());
         python_boot_prepare();
-        if (options().c_depth == 0 && is_python_interpreter()) {
+        if (options().c_depth == 0 && is_python_interpreter() && !python_skips_boot()) {
             stacks_init();
             g_startup_left.store(kStartupBlocks, std::memory_order_relaxed);
         }
@@ -333,6 +338,16 @@ __attribute__((visibility("default"))) void msms_agent_leave(void) { --tls().dep
 
 __attribute__((visibility("default"))) void msms_agent_python_started(void) {
     g_startup_left.store(0, std::memory_order_relaxed);
+    g_startup_paused = 0;
+}
+
+__attribute__((visibility("default"))) void msms_agent_python_startup_paused(int paused) {
+    if (paused) {
+        g_startup_paused = g_startup_left.exchange(0, std::memory_order_relaxed);
+    } else {
+        g_startup_left.store(g_startup_paused, std::memory_order_relaxed);
+        g_startup_paused = 0;
+    }
 }
 
 __attribute__((visibility("default"))) int msms_agent_collecting(void) {

@@ -1,13 +1,48 @@
 #include "python_boot.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 namespace msms::agent {
 
 bool is_python_interpreter() { return dlsym(RTLD_DEFAULT, "Py_BytesMain") != nullptr; }
+
+bool python_skips_boot() {
+    static char buf[16384];  // the constructor's: single-threaded, no allocation
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = 0, r;
+    while (n < static_cast<ssize_t>(sizeof(buf)) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0) n += r;
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char* end = buf + n;
+    const char* a = buf + strlen(buf) + 1;  // past argv[0]
+    while (a < end) {
+        const char* next = a + strlen(a) + 1;
+        if (a[0] != '-' || a[1] == 0 || strcmp(a, "--") == 0) return false;  // the script, stdin, "--"
+        if (a[1] == '-') {
+            // long options; this one takes the next argument
+            if (strcmp(a, "--check-hash-based-pycs") == 0 && next < end) next += strlen(next) + 1;
+            a = next;
+            continue;
+        }
+        for (const char* c = a + 1; *c; ++c) {
+            if (*c == 'I' || *c == 'E' || *c == 'S') return true;
+            if (*c == 'c' || *c == 'm') return false;  // what follows is the program's
+            if (*c == 'W' || *c == 'X') {
+                if (c[1] == 0 && next < end) next += strlen(next) + 1;  // its value is the next argument
+                break;
+            }
+        }
+        a = next;
+    }
+    return false;
+}
 
 void python_boot_prepare() {
     const char* boot = getenv("MSMEMSCOPE_PYTHON_PATH");

@@ -12,8 +12,9 @@
 // msmemscope._boot restores in os.environ so the program and its children see
 // their own environment.
 //
-// Interpreters started with -E or -I ignore PYTHONPATH: they run without the
-// Python-side collectors (host memory is still recorded).
+// Interpreters started with -E or -I ignore PYTHONPATH, and -S imports no
+// sitecustomize: they run without the Python-side collectors (host memory is
+// still recorded).
 #pragma once
 
 namespace msms::agent {
@@ -21,6 +22,13 @@ namespace msms::agent {
 // True when the process is a CPython interpreter: its executable or a
 // library it was linked with exports Py_BytesMain (CPython >= 3.8).
 bool is_python_interpreter();
+
+// True when the interpreter's command line turns off what runs the boot:
+// -I or -E (PYTHONPATH ignored), -S (no site module, no sitecustomize).
+// Reads /proc/self/cmdline as CPython parses its options (up to -c, -m,
+// the script or "--"). Without the boot nothing ends the start-up window
+// (framework/agent/agent.cpp) before the program's own code runs.
+bool python_skips_boot();
 
 // Called once from the agent's constructor, single-threaded, before the
 // program's main: prepends MSMEMSCOPE_PYTHON_PATH to PYTHONPATH when the

@@ -109,10 +109,11 @@ std::string python_boot_path(const std::string& home, const std::string& session
     // only hands over, and never fails the program's start.
     std::ostringstream f;
     f << R"PY(# Written by msmemscope: starts its collectors in this Python process, then runs
-# the sitecustomize that was next on the path (if any).
+# the sitecustomize that was next on the path (if any), as the program's own code:
+# _msmemscope_chain, outside the boot, whose frames name msmemscope's own memory
+# (plugins/analyzers/leaks/suppressions.cpp).
 def _msmemscope_boot():
     import os, sys
-    here = os.path.dirname(os.path.abspath(__file__))
 
     def restore_environment():
         # The agent put this folder first on PYTHONPATH (framework/agent/python_boot.h):
@@ -128,17 +129,31 @@ def _msmemscope_boot():
         restore_environment()
         sys.stderr.write('msmemscope: warning: cannot load the msmemscope package (%s); '
                          'this Python process is profiled without its Python-side collectors\n' % e)
-        import importlib.machinery, importlib.util
-        path = [p for p in sys.path if os.path.abspath(p or '.') != here]
-        spec = importlib.machinery.PathFinder.find_spec('sitecustomize', path)
-        if spec is not None and spec.loader is not None:
-            module = importlib.util.module_from_spec(spec)
-            sys.modules['sitecustomize'] = module
-            spec.loader.exec_module(module)
         return
-    _boot.run(here, restore_environment)
+    _boot.run(restore_environment)
+
+
+def _msmemscope_chain():
+    import os, sys, importlib.machinery, importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or '.') != here]
+    spec = importlib.machinery.PathFinder.find_spec('sitecustomize', path)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules['sitecustomize'] = module
+        boot = sys.modules.get('msmemscope._boot')
+        if boot is not None:
+            boot.program_code(True)
+        try:
+            spec.loader.exec_module(module)  # its errors reach site.py, as without msmemscope
+        finally:
+            if boot is not None:
+                boot.program_code(False)
+
+
 _msmemscope_boot()
-del _msmemscope_boot
+_msmemscope_chain()
+del _msmemscope_boot, _msmemscope_chain
 )PY";
     if (!files::replace(py.get(), "sitecustomize.py", f.str(), why, 0644)) {
         warning_out() << "msmemscope: warning: cannot write '" << dir << "/sitecustomize.py': " << why

@@ -97,12 +97,15 @@ void msms_agent_import_leave(void);
  * handlers): from now on HOST frees are written without stacks. */
 void msms_agent_import_finalizing(void);
 
-/* The Python package's boot (the CLI's sitecustomize) is done: the
- * interpreter's start-up is over, its HOST blocks no longer get a start-up
- * C stack (taken from the agent's start in a CPython interpreter when no C
- * stacks were asked for, so that what the start-up keeps is known by its
- * site). (Newer agents only: look it up with dlsym.) */
+/* The interpreter's start-up is over (the program's first line is next, or
+ * the Python package's boot is done): its HOST blocks no longer get a
+ * start-up C stack (taken from the agent's start in a CPython interpreter
+ * when no C stacks were asked for, so that what the start-up keeps is known
+ * by its site). _paused(1): the program's own code runs inside the start-up
+ * (its sitecustomize), _paused(0): it is done. (Newer agents only: look
+ * them up with dlsym.) */
 void msms_agent_python_started(void);
+void msms_agent_python_startup_paused(int paused);
 
 /* Any other event. `name` and `attrs` may be NULL. */
 void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_t device_id,
