@@ -11,20 +11,20 @@ namespace msms::agent {
 
 bool is_python_interpreter() { return dlsym(RTLD_DEFAULT, "Py_BytesMain") != nullptr; }
 
-bool python_skips_boot() {
+char python_skips_boot() {
     static char buf[16384];  // the constructor's: single-threaded, no allocation
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
+    if (fd < 0) return 0;
     ssize_t n = 0, r;
     while (n < static_cast<ssize_t>(sizeof(buf)) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0) n += r;
     close(fd);
-    if (n <= 0) return false;
+    if (n <= 0) return 0;
     buf[n] = 0;
     const char* end = buf + n;
     const char* a = buf + strlen(buf) + 1;  // past argv[0]
     while (a < end) {
         const char* next = a + strlen(a) + 1;
-        if (a[0] != '-' || a[1] == 0 || strcmp(a, "--") == 0) return false;  // the script, stdin, "--"
+        if (a[0] != '-' || a[1] == 0 || strcmp(a, "--") == 0) return 0;  // the script, stdin, "--"
         if (a[1] == '-') {
             // long options; this one takes the next argument
             if (strcmp(a, "--check-hash-based-pycs") == 0 && next < end) next += strlen(next) + 1;
@@ -32,8 +32,8 @@ bool python_skips_boot() {
             continue;
         }
         for (const char* c = a + 1; *c; ++c) {
-            if (*c == 'I' || *c == 'E' || *c == 'S') return true;
-            if (*c == 'c' || *c == 'm') return false;  // what follows is the program's
+            if (*c == 'I' || *c == 'E' || *c == 'S') return *c;
+            if (*c == 'c' || *c == 'm') return 0;  // what follows is the program's
             if (*c == 'W' || *c == 'X') {
                 if (c[1] == 0 && next < end) next += strlen(next) + 1;  // its value is the next argument
                 break;
@@ -41,12 +41,24 @@ bool python_skips_boot() {
         }
         a = next;
     }
-    return false;
+    return 0;
 }
 
 void python_boot_prepare() {
     const char* boot = getenv("MSMEMSCOPE_PYTHON_PATH");
     if (!boot || !*boot || !is_python_interpreter()) return;
+    if (char flag = python_skips_boot()) {
+        // Nothing of the Python side would say it is missing.
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "msmemscope: warning: pid %d: Python run with -%c %s, so it never imports msmemscope's "
+                 "sitecustomize: no Python-side collection (no Python stacks, no PyTorch tensors or operators); "
+                 "its host memory is recorded\n",
+                 static_cast<int>(getpid()), flag, flag == 'S' ? "imports no site module" : "ignores PYTHONPATH");
+        ssize_t w = write(2, msg, strlen(msg));
+        (void)w;
+        return;
+    }
     const char* old = getenv("PYTHONPATH");
     // A Python exec'd by a Python of the run before _boot restored the
     // variable already starts with ours.

@@ -23,12 +23,14 @@ namespace msms::agent {
 // library it was linked with exports Py_BytesMain (CPython >= 3.8).
 bool is_python_interpreter();
 
-// True when the interpreter's command line turns off what runs the boot:
-// -I or -E (PYTHONPATH ignored), -S (no site module, no sitecustomize).
-// Reads /proc/self/cmdline as CPython parses its options (up to -c, -m,
-// the script or "--"). Without the boot nothing ends the start-up window
-// (framework/agent/agent.cpp) before the program's own code runs.
-bool python_skips_boot();
+// The option of the interpreter's command line that turns off what runs the
+// boot: 'I' or 'E' (PYTHONPATH ignored), 'S' (no site module, no
+// sitecustomize); 0 when none does. Reads /proc/self/cmdline as CPython
+// parses its options (up to -c, -m, the script or "--"). Without the boot
+// nothing ends the start-up window (framework/agent/agent.cpp) before the
+// program's own code runs, and the Python-side collectors never start
+// (python_boot_prepare says so on stderr).
+char python_skips_boot();
 
 // Called once from the agent's constructor, single-threaded, before the
 // program's main: prepends MSMEMSCOPE_PYTHON_PATH to PYTHONPATH when the

@@ -124,6 +124,11 @@ def test_an_interpreter_that_skips_the_boot_hides_nothing_of_the_program(cli, tm
     (tmp_path / "prog.py").write_text(PROG_TWO)
     p, folder = run(cli, tmp_path, "out", [], [PY, flag, "prog.py"])
     assert "kept" in p.stdout
+    why = "imports no site module" if flag == "-S" else "ignores PYTHONPATH"
+    (pid,) = re.findall(rf"^msmemscope: pid (\d+) \({PY} {flag} prog.py\) exited with code 0$", p.stdout, re.M)
+    assert (f"msmemscope: warning: pid {pid}: Python run with {flag} {why}, so it never imports msmemscope's "
+            "sitecustomize: no Python-side collection (no Python stacks, no PyTorch tensors or operators); its host memory is recorded\n") in p.stderr, \
+        p.stderr
     leaks = json.loads((folder / "summary.json").read_text())["leaks"]
     assert leaks["bytes"] >= KEPT + PYOBJ + 1, (leaks, p.stdout)
     rows, _ = kept_row(folder)
