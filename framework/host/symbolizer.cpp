@@ -143,6 +143,9 @@ const std::string& Symbolizer::text(uint64_t id) {
             out += fc->second;
         }
     }
+    // Says so in every view that shows it (the dump, the html's sites and
+    // flame graph, memory_viz): the run asked for no C stacks.
+    if (s->kind == 2) out += "\n[CPython's start-up: a C stack taken without --call-stack=c]";
     const std::string& made = cache_.emplace(id, std::move(out)).first->second;
     hot = {id, &made};
     return made;

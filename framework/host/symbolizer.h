@@ -7,8 +7,9 @@
 // dropping what is unknown: "0xOFF in /path/module" (no symbol), "0xADDR"
 // (no module). Python frames are already text ("file(line): func").
 // A CPython process's start-up stacks that no one asked for (kStack kind 2,
-// framework/agent/agent.cpp) get no source lines: the DWARF of libc6-dbg's
-// compressed debug files took ~40 ms per process to inflate for them.
+// framework/agent/agent.cpp) get no source lines (the DWARF of libc6-dbg's
+// compressed debug files took ~40 ms per process to inflate for them), and
+// a last line that says what they are.
 #pragma once
 
 #include <cstdint>

@@ -82,8 +82,11 @@ def test_without_stacks_the_interpreters_start_up_is_not_reported(cli, tmp_path)
     # program's own block has none.
     rows, kept = kept_row(folder)
     assert kept["Call Stack(C)"] == "", kept
-    with_c = [int(r["ID"]) for r in rows if r["Call Stack(C)"]]
-    assert 100 < len(with_c) < 16384 and max(with_c) < int(kept["ID"]), (len(with_c), kept["ID"])
+    with_c = [r for r in rows if r["Call Stack(C)"]]
+    assert 100 < len(with_c) < 16384 and max(int(r["ID"]) for r in with_c) < int(kept["ID"]), len(with_c)
+    # each says what it is, in every view that shows it
+    assert all(r["Call Stack(C)"].endswith("\n[CPython's start-up: a C stack taken without --call-stack=c]")
+               for r in with_c), with_c[0]
 
     # Nothing was lost: without the built-in list the start-up's blocks
     # come back, named after the interpreter.
@@ -140,10 +143,32 @@ def test_with_c_and_python_stacks_a_python_objects_leak_is_its_line(cli, tmp_pat
     # built-in list took it for the interpreter's own, and the report
     # grouped a ctypes leak under libffi. The Python line that ran is the site.
     (tmp_path / "prog.py").write_text(PROG_TWO)
-    p, _ = run(cli, tmp_path, "out", ["--call-stack=c,python"], [PY, "prog.py"])
+    p, folder = run(cli, tmp_path, "out", ["--call-stack=c,python", "--format=db"], [PY, "prog.py"])
     sites = sorted(leak_sites(p.stdout))
     assert [(b, n, s.rpartition("/")[2]) for b, n, s in sites] == [
         (1, KEPT, "prog.py(4): <module>"), (1, PYOBJ + 1, "prog.py(5): <module>")], p.stdout
+    # The db's finding says the same; its one stack is the C frames above
+    # the interpreter, then the Python ones (never the interpreter's frames
+    # down to _start before the Python frames that ran them).
+    import sqlite3
+    (db,) = list((folder / "device_cpu" / "dump").glob("*.db"))
+    found = {f["size"]: f for f in (json.loads(row[-1]) for row in sqlite3.connect(db).execute(
+        "SELECT * FROM msms_leaks"))}
+    ffi = found[KEPT]["stack"].splitlines()
+    assert found[KEPT]["site"].endswith("prog.py(4): <module>") and "libffi" in ffi[0], found[KEPT]
+    assert ffi[-1].endswith("prog.py(4): <module>") and not [f for f in ffi if " in /usr/bin/python3" in f or "_start" in f], ffi
+    assert found[PYOBJ + 1]["stack"].endswith("prog.py(5): <module>") and "\n" not in found[PYOBJ + 1]["stack"], \
+        found[PYOBJ + 1]
+
+
+def test_a_leak_without_a_stack_reads_the_same_in_the_db(cli, tmp_path):
+    (tmp_path / "prog.py").write_text(PROG)
+    p, folder = run(cli, tmp_path, "out", ["--format=db"], [PY, "prog.py"])
+    import sqlite3
+    (db,) = list((folder / "device_cpu" / "dump").glob("*.db"))
+    (row,) = sqlite3.connect(db).execute("SELECT * FROM msms_leaks").fetchall()
+    f = json.loads(row[-1])
+    assert (f["size"], f["site"]) == (KEPT, "an unknown site (collect stacks with --call-stack=c)"), f
 
 
 def test_the_programs_own_sitecustomize_is_the_programs(cli, tmp_path):

@@ -590,6 +590,24 @@ private:
         return suppressed_[dk].take(suppressions_, all, site, size);
     }
 
+    // One stack of a block that has both (innermost first): its C frames
+    // above the interpreter (an extension, libffi, an allocator), then the
+    // Python frames that ran them; the interpreter's own frames below, down
+    // to _start, would read as called from the Python ones.
+    static std::string merged_stack(const std::string& c, const std::string& py) {
+        std::string out;
+        size_t start = 0;
+        while (start < c.size()) {
+            size_t nl = c.find('\n', start);
+            std::string_view frame(c.data() + start, (nl == std::string::npos ? c.size() : nl) - start);
+            if (msms_leaks::interpreter_frame(frame)) break;
+            out.append(frame).push_back('\n');
+            if (nl == std::string::npos) break;
+            start = nl + 1;
+        }
+        return out + py;
+    }
+
     // Where a leaked block came from, in our words: "allocated by: operator
     // OP, called from FILE(LINE): FUNC" (the operator the program called and
     // its first own frame), "allocated at: C_SITE" (the first C frame outside
@@ -837,12 +855,23 @@ private:
         std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
         std::vector<BlockKey> keys;  // the blocks' keys (the table holds addresses per pool)
         keys.reserve(d.exit.size());
-        d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) {
-            if (suppressed(dk, b.stack, b.py_stack, b.size)) return;
-            if (b.shadow == kImport && builtin_) return suppressed_[dk].take_imports(b.blocks, b.size);
+        // In allocation order: a site two lists could take (a block of it
+        // with msmemscope's frames, another without) is counted under the
+        // one that took its first block, the same in every run.
+        std::vector<std::pair<BlockKey, const ExitBlock*>> live;
+        live.reserve(d.exit.size());
+        d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) { live.emplace_back(k, &b); });
+        std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; });
+        for (auto& [k, bp] : live) {
+            const ExitBlock& b = *bp;
+            if (suppressed(dk, b.stack, b.py_stack, b.size)) continue;
+            if (b.shadow == kImport && builtin_) {
+                suppressed_[dk].take_imports(b.blocks, b.size);
+                continue;
+            }
             keys.push_back(k);
             (k.type == MSMS_T_HOST ? host : driver).emplace_back(&keys.back(), &b);
-        });
+        }
         auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
         std::sort(driver.begin(), driver.end(), by_time);
         if (!driver.empty()) {
@@ -921,11 +950,10 @@ private:
                 more_n += g.n;
                 more_bytes += g.bytes;
             }
-            std::string stack = stacks_.text(g.stack);
-            if (g.py_stack) stack += "\n" + stacks_.text(g.py_stack);
             finding(dk, MSMS_T_HOST, "exit",
-                    {{"count", std::to_string(g.n)}, {"size", std::to_string(g.bytes)}, {"site", site},
-                     {"stack", stack}});
+                    {{"count", std::to_string(g.n)}, {"size", std::to_string(g.bytes)}, {"site", where},
+                     {"stack", g.py_stack ? merged_stack(stacks_.text(g.stack), stacks_.text(g.py_stack))
+                                          : stacks_.text(g.stack)}});
         }
         if (more_sites)
             lines.push_back("    ... and " + std::to_string(more_sites) + " more site(s): " + std::to_string(more_n) +
