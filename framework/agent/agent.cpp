@@ -83,7 +83,8 @@ inline bool want_stacks() {
 // boot calls it at CPython's "cpython.run_*" audit event, or when the boot
 // is done), except while the program's own sitecustomize runs
 // (msms_agent_python_startup_paused), the HOST blocks the process allocates get a
-// short C stack even when no C stacks were asked for. What the interpreter
+// C stack of kStartupDepth frames even when no C stacks, or fewer frames (a
+// site of c:1 is strdup, not the setlocale that called it), were asked for. What the interpreter
 // keeps from its start-up until exit (~750 KB: its types, interned strings,
 // the site module's state) is then known by its site, the interpreter, and
 // the leak analysis's built-in list takes it out; without a stack it read
@@ -99,12 +100,14 @@ constexpr uint32_t kStartupBlocks = 16384;
 std::atomic<uint32_t> g_startup_left{0};
 uint32_t g_startup_paused = 0;  // what was left when the program's own code began (start-up is single-threaded)
 
-// The start-up's C stack for a HOST block (0: the window is closed).
+// The start-up's C stack for a HOST block (0: the window is closed): a
+// start-up stack (kind 2, no source lines, capture_format.h) when the run
+// asked for no C stacks, else an ordinary one, deeper than asked.
 inline uint64_t startup_c_stack(ThreadWriter*& w) {
     uint32_t left = g_startup_left.load(std::memory_order_relaxed);
     if (left == 0) return 0;
     g_startup_left.store(left - 1, std::memory_order_relaxed);  // a bound, not a count: races are harmless
-    return capture_c_stack(w, kStartupDepth, true);
+    return capture_c_stack(w, kStartupDepth, options().c_depth == 0);
 }
 
 std::atomic<int> g_exit_status{-1};
@@ -166,8 +169,12 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
         return;
     }
     uint64_t cs = 0, ps = 0;
-    stacks_for(w, cs, ps);
-    if (size && options().c_depth == 0) cs = startup_c_stack(w);
+    if (size && options().c_depth < kStartupDepth && g_startup_left.load(std::memory_order_relaxed) != 0) {
+        cs = startup_c_stack(w);
+        ps = py_stack_for(w);
+    } else {
+        stacks_for(w, cs, ps);
+    }
     w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
     uint64_t ts = stamp(w);
@@ -315,8 +322,8 @@ __attribute__((constructor(101))) void agent_init() {
     {
         Guard g(tls());
         python_boot_prepare();
-        if (options().c_depth == 0 && is_python_interpreter() && !python_skips_boot()) {
-            stacks_init();
+        if (options().c_depth < kStartupDepth && is_python_interpreter() && !python_skips_boot()) {
+            if (options().c_depth == 0) stacks_init();  // else attach_impl did
             g_startup_left.store(kStartupBlocks, std::memory_order_relaxed);
         }
     }
