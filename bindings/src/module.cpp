@@ -496,10 +496,6 @@ PyObject* event_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
 }
 
-}  // namespace
-
-namespace {
-
 void python_started() {
     using fn_t = void (*)();
     static const fn_t fn = reinterpret_cast<fn_t>(dlsym(RTLD_DEFAULT, "msms_agent_python_started"));
