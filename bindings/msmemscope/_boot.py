@@ -184,13 +184,22 @@ def _start() -> None:
         AfterImport({"torch": lambda module: _torch_imported()}).install()
 
 
+def _ext():
+    """The native extension, or None where it cannot load (a broken build):
+    the start-up's bookkeeping below then does without it."""
+    try:
+        from ._shared import ext
+        return ext
+    except Exception:
+        return None
+
+
 def _quietly(restore_environment) -> None:
     """Runs the sitecustomize's restore_environment with the agent's hooks
     off: the strings libc's setenv keeps until exit are the profiler's
     doing, never a leak of the program's."""
-    try:
-        from ._shared import ext
-    except Exception:
+    ext = _ext()
+    if ext is None:
         return restore_environment()
     ext.without_hooks(restore_environment)
 
@@ -203,22 +212,17 @@ def _startup_ends() -> None:
     program CPython's main runs (sys.orig_argv) starts at its first line
     (an audit hook: Py_RunMain's own set-up is start-up too); an embedding
     program's Python, when this boot is done."""
-    try:
-        from ._shared import ext
-        if not (getattr(sys, "orig_argv", None) and ext.end_startup_at_program()):
-            ext.python_started()
-    except Exception:
-        pass
+    ext = _ext()
+    if ext is not None and not (getattr(sys, "orig_argv", None) and ext.end_startup_at_program()):
+        ext.python_started()
 
 
 def program_code(running: bool) -> None:
     """The CLI's sitecustomize runs the program's own: its blocks are the
     program's, not the start-up's (msms_agent_python_startup_paused)."""
-    try:
-        from ._shared import ext
+    ext = _ext()
+    if ext is not None:
         ext.python_startup_paused(running)
-    except Exception:
-        pass
 
 
 def run(restore_environment=None) -> None:

@@ -91,7 +91,8 @@ inline bool want_stacks() {
 // as a leak at an unknown site in every Python process of a run. A block a
 // program embedding Python allocates before Py_Initialize gets its own
 // stack and site, so nothing of the program's is hidden. An interpreter
-// run with -I, -E or -S never runs the boot: no window (its start-up reads
+// run with -I, -E or -S never runs the boot, nor one of a session without
+// the boot (python_boot_prepare): no window (its start-up reads
 // as an unknown site again, but its program's own blocks are never taken
 // for the interpreter's). At most kStartupBlocks blocks otherwise (a boot
 // that could not load the package).
@@ -321,8 +322,8 @@ __attribute__((constructor(101))) void agent_init() {
     }
     {
         Guard g(tls());
-        python_boot_prepare();
-        if (options().c_depth < kStartupDepth && is_python_interpreter() && !python_skips_boot()) {
+        // (a boot that will not run: no window, nothing would close it)
+        if (python_boot_prepare() && options().c_depth < kStartupDepth) {
             if (options().c_depth == 0) stacks_init();  // else attach_impl did
             g_startup_left.store(kStartupBlocks, std::memory_order_relaxed);
         }

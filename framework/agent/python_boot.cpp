@@ -44,9 +44,9 @@ char python_skips_boot() {
     return 0;
 }
 
-void python_boot_prepare() {
+bool python_boot_prepare() {
     const char* boot = getenv("MSMEMSCOPE_PYTHON_PATH");
-    if (!boot || !*boot || !is_python_interpreter()) return;
+    if (!boot || !*boot || !is_python_interpreter()) return false;
     if (char flag = python_skips_boot()) {
         // Nothing of the Python side would say it is missing.
         char msg[512];
@@ -57,20 +57,20 @@ void python_boot_prepare() {
                  static_cast<int>(getpid()), flag, flag == 'S' ? "imports no site module" : "ignores PYTHONPATH");
         ssize_t w = write(2, msg, strlen(msg));
         (void)w;
-        return;
+        return false;
     }
     const char* old = getenv("PYTHONPATH");
     // A Python exec'd by a Python of the run before _boot restored the
     // variable already starts with ours.
     size_t n = strlen(boot);
-    if (old && strncmp(old, boot, n) == 0 && (old[n] == '\0' || old[n] == ':')) return;
+    if (old && strncmp(old, boot, n) == 0 && (old[n] == '\0' || old[n] == ':')) return true;
     size_t old_n = old ? strlen(old) : 0;
     char* was = static_cast<char*>(malloc(old_n + 2));
     char* path = static_cast<char*>(malloc(n + old_n + 2));
     if (!was || !path) {
         free(was);
         free(path);
-        return;
+        return false;
     }
     if (old) snprintf(was, old_n + 2, "=%s", old);
     else snprintf(was, 2, "-");
@@ -81,6 +81,7 @@ void python_boot_prepare() {
     setenv("PYTHONPATH", path, 1);
     free(was);
     free(path);
+    return true;
 }
 
 }  // namespace msms::agent

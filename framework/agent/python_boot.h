@@ -35,6 +35,8 @@ char python_skips_boot();
 // Called once from the agent's constructor, single-threaded, before the
 // program's main: prepends MSMEMSCOPE_PYTHON_PATH to PYTHONPATH when the
 // process is a CPython interpreter. Never fails the program.
-void python_boot_prepare();
+// Returns whether the process is a CPython interpreter that will run the
+// boot (the start-up window closes there, framework/agent/agent.cpp).
+bool python_boot_prepare();
 
 }  // namespace msms::agent

@@ -15,10 +15,6 @@ int binding_rank(unsigned char info) {
     }
 }
 
-}  // namespace
-
-namespace {
-
 struct Section {
     uint64_t lo, hi;
 };
@@ -87,10 +83,9 @@ const char* SymbolIndex::lookup(uint64_t address, uint64_t& offset) const {
     auto end = std::upper_bound(syms_.begin(), syms_.end(), address,
                                 [](uint64_t a, const Sym& s) { return a < s.lo; });
     if (end == syms_.begin()) return nullptr;
-    // The closest start at or below the address, and the best-ranked
-    // symbol that contains the address among those starting there or
-    // earlier (symbols may nest: look back a little, as far as a start
-    // whose symbols could still reach the address).
+    // The best-ranked symbol that contains the address, the closest start
+    // first, among the kLookBack symbols starting at or below it (symbols
+    // may nest, so the closest start need not hold it).
     const Sym* sized = nullptr;
     constexpr int kLookBack = 64;
     int seen = 0;

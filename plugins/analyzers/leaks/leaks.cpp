@@ -581,11 +581,12 @@ private:
         const std::string& st = stacks_.text(stack);
         const std::string& py = stacks_.text(py_stack);
         if (st.empty() && py.empty()) return false;
-        std::string site = !st.empty() && st != py ? site_of(st) : first_frame(py);
+        const std::string py_site = first_frame(py);
+        std::string site = !st.empty() && st != py ? site_of(st) : py_site;
         // A Python object's block has the interpreter as its C site whatever
         // code made it: with a Python stack, the line that ran is the site
         // the built-in list judges (the import system's frames stay set-up).
-        if (!py.empty() && site != first_frame(py) && msms_leaks::interpreter_frame(site)) site = first_frame(py);
+        if (!py.empty() && site != py_site && msms_leaks::interpreter_frame(site)) site = py_site;
         std::string all = py.empty() || st == py ? st : st.empty() ? py : st + "\n" + py;
         return suppressed_[dk].take(suppressions_, all, site, size);
     }
@@ -853,11 +854,10 @@ private:
                             " bytes) allocated then are still live and were not judged.");
         // 1. driver blocks live at exit, one line each (up to max_lines)
         std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
-        std::vector<BlockKey> keys;  // the blocks' keys (the table holds addresses per pool)
-        keys.reserve(d.exit.size());
-        // In allocation order: a site two lists could take (a block of it
-        // with msmemscope's frames, another without) is counted under the
-        // one that took its first block, the same in every run.
+        // In allocation order (the table holds addresses per pool): a site
+        // two lists could take (a block of it with msmemscope's frames,
+        // another without) is counted under the one that took its first
+        // block, the same in every run; and the driver lines come in time.
         std::vector<std::pair<BlockKey, const ExitBlock*>> live;
         live.reserve(d.exit.size());
         d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) { live.emplace_back(k, &b); });
@@ -869,11 +869,8 @@ private:
                 suppressed_[dk].take_imports(b.blocks, b.size);
                 continue;
             }
-            keys.push_back(k);
-            (k.type == MSMS_T_HOST ? host : driver).emplace_back(&keys.back(), &b);
+            (k.type == MSMS_T_HOST ? host : driver).emplace_back(&k, &b);
         }
-        auto by_time = [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; };
-        std::sort(driver.begin(), driver.end(), by_time);
         if (!driver.empty()) {
             uint64_t driver_bytes = 0;
             for (auto& [k, b] : driver) driver_bytes += b->size;
