@@ -154,6 +154,10 @@ void stack_bounds(ThreadWriter* w) {
     if (!w->stack_hi) w->stack_hi = 1;  // unknown: always use unwind tables
 }
 
+// x86-64's lower half (47-bit user space): a return address at or above it
+// is not one.
+constexpr uintptr_t kUserSpaceEnd = uintptr_t{1} << 47;
+
 // Returns false when the chain is broken before its end (no frame pointers).
 __attribute__((noinline)) bool fp_walk(ThreadWriter* w, uint64_t* out, uint32_t max, uint32_t& n) {
     uintptr_t fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
@@ -165,6 +169,10 @@ __attribute__((noinline)) bool fp_walk(ThreadWriter* w, uint64_t* out, uint32_t 
         const uintptr_t* f = reinterpret_cast<const uintptr_t*>(fp);
         uintptr_t next = f[0], ret = f[1];
         if (ret < 4096) return next == 0;
+        // Not a user-space address: %rbp held data here, in code built
+        // without frame pointers (text on the stack read as a return
+        // address). The words beyond are no frames either.
+        if (ret >= kUserSpaceEnd) return false;
         out[n++] = ret;
         if (next == 0) return true;  // outermost frame
         if (next <= fp) return false;

@@ -55,3 +55,21 @@ def test_python_stack_provider(cli, test_bin, tmp_path):
     assert rows[("MALLOC", 5252)][10] == "main.py(1): <module>"
     assert rows[("FREE", 5151)][10] == "main.py(1): <module>"
     assert rows[("MALLOC", 5151)][11] == ""  # no C stack asked for
+
+
+def test_c_stack_through_rbp_used_for_data(cli, test_bin, tmp_path):
+    """Code built without frame pointers may hold data in %rbp when it calls
+    malloc. The frame-pointer walk then reads the stack's words as frame
+    records: here the return address it would read is text, "/tmp/pro"
+    (0x6f72702f706d742f). Such a stack used to show that word twice as its
+    frames, and no caller; a word that is no user-space address now sends the
+    walk to the unwind tables, which give the true chain."""
+    args = ["--device=cpu", "--events=alloc,free", "--analysis=", "--call-stack=c", f"--output={tmp_path}/out"]
+    cli(args + ["--", test_bin / "cap_junk_fp"], tmp_path, check_rc=0)
+    dirs = process_dirs(tmp_path / "out")
+    rows = {(r[1], size_of(r[9])): r for r in iter_rows(only_dump(dirs[0]))}
+    f = frames(rows[("MALLOC", 4545)])
+    assert [x.split("+")[0] for x in f[:3]] == ["junk_fp_alloc", "caller_of_junk", "main"], f
+    assert f[1].endswith(f"/tests/programs/capture/cap_junk_fp.c:44 in {test_bin / 'cap_junk_fp'}")
+    assert f[-1].startswith("_start+0x")
+    assert not any("6f72702f706d742f" in x for x in f), f
