@@ -19,6 +19,7 @@
 // --level=kernel, as upstream gates its kernel launches).
 // msms_cuda_snapshot() (exported, for the Python package) writes SNAPSHOT rows.
 #include <msmemscope/agent.h>
+#include <msmemscope/dlsym_hook.hpp>
 #include <msmemscope/snapshot_attrs.h>
 #include <msmemscope/spin_lock.hpp>
 
@@ -35,114 +36,20 @@
 
 #define MSMS_EXPORT extern "C" __attribute__((visibility("default")))
 
-using dlsym_fn = void* (*)(void*, const char*);
+using msmemscope::dlsym_fn;
 
+// The dlsym interposer (msmemscope/dlsym_hook.hpp): for a handle's lookup of
+// a name we hook, msms_cuda_dlsym_pre hands back our wrapper.
 extern "C" {
-// Read by the dlsym trampoline below.
 __attribute__((visibility("hidden"))) dlsym_fn msms_cuda_real_dlsym = nullptr;
 __attribute__((visibility("hidden"))) void* msms_cuda_dlsym_pre(void* handle, const char* name);
 }
-
-// ---------------------------------------------------------------------------
-// dlsym interposer. glibc's dlsym(RTLD_NEXT, ...) searches after the object
-// that *called* it (the return address), so a C wrapper that forwarded the
-// call would make every RTLD_NEXT lookup of the other preloaded hook libraries
-// start after us — wrong, and for malloc hooks endless recursion. The
-// trampoline therefore asks msms_cuda_dlsym_pre() whether to substitute, and
-// otherwise tail-jumps into the real dlsym with the caller's return address
-// untouched.
-#if defined(__x86_64__)
-asm(R"(
-    .text
-    .globl dlsym
-    .type dlsym, @function
-    .p2align 4
-dlsym:
-    .cfi_startproc
-    pushq %rdi
-    .cfi_adjust_cfa_offset 8
-    pushq %rsi
-    .cfi_adjust_cfa_offset 8
-    subq $8, %rsp
-    .cfi_adjust_cfa_offset 8
-    call msms_cuda_dlsym_pre
-    addq $8, %rsp
-    .cfi_adjust_cfa_offset -8
-    popq %rsi
-    .cfi_adjust_cfa_offset -8
-    popq %rdi
-    .cfi_adjust_cfa_offset -8
-    testq %rax, %rax
-    jz 1f
-    ret
-1:
-    jmp *msms_cuda_real_dlsym(%rip)
-    .cfi_endproc
-    .size dlsym, .-dlsym
-)");
-#define MSMS_CUDA_HAS_DLSYM_HOOK 1
-#elif defined(__aarch64__)
-asm(R"(
-    .text
-    .globl dlsym
-    .type dlsym, %function
-    .p2align 2
-dlsym:
-    .cfi_startproc
-    stp x29, x30, [sp, #-32]!
-    .cfi_def_cfa_offset 32
-    .cfi_offset 29, -32
-    .cfi_offset 30, -24
-    mov x29, sp
-    stp x0, x1, [sp, #16]
-    bl msms_cuda_dlsym_pre
-    mov x9, x0
-    ldp x0, x1, [sp, #16]
-    ldp x29, x30, [sp], #32
-    .cfi_restore 30
-    .cfi_restore 29
-    .cfi_def_cfa_offset 0
-    cbz x9, 1f
-    mov x0, x9
-    ret
-1:
-    adrp x16, msms_cuda_real_dlsym
-    ldr x16, [x16, #:lo12:msms_cuda_real_dlsym]
-    br x16
-    .cfi_endproc
-    .size dlsym, .-dlsym
-)");
-#define MSMS_CUDA_HAS_DLSYM_HOOK 1
-#endif
+MSMEMSCOPE_DLSYM_HOOK(msms_cuda_dlsym_pre, msms_cuda_real_dlsym)
 
 namespace {
 
 void init_real_dlsym() {
-    if (msms_cuda_real_dlsym) return;
-    // dlsym moved into libc in glibc 2.34; older versions per architecture.
-    // RTLD_NEXT finds it when we are preloaded; loaded into a running
-    // process (RTLD_LOCAL: the Python API, --attach) it finds nothing, and
-    // the loaded libc (or libdl) is asked by name.
-    static const char* const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
-    for (const char* v : versions) {
-        if (void* p = dlvsym(RTLD_NEXT, "dlsym", v)) {
-            msms_cuda_real_dlsym = reinterpret_cast<dlsym_fn>(p);
-            return;
-        }
-    }
-    for (const char* lib : {"libc.so.6", "libdl.so.2"}) {
-        void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
-        if (!h) continue;
-        for (const char* v : versions) {
-            // (libc's own scope: never our trampoline)
-            if (void* p = dlvsym(h, "dlsym", v)) {
-                msms_cuda_real_dlsym = reinterpret_cast<dlsym_fn>(p);
-                break;
-            }
-        }
-        dlclose(h);
-        if (msms_cuda_real_dlsym) return;
-    }
+    if (!msms_cuda_real_dlsym) msms_cuda_real_dlsym = msmemscope::find_real_dlsym();
 }
 
 // ---------------------------------------------------------------- slots

@@ -3,6 +3,7 @@
 // after), except free-like calls which record before the real call so that a
 // reused address is never seen allocated before it was freed.
 #include <msmemscope/agent.h>
+#include <msmemscope/dlsym_hook.hpp>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -218,23 +219,10 @@ __attribute__((visibility("default"))) void* pvalloc(size_t n) {
 // dlsym(handle, "malloc") with a handle of libc itself (ctypes.CDLL("libc.so.6"),
 // cffi's dlopen("c"), a program's own dlopen) finds libc's definition, not
 // the preloaded one: such a malloc went unrecorded, and such a free of a
-// recorded block left it "leaked". Those lookups get the hooks instead.
-//
-// dlsym(RTLD_NEXT, ...) is relative to its caller, which glibc finds by the
-// return address: RTLD_NEXT and RTLD_DEFAULT are passed on by a tail jump
-// (the caller's return address stays), everything else is looked up here.
-#if defined(__x86_64__)
+// recorded block left it "leaked". Those lookups get the hooks instead
+// (msmemscope/dlsym_hook.hpp: every other lookup goes on unchanged).
 extern "C" {
-using dlsym_fn = void* (*)(void*, const char*);
-__attribute__((visibility("hidden"))) dlsym_fn msms_hh_real_dlsym = nullptr;
-
-// libc's own dlsym (GLIBC_2.34 in libc; older glibc: libdl's GLIBC_2.2.5).
-__attribute__((visibility("hidden"), used)) void* msms_hh_find_dlsym() {
-    void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!f) f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    msms_hh_real_dlsym = reinterpret_cast<dlsym_fn>(f);
-    return f;
-}
+__attribute__((visibility("hidden"))) msmemscope::dlsym_fn msms_hh_real_dlsym = nullptr;
 
 // The hooks' own addresses (hidden: never resolved to another object's
 // malloc, as `&malloc` would be from an RTLD_LOCAL copy of this library).
@@ -252,67 +240,30 @@ void* msms_hh_valloc(size_t) __attribute__((alias("valloc"), visibility("hidden"
 void* msms_hh_pvalloc(size_t) __attribute__((alias("pvalloc"), visibility("hidden")));
 #pragma GCC diagnostic pop
 
-// A lookup in a given object: libc's definition of a hooked name becomes the
+// A lookup in a given object of a name we hook: libc's definition becomes the
 // hook (a library's own malloc, e.g. jemalloc's, is left alone).
-__attribute__((visibility("hidden"), used)) void* msms_hh_dlsym_in(void* handle, const char* name) {
+__attribute__((visibility("hidden"))) void* msms_hh_dlsym_pre(void* handle, const char* name) {
+    if (!msms_hh_real_dlsym) msms_hh_real_dlsym = msmemscope::find_real_dlsym();
+    if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name || !msms_hh_real_dlsym) return nullptr;
+    static const char* const names[] = {"malloc", "free", "calloc", "realloc", "reallocarray",
+                                        "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc"};
+    int i = 0;
+    while (i < 10 && strcmp(name, names[i]) != 0) ++i;
+    if (i == 10 || !ready()) return nullptr;  // (not ready: the hooks' own resolve is under way)
+    const Real& r = g_real;
+    void* const real[] = {reinterpret_cast<void*>(r.malloc),         reinterpret_cast<void*>(r.free),
+                          reinterpret_cast<void*>(r.calloc),         reinterpret_cast<void*>(r.realloc),
+                          reinterpret_cast<void*>(r.reallocarray),   reinterpret_cast<void*>(r.posix_memalign),
+                          reinterpret_cast<void*>(r.aligned_alloc),  reinterpret_cast<void*>(r.memalign),
+                          reinterpret_cast<void*>(r.valloc),         reinterpret_cast<void*>(r.pvalloc)};
+    void* const hook[] = {reinterpret_cast<void*>(&msms_hh_malloc),        reinterpret_cast<void*>(&msms_hh_free),
+                          reinterpret_cast<void*>(&msms_hh_calloc),        reinterpret_cast<void*>(&msms_hh_realloc),
+                          reinterpret_cast<void*>(&msms_hh_reallocarray),  reinterpret_cast<void*>(&msms_hh_posix_memalign),
+                          reinterpret_cast<void*>(&msms_hh_aligned_alloc), reinterpret_cast<void*>(&msms_hh_memalign),
+                          reinterpret_cast<void*>(&msms_hh_valloc),        reinterpret_cast<void*>(&msms_hh_pvalloc)};
     void* f = msms_hh_real_dlsym(handle, name);
-    if (!f || !name || name[0] == 0 || !ready()) return f;
-    struct Pair {
-        void* real;
-        void* hook;
-    };
-    const Pair pairs[] = {
-        {reinterpret_cast<void*>(g_real.malloc), reinterpret_cast<void*>(&msms_hh_malloc)},
-        {reinterpret_cast<void*>(g_real.free), reinterpret_cast<void*>(&msms_hh_free)},
-        {reinterpret_cast<void*>(g_real.calloc), reinterpret_cast<void*>(&msms_hh_calloc)},
-        {reinterpret_cast<void*>(g_real.realloc), reinterpret_cast<void*>(&msms_hh_realloc)},
-        {reinterpret_cast<void*>(g_real.reallocarray), reinterpret_cast<void*>(&msms_hh_reallocarray)},
-        {reinterpret_cast<void*>(g_real.posix_memalign), reinterpret_cast<void*>(&msms_hh_posix_memalign)},
-        {reinterpret_cast<void*>(g_real.aligned_alloc), reinterpret_cast<void*>(&msms_hh_aligned_alloc)},
-        {reinterpret_cast<void*>(g_real.memalign), reinterpret_cast<void*>(&msms_hh_memalign)},
-        {reinterpret_cast<void*>(g_real.valloc), reinterpret_cast<void*>(&msms_hh_valloc)},
-        {reinterpret_cast<void*>(g_real.pvalloc), reinterpret_cast<void*>(&msms_hh_pvalloc)},
-    };
-    for (const Pair& p : pairs)
-        if (p.real == f) return p.hook;
-    return f;
+    return f && f == real[i] ? hook[i] : nullptr;
 }
 }  // extern "C"
 
-__asm__(
-    ".text\n"
-    ".globl dlsym\n"
-    ".type dlsym,@function\n"
-    "dlsym:\n"
-    ".cfi_startproc\n"
-    "0:\n"
-    "  mov msms_hh_real_dlsym(%rip), %rax\n"
-    "  test %rax, %rax\n"
-    "  jz 2f\n"
-    "  cmp $-1, %rdi\n"  // RTLD_NEXT
-    "  je 1f\n"
-    "  test %rdi, %rdi\n"  // RTLD_DEFAULT
-    "  jz 1f\n"
-    "  jmp msms_hh_dlsym_in\n"
-    "1:\n"
-    "  jmp *%rax\n"
-    "2:\n"  // the first call: find libc's dlsym, then again
-    "  push %rdi\n"
-    ".cfi_adjust_cfa_offset 8\n"
-    "  push %rsi\n"
-    ".cfi_adjust_cfa_offset 8\n"
-    "  sub $8, %rsp\n"
-    ".cfi_adjust_cfa_offset 8\n"
-    "  call msms_hh_find_dlsym\n"
-    "  add $8, %rsp\n"
-    ".cfi_adjust_cfa_offset -8\n"
-    "  pop %rsi\n"
-    ".cfi_adjust_cfa_offset -8\n"
-    "  pop %rdi\n"
-    ".cfi_adjust_cfa_offset -8\n"
-    "  test %rax, %rax\n"
-    "  jnz 0b\n"
-    "  ret\n"  // no dlsym to call: not found (NULL)
-    ".cfi_endproc\n"
-    ".size dlsym, .-dlsym\n");
-#endif
+MSMEMSCOPE_DLSYM_HOOK(msms_hh_dlsym_pre, msms_hh_real_dlsym)
