@@ -108,7 +108,7 @@ inline uint64_t startup_c_stack(ThreadWriter*& w) {
     uint32_t left = g_startup_left.load(std::memory_order_relaxed);
     if (left == 0) return 0;
     g_startup_left.store(left - 1, std::memory_order_relaxed);  // a bound, not a count: races are harmless
-    return capture_c_stack(w, kStartupDepth, options().c_depth == 0);
+    return capture_c_stack(w, kStartupDepth, options().c_depth == 0 ? 2 : 0);
 }
 
 std::atomic<int> g_exit_status{-1};
@@ -123,6 +123,20 @@ std::atomic<bool> g_mstx_steps{false};  // from an explicit exit(): the status
 // when it is longer than 16 bytes), instead of a varint loop per field whose
 // unpredictable lengths cost more than the stores. writer_for's room
 // (kMaxFixedRecord) covers the stores' spill past the record's end.
+// A host-heap record with its interned stacks (the varint layout).
+void heap_record_stacks(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size, uint64_t cs, uint64_t ps) {
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+    if (!w) return count_drop();
+    uint64_t ts = stamp(w);
+    uint8_t* p = begin_record(w, tag_with_stacks, ts);
+    p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
+    w->last_ptr = ptr;
+    if (size) p = capture::put_varint(p, *size);
+    p = capture::put_varint(p, cs);
+    p = capture::put_varint(p, ps);
+    commit(w, p);
+}
+
 inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
@@ -176,16 +190,28 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
     } else {
         stacks_for(w, cs, ps);
     }
-    w = writer_for(capture::kMaxFixedRecord);
+    heap_record_stacks(tag_with_stacks, ptr, size, cs, ps);
+}
+
+// A HOST block the dynamic loader allocated: a thread's static TLS and DTV
+// (pthread_create), a library's thread-local block at a thread's first use
+// of it (__tls_get_addr), dlopen's maps. ld.so keeps them (glibc caches
+// finished threads' stacks with their TLS). With only Python stacks, such a
+// block's site was the program's line that started the thread or first ran
+// the library's code in it, and it read as that line's leak; with a C stack
+// its site is the loader, which the leak analysis's built-in list knows.
+// So it gets kLoaderDepth frames whatever --call-stack asks for (kind 3
+// when no C stacks were asked for), where stacks can be taken (a Python
+// process's start-up window opened them, or C stacks were asked for).
+constexpr uint32_t kLoaderDepth = 8;
+
+void loader_record(uint64_t ptr, uint64_t size) {
+    if (options().c_depth >= kLoaderDepth || !stacks_ready()) return heap_record(capture::kHeapMallocS, ptr, &size);
+    ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
-    uint64_t ts = stamp(w);
-    uint8_t* p = begin_record(w, tag_with_stacks, ts);
-    p = capture::put_varint(p, capture::zigzag(static_cast<int64_t>(ptr - w->last_ptr)));
-    w->last_ptr = ptr;
-    if (size) p = capture::put_varint(p, *size);
-    p = capture::put_varint(p, cs);
-    p = capture::put_varint(p, ps);
-    commit(w, p);
+    uint64_t cs = capture_c_stack(w, kLoaderDepth, options().c_depth == 0 ? 3 : 0);
+    uint64_t ps = py_stack_for(w);
+    heap_record_stacks(capture::kHeapMallocS, ptr, &size, cs, ps);
 }
 
 // Rows that carry the Python stack only, as upstream's current code writes
@@ -269,7 +295,7 @@ void child_after_fork() {
         if (int rc = channel_open(g_session_dir, forked_from); rc != 0) {
             g_collecting.store(false);
             note_unrecorded(g_session_dir, unrecorded_reason(g_session_dir, rc));
-        } else if (options().c_depth > 0) stacks_init();
+        } else if (options().c_depth > 0 || stacks_ready()) stacks_init();
     } else {
         g_collecting.store(false);
         g_off_tracking.store(false, std::memory_order_relaxed);
@@ -385,6 +411,11 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
         return;
     }
     msms_agent_event(MSMS_EV_MALLOC, type, dev_kind, dev_id, ptr, size, aux0, 0, nullptr, attrs);
+}
+
+__attribute__((visibility("default"))) void msms_agent_alloc_loader(uint64_t ptr, uint64_t size) {
+    if (import_fold::alloc(ptr, size)) return;
+    loader_record(ptr, size);
 }
 
 __attribute__((visibility("default"))) void msms_agent_free(uint16_t type, uint16_t dev_kind, int16_t dev_id,

@@ -38,6 +38,7 @@ std::atomic_flag g_scan_lock = ATOMIC_FLAG_INIT;
 std::atomic<uint64_t> g_last_scan_ns{0};
 std::atomic<uint32_t> g_generation_seen{0};
 int g_mode = 0;
+std::atomic<bool> g_stacks_ready{false};  // stacks_init ran (a forked child inherits it: runs it again)
 using unw_backtrace_fn = int (*)(void**, int);
 unw_backtrace_fn g_unw_backtrace = nullptr;
 
@@ -304,6 +305,8 @@ void shared_publish(int64_t claim, uint64_t id) {
 
 int unwind_mode() { return g_mode; }
 
+bool stacks_ready() { return g_stacks_ready.load(std::memory_order_relaxed); }
+
 void stacks_init() {
     const char* m = getenv("MSMEMSCOPE_UNWIND");
     if (m && !strcmp(m, "libgcc")) g_mode = 1;
@@ -321,9 +324,10 @@ void stacks_init() {
     g_module_count.store(0);
     ThreadWriter* w = writer_for(64);
     scan_modules(w);
+    g_stacks_ready.store(true, std::memory_order_relaxed);
 }
 
-uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, bool startup) {
+uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, uint8_t kind) {
     uint64_t frames[kMaxFrames + 16];
     if (depth > kMaxFrames) depth = kMaxFrames;
     // Room for the agent's and the hook library's own frames, skipped below.
@@ -355,7 +359,7 @@ uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, bool startup) {
     }
     n -= first;
     if (n > depth) n = depth;
-    return intern_stack(w, startup ? 2 : 0, frames + first, n);
+    return intern_stack(w, kind, frames + first, n);
 }
 
 namespace {

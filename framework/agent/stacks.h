@@ -16,9 +16,13 @@ namespace msms::agent {
 void stacks_init();
 // Returns the interned id of the current C stack (0 when none), at most
 // `depth` frames, skipping the agent's and the hook libraries' frames.
-// `startup`: a CPython process's start-up stack that no one asked for
-// (kStack kind 2: the host gives its frames no source lines).
-uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, bool startup = false);
+// `kind`: 0 an ordinary C stack; 2 a CPython process's start-up stack and
+// 3 a block of the dynamic loader's, both taken when no one asked for C
+// stacks (capture_format.h kStack: the host gives their frames no source
+// lines, and a last line that says what they are).
+uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, uint8_t kind = 0);
+// stacks_init has run for this process's stream (a child after fork: again).
+bool stacks_ready();
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
 // Same, from a provider that names its answers: an answer named as the

@@ -256,8 +256,9 @@ enum Tag : uint8_t {
                        // (MALLOC and FREE: aux1 = the pool's bytes after
                        // the event + 1, its row's `total`; 0: not given)
     kString = 6,       // id, len, bytes
-    kStack = 7,        // id, kind(0 c,1 py,2 c of a CPython process's start-up, taken
-                       // without C stacks asked for: symbolized without source lines),
+    kStack = 7,        // id, kind(0 c,1 py,2 c of a CPython process's start-up, 3 c of a
+                       // block the dynamic loader allocated; 2 and 3 taken without C
+                       // stacks asked for: symbolized without source lines),
                        // n, frames (c: addresses; py: string ids)
     kModule = 8,       // ts, load bias, extent (end of the highest PT_LOAD), path string id
     kEnd = 9,          // ts, exit code (zigzag): the process finished normally

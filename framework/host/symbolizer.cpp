@@ -136,7 +136,7 @@ const std::string& Symbolizer::text(uint64_t id) {
         } else {
             // A start-up frame (no source line) is cached apart: the top bit
             // is never set in a user-space address.
-            const bool line = s->kind == 0;
+            const bool line = s->kind == 0;  // (2, 3: taken without --call-stack=c)
             const uint64_t key = line ? s->frames[i] : s->frames[i] | (1ull << 63);
             auto fc = frame_cache_.find(key);
             if (fc == frame_cache_.end()) fc = frame_cache_.emplace(key, c_frame(s->frames[i], line)).first;
@@ -146,6 +146,7 @@ const std::string& Symbolizer::text(uint64_t id) {
     // Says so in every view that shows it (the dump, the html's sites and
     // flame graph, memory_viz): the run asked for no C stacks.
     if (s->kind == 2) out += "\n[CPython's start-up: a C stack taken without --call-stack=c]";
+    if (s->kind == 3) out += "\n[the dynamic loader's block (thread-local storage, dlopen): a C stack taken without --call-stack=c]";
     const std::string& made = cache_.emplace(id, std::move(out)).first->second;
     hot = {id, &made};
     return made;

@@ -9,7 +9,8 @@
 // A CPython process's start-up stacks that no one asked for (kStack kind 2,
 // framework/agent/agent.cpp) get no source lines (the DWARF of libc6-dbg's
 // compressed debug files took ~40 ms per process to inflate for them), and
-// a last line that says what they are.
+// a last line that says what they are; so do the stacks of blocks the
+// dynamic loader allocated (kind 3: a thread's TLS, dlopen's maps).
 #pragma once
 
 #include <cstdint>

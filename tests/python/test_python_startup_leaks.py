@@ -83,7 +83,9 @@ def test_without_stacks_the_interpreters_start_up_is_not_reported(cli, tmp_path)
     # program's own block has none.
     rows, kept = kept_row(folder)
     assert kept["Call Stack(C)"] == "", kept
-    with_c = [r for r in rows if r["Call Stack(C)"]]
+    # (blocks the dynamic loader allocates get one all along: test_leaks_loader_blocks.py)
+    loader = "\n[the dynamic loader's block (thread-local storage, dlopen): a C stack taken without --call-stack=c]"
+    with_c = [r for r in rows if r["Call Stack(C)"] and not r["Call Stack(C)"].endswith(loader)]
     assert 100 < len(with_c) < 16384 and max(int(r["ID"]) for r in with_c) < int(kept["ID"]), len(with_c)
     # each says what it is, in every view that shows it
     assert all(r["Call Stack(C)"].endswith("\n[CPython's start-up: a C stack taken without --call-stack=c]")

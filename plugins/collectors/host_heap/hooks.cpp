@@ -6,6 +6,8 @@
 #include <msmemscope/dlsym_hook.hpp>
 
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/auxv.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -55,6 +57,31 @@ void* pool_alloc(size_t n, size_t align = 16) {
     }
 }
 
+// The dynamic loader's code (ld.so's executable segments, from its program
+// headers at AT_BASE: no lock taken): a block allocated from there is the
+// loader's (msms_agent_alloc_loader). ld.so calls malloc, calloc and realloc.
+uintptr_t g_ld_lo = 0, g_ld_len = 0;
+
+void find_loader() {
+    uintptr_t base = getauxval(AT_BASE);
+    if (!base) return;  // a static program: no ld.so
+    const auto* eh = reinterpret_cast<const ElfW(Ehdr)*>(base);
+    const auto* ph = reinterpret_cast<const ElfW(Phdr)*>(base + eh->e_phoff);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < eh->e_phnum; ++i) {
+        if (ph[i].p_type != PT_LOAD || !(ph[i].p_flags & PF_X)) continue;
+        if (base + ph[i].p_vaddr < lo) lo = base + ph[i].p_vaddr;
+        if (base + ph[i].p_vaddr + ph[i].p_memsz > hi) hi = base + ph[i].p_vaddr + ph[i].p_memsz;
+    }
+    if (hi > lo) {
+        g_ld_lo = lo;
+        g_ld_len = hi - lo;
+    }
+}
+
+// Whether the hook's caller (its return address) is in ld.so.
+inline bool from_loader(const void* ret) { return reinterpret_cast<uintptr_t>(ret) - g_ld_lo < g_ld_len; }
+
 void resolve() {
     int expected = 0;
     if (!g_resolved.compare_exchange_strong(expected, 1)) {
@@ -74,6 +101,7 @@ void resolve() {
     r.valloc = reinterpret_cast<valloc_fn>(dlsym(RTLD_NEXT, "valloc"));
     r.pvalloc = reinterpret_cast<valloc_fn>(dlsym(RTLD_NEXT, "pvalloc"));
     g_real = r;
+    find_loader();
     g_resolved.store(2);
 }
 
@@ -89,6 +117,16 @@ inline bool ready() {
 inline void record_alloc(void* p, size_t n) {
     if (msms_agent_enter()) {
         msms_agent_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0, nullptr);
+        msms_agent_leave();
+    } else {
+        msms_agent_off_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n);
+    }
+}
+
+// A block the dynamic loader allocated: a short C stack whatever was asked.
+void record_loader_alloc(void* p, size_t n) {
+    if (msms_agent_enter()) {
+        msms_agent_alloc_loader(reinterpret_cast<uint64_t>(p), n);
         msms_agent_leave();
     } else {
         msms_agent_off_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n);
@@ -127,7 +165,12 @@ extern "C" {
 
 __attribute__((visibility("default"))) void* malloc(size_t n) {
     if (!ready()) return pool_alloc(n);
-    return after(g_real.malloc(n), n, "malloc");
+    void* p = g_real.malloc(n);
+    if (__builtin_expect(from_loader(__builtin_return_address(0)), 0) && p) {
+        record_loader_alloc(p, n);
+        return p;
+    }
+    return after(p, n, "malloc");
 }
 
 __attribute__((visibility("default"))) void free(void* p) {
@@ -143,7 +186,12 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
         if (p) memset(p, 0, n * size);
         return p;
     }
-    return after(g_real.calloc(n, size), n * size, "calloc");
+    void* p = g_real.calloc(n, size);
+    if (__builtin_expect(from_loader(__builtin_return_address(0)), 0) && p) {
+        record_loader_alloc(p, n * size);
+        return p;
+    }
+    return after(p, n * size, "calloc");
 }
 
 __attribute__((visibility("default"))) void* realloc(void* old, size_t n) {
@@ -168,7 +216,8 @@ __attribute__((visibility("default"))) void* realloc(void* old, size_t n) {
         record_failure("realloc", n, ENOMEM);
         return nullptr;
     }
-    record_alloc(p, n);
+    if (__builtin_expect(from_loader(__builtin_return_address(0)), 0)) record_loader_alloc(p, n);
+    else record_alloc(p, n);
     return p;
 }
 

@@ -68,6 +68,13 @@ uint64_t msms_agent_now(void);
  * (HAL: the flag word). */
 void msms_agent_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr,
                       uint64_t size, uint64_t aux0, const char* attrs);
+/* A host block the dynamic loader allocated (the malloc hook's caller is in
+ * ld.so: a thread's TLS, dlopen's maps): recorded as msms_agent_alloc(
+ * MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, size, 0, NULL) does, with a C stack
+ * of a few frames whatever --call-stack asks for, so that the leak analysis
+ * knows it as the loader's and not as a leak of the program's line that
+ * started the thread. (Newer agents only: look it up with dlsym.) */
+void msms_agent_alloc_loader(uint64_t ptr, uint64_t size);
 /* A block is about to be freed (record before the real call). */
 void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
 
