@@ -34,6 +34,7 @@
 #include "symbolizer.h"
 #include "util/output_dir.h"
 #include "util/text.h"
+#include "util/text.h"
 
 namespace fs = std::filesystem;
 
@@ -536,6 +537,19 @@ void ProcessRun::run_stream() {
     facts.leaks_ran = cfg_.steps.empty() && !supervisor::excluded("leaks") &&
                       std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") != cfg_.analyzers.end();
     for (auto& e : summary_.plugin_errors) facts.leaks_ran = facts.leaks_ran && e.rfind("plugin 'leaks'", 0) != 0;
+    summary_.leaks_ran = facts.leaks_ran;
+    // A child forked without exec that ended with _exit(): what it held then
+    // went with it (release_all_by_exec above), so none of it is a leak. Said
+    // in words: an empty report would read as "judged, and clean".
+    if (facts.leaks_ran && summary_.exit_after_fork) {
+        std::string held;
+        for (auto& [pool, t] : summary_.totals)
+            if (t.used) held += (held.empty() ? "" : ", ") + pool + " " + human_bytes(static_cast<int64_t>(t.used));
+        summary_.report.push_back("leaks: not judged at its end: what it held at its _exit (" +
+                                  (held.empty() ? std::string("nothing") : held) +
+                                  ") went with it, as a child forked without exec leaves its memory; its step leaks "
+                                  "are judged as any process's");
+    }
     // The process folder swapped for a link (or another folder) during the
     // run: nothing was written through it (every file went into the folder
     // this run made, wherever it was moved), but what the path now names is

@@ -43,6 +43,8 @@ struct ProcessSummary {
     // exec) that ended with _exit(): what it still held went with it, as
     // with exec, so nothing is "still allocated at exit" (issue #27 item 8).
     bool exit_after_fork = false;
+    // The leak analysis ran for it (its report without leak lines: none found).
+    bool leaks_ran = false;
     // How it ended, in the words of the summary line ("exited with code 0",
     // ...): set by the session, which also knows the program's wait status.
     std::string ended;

@@ -227,13 +227,16 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     }
     j.set("pools", std::move(pools));
     // As the leak analysis reported them: null when it did not run; a
-    // process replaced by exec holds no leaks.
+    // process replaced by exec holds no leaks; a child forked without exec
+    // that ended with _exit() has its step leaks only (exit_judged false:
+    // what it held then went with it).
     if (f.leaks_ran) {
         uint64_t bytes = 0, n = 0;
         if (!f.exec_replaced && !replaced_by_exec(s)) report_leaks(s.report, bytes, n);
         Json l = Json::object();
         l.set("bytes", Json(bytes));
         l.set("allocations", Json(n));
+        l.set("exit_judged", Json(!s.exit_after_fork && !f.exec_replaced && !replaced_by_exec(s)));
         j.set("leaks", std::move(l));
     } else {
         j.set("leaks", Json());

@@ -129,8 +129,10 @@ std::vector<std::pair<std::string, size_t>> other_runs(const fs::path& root, con
     return out;
 }
 
-// Its memory went with it (exec, or _exit after fork): nothing leaked.
-bool no_leaks(const ProcessSummary& s) { return replaced_by_exec(s) || s.exit_after_fork; }
+// Its memory went with its exec: nothing leaked. (A child forked without
+// exec that ended with _exit() left its memory too, but its step leaks
+// stand: "(steps)" after them.)
+bool no_leaks(const ProcessSummary& s) { return replaced_by_exec(s); }
 
 }  // namespace
 
@@ -200,18 +202,20 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
     size_t ended_w = 6;
     for (auto& s : runs) ended_w = std::max(ended_w, end_of(s).size() + 2);
     out << "  " << std::left << std::setw(8) << "pid" << std::setw(8) << "ppid" << std::setw(6) << "rank"
-        << std::setw(static_cast<int>(ended_w)) << "ended" << std::setw(14) << "leaked" << std::setw(34) << "peak"
+        << std::setw(static_cast<int>(ended_w)) << "ended" << std::setw(18) << "leaked" << std::setw(34) << "peak"
         << "command\n";
     for (auto& s : runs) {
         uint64_t n = 0;
         long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
-        std::string leak_text = no_leaks(s) ? "-" : leaked < 0 ? "-" : human_bytes(leaked);
+        if (leaked < 0 && s.leaks_ran) leaked = 0;  // judged, none found
+        std::string leak_text = no_leaks(s) || leaked < 0 ? "-" : human_bytes(leaked);
+        if (leak_text != "-" && s.exit_after_fork) leak_text += " (steps)";
         std::string rank = rank_of(s);
         const std::string& cmd = s.command;  // the last column: never cut
         std::string pk = peaks(s);
         out << "  " << std::left << std::setw(8) << s.pid << std::setw(8)
             << (s.ppid ? std::to_string(s.ppid) : std::string("-")) << std::setw(6) << (rank.empty() ? "-" : rank)
-            << std::setw(static_cast<int>(ended_w)) << end_of(s) << std::setw(14) << leak_text << std::setw(34) << pk
+            << std::setw(static_cast<int>(ended_w)) << end_of(s) << std::setw(18) << leak_text << std::setw(34) << pk
             << " " << cmd << "\n";
     }
 
@@ -234,6 +238,7 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
     for (auto& s : runs) {
         uint64_t n = 0;
         long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
+        if (leaked < 0 && s.leaks_ran) leaked = 0;
         std::string rank = rank_of(s);
         std::string link;
         std::error_code ec;
@@ -254,7 +259,9 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
           << html_escape(s.command) << "</td><td>" << html_escape(end_of(s)) << "</td><td>" << html_escape(peaks(s))
           << "</td><td class=\"n\">"
           << (no_leaks(s) || leaked < 0 ? std::string("-")
-                                               : html_escape(human_bytes(leaked)) + " in " + std::to_string(n) + " allocation(s)")
+                                        : html_escape(human_bytes(leaked)) + " in " + std::to_string(n) + " allocation(s)" +
+                                              (s.exit_after_fork ? " (step leaks: what it held at its _exit went with it)"
+                                                                 : ""))
           << "</td><td>" << link << "</td></tr>\n";
     }
     h << "</table>\n" << kRunEnd << "\n";

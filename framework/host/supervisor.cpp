@@ -318,6 +318,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.replaced_by_exec);
     w.u(s.attach_exec);
     w.u(s.exit_after_fork);
+    w.u(s.leaks_ran);
     w.u(s.interrupted);
     w.s(s.ended);
     w.s(s.damage);
@@ -366,6 +367,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.replaced_by_exec = r.u() != 0;
     s.attach_exec = r.u() != 0;
     s.exit_after_fork = r.u() != 0;
+    s.leaks_ran = r.u() != 0;
     s.interrupted = r.u() != 0;
     s.ended = r.s();
     s.damage = r.s();

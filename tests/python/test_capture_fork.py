@@ -122,9 +122,10 @@ def test_exit_after_fork_when_the_parent_ended_first(cli, tmp_path):
     block = re.split(r"^msmemscope: pid ", p.stdout, flags=re.M)
     (mine,) = [b for b in block if b.startswith(f"{child} ")]
     assert "still allocated at exit" not in mine and "Detected memory leaks" not in mine, mine
-    # the table: its parent, its ending, nothing leaked
+    # the table: its parent, its ending, no step leak (what it held at its _exit is not judged)
     (row,) = [r for r in p.stdout.splitlines() if re.match(rf"^  {child} +{parent} ", r)]
-    assert "exited with code 0 (_exit after fork)" in row and re.search(r"\(_exit after fork\) +- ", row), row
+    assert "exited with code 0 (_exit after fork)" in row and re.search(r"\(_exit after fork\) +0 B \(steps\) ", row), row
+    assert "\nleaks: not judged at its end: what it held at its _exit (" in mine, mine
     # summary.json in the console's words (it said "(_exit)")
     (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{child}_")]
     ended = json.loads((folder / "summary.json").read_text())["ended"]
@@ -181,6 +182,10 @@ os.waitpid(pid, 0)
 """
 
 
+def final_text(block):
+    return re.search(r"^  cpu/HOST: peak .*?, final (.*)$", block, re.M).group(1)
+
+
 def test_a_child_ended_by_exit_after_fork_shows_what_it_held_alike_everywhere(cli, tmp_path):
     # Its memory went with it: no leak. Its console block said "final 293.3
     # KiB" and, just below, decompose's "HOST Live 0": the release of its
@@ -193,7 +198,9 @@ def test_a_child_ended_by_exit_after_fork_shows_what_it_held_alike_everywhere(cl
     block = summary_blocks(p.stdout)[int(child)]
     assert block[0].endswith(") exited with code 0 (_exit after fork)"), block
     text = "\n".join(block)
-    assert "leaks:" not in text and "still allocated" not in text, text
+    assert "still allocated" not in text, text
+    # not judged, and said so with what it held
+    assert f"\nleaks: not judged at its end: what it held at its _exit (cpu/HOST {final_text(text)}) went with it" in text, text
     (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.split("_")[1] == child]
     final = json.loads((folder / "summary.json").read_text())["pools"]["cpu/HOST"]["final_bytes"]
     assert final >= 300000, final

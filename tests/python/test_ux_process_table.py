@@ -49,7 +49,7 @@ def test_dataloader_process_table(tmp_path):
     assert m, out
     rows = {}
     for r in m[2].splitlines():
-        f = re.match(r"^  (\d+) +(\d+) +(\S+) +(.+?) +(-|\d+(?:\.\d)? \w?i?B) +(cpu/\S+ [\d.]+ \w+(?:; cpu/\S+ [\d.]+ \w+)*) +(\S.*)$", r)
+        f = re.match(r"^  (\d+) +(\d+) +(\S+) +(.+?) +(-|\d+(?:\.\d)? \w?i?B(?: \(steps\))?) +(cpu/\S+ [\d.]+ \w+(?:; cpu/\S+ [\d.]+ \w+)*) +(\S.*)$", r)
         assert f, r
         rows.setdefault(int(f[1]), []).append(f)
     assert int(m[1]) == sum(len(v) for v in rows.values()) == len(process_dirs(tmp_path / "out"))
@@ -65,8 +65,12 @@ def test_dataloader_process_table(tmp_path):
         (row,) = rows[w]
         assert int(row[2]) == root
         assert row[4] == "exited with code 0 (_exit after fork)" == lines[w][1], row[0]
-        assert row[5] == "-", row[0]
+        # its steps were judged (none), what it held at its _exit was not, and it says so
+        assert row[5] == "0 B (steps)", row[0]
         assert "still allocated at exit" not in blocks[w] and "Detected memory leaks" not in blocks[w], blocks[w]
+        assert re.search(r"^leaks: not judged at its end: what it held at its _exit \(cpu/HOST [\d.]+ \w?i?B\) went "
+                         r"with it, as a child forked without exec leaves its memory; its step leaks are judged as any "
+                         r"process's$", blocks[w], re.M), blocks[w]
     # The program the script ran (after vfork or fork, then exec): its own command, its _exit, its leaks.
     child = [pid for pid, v in rows.items() if v[-1][7].startswith(f"{PY} -c import os")]
     assert len(child) == 1, m[2]
