@@ -192,3 +192,31 @@ def test_offline_analysis_writes_the_full_list_into_the_output_folder(tmp_path):
     (tmp_path / "file").write_text("")
     p = run_cli(["--analyze=leaks", f"--input={f}", "--output=file/res"], tmp_path, check_rc=70)
     assert p.stderr.splitlines()[-1].startswith("msmemscope: error: --output: file/res: "), p.stderr
+
+
+WARMUP = '''import torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+kept = []
+for step in range(6):
+    loss = model(torch.ones(4, 8)).sum()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if step == 0:
+        kept.append(torch.ones(31337))  # kept for the whole run: not judged (warm-up)
+    opt.step()
+'''
+
+
+def test_the_warm_up_note_counts_what_outlived_the_steps(tmp_path):
+    # The note counted the warm-up's blocks still live at exit, after
+    # CPython's teardown had freed every global: "0 block(s) (0 bytes)" in
+    # every Python program, telling the user nothing was left unjudged. It
+    # now counts them when the last step ended: the weights (256 + 32
+    # bytes) and the tensor kept in step 0 (31337 floats).
+    (tmp_path / "wu.py").write_text(WARMUP)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--call-stack=python", f"--output={tmp_path}/out", "--", PY,
+                 "wu.py"], tmp_path, check_rc=0)
+    assert ("  Note: steps 0 and 1 are warm-up and not checked for leaks; on device cpu, 3 block(s) "
+            f"({256 + 32 + 31337 * 4} bytes) allocated then were still live when step 6 (the last) ended and were "
+            "not judged.") in p.stdout.splitlines(), p.stdout

@@ -128,7 +128,7 @@ def test_leak_report_names_operator_and_user_line(api_run):
     assert (f"6 block(s), {6 * 131072} bytes (steps 2-7): allocated by: operator torch._ops.aten.ones.default, "
             f"called from {script_frame('# KEEP_LINE', 'keep_one')}") in lines[leak_idx[-1]:], text
     note = [l for l in lines if l.startswith("Note: steps 0 and 1 are warm-up")]
-    assert len(note) == 1 and re.search(r"on device cpu, \d+ block\(s\) \(\d+ bytes\) allocated then are still live",
+    assert len(note) == 1 and re.search(r"on device cpu, \d+ block\(s\) \(\d+ bytes\) allocated then were still live when step \d+ \(the last\) ended",
                                         note[0])
     hidden = int(re.search(r"on device cpu, (\d+) block", note[0]).group(1))
     assert hidden >= 1  # the tensor kept in step 0 at least

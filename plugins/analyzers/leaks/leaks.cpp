@@ -298,6 +298,9 @@ private:
         std::map<LeakKey, LeakInfo> leaks;
         std::map<uint16_t, PoolStatus> status;
         BlockTable<ExitBlock> exit;  // driver and host blocks live now
+        // The warm-up's blocks still live when the last step ended (the
+        // note's figures: at exit a Python program's teardown has freed them).
+        uint64_t warm_live = 0, warm_bytes = 0, warm_step = 0;
     };
 
     // The Python stack of an event that also has a C one (stack_of took the C one).
@@ -431,8 +434,15 @@ private:
             };
             std::map<uint16_t, Fresh> fresh;  // by pool
             std::vector<std::pair<uint64_t, const PoolBlock*>> found;
+            d.warm_live = d.warm_bytes = 0;
+            d.warm_step = step;
             for (auto& [k, b] : d.pool) {
-                if (b.step <= kSkipSteps || b.duration < kDurationThreshold || b.held) continue;
+                if (b.step <= kSkipSteps) {
+                    ++d.warm_live;
+                    d.warm_bytes += b.size;
+                    continue;
+                }
+                if (b.duration < kDurationThreshold || b.held) continue;
                 LeakKey lk{k.ptr, k.type, b.step};
                 if (!d.leaks.count(lk)) {
                     Fresh& f = fresh[k.type];
@@ -841,17 +851,24 @@ private:
     // Ours: the warm-up note and the blocks still allocated at exit of one device.
     void exit_details(const DevKey& dk, const Device& d, std::vector<std::string>& lines) {
         // Blocks of the warm-up steps are not judged (upstream's rule):
-        // say so, with how many such blocks are still live.
-        uint64_t hidden = 0, hidden_bytes = 0;
-        for (auto& [k, b] : d.pool)
-            if (b.step <= kSkipSteps) {
-                ++hidden;
-                hidden_bytes += b.size;
-            }
+        // say so, with how many such blocks were still live when the last
+        // step ended (at exit a Python program's teardown has freed them);
+        // before any step ended, at the end.
+        uint64_t hidden = d.warm_live, hidden_bytes = d.warm_bytes;
+        std::string when = "when step " + std::to_string(d.warm_step) + " (the last) ended";
+        if (d.warm_step == 0) {
+            hidden = hidden_bytes = 0;
+            for (auto& [k, b] : d.pool)
+                if (b.step <= kSkipSteps) {
+                    ++hidden;
+                    hidden_bytes += b.size;
+                }
+            when = "at the end";
+        }
         if (steps_.current() > kSkipSteps && (hidden || !d.leaks.empty()))
             lines.push_back("  Note: steps 0 and 1 are warm-up and not checked for leaks; on device " + dev_name(dk) +
                             ", " + std::to_string(hidden) + " block(s) (" + std::to_string(hidden_bytes) +
-                            " bytes) allocated then are still live and were not judged.");
+                            " bytes) allocated then were still live " + when + " and were not judged.");
         // 1. driver blocks live at exit, one line each (up to max_lines)
         std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
         // In allocation order (the table holds addresses per pool): a site

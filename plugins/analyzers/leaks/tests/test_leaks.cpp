@@ -291,7 +291,8 @@ TEST_CASE("a leaked block names its operator and the program's line; warm-up blo
     CHECK(has_line(h.reports, "    2 block(s), 2048 bytes (steps 2-3): allocated by: operator aten::ones, called from "
                               "/home/u/train.py(42): keep"));
     CHECK(has_line(h.reports, "  Note: steps 0 and 1 are warm-up and not checked for leaks; on device cpu, 1 block(s) "
-                              "(1024 bytes) allocated then are still live and were not judged."));
+                              "(1024 bytes) allocated then were still live when step 4 (the last) ended and were "
+                              "not judged."));
     REQUIRE(h.findings["leaks"].size() == 2);
     CHECK(h.findings["leaks"][0]["operator"] == "aten::ones");
     CHECK(h.findings["leaks"][0]["python_site"] == "/home/u/train.py(42): keep");
