@@ -62,8 +62,10 @@ int install_heap_hooks(const std::string& hook_library, const std::string& skip)
         throw std::runtime_error("the heap hook library " + hook_library + " is refused: " + why);
     void* h = dlopen(hook_library.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) throw std::runtime_error(std::string("cannot load ") + hook_library + ": " + dlerror());
+    // (dlsym: a lookup in libc's own handle, ctypes.CDLL("libc.so.6"),
+    // gets the hooks: plugins/collectors/host_heap/hooks.cpp)
     static const char* names[] = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
-                                  "aligned_alloc", "memalign", "valloc", "pvalloc"};
+                                  "aligned_alloc", "memalign", "valloc", "pvalloc", "dlsym"};
     std::vector<GotHook> hooks;
     for (const char* n : names) {
         void* f = dlsym(h, n);

@@ -295,7 +295,7 @@ void child_after_fork() {
         if (int rc = channel_open(g_session_dir, forked_from); rc != 0) {
             g_collecting.store(false);
             note_unrecorded(g_session_dir, unrecorded_reason(g_session_dir, rc));
-        } else if (options().c_depth > 0 || stacks_ready()) stacks_init();
+        } else stacks_init();
     } else {
         g_collecting.store(false);
         g_off_tracking.store(false, std::memory_order_relaxed);
@@ -319,7 +319,9 @@ int attach_impl(const char* dir, const char* opts) {
         pthread_atfork(nullptr, nullptr, child_after_fork);
         install_end_signal_handlers();
     }
-    if (options().c_depth > 0) stacks_init();
+    // (also without C stacks asked for: blocks of the loader's and of a
+    // CPython's start-up get one)
+    stacks_init();
     g_off_tracking.store(true, std::memory_order_relaxed);
     return 0;
 }
@@ -350,7 +352,6 @@ __attribute__((constructor(101))) void agent_init() {
         Guard g(tls());
         // (a boot that will not run: no window, nothing would close it)
         if (python_boot_prepare() && options().c_depth < kStartupDepth) {
-            if (options().c_depth == 0) stacks_init();  // else attach_impl did
             g_startup_left.store(kStartupBlocks, std::memory_order_relaxed);
         }
     }

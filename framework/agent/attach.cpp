@@ -265,10 +265,11 @@ __attribute__((visibility("default"))) int msms_agent_attach_running(const char*
                 if (!h) {
                     report("failed", base, "cannot be loaded");
                 } else {
+                    // (dlsym: a lookup in libc's own handle gets the hooks)
                     static const char* names[] = {"malloc", "free", "calloc", "realloc", "reallocarray",
                                                   "posix_memalign", "aligned_alloc", "memalign", "valloc",
-                                                  "pvalloc"};
-                    msms_got_hook hooks[10];
+                                                  "pvalloc", "dlsym"};
+                    msms_got_hook hooks[11];
                     uint32_t n = 0;
                     for (const char* name : names)
                         if (void* f = dlsym(h, name)) hooks[n++] = {name, f, nullptr};

@@ -5,9 +5,11 @@ hooks: such a malloc was in no view at all, and such a free of a recorded
 block left it reported as a leak. The hook library's dlsym now gives the
 hooks for those lookups, and passes dlsym(RTLD_NEXT, ...) on by a tail jump,
 so that it stays relative to its real caller."""
+import os
 import re
+import subprocess
 
-from conftest import dump_files, process_dirs, read_dump, run_cli
+from conftest import BUILD, dump_files, process_dirs, read_dump, run_cli
 
 PY = "/usr/bin/python3"
 
@@ -70,3 +72,33 @@ def test_c_program_libc_handle_and_rtld_next(cli, test_bin, tmp_path):
     assert sites.get(6161, "").startswith("main+0x"), p.stdout
     assert "/tests/programs/capture/cap_dlsym.c:25 in " in sites[6161]
     assert 6262 not in sites, p.stdout
+
+
+API = '''import ctypes
+
+import msmemscope
+
+msmemscope.config(device="cpu", analysis="leaks", call_stack="python", output="out")
+msmemscope.start()
+libc = ctypes.CDLL("libc.so.6")  # looked up after start(): the hooks' GOT slots hold dlsym too
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+me = ctypes.CDLL(None)
+me.malloc.restype = ctypes.c_void_p
+kept = libc.malloc(71111)  # LIBC_LEAK
+p = me.malloc(55553)
+libc.free(p)
+msmemscope.stop()
+'''
+
+
+def test_python_api_libc_handle_is_recorded(tmp_path):
+    (tmp_path / "api.py").write_text(API)
+    e = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    e.pop("LD_PRELOAD", None)
+    e.pop("MSMEMSCOPE_SESSION", None)
+    p = subprocess.run([PY, "api.py"], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    sites = exit_sites(p.stdout)
+    assert sites.get(71111) == f"{tmp_path / 'api.py'}({line_of(API, 'LIBC_LEAK')}): <module>", p.stdout
+    assert 55553 not in sites, p.stdout
