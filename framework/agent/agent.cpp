@@ -201,8 +201,8 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
 // the library's code in it, and it read as that line's leak; with a C stack
 // its site is the loader, which the leak analysis's built-in list knows.
 // So it gets kLoaderDepth frames whatever --call-stack asks for (kind 3
-// when no C stacks were asked for), where stacks can be taken (a Python
-// process's start-up window opened them, or C stacks were asked for).
+// when no C stacks were asked for; attach_impl takes the module table in
+// every process for it).
 constexpr uint32_t kLoaderDepth = 8;
 
 void loader_record(uint64_t ptr, uint64_t size) {
