@@ -22,7 +22,8 @@
 //     }
 //     MSMEMSCOPE_DLSYM_HOOK(my_dlsym_pre, my_real_dlsym)
 //
-// PRE runs on every dlsym of the process: decide by the name first.
+// PRE runs on every dlsym of the process: decide by the name first. With no
+// REAL (none found) the trampoline answers NULL, never jumps to it.
 // x86-64 and aarch64; elsewhere MSMEMSCOPE_DLSYM_HOOK defines nothing and
 // MSMEMSCOPE_HAS_DLSYM_HOOK is 0.
 #pragma once
@@ -93,7 +94,12 @@ inline dlsym_fn find_real_dlsym() {
         "  jz 1f\n"                                             \
         "  ret\n"                                               \
         "1:\n"                                                  \
-        "  jmp *" MSMEMSCOPE_DLSYM_STR(REAL) "(%rip)\n"         \
+        "  movq " MSMEMSCOPE_DLSYM_STR(REAL) "(%rip), %rax\n"   \
+        "  testq %rax, %rax\n"                                  \
+        "  jz 2f\n"                                             \
+        "  jmp *%rax\n"                                         \
+        "2:\n" /* no dlsym to pass on to: not found (NULL) */   \
+        "  ret\n"                                               \
         ".cfi_endproc\n"                                        \
         ".size dlsym, .-dlsym\n");
 #elif defined(__aarch64__)
@@ -124,7 +130,11 @@ inline dlsym_fn find_real_dlsym() {
         "1:\n"                                                                  \
         "  adrp x16, " MSMEMSCOPE_DLSYM_STR(REAL) "\n"                          \
         "  ldr x16, [x16, #:lo12:" MSMEMSCOPE_DLSYM_STR(REAL) "]\n"             \
+        "  cbz x16, 2f\n"                                                       \
         "  br x16\n"                                                            \
+        "2:\n" /* no dlsym to pass on to: not found (NULL) */                   \
+        "  mov x0, #0\n"                                                        \
+        "  ret\n"                                                               \
         ".cfi_endproc\n"                                                        \
         ".size dlsym, .-dlsym\n");
 #else
