@@ -536,6 +536,10 @@ void ProcessRun::run_stream() {
     facts.leaks_ran = cfg_.steps.empty() && !supervisor::excluded("leaks") &&
                       std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") != cfg_.analyzers.end();
     for (auto& e : summary_.plugin_errors) facts.leaks_ran = facts.leaks_ran && e.rfind("plugin 'leaks'", 0) != 0;
+    facts.inefficient_ran = !supervisor::excluded("inefficient") &&
+                            std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "inefficient") != cfg_.analyzers.end();
+    for (auto& e : summary_.plugin_errors)
+        facts.inefficient_ran = facts.inefficient_ran && e.rfind("plugin 'inefficient'", 0) != 0;
     // The process folder swapped for a link (or another folder) during the
     // run: nothing was written through it (every file went into the folder
     // this run made, wherever it was moved), but what the path now names is

@@ -192,7 +192,17 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
                 ambiguous += list.size();
                 continue;
             }
-            for (auto& [k, v] : list) patches.push_back(AttrPatch{id, it->second.pid, k, v});
+            // One result per row and key: its last value. (The inefficient
+            // analyzer annotates a block again when it finds a second kind,
+            // "early_allocation" then "early_allocation,late_deallocation":
+            // one block, one result.)
+            size_t first = patches.size();
+            for (auto& [k, v] : list) {
+                auto same = std::find_if(patches.begin() + static_cast<long>(first), patches.end(),
+                                         [&](const AttrPatch& p) { return p.key == k; });
+                if (same != patches.end()) same->value = v;
+                else patches.push_back(AttrPatch{id, it->second.pid, k, v});
+            }
         }
         results.clear();
         if (ambiguous)
