@@ -509,6 +509,19 @@ static int compare_run(const Config& cfg) {
             }
             continue;
         }
+        if (a.entries.empty() != b.entries.empty()) {
+            // One run has operator (or kernel) rows here and the other none
+            // (recorded without launch in --events, or another level): every
+            // entry is one side's alone, which says nothing about memory.
+            bool base_has = !a.entries.empty();
+            size_t n = base_has ? a.entries.size() : b.entries.size();
+            warning_out() << "msmemscope: warning: --compare: device " << dev << ": the "
+                          << (base_has ? "compare" : "base") << " run ("
+                          << escape_controls(cfg.inputs[base_has ? 1 : 0]) << ") has no operator or kernel rows, the "
+                          << (base_has ? "base" : "compare") << " run has " << n << ": all " << n
+                          << " are listed as only in the " << (base_has ? "base" : "compare")
+                          << " run (record both runs with launch in --events to compare them operator by operator)\n";
+        }
         bool exact = true;
         auto pairs = align(a.entries, b.entries, exact);
         if (!exact)

@@ -6,6 +6,7 @@ allocates it; C programs are compared by allocation site."""
 import csv
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -128,6 +129,24 @@ def test_by_site_a_cpu_tensor_counts_once_and_msmemscopes_own_memory_is_not_list
     assert [r for r in rows if ".msmemscope_session_" in r[1]] == []
     assert [r for r in rows if re.fullmatch(r"0x[0-9a-f]+", r[1])] == []
     assert [r for r in rows if "/msmemscope/_msmemscope" in r[1]] == []
+
+
+def test_a_run_without_operator_rows_against_one_with_them_is_said(tmp_path, runs):
+    # One run recorded with launch events (operator rows), the other without:
+    # every operator was listed as new, without a word.
+    plain = record_sites(tmp_path, "plain")
+    for base, other, has, lacks in ((runs["a"], plain, "base", "compare"), (plain, runs["a"], "compare", "base")):
+        p, rows = compare(tmp_path, base, other)
+        assert rows and all(r[0] == "OP_LAUNCH" for r in rows), rows[:3]
+        assert all(r[4 if lacks == "compare" else 3] == "N/A" for r in rows), rows[:3]
+        assert (f"msmemscope: warning: --compare: device cpu: the {lacks} run ({other if lacks == 'compare' else base}) "
+                f"has no operator or kernel rows, the {has} run has {len(rows)}: all {len(rows)} are listed as only "
+                f"in the {has} run (record both runs with launch in --events to compare them operator by operator)"
+                ) in p.stderr.splitlines(), p.stderr
+        shutil.rmtree(tmp_path / "cmp")
+    # both with operators: no such warning
+    p, rows = compare(tmp_path, runs["a"], runs["b"])
+    assert "no operator or kernel rows" not in p.stderr
 
 
 def test_a_run_folder_of_several_processes_is_refused_with_the_process_folders_named(tmp_path, runs):
