@@ -25,10 +25,17 @@
 // the runs are compared by allocation site instead: per site (the first frame of the C
 // stack outside the allocator, else of the Python stack, else the pool), the
 // bytes allocated there, one row per site (Event MALLOC, Name the site); the
-// console says so.
+// console says so. Each byte once: a framework block carved at the address
+// of a live host heap block (a PyTorch CPU tensor's storage is a malloc and
+// a PTA block) counts under the framework block's site only, as decompose
+// and the html count it; and msmemscope's own memory in the process (its
+// extension modules, its interpreter-start hook: util/own_memory.h, as the
+// leak report's "msmemscope's own modules") is not the program's, so no
+// site of it is listed.
 #include "compare.h"
 
 #include "util/output_dir.h"
+#include "util/own_memory.h"
 #include "util/text.h"
 
 #include <errno.h>
@@ -98,8 +105,19 @@ struct DeviceSeq {
         int64_t bytes[2];
     };
     std::unordered_map<uint64_t, std::vector<Open>> open;
-    // bytes per allocation site (kept while no entry was found anywhere)
-    std::map<std::string, int64_t> sites;
+    // bytes and blocks per allocation site (kept while no entry was found anywhere)
+    struct SiteTotal {
+        int64_t bytes = 0;
+        int64_t blocks = 0;
+    };
+    std::map<std::string, SiteTotal> sites;
+    // the live host heap blocks (process, address) and their site, until a
+    // framework block carved at the address takes their bytes
+    struct HostBlock {
+        SiteTotal* site;
+        int64_t size;
+    };
+    std::map<std::pair<uint32_t, uint64_t>, HostBlock> host_live;
     int64_t bytes(const Entry& e) const { return e.bytes[variant]; }
 };
 
@@ -133,6 +151,27 @@ std::string site_of(const Record& r) {
     if (!r.py_text().empty()) return first_outside(r.py_text(), false);
     const char* t = msms_event_type_name(r.ev.type);
     return std::string("(no stack) ") + (t ? t : "N/A");
+}
+
+// msmemscope's own memory (util/own_memory.h): a frame of its modules
+// anywhere in the row's stacks, or its interpreter-start hook's line as the
+// innermost Python frame.
+bool own_memory(const Record& r) {
+    if (!may_be_own(r.c_text()) && !may_be_own(r.py_text())) return false;
+    for (std::string_view stack : {std::string_view(r.c_text()), std::string_view(r.py_text())}) {
+        size_t start = 0;
+        while (start < stack.size()) {
+            size_t nl = stack.find('\n', start);
+            std::string_view line = stack.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+            size_t lead = line.find_first_not_of(' ');
+            if (lead != std::string_view::npos && own_frame(line.substr(lead))) return true;
+            if (nl == std::string_view::npos) break;
+            start = nl + 1;
+        }
+    }
+    std::string_view py = r.py_text();
+    size_t lead = py.find_first_not_of(' ');
+    return lead != std::string_view::npos && own_site(py.substr(lead, py.find('\n', lead) - lead));
 }
 
 // levels: bit 0 op (ATEN_END/ATB_END), bit 1 kernel (KERNEL_LAUNCH); --level=op,kernel: both.
@@ -182,7 +221,7 @@ public:
             if (counted_pool(ev, true)) resolve(s, 0, static_cast<int64_t>(ev.size));
             if (counted_pool(ev, false)) resolve(s, 1, static_cast<int64_t>(ev.size));
         }
-        if (!any_entry_ && ev.kind == MSMS_EV_MALLOC) s.sites[site_of(r)] += static_cast<int64_t>(ev.size);
+        if (!any_entry_) add_site(s, r);
         uint64_t thread = (static_cast<uint64_t>(ev.pid) << 32) | ev.tid;
         if (!upstream_ && is_op_start(ev)) {
             s.open[thread].push_back(DeviceSeq::Open{names_.id(r.name), {0, 0}});
@@ -222,7 +261,10 @@ public:
         s.entries.push_back(e);
         if (!any_entry_) {
             any_entry_ = true;  // no site table is needed any more, anywhere
-            for (auto& [dev, seq] : out_) std::map<std::string, int64_t>().swap(seq.sites);
+            for (auto& [dev, seq] : out_) {
+                std::map<std::string, DeviceSeq::SiteTotal>().swap(seq.sites);
+                decltype(seq.host_live)().swap(seq.host_live);
+            }
         }
     }
 
@@ -232,10 +274,38 @@ public:
             s.variant = upstream_ ? (s.fw == MSMS_T_PTA ? 0 : s.fw == MSMS_T_MINDSPORE ? 1 : 2) : (s.framework ? 0 : 1);
             for (auto& p : s.pending) std::vector<uint32_t>().swap(p);
             s.open.clear();
+            s.host_live.clear();
+            // a site whose every block a framework block took is no site of its own
+            for (auto it = s.sites.begin(); it != s.sites.end();)
+                it = it->second.blocks > 0 ? std::next(it) : s.sites.erase(it);
         }
     }
 
 private:
+    // By allocation site: what a MALLOC row allocated, each byte once, the
+    // profiler's own memory left out.
+    static void add_site(DeviceSeq& s, const Record& r) {
+        const msms_event& ev = r.ev;
+        std::pair<uint32_t, uint64_t> at{ev.pid, ev.ptr};
+        if (ev.kind == MSMS_EV_FREE) {
+            if (ev.type == MSMS_T_HOST) s.host_live.erase(at);
+            return;
+        }
+        if (ev.kind != MSMS_EV_MALLOC || own_memory(r)) return;
+        if (msms_is_framework_pool(ev.type)) {
+            auto h = s.host_live.find(at);
+            if (h != s.host_live.end()) {  // the host block under it: its bytes are this block's
+                h->second.site->bytes -= h->second.size;
+                --h->second.site->blocks;
+                s.host_live.erase(h);
+            }
+        }
+        DeviceSeq::SiteTotal& t = s.sites[site_of(r)];
+        t.bytes += static_cast<int64_t>(ev.size);
+        ++t.blocks;
+        if (ev.type == MSMS_T_HOST) s.host_live[at] = DeviceSeq::HostBlock{&t, static_cast<int64_t>(ev.size)};
+    }
+
     static void resolve(DeviceSeq& s, int v, int64_t bytes) {
         for (uint32_t i : s.pending[v]) s.entries[i].bytes[v] = bytes;
         s.pending[v].clear();
@@ -413,8 +483,8 @@ static int compare_run(const Config& cfg) {
         }
         if (a.entries.empty() && b.entries.empty()) {
             // No operator or kernel on this device (a C program): by allocation site.
-            const std::map<std::string, int64_t>& sa = a.sites;
-            const std::map<std::string, int64_t>& sb = b.sites;
+            const auto& sa = a.sites;
+            const auto& sb = b.sites;
             std::set<std::string> sites;
             for (auto& [k, v] : sa) sites.insert(k);
             for (auto& [k, v] : sb) sites.insert(k);
@@ -429,15 +499,28 @@ static int compare_run(const Config& cfg) {
                 text += ',';
                 csv_field(text, dev);
                 text += ',';
-                text += x != sa.end() ? std::to_string(x->second) : "N/A";
+                text += x != sa.end() ? std::to_string(x->second.bytes) : "N/A";
                 text += ',';
-                text += y != sb.end() ? std::to_string(y->second) : "N/A";
+                text += y != sb.end() ? std::to_string(y->second.bytes) : "N/A";
                 text += ',';
-                text += std::to_string((y != sb.end() ? y->second : 0) - (x != sa.end() ? x->second : 0));
+                text += std::to_string((y != sb.end() ? y->second.bytes : 0) - (x != sa.end() ? x->second.bytes : 0));
                 text += '\n';
                 ++rows;
             }
             continue;
+        }
+        if (a.entries.empty() != b.entries.empty()) {
+            // One run has operator (or kernel) rows here and the other none
+            // (recorded without launch in --events, or another level): every
+            // entry is one side's alone, which says nothing about memory.
+            bool base_has = !a.entries.empty();
+            size_t n = base_has ? a.entries.size() : b.entries.size();
+            warning_out() << "msmemscope: warning: --compare: device " << dev << ": the "
+                          << (base_has ? "compare" : "base") << " run ("
+                          << escape_controls(cfg.inputs[base_has ? 1 : 0]) << ") has no operator or kernel rows, the "
+                          << (base_has ? "base" : "compare") << " run has " << n << ": all " << n
+                          << " are listed as only in the " << (base_has ? "base" : "compare")
+                          << " run (record both runs with launch in --events to compare them operator by operator)\n";
         }
         bool exact = true;
         auto pairs = align(a.entries, b.entries, exact);

@@ -145,6 +145,11 @@ bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>
 // implied events and plugin options).
 bool validate(const RawConfig& raw, const Catalog& catalog, Config& out, std::vector<std::string>& errors);
 
+// The collectors a configuration uses: every one that serves one of its
+// devices' kinds and produces one of its events (validate calls it; so does
+// a replay that takes the capture's devices after validation).
+void choose_collectors(const Catalog& catalog, Config& cfg);
+
 // --live and --live-http (framework/host/live/live_option.cpp); either may be null.
 void validate_live_options(const RawValue* live, const RawValue* http, Config& cfg, std::vector<std::string>& errors);
 

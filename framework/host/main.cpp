@@ -137,13 +137,19 @@ int run_main(int argc, char** argv) {
         int rc = offline_main(cfg, registry);
         return rc == 0 && plugin_dropped ? 71 : rc;
     }
-    // A replay without --device reproduces the devices recorded in the capture.
+    // A replay without --device reproduces the devices recorded in the
+    // capture, and the collectors of those devices (validation chose them
+    // for the default device: config.json said npu's while the capture
+    // came from host_heap).
     if (!cfg.replays.empty() && !cfg.devices_given) {
         std::vector<std::string> devices;
         for (auto& capture : cfg.replays)
             for (auto& d : capture_devices(capture))
                 if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
-        if (!devices.empty()) cfg.devices = devices;
+        if (!devices.empty()) {
+            cfg.devices = devices;
+            choose_collectors(registry.catalog(), cfg);
+        }
     }
     unsigned long open_files = 0;
     if (!cfg.program.empty() && cfg.serve_session.empty() && cfg.replays.empty() && cfg.attach_pid <= 0 &&

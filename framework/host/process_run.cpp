@@ -242,7 +242,7 @@ void ProcessRun::run_stream() {
         summary_.error = dir + "/msmemscope_logs: cannot create the folder: " + why;
         return;
     }
-    if (!files::write_new(dir_fd_.get(), "config.json", cfg_.to_json() + "\n", why)) {
+    if (!files::write_new(dir_fd_.get(), "config.json", config_json() + "\n", why)) {
         summary_.error = dir + "/config.json: cannot write: " + why;
         return;
     }
@@ -251,7 +251,7 @@ void ProcessRun::run_stream() {
     run.output_dir = dir;
     run.output_dir_fd = dir_fd_.get();
     run.timestamp = ts;
-    run.config_json = cfg_.to_json();
+    run.config_json = config_json();
     run.command_line = summary_.command;
     try {
         int log_fd = files::create(logs_fd.get(), "msmemscope_" + ts + ".log", why);
@@ -378,6 +378,7 @@ void ProcessRun::run_stream() {
         while (reader_.pop(raw, watermark)) {
             ++delivered;
             if (!keep(raw)) continue;
+            if (!live) note_stacks(raw);
             r.reset();
             convert(raw, r, sym);
             step_count.feed(r.ev, r.name);
@@ -537,6 +538,10 @@ void ProcessRun::run_stream() {
     facts.leaks_ran = cfg_.steps.empty() && !supervisor::excluded("leaks") &&
                       std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") != cfg_.analyzers.end();
     for (auto& e : summary_.plugin_errors) facts.leaks_ran = facts.leaks_ran && e.rfind("plugin 'leaks'", 0) != 0;
+    facts.inefficient_ran = !supervisor::excluded("inefficient") &&
+                            std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "inefficient") != cfg_.analyzers.end();
+    for (auto& e : summary_.plugin_errors)
+        facts.inefficient_ran = facts.inefficient_ran && e.rfind("plugin 'inefficient'", 0) != 0;
     summary_.leaks_ran = facts.leaks_ran;
     // A child forked without exec that ended with _exit(): what it held then
     // went with it (release_all_by_exec above), so none of it is a leak. Said
@@ -564,8 +569,9 @@ void ProcessRun::run_stream() {
         run.log->error("the process folder {} was replaced during the run", dir);
     }
     // config.json names the selected plugins that did not run to the end
-    // (refused at load, crashed, threw): "dropped": {name: why}.
-    if (std::string why = mark_dropped_plugins(); !why.empty())
+    // (refused at load, crashed, threw): "dropped": {name: why}; a replay's
+    // says which call stacks the capture held.
+    if (std::string why = rewrite_config_json(); !why.empty())
         summary_.incomplete.push_back(dir + "/config.json: cannot rewrite: " + why);
     if (std::string why = write_process_summary_json_at(dir_fd_.get(), summary_, facts); !why.empty())
         summary_.incomplete.push_back(dir + "/summary.json: cannot write: " + why);
@@ -573,7 +579,26 @@ void ProcessRun::run_stream() {
     run.log->flush();
 }
 
-std::string ProcessRun::mark_dropped_plugins() {
+std::string ProcessRun::config_json() const {
+    if (cfg_.replay.empty()) return cfg_.to_json();
+    Config c = cfg_;
+    c.program = reader_.cmdline();
+    c.py_stack = replay_py_depth_ > 0;
+    c.py_depth = static_cast<int>(replay_py_depth_);
+    c.c_stack = replay_c_depth_ > 0;
+    c.c_depth = static_cast<int>(replay_c_depth_);
+    return c.to_json();
+}
+
+void ProcessRun::note_stacks(const RawEvent& e) {
+    if (e.pystack)
+        if (const StackDef* s = reader_.stack(e.pystack)) replay_py_depth_ = std::max(replay_py_depth_, s->frames.size());
+    if (e.cstack)
+        if (const StackDef* s = reader_.stack(e.cstack); s && s->kind == 0)
+            replay_c_depth_ = std::max(replay_c_depth_, s->frames.size());
+}
+
+std::string ProcessRun::rewrite_config_json() {
     std::vector<std::pair<std::string, std::string>> dropped = dropped_at_load();
     auto add = [&](const std::string& name, const std::string& why) {
         for (auto& d : dropped)
@@ -593,16 +618,18 @@ std::string ProcessRun::mark_dropped_plugins() {
     };
     for (auto& n : supervisor::exclusion_notes()) parse(n, " ", "; the outputs were re-run without it");
     for (auto& e : summary_.plugin_errors) parse(e, ": ", "; continuing without it");
-    if (dropped.empty()) return "";
-    Json d = Json::object();
-    for (auto& [name, why] : dropped) d.set(name, Json(why));
-    std::string text = cfg_.to_json();
-    size_t close = text.rfind('}');
-    if (close == std::string::npos) return "not a JSON object";
-    size_t last = text.find_last_not_of(" \n", close - 1);
-    std::string body;
-    d.dump_to(body, 2, 1);
-    text = text.substr(0, last + 1) + ",\n  \"dropped\": " + body + "\n}\n";
+    if (dropped.empty() && cfg_.replay.empty()) return "";
+    std::string text = config_json() + "\n";
+    if (!dropped.empty()) {
+        Json d = Json::object();
+        for (auto& [name, why] : dropped) d.set(name, Json(why));
+        size_t close = text.rfind('}');
+        if (close == std::string::npos) return "not a JSON object";
+        size_t last = text.find_last_not_of(" \n", close - 1);
+        std::string body;
+        d.dump_to(body, 2, 1);
+        text = text.substr(0, last + 1) + ",\n  \"dropped\": " + body + "\n}\n";
+    }
     std::string why;
     if (!files::replace(dir_fd_.get(), "config.json", text, why)) return why;
     return "";

@@ -104,9 +104,17 @@ private:
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     std::string folder_name(const std::string& ts) const;
-    // Adds "dropped": {plugin: why} to config.json when a selected plugin did
-    // not run to the end; "" or why it could not.
-    std::string mark_dropped_plugins();
+    // config.json's text: the run's configuration; a replay's says what
+    // the capture holds where the replay's own options cannot: the
+    // program it recorded (its command line) and the call stacks its
+    // events carry (python and c: the frames of the deepest one).
+    std::string config_json() const;
+    // A replay: the call stacks of an event it delivers.
+    void note_stacks(const RawEvent& e);
+    // Rewrites config.json at the end: "dropped": {plugin: why} when a
+    // selected plugin did not run to the end; a replay's call stacks, now
+    // all read. "" or why it could not.
+    std::string rewrite_config_json();
     bool replaced_by_exec(bool capture_only) const;
     bool forked_without_exec() const;
 
@@ -122,6 +130,9 @@ private:
     // following links: every file of the run is created relative to dir_fd_.
     Fd root_fd_, dir_fd_;
     std::string dir_name_;
+    // A replay: the frames of the deepest Python and C stacks delivered
+    // (C: not the CPython start-up stacks taken without C stacks asked for).
+    size_t replay_py_depth_ = 0, replay_c_depth_ = 0;
 };
 
 // The image was replaced by exec (its new image recorded or not, attached

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <vector>
 
 #include "common/capture_format.h"
@@ -147,6 +148,57 @@ bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint6
     return any;
 }
 
+// What the inefficient analysis marked, from its report lines
+// (plugins/analyzers/inefficient), summed over the devices:
+//   "inefficient: N block(s), B bytes marked on device D, of J block(s)
+//    judged: KIND n block(s), b bytes; KIND ..."
+// (each block once in N and B, and once in each of its kinds).
+Json report_inefficient(const std::vector<std::string>& report) {
+    uint64_t blocks = 0, bytes = 0;
+    std::map<std::string, std::pair<uint64_t, uint64_t>> kinds;
+    for (auto& line : report) {
+        if (!starts_with(line, "inefficient: ")) continue;
+        const char* p = line.c_str() + 13;
+        char* end = nullptr;
+        uint64_t n = strtoull(p, &end, 10);
+        if (end == p || strncmp(end, " block(s), ", 11) != 0) continue;
+        const char* q = end + 11;
+        uint64_t b = strtoull(q, &end, 10);
+        if (end == q || strncmp(end, " bytes marked on device ", 24) != 0) continue;
+        blocks += n;
+        bytes += b;
+        size_t colon = line.find(" judged: ");
+        if (colon == std::string::npos) continue;
+        size_t at = colon + 9;
+        while (at < line.size()) {
+            size_t stop = line.find("; ", at);
+            std::string part = line.substr(at, stop == std::string::npos ? std::string::npos : stop - at);
+            at = stop == std::string::npos ? line.size() : stop + 2;
+            size_t sp = part.find(' ');
+            if (sp == std::string::npos) continue;
+            const char* r = part.c_str() + sp + 1;
+            uint64_t kn = strtoull(r, &end, 10);
+            if (end == r || strncmp(end, " block(s), ", 11) != 0) continue;
+            uint64_t kb = strtoull(end + 11, nullptr, 10);
+            auto& k = kinds[part.substr(0, sp)];
+            k.first += kn;
+            k.second += kb;
+        }
+    }
+    Json j = Json::object();
+    j.set("blocks", Json(blocks));
+    j.set("bytes", Json(bytes));
+    Json k = Json::object();
+    for (auto& [name, v] : kinds) {
+        Json e = Json::object();
+        e.set("blocks", Json(v.first));
+        e.set("bytes", Json(v.second));
+        k.set(name, std::move(e));
+    }
+    j.set("kinds", std::move(k));
+    return j;
+}
+
 Json ended(const ProcessSummary& s, const SummaryFacts& f) {
     Json e = Json::object();
     std::string how, text;
@@ -241,6 +293,8 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     } else {
         j.set("leaks", Json());
     }
+    // As the inefficient analysis counted them: null when it did not run.
+    j.set("inefficient", f.inefficient_ran ? report_inefficient(s.report) : Json());
     j.set("steps", Json(f.steps));
     Json top = Json::array();
     for (auto& site : report_sites(s.report)) {

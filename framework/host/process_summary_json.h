@@ -1,7 +1,7 @@
 // summary.json: a small machine-readable summary in each process folder
 // (issue #28 item 9) -- pid, rank, command, how the process ended, events,
 // peak and final bytes per pool, leaks as the leak analysis reported them,
-// steps, the largest allocation sites of that report -- so that runs of
+// the blocks the inefficient analysis marked, steps, the largest allocation sites of that report -- so that runs of
 // several nodes can be combined afterwards (`msmemscope --merge`, merge.h).
 #pragma once
 
@@ -47,6 +47,7 @@ struct SummaryFacts {
     uint64_t wall_start_ns = 0;
     bool exec_replaced = false;
     bool leaks_ran = false;  // the leaks analyzer ran to its end
+    bool inefficient_ran = false;  // the inefficient analyzer ran to its end
     // The program the CLI started ended without an end record (SIGKILL):
     // its wait status as the CLI reaped it (program_status.h), else -1.
     int wait_status = -1;

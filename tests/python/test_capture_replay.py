@@ -1,6 +1,7 @@
 """Issue 3 §7: capture once, analyse many: --save-capture keeps the .msmcap,
 --replay re-runs the pipeline on it; damaged or foreign files get one clear
 error."""
+import json
 import shutil
 
 from capture_util import first_chunk_in_place, iter_rows, only_dump
@@ -75,3 +76,38 @@ def test_replay_errors(cli, test_bin, tmp_path):
         minor = int.from_bytes(f.read(4), "little")  # the capture's own (this build's minor)
     assert err(newer) == (f"msmemscope: error: --replay: {newer}: capture format 99.{minor} is not supported "
                           f"(this build reads 2.x to 4.x)")
+
+
+PROGRAM = """\
+def f3():
+    return bytearray(100000)
+def f2():
+    return f3()
+def f1():
+    return f2()
+keep = [f1() for _ in range(5)]
+print("ok")
+"""
+
+
+def test_replay_config_json_describes_the_capture(cli, tmp_path):
+    # A replay without --device took the capture's devices after the
+    # collectors had been chosen for the default npu: config.json said
+    # collectors hal, kernel_launch, mstx, call_stack {} and program []
+    # for a capture of a Python program's host heap with Python stacks.
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    cli(["--device=cpu", "--call-stack=python", "--save-capture=true", f"--output={tmp_path}/out", "--",
+         "/usr/bin/python3", "prog.py"], tmp_path, env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    (d,) = process_dirs(tmp_path / "out")
+    (cap,) = d.glob("*.msmcap")
+    cli([f"--replay={cap}", f"--output={tmp_path}/again"], tmp_path, check_rc=0)
+    (again,) = process_dirs(tmp_path / "again")
+    recorded = json.loads((d / "config.json").read_text())
+    replayed = json.loads((again / "config.json").read_text())
+    assert replayed["device"] == recorded["device"] == ["cpu"]
+    assert replayed["collectors"] == recorded["collectors"] and "host_heap" in replayed["collectors"]
+    assert replayed["program"] == recorded["program"] == ["/usr/bin/python3", "prog.py"]
+    # the stacks the capture holds: Python ones, as deep as the deepest row's
+    deepest = max(len(r[10].splitlines()) for r in iter_rows(only_dump(d)))
+    assert 4 <= deepest <= 50
+    assert replayed["call_stack"] == {"python": deepest}

@@ -117,3 +117,55 @@ def test_inefficient_on_a_dump_without_accesses_says_it_had_nothing_to_judge(tmp
     assert (f"check.py:3: UserWarning: msmemscope.check_inefficient: {rel} has no ACCESS rows (it was recorded "
             "without access in --events): the inefficient analysis, which judges accesses, had nothing to judge"
             ) in p.stderr, p.stderr
+
+
+STEPS_PROGRAM = """
+import ctypes, torch
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+torch.manual_seed(0)
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 64)
+held = []
+for s in range(6):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    held.append(libc.malloc(77771))  # freed two steps later: never a leak
+    if len(held) > 2:
+        libc.free(held.pop(0))
+for p in held:
+    libc.free(p)
+print("done")
+"""
+
+
+def test_analyze_of_a_steps_dump_turns_the_leak_analysis_off_as_the_run_did(tmp_path):
+    # A dump recorded with --steps holds those steps' events, then a shadow
+    # FREE for each block still live when collection ended: a block freed
+    # in a later step looked live at the end, "Host memory still allocated
+    # at exit" listed it. The run itself turns the leak analysis off.
+    (tmp_path / "prog.py").write_text(STEPS_PROGRAM)
+    p = run_cli(["--device=cpu", "--call-stack=python", "--analysis=leaks", "--steps=3,4", "--output=out", "--",
+                 "/usr/bin/python3", "prog.py"], tmp_path, env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    off_line = "leaks: the leak analysis is off when --steps selects steps (only some events are collected)"
+    assert off_line in p.stderr + p.stdout
+    (folder,) = process_dirs(tmp_path / "out")
+    (dump,) = (folder / "device_cpu" / "dump").glob("memscope_dump_*.csv")
+    rel = dump.relative_to(tmp_path)
+    off = run_cli(["--analyze=leaks", f"--input={rel}"], tmp_path, check_rc=0)
+    assert (f"msmemscope: warning: --analyze: {rel} was recorded with --steps=3,4 ({folder.relative_to(tmp_path)}"
+            f"/config.json): it holds only those steps' events, and a block freed in a later step looks live at its "
+            f"end; the leak analysis is off for it, as it was in the run") in off.stderr.splitlines()
+    assert off_line in off.stderr + off.stdout
+    assert "still allocated" not in off.stdout and "ERROR: Detected memory leaks" not in off.stdout, off.stdout
+    # the same rows from a run of every step: no warning (the analysis runs)
+    whole = run_cli(["--device=cpu", "--call-stack=python", "--analysis=decompose", "--output=whole", "--",
+                     "/usr/bin/python3", "prog.py"], tmp_path, env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    (wfolder,) = process_dirs(tmp_path / "whole")
+    (wdump,) = (wfolder / "device_cpu" / "dump").glob("memscope_dump_*.csv")
+    won = run_cli(["--analyze=leaks", f"--input={wdump}"], tmp_path, check_rc=0)
+    assert "recorded with --steps" not in won.stderr and off_line not in won.stderr + won.stdout
+    assert "leaks: msmemscope's details" in won.stdout

@@ -5,6 +5,8 @@ with what it allocated between its start and end, so a run that keeps
 allocates it; C programs are compared by allocation site."""
 import csv
 import os
+import re
+import shutil
 import subprocess
 
 import pytest
@@ -90,6 +92,61 @@ def test_c_program_compared_by_allocation_site(tmp_path):
     big = [r for r in rows if r[1].startswith("leak_big")]
     assert len(big) == 1 and big[0][0] == "MALLOC" and big[0][3:] == ["10000", "10000", "0"], rows
     assert not any(r[1].startswith("malloc") for r in rows)
+
+
+BIG = """\
+import torch
+a = torch.ones(5_000_000)  # 20,000,000 bytes
+b = a * 2                  # 20,000,000 more
+del a
+print("ok")
+"""
+
+
+def record_sites(tmp_path, out):
+    """A run of BIG without operator rows (no launch events): compared by site."""
+    (tmp_path / "big.py").write_text(BIG)
+    run_cli(["--device=cpu", "--events=alloc,free", "--call-stack=python", "--analysis=", f"--output={out}", "--",
+             PY, "big.py"], tmp_path, env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    (d,) = process_dirs(tmp_path / out)
+    return d
+
+
+def test_by_site_a_cpu_tensor_counts_once_and_msmemscopes_own_memory_is_not_listed(tmp_path):
+    # A CPU tensor's storage is a malloc (HOST row) and a PTA block at the
+    # same address: by site, both were added (40,009,374 bytes for the
+    # 20 MB tensor). And a run compared with another of the same script
+    # listed msmemscope's own memory as the program's: a site in each run's
+    # session folder (<out>/.msmemscope_session_XXXX/python/sitecustomize.py,
+    # one per side) and a bare frame address under its start-up hook.
+    p, rows = compare(tmp_path, record_sites(tmp_path, "run_a"), record_sites(tmp_path, "run_b"))
+    assert ("msmemscope: compare: device cpu has no operator or kernel rows in either run; compared by allocation "
+            "site") in p.stdout
+    for line in (2, 3):
+        (r,) = [r for r in rows if r[1].endswith(f"/big.py({line}): <module>")]
+        # the tensor's 20,000,000 bytes once, and the line's few Python objects
+        assert 20_000_000 <= int(r[3]) < 20_100_000 and 20_000_000 <= int(r[4]) < 20_100_000, r
+    assert [r for r in rows if ".msmemscope_session_" in r[1]] == []
+    assert [r for r in rows if re.fullmatch(r"0x[0-9a-f]+", r[1])] == []
+    assert [r for r in rows if "/msmemscope/_msmemscope" in r[1]] == []
+
+
+def test_a_run_without_operator_rows_against_one_with_them_is_said(tmp_path, runs):
+    # One run recorded with launch events (operator rows), the other without:
+    # every operator was listed as new, without a word.
+    plain = record_sites(tmp_path, "plain")
+    for base, other, has, lacks in ((runs["a"], plain, "base", "compare"), (plain, runs["a"], "compare", "base")):
+        p, rows = compare(tmp_path, base, other)
+        assert rows and all(r[0] == "OP_LAUNCH" for r in rows), rows[:3]
+        assert all(r[4 if lacks == "compare" else 3] == "N/A" for r in rows), rows[:3]
+        assert (f"msmemscope: warning: --compare: device cpu: the {lacks} run ({other if lacks == 'compare' else base}) "
+                f"has no operator or kernel rows, the {has} run has {len(rows)}: all {len(rows)} are listed as only "
+                f"in the {has} run (record both runs with launch in --events to compare them operator by operator)"
+                ) in p.stderr.splitlines(), p.stderr
+        shutil.rmtree(tmp_path / "cmp")
+    # both with operators: no such warning
+    p, rows = compare(tmp_path, runs["a"], runs["b"])
+    assert "no operator or kernel rows" not in p.stderr
 
 
 def test_a_run_folder_of_several_processes_is_refused_with_the_process_folders_named(tmp_path, runs):

@@ -201,6 +201,22 @@ std::string some_paths(const std::vector<std::string>& paths) {
 
 }  // namespace
 
+// Collectors: every collector that serves a chosen device kind (or "*")
+// and produces a wanted event class (or declares none).
+void choose_collectors(const Catalog& catalog, Config& cfg) {
+    cfg.collectors.clear();
+    for (auto& p : catalog) {
+        if (p.kind != MSMS_KIND_COLLECTOR) continue;
+        bool device_ok = p.devices.empty();
+        for (auto& d : p.devices)
+            if (d == "*" || cfg.wants_device_kind(d)) device_ok = true;
+        bool event_ok = p.events.empty();
+        for (auto& e : p.events)
+            if (cfg.events.count(e)) event_ok = true;
+        if (device_ok && event_ok) cfg.collectors.push_back(p.name);
+    }
+}
+
 bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::vector<std::string>& errors) {
     size_t before = errors.size();
     auto get = [&](const char* key) -> const RawValue* {
@@ -678,19 +694,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         cfg.plugin_options[p.name] = filled;
     }
 
-    // Collectors: every collector that serves a chosen device kind (or "*")
-    // and produces a wanted event class (or declares none).
-    cfg.collectors.clear();
-    for (auto& p : catalog) {
-        if (p.kind != MSMS_KIND_COLLECTOR) continue;
-        bool device_ok = p.devices.empty();
-        for (auto& d : p.devices)
-            if (d == "*" || cfg.wants_device_kind(d)) device_ok = true;
-        bool event_ok = p.events.empty();
-        for (auto& e : p.events)
-            if (cfg.events.count(e)) event_ok = true;
-        if (device_ok && event_ok) cfg.collectors.push_back(p.name);
-    }
+    choose_collectors(catalog, cfg);
 
     // --watch turns the watch analyzer on (it writes watch_dump).
     if (cfg.watch && !cfg.analyze && find_plugin(catalog, "watch", MSMS_KIND_ANALYZER) &&

@@ -1,8 +1,10 @@
 #include "offline/offline.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +35,43 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The --steps a dump of ours was recorded with, from its run's config.json
+// (<run>/device_<d>/dump/<dump file> -> <run>/config.json); empty when the
+// run collected every step or the file is not there (an upstream dump, a
+// dump moved out of its run folder). config_path gets the file's path.
+// Such a dump holds only the selected steps' events, then a FREE (Attr
+// shadow:true) for every block still live when collection ended: a block
+// the program freed in a later step looks live at the end.
+std::vector<long long> recorded_steps(const std::string& dump, std::string& config_path) {
+    std::vector<long long> steps;
+    fs::path dir = fs::path(dump).parent_path();
+    if (dir.filename() != "dump" || dir.parent_path().filename().string().rfind("device_", 0) != 0) return steps;
+    config_path = (dir.parent_path().parent_path() / "config.json").string();
+    int fd = ::open(config_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return steps;
+    struct stat st;
+    std::string text;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && read_at_most(fd, 1u << 20, text) > 0;
+    ::close(fd);
+    if (!ok) return steps;
+    // Our own config.json: "steps": [3, 4] (Config::to_json).
+    size_t k = text.find("\"steps\"");
+    size_t open = k == std::string::npos ? k : text.find('[', k);
+    size_t close = open == std::string::npos ? open : text.find(']', open);
+    if (close == std::string::npos) return steps;
+    for (size_t i = open + 1; i < close;) {
+        if (text[i] < '0' || text[i] > '9') {
+            ++i;
+            continue;
+        }
+        size_t j = i;
+        while (j < close && text[j] >= '0' && text[j] <= '9') ++j;
+        steps.push_back(std::strtoll(text.substr(i, j - i).c_str(), nullptr, 10));
+        i = j;
+    }
+    return steps;
+}
+
 // side_dir: a private folder the caller made (and removes, also when a
 // supervised worker running this crashed) for the write-back sink's results.
 // The rows are streamed in time order (DumpStream): what stays in memory is
@@ -56,6 +95,21 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
 
     Config c = cfg;
     c.sinks.clear();
+    // A dump recorded with --steps: the analyzers see the run's --steps in
+    // the configuration, as they did in the run (the leak analysis turns
+    // itself off: what is live at the end of such a dump was not left at
+    // the program's exit).
+    std::string config_path;
+    if (auto steps = recorded_steps(path, config_path); !steps.empty()) {
+        c.steps = steps;
+        std::string list;
+        for (size_t i = 0; i < steps.size(); ++i) list += (i ? "," : "") + std::to_string(steps[i]);
+        if (std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "leaks") != cfg.analyzers.end())
+            warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
+                          << " was recorded with --steps=" << list << " (" << escape_controls(config_path)
+                          << "): it holds only those steps' events, and a block freed in a later step looks "
+                             "live at its end; the leak analysis is off for it, as it was in the run\n";
+    }
     std::string side;
     if (!side_dir.empty() && registry.find("offline_writeback", MSMS_KIND_SINK)) {
         side = side_dir + "/results.tsv";
@@ -192,7 +246,17 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
                 ambiguous += list.size();
                 continue;
             }
-            for (auto& [k, v] : list) patches.push_back(AttrPatch{id, it->second.pid, k, v});
+            // One result per row and key: its last value. (The inefficient
+            // analyzer annotates a block again when it finds a second kind,
+            // "early_allocation" then "early_allocation,late_deallocation":
+            // one block, one result.)
+            size_t first = patches.size();
+            for (auto& [k, v] : list) {
+                auto same = std::find_if(patches.begin() + static_cast<long>(first), patches.end(),
+                                         [&](const AttrPatch& p) { return p.key == k; });
+                if (same != patches.end()) same->value = v;
+                else patches.push_back(AttrPatch{id, it->second.pid, k, v});
+            }
         }
         results.clear();
         if (ambiguous)

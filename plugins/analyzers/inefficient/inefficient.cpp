@@ -15,8 +15,13 @@
 //                      idle_threshold APIs apart.
 // Only blocks of the chosen pools (option `pools`) whose MALLOC was seen and
 // of at least mem_size bytes are marked, with the chosen types; the mark is
-// Attr `inefficient_type` of the block's MALLOC row (Host::annotate).
-// State: per live block a few numbers; per group a few counters.
+// Attr `inefficient_type` of the block's MALLOC row (Host::annotate). A block
+// marked with a second kind is annotated again with both ("early_allocation,
+// late_deallocation"): the annotations are not blocks.
+// At the end, per device, one report line counts the blocks marked and their
+// bytes, each block once, and each kind's blocks (a block of two kinds is in
+// both): with --aggregate (no rows to read the marks from) it is all there is.
+// State: per live block a few numbers; per group and device a few counters.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
@@ -116,6 +121,7 @@ public:
             ev.allocation_id = aid;
             on_memory(ev, group_key(b.pid, b.atb));
         }
+        report();
     }
 
 private:
@@ -135,6 +141,12 @@ private:
         bool atb = false;
         uint16_t pool = 0;
         std::string marks;
+    };
+    // Per device: the blocks judged (MALLOCs of the chosen pools), and the
+    // blocks marked, each once, with their bytes, in total and per kind.
+    struct Tally {
+        uint64_t judged = 0, blocks = 0, bytes = 0;
+        std::map<std::string, std::pair<uint64_t, uint64_t>> kinds;  // kind -> blocks, bytes
     };
     using GroupKey = std::pair<uint32_t, bool>;
     static GroupKey group_key(uint32_t pid, bool atb) { return {pid, atb}; }
@@ -207,6 +219,7 @@ private:
                 erase_block(old->second);
             }
             m[ev.ptr] = key;
+            ++tally_[b.dev].judged;
             blocks_.emplace(key, b);
             if (ev.allocation_id) {
                 by_alloc_id_[ev.allocation_id] = key;
@@ -250,6 +263,7 @@ private:
     void erase_block(uint64_t key) {
         auto it = blocks_.find(key);
         if (it == blocks_.end()) return;
+        count_marks(it->second);
         auto a = alloc_id_of_.find(key);
         if (a != alloc_id_of_.end()) {
             by_alloc_id_.erase(a->second);
@@ -263,6 +277,53 @@ private:
             }
         }
         blocks_.erase(it);
+    }
+
+    // A block leaves the table with its final marks: counted once.
+    void count_marks(const Block& b) {
+        if (b.marks.empty()) return;
+        Tally& t = tally_[b.dev];
+        ++t.blocks;
+        t.bytes += b.size;
+        size_t start = 0;
+        while (start <= b.marks.size()) {
+            size_t comma = b.marks.find(',', start);
+            if (comma == std::string::npos) comma = b.marks.size();
+            auto& k = t.kinds[b.marks.substr(start, comma - start)];
+            ++k.first;
+            k.second += b.size;
+            start = comma + 1;
+        }
+    }
+
+    // "inefficient: 84 block(s), 342528 bytes marked on device cpu, of 1200
+    // block(s) judged: early_allocation 72 block(s), 300000 bytes;
+    // late_deallocation 24 block(s), 60000 bytes" (summary.json reads it:
+    // framework/host/process_summary_json.cpp).
+    void report() {
+        if (tally_.empty()) {
+            std::string pools;
+            for (uint16_t p : pools_) pools += (pools.empty() ? "" : ", ") + pool_name(p);
+            host_.report("inefficient: no block marked (no block of the pools " + (pools.empty() ? "chosen" : pools) +
+                         " was allocated)");
+            return;
+        }
+        for (auto& [dk, t] : tally_) {
+            std::string of = ", of " + std::to_string(t.judged) + " block(s) judged";
+            if (!t.blocks) {
+                host_.report("inefficient: no block marked on device " + dev_name(dk) + of);
+                continue;
+            }
+            std::string line = "inefficient: " + std::to_string(t.blocks) + " block(s), " + std::to_string(t.bytes) +
+                               " bytes marked on device " + dev_name(dk) + of + ": ";
+            bool first = true;
+            for (auto& [kind, v] : t.kinds) {
+                line += (first ? "" : "; ") + kind + " " + std::to_string(v.first) + " block(s), " +
+                        std::to_string(v.second) + " bytes";
+                first = false;
+            }
+            host_.report(line);
+        }
     }
 
     void mark(Block& b, const char* kind) {
@@ -281,6 +342,7 @@ private:
     std::unordered_map<uint64_t, Block> blocks_;
     std::map<DevKey, std::map<uint64_t, uint64_t>> by_addr_;  // start address -> block key
     std::unordered_map<uint64_t, uint64_t> by_alloc_id_, alloc_id_of_;
+    std::map<DevKey, Tally> tally_;
     uint64_t next_key_ = 1;
 };
 

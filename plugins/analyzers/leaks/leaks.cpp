@@ -575,7 +575,7 @@ private:
                 parts.push_back(std::to_string(ss.size()) + " by " +
                                 (origin == msms_leaks::kBuiltinOrigin
                                      ? std::string("the built-in list of one-time set-up (the interpreter, the imports' heap, the loader, libc's locale tables; --default-suppressions=false shows them)")
-                                 : origin == "built-in (msmemscope)"
+                                 : origin == msms_leaks::kOwnOrigin
                                      ? std::string("msmemscope's own modules (the profiler's memory)")
                                      : origin));
             }

@@ -1,5 +1,7 @@
 #include "suppressions.h"
 
+#include "util/own_memory.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,57 +45,10 @@ const char* const kCPython =
     "__tzfile_read\n"
     "__tzstring\n";
 
-// msmemscope's own Python modules (the package's extensions and its PyTorch
-// operator observer): what they keep until exit (the code objects and
-// operator names seen) is the profiler's memory, not the program's. Matched
-// against every frame: their std::string and container allocations name a
-// libstdc++ frame as the site. Also the boot in the interpreter-start hook
-// the CLI writes into its session folder (the package's own frames are never
-// in a stack; with Python stacks only, what the package's start-up keeps was
-// named after this file, a temporary path gone when the run ends); not the
-// hook's _msmemscope_chain, which runs the program's own sitecustomize.
-const char* const kSelf =
-    "/msmemscope/_msmemscope.\n"
-    "/msmemscope/_msmemscope_config.\n"
-    "/msmemscope/_torch_observer.\n"
-    "/.msmemscope_session_*/python/sitecustomize.py(*): _msmemscope_boot\n";
-
 }  // namespace
 
 bool pattern_matches(std::string_view pattern, std::string_view frame) {
-    bool anchor_start = !pattern.empty() && pattern.front() == '^';
-    if (anchor_start) pattern.remove_prefix(1);
-    bool anchor_end = !pattern.empty() && pattern.back() == '$';
-    if (anchor_end) pattern.remove_suffix(1);
-    // The pieces between '*' must appear in order.
-    std::vector<std::string_view> pieces;
-    size_t start = 0;
-    for (;;) {
-        size_t star = pattern.find('*', start);
-        pieces.push_back(pattern.substr(start, star == std::string_view::npos ? std::string_view::npos : star - start));
-        if (star == std::string_view::npos) break;
-        start = star + 1;
-    }
-    size_t pos = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-        std::string_view piece = pieces[i];
-        bool last = i + 1 == pieces.size();
-        if (i == 0 && anchor_start) {
-            if (frame.substr(0, piece.size()) != piece) return false;
-            pos = piece.size();
-            if (last && anchor_end) return pieces.size() == 1 ? frame.size() == piece.size() : true;
-            continue;
-        }
-        if (last && anchor_end) {
-            if (frame.size() < pos + piece.size()) return false;
-            return frame.substr(frame.size() - piece.size()) == piece;
-        }
-        if (piece.empty()) continue;
-        size_t at = frame.find(piece, pos);
-        if (at == std::string_view::npos) return false;
-        pos = at + piece.size();
-    }
-    return true;
+    return msms::frame_pattern_matches(pattern, frame);
 }
 
 void Suppressions::load_text(std::string_view text, const std::string& origin) {
@@ -159,7 +114,13 @@ void Suppressions::add_builtin() {
     size_t first = rules_.size();
     load_text(std::string(kInterpreterBinary) + "\n" + kInterpreterLibrary + "\n" + kCPython, kBuiltinOrigin);
     for (size_t i = first; i < rules_.size(); ++i) rules_[i].site_only = true;
-    load_text(kSelf, "built-in (msmemscope)");
+    // msmemscope's own memory (its extension modules in any frame, its
+    // interpreter-start hook's lines as the site): util/own_memory.h, the
+    // patterns --compare uses too.
+    load_text(msms::kOwnFrames, kOwnOrigin);
+    first = rules_.size();
+    load_text(msms::kOwnSites, kOwnOrigin);
+    for (size_t i = first; i < rules_.size(); ++i) rules_[i].site_only = true;
 }
 
 Suppressions::Rule* Suppressions::match(std::string_view stack, std::string_view site) {

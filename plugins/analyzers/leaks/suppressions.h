@@ -21,6 +21,10 @@ namespace msms_leaks {
 
 // The origin of the built-in list of one-time set-up's rules (add_builtin).
 constexpr const char* kBuiltinOrigin = "built-in (CPython)";
+// The origin of the rules for msmemscope's own memory (add_builtin:
+// util/own_memory.h, every frame of the stack for its modules, the
+// allocation site for its interpreter-start hook).
+constexpr const char* kOwnOrigin = "built-in (msmemscope)";
 
 // '*', '^...', '...$' matching of one pattern against one frame.
 bool pattern_matches(std::string_view pattern, std::string_view frame);

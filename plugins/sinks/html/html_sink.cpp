@@ -22,7 +22,12 @@
 //     the end, and the page says that is what they are) for the flame graph;
 //   - owners: the MALLOC's Attr `owner` (decompose's owner names) and the
 //     owner annotations of a later relabel (weights, gradients tagged after
-//     their allocation) move a live block's bytes to that series from then on.
+//     their allocation) move a live block's bytes to that series from then on;
+//   - inefficient memory: the inefficient analyzer's annotations (Attr
+//     `inefficient_type` of a block's MALLOC, annotated again with both kinds
+//     when a second one is found) counted per block while it is live: its
+//     blocks and bytes once in the total and once in each of its kinds, per
+//     device, and the kMaxIneff largest marked blocks with their site.
 #include <msmemscope/plugin.hpp>
 
 #include <algorithm>
@@ -56,6 +61,7 @@ constexpr size_t kMaxMarks = 1000;        // steps drawn on the charts
 constexpr size_t kMaxLives = 20000;       // block lifetimes per device in the page
 constexpr size_t kFlameSites = 2000;      // flame graph sites per device and measure
 constexpr size_t kMaxGone = 4000000;      // freed blocks a leak finding may name (24 bytes each)
+constexpr size_t kMaxIneff = 100;         // the largest blocks the inefficient analysis marked, listed
 
 
 // JSON string safe inside <script>: no "</" can close the element.
@@ -124,8 +130,10 @@ struct Block {
     uint32_t site;
     uint32_t bound;  // step and mark boundaries seen before the MALLOC
     uint16_t cat;
+    uint8_t ineff;   // the inefficient kinds marked on it (bits: HtmlSink::ineff_kinds_; in cat's padding)
     uint32_t n;      // the blocks it stands for: the imports' heap is one row for many (Attr blocks)
 };
+
 
 // A row of the leaks analyzer's findings, as the page needs it.
 struct LeakRow {
@@ -172,6 +180,21 @@ struct Device {
     std::unordered_map<uint32_t, uint64_t> site_bytes;  // allocated per site
 };
 
+// What the inefficient analysis marked on a device: blocks and bytes, each
+// block once; per kind, the blocks marked with it.
+struct IneffSum {
+    uint64_t blocks = 0, bytes = 0;
+    std::map<std::string, std::pair<uint64_t, uint64_t>> kinds;  // kind -> blocks, bytes
+};
+
+// One of the largest marked blocks.
+struct IneffBlock {
+    uint64_t size;
+    uint32_t site;
+    uint8_t kinds;
+    const Device* dev;
+};
+
 class HtmlSink : public msmemscope::ISink {
 public:
     static constexpr const char* kTypeName = "html";
@@ -184,6 +207,7 @@ public:
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
         leaks_ran_ = analysis_listed(run.config_json, "leaks");
+        ineff_listed_ = analysis_listed(run.config_json, "inefficient");
         keep_gone_ = leaks_ran_ || run.config_json.find("\"analysis\"") == std::string::npos;
     }
 
@@ -220,7 +244,7 @@ public:
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
-        if (key == "inefficient_type") ++annotations_[std::string(value)];
+        if (key == "inefficient_type") inefficient(id, value);
         else if (key == "owner") relabel(id, value);
     }
 
@@ -322,6 +346,123 @@ private:
         d.cur[c] += static_cast<int64_t>(blk.size);
         blk.cat = c;
         if (pending_host_ != &d) sample(d, last_ts_);
+    }
+
+    // The inefficient analysis marked a live block (value: all its kinds so
+    // far, "early_allocation,late_deallocation"): each block counts once in
+    // the device's total and once in each of its kinds, however many
+    // annotations it gets. (The analyzer annotates a block while it is
+    // live, before its FREE reaches the sinks.)
+    void inefficient(uint64_t id, std::string_view value) {
+        ++ineff_annotations_;
+        uint8_t bits = 0;
+        size_t start = 0;
+        while (start <= value.size()) {
+            size_t comma = value.find(',', start);
+            if (comma == std::string_view::npos) comma = value.size();
+            std::string kind(value.substr(start, comma - start));
+            start = comma + 1;
+            if (kind.empty()) continue;
+            auto k = std::find(ineff_kinds_.begin(), ineff_kinds_.end(), kind);
+            if (k == ineff_kinds_.end()) {
+                if (ineff_kinds_.size() >= 8) continue;  // (the analyzer has three)
+                k = ineff_kinds_.insert(ineff_kinds_.end(), kind);
+            }
+            bits |= static_cast<uint8_t>(1u << (k - ineff_kinds_.begin()));
+        }
+        auto it = live_id_.find(id);
+        if (it == live_id_.end()) return;
+        Device& d = *it->second.first;
+        auto b = d.live.find(it->second.second);
+        if (b == d.live.end()) return;
+        Block& blk = b->second;
+        uint8_t added = bits & static_cast<uint8_t>(~blk.ineff);
+        if (!added) return;
+        IneffSum& sum = ineff_[&d];
+        if (!blk.ineff) {
+            ++sum.blocks;
+            sum.bytes += blk.size;
+        }
+        for (size_t i = 0; i < ineff_kinds_.size(); ++i)
+            if (added & (1u << i)) {
+                auto& k = sum.kinds[ineff_kinds_[i]];
+                ++k.first;
+                k.second += blk.size;
+            }
+        blk.ineff |= added;
+        // the largest marked blocks (ties: the earlier event)
+        auto t = ineff_top_.find(id);
+        if (t != ineff_top_.end()) {
+            t->second.kinds = blk.ineff;
+        } else if (blk.size >= ineff_min_) {
+            ineff_top_.emplace(id, IneffBlock{blk.size, blk.site, blk.ineff, &d});
+            if (ineff_top_.size() >= 2 * kMaxIneff) prune_ineff();
+        }
+    }
+    std::vector<std::pair<uint64_t, IneffBlock>> largest_ineff() const {
+        std::vector<std::pair<uint64_t, IneffBlock>> v(ineff_top_.begin(), ineff_top_.end());
+        std::sort(v.begin(), v.end(), [](auto& x, auto& y) {
+            return x.second.size != y.second.size ? x.second.size > y.second.size : x.first < y.first;
+        });
+        return v;
+    }
+    void prune_ineff() {
+        auto v = largest_ineff();
+        if (v.size() <= kMaxIneff) return;
+        v.resize(kMaxIneff);
+        ineff_min_ = v.back().second.size;
+        ineff_top_.clear();
+        ineff_top_.insert(v.begin(), v.end());
+    }
+    void ineff_json(std::string& o) {
+        auto sum_json = [&](const IneffSum& s) {
+            o += "\"blocks\":" + std::to_string(s.blocks) + ",\"bytes\":" + std::to_string(s.bytes) + ",\"kinds\":";
+            kinds_json(o, s.kinds);
+        };
+        IneffSum all;
+        for (auto& [dev, s] : ineff_) {
+            all.blocks += s.blocks;
+            all.bytes += s.bytes;
+            for (auto& [k, v] : s.kinds) {
+                all.kinds[k].first += v.first;
+                all.kinds[k].second += v.second;
+            }
+        }
+        o += "\"inefficient\":{\"ran\":";
+        o += ineff_listed_ || ineff_annotations_ ? "true" : "false";
+        o += ',';
+        sum_json(all);
+        o += ",\"devices\":[";
+        bool first = true;
+        for (auto& dp : devices_) {  // in the page's device order
+            auto s = ineff_.find(dp.get());
+            if (s == ineff_.end()) continue;
+            if (!first) o += ',';
+            first = false;
+            o += "{\"label\":";
+            jstr(o, dp->label);
+            o += ',';
+            sum_json(s->second);
+            o += '}';
+        }
+        o += "],\"largest\":[";
+        auto v = largest_ineff();
+        if (v.size() > kMaxIneff) v.resize(kMaxIneff);
+        for (size_t i = 0; i < v.size(); ++i) {
+            const IneffBlock& b = v[i].second;
+            std::string kinds;
+            for (size_t k = 0; k < ineff_kinds_.size(); ++k)
+                if (b.kinds & (1u << k)) kinds += (kinds.empty() ? "" : ",") + ineff_kinds_[k];
+            if (i) o += ',';
+            o += "{\"device\":";
+            jstr(o, b.dev->label);
+            o += ",\"kinds\":";
+            jstr(o, kinds);
+            o += ",\"size\":" + std::to_string(b.size) + ",\"event_id\":" + std::to_string(v[i].first) + ",\"stack\":";
+            jstr(o, sites_[b.site].text);
+            o += '}';
+        }
+        o += "]}";
     }
 
     // A site made from a finding's own stack text (a group of host blocks
@@ -601,7 +742,7 @@ private:
             ++d.mallocs;
             uint16_t c = category(d, ev);
             uint32_t s = site(ev);
-            Block b{ev.size, ev.timestamp_ns, seq_, ev.id, s, bounds_, c, import_heap(ev) ? msmemscope::attr_blocks(ev) : 1u};
+            Block b{ev.size, ev.timestamp_ns, seq_, ev.id, s, bounds_, c, 0, import_heap(ev) ? msmemscope::attr_blocks(ev) : 1u};
             auto key = ev.allocation_id ? ev.allocation_id : (ev.ptr | (1ull << 63));
             auto [it, inserted] = d.live.emplace(key, b);
             if (!inserted) {  // an id seen twice: replace the old state
@@ -1022,15 +1163,9 @@ private:
             }
             o += "]}";
         }
-        o += "},\"inefficient_marks\":{";
-        first = true;
-        for (auto& [k, n] : annotations_) {
-            if (!first) o += ',';
-            first = false;
-            jstr(o, k);
-            o += ':' + std::to_string(n);
-        }
-        o += "}}";
+        o += "},";
+        ineff_json(o);
+        o += '}';
     }
 
     msmemscope::Host host_;
@@ -1046,7 +1181,13 @@ private:
     msms::AddrMap<std::pair<Device*, uint64_t>> host_ptr_;  // live host heap blocks: device, key
     Device* pending_host_ = nullptr;  // the last memory event was this device's host MALLOC
     uint64_t pending_hkey_ = 0, pending_ts_ = 0, pending_seq_ = 0;
-    std::map<std::string, uint64_t> annotations_;
+    // inefficient memory: the kinds seen (a block's bits), per device what
+    // was marked, the largest marked blocks by their MALLOC's event id
+    std::vector<std::string> ineff_kinds_{"early_allocation", "late_deallocation", "temporary_idleness"};
+    std::unordered_map<const Device*, IneffSum> ineff_;
+    std::unordered_map<uint64_t, IneffBlock> ineff_top_;
+    uint64_t ineff_min_ = 0, ineff_annotations_ = 0;
+    bool ineff_listed_ = false;  // the configuration lists the inefficient analysis
     std::vector<std::pair<uint64_t, std::string>> marks_;
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     uint32_t bounds_ = 0;                              // step and mark events seen

@@ -678,17 +678,13 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   }
 
   var names = Object.keys(D.findings).sort(function (a, b) {
-    var o = { leaks: 0, inefficient: 1 };
-    return ((a in o ? o[a] : 2) - (b in o ? o[b] : 2)) || (a < b ? -1 : a > b ? 1 : 0);
+    return ((a === "leaks" ? 0 : 1) - (b === "leaks" ? 0 : 1)) || (a < b ? -1 : a > b ? 1 : 0);
   });
-  ["leaks", "inefficient"].forEach(function (must) {
-    if (names.indexOf(must) < 0) {
-      main.appendChild(el("h2", null, must === "leaks" ? "Leaks" : "Inefficient memory"));
-      main.appendChild(el("p", { "class": "empty", id: "no-" + must }, must === "leaks" ? (D.leaks_ran ?
-        "The leaks analysis reported no leak." : "The leaks analysis did not run (--analysis=leaks).") :
-        "None reported (the " + must + " analyzer found nothing or did not run: --analysis=" + must + ")."));
-    }
-  });
+  if (names.indexOf("leaks") < 0) {
+    main.appendChild(el("h2", null, "Leaks"));
+    main.appendChild(el("p", { "class": "empty", id: "no-leaks" }, D.leaks_ran ?
+      "The leaks analysis reported no leak." : "The leaks analysis did not run (--analysis=leaks)."));
+  }
   // The leaks table in a few columns, the stack last and wide enough to read:
   // where (device, pool), what (kind, step), blocks, bytes, address, the
   // operator and the program's line (or the site), the stack.
@@ -712,9 +708,9 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       } },
       { title: "Stack", get: function (r) { return stackCell(v(r, "stack")); } }];
   }
-  names.forEach(function (name) {
+  function findingTable(name) {
     var f = D.findings[name];
-    var title = name === "leaks" ? "Leaks" : name === "inefficient" ? "Inefficient memory" : "Findings: " + name;
+    var title = name === "leaks" ? "Leaks" : "Findings: " + name;
     if (name === "leaks")  // blocks and bytes as the analysis counts them; a row may be a site of many blocks
       main.appendChild(el("h2", null, title + ": " + num(D.leak_total[0]) + " blocks, " + human(D.leak_total[1]) +
         " (" + num(f.total) + " rows)"));
@@ -737,7 +733,51 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     else cols = cols.filter(function (c, j) { return used[j]; });
     var tbox = table("table-finding-" + name.replace(/[^A-Za-z0-9_-]/g, "_"), cols, f.rows);
     main.appendChild(tbox);
-  });
+  }
+  if (names.indexOf("leaks") >= 0) findingTable("leaks");
+  // Inefficient memory: what the inefficient analysis marked, each block
+  // once in the total and once in each of its kinds (a block allocated early
+  // and freed late is in both rows), per device; the largest blocks with
+  // their site.
+  (function () {
+    var IE = D.inefficient || { ran: false, blocks: 0, bytes: 0, kinds: {}, devices: [], largest: [] };
+    if (!IE.blocks) {
+      main.appendChild(el("h2", { id: "inefficient-title" }, "Inefficient memory"));
+      main.appendChild(el("p", { "class": "empty", id: "no-inefficient" }, IE.ran ?
+        "The inefficient analysis marked no block." : "The inefficient analysis did not run (--analysis=inefficient)."));
+      return;
+    }
+    main.appendChild(el("h2", { id: "inefficient-title" }, "Inefficient memory: " + num(IE.blocks) + " blocks, " + human(IE.bytes)));
+    main.appendChild(el("div", { "class": "note" }, "Blocks the inefficient analysis marked: early_allocation (an operator " +
+      "freed memory between the block's allocation and its first use), late_deallocation (one allocated between its last " +
+      "use and its free), temporary_idleness (unused for long between two uses). A block counts once in the total and " +
+      "once in each of its kinds."));
+    var KDESC = ["early_allocation", "late_deallocation", "temporary_idleness"];
+    var krows = [];
+    IE.devices.forEach(function (d) {
+      krows.push({ device: d.label, kind: "all kinds", blocks: d.blocks, bytes: d.bytes });
+      Object.keys(d.kinds).sort(function (a, b) {
+        var x = KDESC.indexOf(a), y = KDESC.indexOf(b);
+        return (x < 0 ? 9 : x) - (y < 0 ? 9 : y) || (a < b ? -1 : a > b ? 1 : 0);
+      }).forEach(function (k) {
+        krows.push({ device: d.label, kind: k, blocks: d.kinds[k][0], bytes: d.kinds[k][1] });
+      });
+    });
+    main.appendChild(table("table-inefficient-kinds", [
+      { title: "Device", get: function (r) { return r.device; } },
+      { title: "Kind", get: function (r) { return r.kind; } },
+      { title: "Blocks", num: true, get: function (r) { return num(r.blocks); } },
+      { title: "Bytes", num: true, get: function (r) { return human(r.bytes); } }], krows));
+    main.appendChild(el("h3", null, IE.largest.length < IE.blocks ? "The " + num(IE.largest.length) +
+      " largest marked blocks (of " + num(IE.blocks) + ")" : "The marked blocks, largest first"));
+    main.appendChild(table("table-inefficient-blocks", [
+      { title: "Device", get: function (r) { return r.device; } },
+      { title: "Kinds", get: function (r) { return el("td", { "class": "lines" }, r.kinds.split(",").join("\n")); } },
+      { title: "Bytes", num: true, get: function (r) { return human(r.size); } },
+      { title: "Event", get: function (r) { return "MALLOC " + r.event_id; } },
+      { title: "Allocated at", get: function (r) { return stackCell(r.stack); } }], IE.largest));
+  })();
+  names.forEach(function (name) { if (name !== "leaks") findingTable(name); });
   // Test mode (#msms-test=CHART,FROM,TO with FROM/TO fractions of the plot
   // width): drags over that chart as a user would, clicks the middle of the
   // new view, switches the flame graph through its measures and writes what

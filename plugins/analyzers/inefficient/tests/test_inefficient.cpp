@@ -194,3 +194,37 @@ TEST_CASE("an access is matched by allocation_id or by an address inside the blo
     r.h.finish();
     CHECK(r.mark(1) == "early_allocation,temporary_idleness");
 }
+
+TEST_CASE("the report counts each marked block once, and once in each of its kinds") {
+    // A (256 bytes) is early and then late: annotated twice, one block; B
+    // (64 bytes) is early only; C and D (8 bytes) are never accessed.
+    Run r;
+    r.h.feed(m(0x1000, 256).id(1));    // API 1: A
+    r.h.feed(m(0x2000, 64).id(2));     // API 2: B
+    r.h.feed(m(0x5000, 8).id(3));      // API 3: C
+    r.h.feed(f(0x5000).id(4));         // API 4 frees
+    r.h.feed(a(0x1000).id(5));         // API 5: A early
+    r.h.feed(a(0x2000).id(6));         // API 6: B early
+    r.h.feed(f(0x2000).id(7));         // API 7: B freed, nothing allocated since its access
+    r.h.feed(m(0x6000, 8).id(8));      // API 8 allocates D
+    r.h.feed(f(0x1000).id(9));         // API 9: A late
+    r.h.finish();
+    CHECK(r.mark(1) == "early_allocation,late_deallocation");
+    CHECK(r.mark(2) == "early_allocation");
+    REQUIRE(r.h.reports.size() == 1);
+    CHECK(r.h.reports[0] == "inefficient: 2 block(s), 320 bytes marked on device 0, of 4 block(s) judged: "
+                            "early_allocation 2 block(s), 320 bytes; late_deallocation 1 block(s), 256 bytes");
+}
+
+TEST_CASE("the report says when nothing was marked, or nothing was judged") {
+    Run r;
+    r.h.feed(m(0x1000, 256).id(1));
+    r.h.feed(f(0x1000).id(2));
+    r.h.finish();
+    CHECK(r.h.reports == std::vector<std::string>{"inefficient: no block marked on device 0, of 1 block(s) judged"});
+    Run none;
+    none.h.feed(EventBuilder::malloc(0x100, 64, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).id(1));
+    none.h.finish();
+    REQUIRE(none.h.reports.size() == 1);
+    CHECK(none.h.reports[0].rfind("inefficient: no block marked (no block of the pools ", 0) == 0);
+}

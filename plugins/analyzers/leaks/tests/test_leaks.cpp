@@ -421,6 +421,24 @@ TEST_CASE("suppression patterns: '*', '^' and '$'") {
     CHECK_FALSE(pattern_matches("^exact$", "exact2"));
 }
 
+TEST_CASE("msmemscope's own memory: its modules in any frame, its start-up hook's lines as the site") {
+    msms_leaks::Suppressions s;
+    s.add_builtin();
+    const std::string hook = "/out/.msmemscope_session_Ab12Cd/python/sitecustomize.py";
+    // the hook's own line (a call into the package) as the site: the profiler's
+    std::string chain = hook + "(41): _msmemscope_chain\n" + hook + "(45): <module>";
+    auto* r = s.match(chain, hook + "(41): _msmemscope_chain");
+    REQUIRE(r != nullptr);
+    CHECK(r->origin.rfind(msms_leaks::kOwnOrigin, 0) == 0);
+    // the boot anywhere in the stack, a bare frame address as the C site
+    r = s.match("0x27f6bb30\n" + hook + "(23): _msmemscope_boot\n" + hook + "(44): <module>", "0x27f6bb30");
+    REQUIRE(r != nullptr);
+    CHECK(r->origin.rfind(msms_leaks::kOwnOrigin, 0) == 0);
+    // the program's own sitecustomize, run by the hook's chain: the program's
+    std::string own = "/home/u/site/sitecustomize.py(3): <module>\n" + hook + "(38): _msmemscope_chain";
+    CHECK(s.match(own, "/home/u/site/sitecustomize.py(3): <module>") == nullptr);
+}
+
 // ------------------------------------------------ a large leak on the console (issue #27 item 3)
 
 namespace {
