@@ -215,3 +215,27 @@ def test_a_child_ended_by_exit_after_fork_shows_what_it_held_alike_everywhere(cl
     off = cli(["--analyze=leaks,decompose", "--input-path=copy"], tmp_path, check_rc=0)
     assert "still allocated" not in off.stdout and "Detected memory leaks" not in off.stdout, off.stdout
     assert re.search(r"^  HOST +(\d+) ", off.stdout, re.M).group(1) == str(final), off.stdout
+
+
+def test_the_html_of_a_child_ended_by_exit_after_fork_says_what_was_not_judged(cli, tmp_path):
+    # Its page said "The leaks analysis reported no leak." and nothing more,
+    # beside a site table of the 300,000 bytes it held at its _exit.
+    from test_html_truth import dom_of, page_data
+    (tmp_path / "prog.py").write_text(FORK_EXIT)
+    p = cli(["--device=cpu", "--analysis=leaks", "--sinks=html", "--output=out", "--", "/usr/bin/python3", "prog.py"],
+            tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+    child = re.search(r"^child (\d+)$", p.stdout, re.M).group(1)
+    (folder,) = [d for d in process_dirs(tmp_path / "out") if d.name.split("_")[1] == child]
+    (page,) = folder.glob("report_*.html")
+    blocks, size = page_data(page)["image_ended"]
+    final = json.loads((folder / "summary.json").read_text())["pools"]["cpu/HOST"]["final_bytes"]
+    assert size == final >= 300000 and blocks >= 1
+    dom = dom_of(page, tmp_path)
+    assert '<p class="empty" id="no-leaks">The leaks analysis reported no leak.</p>' in dom
+    m = re.search(r'<p class="note" id="image-ended">Not judged: what the process held when its image ended '
+                  r'\((\d+) block\(s\), ([\d.]+ \w?i?B): an exec, or _exit after fork\) went with it; its step leaks '
+                  r"are judged as any process's\.</p>", dom)
+    assert m and int(m.group(1)) == blocks, dom[dom.find("no-leaks") - 200:][:1200]
+    # the parent's page says nothing of the kind
+    (parent,) = [d for d in process_dirs(tmp_path / "out") if d != folder]
+    assert page_data(next(parent.glob("report_*.html")))["image_ended"] == [0, 0]

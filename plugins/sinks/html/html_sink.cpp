@@ -220,6 +220,12 @@ public:
         last_ts_ = std::max(last_ts_, ev.timestamp_ns);
         ++kinds_[ev.kind < MSMS_EV_KIND_COUNT ? ev.kind : 0];
         if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
+            if (ev.kind == MSMS_EV_FREE && msmemscope::attr(ev, "image_ended") == "true") {
+                // The image ended with it (exec, or _exit after fork): its
+                // memory went with it, judged by no leak analysis.
+                ++image_ended_.first;
+                image_ended_.second += ev.size;
+            }
             if (ev.kind == MSMS_EV_FREE && msmemscope::attr(ev, "shadow") == "true") {
                 // Shadow FREEs (framework/host/shadow.h) close the blocks
                 // still live when collection ends: the report keeps them
@@ -1072,6 +1078,7 @@ private:
         }
         o += "},\"leaks_ran\":";
         o += leaks_ran() ? "true" : "false";
+        o += ",\"image_ended\":[" + std::to_string(image_ended_.first) + ',' + std::to_string(image_ended_.second) + ']';
         o += ",\"leak_total\":[" + std::to_string(leak_total_.first) + ',' + std::to_string(leak_total_.second) +
              "],\"leak_unplaced\":[" + std::to_string(unplaced_.first) + ',' + std::to_string(unplaced_.second) +
              "],\"leak_kinds\":";
@@ -1189,6 +1196,7 @@ private:
     uint64_t ineff_min_ = 0, ineff_annotations_ = 0;
     bool ineff_listed_ = false;  // the configuration lists the inefficient analysis
     std::vector<std::pair<uint64_t, std::string>> marks_;
+    std::pair<uint64_t, uint64_t> image_ended_{0, 0};  // blocks, bytes live when the image ended (exec, _exit after fork)
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     uint32_t bounds_ = 0;                              // step and mark events seen
     bool leaks_ran_ = false;                           // the configuration lists the leaks analysis

@@ -685,6 +685,16 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     main.appendChild(el("p", { "class": "empty", id: "no-leaks" }, D.leaks_ran ?
       "The leaks analysis reported no leak." : "The leaks analysis did not run (--analysis=leaks)."));
   }
+  // A process whose image ended with blocks live (exec, or _exit after fork,
+  // as DataLoader workers end): what it held went with it, judged by no one.
+  var imageEnded = function () {
+    if (!D.leaks_ran || !D.image_ended || !D.image_ended[0]) return;
+    main.appendChild(el("p", { "class": "note", id: "image-ended" },
+      "Not judged: what the process held when its image ended (" + D.image_ended[0] + " block(s), " +
+      human(D.image_ended[1]) + ": an exec, or _exit after fork) went with it; its step leaks are judged as " +
+      "any process's."));
+  };
+  if (names.indexOf("leaks") < 0) imageEnded();
   // The leaks table in a few columns, the stack last and wide enough to read:
   // where (device, pool), what (kind, step), blocks, bytes, address, the
   // operator and the program's line (or the site), the stack.
@@ -734,7 +744,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     var tbox = table("table-finding-" + name.replace(/[^A-Za-z0-9_-]/g, "_"), cols, f.rows);
     main.appendChild(tbox);
   }
-  if (names.indexOf("leaks") >= 0) findingTable("leaks");
+  if (names.indexOf("leaks") >= 0) { findingTable("leaks"); imageEnded(); }
   // Inefficient memory: what the inefficient analysis marked, each block
   // once in the total and once in each of its kinds (a block allocated early
   // and freed late is in both rows), per device; the largest blocks with
