@@ -93,6 +93,11 @@ def start() -> None:
     the configuration asks for until stop(). The first call opens the
     session (spawns the host when not running under the CLI)."""
     _session.session()
+    if _shared.auto_steps() and _shared.auto_step is None:
+        # Under the CLI, before the optimizer marked a step: the program may
+        # mark its steps itself, with step() after opt.step() (upstream's
+        # pattern); the optimizer's first mark waits for it (_shared.py).
+        _shared.auto_hold = "hold"
     _ext.start()
     _collect.enable_for_range()
     _report_existing_tensors()
@@ -135,6 +140,9 @@ def stop() -> None:
         return
     watcher.range_stopped()
     _collect.disable_for_range()
+    if _shared.auto_hold == "held":
+        _ext.step()  # the optimizer's held mark: no msmemscope.step() came
+    _shared.auto_hold = ""
     _ext.stop()
 
 
@@ -142,10 +150,18 @@ def step() -> int:
     """Marks the end of a step (SYSTEM STEP, Name = the step number, 1, 2, ...);
     returns the step number. Outside a collection range (before start(),
     after stop()) it marks nothing, as upstream's, and returns the number of
-    the last step marked. Under the CLI a script that does not use the API
-    has its optimizer steps marked; its first step() call ends the iteration
-    the last optimizer step ended (no second mark) and marks from then on."""
+    the last step marked.
+
+    Under the CLI a script that does not call step() has its optimizer
+    steps marked (its other API calls keep them); its first step() call
+    ends the iteration the last optimizer step ended (no second mark) and
+    marks from then on. After the program's start() (before any optimizer
+    mark) the optimizer's first mark waits for this call until the next
+    optimizer step: step() right after opt.step(), upstream's pattern,
+    marks every step itself."""
     _session.session()
+    _shared.own_steps = True
+    _shared.auto_hold = ""  # a held optimizer mark is this call's (below)
     taken_over = _shared.auto_step
     if taken_over is not None:
         # The optimizer marked the steps until this first call (a plain

@@ -227,7 +227,6 @@ def _check_plugin_options(value: object) -> Dict[str, Dict[str, str]]:
 
 def configure(kwargs: Dict[str, object]) -> None:
     global _warned_cli, _plugin_paths, _plugin_options
-    _shared.api_used = True
     with _lock:
         kwargs = dict(kwargs)
         new_paths = list(_plugin_paths)
@@ -515,9 +514,10 @@ class Session:
                              "budget\n")
 
 
-# Whether the program called the API, the CLI's interpreter-start hook joined
-# the session, --step-on names the step functions: _shared.api_used, booted,
-# step_on (the PyTorch collector reads them there, through auto_steps()).
+# Whether the program marks its own steps (msmemscope.step()), the CLI's
+# interpreter-start hook joined the session, --step-on names the step
+# functions: _shared.own_steps, booted, step_on (the PyTorch collector reads
+# them there, through auto_steps()).
 
 
 def _get_session() -> Session:
@@ -531,7 +531,6 @@ def _get_session() -> Session:
 
 def session() -> Session:
     """The session of this process, created on first use (by the API)."""
-    _shared.api_used = True
     return _get_session()
 
 
@@ -540,8 +539,8 @@ def steps_from_step_on() -> None:
 
 
 def auto_steps() -> bool:
-    """A plain script under the CLI (no API calls, no --step-on): each
-    optimizer step ends a step, as msmemscope.step() would."""
+    """A script under the CLI that does not call msmemscope.step() (and no
+    --step-on): each optimizer step ends a step, as msmemscope.step() would."""
     return _shared.auto_steps()
 
 
