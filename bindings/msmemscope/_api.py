@@ -99,6 +99,15 @@ def start() -> None:
         # pattern); the optimizer's first mark waits for it (_shared.py).
         _shared.auto_hold = "hold"
     _ext.start()
+    # The profiler's own work, not the program's memory at its start() line
+    # (the collectors' first imports; the list of every live object that the
+    # search for existing tensors makes, ~800 KiB in a PyTorch process): the
+    # hooks are off while it runs; its rows (shadow rows, owners) are written
+    # all the same.
+    _ext.without_hooks(_start_collectors)
+
+
+def _start_collectors() -> None:
     _collect.enable_for_range()
     _report_existing_tensors()
     watcher.range_started()

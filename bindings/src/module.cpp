@@ -333,11 +333,13 @@ size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existin
                 b.reported = true;
             }
     }
-    if (!g_agent.enter()) return 0;
+    if (!agent_collecting()) return 0;
+    // (already off when the package's caller turned them off: start() looks
+    // for the existing tensors with the hooks off, see _api.py)
+    HooksOff hooks_off;
     for (uint64_t ptr : freed)
         g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, 0, 0, 0, nullptr, "shadow:true");
     for (auto& [ptr, size] : born) g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, size, 0, "shadow:true");
-    g_agent.leave();
     return freed.size() + born.size();
 }
 

@@ -89,3 +89,41 @@ def test_api_calls_other_than_step_keep_the_optimizer_steps_under_the_cli(tmp_pa
     leaks = re.findall(r"^Direct Pytorch Caching memory pool leak of 0\.125000 Mb\(s\) at 0x[0-9a-f]+ in kernel_\d+ "
                        r"at step (\d+)\.$", p.stdout, re.M)
     assert leaks == [str(s) for s in steps], p.stdout
+
+
+# ---------------------------------------------------------------- 2. start()'s own work is not the program's
+def host_rows_at(rows, line):
+    """HOST MALLOC rows whose Python stack's innermost frame of prog.py is at `line`."""
+    out = []
+    for r in rows:
+        if r["Event"] != "MALLOC" or r["Event Type"] != "HOST":
+            continue
+        frames = [f for f in r["Call Stack(Python)"].split("\n") if "/prog.py(" in f]
+        if frames and f"/prog.py({line}):" in frames[0]:
+            out.append(r)
+    return out
+
+
+def test_start_does_not_record_its_own_search_for_the_existing_tensors(tmp_path):
+    # start() lists every live object (gc.get_objects(), ~800 KiB in a PyTorch
+    # process) to find the tensors that exist; that list was recorded as the
+    # program's HOST memory at its start() line: the run's HOST peak.
+    pytest.importorskip("torch")
+    from conftest import dump_files, read_dump
+    run(tmp_path, """
+        import torch, msmemscope
+        msmemscope.config(device="cpu", analysis="decompose", call_stack="python", output="out")
+        before = torch.ones(5000)  # 20000 bytes, made before start(): a shadow row
+        msmemscope.start()
+        a = torch.ones(1000)
+        msmemscope.stop()
+    """)
+    rows = read_dump(dump_files(only_dir(tmp_path / "out"))[0])
+    at_start = host_rows_at(rows, 5)
+    assert sum(int(r["attr"]["size"]) for r in at_start) < 4096, [(r["attr"]["size"], r["Call Stack(Python)"])
+                                                                  for r in at_start]
+    # the tensor that existed at start() is still written, as a shadow row
+    shadow = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"
+              and r["attr"].get("shadow") == "true"]
+    assert [int(r["attr"]["size"]) for r in shadow] == [20000], shadow
+    assert summary(tmp_path / "out")["pools"]["cpu/HOST"]["peak_bytes"] < 400 * 1024
