@@ -140,11 +140,23 @@ def _not_followed() -> bool:
     return bool(off) and root != str(os.getpid())
 
 
+def config_module():
+    """The CLI's validator and plugin registry (the extension
+    _msmemscope_config), loaded at the first config() or plugin listing with
+    the hooks off: loading it (boost, yaml-cpp, spdlog, libdw, their static
+    data) is the profiler's own memory, not the program's at that line."""
+    name = f"{__package__}._msmemscope_config"
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib
+        module = _ext.without_hooks(lambda: importlib.import_module(name))
+    return module
+
+
 def validate(values: Dict[str, str], plugin_paths: Optional[List[str]] = None,
              plugin_options: Optional[Dict[str, Dict[str, str]]] = None) -> dict:
-    from . import _msmemscope_config  # the CLI's validator: loads at the first config()
     try:
-        return _msmemscope_config.validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values},
+        return config_module().validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values},
                                                   PREFIX, _plugin_paths if plugin_paths is None else plugin_paths,
                                                   _plugin_options if plugin_options is None else plugin_options,
                                                   "plugin_options")

@@ -127,3 +127,28 @@ def test_start_does_not_record_its_own_search_for_the_existing_tensors(tmp_path)
               and r["attr"].get("shadow") == "true"]
     assert [int(r["attr"]["size"]) for r in shadow] == [20000], shadow
     assert summary(tmp_path / "out")["pools"]["cpu/HOST"]["peak_bytes"] < 400 * 1024
+
+
+# ---------------------------------------------------------------- 3. config()'s and start()'s own memory
+OWN = """
+import torch, msmemscope
+msmemscope.config(device="cpu", analysis="leaks", call_stack="python", output="out", default_suppressions=False)
+before = torch.ones(11111)  # a tensor that exists at start()
+msmemscope.start()
+keep = bytearray(123457)
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("cli", [None, ["--device=cpu", "--analysis=leaks", "--call-stack=python", "--output=out",
+                                        "--default-suppressions=false"]], ids=["api", "cli"])
+def test_the_profilers_own_memory_is_no_leak_at_the_programs_config_or_start_line(tmp_path, cli):
+    # With Python stacks only, the plugin catalog config() builds (~198 blocks,
+    # 43 KB under the CLI) was a leak at the program's config() line, and the
+    # collectors' first imports (2 blocks, 400 B) one at its start() line.
+    pytest.importorskip("torch")
+    p = run(tmp_path, OWN, cli=cli)
+    sites = re.findall(r"^    (\d+) block\(s\), (\d+) bytes, allocated at: (.*)$", p.stdout, re.M)
+    program = [s[2].rsplit("/", 1)[1] for s in sites if "/prog.py(" in s[2]]
+    assert "prog.py(6): <module>" in program, p.stdout  # the program's own
+    assert "prog.py(3): <module>" not in program and "prog.py(5): <module>" not in program, p.stdout
