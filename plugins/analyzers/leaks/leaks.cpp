@@ -264,6 +264,12 @@ private:
         uint64_t size, step, kernel, duration, malloc_id;
         uint32_t stack, py_stack, op;  // op: interned operator name (0: none)
         bool held = false;  // a DataLoader batch not yet handed to the program: not judged
+        // A shadow MALLOC (shadow:true): a block that existed when collection
+        // started (made before start(), or between a stop() and the next
+        // start()). Kept for the pool's figures and its FREE, never judged
+        // (upstream's analyses leave shadow events alone): its step would be
+        // the step current at the start, not the one that made it.
+        bool shadow = false;
     };
     struct LeakKey {
         uint64_t ptr;
@@ -351,8 +357,11 @@ private:
             if (d.pool.count(k))
                 host_.warn("leaks: [device " + device_label(ev) + "] double malloc in " + pool_name(ev.type) +
                            ", ptr: " + hex(ev.ptr));
-            d.pool[k] = PoolBlock{ev.size, steps_.current(), kernel_of(ev), 0, ev.id, stack_of(ev),
-                                  ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0u, op_of(ev)};
+            const bool shadow = is_shadow(ev);
+            PoolBlock b{ev.size, steps_.current(), shadow ? 0 : kernel_of(ev), 0, ev.id, stack_of(ev),
+                        ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0u, op_of(ev)};
+            b.shadow = shadow;
+            d.pool[k] = b;
             update_allocated(d, ev);
             // Each byte once: a framework block at the address of a live host
             // heap block is that block's memory (a CPU framework allocating
@@ -432,7 +441,7 @@ private:
             std::map<uint16_t, Fresh> fresh;  // by pool
             std::vector<std::pair<uint64_t, const PoolBlock*>> found;
             for (auto& [k, b] : d.pool) {
-                if (b.step <= kSkipSteps || b.duration < kDurationThreshold || b.held) continue;
+                if (b.step <= kSkipSteps || b.duration < kDurationThreshold || b.held || b.shadow) continue;
                 LeakKey lk{k.ptr, k.type, b.step};
                 if (!d.leaks.count(lk)) {
                     Fresh& f = fresh[k.type];
