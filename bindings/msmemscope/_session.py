@@ -299,8 +299,10 @@ def configure(kwargs: Dict[str, object]) -> None:
                 _origins.clear()
                 _origins.update(saved)
                 k = changed[0]
+                opened = f": {_opened_by} opened it" if _opened_by else ""
                 raise RuntimeError(f"msmemscope.config: '{k.replace('-', '_')}' cannot change once the collection "
-                                   f"session has started (call config() before the first start())")
+                                   f"session has started{opened} (config() must come before the first start(), "
+                                   f"step(), take_snapshot() or tracer.start())")
         _values.clear()
         _values.update(new)
         _plugin_paths = new_paths
@@ -532,6 +534,11 @@ class Session:
 # them there, through auto_steps()).
 
 
+# The call that opened this process's session and where ("msmemscope.step()
+# at train.py:12"): config() names it when it refuses a change.
+_opened_by = ""
+
+
 def _get_session() -> Session:
     global _session
     with _lock:
@@ -541,8 +548,30 @@ def _get_session() -> Session:
         return _session
 
 
-def session() -> Session:
-    """The session of this process, created on first use (by the API)."""
+def _program_line() -> str:
+    """file:line of the program's call into the package (the first frame
+    outside the package's folder)."""
+    def ours(code) -> bool:
+        folder = os.path.dirname(os.path.abspath(code.co_filename))
+        return folder == PACKAGE_DIR or folder.startswith(PACKAGE_DIR + os.sep)
+
+    f = sys._getframe(1)
+    while f is not None and ours(f.f_code):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
+
+
+def session(opener: str = "") -> Session:
+    """The session of this process, created on first use (by the API);
+    opener: the public call that needs it ("msmemscope.start()")."""
+    global _opened_by
+    if _session is None and opener:
+        with _lock:
+            if _session is None:
+                where = _program_line()
+                s = _get_session()
+                _opened_by = opener + (f" at {where}" if where else "")
+                return s
     return _get_session()
 
 

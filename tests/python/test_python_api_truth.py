@@ -184,3 +184,22 @@ def test_tensors_made_between_two_windows_are_no_leaks_of_the_next(tmp_path):
     assert "0.029667 Mb" not in p.stdout, p.stdout
     sites = [s for s in summary(tmp_path / "out")["top_sites"] if s["kind"] == "leak"]
     assert sites and all("/prog.py(11): window" in s["site"] for s in sites), sites
+
+
+# ---------------------------------------------------------------- 5. step()/take_snapshot() before config()
+@pytest.mark.parametrize("call,name", [("msmemscope.step()", "msmemscope.step()"),
+                                       ("msmemscope.take_snapshot(name='early')", "msmemscope.take_snapshot()")])
+def test_config_after_a_call_that_opened_the_session_names_that_call(tmp_path, call, name):
+    # The error said "call config() before the first start()" to a program
+    # that had never called start().
+    p = run(tmp_path, f"""
+        import msmemscope
+        {call}
+        try:
+            msmemscope.config(device="cpu", output="out")
+        except RuntimeError as e:
+            print("ERR", e)
+    """)
+    assert (f"ERR msmemscope.config: 'device' cannot change once the collection session has started: {name} "
+            f"at {tmp_path}/prog.py:3 opened it (config() must come before the first start(), step(), take_snapshot() or "
+            f"tracer.start())\n") in p.stdout, p.stdout + p.stderr
