@@ -74,11 +74,12 @@ def config(**kwargs: Any) -> None:
     naming its plugins check out as they would on the command line.
 
     ``output``, ``data_format`` and ``watch`` take effect only the first time
-    they are set (later values are ignored with a warning). The other keys
-    cannot change once the session is open: the first start(), step(),
-    take_snapshot() or tracer.start() opens it with the values set so far,
-    so config() comes before them (a later change is a RuntimeError naming
-    the call that opened the session).
+    they are set (later values are ignored with a warning). No key can
+    change once the session is open: the first start(), step(),
+    take_snapshot() or tracer.start() opens it with the values set so far
+    (defaults for the others), so config() comes before them; a later
+    change, also a first ``output`` then, is a RuntimeError naming the call
+    that opened the session.
 
     Raises TypeError for an unknown key or a value that is not a string,
     ValueError (with the command line's message, naming the key and the

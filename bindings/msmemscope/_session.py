@@ -292,7 +292,10 @@ def configure(kwargs: Dict[str, object]) -> None:
             _origins.update(saved)
             raise
         if _session is not None and not _session.cli:
-            changed = [k for k in new if _values.get(k) != new[k] and k not in ONCE]
+            # (output, data_format and watch set again were ignored above with
+            # a warning; set for the first time now, the session has used
+            # their defaults already: refused as any other change)
+            changed = [k for k in new if _values.get(k) != new[k]]
             if plugins_changed:
                 changed.append("plugin_path" if new_paths != _plugin_paths else "plugin_options")
             if changed:
@@ -300,9 +303,13 @@ def configure(kwargs: Dict[str, object]) -> None:
                 _origins.update(saved)
                 k = changed[0]
                 opened = f": {_opened_by} opened it" if _opened_by else ""
-                raise RuntimeError(f"msmemscope.config: '{k.replace('-', '_')}' cannot change once the collection "
-                                   f"session has started{opened} (config() must come before the first start(), "
-                                   f"step(), take_snapshot() or tracer.start())")
+                used = {"output": "output", "data-format": "data_format"}.get(k)
+                if used and _session.config and _session.config.get(used):
+                    opened += (f" with {used} '{_session.config[used]}'" if opened else
+                               f": it uses {used} '{_session.config[used]}'")
+                raise RuntimeError(f"msmemscope.config: '{origins.get(k, k.replace('-', '_'))}' cannot change once "
+                                   f"the collection session has started{opened} (config() must come before the "
+                                   f"first start(), step(), take_snapshot() or tracer.start())")
         _values.clear()
         _values.update(new)
         _plugin_paths = new_paths

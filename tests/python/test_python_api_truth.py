@@ -203,3 +203,25 @@ def test_config_after_a_call_that_opened_the_session_names_that_call(tmp_path, c
     assert (f"ERR msmemscope.config: 'device' cannot change once the collection session has started: {name} "
             f"at {tmp_path}/prog.py:3 opened it (config() must come before the first start(), step(), take_snapshot() or "
             f"tracer.start())\n") in p.stdout, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------- 6. output/data_format after start()
+@pytest.mark.parametrize("kw,key,used", [("output='elsewhere'", "output", "output 'memscopeDumpResults'"),
+                                         ("data_format='db'", "data_format", "data_format 'csv'")])
+def test_output_or_data_format_first_set_after_start_is_refused(tmp_path, kw, key, used):
+    # Accepted without a word, and ignored: the files went to
+    # ./memscopeDumpResults as CSV.
+    p = run(tmp_path, f"""
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="")
+        msmemscope.start()
+        try:
+            msmemscope.config({kw})
+        except RuntimeError as e:
+            print("ERR", e)
+        msmemscope.stop()
+    """)
+    assert (f"ERR msmemscope.config: '{key}' cannot change once the collection session has started: "
+            f"msmemscope.start() at {tmp_path}/prog.py:4 opened it with {used} (config() must come before the first start(), "
+            f"step(), take_snapshot() or tracer.start())\n") in p.stdout, p.stdout + p.stderr
+    assert not (tmp_path / "elsewhere").exists()
