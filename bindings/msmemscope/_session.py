@@ -421,6 +421,7 @@ class Session:
         except RuntimeError:
             self.shutdown()  # a collector that cannot run: no half-recorded session
             raise
+        _watch_uncaught()
 
     # How long start() waits for the host to take this process's capture.
     SERVE_TIMEOUT_S = 60.0
@@ -501,7 +502,7 @@ class Session:
         self.closed = True
         if self.cli:
             return
-        _ext.detach()
+        _ext.detach(*_how_python_ends())
         # The host sees the stream complete when this process's lock on the
         # capture file goes (descriptor and mappings): release them now so
         # that we can wait for the host to write every file.
@@ -607,6 +608,43 @@ def boot() -> None:
 
 def active_session() -> Optional[Session]:
     return _session
+
+
+# How the process ends, for the end record the session writes at exit (this
+# process's exit status does not exist yet then: CPython runs the atexit
+# handlers before it, and a SystemExit's code is taken, and the exception
+# dropped, before them). What can be told: an exception that reached the top
+# of the main program (CPython prints it through sys.excepthook, called then
+# with no Python frame below it, and exits with 1; an uncaught
+# KeyboardInterrupt ends the process by SIGINT).
+_uncaught: Optional[type] = None
+_END_EXIT, _END_SIGNAL = 1, 3  # capture_format.h EndKind
+
+
+def _watch_uncaught() -> None:
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        global _uncaught
+        try:
+            sys._getframe(1)
+        except ValueError:  # no caller: CPython's own report of an exception that ended the program
+            if threading.current_thread() is threading.main_thread():
+                _uncaught = kind
+        return previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+
+def _how_python_ends():
+    """(end_kind, end_code) for _ext.detach: (0, 0) when not known."""
+    # (-i or PYTHONINSPECT: the interpreter goes on with a prompt after it)
+    if _uncaught is None or sys.flags.inspect or os.environ.get("PYTHONINSPECT"):
+        return 0, 0
+    if issubclass(_uncaught, KeyboardInterrupt):
+        import signal
+        return _END_SIGNAL, int(signal.SIGINT)
+    return _END_EXIT, 1
 
 
 def _at_exit() -> None:

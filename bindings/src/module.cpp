@@ -535,9 +535,17 @@ PYBIND11_MODULE(_msmemscope, m) {
         return g_agent.attach(dir.c_str(), opts.c_str());
     });
     m.def("attached", [] { return g_agent_loaded && g_agent.attached(); });
-    m.def("detach", [] {
-        if (g_agent_loaded) g_agent.detach();
-    });
+    // end_kind/end_code: how the process ends as far as the package can tell
+    // (msms_agent_detach_ended: 1 = exit with end_code, 3 = signal end_code;
+    // 0 = not known, the end record then says so).
+    m.def(
+        "detach",
+        [](uint32_t end_kind, int32_t end_code) {
+            if (!g_agent_loaded) return;
+            if (g_agent.detach_ended) g_agent.detach_ended(end_kind, end_code);
+            else g_agent.detach();
+        },
+        py::arg("end_kind") = 0, py::arg("end_code") = 0);
     m.def("start", [] {
         need_agent();
         g_agent.start();

@@ -637,6 +637,24 @@ __attribute__((visibility("default"))) void msms_agent_detach(void) {
     channel_close(0, capture::EndKind::Returned);
 }
 
+// The Python package's end of its session at the interpreter's exit (its
+// atexit handler, which must wait for the host before the process exits, so
+// before the exit status exists): the end record says what the package could
+// tell (EndKind::Exit with code 1 after an uncaught exception, Signal SIGINT
+// after an uncaught KeyboardInterrupt), else Returned: not known.
+__attribute__((visibility("default"))) void msms_agent_detach_ended(uint32_t end_kind, int32_t end_code) {
+    Tls& t = tls();
+    Guard g(t);
+    msms_agent_stop();
+    g_collecting.store(false);
+    g_off_tracking.store(false, std::memory_order_relaxed);
+    capture::EndKind kind = capture::EndKind::Returned;
+    if (end_kind == static_cast<uint32_t>(capture::EndKind::Exit) ||
+        end_kind == static_cast<uint32_t>(capture::EndKind::Signal))
+        kind = static_cast<capture::EndKind>(end_kind);
+    channel_close(kind == capture::EndKind::Returned ? 0 : end_code, kind);
+}
+
 __attribute__((visibility("default"))) int msms_agent_attached(void) { return channel_is_open() ? 1 : 0; }
 
 }  // extern "C"

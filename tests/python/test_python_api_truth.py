@@ -225,3 +225,56 @@ def test_output_or_data_format_first_set_after_start_is_refused(tmp_path, kw, ke
             f"msmemscope.start() at {tmp_path}/prog.py:4 opened it with {used} (config() must come before the first start(), "
             f"step(), take_snapshot() or tracer.start())\n") in p.stdout, p.stdout + p.stderr
     assert not (tmp_path / "elsewhere").exists()
+
+
+# ---------------------------------------------------------------- 7. how an API run ended
+END = """
+import sys, msmemscope
+msmemscope.config(device="cpu", analysis="", output="out")
+msmemscope.start()
+b = bytearray(1000)
+msmemscope.stop()
+how = sys.argv[1]
+if how == "exit3":
+    sys.exit(3)
+if how == "raise":
+    raise RuntimeError("boom")
+if how == "interrupt":
+    raise KeyboardInterrupt
+if how == "caught":
+    try:
+        raise RuntimeError("handled")
+    except RuntimeError:
+        sys.excepthook(*sys.exc_info())  # printed by the program itself: it goes on and ends normally
+"""
+UNKNOWN = ("exited, exit status not known (msmemscope's Python API ends the recording at the interpreter's exit, "
+           "before the status is set)")
+
+
+@pytest.mark.parametrize("how,rc,text,code", [
+    ("exit3", 3, UNKNOWN, None),
+    ("normal", 0, UNKNOWN, None),
+    ("caught", 0, UNKNOWN, None),
+    ("raise", 1, "exited with code 1", 1),
+    ("interrupt", -2, "killed by signal 2 (SIGINT)", None),
+])
+def test_an_api_run_says_how_it_ended_or_that_it_is_not_known(tmp_path, how, rc, text, code):
+    # Every API run said "exited normally", summary.json code 0, also after
+    # sys.exit(3) or an uncaught exception.
+    p = run(tmp_path, END, [how], rc=rc)
+    assert re.search(rf"^msmemscope: pid \d+ \(/usr/bin/python3 prog\.py {how}\) {re.escape(text)}$",
+                     p.stdout + p.stderr, re.M), p.stdout + p.stderr
+    ended = summary(tmp_path / "out")["ended"]
+    assert ended["text"] == text and ended["code"] == code, ended
+    assert ended["how"] == ("signal" if how == "interrupt" else "exit")
+
+
+def test_merge_names_an_unknown_exit_status(tmp_path):
+    run(tmp_path, END, ["exit3"], rc=3)
+    p = subprocess.run([str(BUILD / "bin" / "msmemscope"), "--merge=out", "-o", "merged"], cwd=tmp_path,
+                       env=env_for(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^  out\s+-\s+\d+\s+exit, code unknown\s{2,}", p.stdout, re.M), p.stdout
+    import csv
+    [row] = list(csv.DictReader(open(tmp_path / "merged" / "merge.csv")))
+    assert (row["ended"], row["exit_code"]) == (UNKNOWN, ""), row
