@@ -259,7 +259,11 @@ def configure(kwargs: Dict[str, object]) -> None:
                 hint = f"; did you mean '{guess[0]}'?" if guess else ""
                 raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
-            if canon == "sinks" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            if canon == "sinks" and isinstance(value, (list, tuple)):
+                for i, v in enumerate(value):
+                    if not isinstance(v, str):
+                        raise TypeError(f"msmemscope.config: '{key}' must be a string or a list of strings; "
+                                        f"{key}[{i}] is {type(v).__name__} {v!r} (allowed: {ALLOWED[canon]})")
                 value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
             if canon in BOOLS:
                 if isinstance(value, bool):
@@ -274,7 +278,8 @@ def configure(kwargs: Dict[str, object]) -> None:
             if canon == "suppress":
                 value = _suppress_files(key, value)
             if not isinstance(value, str):
-                raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
+                what = "a string or a list of strings" if canon == "sinks" else "a string"
+                raise TypeError(f"msmemscope.config: '{key}' must be {what}, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")
             if canon in ONCE and canon in _values:
                 if _values[canon] != value:

@@ -278,3 +278,25 @@ def test_merge_names_an_unknown_exit_status(tmp_path):
     import csv
     [row] = list(csv.DictReader(open(tmp_path / "merged" / "merge.csv")))
     assert (row["ended"], row["exit_code"]) == (UNKNOWN, ""), row
+
+
+# ---------------------------------------------------------------- 8. minor wording
+def test_without_stop_the_live_blocks_are_said_to_be_live_at_exit(tmp_path):
+    p = run(tmp_path, """
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="leaks", output="out", default_suppressions=False)
+        msmemscope.start()
+        keep = [bytearray(100000) for _ in range(3)]
+    """)
+    assert "Host memory still allocated at exit on device cpu: " in p.stdout, p.stdout
+    assert "at stop()" not in p.stdout, p.stdout
+
+
+def test_a_bad_item_in_a_sinks_list_is_named():
+    import sys
+    sys.path.insert(0, str(BUILD / "python"))
+    import msmemscope
+    with pytest.raises(TypeError) as e:
+        msmemscope.config(sinks=["html", 3])
+    assert str(e.value) == ("msmemscope.config: 'sinks' must be a string or a list of strings; sinks[1] is int 3 "
+                            "(allowed: sink names, e.g. trace,html)")

@@ -239,9 +239,11 @@ public:
         }
         track_op(ev);
         // Collection ended at stop() (the Python API, or start()/stop() under
-        // the CLI): what is live then is live "at stop()", not at exit.
+        // the CLI): what is live then is live "at stop()", not at exit. The
+        // Python API's session ends with a STOP_TRACE at the interpreter's
+        // exit too (Attr at_exit:true, no stop() called): live at exit.
         if (ev.kind == MSMS_EV_SYSTEM && (ev.type == MSMS_T_START_TRACE || ev.type == MSMS_T_STOP_TRACE))
-            at_stop_ = ev.type == MSMS_T_STOP_TRACE;
+            at_stop_ = ev.type == MSMS_T_STOP_TRACE && !has_true(ev, "at_exit");
         if (ev.kind == MSMS_EV_KERNEL_LAUNCH || (ev.kind == MSMS_EV_OP_LAUNCH &&
                                                  (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
             ++launches_[dev_key(ev)];

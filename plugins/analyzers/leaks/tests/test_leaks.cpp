@@ -201,6 +201,21 @@ TEST_CASE("blocks live when collection ended at stop() are said to be so, not at
     }
 }
 
+TEST_CASE("the Python API's STOP_TRACE at the interpreter's exit (no stop() called) says at exit") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
+    h.feed(EventBuilder::malloc(0x1000, 64).c_stack("leaky_a (prog+0x10)\nmain"));
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE).attr("at_exit", "true"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{
+                           "leaks: msmemscope's details (not in upstream's report):",
+                           "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 "
+                           "allocation site(s):",
+                           "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
+}
+
 TEST_CASE("memory fluctuation: a new extreme of min/max within a step is warned about") {
     PluginHarness h(plugin());
     REQUIRE(h.create() == MSMS_OK);
