@@ -74,8 +74,12 @@ def config(**kwargs: Any) -> None:
     naming its plugins check out as they would on the command line.
 
     ``output``, ``data_format`` and ``watch`` take effect only the first time
-    they are set (later values are ignored with a warning). The other keys
-    cannot change once the first start() has opened the session.
+    they are set (later values are ignored with a warning). No key can
+    change once the session is open: the first start(), step(),
+    take_snapshot() or tracer.start() opens it with the values set so far
+    (defaults for the others), so config() comes before them; a later
+    change, also a first ``output`` then, is a RuntimeError naming the call
+    that opened the session.
 
     Raises TypeError for an unknown key or a value that is not a string,
     ValueError (with the command line's message, naming the key and the
@@ -92,8 +96,22 @@ def start() -> None:
     """Starts (or resumes) collection: SYSTEM START_TRACE, then every event
     the configuration asks for until stop(). The first call opens the
     session (spawns the host when not running under the CLI)."""
-    _session.session()
+    _session.session("msmemscope.start()")
+    if _shared.auto_steps() and _shared.auto_step is None:
+        # Under the CLI, before the optimizer marked a step: the program may
+        # mark its steps itself, with step() after opt.step() (upstream's
+        # pattern); the optimizer's first mark waits for it (_shared.py).
+        _shared.auto_hold = "hold"
     _ext.start()
+    # The profiler's own work, not the program's memory at its start() line
+    # (the collectors' first imports; the list of every live object that the
+    # search for existing tensors makes, ~800 KiB in a PyTorch process): the
+    # hooks are off while it runs; its rows (shadow rows, owners) are written
+    # all the same.
+    _ext.without_hooks(_start_collectors)
+
+
+def _start_collectors() -> None:
     _collect.enable_for_range()
     _report_existing_tensors()
     watcher.range_started()
@@ -135,6 +153,9 @@ def stop() -> None:
         return
     watcher.range_stopped()
     _collect.disable_for_range()
+    if _shared.auto_hold == "held":
+        _ext.step()  # the optimizer's held mark: no msmemscope.step() came
+    _shared.auto_hold = ""
     _ext.stop()
 
 
@@ -142,10 +163,19 @@ def step() -> int:
     """Marks the end of a step (SYSTEM STEP, Name = the step number, 1, 2, ...);
     returns the step number. Outside a collection range (before start(),
     after stop()) it marks nothing, as upstream's, and returns the number of
-    the last step marked. Under the CLI a script that does not use the API
-    has its optimizer steps marked; its first step() call ends the iteration
-    the last optimizer step ended (no second mark) and marks from then on."""
-    _session.session()
+    the last step marked; a first call before start() opens the session
+    with the config() values set so far (config() comes first).
+
+    Under the CLI a script that does not call step() has its optimizer
+    steps marked (its other API calls keep them); its first step() call
+    ends the iteration the last optimizer step ended (no second mark) and
+    marks from then on. After the program's start() (before any optimizer
+    mark) the optimizer's first mark waits for this call until the next
+    optimizer step: step() right after opt.step(), upstream's pattern,
+    marks every step itself."""
+    _session.session("msmemscope.step()")
+    _shared.own_steps = True
+    _shared.auto_hold = ""  # a held optimizer mark is this call's (below)
     taken_over = _shared.auto_step
     if taken_over is not None:
         # The optimizer marked the steps until this first call (a plain
@@ -192,8 +222,8 @@ def _snapshot_attrs() -> str:
             f"rss:{int(m.get('rss', 0))},peak_rss:{int(m.get('peak_rss', 0))}")
 
 
-def _emit_snapshot(name: str, mask: Optional[List[int]]) -> None:
-    _session.session()
+def _emit_snapshot(name: str, mask: Optional[List[int]], api: str) -> None:
+    _session.session(api)
     attrs = _snapshot_attrs()
     if mask is not None:
         attrs += ",device_mask:" + str(mask)
@@ -282,15 +312,17 @@ class TakeSnapshot(_ContextDecorator):
         self.name = _check_name(self._API, name)
 
     def __enter__(self) -> "TakeSnapshot":
-        _emit_snapshot(self.name + " Start", self.mask)
+        _emit_snapshot(self.name + " Start", self.mask, "msmemscope.TakeSnapshot")
         return self
 
     def __exit__(self, *exc) -> None:
-        _emit_snapshot(self.name + " End", self.mask)
+        _emit_snapshot(self.name + " End", self.mask, "msmemscope.TakeSnapshot")
 
 
 def take_snapshot(device_mask: Union[None, int, Sequence[int]] = None, name: str = "Memory Snapshot") -> TakeSnapshot:
-    """Writes a SNAPSHOT row now (works without start()/stop()): upstream's
+    """Writes a SNAPSHOT row now, also outside start()/stop() (a first call
+    opens the session with the config() values set so far: config() comes
+    first): upstream's
     Attr keys (reserved, max_reserved, allocated, max_allocated, total, free,
     device_rate, reserved_rate; on cpu the PyTorch CPU pool and the OS's
     total/free memory), then this process's rss and peak_rss.
@@ -305,7 +337,7 @@ def take_snapshot(device_mask: Union[None, int, Sequence[int]] = None, name: str
     snap = TakeSnapshot.__new__(TakeSnapshot)
     snap.mask, snap.name = mask, name
     if not _call_site_is_scope():
-        _emit_snapshot(name, mask)
+        _emit_snapshot(name, mask, "msmemscope.take_snapshot()")
     return snap
 
 

@@ -18,8 +18,7 @@ __all__ = ["analyzer_plugins", "plugin_schema", "run", "check_input", "options"]
 
 
 def _plugins() -> List[dict]:
-    from . import _msmemscope_config
-    return _msmemscope_config.list_plugins(_session.PREFIX, _session._plugin_paths)
+    return _session.config_module().list_plugins(_session.PREFIX, _session._plugin_paths)
 
 
 def analyzer_plugins() -> List[str]:

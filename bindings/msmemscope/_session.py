@@ -140,11 +140,23 @@ def _not_followed() -> bool:
     return bool(off) and root != str(os.getpid())
 
 
+def config_module():
+    """The CLI's validator and plugin registry (the extension
+    _msmemscope_config), loaded at the first config() or plugin listing with
+    the hooks off: loading it (boost, yaml-cpp, spdlog, libdw, their static
+    data) is the profiler's own memory, not the program's at that line."""
+    name = f"{__package__}._msmemscope_config"
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib
+        module = _ext.without_hooks(lambda: importlib.import_module(name))
+    return module
+
+
 def validate(values: Dict[str, str], plugin_paths: Optional[List[str]] = None,
              plugin_options: Optional[Dict[str, Dict[str, str]]] = None) -> dict:
-    from . import _msmemscope_config  # the CLI's validator: loads at the first config()
     try:
-        return _msmemscope_config.validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values},
+        return config_module().validate_config(values, {k: _origins.get(k, k.replace("-", "_")) for k in values},
                                                   PREFIX, _plugin_paths if plugin_paths is None else plugin_paths,
                                                   _plugin_options if plugin_options is None else plugin_options,
                                                   "plugin_options")
@@ -227,7 +239,6 @@ def _check_plugin_options(value: object) -> Dict[str, Dict[str, str]]:
 
 def configure(kwargs: Dict[str, object]) -> None:
     global _warned_cli, _plugin_paths, _plugin_options
-    _shared.api_used = True
     with _lock:
         kwargs = dict(kwargs)
         new_paths = list(_plugin_paths)
@@ -248,7 +259,11 @@ def configure(kwargs: Dict[str, object]) -> None:
                 hint = f"; did you mean '{guess[0]}'?" if guess else ""
                 raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
-            if canon == "sinks" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            if canon == "sinks" and isinstance(value, (list, tuple)):
+                for i, v in enumerate(value):
+                    if not isinstance(v, str):
+                        raise TypeError(f"msmemscope.config: '{key}' must be a string or a list of strings; "
+                                        f"{key}[{i}] is {type(v).__name__} {v!r} (allowed: {ALLOWED[canon]})")
                 value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
             if canon in BOOLS:
                 if isinstance(value, bool):
@@ -263,7 +278,8 @@ def configure(kwargs: Dict[str, object]) -> None:
             if canon == "suppress":
                 value = _suppress_files(key, value)
             if not isinstance(value, str):
-                raise TypeError(f"msmemscope.config: '{key}' must be a string, got {type(value).__name__} "
+                what = "a string or a list of strings" if canon == "sinks" else "a string"
+                raise TypeError(f"msmemscope.config: '{key}' must be {what}, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")
             if canon in ONCE and canon in _values:
                 if _values[canon] != value:
@@ -281,15 +297,24 @@ def configure(kwargs: Dict[str, object]) -> None:
             _origins.update(saved)
             raise
         if _session is not None and not _session.cli:
-            changed = [k for k in new if _values.get(k) != new[k] and k not in ONCE]
+            # (output, data_format and watch set again were ignored above with
+            # a warning; set for the first time now, the session has used
+            # their defaults already: refused as any other change)
+            changed = [k for k in new if _values.get(k) != new[k]]
             if plugins_changed:
                 changed.append("plugin_path" if new_paths != _plugin_paths else "plugin_options")
             if changed:
                 _origins.clear()
                 _origins.update(saved)
                 k = changed[0]
-                raise RuntimeError(f"msmemscope.config: '{k.replace('-', '_')}' cannot change once the collection "
-                                   f"session has started (call config() before the first start())")
+                opened = f": {_opened_by} opened it" if _opened_by else ""
+                used = {"output": "output", "data-format": "data_format"}.get(k)
+                if used and _session.config and _session.config.get(used):
+                    opened += (f" with {used} '{_session.config[used]}'" if opened else
+                               f": it uses {used} '{_session.config[used]}'")
+                raise RuntimeError(f"msmemscope.config: '{origins.get(k, k.replace('-', '_'))}' cannot change once "
+                                   f"the collection session has started{opened} (config() must come before the "
+                                   f"first start(), step(), take_snapshot() or tracer.start())")
         _values.clear()
         _values.update(new)
         _plugin_paths = new_paths
@@ -401,6 +426,7 @@ class Session:
         except RuntimeError:
             self.shutdown()  # a collector that cannot run: no half-recorded session
             raise
+        _watch_uncaught()
 
     # How long start() waits for the host to take this process's capture.
     SERVE_TIMEOUT_S = 60.0
@@ -481,7 +507,7 @@ class Session:
         self.closed = True
         if self.cli:
             return
-        _ext.detach()
+        _ext.detach(*_how_python_ends())
         # The host sees the stream complete when this process's lock on the
         # capture file goes (descriptor and mappings): release them now so
         # that we can wait for the host to write every file.
@@ -515,9 +541,15 @@ class Session:
                              "budget\n")
 
 
-# Whether the program called the API, the CLI's interpreter-start hook joined
-# the session, --step-on names the step functions: _shared.api_used, booted,
-# step_on (the PyTorch collector reads them there, through auto_steps()).
+# Whether the program marks its own steps (msmemscope.step()), the CLI's
+# interpreter-start hook joined the session, --step-on names the step
+# functions: _shared.own_steps, booted, step_on (the PyTorch collector reads
+# them there, through auto_steps()).
+
+
+# The call that opened this process's session and where ("msmemscope.step()
+# at train.py:12"): config() names it when it refuses a change.
+_opened_by = ""
 
 
 def _get_session() -> Session:
@@ -529,9 +561,30 @@ def _get_session() -> Session:
         return _session
 
 
-def session() -> Session:
-    """The session of this process, created on first use (by the API)."""
-    _shared.api_used = True
+def _program_line() -> str:
+    """file:line of the program's call into the package (the first frame
+    outside the package's folder)."""
+    def ours(code) -> bool:
+        folder = os.path.dirname(os.path.abspath(code.co_filename))
+        return folder == PACKAGE_DIR or folder.startswith(PACKAGE_DIR + os.sep)
+
+    f = sys._getframe(1)
+    while f is not None and ours(f.f_code):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
+
+
+def session(opener: str = "") -> Session:
+    """The session of this process, created on first use (by the API);
+    opener: the public call that needs it ("msmemscope.start()")."""
+    global _opened_by
+    if _session is None and opener:
+        with _lock:
+            if _session is None:
+                where = _program_line()
+                s = _get_session()
+                _opened_by = opener + (f" at {where}" if where else "")
+                return s
     return _get_session()
 
 
@@ -540,8 +593,8 @@ def steps_from_step_on() -> None:
 
 
 def auto_steps() -> bool:
-    """A plain script under the CLI (no API calls, no --step-on): each
-    optimizer step ends a step, as msmemscope.step() would."""
+    """A script under the CLI that does not call msmemscope.step() (and no
+    --step-on): each optimizer step ends a step, as msmemscope.step() would."""
     return _shared.auto_steps()
 
 
@@ -560,6 +613,43 @@ def boot() -> None:
 
 def active_session() -> Optional[Session]:
     return _session
+
+
+# How the process ends, for the end record the session writes at exit (this
+# process's exit status does not exist yet then: CPython runs the atexit
+# handlers before it, and a SystemExit's code is taken, and the exception
+# dropped, before them). What can be told: an exception that reached the top
+# of the main program (CPython prints it through sys.excepthook, called then
+# with no Python frame below it, and exits with 1; an uncaught
+# KeyboardInterrupt ends the process by SIGINT).
+_uncaught: Optional[type] = None
+_END_EXIT, _END_SIGNAL = 1, 3  # capture_format.h EndKind
+
+
+def _watch_uncaught() -> None:
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        global _uncaught
+        try:
+            sys._getframe(1)
+        except ValueError:  # no caller: CPython's own report of an exception that ended the program
+            if threading.current_thread() is threading.main_thread():
+                _uncaught = kind
+        return previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+
+def _how_python_ends():
+    """(end_kind, end_code) for _ext.detach: (0, 0) when not known."""
+    # (-i or PYTHONINSPECT: the interpreter goes on with a prompt after it)
+    if _uncaught is None or sys.flags.inspect or os.environ.get("PYTHONINSPECT"):
+        return 0, 0
+    if issubclass(_uncaught, KeyboardInterrupt):
+        import signal
+        return _END_SIGNAL, int(signal.SIGINT)
+    return _END_EXIT, 1
 
 
 def _at_exit() -> None:

@@ -28,21 +28,30 @@ values: Dict[str, str] = {}
 # The session of this process (_session.Session), None until one is made.
 session: Any = None
 
-api_used = False   # the program called the API (start, step, config ...)
+own_steps = False  # the program called msmemscope.step(): it marks its steps itself
 # The last step the optimizer marked (auto_steps()), None once the program's
 # own msmemscope.step() took over (or when the optimizer never marked one).
 auto_step: Optional[int] = None
+# The program's start() under the CLI before the optimizer marked a step
+# (upstream's API pattern: msmemscope.step() right after opt.step()): the
+# optimizer's first mark waits for the program's own step(). "hold" until
+# the first optimizer step, then "held" until the program's step() (which
+# marks the step itself) or the next optimizer step (which writes the held
+# mark, then its own); "" otherwise.
+auto_hold = ""
 booted = False     # the CLI's interpreter-start hook joined the session
 step_on = False    # --step-on named the functions that end the steps
 attached = False   # msmemscope --attach joined this running interpreter (_attach.py)
 
 
 def auto_steps() -> bool:
-    """A plain script under the CLI (no API calls, no --step-on, no mstx
-    "step start" range): each optimizer step ends a step, as
-    msmemscope.step() would. A program that marks its steps with mstx ranges
-    keeps those (the leak analysis takes one kind of step, not both)."""
-    return booted and not api_used and not step_on and not ext.mstx_steps_seen()
+    """A script under the CLI that marks no steps itself (no
+    msmemscope.step() call yet, no --step-on, no mstx "step start" range):
+    each optimizer step ends a step, as msmemscope.step() would. Its other
+    API calls (config, start, stop, take_snapshot) keep them. A program that
+    marks its steps with mstx ranges keeps those (the leak analysis takes
+    one kind of step, not both)."""
+    return booted and not own_steps and not step_on and not ext.mstx_steps_seen()
 
 
 _tls = threading.local()

@@ -369,8 +369,14 @@ def _wrap_step(cls) -> None:
             _tag_optimizer(self)
             if _optimizer_depth == 0 and _shared.auto_steps():
                 _cuda.flush()  # the caching allocator's blocks of this step before its mark
-                # a plain script under the CLI: the optimizer marks the steps
-                _shared.auto_step = _ext.step()
+                # a script under the CLI that marks no steps: the optimizer marks them
+                if _shared.auto_hold == "hold":
+                    _shared.auto_hold = "held"  # the program's msmemscope.step() may follow
+                else:
+                    if _shared.auto_hold == "held":
+                        _ext.step()  # no msmemscope.step() came: the held mark first
+                    _shared.auto_hold = ""
+                    _shared.auto_step = _ext.step()
 
     step_wrapper._msmemscope_wrapped = True
     step_wrapper.__wrapped__ = step

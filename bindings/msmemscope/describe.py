@@ -75,7 +75,7 @@ def _is_tensor(x: Any) -> bool:
 
 
 def _tag(target: Any, owner: str) -> None:
-    s = _session.session()
+    s = _session.session("msmemscope.describe.describer")
     if _is_tensor(target):
         from . import _torch
         _torch.tag(target, "PTA@" + owner, "describer")

@@ -17,7 +17,7 @@ __all__ = ["start", "stop"]
 def start() -> None:
     """Starts tracing Python calls of the calling thread (works without
     msmemscope.start(); opens the session if needed)."""
-    _session.session()
+    _session.session("msmemscope.tracer.start()")
     _collect.tracer_start()
 
 

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "hooks_off.h"
 #include "util/file_trust.h"
 
 namespace msms_py {
@@ -61,7 +62,9 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_import_leave", a.import_leave);
     resolve(handle, "msms_agent_import_finalizing", a.import_finalizing);
     resolve(handle, "msms_agent_set_python_stack_provider_named", a.set_py_provider_named);
+    resolve(handle, "msms_agent_detach_ended", a.detach_ended);
     if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
+    HooksOff::known(a.enter, a.leave);
     g_agent = a;
     g_agent_loaded = true;
     g_agent_origin = origin;

@@ -53,6 +53,9 @@ py::dict validate_config(const std::map<std::string, std::string>& values,
                          const std::vector<std::string>& plugin_paths,
                          const std::map<std::string, std::map<std::string, std::string>>& plugin_options,
                          const std::string& plugin_options_origin) {
+    // The profiler's own work (the plugin catalog, kept for the next call;
+    // the validator's tables), not the program's memory at its config() line.
+    msms_py::HooksOff hooks_off;
     msms::RawConfig raw;
     for (auto& [k, v] : values) {
         auto it = origins.find(k);
@@ -100,6 +103,7 @@ py::dict validate_config(const std::map<std::string, std::string>& values,
 }
 
 py::list list_plugins(const std::string& prefix, const std::vector<std::string>& plugin_paths) {
+    msms_py::HooksOff hooks_off;  // as validate_config
     msms::Registry& reg = registry_for(prefix, plugin_paths);
     py::list out;
     for (auto& p : reg.plugins()) {

@@ -335,11 +335,13 @@ size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existin
                 b.reported = true;
             }
     }
-    if (!g_agent.enter()) return 0;
+    if (!agent_collecting()) return 0;
+    // (already off when the package's caller turned them off: start() looks
+    // for the existing tensors with the hooks off, see _api.py)
+    HooksOff hooks_off;
     for (uint64_t ptr : freed)
         g_agent.event(MSMS_EV_FREE, MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, 0, 0, 0, nullptr, "shadow:true");
     for (auto& [ptr, size] : born) g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, size, 0, "shadow:true");
-    g_agent.leave();
     return freed.size() + born.size();
 }
 
@@ -535,9 +537,17 @@ PYBIND11_MODULE(_msmemscope, m) {
         return g_agent.attach(dir.c_str(), opts.c_str());
     });
     m.def("attached", [] { return g_agent_loaded && g_agent.attached(); });
-    m.def("detach", [] {
-        if (g_agent_loaded) g_agent.detach();
-    });
+    // end_kind/end_code: how the process ends as far as the package can tell
+    // (msms_agent_detach_ended: 1 = exit with end_code, 3 = signal end_code;
+    // 0 = not known, the end record then says so).
+    m.def(
+        "detach",
+        [](uint32_t end_kind, int32_t end_code) {
+            if (!g_agent_loaded) return;
+            if (g_agent.detach_ended) g_agent.detach_ended(end_kind, end_code);
+            else g_agent.detach();
+        },
+        py::arg("end_kind") = 0, py::arg("end_code") = 0);
     m.def("start", [] {
         need_agent();
         g_agent.start();

@@ -564,6 +564,16 @@ void emit_shadow_mallocs() {
     }
 }
 
+// SYSTEM STOP_TRACE with `attrs` (nullptr: none), when collecting.
+void stop_collecting(const char* attrs) {
+    if (!channel_is_open()) return;
+    Tls& t = tls();
+    Guard g(t);
+    if (!g_collecting.load()) return;
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, attrs);
+    g_collecting.store(false);
+}
+
 }  // namespace
 
 extern "C" {
@@ -593,14 +603,7 @@ __attribute__((visibility("default"))) void msms_agent_start(void) {
     import_fold::publish();  // imports that ended while collection was off
 }
 
-__attribute__((visibility("default"))) void msms_agent_stop(void) {
-    if (!channel_is_open()) return;
-    Tls& t = tls();
-    Guard g(t);
-    if (!g_collecting.load()) return;
-    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
-    g_collecting.store(false);
-}
+__attribute__((visibility("default"))) void msms_agent_stop(void) { stop_collecting(nullptr); }
 
 __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
     // Outside a collection range (before start(), after stop()) a step marks
@@ -667,6 +670,27 @@ __attribute__((visibility("default"))) void msms_agent_detach(void) {
     g_collecting.store(false);
     g_off_tracking.store(false, std::memory_order_relaxed);
     channel_close(0, capture::EndKind::Returned);
+}
+
+// The Python package's end of its session at the interpreter's exit (its
+// atexit handler, which must wait for the host before the process exits, so
+// before the exit status exists): the end record says what the package could
+// tell (EndKind::Exit with code 1 after an uncaught exception, Signal SIGINT
+// after an uncaught KeyboardInterrupt), else Returned: not known. A
+// STOP_TRACE it writes (collection still on) has Attr at_exit:true.
+__attribute__((visibility("default"))) void msms_agent_detach_ended(uint32_t end_kind, int32_t end_code) {
+    Tls& t = tls();
+    Guard g(t);
+    // Collection still on (no stop() before the exit): what is live now is
+    // live at exit, not at a stop() of the program's (the leak analysis).
+    stop_collecting("at_exit:true");
+    g_collecting.store(false);
+    g_off_tracking.store(false, std::memory_order_relaxed);
+    capture::EndKind kind = capture::EndKind::Returned;
+    if (end_kind == static_cast<uint32_t>(capture::EndKind::Exit) ||
+        end_kind == static_cast<uint32_t>(capture::EndKind::Signal))
+        kind = static_cast<capture::EndKind>(end_kind);
+    channel_close(kind == capture::EndKind::Returned ? 0 : end_code, kind);
 }
 
 __attribute__((visibility("default"))) int msms_agent_attached(void) { return channel_is_open() ? 1 : 0; }

@@ -109,7 +109,9 @@ enum class EndKind : uint32_t {
     Exit = 1,     // exit() / return from main: end_code = status
     QuickExit = 2,  // _exit() / _Exit(): end_code = status
     Signal = 3,   // a fatal signal: end_code = signal number
-    Returned = 4, // atexit ran without a known status (return from main)
+    Returned = 4, // the stream ended before the exit status was known (the
+                  // Python API's session, closed by its atexit handler; a
+                  // msms_agent_detach): end_code 0, not a status
     Exec = 5,     // (format 4.2) about to exec CaptureHeader::exec_path; end_code
                   // kExecDropsAgent: with an environment that does not preload
                   // the agent (env -i), so the new image is not recorded;

@@ -712,6 +712,9 @@ std::string short_ended(const Row& r) {
         return ends(" (_exit after fork)") ? "_exit " + code + " after fork" : ends(" (_exit)") ? "_exit " + code
                                                                                                   : "exit " + code;
     }
+    // (summary.json's code null: the process's status was not known, e.g.
+    // a Python API run's, which ends its recording before the status is set)
+    if (r.ended_how == "exit") return "exit, code unknown";
     const std::string kKilled = "killed by ";
     if (r.ended_how == "signal" && r.ended_text.rfind(kKilled, 0) == 0) return r.ended_text.substr(kKilled.size());
     return r.ended_how.empty() ? "-" : r.ended_how;

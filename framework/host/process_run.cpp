@@ -44,6 +44,10 @@ bool replaced_by_exec(const ProcessSummary& s) {
     return s.replaced_by_exec || s.attach_exec || s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
 }
 
+const char kEndStatusUnknown[] =
+    "exited, exit status not known (msmemscope's Python API ends the recording at the interpreter's exit, before "
+    "the status is set)";
+
 std::string unrecorded_exec_words(const ProcessSummary& s) {
     if (s.attach_exec) return "replaced by exec, which an attach does not follow (the new image runs on unrecorded)";
     if (s.replaced_by_exec || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec)) return "";

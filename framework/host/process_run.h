@@ -143,6 +143,10 @@ bool replaced_by_exec(const ProcessSummary& s);
 // EndKind::Exec (the agent saw the exec) when no capture of the new image
 // followed. "" for any other end.
 std::string unrecorded_exec_words(const ProcessSummary& s);
+// EndKind::Returned in the words of the summary line and summary.json: the
+// stream ended before the process had an exit status (the Python API's
+// session closes in the interpreter's atexit, which must wait for the host).
+extern const char kEndStatusUnknown[];
 
 // Local time as YYYYmmddHHMMSS.
 std::string timestamp_string(uint64_t wall_ns);

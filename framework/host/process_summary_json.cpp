@@ -221,8 +221,8 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
         how = "signal";
         text = killed_by_signal(s.end_code);
     } else if (kind == capture::EndKind::Returned) {
-        how = "exit";
-        text = "exited normally";
+        how = "exit";  // code null: not known (not invented)
+        text = kEndStatusUnknown;
     } else if (s.ended_normally) {
         how = "detached";
         text = "detached";
@@ -242,7 +242,6 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
     }
     e.set("how", Json(how));
     if (how == "exit" && kind != capture::EndKind::Returned) e.set("code", Json(static_cast<int64_t>(code)));
-    else if (how == "exit") e.set("code", Json(0));
     else e.set("code", Json());
     if (how == "signal") e.set("signal", Json(static_cast<int64_t>(code)));
     e.set("text", Json(text));

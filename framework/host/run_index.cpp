@@ -67,12 +67,13 @@ std::string end_of(const ProcessSummary& s) {
         if (s.replaced_by_exec) how = "replaced by exec";
         else if (s.end_kind == 1 || s.end_kind == 2) how = "exited with code " + std::to_string(s.end_code);
         else if (s.end_kind == 3) how = "killed by signal " + std::to_string(s.end_code);
-        else if (s.end_kind == 4) how = "exited normally";
+        else if (s.end_kind == 4) how = kEndStatusUnknown;
         else how = "ended without an end record";
     }
     for (const char* why : {" (continued in ", " (killed by SIGKILL or the OOM killer)",
                             " (the new program's environment does not preload it",
-                            " (its environment preloads the agent, but", " (the new image runs on unrecorded)"}) {
+                            " (its environment preloads the agent, but", " (the new image runs on unrecorded)",
+                            " (msmemscope's Python API ends the recording"}) {
         size_t at = how.find(why);
         if (at == std::string::npos) continue;
         size_t close = how.find(')', at);  // what follows it stays ("; then exited with code 0")

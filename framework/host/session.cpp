@@ -324,7 +324,7 @@ static std::string describe_end(const ProcessSummary& s) {
     case capture::EndKind::QuickExit:
         return "exited with code " + std::to_string(s.end_code) + (s.exit_after_fork ? " (_exit after fork)" : " (_exit)");
     case capture::EndKind::Signal: return killed_by_signal(s.end_code);
-    case capture::EndKind::Returned: return "exited normally";
+    case capture::EndKind::Returned: return kEndStatusUnknown;
     default: break;
     }
     if (s.ended_normally) return "detached";

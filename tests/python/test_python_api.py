@@ -190,8 +190,9 @@ def test_config_change_after_start_is_refused(tmp_path):
         except RuntimeError as e:
             print("ERR", e)
     """)
-    assert ("ERR msmemscope.config: 'events' cannot change once the collection session has started "
-            "(call config() before the first start())") in p.stdout
+    assert ("ERR msmemscope.config: 'events' cannot change once the collection session has started: "
+            f"msmemscope.start() at {tmp_path / 'script.py'}:4 opened it (config() must come before the first "
+            "start(), step(), take_snapshot() or tracer.start())") in p.stdout
 
 
 # ---------------------------------------------------------------- the host process (plain python)

@@ -239,9 +239,11 @@ public:
         }
         track_op(ev);
         // Collection ended at stop() (the Python API, or start()/stop() under
-        // the CLI): what is live then is live "at stop()", not at exit.
+        // the CLI): what is live then is live "at stop()", not at exit. The
+        // Python API's session ends with a STOP_TRACE at the interpreter's
+        // exit too (Attr at_exit:true, no stop() called): live at exit.
         if (ev.kind == MSMS_EV_SYSTEM && (ev.type == MSMS_T_START_TRACE || ev.type == MSMS_T_STOP_TRACE))
-            at_stop_ = ev.type == MSMS_T_STOP_TRACE;
+            at_stop_ = ev.type == MSMS_T_STOP_TRACE && !has_true(ev, "at_exit");
         if (ev.kind == MSMS_EV_KERNEL_LAUNCH || (ev.kind == MSMS_EV_OP_LAUNCH &&
                                                  (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
             ++launches_[dev_key(ev)];
@@ -264,6 +266,12 @@ private:
         uint64_t size, step, kernel, duration, malloc_id;
         uint32_t stack, py_stack, op;  // op: interned operator name (0: none)
         bool held = false;  // a DataLoader batch not yet handed to the program: not judged
+        // A shadow MALLOC (shadow:true): a block that existed when collection
+        // started (made before start(), or between a stop() and the next
+        // start()). Kept for the pool's figures and its FREE, never judged
+        // (upstream's analyses leave shadow events alone): its step would be
+        // the step current at the start, not the one that made it.
+        bool shadow = false;
     };
     struct LeakKey {
         uint64_t ptr;
@@ -354,8 +362,11 @@ private:
             if (d.pool.count(k))
                 host_.warn("leaks: [device " + device_label(ev) + "] double malloc in " + pool_name(ev.type) +
                            ", ptr: " + hex(ev.ptr));
-            d.pool[k] = PoolBlock{ev.size, steps_.current(), kernel_of(ev), 0, ev.id, stack_of(ev),
-                                  ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0u, op_of(ev)};
+            const bool shadow = is_shadow(ev);
+            PoolBlock b{ev.size, steps_.current(), shadow ? 0 : kernel_of(ev), 0, ev.id, stack_of(ev),
+                        ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0u, op_of(ev)};
+            b.shadow = shadow;
+            d.pool[k] = b;
             update_allocated(d, ev);
             // Each byte once: a framework block at the address of a live host
             // heap block is that block's memory (a CPU framework allocating
@@ -437,6 +448,7 @@ private:
             d.warm_live = d.warm_bytes = 0;
             d.warm_step = step;
             for (auto& [k, b] : d.pool) {
+                if (b.shadow) continue;  // there when collection started: not judged
                 if (b.step <= kSkipSteps) {
                     ++d.warm_live;
                     d.warm_bytes += b.size;
@@ -859,7 +871,7 @@ private:
         if (d.warm_step == 0) {
             hidden = hidden_bytes = 0;
             for (auto& [k, b] : d.pool)
-                if (b.step <= kSkipSteps) {
+                if (b.step <= kSkipSteps && !b.shadow) {
                     ++hidden;
                     hidden_bytes += b.size;
                 }

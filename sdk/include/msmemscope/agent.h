@@ -145,8 +145,13 @@ uint64_t msms_agent_intern(const char* s);
  * watches, options is the same "key=value;key=value" text the CLI passes in
  * MSMEMSCOPE_AGENT_OPTS. Returns 0 on success, else an errno-like code. */
 int msms_agent_attach(const char* session_dir, const char* options);
-/* Ends this process's stream now (as at exit): writes the end record. */
+/* Ends this process's stream now (as at exit): writes the end record, which
+ * says the exit status is not known. */
 void msms_agent_detach(void);
+/* As msms_agent_detach, with how the process ends as far as the caller can
+ * tell: end_kind 1 (exit, end_code its status) or 3 (a fatal signal,
+ * end_code its number); any other end_kind: not known (as msms_agent_detach). */
+void msms_agent_detach_ended(uint32_t end_kind, int32_t end_code);
 /* 1 when a capture stream is open in this process. */
 int msms_agent_attached(void);
 

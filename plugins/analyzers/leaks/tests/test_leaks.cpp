@@ -87,6 +87,24 @@ TEST_CASE("the same loop without the kept tensor reports nothing") {
     CHECK(h.findings["leaks"].empty());
 }
 
+TEST_CASE("a shadow block (made while collection was off) is never judged, whatever the step at the start") {
+    // Two start()/stop() windows: tensors made between them get a MALLOC
+    // with shadow:true at the second start(); they were judged as leaks of
+    // the step current then (step 5's), as if that step had made them.
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
+    for (uint64_t step = 1; step <= 5; ++step) h.feed(EventBuilder::step(step));
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE));
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
+    h.feed(pta_malloc(0x7000, 8888, 8888).attr("shadow", "true"));
+    for (uint64_t step = 6; step <= 10; ++step) h.feed(EventBuilder::step(step));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.findings["leaks"].empty());
+    for (auto& line : h.reports) CHECK(line.find("leak of") == std::string::npos);
+}
+
 TEST_CASE("mstx 'step start' ranges are steps; a block freed in the next step is no leak") {
     PluginHarness h(plugin());
     REQUIRE(h.create() == MSMS_OK);
@@ -181,6 +199,21 @@ TEST_CASE("blocks live when collection ended at stop() are said to be so, not at
                                    " on device cpu: 1 block(s), 64 bytes, from 1 allocation site(s):",
                                "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
     }
+}
+
+TEST_CASE("the Python API's STOP_TRACE at the interpreter's exit (no stop() called) says at exit") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
+    h.feed(EventBuilder::malloc(0x1000, 64).c_stack("leaky_a (prog+0x10)\nmain"));
+    h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE).attr("at_exit", "true"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{
+                           "leaks: msmemscope's details (not in upstream's report):",
+                           "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 "
+                           "allocation site(s):",
+                           "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
 }
 
 TEST_CASE("memory fluctuation: a new extreme of min/max within a step is warned about") {
