@@ -12,12 +12,16 @@
 // untouched. Several hook libraries doing this compose: each one's REAL is
 // the next one's trampoline (find_real_dlsym searches after its caller).
 //
+//     extern "C" void* mypool_alloc(size_t n);   // the hook (the pool's name, exported)
 //     extern "C" {
 //     __attribute__((visibility("hidden"))) msmemscope::dlsym_fn my_real_dlsym = nullptr;
 //     __attribute__((visibility("hidden"))) void* my_dlsym_pre(void* handle, const char* name) {
 //         if (!my_real_dlsym) my_real_dlsym = msmemscope::find_real_dlsym();   // before any return
-//         if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !is_mine(name)) return nullptr;
-//         ...  // my_real_dlsym(handle, name), then the hook to return instead, or nullptr
+//         if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name || strcmp(name, "mypool_alloc") != 0)
+//             return nullptr;                                                   // passed on unchanged
+//         void* theirs = my_real_dlsym ? my_real_dlsym(handle, name) : nullptr;
+//         return theirs && theirs != reinterpret_cast<void*>(&mypool_alloc)
+//                    ? reinterpret_cast<void*>(&mypool_alloc) : nullptr;
 //     }
 //     }
 //     MSMEMSCOPE_DLSYM_HOOK(my_dlsym_pre, my_real_dlsym)
@@ -32,6 +36,7 @@
 #define _GNU_SOURCE 1
 #endif
 #include <dlfcn.h>
+#include <string.h>
 
 namespace msmemscope {
 
