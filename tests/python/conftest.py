@@ -72,6 +72,17 @@ def read_dump(path):
         return rows
 
 
+def clean_env(**extra):
+    """The environment for a Python API run without the CLI: no preload or session of
+    this test's own run, the package from the build."""
+    e = dict(os.environ)
+    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_AGENT_OPTS"):
+        e.pop(k, None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    e.update(extra)
+    return e
+
+
 def process_dirs(out):
     return sorted(p for p in Path(out).iterdir() if p.is_dir() and p.name.startswith("msmemscope_"))
 

@@ -9,18 +9,9 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, process_dirs
+from conftest import BUILD, clean_env as env_for, process_dirs
 
 PY = "/usr/bin/python3"
-
-
-def env_for(**extra):
-    e = dict(os.environ)
-    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_AGENT_OPTS"):
-        e.pop(k, None)
-    e["PYTHONPATH"] = str(BUILD / "python")
-    e.update(extra)
-    return e
 
 
 def run(tmp_path, body, args=(), cli=None, rc=0, **env):

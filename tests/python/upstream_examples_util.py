@@ -9,7 +9,7 @@ from pathlib import Path
 
 import csv
 
-from conftest import BUILD, DUMP_HEADER, dump_files, parse_attr, process_dirs
+from conftest import BUILD, DUMP_HEADER, clean_env, dump_files, parse_attr, process_dirs  # noqa: F401 (clean_env: for the tests)
 
 PY = "/usr/bin/python3"
 EXAMPLES = Path(__file__).resolve().parent / "upstream_examples"
@@ -21,15 +21,6 @@ def workdir(tmp_path):
         if f.suffix in (".py", ".sh"):
             shutil.copy(f, tmp_path / f.name)
     return tmp_path
-
-
-def clean_env(**extra):
-    e = dict(os.environ)
-    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_AGENT_OPTS"):
-        e.pop(k, None)
-    e["PYTHONPATH"] = str(BUILD / "python")
-    e.update(extra)
-    return e
 
 
 def run(cmd, cwd, rc=0, env=None, timeout=600, preexec_fn=None):
