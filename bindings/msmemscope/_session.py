@@ -72,6 +72,10 @@ ALLOWED: Dict[str, str] = {
     "plugin-time-budget": "seconds for one plugin call, optionally ',' and seconds for finish(), e.g. '60,600'",
 }
 ONCE = ("output", "data-format", "watch")
+# Keys whose value is a comma-separated list: a Python list (or tuple) of its
+# items is taken too, as in the YAML profile; steps and level also take ints.
+LISTS = ("device", "level", "events", "call-stack", "analysis", "sinks", "steps")
+INT_ITEMS = ("steps", "level")
 # Keys whose value is a truth value: the strings the command line's
 # validator takes for it (framework/host/config/options.cpp parse_bool).
 _TRUTH = {"true": "true", "1": "true", "yes": "true", "on": "true",
@@ -259,12 +263,14 @@ def configure(kwargs: Dict[str, object]) -> None:
                 hint = f"; did you mean '{guess[0]}'?" if guess else ""
                 raise TypeError(f"msmemscope.config: unknown key '{key}'{hint} "
                                 f"(allowed: {', '.join(k for k in KEYS)}, plugin_path, plugin_options)")
-            if canon == "sinks" and isinstance(value, (list, tuple)):
+            if canon in LISTS and isinstance(value, (list, tuple)):
                 for i, v in enumerate(value):
-                    if not isinstance(v, str):
+                    if not (isinstance(v, str) or (canon in INT_ITEMS and type(v) is int)):
                         raise TypeError(f"msmemscope.config: '{key}' must be a string or a list of strings; "
                                         f"{key}[{i}] is {type(v).__name__} {v!r} (allowed: {ALLOWED[canon]})")
-                value = ",".join(value)  # sinks=["trace", "memory_viz"] as the YAML list
+                # analysis=["leaks", "decompose"] as the YAML list, or the
+                # command line's comma-separated value
+                value = ",".join(str(v) for v in value)
             if canon in BOOLS:
                 if isinstance(value, bool):
                     value = "true" if value else "false"
@@ -278,7 +284,7 @@ def configure(kwargs: Dict[str, object]) -> None:
             if canon == "suppress":
                 value = _suppress_files(key, value)
             if not isinstance(value, str):
-                what = "a string or a list of strings" if canon == "sinks" else "a string"
+                what = "a string or a list of strings" if canon in LISTS else "a string"
                 raise TypeError(f"msmemscope.config: '{key}' must be {what}, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")
             if canon in ONCE and canon in _values:

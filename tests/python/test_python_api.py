@@ -55,10 +55,12 @@ def kinds(rows):
      "msmemscope.config: unknown key 'devcie'; did you mean 'device'? (allowed: device, level, events, call_stack, "
      "analysis, watch, data_format, format, output, output_path, sinks, steps, collect_mode, log_level, "
      "aggregate, suppress, default_suppressions, plugin_time_budget, plugin_path, plugin_options)"),
-    ({"level": 0}, TypeError, "msmemscope.config: 'level' must be a string, got int (allowed: 0, op, 1, kernel)"),
-    ({"device": ["cpu"]}, TypeError,
-     "msmemscope.config: 'device' must be a string, got list (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31}; "
-     "several separated by ',')"),
+    ({"level": 0}, TypeError,
+     "msmemscope.config: 'level' must be a string or a list of strings, got int (allowed: 0, op, 1, kernel)"),
+    # (a list is the comma-separated value: test_python_api_truth.py; its items are strings)
+    ({"device": ["cpu", 3]}, TypeError,
+     "msmemscope.config: 'device' must be a string or a list of strings; device[1] is int 3 (allowed: npu, "
+     "npu:{0..31}, cpu, cuda, cuda:{0..31}; several separated by ',')"),
     ({"device": "gpu"}, ValueError,
      "msmemscope.config: device: invalid value 'gpu' (allowed: npu, npu:{0..31}, cpu, cuda, cuda:{0..31})"),
     ({"device": ""}, ValueError,

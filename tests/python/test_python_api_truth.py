@@ -291,3 +291,41 @@ def test_a_bad_item_in_a_sinks_list_is_named():
         msmemscope.config(sinks=["html", 3])
     assert str(e.value) == ("msmemscope.config: 'sinks' must be a string or a list of strings; sinks[1] is int 3 "
                             "(allowed: sink names, e.g. trace,html)")
+
+
+LISTS_FORM = """import msmemscope
+msmemscope.config(device=["cpu"], analysis=["leaks", "decompose"], events=("alloc", "free", "launch"),
+                  call_stack=["python:8"], sinks=["html"], steps=[1, 2], level=["op"], output="out")
+msmemscope.start()
+x = bytearray(1000)
+msmemscope.stop()
+"""
+
+
+def test_config_takes_lists_wherever_the_value_is_a_comma_list(tmp_path):
+    # config(analysis=[...]) and events=[...] were refused ("'analysis' must
+    # be a string, got list") while sinks=[...] was taken, as the YAML
+    # profile takes a list for each of them. A list is now the comma-separated
+    # value; the run's config.json is the same as with the strings.
+    seen = {}
+    for form, text in (("lists", LISTS_FORM),
+                       ("strings", LISTS_FORM.replace('["cpu"]', '"cpu"')
+                        .replace('["leaks", "decompose"]', '"leaks,decompose"')
+                        .replace('("alloc", "free", "launch")', '"alloc,free,launch"')
+                        .replace('["python:8"]', '"python:8"').replace('["html"]', '"html"')
+                        .replace("[1, 2]", '"1,2"').replace('["op"]', '"op"'))):
+        work = tmp_path / form
+        work.mkdir()
+        (work / "prog.py").write_text(text)
+        p = subprocess.run([PY, "prog.py"], cwd=work, env=env_for(), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        (d,) = process_dirs(work / "out")
+        c = json.loads((d / "config.json").read_text())
+        seen[form] = {k: c[k] for k in ("device", "level", "events", "call_stack", "analysis", "sinks", "steps")}
+    assert seen["lists"] == seen["strings"], seen
+    assert seen["lists"]["analysis"] == ["leaks", "decompose"] and seen["lists"]["call_stack"] == {"python": 8}
+    # an item of another type is named
+    p = subprocess.run([PY, "-c", "import msmemscope; msmemscope.config(analysis=['leaks', 3])"], cwd=tmp_path,
+                       env=env_for(), capture_output=True, text=True, timeout=120)
+    assert ("TypeError: msmemscope.config: 'analysis' must be a string or a list of strings; analysis[1] is int 3 "
+            "(allowed: analyzer names, e.g. leaks, inefficient, decompose, oom[:K]; '' for none)") in p.stderr, p.stderr
