@@ -32,6 +32,17 @@ struct Site {
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
+// "N block(s), B..." at p (the reports' counts): N and B, and where the text
+// after B begins; nullptr when p does not start so.
+const char* blocks_and_bytes(const char* p, uint64_t& n, uint64_t& bytes) {
+    char* end = nullptr;
+    n = strtoull(p, &end, 10);
+    if (end == p || strncmp(end, " block(s), ", 11) != 0) return nullptr;
+    const char* q = end + 11;
+    bytes = strtoull(q, &end, 10);
+    return end == q ? nullptr : end;
+}
+
 // The leak analysis's per-site lines (plugins/analyzers/leaks):
 //   "  Leaked blocks on device D by site, largest first: ..." then
 //   "    N block(s), B bytes (step S): WHERE"
@@ -61,13 +72,9 @@ std::vector<Site> report_sites(const std::vector<std::string>& report) {
             if (first < 4) kind.clear();
             continue;
         }
-        const char* p = line.c_str();
-        char* end = nullptr;
-        uint64_t n = strtoull(p, &end, 10);
-        if (end == p || strncmp(end, " block(s), ", 11) != 0) continue;
-        const char* q = end + 11;
-        uint64_t bytes = strtoull(q, &end, 10);
-        if (end == q || strncmp(end, " bytes", 6) != 0) continue;
+        uint64_t n = 0, bytes = 0;
+        const char* end = blocks_and_bytes(line.c_str(), n, bytes);
+        if (!end || strncmp(end, " bytes", 6) != 0) continue;
         std::string rest = end + 6;
         std::string where;
         if (starts_with(rest, ", allocated at: ")) where = rest.substr(16);
@@ -158,13 +165,9 @@ Json report_inefficient(const std::vector<std::string>& report) {
     std::map<std::string, std::pair<uint64_t, uint64_t>> kinds;
     for (auto& line : report) {
         if (!starts_with(line, "inefficient: ")) continue;
-        const char* p = line.c_str() + 13;
-        char* end = nullptr;
-        uint64_t n = strtoull(p, &end, 10);
-        if (end == p || strncmp(end, " block(s), ", 11) != 0) continue;
-        const char* q = end + 11;
-        uint64_t b = strtoull(q, &end, 10);
-        if (end == q || strncmp(end, " bytes marked on device ", 24) != 0) continue;
+        uint64_t n = 0, b = 0;
+        const char* end = blocks_and_bytes(line.c_str() + 13, n, b);
+        if (!end || strncmp(end, " bytes marked on device ", 24) != 0) continue;
         blocks += n;
         bytes += b;
         size_t colon = line.find(" judged: ");
@@ -176,10 +179,8 @@ Json report_inefficient(const std::vector<std::string>& report) {
             at = stop == std::string::npos ? line.size() : stop + 2;
             size_t sp = part.find(' ');
             if (sp == std::string::npos) continue;
-            const char* r = part.c_str() + sp + 1;
-            uint64_t kn = strtoull(r, &end, 10);
-            if (end == r || strncmp(end, " block(s), ", 11) != 0) continue;
-            uint64_t kb = strtoull(end + 11, nullptr, 10);
+            uint64_t kn = 0, kb = 0;
+            if (!blocks_and_bytes(part.c_str() + sp + 1, kn, kb)) continue;
             auto& k = kinds[part.substr(0, sp)];
             k.first += kn;
             k.second += kb;
