@@ -206,7 +206,7 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
 constexpr uint32_t kLoaderDepth = 8;
 
 void loader_record(uint64_t ptr, uint64_t size) {
-    if (options().c_depth >= kLoaderDepth || !stacks_ready()) return heap_record(capture::kHeapMallocS, ptr, &size);
+    if (options().c_depth >= kLoaderDepth) return heap_record(capture::kHeapMallocS, ptr, &size);
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
     uint64_t cs = capture_c_stack(w, kLoaderDepth, options().c_depth == 0 ? 3 : 0);

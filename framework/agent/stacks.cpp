@@ -38,7 +38,6 @@ std::atomic_flag g_scan_lock = ATOMIC_FLAG_INIT;
 std::atomic<uint64_t> g_last_scan_ns{0};
 std::atomic<uint32_t> g_generation_seen{0};
 int g_mode = 0;
-std::atomic<bool> g_stacks_ready{false};  // stacks_init ran (a forked child inherits it: runs it again)
 using unw_backtrace_fn = int (*)(void**, int);
 unw_backtrace_fn g_unw_backtrace = nullptr;
 
@@ -305,7 +304,6 @@ void shared_publish(int64_t claim, uint64_t id) {
 
 int unwind_mode() { return g_mode; }
 
-bool stacks_ready() { return g_stacks_ready.load(std::memory_order_relaxed); }
 
 void stacks_init() {
     const char* m = getenv("MSMEMSCOPE_UNWIND");
@@ -324,7 +322,6 @@ void stacks_init() {
     g_module_count.store(0);
     ThreadWriter* w = writer_for(64);
     scan_modules(w);
-    g_stacks_ready.store(true, std::memory_order_relaxed);
 }
 
 uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, uint8_t kind) {

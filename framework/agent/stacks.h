@@ -21,8 +21,6 @@ void stacks_init();
 // stacks (capture_format.h kStack: the host gives their frames no source
 // lines, and a last line that says what they are).
 uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, uint8_t kind = 0);
-// stacks_init has run for this process's stream (a child after fork: again).
-bool stacks_ready();
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
 // Same, from a provider that names its answers: an answer named as the
