@@ -154,6 +154,30 @@ def test_leaked_view_is_the_leak_analysis(leak_run):
     assert '>Leaked (leaks analysis)</button>' in dom
 
 
+def test_the_rows_card_counts_the_rows_the_db_holds(leak_run):
+    # the card is the page's own row count, the db's of the same run; the
+    # console's "events" counts what the program sent, a different number
+    # (frees of blocks from before collection are not rows; START_TRACE and
+    # the end's FREEs are the profiler's): it is not called "events" here
+    tmp, p, d = leak_run
+    db = only(list(d.glob("device_*/dump/*.db")))
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (rows,) = con.execute("SELECT count(*) FROM memscope_dump").fetchone()
+    finally:
+        con.close()
+    data = page_data(only(d.glob("report_*.html")))
+    assert data["rows"] == rows
+    # the page was drawn from more: the operators' accesses decompose asked for
+    # (--events does not write them)
+    assert data["events"] == rows + data["kinds"]["ACCESS"] and data["kinds"]["ACCESS"] > 0
+    dom = dom_of(only(d.glob("report_*.html")), tmp)
+    card = re.search(r'<div class="card" id="card-rows"><div class="k">([^<]*)</div><div class="v">([^<]*)</div>', dom)
+    assert card and card.groups() == ("rows", f"{rows:,}"), dom[:3000]
+    events = int(re.search(r"^  events: (\d+), dropped: 0$", p.stdout, re.M).group(1))
+    assert events != rows and ">events<" not in dom
+
+
 def test_imports_heap_is_as_many_blocks_as_it_stands_for(leak_run):
     """Python's import-time heap is one row for many blocks (Attr blocks:
     framework/agent/import_fold.h): the page lists it under its own name and

@@ -74,7 +74,7 @@ def test_empty_capture(tmp_path, sink):
         html = (tmp_path / f"report_{TS}.html").read_text()
         data = html.split('<script type="application/json" id="msms-data">')[1].split("</script>")[0]
         d = json.loads(data)
-        assert d["events"] == 0 and d["devices"] == [] and d["findings"] == {}
+        assert d["events"] == d["rows"] == 0 and d["devices"] == [] and d["findings"] == {}
 
 
 def test_db_rich_stream(tmp_path):

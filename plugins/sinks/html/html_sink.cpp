@@ -47,6 +47,7 @@
 #include "report_template.h"
 #include "util/addr_map.h"
 #include "util/json.h"
+#include "util/written_events.h"
 
 namespace {
 
@@ -202,7 +203,16 @@ public:
     static constexpr const char* kDescription =
         "report_{ts}.html: self-contained page with memory over time by owner, peak blocks, top sites, findings";
 
-    HtmlSink(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+    HtmlSink(msmemscope::Host host, const msmemscope::Options& opts)
+        : host_(host), written_(msms::WrittenEvents::from_option(opts.get("write_events", "all"))) {}
+
+    // The dump's rows (the card "rows"): what --events writes, as the csv
+    // and db sinks do; the page itself draws from every event it is given.
+    static const msms_option_spec* options(uint32_t& count) {
+        static const msms_option_spec specs[] = {msms::WrittenEvents::kOptionSpec};
+        count = 1;
+        return specs;
+    }
 
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
@@ -213,6 +223,7 @@ public:
 
     void on_event(const msms_event& ev) override {
         ++events_;
+        if (ev.kind != MSMS_EV_PY_TRACE && written_.wants(ev)) ++rows_;  // python_trace rows have their own file
         if (!base_set_) {
             base_ = ev.timestamp_ns;
             base_set_ = true;
@@ -1067,7 +1078,7 @@ private:
         o += ",\"timestamp\":";
         jstr(o, run_.timestamp);
         o += ",\"start_ns\":" + std::to_string(base_) + ",\"end_ns\":" + std::to_string(last_ts_) +
-             ",\"events\":" + std::to_string(events_) + ",\"kinds\":{";
+             ",\"events\":" + std::to_string(events_) + ",\"rows\":" + std::to_string(rows_) + ",\"kinds\":{";
         bool first = true;
         for (uint16_t k = 0; k < MSMS_EV_KIND_COUNT; ++k) {
             if (!kinds_[k]) continue;
@@ -1178,7 +1189,8 @@ private:
     msmemscope::Host host_;
     msmemscope::RunInfo run_;
     bool base_set_ = false;
-    uint64_t base_ = 0, last_ts_ = 0, events_ = 0, seq_ = 0;
+    msms::WrittenEvents written_;
+    uint64_t base_ = 0, last_ts_ = 0, events_ = 0, rows_ = 0, seq_ = 0;
     uint64_t kinds_[MSMS_EV_KIND_COUNT] = {};
     std::vector<std::unique_ptr<Device>> devices_;
     std::unordered_map<uint64_t, size_t> dev_index_;

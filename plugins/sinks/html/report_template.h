@@ -407,7 +407,12 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
 
   document.getElementById("title").textContent = "msmemscope report \u2014 pid " + D.pid;
   document.getElementById("command").textContent = D.command || "";
-  card("events", num(D.events));
+  // the dump's rows, as the CSV or db of the same run has them; the
+  // console's "events" counts what the program sent (a free of a block
+  // allocated before collection is received, not written; START_TRACE and
+  // the end's FREE of each block still allocated are the profiler's rows;
+  // events the analyses asked for beyond --events are not written)
+  card("rows", num(D.rows), "card-rows");
   card("duration", dur(Math.max(0, D.end_ns - D.start_ns)));
   D.devices.forEach(function (d) { card(d.label + " peak / final", human(d.peak) + " / " + human(d.final)); });
   // the leak analysis's own count: blocks (a row of host blocks reported
