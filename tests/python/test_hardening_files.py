@@ -2,8 +2,10 @@
 output folders are fresh and private, write-back never follows a link and
 keeps the input's mode, a root host loads nothing another user could write,
 and the Python API refuses strings that cannot reach the C side intact."""
+import csv
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -11,7 +13,7 @@ import sys
 import pytest
 
 from conftest import BUILD, CLI, process_dirs
-from test_analyzers_cli import upstream_inefficient_csv
+from test_analyzers_cli import row, upstream_inefficient_csv, write_csv
 
 ARGS = ["--device=cpu", "--events=alloc,free", "--analysis="]
 IS_ROOT = os.geteuid() == 0
@@ -107,6 +109,70 @@ def test_an_output_folder_that_cannot_be_made_exits_70(cli, test_bin, tmp_path):
     assert p.stderr.strip().splitlines()[-1] == (
         f"msmemscope: error: --replay: {again}/{d.name}: cannot create the output folder: it and 99 numbered "
         f"variants (_2, _3, ...) exist")
+
+
+def descendants(pid):
+    """pid and the processes below it (the pipeline runs in a worker)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as c:
+                    todo += [int(x) for x in c.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def open_files_in(pid, folder):
+    """The files of `folder` that process `pid` or one below it holds open."""
+    held = set()
+    for p in descendants(pid):
+        try:
+            names = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for n in names:
+            try:
+                target = os.readlink(f"/proc/{p}/fd/{n}")
+            except OSError:
+                continue
+            if target.startswith(str(folder) + "/"):
+                held.add(target)
+    return held
+
+
+def test_analyze_interrupted_while_it_writes_back_leaves_nothing(tmp_path):
+    # A dump of ~40 MB: the small marked one and many host blocks after it.
+    d = tmp_path / "in"
+    d.mkdir()
+    f = d / "memscope_dump_1.csv"
+    with open(upstream_inefficient_csv(f), newline="") as src:
+        rows = list(csv.reader(src))[1:]
+    pad = "x" * 200
+    for i in range(100000):
+        rows.append(row(8 + 2 * i, "MALLOC", "HOST", "N/A", 700 + 2 * i, ptr="0x%016x" % (0x100000 + 64 * i),
+                        attr="{allocation_id:%d,addr:0x%x,size:64,pad:%s}" % (3 + i, 0x100000 + 64 * i, pad)))
+        rows.append(row(9 + 2 * i, "FREE", "HOST", "N/A", 701 + 2 * i, ptr="0x%016x" % (0x100000 + 64 * i),
+                        attr="{allocation_id:%d,addr:0x%x,size:64}" % (3 + i, 0x100000 + 64 * i)))
+    write_csv(f, rows)
+    before = f.read_bytes()
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    p = subprocess.Popen([str(CLI), "--analyze=inefficient", f"--input={f}", f"--output={tmp_path}/o"],
+                         cwd=str(tmp_path), env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the barrier: it holds a second file of the folder open (the results it writes)
+    held = set()
+    while held is not None and not (held - {str(f)}):
+        held = open_files_in(p.pid, d) if p.poll() is None else None
+    assert held is not None, "it ended before it wrote: " + "".join(p.communicate())
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == -signal.SIGINT, out + err
+    assert os.listdir(d) == [f.name]  # no partial file beside it, named or hidden
+    assert f.read_bytes() == before
 
 
 def test_analyze_write_back_keeps_mode_and_refuses_links(cli, tmp_path):

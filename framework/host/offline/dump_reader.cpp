@@ -16,6 +16,7 @@
 
 #include "util/csv.h"
 #include "util/text.h"
+#include "util/unnamed_file.h"
 
 namespace fs = std::filesystem;
 
@@ -776,22 +777,13 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         error = path + ": cannot read the file: " + std::strerror(errno);
         return false;
     }
-    std::string tmp;
-    int out_fd = -1;
-    for (int attempt = 0; attempt < 100 && out_fd < 0; ++attempt) {
-        char suffix[32];
-        std::snprintf(suffix, sizeof(suffix), ".msmemscope.%d.%d", static_cast<int>(getpid()), attempt);
-        tmp = base + suffix;
-        out_fd = openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (out_fd < 0 && errno != EEXIST) break;
-    }
-    std::FILE* out = out_fd >= 0 ? fdopen(out_fd, "w") : nullptr;
+    // The new file has no name until it is complete (unnamed_file.h): an
+    // --analyze interrupted while it writes leaves nothing in the folder.
+    UnnamedFile tmp;
+    int out_fd = tmp.open(dir_fd, base);
+    std::FILE* out = out_fd >= 0 ? tmp.stream() : nullptr;
     if (!out) {
-        error = folder + tmp + ": cannot write: " + std::strerror(errno);
-        if (out_fd >= 0) {
-            close(out_fd);
-            unlinkat(dir_fd, tmp.c_str(), 0);
-        }
+        error = path + ": cannot write the results back: " + folder + ": " + std::strerror(errno);
         std::fclose(in);
         return false;
     }
@@ -800,7 +792,6 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
         error = path + ": cannot give the rewritten file the input's mode and owner: " + std::strerror(errno);
         std::fclose(out);
         std::fclose(in);
-        unlinkat(dir_fd, tmp.c_str(), 0);
         return false;
     }
     CsvReader reader(in);
@@ -832,13 +823,13 @@ bool patch_dump(const std::string& path, const std::vector<AttrPatch>& patches, 
     std::fclose(in);
     if (!read_ok) {
         std::fclose(out);
-        unlinkat(dir_fd, tmp.c_str(), 0);
         error = path + ": cannot reread the file to write the results back";
         return false;
     }
-    if (std::fclose(out) != 0 || renameat(dir_fd, tmp.c_str(), dir_fd, base.c_str()) != 0) {
+    bool written = !std::ferror(out);
+    if (std::fclose(out) != 0 || !written || !tmp.publish(base)) {
+        if (!written && errno == 0) errno = EIO;
         error = path + ": cannot write the results back: " + std::strerror(errno);
-        unlinkat(dir_fd, tmp.c_str(), 0);
         return false;
     }
     return true;
