@@ -32,6 +32,7 @@
 #include "output_file.h"
 #include "util/csv.h"
 #include "util/text.h"
+#include "util/unnamed_file.h"
 #include "util/written_events.h"
 
 namespace fs = std::filesystem;
@@ -423,10 +424,11 @@ private:
 
     // The same result as apply_patches, reading only the annotated rows.
     // The file's folder and name, opened without following links: it is
-    // reread and replaced there (a new .tmp renamed over it).
+    // reread and replaced there (a new file, unnamed until it is complete,
+    // renamed over it: util/unnamed_file.h).
     struct Place {
         msmemscope::files::Fd dir;
-        std::string name, tmp;
+        std::string name;
     };
     Place place_of(const File& f) {
         Place p;
@@ -436,7 +438,6 @@ private:
                                                 false, why));
         if (!p.dir) throw std::runtime_error("cannot reread " + f.path() + ": " + why);
         p.name = slash == std::string::npos ? f.rel() : f.rel().substr(slash + 1);
-        p.tmp = p.name + ".tmp";
         return p;
     }
     // The rows the index finds get their changes where they are: the file
@@ -668,11 +669,21 @@ private:
             if (in_fd >= 0) ::close(in_fd);
             throw std::runtime_error("cannot reread " + path);
         }
-        std::string tmp = path + ".tmp", why;
-        std::FILE* out = msmemscope::files::create_stream(where.dir.get(), where.tmp, why);
+        // No name until it is complete: a run stopped while it is written
+        // leaves no partial copy beside the dump.
+        msms::UnnamedFile tmp;
+        std::FILE* out = tmp.open(where.dir.get(), where.name) >= 0 ? tmp.stream() : nullptr;
         if (!out) {
+            int e = errno;
             std::fclose(in);
-            throw std::runtime_error("cannot write " + tmp + ": " + why);
+            throw std::runtime_error("cannot write a new copy of " + path + ": " + std::strerror(e));
+        }
+        struct stat st;  // the mode the dump was made with (0666 less the umask)
+        if (fstat(fileno(in), &st) != 0 || fchmod(fileno(out), st.st_mode & 07777) != 0) {
+            int e = errno;
+            std::fclose(out);
+            std::fclose(in);
+            throw std::runtime_error("cannot write a new copy of " + path + ": " + std::strerror(e));
         }
         msms::CsvReader reader(in);
         std::vector<std::string> fields;
@@ -690,8 +701,9 @@ private:
             }
         }
         std::fclose(in);
-        if (std::fclose(out) != 0) throw std::runtime_error("cannot write " + tmp);
-        ::renameat(where.dir.get(), where.tmp.c_str(), where.dir.get(), where.name.c_str());
+        bool written = !std::ferror(out);
+        if (std::fclose(out) != 0 || !written || !tmp.publish(where.name))
+            throw std::runtime_error("cannot write a new copy of " + path + ": " + std::strerror(errno ? errno : EIO));
     }
 
     msmemscope::Host host_;
