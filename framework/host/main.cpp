@@ -13,6 +13,7 @@
 
 #include "compare.h"
 #include "compare_log.h"
+#include "offline/interrupted.h"
 #include "config.h"
 #include "device_check.h"
 #include "live/live_view.h"
@@ -128,12 +129,16 @@ int run_main(int argc, char** argv) {
 
     if (!cfg.merge.empty()) return merge_main(cfg);  // --merge: runs of several nodes
     if (cfg.compare) {
+        say_when_interrupted("msmemscope: --compare: interrupted by %s before it finished; its compare file is "
+                             "written only at the end");
         CompareLog log(cfg.output);
         int rc = compare_main(cfg);
         log.finish(rc);
         return rc;
     }
     if (cfg.analyze) {
+        say_when_interrupted("msmemscope: --analyze: interrupted by %s before it finished; its results are written "
+                             "only at its end (the input is rewritten in one step)");
         int rc = offline_main(cfg, registry);
         return rc == 0 && plugin_dropped ? 71 : rc;
     }

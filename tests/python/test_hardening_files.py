@@ -144,11 +144,8 @@ def open_files_in(pid, folder):
     return held
 
 
-def test_analyze_interrupted_while_it_writes_back_leaves_nothing(tmp_path):
-    # A dump of ~40 MB: the small marked one and many host blocks after it.
-    d = tmp_path / "in"
-    d.mkdir()
-    f = d / "memscope_dump_1.csv"
+def big_marked_dump(f):
+    """A dump of ~40 MB: the small marked one and many host blocks after it."""
     with open(upstream_inefficient_csv(f), newline="") as src:
         rows = list(csv.reader(src))[1:]
     pad = "x" * 200
@@ -157,22 +154,52 @@ def test_analyze_interrupted_while_it_writes_back_leaves_nothing(tmp_path):
                         attr="{allocation_id:%d,addr:0x%x,size:64,pad:%s}" % (3 + i, 0x100000 + 64 * i, pad)))
         rows.append(row(9 + 2 * i, "FREE", "HOST", "N/A", 701 + 2 * i, ptr="0x%016x" % (0x100000 + 64 * i),
                         attr="{allocation_id:%d,addr:0x%x,size:64}" % (3 + i, 0x100000 + 64 * i)))
-    write_csv(f, rows)
-    before = f.read_bytes()
+    return write_csv(f, rows)
+
+
+def interrupt_when(args, cwd, ready, sig=signal.SIGINT):
+    """Runs the CLI, sends `sig` once ready(pid) (a barrier: what it holds
+    open), returns (returncode, stdout, stderr)."""
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
-    p = subprocess.Popen([str(CLI), "--analyze=inefficient", f"--input={f}", f"--output={tmp_path}/o"],
-                         cwd=str(tmp_path), env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # the barrier: it holds a second file of the folder open (the results it writes)
-    held = set()
-    while held is not None and not (held - {str(f)}):
-        held = open_files_in(p.pid, d) if p.poll() is None else None
-    assert held is not None, "it ended before it wrote: " + "".join(p.communicate())
-    p.send_signal(signal.SIGINT)
+    p = subprocess.Popen([str(CLI)] + args, cwd=str(cwd), env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    while p.poll() is None and not ready(p.pid):
+        pass
+    assert p.poll() is None, "it ended first: " + "".join(p.communicate())
+    p.send_signal(sig)
     out, err = p.communicate(timeout=120)
-    assert p.returncode == -signal.SIGINT, out + err
+    return p.returncode, out, err
+
+
+def test_analyze_interrupted_while_it_writes_back_leaves_nothing(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    f = big_marked_dump(d / "memscope_dump_1.csv")
+    before = f.read_bytes()
+    # the barrier: it holds a second file of the folder open (the results it writes)
+    rc, out, err = interrupt_when(["--analyze=inefficient", f"--input={f}", f"--output={tmp_path}/o"], tmp_path,
+                                  lambda pid: open_files_in(pid, d) - {str(f)})
+    assert rc == -signal.SIGINT, out + err
+    assert err.splitlines()[-1] == ("msmemscope: --analyze: interrupted by SIGINT before it finished; its results "
+                                    "are written only at its end (the input is rewritten in one step)")
     assert os.listdir(d) == [f.name]  # no partial file beside it, named or hidden
     assert f.read_bytes() == before
+
+
+def test_compare_interrupted_says_so_and_writes_nothing(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    a = big_marked_dump(d / "a.csv")
+    b = d / "b.csv"
+    shutil.copy(a, b)
+    # the barrier: it reads the second input
+    rc, out, err = interrupt_when(["--compare", f"--input-path={a},{b}", f"--output-path={tmp_path}/o"], tmp_path,
+                                  lambda pid: str(b) in open_files_in(pid, d), signal.SIGTERM)
+    assert rc == -signal.SIGTERM, out + err
+    assert err.splitlines()[-1] == ("msmemscope: --compare: interrupted by SIGTERM before it finished; its compare "
+                                    "file is written only at the end")
+    assert not list((tmp_path / "o").glob("**/memory_compare_*.csv"))
 
 
 def test_analyze_write_back_keeps_mode_and_refuses_links(cli, tmp_path):
