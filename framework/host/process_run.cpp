@@ -387,6 +387,10 @@ void ProcessRun::run_stream() {
             convert(raw, r, sym);
             step_count.feed(r.ev, r.name);
             if (!steps.keep(r.ev, r.name)) continue;  // --steps
+            // ... and a dump of it says so itself (START_TRACE's Attr
+            // steps:[3, 4]): --analyze of a copy anywhere knows what it holds
+            if (steps.active() && r.ev.kind == MSMS_EV_SYSTEM && r.ev.type == MSMS_T_START_TRACE)
+                r.attrs.emplace_back("steps", steps.list_text());
             pipeline.feed(r);
             // a host that is behind still shows the view every second
             if (live_view && (delivered & 4095) == 0 && std::chrono::steady_clock::now() - live_last >= std::chrono::seconds(1)) {

@@ -4,6 +4,12 @@
 
 namespace msms {
 
+std::string StepFilter::list_text() const {
+    std::string out = "[";
+    for (size_t i = 0; i < steps_.size(); ++i) out += (i ? ", " : "") + std::to_string(steps_[i]);
+    return out + "]";
+}
+
 std::vector<long long> StepFilter::unreached() const {
     std::vector<long long> out;
     for (long long s : steps_)

@@ -22,6 +22,8 @@ class StepFilter {
 public:
     explicit StepFilter(std::vector<long long> steps) : steps_(std::move(steps)) {}
     bool active() const { return !steps_.empty(); }
+    // "[3, 4]": the selection, as START_TRACE's Attr `steps` writes it.
+    std::string list_text() const;
     // True when the event is to be kept; call for every event in time order.
     bool keep(const msms_event& ev, const std::string& name);
     uint64_t current_step() const { return current_; }

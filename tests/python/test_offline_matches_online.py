@@ -154,12 +154,34 @@ def test_analyze_of_a_steps_dump_turns_the_leak_analysis_off_as_the_run_did(tmp_
     assert off_line in p.stderr + p.stdout
     (folder,) = process_dirs(tmp_path / "out")
     (dump,) = (folder / "device_cpu" / "dump").glob("memscope_dump_*.csv")
-    rel = dump.relative_to(tmp_path)
-    off = run_cli(["--analyze=leaks", f"--input={rel}"], tmp_path, check_rc=0)
-    assert (f"msmemscope: warning: --analyze: {rel} was recorded with --steps=3,4 ({folder.relative_to(tmp_path)}"
-            f"/config.json): it holds only those steps' events, and a block freed in a later step looks live at its "
-            f"end; the leak analysis is off for it, as it was in the run") in off.stderr.splitlines()
-    assert off_line in off.stderr + off.stdout
+    # the dump says so itself: a copy anywhere is known for what it holds
+    lines = dump.read_text().splitlines(keepends=True)
+    (start,) = [i for i, l in enumerate(lines) if ",SYSTEM,START_TRACE," in l]
+    assert lines[start].rstrip("\n").endswith(',"{steps:[3, 4]}",,')
+    moved = tmp_path / "elsewhere" / "copy.csv"
+    moved.parent.mkdir()
+    moved.write_text("".join(lines))
+    # a dump of an earlier build (no Attr there): its run's config.json says so
+    lines[start] = lines[start].replace('"{steps:[3, 4]}"', "")
+    dump.write_text("".join(lines))
+    for rel, source in ((dump.relative_to(tmp_path), f"{folder.relative_to(tmp_path)}/config.json"),
+                        (moved.relative_to(tmp_path), "its START_TRACE row says so")):
+        off = run_cli(["--analyze=leaks", f"--input={rel}"], tmp_path, check_rc=0)
+        assert (f"msmemscope: warning: --analyze: {rel} was recorded with --steps=3,4 ({source}): it holds only "
+                f"those steps' events, and a block freed in a later step looks live at its end; the leak analysis "
+                f"is off for it, as it was in the run") in off.stderr.splitlines()
+        assert off_line in off.stderr + off.stdout
+        assert "still allocated" not in off.stdout and "ERROR: Detected memory leaks" not in off.stdout, off.stdout
+    # the same for a db dump copied out of its run folder
+    run_cli(["--device=cpu", "--call-stack=python", "--analysis=leaks", "--steps=3,4", "--data-format=db",
+             "--output=outdb", "--", "/usr/bin/python3", "prog.py"], tmp_path,
+            env={"PYTHONPATH": "", "LD_PRELOAD": ""}, check_rc=0)
+    (db,) = (process_dirs(tmp_path / "outdb")[0] / "device_cpu" / "dump").glob("memscope_dump_*.db")
+    moved_db = tmp_path / "elsewhere" / "copy.db"
+    moved_db.write_bytes(db.read_bytes())
+    off = run_cli(["--analyze=leaks", "--input=elsewhere/copy.db"], tmp_path, check_rc=0)
+    assert ("msmemscope: warning: --analyze: elsewhere/copy.db was recorded with --steps=3,4 (its START_TRACE row "
+            "says so)") in off.stderr
     assert "still allocated" not in off.stdout and "ERROR: Detected memory leaks" not in off.stdout, off.stdout
     # the same rows from a run of every step: no warning (the analysis runs)
     whole = run_cli(["--device=cpu", "--call-stack=python", "--analysis=decompose", "--output=whole", "--",

@@ -35,18 +35,53 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The --steps a dump of ours was recorded with, from its run's config.json
-// (<run>/device_<d>/dump/<dump file> -> <run>/config.json); empty when the
-// run collected every step or the file is not there (an upstream dump, a
-// dump moved out of its run folder). config_path gets the file's path.
+// The numbers of a list "[3, 4]" (what lies between `open` and `close`).
+std::vector<long long> step_list(const std::string& text, size_t open, size_t close) {
+    std::vector<long long> steps;
+    for (size_t i = open + 1; i < close;) {
+        if (text[i] < '0' || text[i] > '9') {
+            ++i;
+            continue;
+        }
+        size_t j = i;
+        while (j < close && text[j] >= '0' && text[j] <= '9') ++j;
+        steps.push_back(std::strtoll(text.substr(i, j - i).c_str(), nullptr, 10));
+        i = j;
+    }
+    return steps;
+}
+
+// The --steps a dump of ours was recorded with; empty when the run
+// collected every step (or for an upstream dump). `source` says where it
+// was read: the dump's own START_TRACE row (Attr steps:[3, 4], which the
+// host adds under --steps, so a dump copied anywhere still says it), or,
+// for a dump of an earlier build, its run's config.json
+// (<run>/device_<d>/dump/<dump file> -> <run>/config.json).
 // Such a dump holds only the selected steps' events, then a FREE (Attr
 // shadow:true) for every block still live when collection ended: a block
 // the program freed in a later step looks live at the end.
-std::vector<long long> recorded_steps(const std::string& dump, std::string& config_path) {
+std::vector<long long> recorded_steps(const std::string& dump, std::string& source) {
+    {
+        RowScanner rows;
+        DumpRow row;
+        std::string error;
+        if (rows.open(dump, error)) {
+            // START_TRACE is among the first rows of a dump of ours
+            for (int i = 0; i < 10000 && rows.next(row, error) == 1; ++i) {
+                if (row.rec.ev.kind != MSMS_EV_SYSTEM || row.rec.ev.type != MSMS_T_START_TRACE) continue;
+                for (auto& [k, v] : row.rec.attrs)
+                    if (k == "steps" && v.size() > 2 && v.front() == '[' && v.back() == ']') {
+                        source = "its START_TRACE row says so";
+                        return step_list(v, 0, v.size() - 1);
+                    }
+                break;
+            }
+        }
+    }
     std::vector<long long> steps;
     fs::path dir = fs::path(dump).parent_path();
     if (dir.filename() != "dump" || dir.parent_path().filename().string().rfind("device_", 0) != 0) return steps;
-    config_path = (dir.parent_path().parent_path() / "config.json").string();
+    std::string config_path = (dir.parent_path().parent_path() / "config.json").string();
     int fd = ::open(config_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return steps;
     struct stat st;
@@ -59,17 +94,8 @@ std::vector<long long> recorded_steps(const std::string& dump, std::string& conf
     size_t open = k == std::string::npos ? k : text.find('[', k);
     size_t close = open == std::string::npos ? open : text.find(']', open);
     if (close == std::string::npos) return steps;
-    for (size_t i = open + 1; i < close;) {
-        if (text[i] < '0' || text[i] > '9') {
-            ++i;
-            continue;
-        }
-        size_t j = i;
-        while (j < close && text[j] >= '0' && text[j] <= '9') ++j;
-        steps.push_back(std::strtoll(text.substr(i, j - i).c_str(), nullptr, 10));
-        i = j;
-    }
-    return steps;
+    source = config_path;
+    return step_list(text, open, close);
 }
 
 // side_dir: a private folder the caller made (and removes, also when a
@@ -99,14 +125,14 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     // the configuration, as they did in the run (the leak analysis turns
     // itself off: what is live at the end of such a dump was not left at
     // the program's exit).
-    std::string config_path;
-    if (auto steps = recorded_steps(path, config_path); !steps.empty()) {
+    std::string source;
+    if (auto steps = recorded_steps(path, source); !steps.empty()) {
         c.steps = steps;
         std::string list;
         for (size_t i = 0; i < steps.size(); ++i) list += (i ? "," : "") + std::to_string(steps[i]);
         if (std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "leaks") != cfg.analyzers.end())
             warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
-                          << " was recorded with --steps=" << list << " (" << escape_controls(config_path)
+                          << " was recorded with --steps=" << list << " (" << escape_controls(source)
                           << "): it holds only those steps' events, and a block freed in a later step looks "
                              "live at its end; the leak analysis is off for it, as it was in the run\n";
     }
