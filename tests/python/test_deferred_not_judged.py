@@ -148,10 +148,11 @@ def test_torch_deferred_run_html_counts_no_block_from_before_start(torch_run):
     n, b, _ = before_start_live(only(dump_files(d)))
     s = json.loads((d / "summary.json").read_text())
     total_n, total_b = s["leaks"]["allocations"], s["leaks"]["bytes"]
+    host_n, host_b, _, _ = host_lines(p.stdout)
+    assert (total_n, total_b) == (2 + host_n, 16384 + host_b) and total_b < 1 << 20, s["leaks"]
     page = only(d.glob("report_*.html"))
     data = page_data(page)
     assert data["leak_total"] == [total_n, total_b], data["leak_total"]
-    host_n, host_b, _, _ = host_lines(p.stdout)
     assert data["leak_kinds"] == {"step": [2, 16384], "exit": [host_n, host_b]}, data["leak_kinds"]
     host = device(data, "cpu host memory")
     assert (host["leak_blocks"], host["leak_bytes"]) == (host_n, host_b)
