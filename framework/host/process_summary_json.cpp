@@ -155,6 +155,25 @@ bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint6
     return any;
 }
 
+// The blocks the leak analysis did not judge because they were there when
+// collection started (plugins/analyzers/leaks), summed over the devices:
+//   "  Not judged on device D: N block(s), B bytes allocated before
+//    collection started were still allocated at stop() (...)"
+void report_not_judged(const std::vector<std::string>& report, uint64_t& blocks, uint64_t& bytes) {
+    blocks = bytes = 0;
+    for (auto& raw : report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos || raw.compare(first, 21, "Not judged on device ") != 0) continue;
+        size_t colon = raw.find(": ", first + 21);
+        if (colon == std::string::npos) continue;
+        uint64_t n = 0, b = 0;
+        const char* end = blocks_and_bytes(raw.c_str() + colon + 2, n, b);
+        if (!end || strncmp(end, " bytes allocated before collection started ", 43) != 0) continue;
+        blocks += n;
+        bytes += b;
+    }
+}
+
 // What the inefficient analysis marked, from its report lines
 // (plugins/analyzers/inefficient), summed over the devices:
 //   "inefficient: N block(s), B bytes marked on device D, of J block(s)
@@ -282,13 +301,22 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     // process replaced by exec holds no leaks; a child forked without exec
     // that ended with _exit() has its step leaks only (exit_judged false:
     // what it held then went with it).
+    // The blocks there when collection started (deferred mode) and still
+    // allocated at the end are in neither: not judged, counted apart.
     if (f.leaks_ran) {
-        uint64_t bytes = 0, n = 0;
-        if (!f.exec_replaced && !replaced_by_exec(s)) report_leaks(s.report, bytes, n);
+        uint64_t bytes = 0, n = 0, before_n = 0, before_bytes = 0;
+        if (!f.exec_replaced && !replaced_by_exec(s)) {
+            report_leaks(s.report, bytes, n);
+            report_not_judged(s.report, before_n, before_bytes);
+        }
         Json l = Json::object();
         l.set("bytes", Json(bytes));
         l.set("allocations", Json(n));
         l.set("exit_judged", Json(!s.exit_after_fork && !f.exec_replaced && !replaced_by_exec(s)));
+        Json before = Json::object();
+        before.set("blocks", Json(before_n));
+        before.set("bytes", Json(before_bytes));
+        l.set("not_judged_before_start", std::move(before));
         j.set("leaks", std::move(l));
     } else {
         j.set("leaks", Json());

@@ -315,7 +315,8 @@ def test_attached_program_that_execs_ends_the_run_and_says_so(tmp_path):
         assert "detached" not in out and "still allocated" not in out, out
         (summary,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
         assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
-        assert summary["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False}, summary  # (went with the exec)
+        assert summary["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False,
+                                    "not_judged_before_start": {"blocks": 0, "bytes": 0}}, summary  # (went with the exec)
         rest, _ = prog.communicate("", timeout=60)  # the new image: stdin's end, then it exits
         assert (prog.returncode, rest) == (0, "static done\n")
     finally:

@@ -450,7 +450,8 @@ def test_exec_that_drops_the_agent_is_named_not_a_kill(cli, test_bin, tmp_path):
     summaries = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
     dropped = [j for j in summaries if "without the agent" in j["ended"]["text"]]
     assert len(dropped) == 1 and dropped[0]["ended"]["how"] == "exec", summaries
-    assert dropped[0]["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False}, dropped[0]  # (went with the exec)
+    assert dropped[0]["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False,
+                                   "not_judged_before_start": {"blocks": 0, "bytes": 0}}, dropped[0]  # (went with the exec)
     # A program that exits after its own exec keeps its leaks (env's, here).
     failed = [j for j in summaries if j["ended"]["text"] == "exited with code 127"]
     assert len(failed) == 1 and failed[0]["leaks"]["allocations"] > 0, summaries
@@ -474,4 +475,5 @@ def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, 
     assert "still allocated" not in p.stdout and "OOM killer" not in p.stdout, p.stdout
     (summary,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
     assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
-    assert summary["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False}, summary  # (went with the exec)
+    assert summary["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False,
+                                "not_judged_before_start": {"blocks": 0, "bytes": 0}}, summary  # (went with the exec)

@@ -338,5 +338,6 @@ def test_an_api_runs_summary_counts_what_is_live_at_stop(tmp_path):
     assert "Host memory still allocated at stop() on device cpu: 3 block(s), 300003 bytes" in p.stdout, p.stdout
     (d,) = process_dirs(tmp_path / "out")
     s = json.loads((d / "summary.json").read_text())
-    assert s["leaks"] == {"bytes": 300003, "allocations": 3, "exit_judged": True}
+    assert s["leaks"] == {"bytes": 300003, "allocations": 3, "exit_judged": True,
+                          "not_judged_before_start": {"blocks": 0, "bytes": 0}}
     assert [(x["kind"], x["blocks"], x["bytes"]) for x in s["top_sites"]] == [("live_at_exit", 3, 300003)]

@@ -109,7 +109,8 @@ def test_out_of_order_batches_are_no_leak(tmp_path):
         assert w["ended"]["text"] == "exited with code 0 (_exit after fork)", w["ended"]
         assert w["pools"]["cpu/HOST"]["peak_bytes"] < 4 << 20, w["pools"]
         # no step leak; what it held at its _exit is not judged, and summary.json says so
-        assert w["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False}, w["leaks"]
+        assert w["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False,
+                              "not_judged_before_start": {"blocks": 0, "bytes": 0}}, w["leaks"]
 
 
 def test_kept_batches_are_still_leaks(tmp_path):

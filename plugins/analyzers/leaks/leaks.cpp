@@ -87,6 +87,9 @@ private:
 // Where a block written as a shadow MALLOC (allocated while collection was
 // off, reported when it started; no stack) comes from, in the report.
 constexpr const char* kBeforeStart = "before collection started (no stack: allocated while collection was off)";
+// The report's words for such blocks still live at the end ("... were still
+// allocated at stop()"): framework/host/process_summary_json.cpp reads them.
+constexpr const char* kNotJudgedBeforeStart = "allocated before collection started were still allocated";
 // A shadow MALLOC with Attr import:true: the imports' heap, the host blocks
 // that Python imports made and that are still live, as one block (its Attr
 // blocks says how many; framework/agent/import_fold.h).
@@ -891,8 +894,18 @@ private:
         live.reserve(d.exit.size());
         d.exit.for_each([&](const BlockKey& k, const ExitBlock& b) { live.emplace_back(k, &b); });
         std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.second->malloc_id < b.second->malloc_id; });
+        // Blocks that were there when collection started (shadow MALLOCs,
+        // kBeforeStart): not judged (upstream's analyses leave shadow events
+        // alone; whether the program still meant to free them is not known)
+        // and in no leak total or count; said once, on a line of their own.
+        uint64_t before_n = 0, before_bytes = 0;
         for (auto& [k, bp] : live) {
             const ExitBlock& b = *bp;
+            if (b.shadow == kBeforeStart) {
+                before_n += b.blocks;
+                before_bytes += b.size;
+                continue;
+            }
             if (suppressed(dk, b.stack, b.py_stack, b.size)) continue;
             if (b.shadow == kImport && builtin_) {
                 suppressed_[dk].take_imports(b.blocks, b.size);
@@ -930,6 +943,23 @@ private:
             lines.push_back("    ... and " + std::to_string(rest_n) + " more driver block(s), " +
                             std::to_string(rest_bytes) + " bytes");
         // 2. host heap blocks live at exit, grouped by allocation site
+        host_details(dk, host, lines);
+        // 3. the blocks from before the start, not judged
+        if (before_n) {
+            lines.push_back("  Not judged on device " + dev_name(dk) + ": " + std::to_string(before_n) +
+                            " block(s), " + std::to_string(before_bytes) + " bytes " + kNotJudgedBeforeStart + " " +
+                            live_when() + " (no stack: allocated while collection was off)");
+            host_.add_finding("leaks_not_judged", {{"device", dev_name(dk)},
+                                                   {"blocks", std::to_string(before_n)},
+                                                   {"bytes", std::to_string(before_bytes)},
+                                                   {"why", "allocated before collection started (no stack), still allocated " +
+                                                               live_when() + "; in no leak total"}});
+        }
+    }
+
+    // The host heap blocks of one device live at exit, grouped by allocation site.
+    void host_details(const DevKey& dk, const std::vector<std::pair<const BlockKey*, const ExitBlock*>>& host,
+                      std::vector<std::string>& lines) {
         if (host.empty()) return;
         struct Group {
             uint64_t n = 0, bytes = 0, first_id = UINT64_MAX;

@@ -699,7 +699,20 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       human(D.image_ended[1]) + ": an exec, or _exit after fork) went with it; its step leaks are judged as " +
       "any process's."));
   };
-  if (names.indexOf("leaks") < 0) imageEnded();
+  // The blocks there when collection started (deferred mode) and still
+  // allocated at the end: not judged, in no leak total (the leak analysis's
+  // leaks_not_judged rows, one per device), said apart.
+  var notJudged = function () {
+    var f = D.findings.leaks_not_judged;
+    if (!f) return;
+    function v(r, n) { var j = f.cols.indexOf(n); return j < 0 ? "" : r[j]; }
+    f.rows.forEach(function (r) {
+      main.appendChild(el("p", { "class": "note not-judged" },
+        "Not judged on device " + v(r, "device") + ": " + num(Number(v(r, "blocks"))) + " block(s), " +
+        human(Number(v(r, "bytes"))) + " " + v(r, "why") + "."));
+    });
+  };
+  if (names.indexOf("leaks") < 0) { imageEnded(); notJudged(); }
   // The leaks table in a few columns, the stack last and wide enough to read:
   // where (device, pool), what (kind, step), blocks, bytes, address, the
   // operator and the program's line (or the site), the stack.
@@ -749,7 +762,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     var tbox = table("table-finding-" + name.replace(/[^A-Za-z0-9_-]/g, "_"), cols, f.rows);
     main.appendChild(tbox);
   }
-  if (names.indexOf("leaks") >= 0) { findingTable("leaks"); imageEnded(); }
+  if (names.indexOf("leaks") >= 0) { findingTable("leaks"); imageEnded(); notJudged(); }
   // Inefficient memory: what the inefficient analysis marked, each block
   // once in the total and once in each of its kinds (a block allocated early
   // and freed late is in both rows), per device; the largest blocks with
@@ -792,7 +805,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       { title: "Event", get: function (r) { return "MALLOC " + r.event_id; } },
       { title: "Allocated at", get: function (r) { return stackCell(r.stack); } }], IE.largest));
   })();
-  names.forEach(function (name) { if (name !== "leaks") findingTable(name); });
+  names.forEach(function (name) { if (name !== "leaks" && name !== "leaks_not_judged") findingTable(name); });
   // Test mode (#msms-test=CHART,FROM,TO with FROM/TO fractions of the plot
   // width): drags over that chart as a user would, clicks the middle of the
   // new view, switches the flame graph through its measures and writes what

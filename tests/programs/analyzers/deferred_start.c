@@ -5,7 +5,8 @@
  * addresses for the test.
  *   kept:  allocated before start, never freed (a leak the report names)
  *   freed: allocated before start, freed while collecting
- *   gone:  allocated and freed before start (never written) */
+ *   gone:  allocated and freed before start (never written)
+ *   late:  allocated while collecting, never freed (a leak judged as any) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 typedef void (*agent_fn)(void);
 
 static void* volatile keep_alive;
+static void* volatile keep_late;
 
 int main(void) {
     agent_fn start = (agent_fn)dlsym(RTLD_DEFAULT, "msms_agent_start");
@@ -37,6 +39,10 @@ int main(void) {
     char* during = malloc(4567);
     if (!during) return 4;
     free(during);
+    char* late = malloc(4321);
+    if (!late) return 4;
+    memset(late, 5, 4321);
+    keep_late = late;
     stop();
     keep_alive = kept;
     return 0;
