@@ -411,6 +411,33 @@ def test_attached_training_that_ends_ends_the_run(tmp_path):
     assert len([r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"]) == 12
 
 
+def test_attach_does_not_record_its_own_start_as_the_program(tmp_path):
+    # The Python side's start after an attach (the package's imports, the
+    # session, the collectors, the search for the tensors that exist: a list
+    # of every live object, ~800 KiB) ran with the hooks on: ~1000 HOST rows
+    # (7 MiB) at "<string>(1): <lambda>" (the agent's start string) and
+    # before it without a Python stack, the run's HOST peak, and a leak site
+    # "<string>(1): <lambda>". They are the profiler's, as at start().
+    pid, out, result, (rc, host_out, host_err) = run_train(
+        tmp_path, "own", ["--attach-steps=3", "--call-stack=python", "--analysis=leaks"])
+    assert rc == 0, host_err + host_out
+    assert "<string>" not in host_out, host_out  # no leak site at the agent's start string
+    (procdir,) = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(procdir)[0])
+    host = [r for r in rows if r["Event Type"] == "HOST" and r["Event"] == "MALLOC"]
+    own = [r for r in host if "<string>(1)" in r["Call Stack(Python)"] or "importlib" in r["Call Stack(Python)"]]
+    assert not own, [(r["attr"].get("size"), r["Call Stack(Python)"]) for r in own[:5]]
+    # before the first row with a Python stack: the program's rest of a bytecode, not the package's imports
+    first_py = next(i for i, r in enumerate(rows) if r["Call Stack(Python)"])
+    early = [r for r in rows[:first_py] if r["Event Type"] == "HOST" and r["Event"] == "MALLOC"]
+    assert sum(int(r["attr"]["size"]) for r in early) < 64 * 1024, len(early)
+    (summary,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
+    assert summary["pools"]["cpu/HOST"]["peak_bytes"] < 400 * 1024, summary["pools"]
+    # the tensors that existed at the attach are still written, as shadow rows
+    shadow = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA" and r["attr"].get("shadow") == "true"]
+    assert any(int(r["attr"].get("size", 0)) == 64 * 128 * 4 for r in shadow), shadow
+
+
 # ---------------------------------------------------------------- errors
 def test_attach_errors_no_such_process(tmp_path):
     p = subprocess.Popen(["/bin/true"])
