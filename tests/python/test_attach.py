@@ -527,9 +527,13 @@ def test_attach_errors_process_exits_during_the_attach(tmp_path):
 
 def assert_left_untouched(prog, pid):
     """A --block program the attach gave up on: running, untraced, without
-    the agent; its read ends and it exits 0 (not stopped, no stray signal)."""
+    the agent; it still calls malloc (no breakpoint of gdb's left in it: that
+    was a SIGTRAP), its read ends and it exits 0 (not stopped, no stray
+    signal)."""
     assert prog.poll() is None and tracer(pid) == 0
     assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
+    say(prog, "m")
+    assert prog.stdout.readline() == "m\n", prog.wait(timeout=60)
     prog.stdin.close()
     assert prog.wait(timeout=60) == 0
 
