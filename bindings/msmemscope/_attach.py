@@ -15,6 +15,12 @@ its own speed.
 
 Nothing here may disturb the program: every failure is one warning on
 stderr, never an exception into the program's code.
+
+Both run with the agent's hooks off on the main thread (the agent's py_start
+and py_stop, framework/agent/attach.cpp), as ``start()``'s own work does
+(``_ext.without_hooks``): the package's imports and the search for the
+existing tensors are not the program's memory; the shadow rows are written
+all the same.
 """
 from __future__ import annotations
 

@@ -77,17 +77,36 @@ bool find_python() {
     return initialized && g_add_pending && g_run_string && initialized() == 1;
 }
 
+// The package's start and finish run on the program's main thread with the
+// hooks off there: importing the package, joining the session, installing
+// the collectors and the search for the tensors that exist (gc.get_objects():
+// a list of every live object, ~800 KiB in a PyTorch process) are the
+// profiler's work, not the program's memory at the line it was on. They
+// were rows at "<string>(1): <lambda>" (MiBs, the run's HOST peak) and a
+// leak site there. The rows they write on purpose (shadow rows, owners)
+// are written all the same, as under start()'s HooksOff (bindings/_api.py).
+struct HooksOffHere {
+    msms::agent::Tls& t = msms::agent::tls();
+    HooksOffHere() { ++t.depth; }
+    ~HooksOffHere() { --t.depth; }
+};
+
 int py_start(void*) {
     int queued = 1;
     if (!g_py_state.compare_exchange_strong(queued, 2)) return 0;  // detached before it ran
-    g_run_string(g_py_start, nullptr);  // errors are printed by Python (the package catches its own)
+    {
+        HooksOffHere off;
+        g_run_string(g_py_start, nullptr);  // errors are printed by Python (the package catches its own)
+    }
     g_py_state.store(3);
     return 0;
 }
 
 int py_stop(void*) {
-    g_run_string(
-        "__import__('msmemscope._attach', fromlist=['finish']).finish()\n", nullptr);
+    {
+        HooksOffHere off;
+        g_run_string("__import__('msmemscope._attach', fromlist=['finish']).finish()\n", nullptr);
+    }
     g_py_state.store(4);
     return 0;
 }

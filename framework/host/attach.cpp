@@ -179,7 +179,16 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
     }
     setpgid(child, child);
     auto start = std::chrono::steady_clock::now();
-    int stage = 0;  // 1: SIGINT sent, 2: SIGKILL sent
+    // gdb takes a SIGINT only while `continue` waits for the malloc entry
+    // (between the script's MSMS_WAITING and MSMS_STOPPED lines): one that
+    // comes while gdb still attaches and reads libc's symbols is lost, gdb
+    // went on into that wait, and the last resort below killed it there,
+    // with its breakpoints still in malloc, free, calloc and realloc: the
+    // process, "left untouched", died of SIGTRAP at its next malloc. So the
+    // interrupt waits for the wait, and is sent again until gdb stops.
+    int stage = 0;  // 1: interrupt wanted, 2: SIGKILL sent
+    bool interrupt_sent = false;
+    std::chrono::steady_clock::time_point sent_at{};
     char buf[4096];
     for (;;) {
         struct pollfd p = {fds[0], POLLIN, 0};
@@ -193,19 +202,33 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
             if (got == 0) break;
             if (errno != EINTR) break;
         }
-        double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        auto now = std::chrono::steady_clock::now();
+        double waited = std::chrono::duration<double>(now - start).count();
         if (stage == 0 && cancellable && g_stop_signal) {
             r.cancelled = true;  // as at the timeout: gdb stops waiting and detaches
-            kill(child, SIGINT);
             stage = 1;
-            start = std::chrono::steady_clock::now() - std::chrono::seconds(timeout_s);
+            start = now - std::chrono::seconds(timeout_s);
         } else if (stage == 0 && waited > timeout_s) {
             r.timed_out = true;
-            kill(child, SIGINT);
             stage = 1;
-        } else if (stage == 1 && waited > timeout_s + 20.0) {
-            kill(child, SIGKILL);  // gdb hangs: the last resort
-            stage = 2;
+        }
+        if (stage == 1) {
+            bool waiting = r.out.find("MSMS_WAITING\n") != std::string::npos;
+            bool stopped = r.out.find("MSMS_STOPPED\n") != std::string::npos;
+            if (stopped) {
+                // Past the wait (the calls into the process run): one
+                // SIGINT ends the call that does not come back.
+                if (!interrupt_sent) kill(child, SIGINT);
+                interrupt_sent = true;
+            } else if (waiting && (!interrupt_sent || now - sent_at > std::chrono::milliseconds(500))) {
+                kill(child, SIGINT);
+                interrupt_sent = true;
+                sent_at = now;
+            }
+            if (waited > timeout_s + 20.0) {
+                kill(child, SIGKILL);  // gdb hangs: the last resort
+                stage = 2;
+            }
         }
     }
     close(fds[0]);
@@ -303,7 +326,8 @@ private:
 // `body` there with the registers saved, restores them and detaches.
 std::string at_malloc_entry(const std::string& body) {
     std::string s = common_script();
-    s += "continue\ndelete\n";
+    // (the markers around the wait: run_gdb interrupts gdb only there)
+    s += "printf \"MSMS_WAITING\\n\"\ncontinue\nprintf \"MSMS_STOPPED\\n\"\ndelete\n";
     s += "if $rip == (unsigned long)malloc || $rip == (unsigned long)free || $rip == (unsigned long)calloc || "
          "$rip == (unsigned long)realloc\n";
     s += ThreadCalls::save() + body + ThreadCalls::restore();

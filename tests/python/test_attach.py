@@ -90,6 +90,16 @@ def threads(pid):
     return -1
 
 
+def wait_threads(pid, n):
+    """The agent's thread ends just after it released the capture, which is
+    what ends msmemscope's wait: on a busy machine it may still be there for
+    a moment when msmemscope's outputs are written."""
+    deadline = time.monotonic() + 60
+    while threads(pid) != n:
+        assert time.monotonic() < deadline, f"pid {pid} has {threads(pid)} threads, not {n}"
+        time.sleep(0.01)
+
+
 def tracer(pid):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("TracerPid:"):
@@ -149,7 +159,7 @@ def test_attach_c_program_finds_its_leak_and_leaves_it_running(tmp_path):
         assert all(r["Process Id"] == str(pid) for r in leaked)
         # The process goes on: the agent's thread is gone, the program answers as before.
         assert prog.poll() is None
-        assert threads(pid) == 1
+        wait_threads(pid, 1)
         assert tracer(pid) == 0
         say(prog, "leak 2")
         assert prog.stdout.readline() == "leaked 2\n"
@@ -250,7 +260,8 @@ def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
         assert rc == 0, err + out
         assert ") detached (it goes on running)" in out
         assert "dropped: 0" in out
-        assert prog.poll() is None and tracer(pid) == 0 and threads(pid) == 5  # the agent's thread is gone
+        assert prog.poll() is None and tracer(pid) == 0
+        wait_threads(pid, 5)  # the agent's thread is gone
         say(prog, "leak 1")
         assert prog.stdout.readline() == "leaked 1\n"
         say(prog, "quit")
@@ -412,6 +423,33 @@ def test_attached_training_that_ends_ends_the_run(tmp_path):
     assert len([r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"]) == 12
 
 
+def test_attach_does_not_record_its_own_start_as_the_program(tmp_path):
+    # The Python side's start after an attach (the package's imports, the
+    # session, the collectors, the search for the tensors that exist: a list
+    # of every live object, ~800 KiB) ran with the hooks on: ~1000 HOST rows
+    # (7 MiB) at "<string>(1): <lambda>" (the agent's start string) and
+    # before it without a Python stack, the run's HOST peak, and a leak site
+    # "<string>(1): <lambda>". They are the profiler's, as at start().
+    pid, out, result, (rc, host_out, host_err) = run_train(
+        tmp_path, "own", ["--attach-steps=3", "--call-stack=python", "--analysis=leaks"])
+    assert rc == 0, host_err + host_out
+    assert "<string>" not in host_out, host_out  # no leak site at the agent's start string
+    (procdir,) = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(procdir)[0])
+    host = [r for r in rows if r["Event Type"] == "HOST" and r["Event"] == "MALLOC"]
+    own = [r for r in host if "<string>(1)" in r["Call Stack(Python)"] or "importlib" in r["Call Stack(Python)"]]
+    assert not own, [(r["attr"].get("size"), r["Call Stack(Python)"]) for r in own[:5]]
+    # before the first row with a Python stack: the program's rest of a bytecode, not the package's imports
+    first_py = next(i for i, r in enumerate(rows) if r["Call Stack(Python)"])
+    early = [r for r in rows[:first_py] if r["Event Type"] == "HOST" and r["Event"] == "MALLOC"]
+    assert sum(int(r["attr"]["size"]) for r in early) < 64 * 1024, len(early)
+    (summary,) = [json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
+    assert summary["pools"]["cpu/HOST"]["peak_bytes"] < 400 * 1024, summary["pools"]
+    # the tensors that existed at the attach are still written, as shadow rows
+    shadow = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA" and r["attr"].get("shadow") == "true"]
+    assert any(int(r["attr"].get("size", 0)) == 64 * 128 * 4 for r in shadow), shadow
+
+
 # ---------------------------------------------------------------- errors
 def test_attach_errors_no_such_process(tmp_path):
     p = subprocess.Popen(["/bin/true"])
@@ -501,9 +539,13 @@ def test_attach_errors_process_exits_during_the_attach(tmp_path):
 
 def assert_left_untouched(prog, pid):
     """A --block program the attach gave up on: running, untraced, without
-    the agent; its read ends and it exits 0 (not stopped, no stray signal)."""
+    the agent; it still calls malloc (no breakpoint of gdb's left in it: that
+    was a SIGTRAP), its read ends and it exits 0 (not stopped, no stray
+    signal)."""
     assert prog.poll() is None and tracer(pid) == 0
     assert "libmsmemscope_agent" not in Path(f"/proc/{pid}/maps").read_text()
+    say(prog, "m")
+    assert prog.stdout.readline() == "m\n", prog.wait(timeout=60)
     prog.stdin.close()
     assert prog.wait(timeout=60) == 0
 

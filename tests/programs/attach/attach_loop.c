@@ -15,7 +15,8 @@
  * READY_FILE is created (holding the pid) once the loop runs. Its stdout
  * is deterministic (the test compares it with a run without attach).
  * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
- * its end, calling nothing of the malloc family (an attach never gets in).
+ * its end, calling nothing of the malloc family (an attach never gets in)
+ * unless it reads an 'm': then one malloc and free, and "m" on stdout.
  * --undumpable: prctl(PR_SET_DUMPABLE, 0) first (not traceable by its own
  * user, as a setuid program).
  * --threads: four more threads allocate and free without pause until
@@ -73,6 +74,17 @@ int main(int argc, char** argv) {
         char c;
         attach_write_ready(argv[1]);
         while (read(0, &c, 1) > 0) {
+            if (c == 'm') {
+                /* asked for a malloc-family call: the process still makes
+                 * them after an attach that gave up (no breakpoint left) */
+                void* (*volatile alloc)(size_t) = malloc;
+                char* p = alloc(100);
+                if (!p) _exit(3);
+                p[0] = 1;
+                free(p);
+                ssize_t w = write(1, "m\n", 2);
+                (void)w;
+            }
         }
         _exit(0);
     }
