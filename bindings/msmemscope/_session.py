@@ -347,6 +347,7 @@ class Session:
         self.dir = ""
         self.watch_token = ""  # watch staging files' token (watcher.py); the CLI's is in the environment
         self.closed = False
+        self._missing_drivers: List[tuple] = []
         if self.cli:
             preloaded = _agent_preloaded()
             # Not preloaded (the program's own LD_PRELOAD replaced the CLI's):
@@ -469,11 +470,37 @@ class Session:
             for raw in lines:
                 line = raw.decode("utf-8", "replace")
                 if line.startswith("serving " + prefix):
+                    self._warn_missing_drivers()
                     return
+                if line.startswith("nodriver "):
+                    lib, _, text = line[len("nodriver "):].partition("\t")
+                    self._missing_drivers.append((lib, text))
                 if line.startswith("failed " + prefix):
                     why = line.split(": ", 1)[1] if ": " in line else line
                     self.shutdown()
                     raise RuntimeError(f"msmemscope: the host process cannot serve this process: {why}")
+
+    def _warn_missing_drivers(self) -> None:
+        """The host found no driver for a requested device (the default npu
+        on a machine without Ascend software): said at start(), where a
+        notebook shows it, not only in the host's report at the end. A
+        driver this process has already loaded (from its own RUNPATH) is
+        there after all."""
+        if not self._missing_drivers:
+            return
+        try:
+            with open("/proc/self/maps") as f:
+                maps = f.read()
+        except OSError:
+            maps = ""
+        where = _program_frame()
+        for lib, text in self._missing_drivers:
+            if "/" + lib not in maps:
+                if where is None:
+                    warnings.warn("msmemscope: " + text)
+                else:  # at the program's line that opened the session
+                    warnings.warn_explicit("msmemscope: " + text, UserWarning, where.f_code.co_filename,
+                                           where.f_lineno, module=where.f_globals.get("__name__"))
 
     def _install_native_hooks(self, cfg: dict, mstx: bool) -> None:  # noqa: C901
         """The heap hooks (mstx=False, once attached) or the mstx tool
@@ -567,9 +594,9 @@ def _get_session() -> Session:
         return _session
 
 
-def _program_line() -> str:
-    """file:line of the program's call into the package (the first frame
-    outside the package's folder)."""
+def _program_frame():
+    """The program's frame that called into the package (the first frame
+    outside the package's folder), None if none."""
     def ours(code) -> bool:
         folder = os.path.dirname(os.path.abspath(code.co_filename))
         return folder == PACKAGE_DIR or folder.startswith(PACKAGE_DIR + os.sep)
@@ -577,6 +604,12 @@ def _program_line() -> str:
     f = sys._getframe(1)
     while f is not None and ours(f.f_code):
         f = f.f_back
+    return f
+
+
+def _program_line() -> str:
+    """file:line of the program's call into the package."""
+    f = _program_frame()
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
 
 
