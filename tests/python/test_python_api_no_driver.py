@@ -70,7 +70,7 @@ def test_the_default_device_without_its_driver_is_said_at_start_and_at_the_end(t
     assert "--device" not in p.stderr, p.stderr
     [d] = process_dirs(tmp_path / "memscopeDumpResults")
     s = json.loads((d / "summary.json").read_text())
-    assert (s["events"], s["pools"]) == (2, {}), s
+    assert (s["events"], s["pools"], s["ended"]["text"]) == (2, {}, "exited with code 0"), s
 
 
 @no_ascend
