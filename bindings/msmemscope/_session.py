@@ -347,6 +347,9 @@ class Session:
         self.dir = ""
         self.watch_token = ""  # watch staging files' token (watcher.py); the CLI's is in the environment
         self.closed = False
+        self.pid = os.getpid()
+        self.end_at_exit = False  # the end of the session is left to exit() (shutdown())
+        self._missing_drivers: List[tuple] = []
         if self.cli:
             preloaded = _agent_preloaded()
             # Not preloaded (the program's own LD_PRELOAD replaced the CLI's):
@@ -420,6 +423,10 @@ class Session:
             # allocate (and free of the environment built before start())
             # is the package's, not the program's.
             self._install_native_hooks(cfg, mstx=True)
+            # The session ends at exit() with the exit status (shutdown());
+            # registered before the attach: after the agent's at exit.
+            self.end_at_exit = _ext.end_at_exit(self.dir, self.lifeline.stdin.fileno(), self.lifeline.pid,
+                                                self.host.pid, cfg["output"])
             rc = _ext.attach(self.dir, cfg["agent_options"])
             if rc != 0:
                 self.shutdown()
@@ -427,6 +434,8 @@ class Session:
             self._wait_until_served(ready_r)
         finally:
             os.close(ready_r)
+        # os._exit(N): the agent's _exit writes the end record (N) first.
+        _ext.install_exit_hooks("_msmemscope")
         try:
             self._install_native_hooks(cfg, mstx=False)
         except RuntimeError:
@@ -469,11 +478,37 @@ class Session:
             for raw in lines:
                 line = raw.decode("utf-8", "replace")
                 if line.startswith("serving " + prefix):
+                    self._warn_missing_drivers()
                     return
+                if line.startswith("nodriver "):
+                    lib, _, text = line[len("nodriver "):].partition("\t")
+                    self._missing_drivers.append((lib, text))
                 if line.startswith("failed " + prefix):
                     why = line.split(": ", 1)[1] if ": " in line else line
                     self.shutdown()
                     raise RuntimeError(f"msmemscope: the host process cannot serve this process: {why}")
+
+    def _warn_missing_drivers(self) -> None:
+        """The host found no driver for a requested device (the default npu
+        on a machine without Ascend software): said at start(), where a
+        notebook shows it, not only in the host's report at the end. A
+        driver this process has already loaded (from its own RUNPATH) is
+        there after all."""
+        if not self._missing_drivers:
+            return
+        try:
+            with open("/proc/self/maps") as f:
+                maps = f.read()
+        except OSError:
+            maps = ""
+        where = _program_frame()
+        for lib, text in self._missing_drivers:
+            if "/" + lib not in maps:
+                if where is None:
+                    warnings.warn("msmemscope: " + text)
+                else:  # at the program's line that opened the session
+                    warnings.warn_explicit("msmemscope: " + text, UserWarning, where.f_code.co_filename,
+                                           where.f_lineno, module=where.f_globals.get("__name__"))
 
     def _install_native_hooks(self, cfg: dict, mstx: bool) -> None:  # noqa: C901
         """The heap hooks (mstx=False, once attached) or the mstx tool
@@ -507,13 +542,26 @@ class Session:
             # runtimes that a CPU process does not have loaded; they need the
             # CLI (LD_PRELOAD).
 
-    def shutdown(self) -> None:
+    def shutdown(self, at_exit: bool = False) -> None:
+        """Ends the session. At the interpreter's exit (at_exit) only
+        collection ends here, and the stream is left to exit(): the agent
+        ends it with the status CPython gives exit() after finalizing
+        (sys.exit(N), sys.exit("msg"), a normal end, an uncaught
+        exception), then the extension releases the capture and waits for
+        the host (end_at_exit); the same in a forked child, whose stream
+        the agent ends at its exit. An uncaught KeyboardInterrupt ends the
+        process by SIGINT, with no exit(): its end is written here."""
         if self.closed:
             return
         self.closed = True
         if self.cli:
             return
-        _ext.detach(*_how_python_ends())
+        kind, code = _how_python_ends()
+        if at_exit and kind != _END_SIGNAL and (self.end_at_exit or os.getpid() != self.pid) and \
+                _ext.stop_at_exit():
+            return
+        _ext.end_at_exit_disarm()
+        _ext.detach(kind, code)
         # The host sees the stream complete when this process's lock on the
         # capture file goes (descriptor and mappings): release them now so
         # that we can wait for the host to write every file.
@@ -567,9 +615,9 @@ def _get_session() -> Session:
         return _session
 
 
-def _program_line() -> str:
-    """file:line of the program's call into the package (the first frame
-    outside the package's folder)."""
+def _program_frame():
+    """The program's frame that called into the package (the first frame
+    outside the package's folder), None if none."""
     def ours(code) -> bool:
         folder = os.path.dirname(os.path.abspath(code.co_filename))
         return folder == PACKAGE_DIR or folder.startswith(PACKAGE_DIR + os.sep)
@@ -577,6 +625,12 @@ def _program_line() -> str:
     f = sys._getframe(1)
     while f is not None and ours(f.f_code):
         f = f.f_back
+    return f
+
+
+def _program_line() -> str:
+    """file:line of the program's call into the package."""
+    f = _program_frame()
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
 
 
@@ -621,13 +675,13 @@ def active_session() -> Optional[Session]:
     return _session
 
 
-# How the process ends, for the end record the session writes at exit (this
-# process's exit status does not exist yet then: CPython runs the atexit
-# handlers before it, and a SystemExit's code is taken, and the exception
-# dropped, before them). What can be told: an exception that reached the top
-# of the main program (CPython prints it through sys.excepthook, called then
-# with no Python frame below it, and exits with 1; an uncaught
-# KeyboardInterrupt ends the process by SIGINT).
+# How the process ends, as far as the atexit handler can tell (the exit
+# status does not exist yet then: CPython runs the atexit handlers before it,
+# and a SystemExit's code is taken, and the exception dropped, before them).
+# Needed where the stream is not left to exit() (Session.shutdown): an
+# uncaught KeyboardInterrupt ends the process by SIGINT, never calling exit()
+# (CPython prints it through sys.excepthook, called then with no Python frame
+# below it); an exception that reached the top of the main program exits 1.
 _uncaught: Optional[type] = None
 _END_EXIT, _END_SIGNAL = 1, 3  # capture_format.h EndKind
 
@@ -666,7 +720,7 @@ def _at_exit() -> None:
         pass
     s = _session
     if s is not None:
-        s.shutdown()
+        s.shutdown(at_exit=True)
 
 
 atexit.register(_at_exit)

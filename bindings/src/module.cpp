@@ -18,12 +18,17 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <initializer_list>
 #include <map>
@@ -416,6 +421,165 @@ int release_capture(const std::string& dir) {
     return replaced;
 }
 
+// ---------------------------------------------------------------- the session's end at exit()
+// A Python API session ends when the process exits, with its exit status: the
+// package's atexit handler only turns collection off (msms_agent_stop_at_exit:
+// no Python code may run later), CPython finalizes and calls exit(status);
+// the agent's on_exit handler (registered at attach) then ends the stream with
+// that status, and this one, registered before the attach so that it runs
+// after the agent's, does what the atexit handler did after ending the stream:
+// releases the capture, ends the lifeline (the host's --parent-pid) and waits
+// for the host to write every file, at most MSMEMSCOPE_STOP_WAIT_S seconds.
+// No Python object is touched: the interpreter is gone by then.
+struct EndAtExit {
+    bool armed = false;
+    pid_t pid = 0;  // the session's process (a forked child inherits the handler, not the session)
+    std::string dir, output;
+    int lifeline_fd = -1;  // our own copy of the lifeline's pipe: finalization closes Python's
+    int python_fd = -1;    // Python's (still open after an exit() from C, with no finalization)
+    dev_t pipe_dev = 0;    // the pipe, to know Python's descriptor from a later one of that number
+    ino_t pipe_ino = 0;
+    pid_t lifeline = 0, host = 0;
+};
+EndAtExit g_end;
+
+void reap(pid_t pid) {
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+}
+
+// Whether the child `pid` ended within `limit` seconds (<= 0: no limit); reaped then.
+bool reap_within(pid_t pid, double limit) {
+    if (limit <= 0) {
+        reap(pid);
+        return true;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double deadline = now.tv_sec + now.tv_nsec / 1e9 + limit;
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    for (;;) {
+        int st = 0;
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) break;  // ended (ECHILD: reaped by someone else)
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double left = deadline - (now.tv_sec + now.tv_nsec / 1e9);
+        if (left <= 0) {
+            if (fd >= 0) close(fd);
+            return false;
+        }
+        if (fd >= 0) {  // readable when the process ends
+            struct pollfd p = {fd, POLLIN, 0};
+            poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 3.6e6)));
+        } else {  // no pidfd (kernel < 5.3): look again shortly
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, nullptr);
+        }
+    }
+    if (fd >= 0) close(fd);
+    return true;
+}
+
+void end_session_at_exit(int, void*) {
+    if (!g_end.armed || getpid() != g_end.pid) return;
+    g_end.armed = false;
+    release_capture(g_end.dir);
+    close(g_end.lifeline_fd);
+    // exit() called from C (ctypes, an extension): no finalization closed
+    // Python's end of the pipe, and the lifeline would wait for it.
+    struct stat st;
+    if (fstat(g_end.python_fd, &st) == 0 && st.st_dev == g_end.pipe_dev && st.st_ino == g_end.pipe_ino)
+        close(g_end.python_fd);
+    reap(g_end.lifeline);  // reaped, or the host would see it alive (a zombie) for ever
+    // As the package's _wait_for_host read it (Python's float(); default 600; 0: no limit).
+    double limit = 600;
+    if (const char* text = getenv("MSMEMSCOPE_STOP_WAIT_S")) {
+        char* end = nullptr;
+        double v = strtod(text, &end);
+        while (end && end != text && isspace(static_cast<unsigned char>(*end))) ++end;
+        if (end && end != text && *end == '\0') limit = v;
+    }
+    if (!reap_within(g_end.host, limit)) {
+        char limit_text[64];
+        snprintf(limit_text, sizeof(limit_text), "%g", limit);
+        std::string msg = "msmemscope: warning: the host (pid " + std::to_string(g_end.host) +
+                          ") is still writing the outputs into " + g_end.output + " after " + limit_text +
+                          " s (MSMEMSCOPE_STOP_WAIT_S); not waiting for it any longer: it finishes on its own, "
+                          "and a plugin that hangs is stopped at its time budget\n";
+        ssize_t n = write(2, msg.data(), msg.size());
+        (void)n;
+    }
+}
+
+// Registers end_session_at_exit (once): before the agent's attach, so that
+// the agent's on_exit handler runs first. Returns false when the agent cannot
+// leave the stream to exit() (an older agent): the atexit handler ends it.
+bool end_at_exit(const std::string& dir, int lifeline_fd, int lifeline_pid, int host_pid,
+                 const std::string& output) {
+    need_agent();
+    if (!g_agent.stop_at_exit) return false;
+    static bool registered = false;
+    struct stat st;
+    if (fstat(lifeline_fd, &st) != 0) return false;
+    int fd = fcntl(lifeline_fd, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0) return false;
+    if (!registered) {
+        if (on_exit(end_session_at_exit, nullptr) != 0) {
+            close(fd);
+            return false;
+        }
+        registered = true;
+    }
+    if (g_end.lifeline_fd >= 0) close(g_end.lifeline_fd);
+    g_end.dir = dir;
+    g_end.output = output;
+    g_end.lifeline_fd = fd;
+    g_end.python_fd = lifeline_fd;
+    g_end.pipe_dev = st.st_dev;
+    g_end.pipe_ino = st.st_ino;
+    g_end.lifeline = lifeline_pid;
+    g_end.host = host_pid;
+    g_end.pid = getpid();
+    g_end.armed = true;
+    return true;
+}
+
+// The session ended before exit (start() failed, or the process is about to
+// die by a signal: an uncaught KeyboardInterrupt): nothing left for exit().
+void end_at_exit_disarm() {
+    g_end.armed = false;
+    if (g_end.lifeline_fd >= 0) close(g_end.lifeline_fd);
+    g_end.lifeline_fd = -1;
+}
+
+// ---------------------------------------------------------------- os._exit
+// The agent's _exit/_Exit (its end record: "exited with code N (_exit)")
+// interpose libc's only where it is preloaded (the CLI). Loaded by the
+// package, it puts them in every loaded object's GOT slots, as it does the
+// heap hooks: os._exit(N) is then known too. Returns the slots written.
+int install_exit_hooks(const std::string& skip) {
+    need_agent();
+    if (!g_agent.got_install) return 0;
+    static bool installed = false;
+    if (installed) return 0;
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void*>(g_agent.attach), &info) || !info.dli_fname) return 0;
+    void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return 0;
+    std::vector<GotHook> hooks;
+    for (const char* n : {"_exit", "_Exit"}) {
+        void* f = dlsym(h, n);
+        // (preloaded: its definition is already the process's)
+        if (f && f != dlsym(RTLD_DEFAULT, n)) hooks.push_back({n, f, nullptr});
+    }
+    dlclose(h);
+    installed = true;
+    if (hooks.empty()) return 0;
+    int rc = g_agent.got_install(nullptr, hooks.data(), static_cast<uint32_t>(hooks.size()), skip.c_str());
+    return rc < 0 ? 0 : rc;
+}
+
 // ---------------------------------------------------------------- misc
 uint64_t text_to_u64(const std::string& s) {
     unsigned long long v = 0;
@@ -655,6 +819,11 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("autograd_exit", &autograd_exit);
     m.def("memory_info", &memory_info);
     m.def("release_capture", &release_capture, py::arg("dir"));
+    m.def("end_at_exit", &end_at_exit, py::arg("dir"), py::arg("lifeline_fd"), py::arg("lifeline_pid"),
+          py::arg("host_pid"), py::arg("output"));
+    m.def("end_at_exit_disarm", &end_at_exit_disarm);
+    m.def("stop_at_exit", [] { return g_agent_loaded && g_agent.stop_at_exit && g_agent.stop_at_exit() != 0; });
+    m.def("install_exit_hooks", &install_exit_hooks, py::arg("skip"));
     m.def("parse_uint", &text_to_u64);
     m.attr("EV") = py::dict(py::arg("SYSTEM") = 0, py::arg("MALLOC") = 1, py::arg("FREE") = 2, py::arg("ACCESS") = 3,
                             py::arg("OP_LAUNCH") = 4, py::arg("KERNEL_LAUNCH") = 5, py::arg("MSTX") = 6,

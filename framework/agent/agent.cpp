@@ -672,10 +672,12 @@ __attribute__((visibility("default"))) void msms_agent_detach(void) {
     channel_close(0, capture::EndKind::Returned);
 }
 
-// The Python package's end of its session at the interpreter's exit (its
-// atexit handler, which must wait for the host before the process exits, so
-// before the exit status exists): the end record says what the package could
-// tell (EndKind::Exit with code 1 after an uncaught exception, Signal SIGINT
+// The Python package's end of its session in its atexit handler, where the
+// end cannot be left to exit() (msms_agent_stop_at_exit): an uncaught
+// KeyboardInterrupt, which ends the process by SIGINT without exit(), or an
+// extension that could not register its on_exit handler. The exit status
+// does not exist yet then: the end record says what the package could tell
+// (EndKind::Exit with code 1 after an uncaught exception, Signal SIGINT
 // after an uncaught KeyboardInterrupt), else Returned: not known. A
 // STOP_TRACE it writes (collection still on) has Attr at_exit:true.
 __attribute__((visibility("default"))) void msms_agent_detach_ended(uint32_t end_kind, int32_t end_code) {
@@ -691,6 +693,22 @@ __attribute__((visibility("default"))) void msms_agent_detach_ended(uint32_t end
         end_kind == static_cast<uint32_t>(capture::EndKind::Signal))
         kind = static_cast<capture::EndKind>(end_kind);
     channel_close(kind == capture::EndKind::Returned ? 0 : end_code, kind);
+}
+
+// The Python package's end of collection at the interpreter's exit (its
+// atexit handler), the stream left open: no Python code runs after it, and
+// the on_exit handler registered at attach (at_exit) ends the stream with
+// the status CPython then gives exit() -- sys.exit(N), a normal end, an
+// uncaught exception. Returns 1 (0: no stream open). A STOP_TRACE it writes
+// (collection still on) has Attr at_exit:true, as msms_agent_detach_ended's.
+__attribute__((visibility("default"))) int msms_agent_stop_at_exit(void) {
+    if (!channel_is_open()) return 0;
+    Tls& t = tls();
+    Guard g(t);
+    stop_collecting("at_exit:true");
+    g_collecting.store(false);
+    g_off_tracking.store(false, std::memory_order_relaxed);
+    return 1;
 }
 
 __attribute__((visibility("default"))) int msms_agent_attached(void) { return channel_is_open() ? 1 : 0; }

@@ -110,11 +110,48 @@ bool program_links(const std::string& program, const std::string& library) {
     return false;
 }
 
-bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err) {
+namespace {
+
+// The hint for one device kind whose driver is missing, in the words of the
+// run's front end: the command line's options, or the Python API's config()
+// (--serve-session: a plain `python3 script.py` with msmemscope.start()).
+// `ahead`: said before anything was recorded (the API's start()).
+std::string hint_line(const Config& cfg, const std::string& kind, const std::string& lib, bool ahead) {
+    bool api = !cfg.serve_session.empty();
+    std::vector<std::string> requested;
+    for (auto& d : cfg.devices)
+        if (d.rfind(kind, 0) == 0) requested.push_back(d);
+    std::string name = kind == "npu" ? "Ascend NPU" : "NVIDIA CUDA";
+    std::string who;
+    if (!cfg.devices_given) who = "the default device is npu, but ";
+    else if (api) who = "device=\"" + join(requested, ",") + "\": ";
+    else who = "--device=" + join(requested, ",") + ": ";
+    return who + "no " + name + " driver (" + lib + ") was found on this machine, so no " + kind + " memory " +
+           (ahead ? "will be" : "was") + " recorded; to profile host memory, " +
+           (api ? "call msmemscope.config(device=\"cpu\") before msmemscope.start()" : "run with --device=cpu");
+}
+
+std::set<std::string> requested_kinds(const Config& cfg) {
     std::set<std::string> kinds;
     for (auto& d : cfg.devices) kinds.insert(d.substr(0, d.find(':')));
+    return kinds;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> drivers_missing_now(const Config& cfg) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto& kind : requested_kinds(cfg)) {
+        std::string lib = driver_library(kind);
+        if (lib.empty() || driver_loadable(lib)) continue;
+        out.emplace_back(lib, hint_line(cfg, kind, lib, true));
+    }
+    return out;
+}
+
+bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err) {
     bool said = false;
-    for (auto& kind : kinds) {
+    for (auto& kind : requested_kinds(cfg)) {
         std::string lib = driver_library(kind);
         if (lib.empty()) continue;
         // The console's labels name accelerators by id only ("0/HAL"): any
@@ -128,15 +165,7 @@ bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& r
         bool linked = !cfg.program.empty() && program_links(cfg.program[0], lib);
         for (auto& s : runs) linked = linked || program_links(s.command.substr(0, s.command.find(' ')), lib);
         if (linked) continue;
-        std::string name = kind == "npu" ? "Ascend NPU" : "NVIDIA CUDA";
-        std::vector<std::string> requested;
-        for (auto& d : cfg.devices)
-            if (d.rfind(kind, 0) == 0) requested.push_back(d);
-        err << "msmemscope: warning: " << (cfg.devices_given ? "--device=" + join(requested, ",")
-                                                             : std::string("the default device is npu, but"))
-            << (cfg.devices_given ? ": " : " ") << "no " << name << " driver (" << lib
-            << ") was found on this machine, so no " << kind
-            << " memory was recorded; to profile host memory, run with --device=cpu\n";
+        err << "msmemscope: warning: " << hint_line(cfg, kind, lib, false) << "\n";
         said = true;
     }
     return said;

@@ -6,6 +6,7 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -25,8 +26,12 @@ bool driver_loadable(const std::string& library);
 // the loader (`ld.so --list`) in a child, without running the program.
 bool program_links(const std::string& program, const std::string& library);
 // For each requested accelerator kind with no memory recorded by any process
-// and no driver on the machine: one warning line with the fix. Returns true
-// when it printed one.
+// and no driver on the machine: one warning line with the fix (in the Python
+// API's words under --serve-session). Returns true when it printed one.
 bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err);
+// Before anything is recorded (the Python API's start(), told on --ready-fd):
+// each requested accelerator kind whose driver the dynamic loader does not
+// find, as (driver library, the hint without "msmemscope: warning: ").
+std::vector<std::pair<std::string, std::string>> drivers_missing_now(const Config& cfg);
 
 }  // namespace msms

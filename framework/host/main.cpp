@@ -215,16 +215,15 @@ int run_main(int argc, char** argv) {
     }
     // A requested device whose driver is not on this machine: said once, with
     // the fix; nothing collected at all is not a successful profile (70).
-    if (cfg.replay.empty() && cfg.serve_session.empty() && code != 2) {
-        // Nothing at all: no memory, and no event beyond each agent's own
-        // start row (marks, launches and Python rows are a profile too).
+    // The Python API's session (--serve-session) too, in its words: its
+    // report is the only place a plain `python3 script.py` is told.
+    if (cfg.replay.empty() && code != 2) {
+        // Nothing at all: no memory, and no event beyond the START_TRACE and
+        // STOP_TRACE rows (each agent's own start row, the API's start() and
+        // stop()): marks, launches and Python rows are a profile too.
         bool memory = false;
-        uint64_t events = 0;
-        for (auto& s : session.summaries()) {
-            memory = memory || !s.totals.empty();
-            events += s.events;
-        }
-        memory = memory || events > session.summaries().size();
+        for (auto& s : session.summaries())
+            memory = memory || !s.totals.empty() || s.events > s.trace_marks;
         std::ostringstream hint;
         bool nothing = missing_driver_hint(cfg, session.summaries(), hint) && !memory && !status;
         // A warning, unless it says why the run failed (then shown with -q too).

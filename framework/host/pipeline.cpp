@@ -662,6 +662,8 @@ void Pipeline::feed(Record& r) {
     }
     shadow_before_.clear();
     ++events_;
+    if (r.ev.kind == MSMS_EV_SYSTEM && (r.ev.type == MSMS_T_START_TRACE || r.ev.type == MSMS_T_STOP_TRACE))
+        ++trace_marks_;
     if (r.ev.kind == MSMS_EV_OOM_DETAIL && r.ev.type == MSMS_T_OOM_TRIGGER && oom_analyzer_ < analyzers_.size() &&
         analyzers_[oom_analyzer_].alive) {
         // A collector's out-of-memory failure: the analyzers up to oom see

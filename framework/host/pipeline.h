@@ -70,6 +70,10 @@ public:
         uint64_t import_rows = 0, import_blocks = 0, import_bytes = 0;
     };
     uint64_t events() const { return events_; }
+    // Of them, the START_TRACE and STOP_TRACE rows (each agent's own start
+    // row, the Python API's start()/stop()): a profile of nothing else
+    // recorded nothing.
+    uint64_t trace_marks() const { return trace_marks_; }
     const std::map<std::string, DeviceTotals>& device_totals() const { return device_totals_; }
     const std::vector<std::string>& report_lines() const { return report_; }
     const std::vector<std::string>& plugin_errors() const { return plugin_errors_; }
@@ -216,6 +220,7 @@ private:
     uint64_t next_id_ = 0;
     uint64_t next_alloc_id_ = 0;
     uint64_t events_ = 0;
+    uint64_t trace_marks_ = 0;
     uint64_t last_ts_ = 0;
     std::map<PoolKey, AddrMap<LiveBlock>> live_;
     // Live framework-pool blocks per device by start address (ACCESS -> allocation_id).

@@ -483,6 +483,7 @@ void ProcessRun::run_stream() {
     if (live_fd >= 0) close(live_fd);
     report_progress(progress::Phase::Done);
     summary_.events = pipeline.events();
+    summary_.trace_marks = pipeline.trace_marks();
     summary_.dropped = reader_.dropped();
     summary_.stragglers = reader_.stragglers();
     summary_.corrupt = reader_.corrupt_records();

@@ -20,6 +20,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "device_check.h"
 #include "launcher.h"
 #include "program_status.h"
 #include "stale_sessions.h"
@@ -646,6 +647,15 @@ int Session::serve(const std::string& dir, pid_t parent) {
         signal(SIGPIPE, SIG_IGN);
         fcntl(cfg_.ready_fd, F_SETFL, fcntl(cfg_.ready_fd, F_GETFL) | O_NONBLOCK);
         fcntl(cfg_.ready_fd, F_SETFD, FD_CLOEXEC);
+        // A requested device whose driver the loader does not find: start()
+        // says so before the program's work (the end's report says it again
+        // if nothing of that device was recorded). "nodriver LIB\tTEXT": the
+        // package leaves it out when LIB is already loaded in the process.
+        for (auto& [lib, text] : drivers_missing_now(cfg_)) {
+            std::string line = "nodriver " + lib + "\t" + text + "\n";
+            ssize_t n = write(cfg_.ready_fd, line.data(), line.size());  // before any "serving" line
+            (void)n;
+        }
     }
     yield_to_target();
     while (kill(parent, 0) == 0 || errno == EPERM) {

@@ -293,7 +293,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 424,
+static_assert(sizeof(ProcessSummary) == 432,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -303,6 +303,7 @@ std::string encode(const ProcessSummary& s) {
     w.s(s.command);
     w.s(s.output_dir);
     w.u(s.events);
+    w.u(s.trace_marks);
     w.u(s.dropped);
     w.u(s.stragglers);
     w.u(s.corrupt);
@@ -352,6 +353,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.command = r.s();
     s.output_dir = r.s();
     s.events = r.u();
+    s.trace_marks = r.u();
     s.dropped = r.u();
     s.stragglers = r.u();
     s.corrupt = r.u();

@@ -220,18 +220,30 @@ def test_output_or_data_format_first_set_after_start_is_refused(tmp_path, kw, ke
 
 # ---------------------------------------------------------------- 7. how an API run ended
 END = """
-import sys, msmemscope
+import os, sys, msmemscope
+how = sys.argv[1]
+if how == "fallback":  # the end cannot be left to exit(): the atexit handler ends the stream
+    import msmemscope._session as session
+    session._ext.end_at_exit = lambda *args, **kw: False
 msmemscope.config(device="cpu", analysis="", output="out")
 msmemscope.start()
 b = bytearray(1000)
 msmemscope.stop()
-how = sys.argv[1]
-if how == "exit3":
+if how in ("exit3", "fallback"):
     sys.exit(3)
+if how == "exit_text":
+    sys.exit("bye")  # printed, status 1
+if how == "exit_257":
+    sys.exit(257)  # the status is its low 8 bits
 if how == "raise":
     raise RuntimeError("boom")
 if how == "interrupt":
     raise KeyboardInterrupt
+if how == "os_exit":
+    os._exit(5)  # no atexit, no finalization
+if how == "c_exit":
+    import ctypes
+    ctypes.CDLL(None).exit(4)  # exit() from C: no atexit handler of Python's runs
 if how == "caught":
     try:
         raise RuntimeError("handled")
@@ -243,30 +255,75 @@ UNKNOWN = ("exited, exit status not known (msmemscope's Python API ends the reco
 
 
 @pytest.mark.parametrize("how,rc,text,code", [
-    ("exit3", 3, UNKNOWN, None),
-    ("normal", 0, UNKNOWN, None),
-    ("caught", 0, UNKNOWN, None),
+    ("exit3", 3, "exited with code 3", 3),
+    ("exit_text", 1, "exited with code 1", 1),
+    ("exit_257", 1, "exited with code 1", 1),
+    ("normal", 0, "exited with code 0", 0),
+    ("caught", 0, "exited with code 0", 0),
     ("raise", 1, "exited with code 1", 1),
     ("interrupt", -2, "killed by signal 2 (SIGINT)", None),
+    ("os_exit", 5, "exited with code 5 (_exit)", 5),
+    ("c_exit", 4, "exited with code 4", 4),
+    ("fallback", 3, UNKNOWN, None),
 ])
 def test_an_api_run_says_how_it_ended_or_that_it_is_not_known(tmp_path, how, rc, text, code):
     # Every API run said "exited normally", summary.json code 0, also after
-    # sys.exit(3) or an uncaught exception.
+    # sys.exit(3) or an uncaught exception; then "exit status not known"
+    # for all but an uncaught exception (the session ended in Python's
+    # atexit, before the status exists). The stream is now ended by exit()
+    # with its status (os._exit: the agent's _exit), and the report says it.
+    # (capture_output: run() returns once the host, which holds the pipes
+    # too, has ended, also after os._exit, where nobody waits for it.)
     p = run(tmp_path, END, [how], rc=rc)
     assert re.search(rf"^msmemscope: pid \d+ \(/usr/bin/python3 prog\.py {how}\) {re.escape(text)}$",
                      p.stdout + p.stderr, re.M), p.stdout + p.stderr
     ended = summary(tmp_path / "out")["ended"]
     assert ended["text"] == text and ended["code"] == code, ended
     assert ended["how"] == ("signal" if how == "interrupt" else "exit")
+    if how == "exit_text":
+        assert "bye" in p.stderr.splitlines(), p.stderr  # CPython's own print of the message
 
 
-def test_merge_names_an_unknown_exit_status(tmp_path):
+def test_a_forked_child_of_an_api_run_says_its_own_exit_status(tmp_path):
+    p = run(tmp_path, """
+        import os, sys, msmemscope
+        msmemscope.config(device="cpu", analysis="", output="out")
+        msmemscope.start()
+        b = bytearray(1000)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(7)  # the child's own interpreter exit: atexit, finalization, exit(7)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 7
+        sys.exit(2)
+    """, rc=2)
+    ended = {}
+    for d in process_dirs(tmp_path / "out"):
+        s = json.loads((d / "summary.json").read_text())
+        ended[s["ended"]["code"]] = s["ended"]["text"]
+    assert ended == {2: "exited with code 2", 7: "exited with code 7"}, ended
+    assert len(re.findall(r"^msmemscope: pid \d+ \(/usr/bin/python3 prog\.py\) exited with code [27]$", p.stdout,
+                          re.M)) == 2, p.stdout
+
+
+def test_merge_names_an_exit_status_and_an_unknown_one(tmp_path):
     run(tmp_path, END, ["exit3"], rc=3)
     p = subprocess.run([str(BUILD / "bin" / "msmemscope"), "--merge=out", "-o", "merged"], cwd=tmp_path,
                        env=env_for(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert re.search(r"^  out\s+-\s+\d+\s+exit, code unknown\s{2,}", p.stdout, re.M), p.stdout
+    assert re.search(r"^  out\s+-\s+\d+\s+exit 3\s{2,}", p.stdout, re.M), p.stdout
     import csv
+    [row] = list(csv.DictReader(open(tmp_path / "merged" / "merge.csv")))
+    assert (row["ended"], row["exit_code"]) == ("exited with code 3", "3"), row
+    # the fallback (the stream ended in the atexit handler) does not know it
+    import shutil
+    shutil.rmtree(tmp_path / "out")
+    shutil.rmtree(tmp_path / "merged")
+    run(tmp_path, END, ["fallback"], rc=3)
+    p = subprocess.run([str(BUILD / "bin" / "msmemscope"), "--merge=out", "-o", "merged"], cwd=tmp_path,
+                       env=env_for(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^  out\s+-\s+\d+\s+exit, code unknown\s{2,}", p.stdout, re.M), p.stdout
     [row] = list(csv.DictReader(open(tmp_path / "merged" / "merge.csv")))
     assert (row["ended"], row["exit_code"]) == (UNKNOWN, ""), row
 
