@@ -4,7 +4,7 @@ MSMEMSCOPE_BUILD points at the CMake build tree (ctest sets it); the CLI is
 build/bin/msmemscope, test programs are in build/tests/bin.
 """
 import csv
-import io
+import ctypes
 import os
 import subprocess
 import textwrap
@@ -70,6 +70,18 @@ def read_dump(path):
             d["attr"] = parse_attr(d["Attr"])
             rows.append(d)
         return rows
+
+
+def _loadable(lib):
+    try:
+        ctypes.CDLL(lib)
+        return True
+    except OSError:
+        return False
+
+
+# the tests of what is said when no Ascend driver is found
+no_ascend = pytest.mark.skipif(_loadable("libascend_hal.so"), reason="an Ascend driver is installed here")
 
 
 def clean_env(**extra):

@@ -4,29 +4,16 @@ its device says so, as the CLI does, in the API's words: a warning at start()
 and "nothing was collected" when nothing was. The default device stays npu
 (upstream's). Before, such a run printed "events: 2" and its files, and
 nothing said that nothing had been recorded."""
-import ctypes
 import json
-import os
 import subprocess
 import textwrap
 
-import pytest
-
-from conftest import BUILD, clean_env, process_dirs
+from conftest import BUILD, clean_env, no_ascend, process_dirs
 
 PY = "/usr/bin/python3"
 SIM_LIB = BUILD / "tests" / "lib" / "ascend"
 
 
-def _loadable(lib):
-    try:
-        ctypes.CDLL(lib)
-        return True
-    except OSError:
-        return False
-
-
-no_ascend = pytest.mark.skipif(_loadable("libascend_hal.so"), reason="an Ascend driver is installed here")
 
 FIX = 'to profile host memory, call msmemscope.config(device="cpu") before msmemscope.start()'
 DEFAULT_AT_START = ("UserWarning: msmemscope: the default device is npu, but no Ascend NPU driver (libascend_hal.so) "

@@ -2,30 +2,16 @@
 README's replay/analyze commands with patterns in --opt= words (bash does not
 expand them there), the line that says which events --events got added, and
 --save-capture files that grow as needed."""
-import ctypes
 import os
 import re
 import subprocess
-from pathlib import Path
 
-import pytest
 
-from conftest import BUILD, CLI, SOURCE, TEST_BIN, process_dirs
+from conftest import BUILD, CLI, SOURCE, TEST_BIN, no_ascend, process_dirs
 
 DEMO = TEST_BIN / "demo_train"
 NPU_HINT = ("msmemscope: warning: the default device is npu, but no Ascend NPU driver (libascend_hal.so) was "
             "found on this machine, so no npu memory was recorded; to profile host memory, run with --device=cpu")
-
-
-def _loadable(lib):
-    try:
-        ctypes.CDLL(lib)
-        return True
-    except OSError:
-        return False
-
-
-no_ascend = pytest.mark.skipif(_loadable("libascend_hal.so"), reason="an Ascend driver is installed here")
 
 
 def _env():
