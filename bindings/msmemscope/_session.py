@@ -525,22 +525,50 @@ class Session:
                 # constructor sets it, as under the CLI); os.environ is told
                 # too, so children started with a copy of it inherit it.
                 os.environ["MSTX_INJECTION_PATH"] = _ext.install_mstx_tool(lib) or lib
-            elif not mstx and not _builtin_library(lib):
-                # A third-party collector's hooks (issue #29 item 7): its
-                # exported functions replace the pool's in the callers' GOT
-                # slots, as the CLI's LD_PRELOAD would interpose them.
+            elif not mstx:
+                # A collector's hooks: a built-in device collector's (hal,
+                # kernel_launch, cuda: the runtime a program such as
+                # torch_npu has loaded before start()) or a third-party one's
+                # (issue #29 item 7). Its exported functions replace the
+                # runtime's in the callers' GOT slots of every loaded object,
+                # and of objects loaded later (the dlopen hook), as the CLI's
+                # LD_PRELOAD would interpose them.
+                what = "the collector library " + lib
                 try:
                     names = _ext.install_collector_library(lib, "_msmemscope")
                 except RuntimeError as e:
-                    raise RuntimeError(f"msmemscope: the collector library {lib} cannot be loaded without the CLI: "
-                                       f"{e}") from None
+                    raise RuntimeError(f"msmemscope: {what} cannot be loaded without the CLI: {e}") from None
                 if not names:
-                    raise RuntimeError(f"msmemscope: the collector library {lib} exports no function to interpose; "
+                    raise RuntimeError(f"msmemscope: {what} exports no function to interpose; "
                                        "without the CLI it would record nothing: run the program under the CLI "
                                        "(msmemscope --plugin-path=... -- python ...)")
-            # The built-in collectors' other target libraries interpose device
-            # runtimes that a CPU process does not have loaded; they need the
-            # CLI (LD_PRELOAD).
+                if "cuGetProcAddress" in names:
+                    self._warn_cuda_loaded()
+
+    def _warn_cuda_loaded(self) -> None:
+        """A CUDA runtime (libcudart: cudaMalloc, PyTorch) looks up the
+        driver's functions once (cuGetProcAddress) and calls them through
+        those pointers, which no GOT slot holds: when the driver was loaded
+        before the hooks went in, what the runtime allocates is not recorded
+        (the driver API called directly, and a runtime started later, are).
+        Said at start(), where the program can still be changed."""
+        try:
+            with open("/proc/self/maps") as f:
+                loaded = "/libcuda.so" in f.read()
+        except OSError:
+            loaded = False
+        if not loaded:
+            return
+        text = ("msmemscope: the CUDA driver (libcuda.so.1) was loaded before msmemscope.start(): device memory that "
+                "a CUDA runtime (cudaMalloc, PyTorch) allocates through the driver functions it looked up before "
+                "start() is not recorded without the CLI; to record it, start the collection before the first CUDA "
+                "call, or run the program under the CLI (msmemscope --device=cuda -- python ...)")
+        where = _program_frame()
+        if where is None:
+            warnings.warn(text)
+        else:
+            warnings.warn_explicit(text, UserWarning, where.f_code.co_filename, where.f_lineno,
+                                   module=where.f_globals.get("__name__"))
 
     def shutdown(self, at_exit: bool = False) -> None:
         """Ends the session. At the interpreter's exit (at_exit) only

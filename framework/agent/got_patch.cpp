@@ -21,7 +21,7 @@
 
 namespace {
 
-constexpr uint32_t kMaxSets = 8;
+constexpr uint32_t kMaxSets = 16;
 constexpr uint32_t kMaxHooks = 64;
 constexpr uint32_t kMaxObjects = 4096;
 constexpr size_t kMaxText = 512;
@@ -371,6 +371,34 @@ __attribute__((visibility("default"))) int msms_agent_got_install_library(const 
         return fail(rc);
     }
     return static_cast<int>(found);
+}
+
+__attribute__((visibility("default"))) void* msms_agent_got_previous(const char* name, const void* caller) {
+    if (!name || !caller) return nullptr;
+    auto& t = msms::agent::tls();
+    ++t.depth;
+    Dl_info info{};
+    void* base = dladdr(caller, &info) ? info.dli_fbase : nullptr;
+    void* found = nullptr;
+    if (base) {
+        Lock lock;
+        void* before = nullptr;  // the name's replacement in the latest earlier global set
+        bool mine = false;
+        for (uint32_t i = 0; i < g_set_count && !mine; ++i) {
+            const HookSet& s = g_sets[i];
+            if (!s.used || !s.global) continue;
+            for (uint32_t h = 0; h < s.n; ++h) {
+                if (strcmp(s.names[h], name) != 0) continue;
+                Dl_info o{};
+                if (dladdr(s.replacement[h], &o) && o.dli_fbase == base) mine = true;
+                else before = s.replacement[h];
+                break;
+            }
+        }
+        if (mine) found = before;
+    }
+    --t.depth;
+    return found;
 }
 
 __attribute__((visibility("default"))) void msms_agent_got_refresh(void) {

@@ -30,8 +30,17 @@ typedef struct msms_got_hook {
  *   without hooks (RTLD_DEFAULT, i.e. libc's); for a library set, the
  *   replacement of an earlier global set for the same name if any, else the
  *   RTLD_DEFAULT definition.
- * Returns the number of GOT slots written (>= 0) or -errno. At most 8 sets. */
+ * Returns the number of GOT slots written (>= 0) or -errno. At most 16 sets. */
 int msms_agent_got_install(const char* only_library, const msms_got_hook* hooks, uint32_t n, const char* skip);
+
+/* For a hook library loaded this way whose hook must call the one installed
+ * before it (dlsym: msmemscope/dlsym_hook.hpp's trampolines, chained as they
+ * are under LD_PRELOAD): the replacement of `name` in the latest global set
+ * installed before the set whose replacement lies in the object containing
+ * `caller` (any address in the hook library). NULL when there is none (the
+ * caller then uses the libc definition) or the caller's object installed no
+ * such set. Takes the loader's lock (dladdr): call it once, not per call. */
+void* msms_agent_got_previous(const char* name, const void* caller);
 
 /* Re-applies every installed set to objects not patched yet (called by the
  * dlopen hook; also callable after a dlopen the hook could not see). */

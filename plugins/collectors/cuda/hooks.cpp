@@ -49,7 +49,7 @@ MSMEMSCOPE_DLSYM_HOOK(msms_cuda_dlsym_pre, msms_cuda_real_dlsym)
 namespace {
 
 void init_real_dlsym() {
-    if (!msms_cuda_real_dlsym) msms_cuda_real_dlsym = msmemscope::find_real_dlsym();
+    if (!msms_cuda_real_dlsym) msms_cuda_real_dlsym = msmemscope::find_real_dlsym(reinterpret_cast<const void*>(&msms_cuda_dlsym_pre));
 }
 
 // ---------------------------------------------------------------- slots

@@ -292,7 +292,7 @@ void* msms_hh_pvalloc(size_t) __attribute__((alias("pvalloc"), visibility("hidde
 // A lookup in a given object of a name we hook: libc's definition becomes the
 // hook (a library's own malloc, e.g. jemalloc's, is left alone).
 __attribute__((visibility("hidden"))) void* msms_hh_dlsym_pre(void* handle, const char* name) {
-    if (!msms_hh_real_dlsym) msms_hh_real_dlsym = msmemscope::find_real_dlsym();
+    if (!msms_hh_real_dlsym) msms_hh_real_dlsym = msmemscope::find_real_dlsym(reinterpret_cast<const void*>(&msms_hh_dlsym_pre));
     if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name || !msms_hh_real_dlsym) return nullptr;
     static const char* const names[] = {"malloc", "free", "calloc", "realloc", "reallocarray",
                                         "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc"};

@@ -16,7 +16,8 @@
 //     extern "C" {
 //     __attribute__((visibility("hidden"))) msmemscope::dlsym_fn my_real_dlsym = nullptr;
 //     __attribute__((visibility("hidden"))) void* my_dlsym_pre(void* handle, const char* name) {
-//         if (!my_real_dlsym) my_real_dlsym = msmemscope::find_real_dlsym();   // before any return
+//         if (!my_real_dlsym)                                                   // before any return
+//             my_real_dlsym = msmemscope::find_real_dlsym(reinterpret_cast<const void*>(&my_dlsym_pre));
 //         if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name || strcmp(name, "mypool_alloc") != 0)
 //             return nullptr;                                                   // passed on unchanged
 //         void* theirs = my_real_dlsym ? my_real_dlsym(handle, name) : nullptr;
@@ -38,16 +39,30 @@
 #include <dlfcn.h>
 #include <string.h>
 
+// The agent's (framework/agent/got_patch.h); weak: a library that does not
+// link the agent, or an older agent, has none.
+extern "C" __attribute__((weak)) void* msms_agent_got_previous(const char* name, const void* caller);
+
 namespace msmemscope {
 
 using dlsym_fn = void* (*)(void*, const char*);
 
 // The dlsym that comes after the calling library: libc's (glibc 2.34 moved
-// it from libdl), or another hook library's trampoline. Loaded into a
-// running process (RTLD_LOCAL: the Python API, --attach) RTLD_NEXT finds
-// nothing; the loaded libc (or libdl) is then asked by name.
-inline dlsym_fn find_real_dlsym() {
+// it from libdl), or another hook library's trampoline. A hook library that
+// the agent loaded into a running process and put in the GOT slots (the
+// Python API, --attach) asks the agent first: the trampoline of a hook
+// library it installed before this one, so that both are asked as under
+// LD_PRELOAD (msms_agent_got_previous; `self`: any function of the calling
+// library, e.g. its PRE; nullptr: not asked; the library must link the
+// agent). Else RTLD_NEXT; loaded
+// RTLD_LOCAL, RTLD_NEXT may find nothing: the loaded libc (or libdl) is then
+// asked by name.
+inline dlsym_fn find_real_dlsym(const void* self = nullptr) {
     static const char* const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+    // (a weak reference: no dlsym here, which may be a trampoline that comes
+    // back to this library's PRE before its REAL is known)
+    if (self && &msms_agent_got_previous)
+        if (void* p = msms_agent_got_previous("dlsym", self)) return reinterpret_cast<dlsym_fn>(p);
     for (const char* v : versions)
         if (void* p = dlvsym(RTLD_NEXT, "dlsym", v)) return reinterpret_cast<dlsym_fn>(p);
     static const char* const libs[] = {"libc.so.6", "libdl.so.2"};
