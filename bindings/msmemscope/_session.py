@@ -535,7 +535,9 @@ class Session:
                 # LD_PRELOAD would interpose them.
                 what = "the collector library " + lib
                 try:
-                    names = _ext.install_collector_library(lib, "_msmemscope")
+                    # the loader's blocks for it are the profiler's, not the
+                    # program's (they were a block "before collection started")
+                    names = _ext.without_hooks(lambda: _ext.install_collector_library(lib, "_msmemscope"))
                 except RuntimeError as e:
                     raise RuntimeError(f"msmemscope: {what} cannot be loaded without the CLI: {e}") from None
                 if not names:

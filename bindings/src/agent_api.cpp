@@ -65,7 +65,9 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_detach_ended", a.detach_ended);
     resolve(handle, "msms_agent_stop_at_exit", a.stop_at_exit);
     if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
-    HooksOff::known(a.enter, a.leave);
+    int (*hooks_off)() = nullptr;  // (an older agent has none: enter, which is off while collection is)
+    resolve(handle, "msms_agent_hooks_off", hooks_off);
+    HooksOff::known(hooks_off ? hooks_off : a.enter, a.leave);
     g_agent = a;
     g_agent_loaded = true;
     g_agent_origin = origin;

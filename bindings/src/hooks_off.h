@@ -55,7 +55,9 @@ private:
         enter_fn e = s.enter.load(std::memory_order_acquire);
         if (!e) {
             auto l = reinterpret_cast<leave_fn>(dlsym(RTLD_DEFAULT, "msms_agent_leave"));
-            e = reinterpret_cast<enter_fn>(dlsym(RTLD_DEFAULT, "msms_agent_enter"));
+            // off whether or not collection is on; an older agent: enter
+            e = reinterpret_cast<enter_fn>(dlsym(RTLD_DEFAULT, "msms_agent_hooks_off"));
+            if (!e) e = reinterpret_cast<enter_fn>(dlsym(RTLD_DEFAULT, "msms_agent_enter"));
             if (!e || !l) return {nullptr, nullptr};
             known(e, l);
         }

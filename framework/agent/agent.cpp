@@ -371,6 +371,17 @@ __attribute__((visibility("default"))) int msms_agent_enter(void) {
 
 __attribute__((visibility("default"))) void msms_agent_leave(void) { --tls().depth; }
 
+// The hooks off on this thread whether or not collection is on (the Python
+// package's own work: bindings/src/hooks_off.h), until msms_agent_leave().
+// msms_agent_enter() does nothing while collection is off, and then what
+// libc allocates for the package (realpath's result, which the package
+// frees with a call no hook sees) was remembered as a block of the
+// program's "before collection started". Always 1.
+__attribute__((visibility("default"))) int msms_agent_hooks_off(void) {
+    ++tls().depth;
+    return 1;
+}
+
 __attribute__((visibility("default"))) void msms_agent_python_started(void) {
     g_startup_left.store(0, std::memory_order_relaxed);
     g_startup_paused = 0;
