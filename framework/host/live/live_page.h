@@ -54,9 +54,10 @@ function render(d){
   s.appendChild(ul);
   if(ls.leak_analysis.reported){var la=ls.leak_analysis;
    s.appendChild(el("p",{"class":"leaks","data-bytes":String(la.bytes),"data-blocks":String(la.blocks)},"leak analysis at the end: "+la.blocks+" block(s), "+la.bytes+" B in "+la.findings+" finding(s)"));
-   s.appendChild(table([["device"],["pool"],["kind"],["bytes",1],["blocks",1],["site"]],la.rows.map(function(x){var tr=el("tr",{"class":"leak"});
+   s.appendChild(table([["device"],["pool"],["kind"],["bytes",1],["blocks",1],["site"],["operator"]],la.rows.map(function(x){var tr=el("tr",{"class":"leak"});
     [x.device,x.pool,x.kind].forEach(function(v){tr.appendChild(el("td",null,v));});tr.appendChild(bytesCell("bytes",x.bytes));
-    tr.appendChild(el("td",{"class":"num"},String(x.blocks)));tr.appendChild(el("td",null,x.site));return tr;})));}
+    tr.appendChild(el("td",{"class":"num"},String(x.blocks)));tr.appendChild(el("td",null,x.site));tr.appendChild(el("td",null,x.operator||""));return tr;})));
+   var rest=la.not_in_rows;if(rest&&(rest.blocks||rest.bytes))s.appendChild(el("p",{"class":"muted"},"... and "+rest.blocks+" more block(s), "+rest.bytes+" B, at further sites"));}
   root.appendChild(s);});
  document.body.setAttribute("data-updated","1");
 }
