@@ -62,3 +62,23 @@ def test_live_leak_rows_match_the_leak_report(tmp_path):
     assert "    cpu    HOST exit            77777 B      1 blocks  " + host + "\n" in last, last
     assert ("    cpu    PTA  step           159984 B     12 blocks  torch._ops.aten.full.default, called from "
             + keep + "\n") in last, last
+
+
+def test_live_without_the_leak_analysis_says_so(tmp_path):
+    """--analysis without leaks: the view says the analysis does not run, not
+    "none found" over a program that leaks."""
+    pytest.importorskip("torch")
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    out = tmp_path / "out"
+    p = subprocess.run([str(CLI), "--live", "--device=cpu", "--call-stack=python", "--analysis=decompose",
+                        "-o", str(out), "--", "/usr/bin/python3", str(PROG)],
+                       cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    (d,) = process_dirs(out)
+    la = json.loads((d / "live.json").read_text())["leak_suspects"]["leak_analysis"]
+    assert (la["runs"], la["not_running"], la["reported"]) == (False, "--analysis does not list leaks", False), la
+    last = p.stdout[p.stdout.rindex("msmemscope live:"):]
+    assert ("LEAK SUSPECTS\n  (the leak analysis does not run: --analysis does not list leaks; nothing here is "
+            "judged)\n") in last, last
+    assert "none found" not in last, last

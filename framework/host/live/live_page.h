@@ -50,7 +50,8 @@ function render(d){
   s.appendChild(el("h2",null,"Leak suspects"));
   var ls=p.leak_suspects,ul=el("ul",{"class":"suspects"});
   ls.step_warnings.forEach(function(w){ul.appendChild(el("li",{"class":"warning"},w));});
-  if(!ls.step_warnings.length&&!ls.leak_analysis.reported)ul.appendChild(el("li",{"class":"muted"},"none found by the step analysis so far"));
+  if(ls.leak_analysis.runs===false)ul.appendChild(el("li",{"class":"muted"},"the leak analysis does not run: "+ls.leak_analysis.not_running+"; nothing here is judged"));
+  else if(!ls.step_warnings.length&&!ls.leak_analysis.reported)ul.appendChild(el("li",{"class":"muted"},"none found by the step analysis so far"));
   s.appendChild(ul);
   if(ls.leak_analysis.reported){var la=ls.leak_analysis;
    s.appendChild(el("p",{"class":"leaks","data-bytes":String(la.bytes),"data-blocks":String(la.blocks)},"leak analysis at the end: "+la.blocks+" block(s), "+la.bytes+" B in "+la.findings+" finding(s)"));

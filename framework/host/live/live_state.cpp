@@ -342,6 +342,8 @@ std::string LiveState::snapshot(uint64_t wall_ns, bool finished) const {
     suspects.set("step_warnings", std::move(lines));
     suspects.set("step_warnings_total", Json(warnings_total_));
     Json leaks = Json::object();
+    leaks.set("runs", Json(leaks_off_.empty()));
+    if (!leaks_off_.empty()) leaks.set("not_running", Json(leaks_off_));
     leaks.set("reported", Json(leaks_done_));
     leaks.set("findings", Json(leak_findings_));
     leaks.set("blocks", Json(leak_blocks_));
@@ -412,7 +414,10 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
         o += "\n";
     }
     o += "\nLEAK SUSPECTS\n";
-    if (warnings_.empty() && !leaks_done_) o += "  (none found by the step analysis so far)\n";
+    if (!leaks_off_.empty())
+        o += "  (the leak analysis does not run: " + leaks_off_ + "; nothing here is judged)\n";
+    else if (warnings_.empty() && !leaks_done_)
+        o += "  (none found by the step analysis so far)\n";
     for (auto& w : warnings_) o += "  " + cut(w, 200) + "\n";
     if (warnings_total_ > warnings_.size())
         o += "  ... " + std::to_string(warnings_total_ - warnings_.size()) + " earlier warning(s)\n";

@@ -62,6 +62,9 @@ public:
     // A plugin's log line: the leak analysis's step warnings are its suspects
     // as it finds them.
     void on_log(const std::string& plugin, int level, const std::string& msg);
+    // The leak analysis does not run in this session, and why ("--analysis
+    // does not list leaks"): the view says so instead of "none found".
+    void set_leaks_off(std::string why) { leaks_off_ = std::move(why); }
 
     // live.json: one process's view.
     std::string snapshot(uint64_t wall_ns, bool finished) const;
@@ -137,6 +140,7 @@ private:
     std::vector<const LeakRow*> largest_leak_rows() const;
     uint64_t leak_findings_ = 0, leak_bytes_ = 0, leak_blocks_ = 0;
     bool leaks_done_ = false;
+    std::string leaks_off_;
 };
 
 // Writes text as dir_fd/name through a temporary file and a rename (the
