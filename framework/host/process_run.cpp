@@ -326,6 +326,12 @@ void ProcessRun::run_stream() {
                     t[pool] = live::PoolFigures{f.used, std::max(f.peak, f.used)};
                 return t;
             });
+            if (std::find(cfg_.analyzers.begin(), cfg_.analyzers.end(), "leaks") == cfg_.analyzers.end())
+                live_view->set_leaks_off("--analysis does not list leaks");
+            else if (!cfg_.steps.empty())
+                live_view->set_leaks_off("it does not run with --steps");
+            else if (supervisor::excluded("leaks"))
+                live_view->set_leaks_off("it crashed in an earlier attempt and was left out");
             pipeline.set_live(live_view.get());
             live_write(false);
         }

@@ -50,13 +50,15 @@ function render(d){
   s.appendChild(el("h2",null,"Leak suspects"));
   var ls=p.leak_suspects,ul=el("ul",{"class":"suspects"});
   ls.step_warnings.forEach(function(w){ul.appendChild(el("li",{"class":"warning"},w));});
-  if(!ls.step_warnings.length&&!ls.leak_analysis.reported)ul.appendChild(el("li",{"class":"muted"},"none found by the step analysis so far"));
+  if(ls.leak_analysis.runs===false)ul.appendChild(el("li",{"class":"muted"},"the leak analysis does not run: "+ls.leak_analysis.not_running+"; nothing here is judged"));
+  else if(!ls.step_warnings.length&&!ls.leak_analysis.reported)ul.appendChild(el("li",{"class":"muted"},"none found by the step analysis so far"));
   s.appendChild(ul);
   if(ls.leak_analysis.reported){var la=ls.leak_analysis;
    s.appendChild(el("p",{"class":"leaks","data-bytes":String(la.bytes),"data-blocks":String(la.blocks)},"leak analysis at the end: "+la.blocks+" block(s), "+la.bytes+" B in "+la.findings+" finding(s)"));
-   s.appendChild(table([["device"],["pool"],["kind"],["bytes",1],["blocks",1],["site"]],la.rows.map(function(x){var tr=el("tr",{"class":"leak"});
+   s.appendChild(table([["device"],["pool"],["kind"],["bytes",1],["blocks",1],["site"],["operator"]],la.rows.map(function(x){var tr=el("tr",{"class":"leak"});
     [x.device,x.pool,x.kind].forEach(function(v){tr.appendChild(el("td",null,v));});tr.appendChild(bytesCell("bytes",x.bytes));
-    tr.appendChild(el("td",{"class":"num"},String(x.blocks)));tr.appendChild(el("td",null,x.site));return tr;})));}
+    tr.appendChild(el("td",{"class":"num"},String(x.blocks)));tr.appendChild(el("td",null,x.site));tr.appendChild(el("td",null,x.operator||""));return tr;})));
+   var rest=la.not_in_rows;if(rest&&(rest.blocks||rest.bytes))s.appendChild(el("p",{"class":"muted"},"... and "+rest.blocks+" more block(s), "+rest.bytes+" B, at further sites"));}
   root.appendChild(s);});
  document.body.setAttribute("data-updated","1");
 }

@@ -210,28 +210,57 @@ void LiveState::on_event(const msms_event& ev) {
 void LiveState::on_finding(std::string_view table, const msms_kv* cols, uint32_t n) {
     if (table != "leaks") return;
     LeakRow r;
-    std::string stack;
+    std::string stack, python_site, site;
+    uint64_t size = 0, count = 0;
     for (uint32_t i = 0; i < n; ++i) {
         std::string_view k = view(cols[i].key), v = view(cols[i].value);
         if (k == "kind") r.kind = v;
         else if (k == "device") r.device = v;
         else if (k == "pool") r.pool = v;
-        else if (k == "site") r.where = v;
+        else if (k == "site") site = v;
+        else if (k == "operator") r.op = v;
+        else if (k == "python_site") python_site = v;
         else if (k == "stack") stack = v;
-        else if (k == "size") r.size = std::strtoull(std::string(v).c_str(), nullptr, 10);
-        else if (k == "count") r.count = std::strtoull(std::string(v).c_str(), nullptr, 10);
+        else if (k == "size") size = std::strtoull(std::string(v).c_str(), nullptr, 10);
+        else if (k == "count") count = std::strtoull(std::string(v).c_str(), nullptr, 10);
     }
-    if (r.where.empty()) r.where = stack_first_line(stack);
+    // Where, as the leak report says it: a step leak's row names the operator
+    // and the program's line that called it (its stack's first frame is the
+    // framework's allocator, the same for every such leak); a row of blocks
+    // grouped by site names that site.
+    r.where = !python_site.empty() ? python_site : !site.empty() ? site : stack_first_line(stack);
     r.where = escape_controls(r.where);
+    r.op = escape_controls(r.op);
     r.kind = escape_controls(r.kind);
     r.device = escape_controls(r.device);
     r.pool = escape_controls(r.pool);
-    if (r.count == 0) r.count = 1;
+    if (count == 0) count = 1;
     ++leak_findings_;
-    leak_bytes_ += r.size;
-    leak_blocks_ += r.count;
+    leak_bytes_ += size;
+    leak_blocks_ += count;
     leaks_done_ = true;
-    if (leak_rows_.size() < kLeakRows) leak_rows_.push_back(std::move(r));
+    std::string key = r.kind + '\x1f' + r.device + '\x1f' + r.pool + '\x1f' + r.where + '\x1f' + r.op;
+    auto g = leak_row_index_.find(key);
+    if (g == leak_row_index_.end()) {
+        if (leak_rows_.size() >= kLeakGroups) {
+            leak_unlisted_blocks_ += count;
+            leak_unlisted_bytes_ += size;
+            return;
+        }
+        g = leak_row_index_.emplace(std::move(key), leak_rows_.size()).first;
+        leak_rows_.push_back(std::move(r));
+    }
+    LeakRow& row = leak_rows_[g->second];
+    row.size += size;
+    row.count += count;
+}
+
+std::vector<const LiveState::LeakRow*> LiveState::largest_leak_rows() const {
+    std::vector<const LeakRow*> rows;
+    for (auto& r : leak_rows_) rows.push_back(&r);
+    std::stable_sort(rows.begin(), rows.end(), [](const LeakRow* a, const LeakRow* b) { return a->size > b->size; });
+    if (rows.size() > kLeakRows) rows.resize(kLeakRows);
+    return rows;
 }
 
 void LiveState::on_log(const std::string& plugin, int level, const std::string& msg) {
@@ -313,22 +342,34 @@ std::string LiveState::snapshot(uint64_t wall_ns, bool finished) const {
     suspects.set("step_warnings", std::move(lines));
     suspects.set("step_warnings_total", Json(warnings_total_));
     Json leaks = Json::object();
+    leaks.set("runs", Json(leaks_off_.empty()));
+    if (!leaks_off_.empty()) leaks.set("not_running", Json(leaks_off_));
     leaks.set("reported", Json(leaks_done_));
     leaks.set("findings", Json(leak_findings_));
     leaks.set("blocks", Json(leak_blocks_));
     leaks.set("bytes", Json(leak_bytes_));
     Json rows = Json::array();
-    for (auto& r : leak_rows_) {
+    auto largest = largest_leak_rows();
+    uint64_t shown_blocks = 0, shown_bytes = 0;
+    for (const LeakRow* r : largest) {
         Json e = Json::object();
-        e.set("kind", Json(r.kind));
-        e.set("device", Json(r.device));
-        e.set("pool", Json(r.pool));
-        e.set("site", Json(r.where));
-        e.set("bytes", Json(r.size));
-        e.set("blocks", Json(r.count));
+        e.set("kind", Json(r->kind));
+        e.set("device", Json(r->device));
+        e.set("pool", Json(r->pool));
+        e.set("site", Json(r->where));
+        e.set("operator", Json(r->op));
+        e.set("bytes", Json(r->size));
+        e.set("blocks", Json(r->count));
         rows.push(std::move(e));
+        shown_blocks += r->count;
+        shown_bytes += r->size;
     }
     leaks.set("rows", std::move(rows));
+    // what the rows leave out (more sites than are shown)
+    Json rest = Json::object();
+    rest.set("blocks", Json(leak_blocks_ - shown_blocks));
+    rest.set("bytes", Json(leak_bytes_ - shown_bytes));
+    leaks.set("not_in_rows", std::move(rest));
     suspects.set("leak_analysis", std::move(leaks));
     j.set("leak_suspects", std::move(suspects));
     return j.dump(2) + "\n";
@@ -373,19 +414,29 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
         o += "\n";
     }
     o += "\nLEAK SUSPECTS\n";
-    if (warnings_.empty() && !leaks_done_) o += "  (none found by the step analysis so far)\n";
+    if (!leaks_off_.empty())
+        o += "  (the leak analysis does not run: " + leaks_off_ + "; nothing here is judged)\n";
+    else if (warnings_.empty() && !leaks_done_)
+        o += "  (none found by the step analysis so far)\n";
     for (auto& w : warnings_) o += "  " + cut(w, 200) + "\n";
     if (warnings_total_ > warnings_.size())
         o += "  ... " + std::to_string(warnings_total_ - warnings_.size()) + " earlier warning(s)\n";
     if (leaks_done_) {
         o += "  leak analysis at the end: " + std::to_string(leak_blocks_) + " block(s), " +
              std::to_string(leak_bytes_) + " B in " + std::to_string(leak_findings_) + " finding(s)\n";
-        for (auto& r : leak_rows_) {
-            std::snprintf(buf, sizeof(buf), "    %-6s %-4s %-10s %10llu B %6llu blocks  %s\n", r.device.c_str(),
-                          r.pool.c_str(), r.kind.c_str(), static_cast<unsigned long long>(r.size),
-                          static_cast<unsigned long long>(r.count), cut(r.where, 80).c_str());
+        uint64_t shown_blocks = 0, shown_bytes = 0;
+        for (const LeakRow* r : largest_leak_rows()) {
+            std::string where = r->op.empty() ? r->where : r->op + ", called from " + r->where;
+            std::snprintf(buf, sizeof(buf), "    %-6s %-4s %-10s %10llu B %6llu blocks  %s\n", r->device.c_str(),
+                          r->pool.c_str(), r->kind.c_str(), static_cast<unsigned long long>(r->size),
+                          static_cast<unsigned long long>(r->count), cut(where, 110).c_str());
             o += buf;
+            shown_blocks += r->count;
+            shown_bytes += r->size;
         }
+        if (shown_blocks < leak_blocks_ || shown_bytes < leak_bytes_)
+            o += "    ... and " + std::to_string(leak_blocks_ - shown_blocks) + " more block(s), " +
+                 std::to_string(leak_bytes_ - shown_bytes) + " B, at further sites\n";
     }
     return o;
 }

@@ -62,6 +62,9 @@ public:
     // A plugin's log line: the leak analysis's step warnings are its suspects
     // as it finds them.
     void on_log(const std::string& plugin, int level, const std::string& msg);
+    // The leak analysis does not run in this session, and why ("--analysis
+    // does not list leaks"): the view says so instead of "none found".
+    void set_leaks_off(std::string why) { leaks_off_ = std::move(why); }
 
     // live.json: one process's view.
     std::string snapshot(uint64_t wall_ns, bool finished) const;
@@ -121,13 +124,23 @@ private:
     // leak suspects
     std::deque<std::string> warnings_;
     uint64_t warnings_total_ = 0;
+    // The leak analysis's findings grouped as its report groups them: by
+    // kind, device, pool and site (the operator and the program's Python line
+    // when the finding names them, else its site or first stack frame), bytes
+    // and blocks summed; the kLeakRows largest are shown. At most kLeakGroups
+    // groups are kept; findings past them count in the totals only.
     struct LeakRow {
-        std::string kind, device, pool, where;
-        uint64_t size = 0, count = 1;
+        std::string kind, device, pool, where, op;
+        uint64_t size = 0, count = 0;
     };
+    static constexpr size_t kLeakGroups = 4096;
     std::vector<LeakRow> leak_rows_;
+    std::unordered_map<std::string, size_t> leak_row_index_;
+    uint64_t leak_unlisted_blocks_ = 0, leak_unlisted_bytes_ = 0;
+    std::vector<const LeakRow*> largest_leak_rows() const;
     uint64_t leak_findings_ = 0, leak_bytes_ = 0, leak_blocks_ = 0;
     bool leaks_done_ = false;
+    std::string leaks_off_;
 };
 
 // Writes text as dir_fd/name through a temporary file and a rename (the

@@ -68,9 +68,16 @@ public:
         ts_ = run.timestamp;
         pid_ = run.pid;
         open_staging();
+        read_spec(run.config_json);
     }
 
     void on_event(const msms_event& ev) override {
+        if (ev.kind == MSMS_EV_OP_LAUNCH && ev.type == MSMS_T_ATEN_START) {
+            // which operators ran: to say why a --watch window wrote nothing
+            ++ops_run_;
+            if (!start_.empty() && op_matches(view(ev.name), start_)) ++start_runs_;
+            return;
+        }
         if (ev.kind != MSMS_EV_MSTX || ev.type != MSMS_T_MARK || view(ev.name) != "msmemscope.watch") return;
         std::string dev = device_label(ev);
         if (dev == "N/A") dev = "cpu";
@@ -79,6 +86,21 @@ public:
         if (op.empty() || when.empty()) {
             host_.warn("watch: a checkpoint event without op/when was ignored (event " + std::to_string(ev.id) + ")");
             return;
+        }
+        // the --watch windows: opened by the start operator's first
+        // checkpoint (its outputs, after it), closed by the end operator's after
+        // (a later call of the start operator inside an open window is one
+        // of its checkpoints, not a new window)
+        if (!start_.empty() && !window_open_ && op == watched && when == "after" && op_matches(op, start_)) {
+            ++from_start_;
+            window_open_ = true;
+            window_from_ = op + "_" + std::string(count);
+            window_points_ = 0;
+        }
+        if (window_open_) ++window_points_;
+        if (!end_.empty() && when == "after" && op_matches(op, end_)) {
+            window_open_ = false;
+            ++end_seen_;
         }
         std::string name = file_name(dev + "_" + std::to_string(ev.tid) + "/" + op + "_" + count + "-" + watched + "_" +
                                      idx + "_" + when + ".bin");
@@ -135,6 +157,7 @@ public:
                        " checkpoint file(s) named by the events were ignored, first " + ignored_example_ +
                        "; only the profiled program's own staging files of this live run are moved (never a path "
                        "read from a capture or dump)");
+        explain_spec();
         if (!written_) return;
         host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
         for (auto& [tensor, t] : tensors_) {
@@ -146,6 +169,106 @@ public:
     }
 
 private:
+    // --watch's spec as the run's config.json has it ("watch": "[start[:N]],end[,full-content]").
+    void read_spec(const std::string& config_json) {
+        size_t at = config_json.find("\"watch\": \"");
+        if (at == std::string::npos) return;
+        std::string text;
+        for (size_t i = at + 10; i < config_json.size() && config_json[i] != '"'; ++i) {
+            if (config_json[i] == '\\' && i + 1 < config_json.size()) ++i;
+            text += config_json[i];
+        }
+        spec_ = text;
+        std::vector<std::string> parts;
+        size_t b = 0;
+        for (;;) {
+            size_t c = text.find(',', b);
+            parts.push_back(text.substr(b, c == std::string::npos ? std::string::npos : c - b));
+            if (c == std::string::npos) break;
+            b = c + 1;
+        }
+        if (!parts.empty() && parts.back() == "full-content") parts.pop_back();
+        if (parts.size() == 1) {
+            end_ = parts[0];
+        } else if (parts.size() == 2) {
+            start_ = parts[0];
+            end_ = parts[1];
+            // start:N or start:outN (one colon, not the "::" of a namespace)
+            size_t colon = start_.rfind(':');
+            if (colon != std::string::npos && colon > 0 && start_[colon - 1] != ':') {
+                std::string n = start_.substr(colon + 1);
+                if (n.rfind("out", 0) == 0) n = n.substr(3);
+                if (!n.empty() && n.find_first_not_of("0123456789") == std::string::npos) {
+                    out_ = n;
+                    start_ = start_.substr(0, colon);
+                }
+            }
+        }
+    }
+
+    // An operator's name (aten::mul.Tensor as the watch checkpoints give it,
+    // torch._ops.aten.mul.Tensor as the operator rows do) against a name of
+    // the spec, with watcher.py's rules: with or without the overload
+    // (aten::mul matches aten::mul.Tensor, aten::sum.default aten::sum), or
+    // spelled as upstream's dump does (torch._ops.aten.mul.Tensor, with or
+    // without torch._ops.).
+    struct OpName {
+        std::string ns, base, overload;
+    };
+    static OpName split_op(std::string_view n, bool dotted) {
+        OpName o;
+        if (n.rfind("torch._ops.", 0) == 0) {
+            n.remove_prefix(11);
+            dotted = true;
+        }
+        size_t sep = n.find("::");
+        if (sep != std::string_view::npos) {
+            o.ns = n.substr(0, sep);
+            n.remove_prefix(sep + 2);
+        } else if (dotted || n.find('.') != std::string_view::npos) {
+            size_t d = n.find('.');
+            if (d == std::string_view::npos) return o;
+            o.ns = n.substr(0, d);
+            n.remove_prefix(d + 1);
+        }
+        size_t d = n.find('.');
+        o.base = n.substr(0, d);
+        if (d != std::string_view::npos) o.overload = n.substr(d + 1);
+        return o;
+    }
+    static bool op_matches(std::string_view name, const std::string& wanted) {
+        OpName a = split_op(name, false), w = split_op(wanted, false);
+        if (a.base.empty() || a.ns != w.ns || a.base != w.base) return false;
+        std::string ov = a.overload.empty() ? "default" : a.overload;
+        return w.overload.empty() || w.overload == ov;
+    }
+
+    // Why --watch wrote nothing, or never closed its window: a start
+    // operator that never ran in this process (a misspelt name) or gave no
+    // such output; an end operator that never came after it, so that every
+    // operator up to the end of the run was checkpointed. Said only for a
+    // process that ran operators (not a launcher shell before its program).
+    void explain_spec() {
+        if (spec_.empty() || !ops_run_) return;
+        if (!start_.empty() && !from_start_) {
+            if (!start_runs_)
+                host_.warn("watch: --watch=" + spec_ + " wrote no checkpoint: its start operator " + start_ +
+                           " never ran in this process (" + std::to_string(ops_run_) +
+                           " operator call(s) ran; names as aten::mul, aten::mul.Tensor or torch._ops.aten.mul.Tensor)");
+            else
+                host_.warn("watch: --watch=" + spec_ + " wrote no checkpoint: its start operator " + start_ + " ran " +
+                           std::to_string(start_runs_) + " time(s) but gave no " +
+                           (out_.empty() ? std::string("CPU tensor") : "output " + out_ + " that is a CPU tensor"));
+            return;
+        }
+        if (!start_.empty() && window_open_)
+            host_.warn("watch: --watch=" + spec_ + ": the window opened by " + window_from_ +
+                       " was still open at the end: its end operator " + end_ +
+                       (end_seen_ ? std::string(" did not run after it") : std::string(" never ran in this process")) +
+                       ", so every operator after it was checkpointed (" + std::to_string(window_points_) +
+                       " checkpoint(s))");
+    }
+
     // A file name from op and tensor names: '/' becomes '.' as upstream's
     // tensor_dumper does, and so does the "::" of an aten name
     // (aten::mul.Tensor -> aten.mul.Tensor): no colons in file names.
@@ -297,6 +420,10 @@ private:
     std::string token_;
     uint64_t ignored_ = 0;
     std::string ignored_example_;
+    // --watch's spec and what this process did with it
+    std::string spec_, start_, out_, end_, window_from_;
+    uint64_t ops_run_ = 0, start_runs_ = 0, from_start_ = 0, end_seen_ = 0, window_points_ = 0;
+    bool window_open_ = false;
 };
 
 }  // namespace
