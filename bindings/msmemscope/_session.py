@@ -426,7 +426,7 @@ class Session:
             # The session ends at exit() with the exit status (shutdown());
             # registered before the attach: after the agent's at exit.
             self.end_at_exit = _ext.end_at_exit(self.dir, self.lifeline.stdin.fileno(), self.lifeline.pid,
-                                                self.host.pid, cfg["output"])
+                                                self.host.pid, *self._stop_wait())
             rc = _ext.attach(self.dir, cfg["agent_options"])
             if rc != 0:
                 self.shutdown()
@@ -605,24 +605,30 @@ class Session:
         if self.host is not None:
             self._wait_for_host()
 
-    def _wait_for_host(self) -> None:
-        """Waits for the host to write every file, at most
-        MSMEMSCOPE_STOP_WAIT_S seconds (default 600; 0: no limit): the
-        user's interpreter is never held longer. The host then goes on
-        alone (it is not killed) and says in its log what it finished."""
-        import subprocess
-        text = os.environ.get("MSMEMSCOPE_STOP_WAIT_S", "600")
+    def _stop_wait(self):
+        """(seconds, warning): how long the end waits for the host to write
+        every file, MSMEMSCOPE_STOP_WAIT_S (default 600; 0: no limit), and
+        what it says when the host takes longer. Read once, for the end in
+        Python (_wait_for_host) and the end at exit() (end_at_exit)."""
         try:
-            limit = float(text)
+            limit = float(os.environ.get("MSMEMSCOPE_STOP_WAIT_S", "600"))
         except ValueError:
             limit = 600.0
+        return limit, (f"msmemscope: warning: the host (pid {self.host.pid}) is still writing the outputs into "
+                       f"{self.config['output']} after {limit:g} s (MSMEMSCOPE_STOP_WAIT_S); not waiting for it any "
+                       "longer: it finishes on its own, and a plugin that hangs is stopped at its time budget\n")
+
+    def _wait_for_host(self) -> None:
+        """Waits for the host to write every file, at most _stop_wait()'s
+        seconds: the user's interpreter is never held longer. The host then
+        goes on alone (it is not killed) and says in its log what it
+        finished."""
+        import subprocess
+        limit, late = self._stop_wait()
         try:
             self.host.wait(timeout=limit if limit > 0 else None)
         except subprocess.TimeoutExpired:
-            sys.stderr.write(f"msmemscope: warning: the host (pid {self.host.pid}) is still writing the outputs "
-                             f"into {self.config['output']} after {limit:g} s (MSMEMSCOPE_STOP_WAIT_S); not waiting for it any "
-                             "longer: it finishes on its own, and a plugin that hangs is stopped at its time "
-                             "budget\n")
+            sys.stderr.write(late)
 
 
 # Whether the program marks its own steps (msmemscope.step()), the CLI's

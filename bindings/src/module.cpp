@@ -28,7 +28,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <filesystem>
 #include <initializer_list>
 #include <map>
@@ -434,7 +433,9 @@ int release_capture(const std::string& dir) {
 struct EndAtExit {
     bool armed = false;
     pid_t pid = 0;  // the session's process (a forked child inherits the handler, not the session)
-    std::string dir, output;
+    std::string dir;
+    double wait_s = 600;       // at most this long for the host (<= 0: no limit)
+    std::string late_warning;  // said when it is longer
     int lifeline_fd = -1;  // our own copy of the lifeline's pipe: finalization closes Python's
     int python_fd = -1;    // Python's (still open after an exit() from C, with no finalization)
     dev_t pipe_dev = 0;    // the pipe, to know Python's descriptor from a later one of that number
@@ -492,22 +493,8 @@ void end_session_at_exit(int, void*) {
     if (fstat(g_end.python_fd, &st) == 0 && st.st_dev == g_end.pipe_dev && st.st_ino == g_end.pipe_ino)
         close(g_end.python_fd);
     reap(g_end.lifeline);  // reaped, or the host would see it alive (a zombie) for ever
-    // As the package's _wait_for_host read it (Python's float(); default 600; 0: no limit).
-    double limit = 600;
-    if (const char* text = getenv("MSMEMSCOPE_STOP_WAIT_S")) {
-        char* end = nullptr;
-        double v = strtod(text, &end);
-        while (end && end != text && isspace(static_cast<unsigned char>(*end))) ++end;
-        if (end && end != text && *end == '\0') limit = v;
-    }
-    if (!reap_within(g_end.host, limit)) {
-        char limit_text[64];
-        snprintf(limit_text, sizeof(limit_text), "%g", limit);
-        std::string msg = "msmemscope: warning: the host (pid " + std::to_string(g_end.host) +
-                          ") is still writing the outputs into " + g_end.output + " after " + limit_text +
-                          " s (MSMEMSCOPE_STOP_WAIT_S); not waiting for it any longer: it finishes on its own, "
-                          "and a plugin that hangs is stopped at its time budget\n";
-        ssize_t n = write(2, msg.data(), msg.size());
+    if (!reap_within(g_end.host, g_end.wait_s)) {
+        ssize_t n = write(2, g_end.late_warning.data(), g_end.late_warning.size());
         (void)n;
     }
 }
@@ -515,8 +502,10 @@ void end_session_at_exit(int, void*) {
 // Registers end_session_at_exit (once): before the agent's attach, so that
 // the agent's on_exit handler runs first. Returns false when the agent cannot
 // leave the stream to exit() (an older agent): the atexit handler ends it.
-bool end_at_exit(const std::string& dir, int lifeline_fd, int lifeline_pid, int host_pid,
-                 const std::string& output) {
+// `wait_s` and `late_warning`: the package's (Session.stop_wait(): its one
+// reading of MSMEMSCOPE_STOP_WAIT_S and its words when the host is late).
+bool end_at_exit(const std::string& dir, int lifeline_fd, int lifeline_pid, int host_pid, double wait_s,
+                 const std::string& late_warning) {
     need_agent();
     if (!g_agent.stop_at_exit) return false;
     static bool registered = false;
@@ -533,7 +522,8 @@ bool end_at_exit(const std::string& dir, int lifeline_fd, int lifeline_pid, int 
     }
     if (g_end.lifeline_fd >= 0) close(g_end.lifeline_fd);
     g_end.dir = dir;
-    g_end.output = output;
+    g_end.wait_s = wait_s;
+    g_end.late_warning = late_warning;
     g_end.lifeline_fd = fd;
     g_end.python_fd = lifeline_fd;
     g_end.pipe_dev = st.st_dev;
@@ -820,7 +810,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("memory_info", &memory_info);
     m.def("release_capture", &release_capture, py::arg("dir"));
     m.def("end_at_exit", &end_at_exit, py::arg("dir"), py::arg("lifeline_fd"), py::arg("lifeline_pid"),
-          py::arg("host_pid"), py::arg("output"));
+          py::arg("host_pid"), py::arg("wait_s"), py::arg("late_warning"));
     m.def("end_at_exit_disarm", &end_at_exit_disarm);
     m.def("stop_at_exit", [] { return g_agent_loaded && g_agent.stop_at_exit && g_agent.stop_at_exit() != 0; });
     m.def("install_exit_hooks", &install_exit_hooks, py::arg("skip"));
