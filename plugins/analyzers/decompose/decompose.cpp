@@ -5,7 +5,9 @@
 // gradient, optimizer_state, ops@aten, the user's describer labels).
 // A later event that carries an `owner` Attr for a live block's address (an
 // ACCESS of an aten op, or a describer tag) relabels the block: its MALLOC
-// row is annotated and its bytes move to the new owner.
+// row is annotated, and the table counts the block under the owner it ended
+// with for its whole life, as its row and `--analyze` of the dump do
+// (owner_ledger.h).
 // At exit: a table of live and peak bytes per owner and device (report lines
 // and findings "owners").
 // Each byte once: a framework block carved at the address of a live host
@@ -21,6 +23,7 @@
 
 #include "../common/analyzer_util.h"
 #include "../common/block_table.h"
+#include "owner_ledger.h"
 
 namespace {
 
@@ -78,7 +81,8 @@ public:
     static constexpr const char* kDescription = "memory decomposition: owner of every allocation, live/peak per owner";
     static constexpr const char* kEvents = "alloc,free,access";  // as msMemScope (3757ec2): decompose turns on access
 
-    DecomposeAnalyzer(msmemscope::Host host, const msmemscope::Options&) : host_(host) {}
+    DecomposeAnalyzer(msmemscope::Host host, const msmemscope::Options&)
+        : host_(host), ledger_([this](uint32_t owner) -> OwnerFigures& { return owners_[owner].fig; }) {}
 
     void on_event(const msms_event& ev) override {
         // A host heap block's peak waits for the next event: when that one is
@@ -90,9 +94,12 @@ public:
             host_.add_attr("owner", owner);
             BlockKey k = block_key(ev);
             if (const Block* old = live_.find(k)) release(*old);
-            Block b{ev.size, ev.id, owner_index(dev_key(ev), owner)};
+            Block b{ev.size, ev.id, owner_index(dev_key(ev), owner), kNoHandle};
             bool host = ev.type == MSMS_T_HOST;
-            acquire(b, true, !host);
+            if (driver_pool(ev.type))
+                acquire(b, !host);
+            else
+                b.handle = ledger_.open(b.size, b.owner);
             live_.put(k, b);
             if (host) {
                 pending_host_ = true;
@@ -127,23 +134,22 @@ public:
             std::string owner = owner_of(as_malloc, label);
             Block& b = *found;
             if (owners_[b.owner].name == owner) return;
-            release(b);
-            // The allocation moves with its bytes (an owner never shows live
-            // bytes without allocations).
-            if (owners_[b.owner].allocations) --owners_[b.owner].allocations;
             b.owner = owner_index(DevKey{k.dev_kind, k.dev_id}, owner);
-            acquire(b, true);
+            ledger_.relabel(b.handle, b.owner);
             host_.annotate(b.malloc_id, "owner", owner);
         }
     }
 
     void finish() override {
         if (pending_host_) settle_pending();
+        ledger_.flush();
         std::map<DevKey, std::vector<const Owner*>> by_dev;
-        for (auto& o : owners_) by_dev[o.dev].push_back(&o);
+        for (auto& o : owners_)
+            // a label a block held on its way to its last one
+            if (o.fig.allocations || o.fig.peak || o.fig.live) by_dev[o.dev].push_back(&o);
         for (auto& [dk, list] : by_dev) {
             std::sort(list.begin(), list.end(), [](const Owner* a, const Owner* b) {
-                return a->peak != b->peak ? a->peak > b->peak : a->name < b->name;
+                return a->fig.peak != b->fig.peak ? a->fig.peak > b->fig.peak : a->name < b->name;
             });
             // Ours (upstream's decompose prints nothing): a header of our own,
             // never upstream's "======" shape, then the table indented.
@@ -153,15 +159,16 @@ public:
                           "Allocations");
             host_.report(buf);
             for (const Owner* o : list) {
+                const OwnerFigures& f = o->fig;
                 std::snprintf(buf, sizeof(buf), "  %-40s %16lld %16lld %12llu", o->name.c_str(),
-                              static_cast<long long>(o->live), static_cast<long long>(o->peak),
-                              static_cast<unsigned long long>(o->allocations));
+                              static_cast<long long>(f.live), static_cast<long long>(f.peak),
+                              static_cast<unsigned long long>(f.allocations));
                 host_.report(buf);
                 host_.add_finding("owners", {{"device", dev_name(dk)},
                                              {"owner", o->name},
-                                             {"live_bytes", std::to_string(o->live)},
-                                             {"peak_bytes", std::to_string(o->peak)},
-                                             {"allocations", std::to_string(o->allocations)}});
+                                             {"live_bytes", std::to_string(f.live)},
+                                             {"peak_bytes", std::to_string(f.peak)},
+                                             {"allocations", std::to_string(f.allocations)}});
             }
         }
     }
@@ -170,12 +177,13 @@ private:
     struct Owner {
         DevKey dev;
         std::string name;
-        int64_t live = 0, peak = 0;
-        uint64_t allocations = 0;
+        OwnerFigures fig;
     };
+    static constexpr uint32_t kNoHandle = UINT32_MAX;
     struct Block {
         uint64_t size, malloc_id;
         uint32_t owner;
+        uint32_t handle;  // the ledger's, for a framework-pool block; kNoHandle for a driver pool's
     };
     // A device address as a key of by_ptr_ (one pseudo-pool per device).
     static BlockKey at_address(const msms_event& ev) { return BlockKey{ev.device_kind, ev.device_id, 0, ev.ptr}; }
@@ -184,16 +192,17 @@ private:
         auto key = std::make_pair(dev, name);
         auto it = owner_ids_.find(key);
         if (it != owner_ids_.end()) return it->second;
-        owners_.push_back(Owner{dev, name});
+        owners_.push_back(Owner{dev, name, OwnerFigures{}});
         uint32_t id = static_cast<uint32_t>(owners_.size() - 1);
         owner_ids_.emplace(key, id);
         return id;
     }
-    void acquire(const Block& b, bool new_block = true, bool peak = true) {
-        Owner& o = owners_[b.owner];
+    // A driver pool's block (its owner never changes): counted now.
+    void acquire(const Block& b, bool peak) {
+        OwnerFigures& o = owners_[b.owner].fig;
         o.live += static_cast<int64_t>(b.size);
         if (peak) o.peak = std::max(o.peak, o.live);
-        if (new_block) ++o.allocations;
+        ++o.allocations;
     }
     bool covers_pending(const msms_event& ev) const {
         return ev.kind == MSMS_EV_MALLOC && !driver_pool(ev.type) && ev.device_kind == pending_key_.dev_kind &&
@@ -203,7 +212,7 @@ private:
         pending_host_ = false;
         const Block* b = live_.find(pending_key_);
         if (!b) return;
-        Owner& o = owners_[b->owner];
+        OwnerFigures& o = owners_[b->owner].fig;
         o.peak = std::max(o.peak, o.live);
     }
     // Each byte once (DESIGN §8): the host heap block at a framework block's
@@ -214,16 +223,22 @@ private:
         const Block* b = live_.find(hk);
         if (!b) return;
         release(*b);
-        Owner& o = owners_[b->owner];
+        OwnerFigures& o = owners_[b->owner].fig;
         if (o.allocations) --o.allocations;
         live_.erase(hk);
         if (pending_host_ && pending_key_ == hk) pending_host_ = false;
     }
-    void release(const Block& b) { owners_[b.owner].live -= static_cast<int64_t>(b.size); }
+    void release(const Block& b) {
+        if (b.handle == kNoHandle)
+            owners_[b.owner].fig.live -= static_cast<int64_t>(b.size);
+        else
+            ledger_.close(b.handle);
+    }
 
     msmemscope::Host host_;
     std::vector<Owner> owners_;
     std::map<std::pair<DevKey, std::string>, uint32_t> owner_ids_;
+    OwnerLedger ledger_;  // framework-pool owners' figures, under each block's last owner
     BlockTable<Block> live_;
     // The framework-pool block live at each device address, by its pool
     // type (relabels name an address, not a pool).

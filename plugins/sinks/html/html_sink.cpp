@@ -20,9 +20,10 @@
 //     blocks and bytes of the leaks analyzer's findings, found by their
 //     MALLOC's event id; when the analysis did not run, the blocks live at
 //     the end, and the page says that is what they are) for the flame graph;
-//   - owners: the MALLOC's Attr `owner` (decompose's owner names) and the
-//     owner annotations of a later relabel (weights, gradients tagged after
-//     their allocation) move a live block's bytes to that series from then on;
+//   - owners: the MALLOC's Attr `owner` (decompose's owner names); the
+//     owner annotation of a later relabel (weights, gradients tagged after
+//     their allocation) moves a live block's bytes to that series from its
+//     MALLOC on, as the decomposition's table counts them;
 //   - inefficient memory: the inefficient analyzer's annotations (Attr
 //     `inefficient_type` of a block's MALLOC, annotated again with both kinds
 //     when a second one is found) counted per block while it is live: its
@@ -348,8 +349,12 @@ private:
     }
     bool leaks_ran() const { return leaks_ran_ || !leak_rows_.empty(); }
 
-    // decompose moved a live block to another owner (a later tag: weight,
-    // gradient...): its bytes are that owner's from now on.
+    // decompose gave a live block another owner (a later tag: weight,
+    // gradient...): the block is that owner's for its whole life, as its
+    // MALLOC row (annotated) and the decomposition's table count it, so the
+    // curve's points since its MALLOC move its bytes too. (A bucket keeps
+    // the state at its highest total, which a relabel does not change; the
+    // block was live at every point taken since its MALLOC.)
     void relabel(uint64_t id, std::string_view owner) {
         auto it = live_id_.find(id);
         if (it == live_id_.end() || owner.empty()) return;
@@ -359,10 +364,15 @@ private:
         uint16_t c = category(d, std::string(owner));
         Block& blk = b->second;
         if (c == blk.cat) return;
-        d.cur[blk.cat] -= static_cast<int64_t>(blk.size);
-        d.cur[c] += static_cast<int64_t>(blk.size);
+        auto move = [&](std::vector<int64_t>& v) {
+            if (v.size() <= c) v.resize(c + 1, 0);
+            v[blk.cat] -= static_cast<int64_t>(blk.size);
+            v[c] += static_cast<int64_t>(blk.size);
+        };
+        move(d.cur);
+        if (d.have_bucket && d.best.ts >= blk.ts) move(d.best.v);
+        for (auto p = d.points.rbegin(); p != d.points.rend() && p->ts >= blk.ts; ++p) move(p->v);
         blk.cat = c;
-        if (pending_host_ != &d) sample(d, last_ts_);
     }
 
     // The inefficient analysis marked a live block (value: all its kinds so
