@@ -485,8 +485,6 @@ void ProcessRun::run_stream() {
     }
     report_progress(progress::Phase::Writing);
     pipeline.finish();
-    live_write(true);  // the last screen: what the analyses found
-    if (live_fd >= 0) close(live_fd);
     report_progress(progress::Phase::Done);
     summary_.events = pipeline.events();
     summary_.trace_marks = pipeline.trace_marks();
@@ -583,6 +581,11 @@ void ProcessRun::run_stream() {
                                       "wherever that was moved");
         run.log->error("the process folder {} was replaced during the run", dir);
     }
+    // The live view's last screen: what the analyses found, and how the
+    // program ended (summary.json's words: a crash reads as one).
+    if (live_view) live_view->set_ended(ended_text(summary_, facts));
+    live_write(true);
+    if (live_fd >= 0) close(live_fd);
     // config.json names the selected plugins that did not run to the end
     // (refused at load, crashed, threw): "dropped": {name: why}; a replay's
     // says which call stacks the capture held.

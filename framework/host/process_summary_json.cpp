@@ -219,8 +219,13 @@ Json report_inefficient(const std::vector<std::string>& report) {
     return j;
 }
 
-Json ended(const ProcessSummary& s, const SummaryFacts& f) {
-    Json e = Json::object();
+struct EndWords {
+    std::string how, text;
+    int code = 0;
+    bool code_known = false;  // "code" is a number (how == "exit" with a known status)
+};
+
+EndWords end_words(const ProcessSummary& s, const SummaryFacts& f) {
     std::string how, text;
     auto kind = static_cast<capture::EndKind>(s.end_kind);
     int code = s.end_code;
@@ -260,11 +265,17 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
         how = "unknown";
         text = "ended without an end record (killed by SIGKILL or the OOM killer)";
     }
-    e.set("how", Json(how));
-    if (how == "exit" && kind != capture::EndKind::Returned) e.set("code", Json(static_cast<int64_t>(code)));
+    return EndWords{how, text, code, how == "exit" && kind != capture::EndKind::Returned};
+}
+
+Json ended(const ProcessSummary& s, const SummaryFacts& f) {
+    EndWords w = end_words(s, f);
+    Json e = Json::object();
+    e.set("how", Json(w.how));
+    if (w.code_known) e.set("code", Json(static_cast<int64_t>(w.code)));
     else e.set("code", Json());
-    if (how == "signal") e.set("signal", Json(static_cast<int64_t>(code)));
-    e.set("text", Json(text));
+    if (w.how == "signal") e.set("signal", Json(static_cast<int64_t>(w.code)));
+    e.set("text", Json(w.text));
     return e;
 }
 
@@ -342,6 +353,10 @@ std::string write_process_summary_json_at(int dir_fd, const ProcessSummary& s, c
     std::string why;
     if (!msmemscope::files::write_new(dir_fd, "summary.json", process_summary_json(s, f), why)) return why;
     return "";
+}
+
+std::string ended_text(const ProcessSummary& s, const SummaryFacts& f) {
+    return end_words(s, f).text;
 }
 
 }  // namespace msms

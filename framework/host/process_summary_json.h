@@ -53,6 +53,9 @@ struct SummaryFacts {
     int wait_status = -1;
 };
 
+// How the process ended, in summary.json's words ("ended"."text"), e.g.
+// "exited with code 0", "killed by signal 11 (SIGSEGV)".
+std::string ended_text(const ProcessSummary& s, const SummaryFacts& f);
 // The JSON text (format "msmemscope-process-summary", version 1).
 std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f);
 // Writes summary.json, created O_EXCL|O_NOFOLLOW in the folder `dir_fd`

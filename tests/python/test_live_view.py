@@ -132,7 +132,8 @@ def check_final(text, summary, console):
     leaks = summary["leaks"]
     assert (f"leak analysis at the end: {leaks['allocations']} block(s), {leaks['bytes']} B in 1 finding(s)"
             in text), text
-    assert "[finished]" in text
+    assert f"[finished: {summary['ended']['text']}]" in text.split("\n", 1)[0]
+    assert summary["ended"]["text"] == "exited with code 0"
     # growth per step: step s kept s MiB
     for s in range(2, 6):
         assert re.search(rf"^  step {s} +live \d+ B  \+{s * MiB} B$", text, re.M), text
@@ -251,6 +252,33 @@ def test_live_interrupted_after_the_program_ended_says_not_finished(tmp_path):
     # the CLI's last screen (stdout a pipe: appended lines) is that file's
     last = stdout.split("msmemscope live: pid ")[-1]
     assert last.split("\n", 1)[0] == first[len("msmemscope live: pid "):], stdout
+
+
+@pytest.mark.parametrize("sig", ["SIGSEGV", "SIGKILL"])
+def test_live_last_screen_says_how_the_program_ended(tmp_path, sig):
+    """A program that dies: the view's last screen said only "[finished]", as
+    for a run that went well. It now says how the program ended, in
+    summary.json's words (SIGKILL leaves no end record: the CLI's wait
+    status says it)."""
+    fifo = Barrier(tmp_path / "barrier")
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(CLI), "--live", *BASE, "-o", str(out), "--", str(PROG), str(fifo.path), "3"],
+                         cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fifo.wait_reached(lambda: p.poll() is None)
+    live = until(lambda: live_json_at_barrier(out), "live.json at the barrier")
+    os.kill(live["pid"], getattr(signal, sig))
+    stdout, stderr = p.communicate(timeout=120)
+    os.close(fifo.fd)
+    number = int(getattr(signal, sig))
+    summary = json.loads((folder(out) / "summary.json").read_text())
+    assert summary["ended"]["text"] == f"killed by signal {number} ({sig})", summary["ended"]
+    text = (folder(out) / "live.txt").read_text()
+    first = text.split("\n", 1)[0]
+    assert first.endswith(f"  [finished: killed by signal {number} ({sig})]"), first
+    final = read_json(folder(out) / "live.json")
+    assert final["finished"] is True and final["ended"] == summary["ended"]["text"], final
+    # the CLI's last screen (appended lines) is that file's
+    assert stdout.split("msmemscope live: pid ")[-1].split("\n", 1)[0] == first[len("msmemscope live: pid "):], stdout
 
 
 # ---------------------------------------------------------------- web page

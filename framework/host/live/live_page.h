@@ -33,7 +33,7 @@ function render(d){
  document.getElementById("status").textContent=(d.running?"running":"the run has ended")+" \u2014 "+d.processes.length+" process(es), updated "+new Date().toLocaleTimeString();
  d.processes.forEach(function(p){
   var s=el("section",{"class":"proc","data-pid":String(p.pid)});
-  s.appendChild(el("h2",null,"pid "+p.pid+" ("+p.command+") \u2014 step "+p.step+", "+p.events+" events"+(p.finished?" [finished]":" [running]")));
+  s.appendChild(el("h2",null,"pid "+p.pid+" ("+p.command+") \u2014 step "+p.step+", "+p.events+" events"+(p.finished?(p.ended?" [finished: "+p.ended+"]":" [finished]"):p.interrupted?" [not finished: msmemscope was interrupted]":" [running]")));
   s.appendChild(el("h2",null,"Memory per device and pool"));
   s.appendChild(table([["pool"],["live",1],["peak",1]],p.pools.map(function(x){var tr=el("tr",{"class":"pool","data-pool":x.pool});
    tr.appendChild(el("td",{"class":"name"},x.pool));tr.appendChild(bytesCell("live",x.live_bytes));tr.appendChild(bytesCell("peak",x.peak_bytes));return tr;})));

@@ -305,6 +305,8 @@ std::string LiveState::snapshot(uint64_t wall_ns, bool finished) const {
     j.set("finished", Json(finished));
     j.set("events", Json(events_));
     j.set("step", Json(step_));
+    // how the program ended (summary.json's "ended"."text"); null while it runs
+    j.set("ended", finished && !ended_.empty() ? Json(ended_) : Json());
     Json pools = Json::array();
     Totals t = totals_ ? totals_() : Totals{};
     for (auto& [name, f] : t) {
@@ -385,7 +387,8 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
     std::strftime(when, sizeof(when), "%H:%M:%S", &tmv);
     o += "msmemscope live: pid " + std::to_string(pid_) + " (" + cut(escape_controls(command_), 60) + ")  " + when +
          "  step " + std::to_string(step_) + "  events " + std::to_string(events_) +
-         (finished ? "  [finished]" : kRunningMark) + "\n\n";
+         (!finished ? std::string(kRunningMark) : ended_.empty() ? "  [finished]" : "  [finished: " + ended_ + "]") +
+         "\n\n";
     o += "MEMORY (pool: live, peak)\n";
     Totals t = totals_ ? totals_() : Totals{};
     if (t.empty()) o += "  (no memory recorded yet)\n";
@@ -417,7 +420,7 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
     if (!leaks_off_.empty())
         o += "  (the leak analysis does not run: " + leaks_off_ + "; nothing here is judged)\n";
     else if (warnings_.empty() && !leaks_done_)
-        o += "  (none found by the step analysis so far)\n";
+        o += finished ? "  (none found by the step analysis)\n" : "  (none found by the step analysis so far)\n";
     for (auto& w : warnings_) o += "  " + cut(w, 200) + "\n";
     if (warnings_total_ > warnings_.size())
         o += "  ... " + std::to_string(warnings_total_ - warnings_.size()) + " earlier warning(s)\n";

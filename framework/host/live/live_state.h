@@ -65,6 +65,9 @@ public:
     // The leak analysis does not run in this session, and why ("--analysis
     // does not list leaks"): the view says so instead of "none found".
     void set_leaks_off(std::string why) { leaks_off_ = std::move(why); }
+    // How the program ended, in summary.json's words ("exited with code 0",
+    // "killed by signal 11 (SIGSEGV)"), for the last screen.
+    void set_ended(std::string how) { ended_ = std::move(how); }
 
     // live.json: one process's view.
     std::string snapshot(uint64_t wall_ns, bool finished) const;
@@ -141,6 +144,7 @@ private:
     uint64_t leak_findings_ = 0, leak_bytes_ = 0, leak_blocks_ = 0;
     bool leaks_done_ = false;
     std::string leaks_off_;
+    std::string ended_;
 };
 
 // Writes text as dir_fd/name through a temporary file and a rename (the

@@ -255,6 +255,23 @@ TEST_CASE("live files: written whole through a temporary and a rename, never thr
     rmdir(dir.c_str());
 }
 
+TEST_CASE("the last screen says how the program ended; while it runs, nothing is said of an end") {
+    Totals totals{{"cpu/HOST", {1536, 2048}}};
+    LiveState st("tok", 42, "prog", [&] { return totals; });
+    auto first_line = [](const std::string& t) { return t.substr(0, t.find('\n')); };
+    CHECK(first_line(st.screen(5, true)).find("  [finished]") != std::string::npos);
+    st.set_ended("killed by signal 11 (SIGSEGV)");
+    std::string last = first_line(st.screen(5, true));
+    CHECK(last.substr(last.size() - 43) == "  [finished: killed by signal 11 (SIGSEGV)]");
+    CHECK(st.snapshot(5, true).find("\n  \"ended\": \"killed by signal 11 (SIGSEGV)\",\n") != std::string::npos);
+    // (set before the end only by a caller's mistake: the running view still says running)
+    CHECK(first_line(st.screen(5, false)).find("[running]") != std::string::npos);
+    CHECK(st.snapshot(5, false).find("\n  \"ended\": null,\n") != std::string::npos);
+    // no leak warning yet: "so far" only while it runs
+    CHECK(st.screen(5, false).find("(none found by the step analysis so far)") != std::string::npos);
+    CHECK(st.screen(5, true).find("(none found by the step analysis)\n") != std::string::npos);
+}
+
 TEST_CASE("live files marked interrupted: only a view that said running, once, never through a link") {
     char tmpl[] = "/tmp/msms_live_XXXXXX";
     REQUIRE(mkdtemp(tmpl));
