@@ -63,8 +63,18 @@ inline dlsym_fn find_real_dlsym(const void* self = nullptr) {
     // back to this library's PRE before its REAL is known)
     if (self && &msms_agent_got_previous)
         if (void* p = msms_agent_got_previous("dlsym", self)) return reinterpret_cast<dlsym_fn>(p);
-    for (const char* v : versions)
-        if (void* p = dlvsym(RTLD_NEXT, "dlsym", v)) return reinterpret_cast<dlsym_fn>(p);
+    for (const char* v : versions) {
+        void* p = dlvsym(RTLD_NEXT, "dlsym", v);
+        if (!p) continue;
+        // That is libc's (a versioned lookup never matches a trampoline: its
+        // dlsym has no symbol version). Another hook library's trampoline
+        // may come before libc's, after this library (LD_PRELOAD of two):
+        // asked by its plain name through libc's dlsym, called from here so
+        // that RTLD_NEXT searches after this library.
+        dlsym_fn libc_dlsym = reinterpret_cast<dlsym_fn>(p);
+        if (void* next = libc_dlsym(RTLD_NEXT, "dlsym")) return reinterpret_cast<dlsym_fn>(next);
+        return libc_dlsym;
+    }
     static const char* const libs[] = {"libc.so.6", "libdl.so.2"};
     for (const char* lib : libs) {
         void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
