@@ -279,7 +279,7 @@ def test_watch_finds_the_op_that_overwrote_the_tensor(cli, tmp_path):
     p = cli(["--device=cpu", "--analysis=", "--events=launch", "--watch=aten::mul.Tensor,aten::sum.default",
              f"--output={tmp_path}/out", "--", "/usr/bin/python3", SOURCE / "tests/programs/analyzers/watch_torch.py",
              SOURCE / "plugins/analyzers/watch/python", lib], cwd=tmp_path, check_rc=0)
-    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
+    assert "watch: tensor aten::mul.Tensor_0 (made by aten::mul.Tensor_1) was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
     files = list((process_dirs(tmp_path / "out")[0] / "device_cpu" / "watch_dump").glob("watch_dump_data_check_sum_*.csv"))
     assert len(files) == 1
     lines = files[0].read_text().splitlines()

@@ -51,7 +51,7 @@ def check_spec_hashes(h, watched):
 
 def test_watch_cli_hash_mode(tmp_path):
     p = run_cli(tmp_path, ["--analysis=", f"--watch={SPEC}"], "plant")
-    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
+    assert "watch: tensor aten::mul.Tensor_0 (made by aten::mul.Tensor_1) was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
     check_spec_hashes(hashes(tmp_path), "aten.mul.Tensor")
 
 
@@ -68,7 +68,7 @@ def test_watch_python_mode_full_content(tmp_path):
     assert not [n for n in files if ":" in n], files
     assert not list(watch_dir(tmp_path).glob("watch_dump_data_check_sum_*.csv"))
     # full-content checkpoints carry the bytes' hash too: the op that changed them is named
-    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
+    assert "watch: tensor aten::mul.Tensor_0 (made by aten::mul.Tensor_1) was changed by aten::fill_.Scalar_1" in p.stdout, p.stdout + p.stderr
 
 
 CHANGES = """
@@ -94,10 +94,10 @@ def test_watch_names_every_op_that_changed_the_tensor_and_a_change_outside_opera
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "sum 57.0" in p.stdout  # (7 * 15 + 9) / 2: the program ran as written
-    assert "watch: tensor aten::mul.Tensor_0 was changed by aten::add_.Tensor_1 and aten::mul_.Tensor_1\n" in p.stdout, \
-        p.stdout
-    assert re.search(r"^watch: tensor aten::mul.Tensor_0 was changed outside the watched operators between "
-                     r"\S+ \(after\) and aten::mul_.Tensor_1 \(before\)$", p.stdout, re.M), p.stdout
+    assert ("watch: tensor aten::mul.Tensor_0 (made by aten::mul.Tensor_1) was changed by aten::add_.Tensor_1 and "
+            "aten::mul_.Tensor_1\n") in p.stdout, p.stdout
+    assert re.search(r"^watch: tensor aten::mul.Tensor_0 \(made by aten::mul.Tensor_1\) was changed outside the "
+                     r"watched operators between \S+ \(after\) and aten::mul_.Tensor_1 \(before\)$", p.stdout, re.M), p.stdout
 
 
 def test_watcher_watch_python_mode_hash(tmp_path):

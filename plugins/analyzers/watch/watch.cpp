@@ -130,7 +130,8 @@ public:
         if (!crc.empty()) {
             std::string call = dev + "_" + std::to_string(ev.tid) + "/" + op + "_" + count;
             std::string point = op + "_" + count;
-            Tensor& t = tensors_[watched + "_" + idx];
+            Tensor& t = tensor(watched + "_" + idx, op == watched && when == "after" ? point : std::string(),
+                               call);
             if (when == "before") {
                 if (!t.last.empty() && t.last != crc)
                     t.outside.push_back("between " + t.last_point + " and " + point + " (before)");
@@ -160,12 +161,25 @@ public:
         explain_spec();
         if (!written_) return;
         host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
-        for (auto& [tensor, t] : tensors_) {
-            if (!t.changed_by.empty()) host_.report("watch: tensor " + tensor + " was changed by " + listed(t.changed_by));
+        // Each window's tensor on lines of its own, in the order they were
+        // made: the start operator makes a new one at each call.
+        constexpr size_t kMaxTensors = 10;
+        size_t shown = 0, more = 0;
+        for (const Tensor& t : tensors_) {
+            if (t.changed_by.empty() && t.outside.empty()) continue;
+            if (shown == kMaxTensors) {
+                ++more;
+                continue;
+            }
+            ++shown;
+            if (!t.changed_by.empty()) host_.report("watch: tensor " + t.name + " was changed by " + listed(t.changed_by));
             if (!t.outside.empty())
-                host_.report("watch: tensor " + tensor + " was changed outside the watched operators " +
+                host_.report("watch: tensor " + t.name + " was changed outside the watched operators " +
                              listed(t.outside));
         }
+        if (more)
+            host_.report("watch: and " + std::to_string(more) +
+                         " more watched tensor(s) were changed (every hash is in device_*/watch_dump)");
     }
 
 private:
@@ -367,6 +381,7 @@ private:
     }
 
     struct Tensor {
+        std::string name;                 // "aten::mul_0 (made by aten::mul_2)", or watcher.watch()'s "<name>_<idx>"
         std::string before_call, before;  // the call in progress and its before hash
         std::string last, last_point;     // the last hash seen, and where ("aten::add_1 (after)")
         std::vector<std::string> changed_by, outside;
@@ -413,7 +428,23 @@ private:
     msmemscope::RunInfo run_;
     msmemscope::files::Fd run_fd_;  // the run folder (RunInfo::open_output_dir), opened when first needed
     std::map<std::string, std::FILE*> files_;
-    std::map<std::string, Tensor> tensors_;
+    // The watched tensor a checkpoint is of: `base` is "<watched>_<idx>";
+    // `made_at` the start operator's call ("aten::mul_2") when this is its
+    // after dump. One with no before dump of the same call is a new tensor
+    // (the next window's): it gets an entry of its own; the start operator
+    // called again inside a window is a change of the one watched.
+    Tensor& tensor(const std::string& base, const std::string& made_at, const std::string& call) {
+        auto it = current_.find(base);
+        if (it != current_.end() && (made_at.empty() || tensors_[it->second].before_call == call))
+            return tensors_[it->second];
+        tensors_.push_back(Tensor{});
+        tensors_.back().name = made_at.empty() ? base : base + " (made by " + made_at + ")";
+        current_[base] = tensors_.size() - 1;
+        return tensors_.back();
+    }
+
+    std::vector<Tensor> tensors_;           // in the order they were first seen
+    std::map<std::string, size_t> current_;  // "<watched>_<idx>" -> the tensor it names now
     uint64_t written_ = 0;
     uint32_t pid_ = 0;
     int staging_fd_ = -1;

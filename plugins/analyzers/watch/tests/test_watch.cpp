@@ -72,7 +72,8 @@ TEST_CASE("hash mode writes the check-sum CSV and finds the op that changed the 
           "cpu_77.aten.fill__1-aten.mul_0_before.bin,00000000000000aa\n"
           "cpu_77.aten.fill__1-aten.mul_0_after.bin,00000000000000bb\n");
     CHECK(h.reports == std::vector<std::string>{"watch: 5 checkpoint(s) written under device_*/watch_dump",
-                                                "watch: tensor aten::mul_0 was changed by aten::fill__1"});
+                                                "watch: tensor aten::mul_0 (made by aten::mul_0) was changed by "
+                                                "aten::fill__1"});
     fs::remove_all(dir);
 }
 
@@ -97,9 +98,34 @@ TEST_CASE("every op that changed a tensor is named, and a change between two ope
     CHECK(h.reports ==
           std::vector<std::string>{
               "watch: 10 checkpoint(s) written under device_*/watch_dump",
-              "watch: tensor aten::mul_0 was changed by aten::add__1, aten::mul__1 and aten::add__2",
-              "watch: tensor aten::mul_0 was changed outside the watched operators between aten::mul__1 (after) and "
-              "aten::sum_1 (before)"});
+              // each window's tensor is another one: never one list of both windows' changes
+              "watch: tensor aten::mul_0 (made by aten::mul_1) was changed by aten::add__1 and aten::mul__1",
+              "watch: tensor aten::mul_0 (made by aten::mul_1) was changed outside the watched operators between "
+              "aten::mul__1 (after) and aten::sum_1 (before)",
+              "watch: tensor aten::mul_0 (made by aten::mul_2) was changed by aten::add__2"});
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a window a step: ten tensors are named, then how many more were changed") {
+    fs::path dir = temp_dir("msms_watch_windows");
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir.string(), "20260102030405") == MSMS_OK);
+    for (int w = 1; w <= 12; ++w) {
+        char made[17], changed[17];
+        std::snprintf(made, sizeof made, "%016x", 2 * w);
+        std::snprintf(changed, sizeof changed, "%016x", 2 * w + 1);
+        h.feed(checkpoint("aten::mul", w, "after", made));
+        h.feed(checkpoint("aten::add_", w, "before", made));
+        h.feed(checkpoint("aten::add_", w, "after", w == 5 ? made : changed));  // window 5: left as it was
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.reports.size() == 12);
+    CHECK(h.reports[0] == "watch: 36 checkpoint(s) written under device_*/watch_dump");
+    CHECK(h.reports[1] == "watch: tensor aten::mul_0 (made by aten::mul_1) was changed by aten::add__1");
+    CHECK(h.reports[5] == "watch: tensor aten::mul_0 (made by aten::mul_6) was changed by aten::add__6");
+    CHECK(h.reports[10] == "watch: tensor aten::mul_0 (made by aten::mul_11) was changed by aten::add__11");
+    CHECK(h.reports[11] == "watch: and 1 more watched tensor(s) were changed (every hash is in device_*/watch_dump)");
     fs::remove_all(dir);
 }
 
