@@ -98,7 +98,10 @@ uint32_t LiveState::site_by_text(const msms_event& ev, const std::string& op) {
     std::string py = stack_first_line(view(ev.py_stack));
     std::string site;
     if (ev.c_stack.size) site = msms::caller_site(view(ev.c_stack));  // the leak report's rule
-    if (site.empty()) site = py;
+    // A frame with no name ("0x1b1e2 in .../libc10.so.1.13": a stripped
+    // library's own function, PyTorch's CPU allocator) says less than the
+    // Python line that made the call, which the leak rows name too.
+    if (site.empty() || (!py.empty() && site.rfind("0x", 0) == 0)) site = py;
     if (site.empty())
         site = !is_true_attr(ev, "shadow") ? "(no stack) " + pool
                : is_true_attr(ev, "import") ? "(no stack) while importing Python modules"

@@ -115,6 +115,23 @@ TEST_CASE("live sites: live bytes and blocks per site, the allocator's frames sk
     CHECK(st.top_sites(1).size() == 1);
 }
 
+TEST_CASE("live sites: a frame without a name gives way to the Python line; without one it stays") {
+    LiveState st("tok", 7, "prog", [] { return Totals{}; });
+    const std::string stripped = "0x1b1e2 in /lib/x86_64-linux-gnu/libc10.so.1.13\n0x2f0 in /lib/libtorch_cpu.so";
+    Ev pta = malloc_ev(1, 4096, stripped, "train.py(6): <module>\ntrain.py(40): main");
+    pta.ev.type = MSMS_T_PTA;
+    st.on_event(pta.get());
+    st.on_event(malloc_ev(2, 100, stripped).get());  // no Python line: the address is all there is
+    st.on_event(malloc_ev(3, 10, "PyType_GenericAlloc+0x233 in /usr/bin/python3.11", "train.py(7): <module>").get());
+    auto top = st.top_sites();
+    REQUIRE(top.size() == 3);
+    CHECK(top[0].site == "train.py(6): <module>");
+    CHECK(top[0].python == "train.py(6): <module>");
+    CHECK(top[1].site == "0x1b1e2 in /lib/x86_64-linux-gnu/libc10.so.1.13");
+    CHECK(top[2].site == "PyType_GenericAlloc+0x233 in /usr/bin/python3.11");  // a named frame stays
+    CHECK(top[2].python == "train.py(7): <module>");
+}
+
 TEST_CASE("live sites: each byte once — a host block a framework block took leaves the host's site") {
     LiveState st("tok", 7, "prog", [] { return Totals{}; });
     st.on_event(malloc_ev(1, 4096, "alloc_cpu+0x1 at c10.cpp:1 in libc10.so").get());  // the tensor's malloc
