@@ -37,8 +37,10 @@ struct OwnerFigures {
 
 class OwnerLedger {
 public:
-    // 8 M entries (32 MiB): about 4 M framework blocks made and freed.
-    static constexpr size_t kDefaultWindow = size_t(1) << 23;
+    // 1 M entries: about half a million framework blocks made and freed
+    // (hundreds of training steps; a tag comes within one), 4 MiB of
+    // entries and at most 16 MiB of slots.
+    static constexpr size_t kDefaultWindow = size_t(1) << 20;
 
     // figures(owner) gives the figures an owner index is counted in.
     explicit OwnerLedger(std::function<OwnerFigures&(uint32_t)> figures, size_t window = kDefaultWindow)
