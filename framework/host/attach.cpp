@@ -1,5 +1,6 @@
 // msmemscope --attach=PID: see attach.h.
 #include "attach.h"
+#include "attach_breakpoints.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -134,8 +135,13 @@ struct GdbRun {
     std::string out;
     bool timed_out = false;
     bool cancelled = false;  // g_stop_signal stopped the wait
+    bool killed = false;     // gdb did not stop when interrupted: killed (kKillAfterS)
+    BreakpointRepair repair;  // after a kill: the breakpoints it left, taken out
     int status = 0;
 };
+
+// How long gdb has to stop once interrupted before it is killed.
+constexpr double kKillAfterS = 20.0;
 
 // Runs gdb on `script` in its own process group (a Ctrl-C at the terminal
 // is msmemscope's, never gdb's). Past the timeout gdb gets SIGINT: it stops
@@ -225,7 +231,7 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
                 interrupt_sent = true;
                 sent_at = now;
             }
-            if (waited > timeout_s + 20.0) {
+            if (waited > timeout_s + kKillAfterS) {
                 kill(child, SIGKILL);  // gdb hangs: the last resort
                 stage = 2;
             }
@@ -236,6 +242,12 @@ GdbRun run_gdb(const std::string& gdb, pid_t pid, const std::string& script, uns
     while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
     }
     r.status = st;
+    if (stage == 2) {
+        // Killed inside its wait for a malloc-family call, gdb leaves its
+        // breakpoints in the process's code: the next call would kill it.
+        r.killed = true;
+        r.repair = remove_left_breakpoints(pid);
+    }
     return r;
 }
 
@@ -355,10 +367,28 @@ std::string write_script(const std::string& dir, const std::string& name, const 
     return path;
 }
 
+// gdb killed (run_gdb): what became of the process, in words; "" if gdb
+// was not killed.
+std::string killed_gdb(pid_t pid, const GdbRun& r) {
+    if (!r.killed || !alive(pid)) return "";
+    std::string p = "pid " + std::to_string(pid);
+    std::string head = p + ": gdb did not stop within " + std::to_string(static_cast<int>(kKillAfterS)) +
+                       " s of being interrupted and was killed; ";
+    if (!r.repair.why.empty())
+        return head + "the breakpoints it had set in malloc, free, calloc and realloc could not be checked or taken "
+                      "out (" + r.repair.why + "): " + p + " may stop with SIGTRAP at its next call of one of them";
+    if (r.repair.removed)
+        return head + "the " + std::to_string(r.repair.removed) + " breakpoint(s) it left in malloc, free, calloc "
+                      "and realloc were taken out (their first bytes written back from libc.so.6): not attached, " +
+               p + " runs on";
+    return head + "it left no breakpoint: not attached, " + p + " runs on";
+}
+
 // What went wrong, from gdb's output (before our marker lines).
 std::string gdb_failure(pid_t pid, const GdbRun& r) {
     const std::string& o = r.out;
     std::string p = "pid " + std::to_string(pid);
+    if (std::string k = killed_gdb(pid, r); !k.empty()) return "cannot attach to " + k;
     if (o.find("ptrace: Operation not permitted") != std::string::npos)
         return "cannot attach to " + p + ": ptrace is not permitted; " + ptrace_hint();
     if (o.find("ptrace: No such process") != std::string::npos || !alive(pid))
@@ -472,7 +502,8 @@ std::string inject(pid_t pid, const Injection& what, unsigned timeout_s, std::st
         return "cannot attach to pid " + std::to_string(pid) + ": loading the agent into it failed: " +
                escape_controls(why);
     }
-    if (r.cancelled && r.out.find("MSMS_CALL_INTERRUPTED") == std::string::npos && alive(pid)) return kCancelled;
+    if (r.cancelled && !r.killed && r.out.find("MSMS_CALL_INTERRUPTED") == std::string::npos && alive(pid))
+        return kCancelled;
     return gdb_failure(pid, r);
 }
 

@@ -568,6 +568,52 @@ def test_attach_timeout_leaves_a_blocked_program_untouched(tmp_path):
             prog.kill()
 
 
+HUNG_GDB = """#!/bin/bash
+# gdb that does not stop when interrupted: its script's SIGINT neither stops
+# the process nor reaches it, so gdb goes on waiting in `continue` with its
+# breakpoints in malloc, free, calloc and realloc, until msmemscope kills it.
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  if [ "${args[$i]}" = -x ]; then
+    hung="$HUNG_DIR/script.gdb"
+    sed 's/^handle SIGINT stop print nopass$/handle SIGINT nostop noprint nopass/' "${args[$((i + 1))]}" > "$hung"
+    grep -q '^handle SIGINT nostop noprint nopass$' "$hung" || exit 99
+    args[$((i + 1))]="$hung"
+  fi
+done
+exec %s "${args[@]}"
+"""
+
+
+def test_gdb_killed_in_its_wait_leaves_no_breakpoint_in_the_program(tmp_path):
+    # gdb that hangs in its wait is killed 20 s after the interrupts began,
+    # with its breakpoints in the process's code: the process, "untouched",
+    # died of SIGTRAP at its next malloc. msmemscope now writes their first
+    # bytes back from the libc the process has mapped, and says so.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "gdb").write_text(HUNG_GDB % shutil.which("gdb"))
+    (fake / "gdb").chmod(0o755)
+    prog, pid = start_loop(tmp_path, "--block")
+    try:
+        env = clean_env()
+        env["MSMEMSCOPE_ATTACH_TIMEOUT_S"] = "1"
+        env["HUNG_DIR"] = str(tmp_path)
+        env["PATH"] = f"{fake}:{env.get('PATH', '/usr/bin:/bin')}"
+        r = subprocess.run([str(CLI), f"--attach={pid}", "--device=cpu", f"--output={tmp_path}/o"],
+                           capture_output=True, text=True, env=env, timeout=180)
+        assert r.returncode == 2, r.stderr
+        assert (tmp_path / "script.gdb").exists()  # the hung gdb ran msmemscope's script
+        assert (f"msmemscope: error: cannot attach to pid {pid}: gdb did not stop within 20 s of being interrupted "
+                f"and was killed; the 4 breakpoint(s) it left in malloc, free, calloc and realloc were taken out "
+                f"(their first bytes written back from libc.so.6): not attached, pid {pid} runs on\n") in r.stderr, \
+            r.stderr
+        assert_left_untouched(prog, pid)
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_while_waiting_for_the_first_malloc_leaves_the_program_untouched(tmp_path, sig):
     # Ctrl-C while gdb waited for the process's first malloc was held until
