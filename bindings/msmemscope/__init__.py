@@ -38,7 +38,7 @@ from . import describe, tracer
 # Only the API and the tracer start a trace from the program, so these are
 # loaded by then (a CLI run with events=traceback traces a first use's import
 # like any other import of the program).
-_API_NAMES = ("RecordFunction", "TakeSnapshot", "config", "start", "step", "stop", "take_snapshot")
+_API_NAMES = ("RecordFunction", "TakeSnapshot", "config", "finish", "start", "step", "stop", "take_snapshot")
 _HOOK_NAMES = ("cleanup_framework_hooks", "enable_npu_sanitizer", "init_framework_hooks")
 _SUBMODULES = ("watcher",)
 _ANALYZER_NAMES = ("analyze", "check_inefficient", "check_leaks", "get_analyzer_config", "list_analyzers")
@@ -72,7 +72,7 @@ def __dir__():
     return sorted(set(globals()) | {"analyzer", *_API_NAMES, *_HOOK_NAMES, *_SUBMODULES, *_ANALYZER_NAMES})
 
 __version__ = _session._paths.VERSION
-__all__ = ["config", "start", "stop", "step", "take_snapshot", "TakeSnapshot", "RecordFunction", "tracer",
+__all__ = ["config", "start", "stop", "step", "finish", "take_snapshot", "TakeSnapshot", "RecordFunction", "tracer",
            "describe", "watcher", "analyzer", "init_framework_hooks", "cleanup_framework_hooks",
            "enable_npu_sanitizer", "list_analyzers", "get_analyzer_config", "analyze", "check_leaks",
            "check_inefficient"]

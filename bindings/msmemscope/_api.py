@@ -96,7 +96,7 @@ def start() -> None:
     """Starts (or resumes) collection: SYSTEM START_TRACE, then every event
     the configuration asks for until stop(). The first call opens the
     session (spawns the host when not running under the CLI)."""
-    _session.session("msmemscope.start()")
+    _session.session("msmemscope.start()").refuse_if_finished("msmemscope.start()")
     if _shared.auto_steps() and _shared.auto_step is None:
         # Under the CLI, before the optimizer marked a step: the program may
         # mark its steps itself, with step() after opt.step() (upstream's
@@ -149,14 +149,31 @@ def _report_existing_tensors() -> None:
 
 def stop() -> None:
     """Stops collection (SYSTEM STOP_TRACE). start() may be called again."""
-    if _session.active_session() is None and not _ext.agent_loaded():
-        return
+    s = _session.active_session()
+    if (s is None and not _ext.agent_loaded()) or (s is not None and s.finished_by):
+        return  # nothing to stop: never started, or ended by finish()
     watcher.range_stopped()
     _collect.disable_for_range()
     if _shared.auto_hold == "held":
         _ext.step()  # the optimizer's held mark: no msmemscope.step() came
     _shared.auto_hold = ""
     _ext.stop()
+
+
+def finish() -> str:
+    """Ends this process's session now, for a program that goes on after
+    its profiled part (a notebook's kernel, a service): collection stops,
+    the host writes every file (the dump, the html, summary.json...) and
+    prints its report, and finish() returns when it has, with the process
+    folder. Without it that happens at the process's exit. One session a
+    process: start() and step() refuse after it."""
+    s = _session.active_session()
+    if s is None:
+        raise RuntimeError("msmemscope.finish(): there is no session to finish (msmemscope.start() was never "
+                           "called in this process)")
+    if not s.closed:
+        stop()
+    return s.finish()
 
 
 def step() -> int:
@@ -173,7 +190,7 @@ def step() -> int:
     mark) the optimizer's first mark waits for this call until the next
     optimizer step: step() right after opt.step(), upstream's pattern,
     marks every step itself."""
-    _session.session("msmemscope.step()")
+    _session.session("msmemscope.step()").refuse_if_finished("msmemscope.step()")
     _shared.own_steps = True
     _shared.auto_hold = ""  # a held optimizer mark is this call's (below)
     taken_over = _shared.auto_step

@@ -349,6 +349,8 @@ class Session:
         self.closed = False
         self.pid = os.getpid()
         self.end_at_exit = False  # the end of the session is left to exit() (shutdown())
+        self.process_dir = ""  # this process's output folder, as the host named it
+        self.finished_by = ""  # "msmemscope.finish() at FILE:LINE" once finish() ended the session
         self._missing_drivers: List[tuple] = []
         if self.cli:
             preloaded = _agent_preloaded()
@@ -478,6 +480,8 @@ class Session:
             for raw in lines:
                 line = raw.decode("utf-8", "replace")
                 if line.startswith("serving " + prefix):
+                    folder = line.partition("\t")[2]
+                    self.process_dir = os.path.abspath(folder) if folder else ""
                     self._warn_missing_drivers()
                     return
                 if line.startswith("nodriver "):
@@ -572,7 +576,7 @@ class Session:
             warnings.warn_explicit(text, UserWarning, where.f_code.co_filename, where.f_lineno,
                                    module=where.f_globals.get("__name__"))
 
-    def shutdown(self, at_exit: bool = False) -> None:
+    def shutdown(self, at_exit: bool = False, going_on: bool = False) -> None:
         """Ends the session. At the interpreter's exit (at_exit) only
         collection ends here, and the stream is left to exit(): the agent
         ends it with the status CPython gives exit() after finalizing
@@ -580,7 +584,9 @@ class Session:
         exception), then the extension releases the capture and waits for
         the host (end_at_exit); the same in a forked child, whose stream
         the agent ends at its exit. An uncaught KeyboardInterrupt ends the
-        process by SIGINT, with no exit(): its end is written here."""
+        process by SIGINT, with no exit(): its end is written here.
+        going_on: finish(), the process goes on; its stream ends as a
+        detach's (the host says "detached")."""
         if self.closed:
             return
         self.closed = True
@@ -591,7 +597,10 @@ class Session:
                 _ext.stop_at_exit():
             return
         _ext.end_at_exit_disarm()
-        _ext.detach(kind, code)
+        if going_on:
+            _ext.detach_running()
+        else:
+            _ext.detach(kind, code)
         # The host sees the stream complete when this process's lock on the
         # capture file goes (descriptor and mappings): release them now so
         # that we can wait for the host to write every file.
@@ -604,6 +613,29 @@ class Session:
             self.lifeline.wait()
         if self.host is not None:
             self._wait_for_host()
+
+    def finish(self) -> str:
+        """Ends the session now, while the program goes on (a notebook's
+        kernel): the host writes every file and reports, and this returns
+        once it has, with the process folder. Nothing is recorded after it;
+        start() and step() refuse (one session a process)."""
+        if self.cli:
+            raise RuntimeError("msmemscope.finish(): this process runs under the msmemscope command line, whose "
+                               "session ends with the program (its files are written then)")
+        if not self.closed:
+            self.finished_by = "msmemscope.finish()" + (f" at {_program_line()}" if _program_line() else "")
+            from . import _collect
+            _collect.disable_all()
+            self.shutdown(going_on=True)
+        return self.process_dir
+
+    def refuse_if_finished(self, api: str) -> None:
+        """After finish(): a clear error instead of a call into a stream
+        that has ended."""
+        if self.finished_by:
+            raise RuntimeError(f"{api}: this process's session was ended by {self.finished_by}; a process has one "
+                               f"session (its files are in {self.process_dir or self.config['output']}): profile "
+                               "another run in a new process")
 
     def _stop_wait(self):
         """(seconds, warning): how long the end waits for the host to write

@@ -63,6 +63,7 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_import_finalizing", a.import_finalizing);
     resolve(handle, "msms_agent_set_python_stack_provider_named", a.set_py_provider_named);
     resolve(handle, "msms_agent_detach_ended", a.detach_ended);
+    resolve(handle, "msms_agent_end_detached", a.end_detached);
     resolve(handle, "msms_agent_stop_at_exit", a.stop_at_exit);
     if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
     int (*hooks_off)() = nullptr;  // (an older agent has none: enter, which is off while collection is)

@@ -702,6 +702,12 @@ PYBIND11_MODULE(_msmemscope, m) {
             else g_agent.detach();
         },
         py::arg("end_kind") = 0, py::arg("end_code") = 0);
+    // msmemscope.finish(): the stream ends as a detach's, the process goes on.
+    m.def("detach_running", [] {
+        if (!g_agent_loaded) return;
+        if (g_agent.end_detached) g_agent.end_detached();
+        else g_agent.detach();
+    });
     m.def("start", [] {
         need_agent();
         g_agent.start();

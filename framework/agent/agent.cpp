@@ -683,6 +683,11 @@ __attribute__((visibility("default"))) void msms_agent_detach(void) {
     channel_close(0, capture::EndKind::Returned);
 }
 
+// The Python package's msmemscope.finish(): the session ends while the
+// process goes on, as --attach's detach ends it (no exit status: the host
+// says "detached").
+__attribute__((visibility("default"))) void msms_agent_end_detached(void) { msms::agent::end_stream_detached(); }
+
 // The Python package's end of its session in its atexit handler, where the
 // end cannot be left to exit() (msms_agent_stop_at_exit): an uncaught
 // KeyboardInterrupt, which ends the process by SIGINT without exit(), or an

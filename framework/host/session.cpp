@@ -293,8 +293,11 @@ void Session::scan() {
             // measured work, and a host that cannot serve is reported there.
             std::string name = fs::path(p).filename().string();
             int fd = cfg_.ready_fd;
-            raw->on_started([fd, name](const std::string& error) {
-                std::string line = error.empty() ? "serving " + name : "failed " + name + ": " + error;
+            raw->on_started([fd, name, raw](const std::string& error) {
+                // "serving NAME\tFOLDER": the process folder, which
+                // msmemscope.finish() returns
+                std::string line = error.empty() ? "serving " + name + "\t" + raw->summary().output_dir
+                                                 : "failed " + name + ": " + error;
                 std::replace(line.begin(), line.end(), '\n', ' ');
                 line += '\n';
                 ssize_t n = write(fd, line.data(), line.size());  // one write: lines never interleave
