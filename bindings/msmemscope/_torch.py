@@ -47,6 +47,9 @@
   with Attr ``dataloader:handed``, and for each batch it received out of
   order and keeps for a later turn, once, ``dataloader:held``: the leak
   analysis judges a batch from the step it is handed in;
+* DDP: the gradient buckets its Reducer rebuilds once, in the forward after
+  the first backward, have owner ``PTA@ddp_buckets``; the leak analysis
+  counts them as set-up, not as a leak of that step;
 * module calls (Python trace on): ``nn.Module: ClassName`` spans;
 * steps: in a plain script under the CLI (no API call), each optimizer
   step ends a step (SYSTEM STEP), as msmemscope.step() would;
@@ -497,6 +500,39 @@ def _wrap_dataloader() -> None:
     cls._next_data = _next_data
 
 
+# DDP's gradient buckets as its Reducer rebuilds them, once, in the forward
+# after the first backward (in the order the gradients became ready): the
+# leak analysis judges them as set-up, like the warm-up steps' blocks, not
+# as a leak of that step at the program's forward line.
+DDP_BUCKETS = "ddp_buckets"
+
+
+def _wrap_ddp_rebuild() -> None:
+    """Blocks allocated inside Reducer._rebuild_buckets get owner
+    PTA@ddp_buckets (in force over a describer label: DDP's memory, not the
+    scope's)."""
+    try:
+        if not torch.distributed.is_available():
+            return
+        from torch._C._distributed_c10d import Reducer
+        original = Reducer._rebuild_buckets
+    except (ImportError, AttributeError):
+        return
+    if getattr(original, "_msmemscope", False):
+        return
+
+    def _rebuild_buckets(self, __original=original):
+        labels = _shared.owner_labels()
+        _ext.set_owner_label(DDP_BUCKETS)
+        try:
+            return __original(self)
+        finally:
+            _ext.set_owner_label(labels[-1] if labels else "")
+
+    _rebuild_buckets._msmemscope = True
+    Reducer._rebuild_buckets = _rebuild_buckets
+
+
 def _stack():
     s = getattr(_tls, "modules", None)
     if s is None:
@@ -542,6 +578,7 @@ def enable(trace: bool) -> None:
         _wrap_autograd()
         _wrap_register_parameter()
         _wrap_dataloader()
+        _wrap_ddp_rebuild()
     from torch.nn.modules import module as m
     if _weight_hook is None:
         _weight_hook = m.register_module_forward_pre_hook(_weights_pre)

@@ -269,6 +269,12 @@ private:
         uint64_t size, step, kernel, duration, malloc_id;
         uint32_t stack, py_stack, op;  // op: interned operator name (0: none)
         bool held = false;  // a DataLoader batch not yet handed to the program: not judged
+        // DDP's gradient buckets, which its Reducer rebuilds once in the
+        // forward after the first backward (owner PTA@ddp_buckets, the
+        // Python collector's label): torch's set-up, not judged, like the
+        // warm-up's blocks; else every DDP run would name its forward line
+        // as leaking the model's size in step 2.
+        bool setup = false;
         // A shadow MALLOC (shadow:true): a block that existed when collection
         // started (made before start(), or between a stop() and the next
         // start()). Kept for the pool's figures and its FREE, never judged
@@ -312,6 +318,7 @@ private:
         // The warm-up's blocks still live when the last step ended (the
         // note's figures: at exit a Python program's teardown has freed them).
         uint64_t warm_live = 0, warm_bytes = 0, warm_step = 0;
+        uint64_t setup_live = 0, setup_bytes = 0;  // the same for DDP's rebuilt buckets
     };
 
     // The Python stack of an event that also has a C one (stack_of took the C one).
@@ -369,6 +376,7 @@ private:
             PoolBlock b{ev.size, steps_.current(), shadow ? 0 : kernel_of(ev), 0, ev.id, stack_of(ev),
                         ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0u, op_of(ev)};
             b.shadow = shadow;
+            b.setup = attr(ev, "owner") == kDdpBuckets;
             d.pool[k] = b;
             update_allocated(d, ev);
             // Each byte once: a framework block at the address of a live host
@@ -448,10 +456,15 @@ private:
             };
             std::map<uint16_t, Fresh> fresh;  // by pool
             std::vector<std::pair<uint64_t, const PoolBlock*>> found;
-            d.warm_live = d.warm_bytes = 0;
+            d.warm_live = d.warm_bytes = d.setup_live = d.setup_bytes = 0;
             d.warm_step = step;
             for (auto& [k, b] : d.pool) {
                 if (b.shadow) continue;  // there when collection started: not judged
+                if (b.setup) {
+                    ++d.setup_live;
+                    d.setup_bytes += b.size;
+                    continue;
+                }
                 if (b.step <= kSkipSteps) {
                     ++d.warm_live;
                     d.warm_bytes += b.size;
@@ -870,11 +883,15 @@ private:
         // step ended (at exit a Python program's teardown has freed them);
         // before any step ended, at the end.
         uint64_t hidden = d.warm_live, hidden_bytes = d.warm_bytes;
+        uint64_t setup = d.setup_live, setup_bytes = d.setup_bytes;
         std::string when = "when step " + std::to_string(d.warm_step) + " (the last) ended";
         if (d.warm_step == 0) {
-            hidden = hidden_bytes = 0;
+            hidden = hidden_bytes = setup = setup_bytes = 0;
             for (auto& [k, b] : d.pool)
-                if (b.step <= kSkipSteps && !b.shadow) {
+                if (b.setup && !b.shadow) {
+                    ++setup;
+                    setup_bytes += b.size;
+                } else if (b.step <= kSkipSteps && !b.shadow) {
                     ++hidden;
                     hidden_bytes += b.size;
                 }
@@ -884,6 +901,11 @@ private:
             lines.push_back("  Note: steps 0 and 1 are warm-up and not checked for leaks; on device " + dev_name(dk) +
                             ", " + std::to_string(hidden) + " block(s) (" + std::to_string(hidden_bytes) +
                             " bytes) allocated then were still live " + when + " and were not judged.");
+        if (setup)
+            lines.push_back("  Note: DDP's gradient buckets, rebuilt once after its first iteration (owner " +
+                            std::string(kDdpBuckets) + "), are its set-up and not checked for leaks; on device " +
+                            dev_name(dk) + ", " + std::to_string(setup) + " block(s) (" + std::to_string(setup_bytes) +
+                            " bytes) were still live " + when + ".");
         // 1. driver blocks live at exit, one line each (up to max_lines)
         std::vector<std::pair<const BlockKey*, const ExitBlock*>> driver, host;
         // In allocation order (the table holds addresses per pool): a site
@@ -1121,6 +1143,7 @@ private:
 
     static constexpr uint64_t kSkipSteps = 1;          // steps 0 and 1 are warm-up
     static constexpr uint64_t kDurationThreshold = 1;  // whole steps lived
+    static constexpr std::string_view kDdpBuckets = "PTA@ddp_buckets";  // bindings/msmemscope/_torch.py
     static constexpr size_t kWarnPtrs = 3;             // addresses named in a step's warning
 
     static std::vector<std::string> split(const std::string& list) {
