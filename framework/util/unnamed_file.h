@@ -31,15 +31,15 @@ public:
     // its descriptor (O_WRONLY, mode 0600 until the caller sets its own;
     // owned by this object: write through it, or through stream()) or -1
     // with errno set.
-    int open(int dir_fd, const std::string& hint) {
+    int open(int dir_fd, const std::string& hint, mode_t mode = 0600) {
         discard();
         dir_fd_ = dir_fd;
-        fd_ = ::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+        fd_ = ::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
         if (fd_ >= 0) return fd_;
         if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL && errno != ENOENT) return -1;
         for (int attempt = 0; attempt < 100; ++attempt) {
             tmp_ = hint + ".msmemscope." + std::to_string(::getpid()) + "." + std::to_string(attempt);
-            fd_ = ::openat(dir_fd, tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            fd_ = ::openat(dir_fd, tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
             if (fd_ >= 0 || errno != EEXIST) break;
         }
         if (fd_ < 0) tmp_.clear();
@@ -77,6 +77,31 @@ public:
         tmp_.clear();
         discard();
         return true;
+    }
+
+    // Gives the file the name `name` in its folder only where nothing is
+    // (never replacing anything, never through a link), for a file that
+    // must never be seen without its first bytes (a CSV's header): it stays
+    // open, its descriptor the caller's with release(). false with errno
+    // set (EEXIST: something is there), and then nothing of it stays.
+    bool publish_new(const std::string& name) {
+        bool ok = tmp_.empty() ? link_to(name) : ::linkat(dir_fd_, tmp_.c_str(), dir_fd_, name.c_str(), 0) == 0;
+        int e = errno;
+        if (!tmp_.empty()) ::unlinkat(dir_fd_, tmp_.c_str(), 0);
+        tmp_.clear();
+        if (!ok) {
+            discard();
+            errno = e;
+            return false;
+        }
+        return true;
+    }
+    // The descriptor, now the caller's (after publish_new).
+    int release() {
+        int fd = fd_;
+        fd_ = -1;
+        tmp_.clear();
+        return fd;
     }
 
     // Nothing of it stays (its name, if it has one, is removed).

@@ -2,6 +2,8 @@
 
 #include <msmemscope/output_files.hpp>
 
+#include "util/unnamed_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,15 +23,37 @@ namespace msms {
 
 OutputFile::OutputFile(int dir_fd, const std::string& rel, const std::string& shown, const char* header)
     : path_(shown), rel_(rel) {
-    std::string why;
-    fd_ = msmemscope::files::create(dir_fd, rel, why);
-    if (fd_ < 0) throw std::runtime_error("cannot write " + shown + ": " + why);
     buf_.reserve(kBlock + kSlack);
     buf_ += header;
     buf_ += '\n';
-    // The header reaches the file at once. It stays in the buffer: the
-    // first direct write starts at offset 0.
-    write_all(buf_.data(), buf_.size(), 0);
+    // The file gets its name with its header in it: a host killed in
+    // between (SIGKILL as the first rows arrive) left a 0-byte CSV, which
+    // upstream's checkers and readers refuse. The header stays in the
+    // buffer: the first direct write starts at offset 0.
+    std::string why;
+    size_t slash = rel.rfind('/');
+    std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
+    int dir = msmemscope::files::open_dir(dir_fd, slash == std::string::npos ? std::string() : rel.substr(0, slash),
+                                          true, why);
+    if (dir < 0) throw std::runtime_error("cannot write " + shown + ": " + why);
+    UnnamedFile f;
+    fd_ = f.open(dir, name, 0666);  // the mode create() gives (umask applies)
+    int e = errno;
+    if (fd_ >= 0) {
+        try {
+            write_all(buf_.data(), buf_.size(), 0);
+        } catch (...) {
+            ::close(dir);
+            throw;  // (f discards the file)
+        }
+        if (f.publish_new(name)) fd_ = f.release();
+        else fd_ = -1, e = errno;
+    }
+    ::close(dir);
+    if (fd_ < 0) {
+        throw std::runtime_error("cannot write " + shown + ": " + msmemscope::files::detail::why(rel, e) +
+                                 (e == EEXIST ? " (created anew only; something is already there)" : ""));
+    }
     int fl = ::fcntl(fd_, F_GETFL);
     if (fl >= 0 && ::fcntl(fd_, F_SETFL, fl | O_DIRECT) == 0) {
         void* p = nullptr;
