@@ -47,6 +47,8 @@
   with Attr ``dataloader:handed``, and for each batch it received out of
   order and keeps for a later turn, once, ``dataloader:held``: the leak
   analysis judges a batch from the step it is handed in;
+* ranks: torch.distributed's rank once init_process_group has completed
+  (_rank.py), for a process whose environment names none (mp.spawn);
 * DDP: the gradient buckets its Reducer rebuilds once, in the forward after
   the first backward, have owner ``PTA@ddp_buckets``; the leak analysis
   counts them as set-up, not as a leak of that step;
@@ -67,7 +69,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _cuda, _shared, watcher
+from . import _cuda, _rank, _shared, watcher
 from ._shared import ext as _ext  # never the session: it imports the collectors
 
 EV = _ext.EV
@@ -579,6 +581,8 @@ def enable(trace: bool) -> None:
         _wrap_register_parameter()
         _wrap_dataloader()
         _wrap_ddp_rebuild()
+    # the rank of a process whose environment names none (mp.spawn)
+    _rank.install(torch)
     from torch.nn.modules import module as m
     if _weight_hook is None:
         _weight_hook = m.register_module_forward_pre_hook(_weights_pre)

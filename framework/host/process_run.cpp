@@ -133,6 +133,15 @@ std::string ProcessRun::folder_name(const std::string& ts) const {
     return name;
 }
 
+bool ProcessRun::take_rank(const RawEvent& e) {
+    if (e.kind != MSMS_EV_SYSTEM || e.type != MSMS_T_NONE || !e.name_id) return false;
+    const std::string* name = reader_.string(e.name_id);
+    if (!name || *name != kRankEventName) return false;
+    const std::string* attrs = e.attrs_id ? reader_.string(e.attrs_id) : nullptr;
+    if (attrs) rank_.note_late(parse_attr_list(*attrs), reader_.pid());
+    return true;
+}
+
 bool ProcessRun::keep(const RawEvent& e) const {
     if (e.dev_kind == MSMS_DEV_CPU) return cfg_.wants_device_kind("cpu");
     if (e.dev_kind == MSMS_DEV_NPU || e.dev_kind == MSMS_DEV_CUDA) {
@@ -213,6 +222,7 @@ bool ProcessRun::identify(CaptureReader& reader, std::string& error) {
 
 void ProcessRun::run_stream() {
     if (!identify(reader_, summary_.error)) return;
+    rank_ = ProcessRank(reader_.rank());
     if (std::string rank = reader_.rank(); !rank.empty() && valid_rank(rank).empty()) {
         std::string shown = rank.size() > 40 ? rank.substr(0, 40) + "..." : rank;
         for (auto& ch : shown)
@@ -387,6 +397,7 @@ void ProcessRun::run_stream() {
         size_t delivered = 0;
         while (reader_.pop(raw, watermark)) {
             ++delivered;
+            if (take_rank(raw)) continue;  // the host's own row (process_rank.h)
             if (!keep(raw)) continue;
             if (!live) note_stacks(raw);
             r.reset();
@@ -537,7 +548,9 @@ void ProcessRun::run_stream() {
     // summary.json (process_summary_json.h): what --merge combines.
     SummaryFacts facts;
     facts.ppid = reader_.ppid();
-    facts.rank = valid_rank(reader_.rank());
+    facts.rank = rank_.rank();
+    summary_.rank = facts.rank;
+    if (!rank_.warning().empty()) summary_.warnings.push_back(rank_.warning());
     facts.steps = step_count.steps();
     facts.wall_start_ns = reader_.wall_start();
     facts.exec_replaced = exec_replaced;

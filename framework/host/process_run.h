@@ -12,6 +12,7 @@
 #include "capture_reader.h"
 #include "config.h"
 #include "pipeline.h"
+#include "process_rank.h"
 #include "progress.h"
 #include "registry.h"
 #include "util/output_dir.h"
@@ -63,6 +64,9 @@ struct ProcessSummary {
     // An analyzer was dropped (crashed, threw): the CLI exits with 71.
     bool plugin_dropped = false;
     std::vector<std::string> warnings;  // printed once on stderr
+    // Its rank (process_rank.h: the environment's, else torch.distributed's),
+    // "" when none: the folder's name may lack a late one.
+    std::string rank;
 };
 
 class ProcessRun {
@@ -102,6 +106,8 @@ private:
     // name; false (and `error`) when the header cannot be read.
     bool identify(CaptureReader& reader, std::string& error);
     void notify_started(const std::string& error);
+    // A rank row of the Python collector (process_rank.h): noted, not delivered.
+    bool take_rank(const RawEvent& e);
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     std::string folder_name(const std::string& ts) const;
@@ -134,6 +140,7 @@ private:
     // A replay: the frames of the deepest Python and C stacks delivered
     // (C: not the CPython start-up stacks taken without C stacks asked for).
     size_t replay_py_depth_ = 0, replay_c_depth_ = 0;
+    ProcessRank rank_{""};
 };
 
 // The image was replaced by exec (its new image recorded or not, attached

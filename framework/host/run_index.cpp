@@ -181,6 +181,9 @@ long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations) {
 }
 
 std::string rank_of(const ProcessSummary& s) {
+    if (!s.rank.empty()) return s.rank;  // the environment's or torch.distributed's (process_rank.h)
+    // A summary the worker did not hand back (it crashed, or was stopped):
+    // the folder's name still says the environment's rank.
     std::string name = fs::path(s.output_dir).filename().string();
     size_t at = name.rfind("_rank");
     if (at == std::string::npos) return "";

@@ -15,7 +15,8 @@ namespace msms {
 // Bytes leaked, from the leaks analyzer's "====== SUMMARY: X Mb(s) leaked in
 // N allocation(s) ======" lines; -1 when the report has none.
 long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations);
-// RANK of a process, from its folder name (..._rank{R}); "" when not known.
+// The rank of a process (ProcessSummary::rank, else its folder name's
+// ..._rank{R}); "" when not known.
 std::string rank_of(const ProcessSummary& s);
 
 // Prints the table and writes index.html into output_root; returns "" or

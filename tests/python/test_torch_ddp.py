@@ -8,7 +8,11 @@ optimizer state, and of a tensor it keeps on purpose from one step on:
 one leak per rank at the line that made it (DDP's gradient buckets, which
 its Reducer rebuilds once in the second forward and keeps, are its set-up,
 not a leak of that step), a folder and summary.json per rank naming the
-rank (torchrun sets RANK), --merge combining them.
+rank, --merge combining them and saying how the ranks differ. torchrun sets
+RANK: the folder's name has it. mp.spawn sets none: the rank comes from
+torch.distributed once init_process_group has completed, after the folder
+was made, so summary.json, the console's table and --merge have it and the
+folder's name does not.
 """
 import csv
 import json
@@ -183,14 +187,30 @@ def test_each_rank_is_profiled_and_ends_well(runs, launcher):
         assert pta > 100 and user > pta // 2 and ops > 100, (folder.name, pta, user, ops)
 
 
-def test_torchrun_ranks_are_named(runs):
-    d, p = runs["torchrun"]
+def ranked_pids(p):
+    """The console's process table: pid -> its rank column."""
+    table = p.stdout[p.stdout.index("\n  pid     ppid    rank  "):]
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^  (\d+)\s+\S+\s+(\S+)\s", table, re.M)}
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
+def test_ranks_are_named(runs, launcher):
+    d, p = runs[launcher]
     folders = process_dirs(d / "out")
-    assert len(folders) == 3, [f.name for f in folders]  # the launcher and two ranks
+    # torchrun: the launcher and two ranks; mp.spawn: the program, two ranks
+    # and multiprocessing's resource tracker
+    assert len(folders) == (3 if launcher == "torchrun" else 4), [f.name for f in folders]
+    table = ranked_pids(p)
+    assert sorted(r for r in table.values() if r != "-") == ["0", "1"], table
     for folder, s, truth in rank_folders(d, p):
-        assert s["rank"] == truth["rank"] and folder.name.endswith(f"_rank{truth['rank']}"), (folder.name, s["rank"])
-        row = next(line for line in p.stdout.splitlines() if re.match(rf"^  {truth['pid']}\s", line))
-        assert row.split()[2] == str(truth["rank"]), row
+        assert s["rank"] == truth["rank"], (folder.name, s["rank"])
+        assert table[truth["pid"]] == str(truth["rank"]), table
+        if launcher == "torchrun":
+            assert folder.name.endswith(f"_rank{truth['rank']}"), folder.name
+        else:  # made before init_process_group said the rank
+            assert re.fullmatch(rf"msmemscope_{truth['pid']}_\d{{14}}_cpu", folder.name), folder.name
+    # torchrun's RANK and torch.distributed's agree: no warning
+    assert "torch.distributed's rank" not in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
@@ -234,14 +254,16 @@ def test_each_rank_leaks_its_own_tensor_and_nothing_of_ddp(runs, launcher):
             [(truth["leak"], f"{d}/train_ddp.py({LEAK_LINE}): train")], leaks
 
 
-def test_merge_combines_the_ranks(runs):
-    d, p = runs["torchrun"]
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
+def test_merge_combines_the_ranks(runs, launcher):
+    d, p = runs[launcher]
     ranks = rank_folders(d, p)
+    n = len(process_dirs(d / "out"))
     m = run_cli(["--merge=out", "-o", "merged"], d, env=env(), timeout=120, check_rc=0)
-    assert "msmemscope: merged 3 processes (2 with a rank) from 1 folder(s)" in m.stdout, m.stdout
+    assert f"msmemscope: merged {n} processes (2 with a rank) from 1 folder(s)" in m.stdout, m.stdout
     with open(d / "merged" / "merge.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [r["rank"] for r in rows] == ["0", "1", ""], rows  # ranks first, then the launcher
+    assert [r["rank"] for r in rows] == ["0", "1"] + [""] * (n - 2), rows  # ranks first, then the others
     for (folder, s, truth), row in zip(ranks, rows):
         assert (int(row["pid"]), row["folder"]) == (truth["pid"], folder.name), row
         assert int(row["leaked_bytes"]) == s["leaks"]["bytes"], (row, s["leaks"])
@@ -251,3 +273,78 @@ def test_merge_combines_the_ranks(runs):
     # the ranks differ by the tensors they keep: rank 1's is 100000 bytes more
     assert int(imb[("leaks", "")]["max_minus_min_bytes"]) == ranks[1][2]["leak"] - ranks[0][2]["leak"], imb
     assert imb[("leaks", "")]["max_at"] == "out rank 1", imb
+
+
+ALONE = textwrap.dedent('''\
+    import os, sys
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+    keep = torch.ones(1000)
+    print("PID", os.getpid(), flush=True)
+    dist.destroy_process_group()
+    ''')
+
+
+def test_a_world_of_one_has_no_rank(tmp_path):
+    # one process is no set of ranks (upstream names none): no rank anywhere
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "alone.py").write_text(ALONE)
+    p = run_cli(["--device=cpu", "--output=out", "--", "/usr/bin/python3", "alone.py", str(free_port())],
+                tmp_path, env=env(), timeout=120, check_rc=0)
+    (folder,) = process_dirs(tmp_path / "out")
+    assert json.loads((folder / "summary.json").read_text())["rank"] is None
+    assert not folder.name.endswith(tuple(f"_rank{i}" for i in range(10))), folder.name
+
+
+def test_the_environments_rank_wins_and_a_different_one_is_warned(tmp_path):
+    # mp.spawn under a launcher that set LOCAL_RANK=7 (a second node's, say):
+    # the environment's rank stays, torch.distributed's 0 and 1 are warned about
+    pytest.importorskip("torch.distributed")
+    for f, text in (("train_ddp.py", TRAIN), ("train_spawn.py", SPAWN)):
+        (tmp_path / f).write_text(text)
+    p = run_cli(["--device=cpu", "--output=out", "--", "/usr/bin/python3", "train_spawn.py", str(free_port())],
+                tmp_path, env=dict(env(), LOCAL_RANK="7"), timeout=300, check_rc=0)
+    for folder, s, truth in rank_folders(tmp_path, p):
+        assert s["rank"] == 7 and folder.name.endswith("_rank7"), (folder.name, s["rank"])
+        assert (f"msmemscope: warning: pid {truth['pid']}: its environment's rank 7 and torch.distributed's "
+                f"rank {truth['rank']} differ; the environment's is kept\n") in p.stderr, p.stderr
+    assert p.stderr.count("torch.distributed's rank") == 2, p.stderr
+
+
+FORKS = textwrap.dedent('''\
+    import os, sys
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def worker(rank, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+        pid = os.fork()  # as a DataLoader worker is
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("FORKED", rank, os.getpid(), pid, flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(int(sys.argv[1]),), nprocs=2, join=True)
+    ''')
+
+
+def test_a_child_forked_after_init_has_its_parents_rank(tmp_path):
+    # as an inherited RANK would give it
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "forks.py").write_text(FORKS)
+    p = run_cli(["--device=cpu", "--output=out", "--", "/usr/bin/python3", "forks.py", str(free_port())],
+                tmp_path, env=env(), timeout=120, check_rc=0)
+    forked = [tuple(map(int, m.groups())) for m in re.finditer(r"FORKED (\d) (\d+) (\d+)", p.stdout)]
+    assert len(forked) == 2, p.stdout + p.stderr
+    ranks = {s["pid"]: s["rank"] for f in process_dirs(tmp_path / "out")
+             for s in [json.loads((f / "summary.json").read_text())]}
+    for rank, parent, child in forked:
+        assert (ranks[parent], ranks[child]) == (rank, rank), ranks
