@@ -509,6 +509,11 @@ void Pipeline::shadow_frees_at_end(size_t first_consumer, bool image_ended) {
     if (unseen_frees_)
         log(0, std::to_string(unseen_frees_) + " free(s) of blocks allocated before collection started were not "
                "written (no MALLOC to pair with)");
+    for (auto& [pool, n] : unseen_device_frees_)
+        log(1, pool + ": " + std::to_string(n) + " free(s) of block(s) whose allocation was never recorded (made "
+                      "before the hooks went in: without the CLI, before the first msmemscope.start()) were not "
+                      "written; the pool's figures and the leak analysis leave those blocks out");
+    unseen_device_frees_.clear();
 }
 
 // The allocation id of the live framework-pool block (PTA, ATB, ...) on that
@@ -653,6 +658,10 @@ void Pipeline::feed(Record& r) {
     last_ts_ = r.ev.timestamp_ns;
     if (accounting_ && !r.complete_attrs && !account(r)) {
         ++unseen_frees_;
+        if (r.ev.device_kind != MSMS_DEV_CPU) {
+            const char* pool = msms_event_type_name(r.ev.type);
+            ++unseen_device_frees_[msmemscope::device_label(r.ev) + "/" + (pool ? pool : "?")];
+        }
         ++events_;  // received, not written
         return;
     }

@@ -216,6 +216,10 @@ private:
     std::deque<std::pair<Record, size_t>> emitted_;  // event, first analyzer to see it
     std::vector<Record> shadow_before_;  // shadow FREEs due before the current event
     uint64_t unseen_frees_ = 0;
+    // Those of device pools ("0/HAL": a driver block made before the hooks
+    // went in, e.g. before the first msmemscope.start() without the CLI),
+    // said in a warning at the end: the device's figures leave them out.
+    std::map<std::string, uint64_t> unseen_device_frees_;
 
     uint64_t next_id_ = 0;
     uint64_t next_alloc_id_ = 0;
