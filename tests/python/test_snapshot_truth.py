@@ -3,7 +3,9 @@ CPU training loop, under the CLI and with the Python API alone: the figures
 (`allocated` = the bytes of the tensors torch holds, summed from their
 storages by the script at each point), the names, their order among the
 STEP rows, the Start/End rows of the context manager and decorator, the
-exact messages for bad arguments."""
+exact messages for bad arguments, and snapshots before start() and after
+stop() (a snapshot before the first start() said allocated:0 with a model
+live: the pool's hooks go in at start())."""
 import json
 import re
 import subprocess
@@ -146,6 +148,38 @@ def test_training_loop_snapshots_with_the_api_alone(tmp_path):
     check_training(p, d, rows)
     assert order(rows) == ["START_TRACE N/A", "fwd0", "bwd0", "opt0", "quiet0", "STEP 1", "fwd1", "bwd1", "opt1",
                            "quiet1", "STEP 2", "STOP_TRACE N/A"]
+
+
+RANGE = '''
+import os, torch, msmemscope
+if os.environ.get("PROBE_API"):
+    msmemscope.config(device="cpu", output="out")
+a = torch.ones(1 << 18)  # 1 MiB, before start()
+msmemscope.take_snapshot(name="before_start")
+msmemscope.start()
+b = torch.ones(1 << 19)  # 2 MiB
+msmemscope.take_snapshot(name="in_range")
+msmemscope.stop()
+c = torch.ones(1 << 20)  # 4 MiB
+msmemscope.take_snapshot(name="after_stop")
+'''
+
+
+@pytest.mark.parametrize("how", ["api", "deferred"])
+def test_snapshots_before_start_and_after_stop(tmp_path, how):
+    if how == "api":
+        _, _, rows = run(tmp_path, RANGE, PROBE_API="1")
+    else:
+        _, _, rows = run(tmp_path, RANGE, cli=["--device=cpu", "--collect-mode=deferred"])
+    assert order(rows) == ["before_start", "START_TRACE N/A", "in_range", "STOP_TRACE N/A", "after_stop"]
+    snaps = {r["Name"]: r["attr"] for r in rows if r["Event"] == "SNAPSHOT"}
+    # torch holds `a` before start() though the pool's hooks are not in yet
+    assert int(snaps["before_start"]["allocated"]) == MiB, snaps["before_start"]
+    assert int(snaps["before_start"]["reserved"]) == MiB
+    assert int(snaps["before_start"]["max_allocated"]) == MiB
+    assert int(snaps["in_range"]["allocated"]) == 3 * MiB
+    assert int(snaps["after_stop"]["allocated"]) == 7 * MiB
+    assert int(snaps["after_stop"]["max_allocated"]) == 7 * MiB
 
 
 SCOPES = '''
