@@ -5,6 +5,7 @@ import dis
 import functools
 import gc
 import sys
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _collect, _cuda, _session, _shared, watcher
@@ -254,7 +255,14 @@ def _snapshot_attrs() -> str:
 
 
 def _emit_snapshot(name: str, mask: Optional[List[int]], api: str) -> None:
-    _session.session(api)
+    s = _session.session(api)
+    if s.finished_by:
+        # The row would go nowhere: say so rather than drop it silently.
+        # Not an error as start()/step() make it: a decorated function or a
+        # framework hook of a program going on after finish() keeps working.
+        warnings.warn(f"{api}: this process's session was ended by {s.finished_by}; no SNAPSHOT row "
+                      f"'{name}' is written", stacklevel=3)
+        return
     attrs = _snapshot_attrs()
     if mask is not None:
         attrs += ",device_mask:" + str(mask)

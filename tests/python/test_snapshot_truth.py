@@ -3,9 +3,10 @@ CPU training loop, under the CLI and with the Python API alone: the figures
 (`allocated` = the bytes of the tensors torch holds, summed from their
 storages by the script at each point), the names, their order among the
 STEP rows, the Start/End rows of the context manager and decorator, the
-exact messages for bad arguments, and snapshots before start() and after
+exact messages for bad arguments, snapshots before start() and after
 stop() (a snapshot before the first start() said allocated:0 with a model
-live: the pool's hooks go in at start())."""
+live: the pool's hooks go in at start()), and after finish() (a snapshot
+then was dropped without a word)."""
 import json
 import re
 import subprocess
@@ -245,3 +246,29 @@ def test_snapshot_arguments_scopes_and_messages(tmp_path):
     assert snaps[0]["attr"]["device_mask"] == "[0]"
     assert snaps[1]["attr"]["device_mask"] == "[0, 1]"
     assert "device_mask" not in snaps[2]["attr"]
+
+
+AFTER_FINISH = '''
+import torch, msmemscope
+msmemscope.config(device="cpu", output="out")
+msmemscope.start()
+msmemscope.take_snapshot(name="kept")
+msmemscope.finish()
+msmemscope.take_snapshot(name="late")
+with msmemscope.TakeSnapshot(name="scope"):
+    pass
+print("went on")
+'''
+
+
+def test_snapshot_after_finish_says_it_writes_nothing(tmp_path):
+    p, _, rows = run(tmp_path, AFTER_FINISH)
+    assert "went on" in p.stdout
+    assert [r["Name"] for r in rows if r["Event"] == "SNAPSHOT"] == ["kept"]
+    # a word for each dropped row (it used to be silent), no error
+    for api, name, line in [("msmemscope.take_snapshot()", "late", 7), ("msmemscope.TakeSnapshot", "scope Start", 8),
+                            ("msmemscope.TakeSnapshot", "scope End", 8)]:
+        prog = re.escape(str(tmp_path / "prog.py"))
+        assert re.search(rf"^{prog}:{line}: UserWarning: {re.escape(api)}: this process's session was ended by "
+                         rf"msmemscope\.finish\(\) at {prog}:6; no SNAPSHOT row '{name}' is written$",
+                         p.stderr, re.M), p.stderr
