@@ -5,7 +5,8 @@ import dis
 import functools
 import gc
 import sys
-from typing import Any, Callable, List, Optional, Sequence, Union
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _collect, _cuda, _session, _shared, watcher
 from ._session import _ext
@@ -122,9 +123,16 @@ def _report_existing_tensors() -> None:
     tensors that exist now (a model built before start()) and the pool's
     blocks allocated while collection was off are written as MALLOC with
     shadow:true; blocks freed meanwhile as FREE with shadow:true."""
-    torch = sys.modules.get("torch")
-    if torch is None or not _ext.collecting():
+    if "torch" not in sys.modules or not _ext.collecting():
         return
+    _ext.pta_shadow_sync(list(_cpu_tensor_storages().items()))
+
+
+def _cpu_tensor_storages() -> Dict[int, int]:
+    """The storages (address -> bytes) of the CPU tensors that exist now."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
     existing = {}
     tensor = torch.Tensor
     for obj in gc.get_objects():
@@ -144,7 +152,7 @@ def _report_existing_tensors() -> None:
             continue  # a tensor without a plain storage (functional, quantized...)
         if ptr and size:
             existing[ptr] = size
-    _ext.pta_shadow_sync(list(existing.items()))
+    return existing
 
 
 def stop() -> None:
@@ -231,6 +239,13 @@ def _snapshot_attrs() -> str:
     free = int(m.get("free", 0))
     used = int(m.get("pta_used", 0))
     peak = int(m.get("pta_peak", 0))
+    if not m.get("pta_tracked", True):
+        # Before the first start() the pool's hooks are not in and its
+        # figures say 0 with tensors live (a model built before start()):
+        # torch holds the live tensors' storages. Their peak before is
+        # unknown, at least that.
+        used = sum(_ext.without_hooks(_cpu_tensor_storages).values())
+        peak = max(peak, used)
     reserved = allocated = used   # the CPU pool keeps no cache
     device_rate = 100.0 * (total - free) / total if total > 0 else 0.0
     reserved_rate = 100.0 * allocated / reserved if reserved > 0 else 0.0
@@ -240,7 +255,14 @@ def _snapshot_attrs() -> str:
 
 
 def _emit_snapshot(name: str, mask: Optional[List[int]], api: str) -> None:
-    _session.session(api)
+    s = _session.session(api)
+    if s.finished_by:
+        # The row would go nowhere: say so rather than drop it silently.
+        # Not an error as start()/step() make it: a decorated function or a
+        # framework hook of a program going on after finish() keeps working.
+        warnings.warn(f"{api}: this process's session was ended by {s.finished_by}; no SNAPSHOT row "
+                      f"'{name}' is written", stacklevel=3)
+        return
     attrs = _snapshot_attrs()
     if mask is not None:
         attrs += ",device_mask:" + str(mask)

@@ -605,6 +605,9 @@ py::dict memory_info() {
         d["pta_used"] = g_pta_used;
         d["pta_peak"] = g_pta_peak;
     }
+    // Whether the figures above follow torch's CPU allocator: not before the
+    // hooks go in (the first start()), so a snapshot then counts otherwise.
+    d["pta_tracked"] = g_pta_on.load(std::memory_order_relaxed);
     return d;
 }
 
