@@ -7,6 +7,7 @@
 //   spans     "X"  operators (OP_LAUNCH start/end pairs), kernels
 //                  (KERNEL_START/END pairs), mstx ranges, Python calls and
 //                  RecordFunction ranges (PY_TRACE)
+//   metadata  "M"  process_name, and thread_name for each thread with a track
 //   instants  "i"  kernel launches, mstx marks, steps, snapshots, OOM rows,
 //                  and leaks (findings table "leaks") at their allocation
 //
@@ -35,6 +36,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "counter_series.h"
@@ -297,6 +299,15 @@ private:
     }
 
     void head(const char* ph, std::string_view name, uint32_t pid, uint32_t tid) {
+        // Each thread that has a track is named once, before its first event:
+        // without thread_name metadata Perfetto and chrome://tracing show a
+        // bare number (counters are the process's, tid 0 is no thread)
+        if (tid && ph[0] != 'M' && ph[0] != 'C' && named_.insert(tid).second) {
+            head("M", "thread_name", pid, tid);
+            buf_ += ",\"args\":{\"name\":";
+            msms::json_quote(buf_, (tid == pid ? "main thread " : "thread ") + std::to_string(tid));
+            buf_ += "}}";
+        }
         buf_ += first_ ? "{\"ph\":\"" : ",\n{\"ph\":\"";
         first_ = false;
         buf_ += ph;
@@ -478,6 +489,7 @@ private:
     std::unique_ptr<msms_trace::CounterSeries> series_;
     std::map<std::pair<char, uint64_t>, std::vector<Span>> open_;
     std::unordered_map<uint64_t, Block> live_;
+    std::unordered_set<uint32_t> named_;  // threads given their thread_name
     std::map<uint64_t, Counter> counters_;
 };
 
