@@ -623,7 +623,8 @@ class Session:
             raise RuntimeError("msmemscope.finish(): this process runs under the msmemscope command line, whose "
                                "session ends with the program (its files are written then)")
         if not self.closed:
-            self.finished_by = "msmemscope.finish()" + (f" at {_program_line()}" if _program_line() else "")
+            where = _program_line()
+            self.finished_by = "msmemscope.finish()" + (f" at {where}" if where else "")
             from . import _collect
             _collect.disable_all()
             self.shutdown(going_on=True)

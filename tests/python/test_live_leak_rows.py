@@ -21,15 +21,22 @@ def line_of(mark):
     return next(i for i, l in enumerate(PROG.read_text().splitlines(), 1) if mark in l)
 
 
-def test_live_leak_rows_match_the_leak_report(tmp_path):
+def run_live(tmp_path, *options):
+    """The program under `msmemscope --live --device=cpu OPTIONS`: (the
+    completed run, its output folder)."""
     pytest.importorskip("torch")
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     out = tmp_path / "out"
-    p = subprocess.run([str(CLI), "--live", "--device=cpu", "--call-stack=c,python", "--analysis=leaks",
-                        "-o", str(out), "--", "/usr/bin/python3", str(PROG)],
+    p = subprocess.run([str(CLI), "--live", "--device=cpu", *options, "-o", str(out), "--", "/usr/bin/python3",
+                        str(PROG)],
                        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
+    return p, out
+
+
+def test_live_leak_rows_match_the_leak_report(tmp_path):
+    p, out = run_live(tmp_path, "--call-stack=c,python", "--analysis=leaks")
     keep = f"{PROG}({line_of('# KEEP_LINE')}): <module>"
     host = f"{PROG}({line_of('# MALLOC_LINE')}): <module>"
     # the leak report (on stdout after the last screen), the ground truth's figures
@@ -72,14 +79,7 @@ def test_live_leak_rows_match_the_leak_report(tmp_path):
 def test_live_without_the_leak_analysis_says_so(tmp_path):
     """--analysis without leaks: the view says the analysis does not run, not
     "none found" over a program that leaks."""
-    pytest.importorskip("torch")
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    out = tmp_path / "out"
-    p = subprocess.run([str(CLI), "--live", "--device=cpu", "--call-stack=python", "--analysis=decompose",
-                        "-o", str(out), "--", "/usr/bin/python3", str(PROG)],
-                       cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr
+    _, out = run_live(tmp_path, "--call-stack=python", "--analysis=decompose")
     (d,) = process_dirs(out)
     la = json.loads((d / "live.json").read_text())["leak_suspects"]["leak_analysis"]
     assert (la["runs"], la["not_running"], la["reported"]) == (False, "--analysis does not list leaks", False), la
