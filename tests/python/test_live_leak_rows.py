@@ -79,7 +79,7 @@ def test_live_leak_rows_match_the_leak_report(tmp_path):
 def test_live_without_the_leak_analysis_says_so(tmp_path):
     """--analysis without leaks: the view says the analysis does not run, not
     "none found" over a program that leaks."""
-    _, out = run_live(tmp_path, "--call-stack=python", "--analysis=decompose")
+    p, out = run_live(tmp_path, "--call-stack=python", "--analysis=decompose")
     (d,) = process_dirs(out)
     la = json.loads((d / "live.json").read_text())["leak_suspects"]["leak_analysis"]
     assert (la["runs"], la["not_running"], la["reported"]) == (False, "--analysis does not list leaks", False), la
