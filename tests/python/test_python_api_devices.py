@@ -148,11 +148,24 @@ def test_npu_rows_and_leaks_as_under_the_cli(tmp_path, device, before):
     assert "driver" not in api.stderr and "Warning" not in api.stderr, api.stderr
 
 
-def test_npu_block_allocated_before_the_first_start_is_not_known(tmp_path):
+def never_recorded(pool, n):
+    """The host's end-of-run warning about a pool's frees that paired with nothing."""
+    return (f"[msmemscope] warning: {pool}: {n} free(s) of block(s) whose allocation was never recorded (made before "
+            "the hooks went in: without the CLI, before the first msmemscope.start()) were not written; the pool's "
+            "figures and the leak analysis leave those blocks out")
+
+
+def said_never_recorded(p):
+    return [line for line in p.stderr.splitlines() if "whose allocation was never recorded" in line]
+
+
+def test_npu_block_allocated_before_the_first_start_is_said_at_the_end(tmp_path):
     """Without the CLI the hooks go in at the first start(): a block the
     runtime allocated before it is unknown (the CLI's deferred collection
-    writes it as a shadow MALLOC at start()), and its free records nothing
-    (README, "Device memory without the CLI")."""
+    writes it as a shadow MALLOC at start()), and its free writes no row;
+    the pool's figures leave it out. The hal hook used to drop that free
+    before the host saw it: nothing said it. It is passed on now, as the
+    cuda hook's, and the run says it at the end, as for cuda."""
     def prog(api, output):
         return NPU_PROG.format(sim=str(SIM_LIB), before=True, kept=True, api=api,
                                config=output + ', level="kernel", device="npu:0"')
@@ -164,6 +177,143 @@ def test_npu_block_allocated_before_the_first_start_is_not_known(tmp_path):
     assert ("FREE", "HAL", "N/A", "0", "kept",
             "{allocation_id:1,addr:kept,size:8192,used:12345,process_used:12345,device_used:12345}") in cli_rows
     assert leak_report(api) == leak_report(cli) == NPU_LEAKS
+    assert said_never_recorded(api) == [never_recorded("0/HAL", 1)], api.stderr
+    assert said_never_recorded(cli) == [], cli.stderr  # the CLI knew the block
+    # the figures leave the block out: as in a run that never had it
+    assert "  0/HAL: peak 1.0 MiB, final 12.1 KiB" in api.stdout.splitlines(), api.stdout
+
+
+# Driver memory of every kind made before start() and freed after it, through
+# a framework library's GOT slots (libascend_sim_framework.so: the hooks see
+# its calls once start() has patched them, as torch_npu's): device blocks on
+# devices 0 and 1, pinned host memory from halMemAlloc (memory space host,
+# what aclrtMallocHost gets) and from aclrtHostRegisterV2, and a physical
+# block of halMemCreate.
+NPU_UNSEEN_PROG = """
+import ctypes, os
+import msmemscope
+
+sim = {sim!r}
+acl = ctypes.CDLL(os.path.join(sim, "libascendcl.so"))
+fw = ctypes.CDLL(os.path.join(sim, "libascend_sim_framework.so"))
+fw.fw_hal_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_ulonglong, ctypes.c_ulonglong]
+fw.fw_hal_create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_ulonglong, ctypes.c_uint32]
+fw.fw_host_register.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32]
+for f in (fw.fw_hal_free, fw.fw_hal_release, fw.fw_host_unregister):
+    f.argtypes = [ctypes.c_void_p]
+assert acl.aclInit(None) == 0
+
+def alloc(label, n, dev=0, space=1):              # space 1: device memory, 2: host memory
+    p = ctypes.c_void_p()
+    assert fw.fw_hal_alloc(ctypes.byref(p), n, dev | (space << 10) | (33 << 56)) == 0
+    print(f"{{label}} 0x{{p.value:016x}}", flush=True)
+    return p
+
+before = [alloc("d0a", 4096), alloc("d0b", 8192), alloc("d1", 16384, dev=1), alloc("hostblk", 4096, space=2)]
+ws = ctypes.c_void_p()
+assert fw.fw_hal_create(ctypes.byref(ws), 2 << 20, 0) == 0
+print(f"ws 0x{{ws.value:016x}}", flush=True)
+pinned = ctypes.create_string_buffer(16384)
+assert fw.fw_host_register(pinned, 16384, 0x10000000) == 0  # ACL_HOST_REG_PINNED
+print(f"pinned 0x{{ctypes.addressof(pinned):016x}}", flush=True)
+if {api!r}:
+    msmemscope.config({config})
+msmemscope.start()
+e = alloc("e", 3000)
+assert fw.fw_hal_free(e) == 0
+for p in before:
+    assert fw.fw_hal_free(p) == 0
+assert fw.fw_hal_release(ws) == 0
+assert fw.fw_host_unregister(pinned) == 0
+msmemscope.stop()
+"""
+
+
+def unseen_prog(device):
+    def prog(api, output):
+        return NPU_UNSEEN_PROG.format(sim=str(SIM_LIB), api=api, config=output + f", device={device!r}")
+    return prog
+
+
+def hal_rows(p, d, device):
+    return [(r[0], r[4], r[5]) for r in device_rows(p, d, device) if r[1] == "HAL"]
+
+
+@pytest.mark.parametrize("device, said", [
+    ("npu", [never_recorded("0/HAL", 2), never_recorded("1/HAL", 1)]),
+    ("npu:0,cpu", [never_recorded("0/HAL", 2)]),
+], ids=["npu", "npu0_cpu"])
+def test_npu_frees_of_blocks_made_before_start_said_once_per_pool(tmp_path, device, said):
+    """Only device blocks the run collects are said, once per pool with
+    their number: the hook asks the driver (drvMemGetAttribute) what an
+    address it never saw is, as halMemFree also frees pinned host memory.
+    Not said: a block of a device the run leaves out (npu:0: device 1),
+    pinned host memory (halMemAlloc's host memory space, aclrtHostRegisterV2:
+    cpu, whose frees the host counts but never warns about, as cuda's
+    pinned memory), a halMemCreate handle (halMemRelease also ends handles
+    the hook never sees: retained, imported). No row for any of them; under
+    the CLI (deferred) the blocks are known and nothing is said."""
+    opts = [f"--device={device}"]
+    (api, api_dir), (cli, cli_dir) = run_both(tmp_path, unseen_prog(device), "", opts, NPU_ENV)
+    assert said_never_recorded(api) == said, api.stderr
+    rows = hal_rows(api, api_dir, "0")
+    assert [r[:2] for r in rows] == [("MALLOC", "e"), ("FREE", "e")], rows
+    if device == "npu":  # (with cpu, process_used and the ids count the host's blocks too)
+        assert rows == [
+            ("MALLOC", "e", "{allocation_id:1,addr:e,size:3000,used:3000,owner:CANN@APP,page_type:normal,"
+                            "alloc_type:alloc,process_used:3000,device_used:3000}"),
+            ("FREE", "e", "{allocation_id:1,addr:e,size:3000,used:0,process_used:0,device_used:0}")]
+    assert "  0/HAL: peak 2.9 KiB, final 0 B" in api.stdout.splitlines(), api.stdout
+    assert not (api_dir / "device_1").exists()  # device 1's free wrote nothing
+    names = set(labels(api.stdout).values())
+    assert names >= {"d0a", "d0b", "d1", "hostblk", "ws", "pinned", "e"}
+    if "cpu" in device:  # no HOST_PINNED row: the pinned memory was never seen allocated
+        [cpu_dump] = dump_files(api_dir, "cpu")
+        assert not [r for r in read_dump(cpu_dump) if r["Event Type"] == "HOST_PINNED"]
+    # under the CLI the hooks were there from the program's start: the
+    # blocks are known (shadow MALLOCs at start()), their frees written
+    assert said_never_recorded(cli) == [], cli.stderr
+    freed = [r[1] for r in hal_rows(cli, cli_dir, "0") if r[0] == "FREE"]
+    assert freed == ["e", "d0a", "d0b", "ws"], freed
+
+
+def test_npu_driver_that_cannot_say_what_memory_is_records_nothing(tmp_path):
+    """A driver without an answer from drvMemGetAttribute: the hook cannot
+    tell a device block from pinned host memory, and passes nothing on (as
+    before): nothing said, no row."""
+    (tmp_path / "api").mkdir()
+    prog = unseen_prog("npu")(True, f'output={str(tmp_path / "api" / "out")!r}')
+    (tmp_path / "api" / "prog.py").write_text(textwrap.dedent(prog))
+    p = subprocess.run([PY, "prog.py"], cwd=str(tmp_path / "api"),
+                       env=clean_env(ASCEND_SIM_NO_MEM_ATTR="1", **NPU_ENV), capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert said_never_recorded(p) == [], p.stderr
+    [d] = process_dirs(tmp_path / "api" / "out")
+    assert [r[0] for r in hal_rows(p, d, "0")] == ["MALLOC", "FREE"]
+
+
+def test_npu_free_of_a_block_the_hooks_never_saw_under_the_cli(tmp_path):
+    """Under the CLI the hooks see every allocation made through the
+    driver's entry points; a block allocated around them (here a ctypes
+    call, which no preloaded library interposes) and freed through them is
+    said at the end and writes no row, as with cuda."""
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import ctypes, os
+        sim = %r
+        hal = ctypes.CDLL(os.path.join(sim, "libascend_hal.so"))
+        fw = ctypes.CDLL(os.path.join(sim, "libascend_sim_framework.so"))
+        fw.fw_hal_free.argtypes = [ctypes.c_void_p]
+        p = ctypes.c_void_p()
+        assert hal.halMemAlloc(ctypes.byref(p), ctypes.c_ulonglong(4096), ctypes.c_ulonglong(1 << 10)) == 0
+        assert fw.fw_hal_free(p) == 0
+        """ % str(SIM_LIB)))
+    p = subprocess.run([str(CLI), "--device=npu", "--output=out", "--", PY, "prog.py"], cwd=str(tmp_path),
+                       env=clean_env(**NPU_ENV), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert said_never_recorded(p) == [never_recorded("0/HAL", 1)], p.stderr
+    [d] = process_dirs(tmp_path / "out")
+    assert not dump_files(d, "0") or not [r for r in read_dump(dump_files(d, "0")[0]) if r["Event Type"] == "HAL"]
 
 
 CUDA_PROG = """

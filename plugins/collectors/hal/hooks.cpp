@@ -17,6 +17,13 @@
 //           drv_mem_prop, so that module id and page type decode the same
 //           way), Attr extras owner:CANN@<module>, page_type, alloc_type.
 //   FREE:   recorded before the real call, with the device of its MALLOC.
+//           halMemFree of an address the hook never saw allocated (made
+//           before the hooks went in: without the CLI, before the first
+//           msmemscope.start()) is passed on too, with the place the driver
+//           gives for it (drvMemGetAttribute): the host pairs it with
+//           nothing, writes no row and says so once per pool at the end, as
+//           for cuda. halMemRelease and aclrtHostUnregister of what it never
+//           saw record nothing (the reasons are at those hooks).
 //   OOM_DETAIL/OOM_TRIGGER when the driver answers DRV_ERROR_OUT_OF_MEMORY:
 //           size = requested bytes, aux0 = flag, aux1 = return code,
 //           Name = the function.
@@ -57,6 +64,20 @@ constexpr drvError_t DRV_ERROR_RESERVED = 0xffff;
 constexpr aclError ACL_SUCCESS = 0;
 constexpr aclError ACL_ERROR_INTERNAL_ERROR = 500000;
 constexpr uint32_t ACL_HOST_REG_PINNED = 0x10000000u;
+
+// drvMemGetAttribute(DVdeviceptr vptr, struct DVattribute *attr), the
+// driver's answer to "what memory is this address" (the runtime asks it,
+// e.g. NpuDriver::PtrGetRealLocation). memType bits as the driver's header;
+// devId holds for memory mapped on a device. Newer drivers have 8 reserved
+// words where older ones had 1: room for more.
+struct DVattribute {
+    uint32_t memType, resv1, resv2, devId, pageSize;
+    uint32_t resv[16];
+};
+constexpr uint32_t DV_MEM_SVM_DEVICE = 0x0004;
+constexpr uint32_t DV_MEM_LOCK_HOST = 0x0008;
+constexpr uint32_t DV_MEM_LOCK_DEV = 0x0010;
+constexpr uint32_t DV_MEM_LOCK_DEV_DVPP = 0x0020;
 
 // flag word layout
 constexpr unsigned kSpaceShift = 10;
@@ -152,13 +173,58 @@ void record_malloc(void* ptr, unsigned long long size, unsigned long long flag, 
     msms_agent_leave();
 }
 
-// Before the real free: only blocks whose MALLOC was recorded.
-void record_free(void* ptr) {
-    if (!ptr) return;
+// Before the real free: a block whose MALLOC was recorded (or remembered
+// while collection was off). false: the hook never saw the block.
+bool record_free(void* ptr) {
+    if (!ptr) return true;
     BlockInfo b;
-    if (!g_blocks.take(reinterpret_cast<uint64_t>(ptr), &b)) return;
-    if (!msms_agent_enter()) return msms_agent_off_free(b.type, reinterpret_cast<uint64_t>(ptr));
+    if (!g_blocks.take(reinterpret_cast<uint64_t>(ptr), &b)) return false;
+    if (!msms_agent_enter()) {
+        msms_agent_off_free(b.type, reinterpret_cast<uint64_t>(ptr));
+        return true;
+    }
     msms_agent_free(b.type, b.device_kind, b.device_id, reinterpret_cast<uint64_t>(ptr));
+    msms_agent_leave();
+    return true;
+}
+
+// Where the driver says the memory at ptr is: device memory (HAL on its
+// device; DVPP and SVM memory mapped on a device too), pinned host memory
+// (HOST_PINNED on cpu). false: the driver has no drvMemGetAttribute, does
+// not know the address, or the memory is on no device yet (SVM not mapped).
+bool driver_place(const void* ptr, Where* w) {
+    using attr_fn = drvError_t (*)(uint64_t, DVattribute*);
+    static const attr_fn query = reinterpret_cast<attr_fn>(msms_npu::resolve_any("drvMemGetAttribute", kHalLibs));
+    DVattribute a;
+    memset(&a, 0, sizeof(a));
+    if (!query || query(reinterpret_cast<uint64_t>(ptr), &a) != DRV_ERROR_NONE) return false;
+    const uint32_t t = a.memType;  // tested in the runtime's order: LOCK_DEV first
+    if (!(t & DV_MEM_LOCK_DEV) && (t & DV_MEM_LOCK_HOST)) {
+        *w = {MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1};
+        return true;
+    }
+    if (!(t & (DV_MEM_LOCK_DEV | DV_MEM_LOCK_DEV_DVPP | DV_MEM_SVM_DEVICE)) || a.devId > 0x3FF) return false;
+    *w = {MSMS_T_HAL, MSMS_DEV_NPU, static_cast<int16_t>(a.devId)};
+    return true;
+}
+
+// halMemFree of an address the hook never saw allocated, while collecting:
+// a block made before the hooks went in, or memory the run leaves out
+// (--device), which the hook sees but does not keep; never the frees of
+// recorded blocks. Passed on, as cuda's hook passes on every free: the
+// host finds no MALLOC, writes no row and says at the end, once per device
+// pool, how many such frees came. halMemFree also frees pinned host memory
+// (halMemAlloc with the host memory space: aclrtMallocHost), so the driver
+// is asked what the memory is (one query, which the runtime itself makes
+// on every asynchronous copy): a device or cpu the run leaves out records
+// nothing; pinned host memory goes to cpu, which the host counts but never
+// warns about (as cuda's cuMemFreeHost); an address the driver does not
+// know, or a driver without drvMemGetAttribute, records nothing (as before).
+__attribute__((noinline, cold)) void record_unseen_free(void* ptr) {
+    if (!ptr || !msms_agent_enter()) return;  // collection off: nothing to pair with later
+    Where w;
+    if (wants_memory() && driver_place(ptr, &w) && device_wanted(w))
+        msms_agent_free(w.type, w.kind, w.id, reinterpret_cast<uint64_t>(ptr));
     msms_agent_leave();
 }
 
@@ -200,7 +266,7 @@ __attribute__((visibility("default"))) drvError_t halMemAlloc(void** pp, unsigne
 __attribute__((visibility("default"))) drvError_t halMemFree(void* pp) {
     static free_fn real = driver_fn<free_fn>("halMemFreeInner", "halMemFree");
     if (!real) return DRV_ERROR_NOT_SUPPORT;
-    record_free(pp);
+    if (__builtin_expect(!record_free(pp), 0)) record_unseen_free(pp);
     return real(pp);
 }
 
@@ -221,6 +287,10 @@ __attribute__((visibility("default"))) drvError_t halMemCreate(drv_mem_handle_t*
 __attribute__((visibility("default"))) drvError_t halMemRelease(drv_mem_handle_t* handle) {
     static release_fn real = driver_fn<release_fn>("halMemReleaseInner", "halMemRelease");
     if (!real) return DRV_ERROR_RESERVED;
+    // A handle the hook never saw records nothing: halMemRelease also ends
+    // the handles of halMemRetainAllocationHandle and
+    // halMemImportFromShareableHandle, which the hook does not see, and a
+    // handle is no address the driver could be asked about.
     record_free(handle);
     return real(handle);
 }
@@ -245,6 +315,10 @@ __attribute__((visibility("default"))) aclError aclrtHostUnregister(void* ptr) {
     static host_unreg_fn real =
         reinterpret_cast<host_unreg_fn>(msms_npu::resolve_next("aclrtHostUnregister", kAclLibs));
     if (!real) return ACL_ERROR_INTERNAL_ERROR;
+    // Memory the hook never saw registered records nothing: aclrtHostUnregister
+    // also ends registrations the hook leaves out (aclrtHostRegister, not
+    // hooked; aclrtHostRegisterV2 without ACL_HOST_REG_PINNED), and for cpu
+    // the host would only count it (no warning, no row).
     record_free(ptr);
     return real(ptr);
 }
