@@ -433,7 +433,8 @@ Pipeline::PoolSlot& Pipeline::pool_slot(const PoolKey& key, const msms_event& ev
 void Pipeline::host_totals(const msms_event& ev, const PoolSlot& s, int64_t used) {
     const PoolKey& key = s.key;
     if (host_peak_pending_) {
-        bool takes = ev.kind == MSMS_EV_MALLOC && !is_driver_pool(ev.type);
+        // only the block just made can be one the host heap never held
+        bool takes = ev.kind == MSMS_EV_MALLOC && !is_driver_pool(ev.type) && ev.ptr == host_peak_pending_ptr_;
         if (!takes) {
             auto& p = *host_peak_pending_;
             p.peak = std::max(p.peak, p.used);
@@ -455,7 +456,10 @@ void Pipeline::host_totals(const msms_event& ev, const PoolSlot& s, int64_t used
         }
         auto& t = *s.totals;
         t.used = used - excluded;
-        if (ev.kind == MSMS_EV_MALLOC) host_peak_pending_ = &t;
+        if (ev.kind == MSMS_EV_MALLOC) {
+            host_peak_pending_ = &t;
+            host_peak_pending_ptr_ = ev.ptr;
+        }
         else t.peak = std::max(t.peak, t.used);
         return;
     }

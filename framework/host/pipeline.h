@@ -239,6 +239,7 @@ private:
     std::map<std::pair<uint16_t, int16_t>, AddrMap<uint64_t>> host_taken_;
     std::map<std::pair<uint16_t, int16_t>, int64_t> host_taken_bytes_;
     DeviceTotals* host_peak_pending_ = nullptr;  // HOST totals whose peak waits for the next event
+    uint64_t host_peak_pending_ptr_ = 0;          // the address of the host block that made it wait
     // The maps' entries of the pool the last event was in (found again only
     // when the pool changes: a label built and six lookups per event were a
     // tenth of the host's time on a heap-heavy run). Entries of std::map

@@ -477,3 +477,52 @@ def test_cuda_runtime_started_before_start_is_said_at_start(tmp_path):
         ("SYSTEM", "STOP_TRACE", "N/A", "0", "N/A", "")]
     assert device_rows(cli, cli_dir, "0") == cuda_rows(["direct", "a", "leak"])
     assert "UserWarning" not in cli.stderr
+
+
+NVTX_PROG = """
+import ctypes, os
+import msmemscope
+nv = ctypes.CDLL(os.path.join({lib!r}, "libfakenvtx.so"))
+nv.nvtxRangePushA.argtypes = [ctypes.c_char_p]
+nv.nvtxMarkA.argtypes = [ctypes.c_char_p]
+if {early!r}:
+    nv.nvtxMarkA(b"early")                       # NVTX's first call: it looks for its tool now
+if {api!r}:
+    msmemscope.config({config})
+msmemscope.start()
+print("push", nv.nvtxRangePushA(b"outer"))
+nv.nvtxMarkA(b"hello")
+print("pop", nv.nvtxRangePop())
+msmemscope.stop()
+"""
+
+
+def mstx_rows(d):
+    [dump] = dump_files(d, "cpu")
+    return [(r["Event Type"], r["Name"]) for r in read_dump(dump) if r["Event"] == "MSTX"]
+
+
+def test_nvtx_first_used_after_start_is_recorded_as_under_the_cli(tmp_path):
+    """NVTX finds its tool (NVTX_INJECTION64_PATH) at its first call: start()
+    loads the cuda hook library, which sets it, so marks and ranges of an
+    NVTX first used after start() are the CLI's rows."""
+    def prog(api, output):
+        return NVTX_PROG.format(lib=str(CUDA_LIB), early=False, api=api, config=output + ', device="cuda"')
+
+    (api, api_dir), (cli, cli_dir) = run_both(tmp_path, prog, "", ["--device=cuda"], CUDA_ENV)
+    want = [("Range_start", "outer"), ("Mark", "hello"), ("Range_end", "outer")]
+    assert mstx_rows(api_dir) == mstx_rows(cli_dir) == want
+    assert "push 0" in api.stdout and "pop 0" in api.stdout
+
+
+def test_nvtx_first_used_before_start_is_not_recorded_without_the_cli(tmp_path):
+    """An NVTX library whose first call came before start() has looked for
+    its tool already and stays without one (README: what the Python API
+    alone cannot have); under the CLI the same program's marks are all
+    recorded (the variable is set before the program starts)."""
+    def prog(api, output):
+        return NVTX_PROG.format(lib=str(CUDA_LIB), early=True, api=api, config=output + ', device="cuda"')
+
+    (api, api_dir), (cli, cli_dir) = run_both(tmp_path, prog, "", ["--device=cuda"], CUDA_ENV)
+    assert mstx_rows(api_dir) == [] and "push -2" in api.stdout
+    assert mstx_rows(cli_dir) == [("Range_start", "outer"), ("Mark", "hello"), ("Range_end", "outer")]

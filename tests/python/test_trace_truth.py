@@ -5,9 +5,12 @@ msmemscope.step()), checked against the dump, the summary and torch itself:
 - it loads in json and follows the Trace Event Format: microsecond times,
   counters in time order per track, spans that nest per thread (no child
   ending after its parent, no overlapping siblings, no negative durations);
-- the memory counters are the dump's running `used` at the same timestamps,
-  their peak the dump's (and the summary's for the framework pool), and the
-  PTA counter holds torch's parameters, gradients and Adam state at each step;
+- the memory counters count each byte once, as the summary does: the PTA
+  counter is the dump's running `used` at the same timestamps, the HOST
+  counter the dump's HOST `used` less the host blocks a tensor took (the
+  rows count a CPU tensor's storage under HOST too), their peaks are the
+  summary's, HOST + PTA never exceeds "cpu in use", and the PTA counter
+  holds torch's parameters, gradients and Adam state at each step;
 - one operator span per ATEN_START row, with its name; one step instant per
   SYSTEM STEP row at its time; one Python span per python_trace row;
 - the process and every thread with a track are named (process_name,
@@ -67,6 +70,56 @@ def ns(doc, ts):
     return doc["otherData"]["start_ns"] + round(ts * 1000)
 
 
+def host_and_pta_once(rows):
+    """The HOST and PTA counters the trace should draw, from the dump's rows:
+    PTA's running `used`; HOST's less the bytes of its live blocks that a
+    PTA block took (same address). A host block that the very next memory
+    row takes was never the host heap's: no point for it. Unchanged values
+    are not drawn again."""
+    want = {"HOST": {}, "PTA": {}}
+    last = {"HOST": None, "PTA": None}
+    live, taken = {}, {}
+    host_used = None
+    pending = None  # (timestamp, address) of a host block's point not drawn yet
+    takes = 0
+
+    def draw(pool, t, v):
+        if v != last[pool]:
+            want[pool][t] = v
+        last[pool] = v
+
+    mem = [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] in ("HOST", "PTA")
+           and "used" in r["attr"]]
+    for r in mem:
+        t, addr, pool = int(r["Timestamp(ns)"]), int(r["Ptr"], 16), r["Event Type"]
+        take = r["Event"] == "MALLOC" and pool == "PTA"
+        if pending and not (take and addr == pending[1]):
+            draw("HOST", pending[0], host_used - sum(taken.values()))
+        pending = None
+        if take:
+            if addr in live and addr not in taken:
+                taken[addr] = live[addr]
+                takes += 1
+                draw("HOST", t, host_used - sum(taken.values()))
+            draw("PTA", t, int(r["attr"]["used"]))
+        elif pool == "PTA":
+            draw("PTA", t, int(r["attr"]["used"]))
+        else:
+            taken.pop(addr, None)
+            if r["Event"] == "MALLOC":
+                live[addr] = int(r["attr"]["size"])
+            else:
+                live.pop(addr, None)
+            host_used = int(r["attr"]["used"])
+            if r["Event"] == "MALLOC":
+                pending = (t, addr)
+            else:
+                draw("HOST", t, host_used - sum(taken.values()))
+    if pending:
+        draw("HOST", pending[0], host_used - sum(taken.values()))
+    return want, takes
+
+
 def check_nesting(events):
     """X spans per (pid, tid) nest: each starts and ends inside the one open."""
     by = defaultdict(list)
@@ -97,22 +150,26 @@ def test_trace_matches_dump_summary_and_torch(tmp_path):
     assert {e["tid"] for e in ev if e["ph"] in ("X", "i")} <= set(names)
     check_nesting(ev)
 
-    # counters: the dump's running `used` per pool, at the same timestamps
+    # counters: each byte once, from the dump's rows, at the same timestamps
     counters = defaultdict(dict)
     for e in ev:
         if e["ph"] == "C":
             counters[e["name"]][ns(doc, e["ts"])] = e["args"]["bytes"]
+    want, takes = host_and_pta_once(rows)
+    assert takes > 100  # tensors' storage from malloc: what the rows count twice
     for pool in ("HOST", "PTA"):
-        want, last = {}, None
-        for r in rows:
-            if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == pool and "used" in r["attr"]:
-                used = int(r["attr"]["used"])
-                if used != last:  # an unchanged value is not drawn again
-                    want[int(r["Timestamp(ns)"])] = used
-                last = used
-        assert counters[f"cpu {pool} allocated"] == want, pool
+        assert counters[f"cpu {pool} allocated"] == want[pool], pool
     summary = json.loads((d / "summary.json").read_text())
-    assert max(counters["cpu PTA allocated"].values()) == summary["pools"]["cpu/PTA"]["peak_bytes"]
+    for pool in ("HOST", "PTA"):
+        assert max(counters[f"cpu {pool} allocated"].values()) == summary["pools"][f"cpu/{pool}"]["peak_bytes"], pool
+    # what the rows' HOST `used` says is more (a tensor's bytes twice)
+    assert max(int(r["attr"]["used"]) for r in rows if r["Event Type"] == "HOST" and "used" in r["attr"]) > \
+        summary["pools"]["cpu/HOST"]["peak_bytes"]
+    in_use = sorted(counters["cpu in use"].items())
+    host, pta = sorted(counters["cpu HOST allocated"].items()), sorted(counters["cpu PTA allocated"].items())
+    for t in sorted(set(counters["cpu HOST allocated"]) | set(counters["cpu PTA allocated"])):
+        at = lambda series: ([v for x, v in series if x <= t] or [0])[-1]
+        assert at(host) + at(pta) <= at(in_use), t
 
     # torch's truth: after each optimizer step the pool holds at least the
     # parameters, their gradients and Adam's state
@@ -165,9 +222,9 @@ def test_cut_trace_is_valid_and_says_what_is_missing(tmp_path):
     starts = [r for r in rows if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_START"]
     assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "op"]) == len(starts)
     assert len([e for e in ev if e["ph"] == "i" and e["cat"] == "step"]) == 5
+    summary = json.loads((d / "summary.json").read_text())
     for pool in ("HOST", "PTA"):
-        peak = max(int(r["attr"]["used"]) for r in rows
-                   if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == pool and "used" in r["attr"])
+        peak = summary["pools"][f"cpu/{pool}"]["peak_bytes"]
         tracks = od["downsampled"]["memory_counters"]["tracks"]
         assert max(e["args"]["bytes"] for e in ev if e["ph"] == "C" and e["name"] == f"cpu {pool} allocated") == peak
         assert tracks[f"cpu {pool} allocated"]["written"] == \

@@ -2,8 +2,15 @@
 // trace_{ts}.json in the process folder (opens in ui.perfetto.dev and
 // chrome://tracing).
 //
-//   counters  "C"  allocated bytes per pool ("<device> <pool>") after every
-//                  MALLOC/FREE, and bytes in use per device when known
+//   counters  "C"  allocated bytes per pool ("<device> <pool> allocated")
+//                  after every MALLOC/FREE, and bytes in use per device when
+//                  known. Each byte once, as the console, summary.json and
+//                  the html count them (DESIGN §8): a host heap block that a
+//                  framework block took over (a CPU tensor's storage is
+//                  malloc'ed, then PTA's at the same address) is on the
+//                  framework's track only, so "cpu in use" is HOST + PTA.
+//                  (The dump's HOST rows keep upstream's `used`, which
+//                  counts such a block under HOST too.)
 //   spans     "X"  operators (OP_LAUNCH start/end pairs), kernels
 //                  (KERNEL_START/END pairs), mstx ranges, Python calls and
 //                  RecordFunction ranges (PY_TRACE)
@@ -170,6 +177,7 @@ public:
         for (auto& [key, stack] : open_)
             for (auto& sp : stack) span(sp.name, sp.cat, sp.tid, sp.start, last_ts_, sp.args, true);
         open_.clear();
+        if (pending_.set) settle_pending();
         write_counters();
         buf_ += "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tool\":\"msmemscope\",\"pid\":";
         buf_ += std::to_string(run_.pid);
@@ -358,13 +366,65 @@ private:
 
     void memory(const msms_event& ev) {
         uint64_t dev = (static_cast<uint64_t>(ev.device_kind) << 32) | (static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 17);
-        if (ev.pool_used >= 0) counter(dev | ev.type, ev, ev.pool_used);
+        bool takes = ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(ev.type);
+        if (pending_.set && !(takes && hkey(ev) == pending_.hkey)) settle_pending();
+        if (takes) take_host_block(ev, dev);
+        if (ev.type == MSMS_T_HOST) host_heap(ev, dev);
+        else if (ev.pool_used >= 0) counter(dev | ev.type, ev, ev.pool_used);
         if (ev.device_used >= 0) counter(dev | 0x10000, ev, ev.device_used);
         if (ev.kind == MSMS_EV_MALLOC) {
             if (ev.allocation_id) live_[ev.allocation_id] = Block{ev.timestamp_ns, ev.size, ev.tid};
         } else if (ev.allocation_id) {
             live_.erase(ev.allocation_id);
         }
+    }
+
+    // The host heap's track, each byte once: its rows' `used` less the
+    // bytes of its live blocks that a framework block took. A new host
+    // block's point waits for the next memory event, which may be the
+    // framework block that takes it (then the track never held it).
+    static uint64_t hkey(const msms_event& ev) {
+        return ev.ptr ^ (static_cast<uint64_t>(ev.device_kind) << 56) ^ (static_cast<uint64_t>(static_cast<uint16_t>(ev.device_id)) << 40);
+    }
+    void host_heap(const msms_event& ev, uint64_t dev) {
+        uint64_t k = hkey(ev);
+        int64_t& taken = host_taken_bytes_[dev];
+        if (auto t = host_taken_.find(k); t != host_taken_.end()) {
+            // freed, or its address came back without a FREE: HOST's again
+            taken -= static_cast<int64_t>(t->second);
+            host_taken_.erase(t);
+        }
+        if (ev.kind == MSMS_EV_MALLOC) host_live_[k] = ev.size;
+        else host_live_.erase(k);
+        if (ev.pool_used < 0) return;
+        host_used_[dev] = ev.pool_used;
+        if (ev.kind == MSMS_EV_MALLOC) {
+            pending_ = Pending{true, k, dev | ev.type, ev.timestamp_ns, ev.pool_used - taken, ev.device_kind, ev.device_id, ev.type};
+            return;
+        }
+        counter(dev | ev.type, ev, ev.pool_used - taken);
+    }
+    void take_host_block(const msms_event& ev, uint64_t dev) {
+        auto h = host_live_.find(hkey(ev));
+        if (h == host_live_.end() || host_taken_.count(h->first)) return;
+        host_taken_[h->first] = h->second;
+        int64_t& taken = host_taken_bytes_[dev];
+        taken += static_cast<int64_t>(h->second);
+        pending_.set = false;  // (only ever this block's) never held by the host heap
+        auto u = host_used_.find(dev);
+        if (u == host_used_.end()) return;
+        msms_event at = ev;  // the host track's point, at this event
+        at.type = MSMS_T_HOST;
+        counter(dev | MSMS_T_HOST, at, u->second - taken);
+    }
+    void settle_pending() {
+        pending_.set = false;
+        msms_event at{};
+        at.timestamp_ns = pending_.ts;
+        at.device_kind = pending_.device_kind;
+        at.device_id = pending_.device_id;
+        at.type = pending_.type;
+        counter(pending_.key, at, pending_.value);
     }
 
     void args_of(std::string& out, const msms_event& ev) {
@@ -491,6 +551,18 @@ private:
     std::unordered_map<uint64_t, Block> live_;
     std::unordered_set<uint32_t> named_;  // threads given their thread_name
     std::map<uint64_t, Counter> counters_;
+    // the host heap's track (host_heap()): live blocks and those taken, by hkey
+    struct Pending {
+        bool set = false;
+        uint64_t hkey = 0, key = 0, ts = 0;
+        int64_t value = 0;
+        uint16_t device_kind = 0;
+        int16_t device_id = 0;
+        uint16_t type = 0;
+    };
+    Pending pending_;
+    std::unordered_map<uint64_t, uint64_t> host_live_, host_taken_;
+    std::unordered_map<uint64_t, int64_t> host_taken_bytes_, host_used_;  // by device key
 };
 
 }  // namespace
