@@ -62,6 +62,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import weakref
@@ -519,11 +520,7 @@ def before_exit() -> None:
     cache = getattr(reductions, "shared_cache", None)
     if not isinstance(cache, dict):
         return
-    lock = getattr(cache, "lock", None)
-    if lock is None:
-        dict.clear(cache)
-        return
-    with lock:
+    with getattr(cache, "lock", None) or contextlib.nullcontext():
         dict.clear(cache)
 
 
