@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 from ._shared import PACKAGE_DIR, ext as _ext  # never the session: it imports this module
 
@@ -110,3 +111,57 @@ def disable_all() -> None:
         if _state["trace"]:
             _uninstall()
             _state["trace"] = False
+
+
+# How long the exit waits, in all, for the feeder threads of closed
+# multiprocessing queues (before_exit).
+FEEDER_WAIT_S = 1.0
+
+
+def _join_closed_queue_feeders(timeout: float) -> None:
+    """Waits (at most timeout seconds in all) for the feeder threads of the
+    multiprocessing queues that were closed: by the program, or at the exit
+    by multiprocessing's own handler, which ran before this one. A feeder
+    ends once it has flushed its buffer into the pipe, but a queue whose
+    join was cancelled (cancel_join_thread(), as a DataLoader does with its
+    queues, in the program and in each worker) is not waited for, and a
+    feeder still running when the interpreter finalizes is abandoned: CPython
+    never frees what that thread referenced (the queue's buffer, locks and
+    conditions, the thread itself), which was then reported at random as
+    host memory still allocated at exit. A feeder of a queue never closed
+    would wait for ever: it is left alone (its queue's close finalizer, which
+    holds its buffer, is still registered)."""
+    queues = sys.modules.get("multiprocessing.queues")
+    util = sys.modules.get("multiprocessing.util")
+    if queues is None or util is None:
+        return
+    not_closed = {id(f._args[0]) for f in list(util._finalizer_registry.values())
+                  if getattr(f, "_callback", None) is queues.Queue._finalize_close and f._args}
+    deadline = time.monotonic() + timeout
+    for t in threading.enumerate():
+        if t is threading.current_thread() or not t.daemon:
+            continue
+        try:
+            if t._target is not queues.Queue._feed or id(t._args[0]) in not_closed:
+                continue
+        except AttributeError:  # its run() has returned (Thread.run drops _target): it is ending
+            if t.name != "QueueFeederThread":
+                continue
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+def before_exit() -> None:
+    """At the interpreter's exit, after the program's atexit handlers and
+    before collection ends: what the interpreter would otherwise abandon or
+    keep of the multiprocessing and DataLoader machinery is released while
+    its frees are still recorded, so that host memory still allocated at
+    exit is the program's."""
+    if not _ext.collecting():
+        return
+    try:
+        _join_closed_queue_feeders(FEEDER_WAIT_S)
+        if _state["torch"]:
+            from . import _torch
+            _torch.before_exit()
+    except Exception:  # never fail the user's exit
+        pass

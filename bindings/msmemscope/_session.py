@@ -783,6 +783,7 @@ def _how_python_ends():
 
 def _at_exit() -> None:
     from . import _collect
+    _collect.before_exit()
     try:
         _collect.disable_all()
     except Exception:  # never fail the user's exit

@@ -62,6 +62,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import weakref
 from typing import Dict, Optional, Tuple
@@ -500,6 +502,26 @@ def _wrap_dataloader() -> None:
 
     _next_data._msmemscope = True
     cls._next_data = _next_data
+
+
+def before_exit() -> None:
+    """At the exit (_collect.before_exit): torch keeps a weak reference to
+    each storage a process has sent or received through shared memory (its
+    shared_cache, so that a storage is mapped once per process), and a weak
+    reference keeps the storage's StorageImpl (80 bytes of host heap)
+    allocated after the storage is gone, until the cache grows past its
+    limit and drops the dead ones (free_dead_references). At exit it still
+    held up to that limit, and its grown table: a DataLoader's batches read
+    as host memory still allocated at exit at torch's rebuild_storage_fd
+    (one block per batch tensor) and SharedCache.__setitem__. The cache is
+    emptied now: the program has ended (a storage still alive keeps its
+    StorageImpl; only the cache's weak reference to it goes)."""
+    reductions = sys.modules.get("torch.multiprocessing.reductions")
+    cache = getattr(reductions, "shared_cache", None)
+    if not isinstance(cache, dict):
+        return
+    with getattr(cache, "lock", None) or contextlib.nullcontext():
+        dict.clear(cache)
 
 
 # DDP's gradient buckets as its Reducer rebuilds them, once, in the forward

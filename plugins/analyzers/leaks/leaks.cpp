@@ -403,27 +403,40 @@ private:
     }
 
     // A DataLoader batch's block (the Python collector's ACCESS UNKNOWN row,
-    // Attr dataloader): "held": received and kept by the DataLoader for a
-    // later turn, not judged; "handed": given to the program now, its step
-    // starts over at the current one (it must be gone by the end of the next).
+    // Attr dataloader, Ptr the storage's data): "held": received and kept by
+    // the DataLoader for a later turn, not judged; "handed": given to the
+    // program now, its step starts over at the current one (it must be gone
+    // by the end of the next).
     void on_dataloader(const msms_event& ev) {
         std::string_view what = attr(ev, "dataloader");
         if (what.empty() || ev.ptr == 0) return;
         auto dit = devices_.find(dev_key(ev));
         if (dit == devices_.end()) return;
-        for (uint16_t type : {MSMS_T_PTA, MSMS_T_PTA_WORKSPACE, MSMS_T_ATB, MSMS_T_MINDSPORE}) {
-            auto it = dit->second.pool.find(BlockKey{ev.device_kind, ev.device_id, type, ev.ptr});
-            if (it == dit->second.pool.end()) continue;
-            PoolBlock& b = it->second;
-            if (what == "held") {
-                b.held = true;
-            } else if (what == "handed") {
-                b.held = false;
-                b.step = steps_.current();
-                b.duration = 0;
-            }
-            return;
+        PoolBlock* b = batch_block(dit->second, ev);
+        if (!b) return;
+        if (what == "held") {
+            b->held = true;
+        } else if (what == "handed") {
+            b->held = false;
+            b->step = steps_.current();
+            b->duration = 0;
         }
+    }
+
+    // The framework block that holds a storage whose data starts at ev.ptr:
+    // the block at that address, else the one it lies in (torch's
+    // file_system sharing strategy maps a storage with a 64-byte header in
+    // front of its data: the block is the mapping).
+    PoolBlock* batch_block(Device& d, const msms_event& ev) {
+        for (uint16_t type : {MSMS_T_PTA, MSMS_T_PTA_WORKSPACE, MSMS_T_ATB, MSMS_T_MINDSPORE}) {
+            auto it = d.pool.find(BlockKey{ev.device_kind, ev.device_id, type, ev.ptr});
+            if (it != d.pool.end()) return &it->second;
+        }
+        // (a few notes a step; the pool holds the framework pools' live blocks)
+        for (auto& [k, b] : d.pool)
+            if (k.dev_kind == ev.device_kind && k.dev_id == ev.device_id && k.ptr < ev.ptr && ev.ptr - k.ptr < b.size)
+                return &b;
+        return nullptr;
     }
 
     void update_allocated(Device& d, const msms_event& ev) {

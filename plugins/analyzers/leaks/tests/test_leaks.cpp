@@ -679,8 +679,11 @@ EventBuilder dataloader(uint64_t ptr, const std::string& what) {
 // Batches arrive out of order while the program waits for batch b (batch
 // b+3 and b+1 while it waits for batch 0 and 4), so the DataLoader holds them
 // until their turn: batch 7 is received in step 5 and handed in step 8.
-// keep: the program keeps every batch it is handed (a leak).
-std::unique_ptr<PluginHarness> loader_run(bool notes, bool keep) {
+// keep: the program keeps every batch it is handed (a leak). header: the
+// bytes in front of each storage's data in its block (torch's file_system
+// sharing strategy maps a storage with a 64-byte header), so the notes name
+// an address inside the block.
+std::unique_ptr<PluginHarness> loader_run(bool notes, bool keep, uint64_t header = 0) {
     auto h = std::make_unique<PluginHarness>(plugin());
     REQUIRE(h->create() == MSMS_OK);
     REQUIRE(h->begin() == MSMS_OK);
@@ -694,9 +697,9 @@ std::unique_ptr<PluginHarness> loader_run(bool notes, bool keep) {
         if (a != arrive.end())
             for (uint64_t got : a->second) {
                 h->feed(pta_malloc(ptr(got), 4096, used += 4096));
-                if (notes && got != b) h->feed(dataloader(ptr(got), "held"));
+                if (notes && got != b) h->feed(dataloader(ptr(got) + header, "held"));
             }
-        if (notes) h->feed(dataloader(ptr(b), "handed"));
+        if (notes) h->feed(dataloader(ptr(b) + header, "handed"));
         if (b > 0 && !keep) h->feed(pta_free(ptr(b - 1), used -= 4096));  // the previous batch goes
         h->feed(EventBuilder::step(++step));  // batch b is used in step b+1 (batch 0 in step 0)
     }
@@ -731,4 +734,21 @@ TEST_CASE("a DataLoader batch received out of order is judged from the step it i
         CHECK(has_line(kept->reports, "Direct Pytorch Caching memory pool leak of 0.003906 Mb(s) at 0x" +
                                           std::to_string(b + 1) + "00000 in kernel_0 at step " +
                                           std::to_string(b + 1) + "."));
+}
+
+TEST_CASE("a DataLoader note names the block its storage lies in (torch's file_system strategy)") {
+    // Each batch's storage is 64 bytes into its mapping (the block): the
+    // notes are the block's, as when they name its start.
+    auto noted = loader_run(true, false, 64);
+    CHECK(noted->findings["leaks"].empty());
+    for (auto& l : noted->reports) CHECK(l.find("Detected memory leaks") == std::string::npos);
+    auto kept = loader_run(true, true, 64);
+    REQUIRE(kept->findings["leaks"].size() == 6);
+    for (uint64_t b = 1; b <= 6; ++b)
+        CHECK(has_line(kept->reports, "Direct Pytorch Caching memory pool leak of 0.003906 Mb(s) at 0x" +
+                                          std::to_string(b + 1) + "00000 in kernel_0 at step " +
+                                          std::to_string(b + 1) + "."));
+    // an address past a block's end is no block's: that note changes nothing
+    auto past = loader_run(true, false, 4096);
+    CHECK(past->findings["leaks"].size() == 2);
 }
