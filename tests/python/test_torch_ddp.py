@@ -336,7 +336,7 @@ KEEPS = textwrap.dedent('''\
             opt.step()
             if step == 3:
                 KEEP.extend(torch.empty(1000 + i) for i in range(3))  # three leaks
-        print("KEPT", rank, os.getpid(), flush=True)
+        os.write(1, f"KEPT {rank} {os.getpid()}\\n".encode())  # one write: the ranks share the pipe
         dist.barrier()
         dist.destroy_process_group()
 
@@ -384,7 +384,12 @@ API_SPAWN = textwrap.dedent('''\
         keep = torch.ones(1000)
         dist.barrier()
         os.chdir("/")  # the folder finish() returns does not depend on the working folder
-        print("FOLDER", rank, os.getpid(), msmemscope.finish(), flush=True)
+        if rank == 1:
+            dist.barrier()  # after rank 0's: each host's report whole on the stdout they share
+        folder = msmemscope.finish()
+        os.write(1, f"FOLDER {rank} {os.getpid()} {folder}\\n".encode())  # one write: the ranks share the pipe
+        if rank == 0:
+            dist.barrier()
         dist.destroy_process_group()
 
 
