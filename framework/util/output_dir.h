@@ -139,7 +139,8 @@ inline std::string rename_fresh_at(int parent, const std::string& from, const st
         if (rc == 0) {
             if (files::still_there(parent, p, dir_fd)) return p;
             // Something else was put at `from` between the check and the
-            // rename: it goes back; this run's folder is not where it was.
+            // rename: it goes back (where that needs no replacing); this
+            // run's folder is not where it was.
             ::renameat2(parent, p.c_str(), parent, from.c_str(), RENAME_NOREPLACE);
             error = from + ": not this run's folder any more (replaced during the rename)";
             return "";
