@@ -350,6 +350,8 @@ class Session:
         self.pid = os.getpid()
         self.end_at_exit = False  # the end of the session is left to exit() (shutdown())
         self.process_dir = ""  # this process's output folder, as the host named it
+        self._ready = -1  # the host's ready pipe, kept for its "finished" line (finish())
+        self._host_cwd = ""  # the host's working folder, where the folder paths it says start
         self.finished_by = ""  # "msmemscope.finish() at FILE:LINE" once finish() ended the session
         self._missing_drivers: List[tuple] = []
         if self.cli:
@@ -409,8 +411,10 @@ class Session:
         # process dies in any way (the pipe closes with it).
         self.lifeline = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
                                          close_fds=True)
-        # The host says on this pipe when it serves a capture (or why not).
+        # The host says on this pipe when it serves a capture (or why not),
+        # and when it has written its files (finish()).
         ready_r, ready_w = os.pipe()
+        self._host_cwd = os.getcwd()
         args = [CLI, f"--serve-session={self.dir}", f"--parent-pid={self.lifeline.pid}",
                 f"--ready-fd={ready_w}"] + _cli_options()
         try:
@@ -434,8 +438,10 @@ class Session:
                 self.shutdown()
                 raise RuntimeError(f"msmemscope: cannot open the capture in {self.dir}: {os.strerror(rc)}")
             self._wait_until_served(ready_r)
+            self._ready, ready_r = ready_r, -1
         finally:
-            os.close(ready_r)
+            if ready_r >= 0:
+                os.close(ready_r)
         # os._exit(N): the agent's _exit writes the end record (N) first.
         _ext.install_exit_hooks("_msmemscope")
         try:
@@ -481,7 +487,7 @@ class Session:
                 line = raw.decode("utf-8", "replace")
                 if line.startswith("serving " + prefix):
                     folder = line.partition("\t")[2]
-                    self.process_dir = os.path.abspath(folder) if folder else ""
+                    self.process_dir = os.path.join(self._host_cwd, folder) if folder else ""
                     self._warn_missing_drivers()
                     return
                 if line.startswith("nodriver "):
@@ -628,7 +634,37 @@ class Session:
             from . import _collect
             _collect.disable_all()
             self.shutdown(going_on=True)
+            self._take_final_folder()
         return self.process_dir
+
+    def _take_final_folder(self) -> None:
+        """The host's "finished PID.N.msmcap<TAB>FOLDER" line, written once
+        every file of this process is: the folder as it is named then (a
+        rank that came from torch.distributed after the folder was made
+        renames it at the end: README "Ranks without RANK"). Nothing waits
+        for it: a host still writing (past MSMEMSCOPE_STOP_WAIT_S) has not
+        said it yet, and the folder keeps the name it had at start()."""
+        fd, self._ready = self._ready, -1
+        if fd < 0:
+            return
+        import select
+        data = b""
+        try:
+            if os.getpid() == self.pid:  # a forked child's copy of the pipe is not its own
+                while select.select([fd], [], [], 0)[0]:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        prefix = f"finished {self.pid}."
+        for line in data.decode("utf-8", "replace").splitlines():
+            folder = line.partition("\t")[2]
+            if line.startswith(prefix) and folder:
+                self.process_dir = os.path.join(self._host_cwd, folder)
 
     def refuse_if_finished(self, api: str) -> None:
         """After finish(): a clear error instead of a call into a stream

@@ -93,13 +93,17 @@ Pipeline::Pipeline(const Config& cfg, const Registry& registry) : cfg_(cfg), reg
     if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) sink_threads_ = false;
 }
 
-Pipeline::~Pipeline() {
+Pipeline::~Pipeline() { destroy_plugins(); }
+
+void Pipeline::destroy_plugins() {
     lanes_.reset();  // the sinks' threads end first (what they still held is dropped)
     for (auto* list : {&analyzers_, &sinks_})
         for (auto& i : *list)
             if (i.obj) {
                 supervisor::CallScope in(i.slot, PluginCall::Destroy);
                 i.d->destroy(i.obj);
+                i.obj = nullptr;
+                i.alive = false;
             }
 }
 

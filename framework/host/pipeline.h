@@ -116,6 +116,11 @@ public:
     // (the pipeline's owner calls it before the stack texts it lent go:
     // an exception out of feed()); finish() ends them normally.
     void stop_sinks();
+    // After finish(): the sinks' threads end and every plugin instance is
+    // destroyed; no plugin code runs after it (nor at ~Pipeline), so that
+    // its owner may rename the process folder (ProcessRun: a rank learned
+    // late). The totals, report lines and errors stay.
+    void destroy_plugins();
 
 private:
     struct Instance {

@@ -4,9 +4,11 @@
 // (torch.multiprocessing.spawn passes the rank as a function argument)
 // learns it only when its init_process_group has completed, which the
 // Python collector then reports as one SYSTEM row named kRankEventName
-// (Attr rank, world_size). That row is the host's, never a plugin's: the
-// process folder exists by then, so only summary.json, the console's table,
-// index.html and --merge get the late rank, not the folder's name.
+// (Attr rank, world_size). That row is the host's, never a plugin's. The
+// process folder exists by then, under a name without the rank: ProcessRun
+// renames it to carry the late rank once every plugin is done with it
+// (name_folder_by_rank), before summary.json, the console's table,
+// index.html and --merge name it.
 #pragma once
 
 #include <string>

@@ -122,11 +122,9 @@ std::string output_limit_reached(const std::string& dir) {
 ProcessRun::ProcessRun(const Config& cfg, const Registry& registry, std::string capture_path)
     : cfg_(cfg), registry_(registry), capture_path_(std::move(capture_path)) {}
 
-std::string ProcessRun::folder_name(const std::string& ts) const {
+std::string ProcessRun::folder_name(const std::string& ts, const std::string& rank) const {
     std::string name = "msmemscope_" + std::to_string(reader_.pid()) + "_" + ts + "_" + cfg_.backend();
-    // The rank comes from the target's environment (or a capture given to
-    // --replay): only a number may become part of a folder name.
-    std::string rank = valid_rank(reader_.rank());
+    // Only a number may become part of a folder name (valid_rank).
     if (!rank.empty()) name += "_rank" + rank;
     // The same pid again after exec: its own folder, never shared files.
     if (summary_.capture_index > 0) name += "_exec" + std::to_string(summary_.capture_index);
@@ -246,7 +244,10 @@ void ProcessRun::run_stream() {
         summary_.error = "--output: cannot open the output folder: " + summary_.error;
         return;
     }
-    dir_fd_ = make_fresh_dir_at(root_fd_.get(), cfg_.output, folder_name(ts), dir_name_, summary_.error);
+    // The rank from the target's environment (or a capture given to
+    // --replay) names it from the start; one learned later, at the end.
+    dir_fd_ = make_fresh_dir_at(root_fd_.get(), cfg_.output, folder_name(ts, valid_rank(reader_.rank())), dir_name_,
+                                summary_.error);
     if (!dir_fd_) return;
     std::string dir = cfg_.output + "/" + dir_name_;
     summary_.output_dir = dir;
@@ -599,15 +600,50 @@ void ProcessRun::run_stream() {
     if (live_view) live_view->set_ended(ended_text(summary_, facts));
     live_write(true);
     if (live_fd >= 0) close(live_fd);
+    // No plugin writes into the folder, nor runs, from here on: a rank that
+    // came late may name it now, before summary.json and anything that
+    // prints or links its path.
+    pipeline.destroy_plugins();
+    name_folder_by_rank(ts, *run.log);
     // config.json names the selected plugins that did not run to the end
     // (refused at load, crashed, threw): "dropped": {name: why}; a replay's
     // says which call stacks the capture held.
     if (std::string why = rewrite_config_json(); !why.empty())
-        summary_.incomplete.push_back(dir + "/config.json: cannot rewrite: " + why);
+        summary_.incomplete.push_back(summary_.output_dir + "/config.json: cannot rewrite: " + why);
     if (std::string why = write_process_summary_json_at(dir_fd_.get(), summary_, facts); !why.empty())
-        summary_.incomplete.push_back(dir + "/summary.json: cannot write: " + why);
+        summary_.incomplete.push_back(summary_.output_dir + "/summary.json: cannot write: " + why);
     run.log->info("done: {} events", summary_.events);
     run.log->flush();
+}
+
+void ProcessRun::name_folder_by_rank(const std::string& ts, spdlog::logger& log) {
+    std::string rank = rank_.rank();
+    // No rank, or the environment's, which named the folder from the start.
+    if (rank.empty() || !valid_rank(reader_.rank()).empty()) return;
+    // A folder replaced during the run was reported so above: it keeps its name.
+    if (!files::still_there(root_fd_.get(), dir_name_, dir_fd_.get())) return;
+    std::string why, pid = std::to_string(reader_.pid());
+    std::string name = rename_fresh_at(root_fd_.get(), dir_name_, folder_name(ts, rank), dir_fd_.get(), why);
+    if (name.empty()) {
+        summary_.warnings.push_back("pid " + pid + ": its folder " + summary_.output_dir +
+                                    " keeps its name, without its rank " + rank +
+                                    " (from torch.distributed, known after the folder was made): cannot rename it: " + why);
+        log.warn("the process folder keeps its name, without its rank {}: {}", rank, why);
+        return;
+    }
+    // What the plugins and the host said of the folder by its old name (a
+    // leak report's full list, a file that could not be written) now names
+    // it as it is; a message already printed during the run named it as it
+    // was then, which the console's "renamed from" line says.
+    for (auto* lines : {&summary_.report, &summary_.plugin_errors, &summary_.incomplete, &summary_.warnings})
+        for (auto& line : *lines) line = rename_mentions(line, dir_name_, name);
+    std::string old_dir = summary_.output_dir;
+    summary_.renamed_from = dir_name_;
+    dir_name_ = name;
+    summary_.output_dir = cfg_.output + "/" + name;
+    supervisor::writing_into(summary_.output_dir);  // a worker that dies from here on: this folder
+    log.info("the process folder {} is now {}: its rank {} came from torch.distributed after the folder was made",
+             old_dir, summary_.output_dir, rank);
 }
 
 std::string ProcessRun::config_json() const {

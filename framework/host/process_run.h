@@ -65,8 +65,12 @@ struct ProcessSummary {
     bool plugin_dropped = false;
     std::vector<std::string> warnings;  // printed once on stderr
     // Its rank (process_rank.h: the environment's, else torch.distributed's),
-    // "" when none: the folder's name may lack a late one.
+    // "" when none.
     std::string rank;
+    // The name the process folder had while the process ran, when its rank
+    // came late (from torch.distributed) and the folder was renamed to carry
+    // it once every plugin was done with it; "" otherwise.
+    std::string renamed_from;
 };
 
 class ProcessRun {
@@ -110,7 +114,12 @@ private:
     bool take_rank(const RawEvent& e);
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
-    std::string folder_name(const std::string& ts) const;
+    // msmemscope_{pid}_{ts}_{backend}[_rank{rank}][_exec{n}]
+    std::string folder_name(const std::string& ts, const std::string& rank) const;
+    // A rank learned late (not in the folder's name): once every plugin is
+    // done with the folder, it is renamed to carry it (never over another
+    // entry), and the summary's mentions of it follow.
+    void name_folder_by_rank(const std::string& ts, spdlog::logger& log);
     // config.json's text: the run's configuration; a replay's says what
     // the capture holds where the replay's own options cannot: the
     // program it recorded (its command line) and the call stacks its

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -287,28 +288,38 @@ void Session::scan() {
         ProcessRun* raw = r.run.get();
         r.progress = progress::acquire();  // before the worker is forked: the page is shared
         raw->set_progress(r.progress);
-        if (cfg_.ready_fd >= 0) {
-            // Python mode: start() waits for this line before it returns,
-            // so the host's own start-up does not run beside the first
-            // measured work, and a host that cannot serve is reported there.
-            std::string name = fs::path(p).filename().string();
-            int fd = cfg_.ready_fd;
-            raw->on_started([fd, name, raw](const std::string& error) {
-                // "serving NAME\tFOLDER": the process folder, which
-                // msmemscope.finish() returns
-                std::string line = error.empty() ? "serving " + name + "\t" + raw->summary().output_dir
-                                                 : "failed " + name + ": " + error;
-                std::replace(line.begin(), line.end(), '\n', ' ');
-                line += '\n';
-                ssize_t n = write(fd, line.data(), line.size());  // one write: lines never interleave
-                (void)n;
+        // Python mode: the lines of the ready pipe, for the capture of the
+        // process that started this host (its parent) only: no other
+        // process reads them, and they would fill the pipe.
+        std::string name = fs::path(p).filename().string();
+        int ready_fd = cfg_.ready_fd >= 0 && std::strtoul(name.c_str(), nullptr, 10) == static_cast<unsigned long>(ready_pid_)
+                           ? cfg_.ready_fd
+                           : -1;
+        auto say = [ready_fd](std::string line) {
+            std::replace(line.begin(), line.end(), '\n', ' ');
+            line += '\n';
+            ssize_t n = write(ready_fd, line.data(), line.size());  // one write: lines never interleave
+            (void)n;
+        };
+        if (ready_fd >= 0) {
+            // start() waits for this line before it returns, so the host's
+            // own start-up does not run beside the first measured work, and
+            // a host that cannot serve is reported there.
+            raw->on_started([say, name, raw](const std::string& error) {
+                // "serving NAME\tFOLDER": the process folder as it is named now
+                say(error.empty() ? "serving " + name + "\t" + raw->summary().output_dir
+                                  : "failed " + name + ": " + error);
             });
         }
         std::string capture = p;
-        r.thread = std::thread([this, raw, capture] {
+        r.thread = std::thread([this, raw, capture, ready_fd, say, name] {
             // In a supervised worker: a plugin that crashes is re-run
             // without (supervisor.h); the capture is disposed of after.
             run_supervised(*raw);
+            // "finished NAME\tFOLDER": every file written, the folder as it is
+            // named at the end (a rank learned late renames it), which
+            // msmemscope.finish() returns
+            if (ready_fd >= 0) say("finished " + name + "\t" + raw->summary().output_dir);
             dispose_capture(*raw, capture);
         });
         running_.push_back(std::move(r));
@@ -638,6 +649,7 @@ int Session::serve(const std::string& dir, pid_t parent) {
     if (output_refused(cfg_.output)) return 2;
     dir_ = dir;
     own_dir_ = true;
+    ready_pid_ = getppid();  // the Python process that started this host, which reads the ready pipe
     // This host owns the folder from now on (a later run removes it if this
     // host is killed); the package's start() never judged it before.
     write_session_owner(dir_);
@@ -724,6 +736,11 @@ int Session::print_summary(std::ostream& out) const {
         std::string how = s.ended.empty() ? how_ended(s) : s.ended;
         out << "msmemscope: pid " << s.pid << " (" << escape_controls(s.command) << ") " << how << "\n";
         out << "  output: " << s.output_dir << "\n";
+        // Its rank came late: what was said of the folder during the run
+        // (a plugin's message) named it as it was then.
+        if (!s.renamed_from.empty())
+            out << "  folder: renamed from " << s.renamed_from << " at the end (rank " << s.rank
+                << " from torch.distributed, known after the folder was made)\n";
         out << "  events: " << s.events << ", dropped: " << s.dropped;
         if (s.stragglers) out << ", late: " << s.stragglers;
         if (s.corrupt) out << ", corrupt records: " << s.corrupt;

@@ -293,7 +293,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 464,
+static_assert(sizeof(ProcessSummary) == 496,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -343,6 +343,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.warnings.size());
     for (auto& l : s.warnings) w.s(l);
     w.s(s.rank);
+    w.s(s.renamed_from);
     w.s("end");
     return w.out;
 }
@@ -396,6 +397,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.warnings.clear();
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.warnings.push_back(r.s());
     s.rank = r.s();
+    s.renamed_from = r.s();
     return r.s() == "end" && r.ok && r.pos == in.size();
 }
 

@@ -10,10 +10,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -99,6 +101,56 @@ inline Fd make_fresh_dir_at(int parent, const std::string& shown_parent, const s
     error = shown_parent + "/" + name + ": cannot create the output folder: it and " + std::to_string(kVariants - 1) +
             " numbered variants (_2, _3, ...) exist";
     return Fd();
+}
+
+// Renames the folder `from` in `parent` -- the folder open as `dir_fd`, and
+// only it: a link or another folder put at `from` is never moved -- to a
+// fresh name: `name`, else name_2, name_3, ... (make_fresh_dir_at's
+// variants), never over an entry that is there (renameat2 RENAME_NOREPLACE;
+// on a filesystem without it, e.g. NFS, an empty folder made for the
+// purpose under that name is what the rename replaces). Returns the name
+// used, or "" with `error` set (`from` then keeps its name).
+inline std::string rename_fresh_at(int parent, const std::string& from, const std::string& name, int dir_fd,
+                                   std::string& error) {
+    constexpr int kVariants = 100;
+    for (int n = 1; n <= kVariants; ++n) {
+        std::string p = n == 1 ? name : name + "_" + std::to_string(n);
+        if (!files::still_there(parent, from, dir_fd)) {
+            error = from + ": not this run's folder any more (replaced, or moved)";
+            return "";
+        }
+        int rc = ::renameat2(parent, from.c_str(), parent, p.c_str(), RENAME_NOREPLACE);
+        if (rc != 0 && (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)) {
+            // No RENAME_NOREPLACE here: reserve the name with a folder of
+            // our own (mkdir never replaces), then rename over that empty
+            // folder (a rename replaces only an empty folder).
+            if (::mkdirat(parent, p.c_str(), 0700) != 0) {
+                if (errno == EEXIST) continue;
+                error = p + ": " + std::strerror(errno);
+                return "";
+            }
+            rc = ::renameat(parent, from.c_str(), parent, p.c_str());
+            if (rc != 0) {
+                int e = errno;
+                ::unlinkat(parent, p.c_str(), AT_REMOVEDIR);  // ours, still empty (else it stays: not ours)
+                errno = e;
+            }
+        }
+        if (rc == 0) {
+            if (files::still_there(parent, p, dir_fd)) return p;
+            // Something else was put at `from` between the check and the
+            // rename: it goes back (where that needs no replacing); this
+            // run's folder is not where it was.
+            ::renameat2(parent, p.c_str(), parent, from.c_str(), RENAME_NOREPLACE);
+            error = from + ": not this run's folder any more (replaced during the rename)";
+            return "";
+        }
+        if (errno == EEXIST || errno == ENOTEMPTY) continue;
+        error = p + ": " + std::strerror(errno);
+        return "";
+    }
+    error = name + ": it and " + std::to_string(kVariants - 1) + " numbered variants (_2, _3, ...) exist";
+    return "";
 }
 
 // A log written to a descriptor (a file created by files::create): spdlog's

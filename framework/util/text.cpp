@@ -333,6 +333,25 @@ int read_at_most(int fd, size_t limit, std::string& out) {
     }
 }
 
+std::string rename_mentions(std::string_view text, std::string_view from, std::string_view to) {
+    auto name_char = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    };
+    std::string out;
+    size_t pos = 0;
+    while (!from.empty()) {
+        size_t at = text.find(from, pos);
+        if (at == std::string_view::npos) break;
+        size_t end = at + from.size();
+        bool whole = (at == 0 || !name_char(text[at - 1])) && (end == text.size() || !name_char(text[end]));
+        out.append(text.substr(pos, at - pos));
+        out.append(whole ? to : from);
+        pos = end;
+    }
+    out.append(text.substr(pos));
+    return out;
+}
+
 std::string human_bytes(int64_t bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = static_cast<double>(bytes);

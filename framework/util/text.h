@@ -40,6 +40,11 @@ char* format_hex_ptr(char* dst, uint64_t v);        // 0x%016x at dst (18 chars)
 // `keep_tabs`: a tab stays a tab (an analyzer's report lines: upstream's
 // Gap Analysis table is tab-separated); it cannot drive the terminal.
 std::string escape_controls(std::string_view s, bool keep_tabs = false);
+// `text` with each whole mention of the name `from` (not preceded nor
+// followed by a letter, digit, '_' or '-': "out/NAME/x.csv", "NAME:", never
+// inside NAME_2) replaced by `to`: the messages that named a process folder
+// before it was renamed (ProcessRun, a rank learned late).
+std::string rename_mentions(std::string_view text, std::string_view from, std::string_view to);
 // Bytes for people: "512 B", "1.5 KiB", "3.2 MiB" ... (binary units, one decimal).
 std::string human_bytes(int64_t bytes);
 

@@ -9,21 +9,23 @@ one leak per rank at the line that made it (DDP's gradient buckets, which
 its Reducer rebuilds once in the second forward and keeps, are its set-up,
 not a leak of that step), a folder and summary.json per rank naming the
 rank, --merge combining them and saying how the ranks differ. torchrun sets
-RANK: the folder's name has it. mp.spawn sets none: the rank comes from
-torch.distributed once init_process_group has completed, after the folder
-was made, so summary.json, the console's table and --merge have it and the
-folder's name does not.
+RANK: the folder's name has it from the start. mp.spawn sets none: the rank
+comes from torch.distributed once init_process_group has completed, after
+the folder was made; the folder is renamed to carry it once every plugin is
+done with it, so that its name, summary.json, the console, index.html,
+--merge and the Python API's finish() all say the same folder.
 """
 import csv
 import json
 import re
 import shutil
 import socket
+import subprocess
 import textwrap
 
 import pytest
 
-from conftest import dump_files, parse_attr, process_dirs, run_cli
+from conftest import clean_env, dump_files, parse_attr, process_dirs, run_cli
 
 TRAIN = textwrap.dedent('''\
     import json, os
@@ -193,6 +195,17 @@ def ranked_pids(p):
     return {int(m.group(1)): m.group(2) for m in re.finditer(r"^  (\d+)\s+\S+\s+(\S+)\s", table, re.M)}
 
 
+def folder_ts(folder):
+    """The timestamp of a process's capture, as its files' names have it."""
+    (log,) = (folder / "msmemscope_logs").glob("msmemscope_*.log")
+    return log.stem[len("msmemscope_"):]
+
+
+def renamed_line(pid, ts, rank):
+    return (f"  folder: renamed from msmemscope_{pid}_{ts}_cpu at the end (rank {rank} from torch.distributed, "
+            "known after the folder was made)")
+
+
 @pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
 def test_ranks_are_named(runs, launcher):
     d, p = runs[launcher]
@@ -202,13 +215,36 @@ def test_ranks_are_named(runs, launcher):
     assert len(folders) == (3 if launcher == "torchrun" else 4), [f.name for f in folders]
     table = ranked_pids(p)
     assert sorted(r for r in table.values() if r != "-") == ["0", "1"], table
-    for folder, s, truth in rank_folders(d, p):
-        assert s["rank"] == truth["rank"], (folder.name, s["rank"])
-        assert table[truth["pid"]] == str(truth["rank"]), table
-        if launcher == "torchrun":
-            assert folder.name.endswith(f"_rank{truth['rank']}"), folder.name
-        else:  # made before init_process_group said the rank
-            assert re.fullmatch(rf"msmemscope_{truth['pid']}_\d{{14}}_cpu", folder.name), folder.name
+    ranked = rank_folders(d, p)
+    for folder, s, truth in ranked:
+        pid, rank, ts = truth["pid"], truth["rank"], folder_ts(folder)
+        assert s["rank"] == rank, (folder.name, s["rank"])
+        assert table[pid] == str(rank), table
+        # torchrun's RANK names the folder from the start; mp.spawn's rank,
+        # from torch.distributed after the folder was made, renames it at
+        # the end: the same name either way
+        name = f"msmemscope_{pid}_{ts}_cpu_rank{rank}"
+        assert folder.name == name and s["folder"] == name, (folder.name, s["folder"])
+        assert not (d / "out" / f"msmemscope_{pid}_{ts}_cpu").exists()
+        block = console_block(p.stdout, name)  # its summary says the folder by its name
+        if launcher == "spawn":
+            assert renamed_line(pid, ts, rank) in block, "\n".join(block)
+        # the leak report's sites, the files listed: in the folder as it is named
+        assert f"  files (in out/{name}):" in block, "\n".join(block)
+    if launcher == "torchrun":
+        assert "  folder: renamed from" not in p.stdout, p.stdout
+    # the processes without a rank keep the name they were given
+    others = [f for f in folders if f not in [r[0] for r in ranked]]
+    for f in others:
+        s = json.loads((f / "summary.json").read_text())
+        assert s["rank"] is None and f.name == s["folder"] == f"msmemscope_{s['pid']}_{folder_ts(f)}_cpu", f.name
+    # index.html links every process's report, by the folder's final name
+    index = (d / "out" / "index.html").read_text()
+    links = re.findall(r'href="([^"]+)"', index)
+    assert len(links) == len(folders) and all((d / "out" / link).is_file() for link in links), links
+    for folder, s, truth in ranked:
+        (report,) = folder.glob("report_*.html")
+        assert f'href="{folder.name}/{report.name}"' in index, index
     # torchrun's RANK and torch.distributed's agree: no warning
     assert "torch.distributed's rank" not in p.stderr, p.stderr
 
@@ -273,6 +309,115 @@ def test_merge_combines_the_ranks(runs, launcher):
     # the ranks differ by the tensors they keep: rank 1's is 100000 bytes more
     assert int(imb[("leaks", "")]["max_minus_min_bytes"]) == ranks[1][2]["leak"] - ranks[0][2]["leak"], imb
     assert imb[("leaks", "")]["max_at"] == "out rank 1", imb
+    # its index.html links each process folder (or its report) where it is
+    index = (d / "merged" / "index.html").read_text()
+    links = re.findall(r'href="([^"]+)"', index)
+    assert len(links) == n and all((d / "merged" / link).exists() for link in links), links
+    for folder, s, truth in ranks:
+        assert any(f"/{folder.name}/" in link or link.endswith(f"/{folder.name}") for link in links), links
+
+
+KEEPS = textwrap.dedent('''\
+    import os, sys
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    KEEP = []
+
+
+    def worker(rank, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(6):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            if step == 3:
+                KEEP.extend(torch.empty(1000 + i) for i in range(3))  # three leaks
+        os.write(1, f"KEPT {rank} {os.getpid()}\\n".encode())  # one write: the ranks share the pipe
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(int(sys.argv[1]),), nprocs=2, join=True)
+    ''')
+
+
+def test_the_leak_reports_full_list_is_where_the_report_says(tmp_path):
+    # the report names the full list's file by the folder's final name: a
+    # path the leaks analyzer made from the folder's first one, given the
+    # new name with the folder
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "keeps.py").write_text(KEEPS)
+    p = run_cli(["--device=cpu", "--plugin-option=leaks.max_lines=1", "--output=out", "--", "/usr/bin/python3",
+                 "keeps.py", str(free_port())], tmp_path, env=env(), timeout=120, check_rc=0)
+    kept = sorted((int(r), int(pid)) for r, pid in re.findall(r"KEPT (\d) (\d+)", p.stdout))
+    assert [r for r, _ in kept] == [0, 1], p.stdout + p.stderr
+    for rank, pid in kept:
+        (folder,) = [f for f in process_dirs(tmp_path / "out") if f.name.startswith(f"msmemscope_{pid}_")]
+        ts = folder_ts(folder)
+        assert folder.name == f"msmemscope_{pid}_{ts}_cpu_rank{rank}", folder.name
+        block = console_block(p.stdout, folder.name)
+        assert renamed_line(pid, ts, rank) in block, "\n".join(block)
+        direct = [line for line in block if line.startswith("Direct ")]
+        assert len(direct) == 1, direct
+        assert f"... 2 more in out/{folder.name}/leaks_{ts}.txt" in block, "\n".join(block)
+        full = [line for line in (folder / f"leaks_{ts}.txt").read_text().splitlines() if line.startswith("Direct ")]
+        assert len(full) == 3 and full[0] == direct[0], full
+
+
+API_SPAWN = textwrap.dedent('''\
+    import os, sys
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def worker(rank, port):
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="leaks", output="out")
+        msmemscope.start()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+        keep = torch.ones(1000)
+        dist.barrier()
+        os.chdir("/")  # the folder finish() returns does not depend on the working folder
+        if rank == 1:
+            dist.barrier()  # after rank 0's: each host's report whole on the stdout they share
+        folder = msmemscope.finish()
+        os.write(1, f"FOLDER {rank} {os.getpid()} {folder}\\n".encode())  # one write: the ranks share the pipe
+        if rank == 0:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(int(sys.argv[1]),), nprocs=2, join=True)
+    ''')
+
+
+def test_the_python_apis_finish_returns_the_folder_by_its_rank_name(tmp_path):
+    # each mp.spawn rank starts its own session (no CLI): finish() returns
+    # the folder as the host named it at the end, with the rank
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "api_spawn.py").write_text(API_SPAWN)
+    p = subprocess.run(["/usr/bin/python3", "api_spawn.py", str(free_port())], cwd=tmp_path,
+                       env=clean_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = sorted((int(r), int(pid), folder) for r, pid, folder in re.findall(r"^FOLDER (\d) (\d+) (\S+)$", p.stdout, re.M))
+    assert [r for r, _, _ in got] == [0, 1], p.stdout + p.stderr
+    assert len(process_dirs(tmp_path / "out")) == 2
+    for rank, pid, folder in got:
+        (f,) = [f for f in process_dirs(tmp_path / "out") if f.name.startswith(f"msmemscope_{pid}_")]
+        ts = folder_ts(f)
+        name = f"msmemscope_{pid}_{ts}_cpu_rank{rank}"
+        assert folder == str(tmp_path / "out" / name), folder
+        s = json.loads((tmp_path / "out" / name / "summary.json").read_text())
+        assert (s["pid"], s["rank"], s["folder"]) == (pid, rank, name), s
+        # the host's report (the session's own, on the program's stdout)
+        assert f"  output: out/{name}\n{renamed_line(pid, ts, rank)}\n" in p.stdout, p.stdout
 
 
 ALONE = textwrap.dedent('''\

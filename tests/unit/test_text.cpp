@@ -150,3 +150,15 @@ TEST_CASE("open_regular_file refuses a FIFO without blocking; read_at_most count
     unlink(file.c_str());
     rmdir(dir);
 }
+
+TEST_CASE("rename_mentions: whole mentions of a folder name only") {
+    const std::string from = "msmemscope_12_20260101000000_cpu", to = from + "_rank1";
+    CHECK(msms::rename_mentions("... 3 more in out/" + from + "/leaks_1.txt", from, to) ==
+          "... 3 more in out/" + to + "/leaks_1.txt");
+    CHECK(msms::rename_mentions(from + ": cannot write; out/" + from + ".", from, to) == to + ": cannot write; out/" + to + ".");
+    // another folder whose name begins with it, or a longer name ending with it: not this one
+    CHECK(msms::rename_mentions("out/" + from + "_2/x and out/" + from + "-old and x" + from, from, to) ==
+          "out/" + from + "_2/x and out/" + from + "-old and x" + from);
+    CHECK(msms::rename_mentions("nothing", from, to) == "nothing");
+    CHECK(msms::rename_mentions("", from, to) == "");
+}

@@ -50,8 +50,10 @@ std::string help_text() {
           "\nOutput:\n"
           "  Results are written to <output-path>/msmemscope_{pid}_{timestamp}_{ascend|cpu|cuda}[_rank{N}][_exec{N}]/\n"
           "  (default output path: ./memscopeDumpResults): ascend when an npu device is selected, else cuda when a\n"
-          "  cuda one is, else cpu; _rank{N} from its RANK (or LOCAL_RANK); _exec{N} for the N-th image a process\n"
-          "  exec'ed into. Each device's rows are in its device_{device}/ folder there (host memory: device_cpu).\n";
+          "  cuda one is, else cpu; _rank{N} from its RANK (or LOCAL_RANK), else from torch.distributed once\n"
+          "  init_process_group completed (mp.spawn: the folder is renamed at the end); _exec{N} for the N-th image a\n"
+          "  process exec'ed into. Each device's rows are in its device_{device}/ folder there (host memory:\n"
+          "  device_cpu).\n";
     return os.str();
 }
 

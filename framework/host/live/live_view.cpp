@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -250,7 +251,7 @@ void LiveView::collect() {
         close(out);
         return;
     }
-    std::map<std::string, std::pair<std::string, std::string>> found;
+    std::map<std::pair<uint64_t, uint64_t>, Proc> found;
     std::string token = "\"" + session_ + "\"";
     while (dirent* e = readdir(d)) {
         std::string name = e->d_name;
@@ -265,15 +266,24 @@ void LiveView::collect() {
             json.front() == '{') {
             read_file_in(dfd, "live.txt", text);
             while (!json.empty() && (json.back() == '\n' || json.back() == ' ')) json.pop_back();
-            found[name] = {std::move(json), std::move(text)};
+            found[{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)}] = {name, std::move(json),
+                                                                                         std::move(text)};
         }
         close(dfd);
     }
     closedir(d);
     close(out);
     std::lock_guard<std::mutex> l(mu_);
-    // A folder read once stays shown with its last snapshot.
+    // A folder read once stays shown with its last snapshot, once: renamed
+    // at its end, it is the same folder under its new name.
     for (auto& [k, v] : found) procs_[k] = std::move(v);
+}
+
+std::vector<const LiveView::Proc*> LiveView::by_name() const {
+    std::vector<const Proc*> v;
+    for (auto& [k, p] : procs_) v.push_back(&p);
+    std::sort(v.begin(), v.end(), [](const Proc* a, const Proc* b) { return a->folder < b->folder; });
+    return v;
 }
 
 std::string LiveView::combined_json() const {
@@ -282,10 +292,10 @@ std::string LiveView::combined_json() const {
     o += running_ ? "true" : "false";
     o += ", \"processes\": [";
     bool first = true;
-    for (auto& [folder, p] : procs_) {
+    for (const Proc* p : by_name()) {
         if (!first) o += ", ";
         first = false;
-        o += p.first;
+        o += p->json;
     }
     o += "]}\n";
     return o;
@@ -296,9 +306,9 @@ void LiveView::draw(bool last) {
     std::string text;
     {
         std::lock_guard<std::mutex> l(mu_);
-        for (auto& [folder, p] : procs_) {
+        for (const Proc* p : by_name()) {
             if (!text.empty()) text += "\n";
-            text += p.second;
+            text += p->text;
         }
     }
     if (text.empty()) {

@@ -23,6 +23,8 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "config.h"
 
@@ -65,7 +67,13 @@ private:
     std::condition_variable cv_;
     bool stopping_ = false;
     bool running_ = true;
-    std::map<std::string, std::pair<std::string, std::string>> procs_;  // folder -> (live.json, live.txt)
+    // Each process folder by its inode (the same folder after a rename: a
+    // rank learned late, process_run.h), shown in the order of its name.
+    struct Proc {
+        std::string folder, json, text;  // its name, live.json, live.txt
+    };
+    std::map<std::pair<uint64_t, uint64_t>, Proc> procs_;
+    std::vector<const Proc*> by_name() const;  // under mu_
     std::string last_drawn_;
     bool drew_waiting_ = false;
     std::thread reader_;

@@ -85,11 +85,12 @@ public:
 
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
-        path_ = run.output_dir + "/trace_" + run.timestamp + ".json";
+        name_ = "trace_" + run.timestamp + ".json";
+        path_ = run.output_dir + "/" + name_;
         // Created O_EXCL|O_NOFOLLOW in the run folder's descriptor (issue #29 item 4).
         std::string why;
         msmemscope::files::Fd dir(run.open_output_dir(why));
-        f_ = dir ? msmemscope::files::create_stream(dir.get(), "trace_" + run.timestamp + ".json", why) : nullptr;
+        f_ = dir ? msmemscope::files::create_stream(dir.get(), name_, why) : nullptr;
         if (!f_) throw std::runtime_error("cannot write " + path_ + ": " + why);
         buf_.reserve(kFlushAt + 65536);
         buf_ += "{\"traceEvents\":[\n";
@@ -282,7 +283,10 @@ private:
         if (n.empty()) return n;
         return "the run is over the trace's budget (options max_events=" + std::to_string(max_events_) +
                ", counter_points=" + std::to_string(counter_points_max_) + "): " + n +
-               "; every operator, kernel and mstx span, step, mark and leak is in " + path_ +
+               // the file by its name in the process folder: the note is
+               // written into it, and the folder may be renamed at the end
+               // (a rank learned late)
+               "; every operator, kernel and mstx span, step, mark and leak is in " + name_ +
                // --aggregate (config.json "aggregate": true) writes no dump to point to
                (run_.config_json.find("\"aggregate\": true") != std::string::npos
                     ? " (--aggregate: no per-event rows were kept)"
@@ -539,7 +543,7 @@ private:
     msmemscope::RunInfo run_;
     uint64_t max_events_;
     uint64_t counter_points_max_;
-    std::string path_;
+    std::string name_, path_;  // the file's name, and its path for the messages of a failure
     std::FILE* f_ = nullptr;
     std::string buf_;
     uint64_t file_bytes_ = 0;  // written to f_ so far

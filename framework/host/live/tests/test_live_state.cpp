@@ -416,3 +416,42 @@ TEST_CASE("live server: a port in use is an error at start; port 0 takes a free 
     v.stop();
     CHECK(v.combined_json().find("\"running\": false") != std::string::npos);
 }
+
+TEST_CASE("live view: a process folder renamed at its end (a rank learned late) is shown once, by its new name") {
+    char tmpl[] = "/tmp/msms_live_XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    std::string out = tmpl;
+    Config cfg;
+    cfg.output = out;
+    cfg.live_session = "tok";
+    std::string old_dir = out + "/msmemscope_42_20260101000000_cpu", new_dir = old_dir + "_rank1";
+    REQUIRE(mkdir(old_dir.c_str(), 0700) == 0);
+    int fd = open(old_dir.c_str(), O_RDONLY | O_DIRECTORY);
+    REQUIRE(fd >= 0);
+    Totals totals{{"cpu/HOST", {1536, 2048}}};
+    LiveState st("tok", 42, "prog", [&] { return totals; });
+    REQUIRE(write_atomic(fd, "live.json", st.snapshot(5, false)) == "");
+    REQUIRE(write_atomic(fd, "live.txt", st.screen(5, false)) == "");
+    std::ostringstream say;
+    LiveView v(cfg, false);
+    REQUIRE(v.start(say) == "");
+    auto count = [](const std::string& s, const std::string& what) {
+        size_t n = 0;
+        for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+        return n;
+    };
+    for (int i = 0; i < 300 && count(v.combined_json(), "\"pid\": 42") == 0; ++i) usleep(10000);
+    REQUIRE(count(v.combined_json(), "\"pid\": 42") == 1);  // read under its first name
+    // its last snapshot, then the rename (process_run.cpp), then the run's end
+    REQUIRE(write_atomic(fd, "live.json", st.snapshot(6, true)) == "");
+    REQUIRE(rename(old_dir.c_str(), new_dir.c_str()) == 0);
+    v.stop();
+    std::string all = v.combined_json();
+    CHECK(count(all, "\"pid\": 42") == 1);
+    CHECK(count(all, "\"finished\": true") == 1);
+    CHECK(count(all, "\"finished\": false") == 0);
+    close(fd);
+    for (auto f : {"/live.json", "/live.txt"}) unlink((new_dir + f).c_str());
+    rmdir(new_dir.c_str());
+    rmdir(out.c_str());
+}
