@@ -351,7 +351,8 @@ private:
     }
 
     // key: device kind, device id, pool type (0x10000 = the device total)
-    void counter(uint64_t key, const msms_event& ev, int64_t value) {
+    // The track of `key`, made at its first event (tracks are listed in that order).
+    Counter& track(uint64_t key, const msms_event& ev) {
         // Bounded memory: the series holds at most counter_points_max_ points.
         if (!series_)
             series_ = std::make_unique<msms_trace::CounterSeries>(base_, std::min(max_events_, counter_points_max_));
@@ -362,7 +363,11 @@ private:
             name += key & 0x10000 ? std::string(" in use") : std::string(" ") + (pool ? pool : "pool") + " allocated";
             it = counters_.emplace(key, Counter{series_->add_track(std::move(name))}).first;
         }
-        Counter& c = it->second;
+        return it->second;
+    }
+
+    void counter(uint64_t key, const msms_event& ev, int64_t value) {
+        Counter& c = track(key, ev);
         if (c.value == value) return;
         c.value = value;
         series_->add(c.track, ev.timestamp_ns, value);
@@ -403,6 +408,7 @@ private:
         if (ev.pool_used < 0) return;
         host_used_[dev] = ev.pool_used;
         if (ev.kind == MSMS_EV_MALLOC) {
+            track(dev | ev.type, ev);  // before the device's track, as for every pool
             pending_ = Pending{true, k, dev | ev.type, ev.timestamp_ns, ev.pool_used - taken, ev.device_kind, ev.device_id, ev.type};
             return;
         }
