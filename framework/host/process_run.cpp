@@ -610,6 +610,7 @@ void ProcessRun::run_stream() {
     // says which call stacks the capture held.
     if (std::string why = rewrite_config_json(); !why.empty())
         summary_.incomplete.push_back(summary_.output_dir + "/config.json: cannot rewrite: " + why);
+    summary_.facts = facts;
     if (std::string why = write_process_summary_json_at(dir_fd_.get(), summary_, facts); !why.empty())
         summary_.incomplete.push_back(summary_.output_dir + "/summary.json: cannot write: " + why);
     run.log->info("done: {} events", summary_.events);

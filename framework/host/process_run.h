@@ -19,6 +19,22 @@
 
 namespace msms {
 
+// What the worker knew beside the rest of ProcessSummary when it wrote
+// summary.json (process_summary_json.h); the session writes it again from
+// them when it learns more at its end (an exec's next image came late).
+struct SummaryFacts {
+    uint32_t ppid = 0;
+    std::string rank;        // valid_rank() of the process, "" if none
+    uint64_t steps = 0;
+    uint64_t wall_start_ns = 0;
+    bool exec_replaced = false;
+    bool leaks_ran = false;  // the leaks analyzer ran to its end
+    bool inefficient_ran = false;  // the inefficient analyzer ran to its end
+    // The program the CLI started ended without an end record (SIGKILL):
+    // its wait status as the CLI reaped it (program_status.h), else -1.
+    int wait_status = -1;
+};
+
 struct ProcessSummary {
     uint32_t pid = 0;
     uint32_t ppid = 0;  // the parent when the capture began (getppid() in the agent)
@@ -71,6 +87,7 @@ struct ProcessSummary {
     // came late (from torch.distributed) and the folder was renamed to carry
     // it once every plugin was done with it; "" otherwise.
     std::string renamed_from;
+    SummaryFacts facts;  // what summary.json was written from
 };
 
 class ProcessRun {

@@ -39,20 +39,6 @@ private:
     uint64_t steps_ = 0;
 };
 
-// What the worker knows beside ProcessSummary.
-struct SummaryFacts {
-    uint32_t ppid = 0;
-    std::string rank;        // valid_rank() of the process, "" if none
-    uint64_t steps = 0;
-    uint64_t wall_start_ns = 0;
-    bool exec_replaced = false;
-    bool leaks_ran = false;  // the leaks analyzer ran to its end
-    bool inefficient_ran = false;  // the inefficient analyzer ran to its end
-    // The program the CLI started ended without an end record (SIGKILL):
-    // its wait status as the CLI reaped it (program_status.h), else -1.
-    int wait_status = -1;
-};
-
 // How the process ended, in summary.json's words ("ended"."text"), e.g.
 // "exited with code 0", "killed by signal 11 (SIGSEGV)".
 std::string ended_text(const ProcessSummary& s, const SummaryFacts& f);

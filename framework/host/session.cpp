@@ -20,13 +20,16 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 
 #include "device_check.h"
 #include "launcher.h"
+#include "process_summary_json.h"
 #include "program_status.h"
 #include "stale_sessions.h"
 #include "supervisor.h"
 #include "util/file_trust.h"
+#include "util/json.h"
 #include "util/output_dir.h"
 #include "util/text.h"
 #include "warning_out.h"
@@ -417,13 +420,53 @@ void Session::join_all() {
     running_.clear();
     for (auto& a : summaries_)
         for (auto& b : summaries_)
-            if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty()) a.replaced_by_exec = true;
+            if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty() && !a.replaced_by_exec) {
+                a.replaced_by_exec = true;
+                rewrite_continued_exec(a);
+            }
     for (auto& s : summaries_) s.ended = how_ended(s);
     std::stable_sort(summaries_.begin(), summaries_.end(), [&](const ProcessSummary& a, const ProcessSummary& b) {
         if ((a.pid == static_cast<uint32_t>(root_pid_)) != (b.pid == static_cast<uint32_t>(root_pid_)))
             return a.pid == static_cast<uint32_t>(root_pid_);
         return a.pid < b.pid;
     });
+}
+
+void Session::rewrite_continued_exec(ProcessSummary& s) const {
+    // Only an exec the agent noted: its memory was released as an exec's
+    // already, so only the words were wrong. summary.json must have been
+    // written the first time (else the summary says why not).
+    if (s.facts.exec_replaced || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec)) return;
+    std::string file = s.output_dir + "/summary.json";
+    for (auto& line : s.incomplete)
+        if (line.rfind(file + ":", 0) == 0) return;
+    ProcessSummary as_written = s;  // before the session marked it replaced
+    as_written.replaced_by_exec = false;
+    std::string said = ended_text(as_written, s.facts);
+    s.facts.exec_replaced = true;
+    std::string why;
+    Fd root = open_output_root(cfg_.output, why);
+    Fd dir(root ? files::open_dir(root.get(), fs::path(s.output_dir).filename().string(), false, why) : -1);
+    if (!dir || !files::replace(dir.get(), "summary.json", process_summary_json(s, s.facts), why)) {
+        s.incomplete.push_back(file + ": cannot write it again (its next image's capture came late): " + why +
+                               "; it says the exec went on without the agent");
+        return;
+    }
+    // --live: the view's last screen and snapshot said it too.
+    std::string now = ended_text(s, s.facts);
+    for (auto [name, from, to] : {std::tuple<const char*, std::string, std::string>{"live.txt", said, now},
+                                  {"live.json", Json(said).dump(), Json(now).dump()}}) {
+        int fd = openat(dir.get(), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        std::string text;
+        char buf[1 << 16];
+        for (ssize_t n; text.size() < (1u << 22) && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
+        close(fd);
+        if (size_t at = text.find(from); at != std::string::npos) {
+            text.replace(at, from.size(), to);
+            files::replace(dir.get(), name, text, why);  // a view's words: summary.json is what counts
+        }
+    }
 }
 
 std::string Session::agent_library_paths(std::vector<std::string>& out, std::string& error) {

@@ -48,6 +48,11 @@ public:
 private:
     void scan();
     void join_all();
+    // An image whose exec kept the agent, and whose next image made its
+    // capture only after the worker had stopped waiting for it (a loaded
+    // machine): the worker's summary.json said "without the agent". Written
+    // again once the session has seen the next capture.
+    void rewrite_continued_exec(ProcessSummary& s) const;
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
     // The agent and the selected collectors' target libraries; a collector

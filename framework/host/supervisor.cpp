@@ -293,7 +293,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 496,
+static_assert(sizeof(ProcessSummary) == 560,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -344,6 +344,15 @@ std::string encode(const ProcessSummary& s) {
     for (auto& l : s.warnings) w.s(l);
     w.s(s.rank);
     w.s(s.renamed_from);
+    const SummaryFacts& f = s.facts;
+    w.u(f.ppid);
+    w.s(f.rank);
+    w.u(f.steps);
+    w.u(f.wall_start_ns);
+    w.u(f.exec_replaced);
+    w.u(f.leaks_ran);
+    w.u(f.inefficient_ran);
+    w.u(static_cast<uint32_t>(f.wait_status));
     w.s("end");
     return w.out;
 }
@@ -398,6 +407,15 @@ bool decode(const std::string& in, ProcessSummary& s) {
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.warnings.push_back(r.s());
     s.rank = r.s();
     s.renamed_from = r.s();
+    SummaryFacts& f = s.facts;
+    f.ppid = static_cast<uint32_t>(r.u());
+    f.rank = r.s();
+    f.steps = r.u();
+    f.wall_start_ns = r.u();
+    f.exec_replaced = r.u() != 0;
+    f.leaks_ran = r.u() != 0;
+    f.inefficient_ran = r.u() != 0;
+    f.wait_status = static_cast<int32_t>(static_cast<uint32_t>(r.u()));
     return r.s() == "end" && r.ok && r.pos == in.size();
 }
 

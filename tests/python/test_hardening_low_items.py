@@ -477,3 +477,52 @@ def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, 
     assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
     assert summary["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False,
                                 "not_judged_before_start": {"blocks": 0, "bytes": 0}}, summary  # (went with the exec)
+
+
+def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_path):
+    # On a loaded machine the new image of an exec made its capture more
+    # than the 2 s the worker waits for it: the table said "replaced by exec"
+    # while summary.json said the new program did not load the agent (a
+    # static or set-user-ID program), as did its --live view's files.
+    # late_start's start-up is held (before the agent's constructor) until
+    # the first image's summary.json exists.
+    from conftest import CLI
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    env = dict(os.environ, MSMS_TEST_START_GATE=str(gate))
+    env.pop("LD_PRELOAD", None)
+    prog = test_bin / "late_start"
+    p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash", "-c",
+                          f"echo start; exec {prog}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        first = None
+        while first is None and p.poll() is None:  # the worker's summary.json: a barrier, not a delay
+            found = list((tmp_path / "out").glob("msmemscope_*_cpu/summary.json"))
+            first = found[0] if found else None
+        assert first is not None, p.communicate()
+        with open(gate, "w") as g:  # lets the new image start
+            g.write("go")
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "start\n" in out and "late image done\n" in out, out
+    assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/bash -c echo start; exec .*\) replaced by exec \(continued "
+                     r"in the next capture of this pid\)$", out, re.M), out
+    assert "without the agent" not in out, out
+    summaries = {f.parent.name: json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")}
+    assert len(summaries) == 2, summaries
+    (bash_image,) = [j for name, j in summaries.items() if not name.endswith("_exec1")]
+    assert bash_image["ended"] == {"how": "exec", "code": None,
+                                   "text": "replaced by exec (continued in the next capture of this pid)"}, bash_image
+    assert bash_image["leaks"]["allocations"] == 0 and bash_image["complete"], bash_image
+    # --live: the view's last screen and snapshot in that folder say so too.
+    (folder,) = [f.parent for f in (tmp_path / "out").glob("msmemscope_*_cpu/summary.json")]
+    assert json.loads((folder / "live.json").read_text())["ended"] == bash_image["ended"]["text"]
+    live = (folder / "live.txt").read_text()
+    assert "[finished: replaced by exec (continued in the next capture of this pid)]" in live, live
+    (new_image,) = [j for name, j in summaries.items() if name.endswith("_exec1")]
+    assert new_image["ended"]["text"] == "exited with code 0", new_image
+    assert not list((tmp_path / "out").glob("msmemscope_*/summary.json.tmp.*"))

@@ -265,16 +265,6 @@ def check_table(run):
     rows = run.table()
     assert len(rows) == len(run.dirs)
     for _, s in run.dirs:
-        if s["ended"]["how"] == "exec" and "torch_shm_manager without the agent" in s["ended"]["text"]:
-            # Not checked: a race of the host's (not fixed here). When the
-            # exec'ed torch_shm_manager's capture appears more than 2 s after
-            # the exec (a loaded machine), the image before it is reported,
-            # in its summary line and summary.json, as "replaced by exec of
-            # .../torch_shm_manager without the agent (... did not load it: a
-            # static or set-user-ID program)", while its next capture is
-            # there and the table, built after every process, says
-            # "replaced by exec".
-            continue
         peaks = "; ".join(f"{pool} {fmt(v['peak_bytes'])}" for pool, v in s["pools"].items()) or "-"
         if s["leaks"] is None or not s["leaks"]["exit_judged"] and s["ended"]["how"] == "exec":
             leaked = "-"
