@@ -342,3 +342,48 @@ def test_a_worker_the_dataloader_terminates(tmp_path):
         assert s["ended"]["text"] == "exited with code 0 (_exit after fork)", s["ended"]
         assert s["leaks"]["exit_judged"] is False and s["leaks"]["bytes"] == 0, s["leaks"]
     check_table(run)
+
+
+TAG_SCRIPT = r'''
+import json, os, sys
+import torch, msmemscope
+if sys.argv[1] == "file_system":
+    torch.multiprocessing.set_sharing_strategy("file_system")
+
+
+class Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.full((1000,), float(i))
+
+
+if __name__ == "__main__":
+    kept = []
+    for b in torch.utils.data.DataLoader(Items(), batch_size=4, num_workers=1):
+        msmemscope.describe.describer(b, owner="batch")
+        kept.append(b)
+    print(json.dumps({"pid": os.getpid(), "bytes": [t.storage().nbytes() for t in kept]}), flush=True)
+'''
+
+
+@pytest.mark.parametrize("strategy", ["fd", "file_system"])
+def test_describer_tags_a_received_batch(tmp_path, strategy):
+    # A describer tag names the storage's address; with file_system sharing
+    # that is 64 bytes into the mapping (the block), and the tag was ignored:
+    # the batches stayed PTA@shared_memory in the decompose table and rows.
+    (tmp_path / "tag.py").write_text(TAG_SCRIPT)
+    p = run_cli(["--device=cpu", "--analysis=decompose", "--output=out", "--", PY, "tag.py", strategy], tmp_path,
+                env={"PYTHONPATH": "", "PATH": "/usr/bin:/bin"}, timeout=300, check_rc=0)
+    (line,) = [l for l in p.stdout.splitlines() if l.startswith('{"pid"')]
+    torch_figures = json.loads(line)
+    mapping = sum(torch_figures["bytes"]) + 2 * (HEADER if strategy == "file_system" else 0)
+    (main,) = [d for d in process_dirs(tmp_path / "out")
+               if json.loads((d / "summary.json").read_text())["pid"] == torch_figures["pid"]]
+    owners = [a["owner"] for a in (parse_attr(r[9]) for r in csv.reader(open(dump_files(main)[0], newline="")))
+              if a.get("mapped") == "shared"]
+    assert owners == ["PTA@batch", "PTA@batch"], owners
+    main_part = p.stdout[p.stdout.index(f"msmemscope: pid {torch_figures['pid']} "):]
+    assert re.search(rf"^  PTA@batch +0 +{mapping} +2$", main_part, re.M), main_part  # (unmapped at the exit)
+    assert "PTA@shared_memory" not in main_part.split("\nmsmemscope: pid ")[0], main_part

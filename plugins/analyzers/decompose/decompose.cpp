@@ -3,8 +3,9 @@
 // CANN@<module> for HAL, PTA, PTA_WORKSPACE, ATB, MINDSPORE), then what the
 // collector already put in the MALLOC's `owner` (the Python collector: weight,
 // gradient, optimizer_state, ops@aten, the user's describer labels).
-// A later event that carries an `owner` Attr for a live block's address (an
-// ACCESS of an aten op, or a describer tag) relabels the block: its MALLOC
+// A later event that carries an `owner` Attr for a live block's address, or
+// an address inside it (an ACCESS of an aten op, or a describer tag)
+// relabels the block: its MALLOC
 // row is annotated, and the table counts the block under the owner it ended
 // with for its whole life, as its row and `--analyze` of the dump do
 // (owner_ledger.h).
@@ -93,8 +94,11 @@ public:
             std::string owner = owner_of(ev, attr(ev, "owner"));
             host_.add_attr("owner", owner);
             BlockKey k = block_key(ev);
-            if (const Block* old = live_.find(k)) release(*old);
-            Block b{ev.size, ev.id, owner_index(dev_key(ev), owner), kNoHandle};
+            if (const Block* old = live_.find(k)) {
+                release(*old);
+                if (old->allocation_id) by_id_.erase(old->allocation_id);
+            }
+            Block b{ev.size, ev.id, ev.allocation_id, owner_index(dev_key(ev), owner), kNoHandle};
             bool host = ev.type == MSMS_T_HOST;
             if (driver_pool(ev.type))
                 acquire(b, !host);
@@ -109,7 +113,10 @@ public:
             }
             // Relabels (below) reach framework-pool blocks only: the host heap
             // block under a PTA block has the same address and keeps HOST.
-            if (!driver_pool(ev.type)) by_ptr_.put(at_address(ev), ev.type);
+            if (!driver_pool(ev.type)) {
+                by_ptr_.put(at_address(ev), ev.type);
+                if (ev.allocation_id) by_id_[ev.allocation_id] = k;
+            }
         } else if (ev.kind == MSMS_EV_FREE) {
             // The image ended with the block live (exec, _exit after fork):
             // the table says what was live then, as the pool's final figure.
@@ -118,16 +125,29 @@ public:
             const Block* b = live_.find(k);
             if (!b) return;
             release(*b);
+            if (b->allocation_id) by_id_.erase(b->allocation_id);
             const uint16_t* type = by_ptr_.find(at_address(ev));
             if (type && *type == ev.type) by_ptr_.erase(at_address(ev));
             live_.erase(k);
         } else {
             std::string_view label = attr(ev, "owner");
             if (label.empty() || ev.ptr == 0) return;
-            const uint16_t* type = by_ptr_.find(at_address(ev));
-            if (!type) return;
-            BlockKey k{ev.device_kind, ev.device_id, *type, ev.ptr};
-            Block* found = live_.find(k);
+            BlockKey k{};
+            Block* found = nullptr;
+            if (const uint16_t* type = by_ptr_.find(at_address(ev))) {
+                k = BlockKey{ev.device_kind, ev.device_id, *type, ev.ptr};
+                found = live_.find(k);
+            }
+            // An address inside a block (the host gave the event the id of
+            // the framework block that holds it): a storage with torch's
+            // file_system header lies 64 bytes into its mapping.
+            if (!found && ev.allocation_id) {
+                auto it = by_id_.find(ev.allocation_id);
+                if (it != by_id_.end()) {
+                    k = it->second;
+                    found = live_.find(k);
+                }
+            }
             if (!found) return;
             msms_event as_malloc = ev;
             as_malloc.type = k.type;
@@ -182,6 +202,7 @@ private:
     static constexpr uint32_t kNoHandle = UINT32_MAX;
     struct Block {
         uint64_t size, malloc_id;
+        uint64_t allocation_id;  // the host's (Event.allocation_id), 0 if none
         uint32_t owner;
         uint32_t handle;  // the ledger's, for a framework-pool block; kNoHandle for a driver pool's
     };
@@ -243,6 +264,8 @@ private:
     // The framework-pool block live at each device address, by its pool
     // type (relabels name an address, not a pool).
     BlockTable<uint16_t> by_ptr_;
+    // The same blocks by allocation id: a relabel of an address inside one.
+    msms::AddrMap<BlockKey> by_id_;
     bool pending_host_ = false;  // the last event was a host MALLOC (peak not yet counted)
     BlockKey pending_key_{};
 };

@@ -75,6 +75,32 @@ TEST_CASE("an owner label arriving later relabels the block and annotates its MA
     CHECK(h.findings["owners"][0]["allocations"] == "1");
 }
 
+TEST_CASE("a label for an address inside a block relabels the block that holds it") {
+    // torch's file_system sharing: a received DataLoader batch's storage lies
+    // 64 bytes into its mapping (the block); the tag names the storage's
+    // address, and the host gives the event the holding block's id.
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x1000, 16064, MSMS_T_PTA).attr("owner", "shared_memory").id(5).allocation_id(41));
+    h.feed(EventBuilder::malloc(0x9000, 64, MSMS_T_PTA).attr("owner", "ops@aten").id(6).allocation_id(42));
+    h.feed(EventBuilder::access(0x1040).attr("owner", "batch").id(7).allocation_id(41));
+    CHECK(h.annotations[5]["owner"] == "PTA@batch");
+    CHECK(h.annotations.count(6) == 0);
+    // no block holds it (no id from the host): nothing changes
+    h.feed(EventBuilder::access(0x5000).attr("owner", "weight").id(8));
+    // a freed block's id is no block's any more
+    h.feed(EventBuilder::free(0x9000, MSMS_T_PTA).id(9).allocation_id(42));
+    h.feed(EventBuilder::access(0x9010).attr("owner", "weight").id(10).allocation_id(42));
+    CHECK(h.annotations.count(6) == 0);
+    REQUIRE(h.finish() == MSMS_OK);
+    std::map<std::string, std::map<std::string, std::string>> by_owner;
+    for (auto& f : h.findings["owners"]) by_owner[f["owner"]] = f;
+    CHECK(by_owner["PTA@batch"]["live_bytes"] == "16064");
+    CHECK(by_owner.count("PTA@shared_memory") == 0);
+    CHECK(by_owner.count("PTA@weight") == 0);
+}
+
 TEST_CASE("a block counts under the owner it ended with for its whole life, as its row does") {
     // backward(): a gradient is made inside an operator while the operator's
     // scratch is live; the tag comes after the scratch is gone
