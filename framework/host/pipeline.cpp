@@ -517,10 +517,17 @@ void Pipeline::shadow_frees_at_end(size_t first_consumer, bool image_ended) {
     if (unseen_frees_)
         log(0, std::to_string(unseen_frees_) + " free(s) of blocks allocated before collection started were not "
                "written (no MALLOC to pair with)");
+    // How such a block was made unseen: before an attach; with the Python
+    // API alone, before the hooks went in at start(); under the CLI, whose
+    // hooks are in from the program's start, through an entry point they do
+    // not cover (a function looked up in the driver's own handle).
+    const char* made = cfg_.attach_pid ? "made before the attach"
+                       : !cfg_.serve_session.empty()
+                           ? "made before the hooks went in: without the CLI, before the first msmemscope.start()"
+                           : "made through an entry point the hooks do not cover";
     for (auto& [pool, n] : unseen_device_frees_)
-        log(1, pool + ": " + std::to_string(n) + " free(s) of block(s) whose allocation was never recorded (made "
-                      "before the hooks went in: without the CLI, before the first msmemscope.start()) were not "
-                      "written; the pool's figures and the leak analysis leave those blocks out");
+        log(1, pool + ": " + std::to_string(n) + " free(s) of block(s) whose allocation was never recorded (" + made +
+                   ") were not written; the pool's figures and the leak analysis leave those blocks out");
     unseen_device_frees_.clear();
 }
 
