@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <signal.h>
@@ -798,6 +799,24 @@ void before_exec(const char* path, char* const envp[]) {
     channel_note_exec(shown, keeps_agent(envp));
 }
 
+// The program an exec by descriptor runs (fexecve, execveat: Python's
+// os.execve(fd, ...)), as /proc names the descriptor's file, joined with
+// `rel` when one is given relative to a folder's descriptor.
+void before_exec_at(int fd, const char* rel, char* const envp[]) {
+    if (rel && rel[0] == '/') return before_exec(rel, envp);
+    if (fd == AT_FDCWD) return before_exec(rel, envp);
+    char link[64], target[4096];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof(target) - 1);
+    if (n < 0) n = 0;
+    target[n] = 0;
+    if (rel && rel[0] && static_cast<size_t>(n) + 1 + strlen(rel) < sizeof(target)) {
+        strcat(target, "/");
+        strcat(target, rel);
+    }
+    channel_note_exec(target[0] ? target : "?", keeps_agent(envp));
+}
+
 template <typename Fn>
 Fn real_fn(const char* name) {
     return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
@@ -831,6 +850,25 @@ __attribute__((visibility("default"))) int execve(const char* path, char* const 
     fn real = real_fn<fn>("execve");
     before_exec(path, envp);
     return after_exec(real(path, argv, envp));
+}
+
+__attribute__((visibility("default"))) int fexecve(int fd, char* const argv[], char* const envp[]) {
+    using fn = int (*)(int, char* const[], char* const[]);
+    fn real = real_fn<fn>("fexecve");
+    before_exec_at(fd, nullptr, envp);
+    return after_exec(real(fd, argv, envp));
+}
+
+__attribute__((visibility("default"))) int execveat(int dirfd, const char* path, char* const argv[],
+                                                    char* const envp[], int flags) {
+    using fn = int (*)(int, const char*, char* const[], char* const[], int);
+    fn real = real_fn<fn>("execveat");
+    if (!real) {  // a libc without the wrapper (before glibc 2.34)
+        errno = ENOSYS;
+        return -1;
+    }
+    before_exec_at(dirfd, path, envp);
+    return after_exec(real(dirfd, path, argv, envp, flags));
 }
 
 __attribute__((visibility("default"))) int execv(const char* path, char* const argv[]) {

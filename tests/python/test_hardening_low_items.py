@@ -457,6 +457,52 @@ def test_exec_that_drops_the_agent_is_named_not_a_kill(cli, test_bin, tmp_path):
     assert len(failed) == 1 and failed[0]["leaks"]["allocations"] > 0, summaries
 
 
+@pytest.mark.parametrize("how", ["fexecve", "execveat", "execveat-rel", "python"])
+def test_exec_by_descriptor_is_named_as_any_exec(cli, test_bin, tmp_path, how):
+    # fexecve/execveat (Python's os.execve(fd, ...)) went unnoted: the image
+    # read as the new program's exit, and the block it held at the exec as
+    # leaked. Without LD_PRELOAD in the new environment (drop), and with it
+    # (keep: the new image recorded as the next capture of the pid).
+    def run(env):
+        if how == "python":
+            program = ["/usr/bin/python3", "-c",
+                       "import os; held = bytearray(5000); fd = os.open('/usr/bin/true', os.O_RDONLY); "
+                       f"os.execve(fd, ['/usr/bin/true'], {{}} if {env == 'drop'} else os.environ)"]
+        else:
+            program = [test_bin / "exec_by_fd", how, env, "/usr/bin/true"]
+        p = cli(["--device=cpu", "--analysis=leaks", "--output=" + env, "--"] + program, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        return p.stdout, [json.loads(f.read_text()) for f in (tmp_path / env).glob("msmemscope_*/summary.json")]
+
+    out, summaries = run("drop")
+    words = ("replaced by exec of /usr/bin/true without the agent (the new program's environment does not preload "
+             "it, e.g. env -i)")
+    assert re.search(rf"^msmemscope: pid \d+ \(.*\) {re.escape(words)}; then exited with code 0$", out, re.M), out
+    assert "still allocated" not in out and "leaked" not in out, out
+    (summary,) = summaries
+    assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
+    assert summary["leaks"]["allocations"] == 0 and summary["leaks"]["exit_judged"] is False, summary
+
+    out, summaries = run("keep")
+    assert re.search(r"^msmemscope: pid \d+ \(.*\) replaced by exec \(continued in the next capture of this "
+                     r"pid\)$", out, re.M), out
+    assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/true\) exited with code 0$", out, re.M), out
+    assert sorted(s["ended"]["text"] for s in summaries) == [
+        "exited with code 0", "replaced by exec (continued in the next capture of this pid)"], summaries
+
+
+def test_exec_by_descriptor_that_fails_is_taken_back(cli, test_bin, tmp_path):
+    # The exec is noted before it is made; one that fails is taken back: the
+    # program goes on, its exit and its leak are its own.
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", test_bin / "exec_by_fd", "execveat-rel", "drop",
+             "/usr/bin/no-such-program"], cwd=tmp_path)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "exec: No such file or directory" in p.stderr, p.stderr
+    assert re.search(r"^msmemscope: pid \d+ \(.*exec_by_fd execveat-rel drop /usr/bin/no-such-program\) exited with "
+                     r"code 3$", p.stdout, re.M), p.stdout
+    assert "Host memory still allocated at exit on device cpu: 1 block(s), 5000 bytes" in p.stdout, p.stdout
+
+
 def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, tmp_path):
     # A static program ignores LD_PRELOAD: the exec kept the agent in the
     # environment, yet no capture of the new image follows. The bash image
