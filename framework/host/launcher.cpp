@@ -129,6 +129,11 @@ def _msmemscope_boot():
         restore_environment()
         sys.stderr.write('msmemscope: warning: cannot load the msmemscope package (%s); '
                          'this Python process is profiled without its Python-side collectors\n' % e)
+        try:  # the interpreter's start-up ends here all the same (framework/agent/agent.cpp)
+            import ctypes
+            ctypes.CDLL(None).msms_agent_python_started()
+        except Exception:
+            pass
         return
     _boot.run(restore_environment)
 
