@@ -91,8 +91,9 @@ inline bool want_stacks() {
 // as a leak at an unknown site in every Python process of a run. A block a
 // program embedding Python allocates before Py_Initialize gets its own
 // stack and site, so nothing of the program's is hidden. An interpreter
-// run with -I, -E or -S never runs the boot, nor one of a session without
-// the boot (python_boot_prepare): no window (its start-up reads
+// run with -I, -E or -S has its boot run by the agent's audit hook, which
+// ends the window (python_boot.cpp); one that cannot (debug allocators),
+// or one of a session without the boot (python_boot_prepare): no window (its start-up reads
 // as an unknown site again, but its program's own blocks are never taken
 // for the interpreter's). A boot that could not load the package closes it
 // too (the CLI's sitecustomize.py, through ctypes); kStartupBlocks bounds it

@@ -157,7 +157,8 @@ def _msmemscope_chain():
 
 
 _msmemscope_boot()
-_msmemscope_chain()
+if not globals().get('_msmemscope_site_ran'):  # (the agent runs this file itself under -I, -E, -S)
+    _msmemscope_chain()
 del _msmemscope_boot, _msmemscope_chain
 )PY";
     if (!files::replace(py.get(), "sitecustomize.py", f.str(), why, 0644)) {

@@ -12,6 +12,8 @@ get a short C stack, so the leak analysis's built-in list knows them by their
 site (the interpreter, libc's locale tables, the loader); a program that embeds
 Python keeps its own blocks from before Py_Initialize, with their site."""
 import json
+import os
+import subprocess
 import textwrap
 import re
 
@@ -134,19 +136,54 @@ def test_with_python_stacks_the_one_leak_is_the_programs_line(cli, tmp_path):
 
 
 @pytest.mark.parametrize("flag", ["-I", "-E", "-S"])
-def test_an_interpreter_that_skips_the_boot_hides_nothing_of_the_program(cli, tmp_path, flag):
-    # -I and -E ignore PYTHONPATH, -S imports no site: the boot never runs,
-    # so nothing would end the start-up window before the program's own
-    # code. There is none: the program's blocks are never taken for the
-    # interpreter's (its start-up is an unknown site again, as before).
+def test_an_interpreter_that_skips_the_site_hook_is_booted_by_the_agent(cli, tmp_path, flag):
+    # -I and -E ignore PYTHONPATH, -S imports no site: the CLI's
+    # sitecustomize is never imported. They printed a warning and ran
+    # without the Python side (no Python stacks, no PyTorch collectors; the
+    # interpreter's start-up and every import's heap at an unknown site).
+    # The agent now runs the boot itself, from an audit hook, before the
+    # program's first line (framework/agent/python_boot.cpp): the report is
+    # the program's two leaks, at their lines with Python stacks, as without
+    # the flag; the program's sys.path is its own.
+    (tmp_path / "prog.py").write_text(PROG_TWO + "import sys\nprint('path', sys.path)\n")
+    plain = subprocess.run([PY, flag, "prog.py"], cwd=tmp_path, capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=""))
+    (own_path,) = [line for line in plain.stdout.splitlines() if line.startswith("path ")]
+    for args in ([], ["--call-stack=python"]):
+        p, folder = run(cli, tmp_path, "out%d" % len(args), args, [PY, flag, "prog.py"])
+        assert "kept" in p.stdout and own_path in p.stdout.splitlines(), p.stdout
+        assert re.search(rf"^msmemscope: pid (\d+) \({PY} {flag} prog.py\) exited with code 0$", p.stdout, re.M)
+        assert "never imports msmemscope's sitecustomize" not in p.stderr, p.stderr
+        if args:
+            assert sorted((b, n, s.rpartition("/")[2]) for b, n, s in leak_sites(p.stdout)) == [
+                (1, KEPT, "prog.py(4): <module>"), (1, PYOBJ + 1, "prog.py(5): <module>")], p.stdout
+        else:
+            assert leak_sites(p.stdout) == [(2, KEPT + PYOBJ + 1, "an unknown site (collect stacks with "
+                                             "--call-stack=c)")], p.stdout
+        assert json.loads((folder / "summary.json").read_text())["leaks"]["bytes"] == KEPT + PYOBJ + 1
+
+
+@pytest.mark.parametrize("how", [["-I", "-X", "dev"], ["-IXdev"], ["-S"]])
+def test_with_the_debug_allocators_the_skipped_boot_is_said_and_hides_nothing(cli, tmp_path, how):
+    # The agent's audit hook is allocated before the interpreter sets up its
+    # allocators; with the debug ones (-X dev, PYTHONDEVMODE) its exit frees
+    # it with them and aborts (_PyMem_DebugRawFree: bad ID). Then the
+    # process runs without the Python side, says so, and nothing of the
+    # program's is taken for the interpreter's start-up.
     (tmp_path / "prog.py").write_text(PROG_TWO)
-    p, folder = run(cli, tmp_path, "out", [], [PY, flag, "prog.py"])
+    env = {"PYTHONPATH": "", "PYTHONDEVMODE": "1"} if how == ["-S"] else {"PYTHONPATH": ""}
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY] + how + ["prog.py"], tmp_path, env=env,
+            check_rc=0)
+    (folder,) = process_dirs(tmp_path / "out")
     assert "kept" in p.stdout
+    flag = how[0][:2]
     why = "imports no site module" if flag == "-S" else "ignores PYTHONPATH"
-    (pid,) = re.findall(rf"^msmemscope: pid (\d+) \({PY} {flag} prog.py\) exited with code 0$", p.stdout, re.M)
+    (pid,) = re.findall(rf"^msmemscope: pid (\d+) \({PY} {' '.join(how)} prog.py\) exited with code 0$", p.stdout,
+                        re.M)
     assert (f"msmemscope: warning: pid {pid}: Python run with {flag} {why}, so it never imports msmemscope's "
-            "sitecustomize: no Python-side collection (no Python stacks, no PyTorch tensors or operators); its host memory is recorded\n") in p.stderr, \
-        p.stderr
+            "sitecustomize, and with the interpreter's debug allocators (-X dev, PYTHONDEVMODE, PYTHONMALLOC=debug, "
+            "a debug build) msmemscope cannot run it itself: no Python-side collection (no Python stacks, no "
+            "PyTorch tensors or operators); its host memory is recorded\n") in p.stderr, p.stderr
     leaks = json.loads((folder / "summary.json").read_text())["leaks"]
     assert leaks["bytes"] >= KEPT + PYOBJ + 1, (leaks, p.stdout)
     rows, _ = kept_row(folder)
