@@ -126,14 +126,23 @@ def _msmemscope_boot():
     try:
         from msmemscope import _boot
     except Exception as e:  # the package cannot load: run the program untouched
-        restore_environment()
+        try:
+            # Through the agent itself (sdk/include/msmemscope/agent.h): the
+            # strings libc's setenv keeps are the profiler's, not the
+            # program's leak, and the interpreter's start-up ends here
+            # all the same (framework/agent/agent.cpp).
+            import ctypes
+            agent = ctypes.CDLL(None)
+            agent.msms_agent_hooks_off()
+            try:
+                restore_environment()
+            finally:
+                agent.msms_agent_leave()
+            agent.msms_agent_python_started()
+        except Exception:
+            restore_environment()
         sys.stderr.write('msmemscope: warning: cannot load the msmemscope package (%s); '
                          'this Python process is profiled without its Python-side collectors\n' % e)
-        try:  # the interpreter's start-up ends here all the same (framework/agent/agent.cpp)
-            import ctypes
-            ctypes.CDLL(None).msms_agent_python_started()
-        except Exception:
-            pass
         return
     _boot.run(restore_environment)
 

@@ -217,6 +217,42 @@ def test_a_start_up_that_compiles_the_standard_library_is_still_the_start_ups(cl
                                                                     "--call-stack=c]")]) > 16384, (optimize, args)
 
 
+def other_python():
+    """A CPython of another minor version than the one the package's extension
+    was built for (PY), so that the boot cannot load it; None if there is none."""
+    import glob
+    import shutil
+    import sys
+    mine = "python%d.%d" % sys.version_info[:2]
+    found = [shutil.which("python3.%d" % minor) for minor in range(8, 15)]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*")))
+    for exe in found:
+        if exe and re.search(r"python3\.\d+$", exe) and not exe.endswith(mine) and os.access(exe, os.X_OK):
+            with open(exe, "rb") as f:
+                if f.read(4) == b"\x7fELF":  # the interpreter, not a launcher script (pyenv's shims)
+                    return exe
+    return None
+
+
+def test_a_boot_that_cannot_load_the_package_leaves_the_program_its_own(cli, tmp_path):
+    # A Python other than the build's (a pyenv or conda one) cannot load the
+    # extension: the boot gives up with a warning. The start-up window went on
+    # giving the program's blocks a C stack (the KEPT block's site was libffi
+    # with no stacks asked), and the PYTHONPATH the boot gave back to the
+    # program was set with the hooks on: 36 bytes of libc's setenv (its
+    # string, its tsearch node) were leaks of the program's.
+    exe = other_python()
+    if exe is None:
+        pytest.skip("no CPython of another version than %s here" % PY)
+    (tmp_path / "prog.py").write_text(PROG)
+    p, folder = run(cli, tmp_path, "out", [], [exe, "prog.py"])
+    assert "kept" in p.stdout
+    assert "msmemscope: warning: cannot load the msmemscope package (" in p.stderr, p.stderr
+    assert leak_sites(p.stdout) == [(1, KEPT, "an unknown site (collect stacks with --call-stack=c)")], p.stdout
+    _, kept = kept_row(folder)
+    assert kept["Call Stack(C)"] == "", kept
+
+
 def test_with_c_and_python_stacks_a_python_objects_leak_is_its_line(cli, tmp_path):
     # Its C site is the interpreter's (as for every Python object): the
     # built-in list took it for the interpreter's own, and the report
