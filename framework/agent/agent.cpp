@@ -92,13 +92,20 @@ inline bool want_stacks() {
 // as a leak at an unknown site in every Python process of a run. A block a
 // program embedding Python allocates before Py_Initialize gets its own
 // stack and site, so nothing of the program's is hidden. An interpreter
-// run with -I, -E or -S never runs the boot, nor one of a session without
-// the boot (python_boot_prepare): no window (its start-up reads
+// run with -I, -E or -S has its boot run by the agent's audit hook, which
+// ends the window (python_boot.cpp); one that cannot (debug allocators),
+// or one of a session without the boot (python_boot_prepare): no window (its start-up reads
 // as an unknown site again, but its program's own blocks are never taken
-// for the interpreter's). At most kStartupBlocks blocks otherwise (a boot
-// that could not load the package).
+// for the interpreter's). A boot that could not load the package closes it
+// too (the CLI's sitecustomize.py, through ctypes); kStartupBlocks bounds it
+// only should nothing close it. The bound is far above any start-up: one
+// that compiles the standard library from source (`python3 -O` where no
+// .opt-1.pyc is installed, as on Debian; an empty pycache_prefix; an image
+// whose .pyc were deleted) takes ~20000 blocks before the boot, and with the
+// former bound of 16384 what it kept after that (~77 KB) was a leak at an
+// unknown site of every such run.
 constexpr uint32_t kStartupDepth = 8;
-constexpr uint32_t kStartupBlocks = 16384;
+constexpr uint32_t kStartupBlocks = 1u << 20;
 std::atomic<uint32_t> g_startup_left{0};
 uint32_t g_startup_paused = 0;  // what was left when the program's own code began (start-up is single-threaded)
 

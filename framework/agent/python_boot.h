@@ -13,8 +13,10 @@
 // their own environment.
 //
 // Interpreters started with -E or -I ignore PYTHONPATH, and -S imports no
-// sitecustomize: they run without the Python-side collectors (host memory is
-// still recorded).
+// sitecustomize: the agent runs the sitecustomize itself from an audit hook
+// at the first cpython.run_* event (python_boot.cpp); only where the
+// interpreter will use its debug allocators do they run without the
+// Python-side collectors (host memory is still recorded), and say so.
 #pragma once
 
 namespace msms::agent {
@@ -26,17 +28,19 @@ bool is_python_interpreter();
 // The option of the interpreter's command line that turns off what runs the
 // boot: 'I' or 'E' (PYTHONPATH ignored), 'S' (no site module, no
 // sitecustomize); 0 when none does. Reads /proc/self/cmdline as CPython
-// parses its options (up to -c, -m, the script or "--"). Without the boot
-// nothing ends the start-up window (framework/agent/agent.cpp) before the
-// program's own code runs, and the Python-side collectors never start
-// (python_boot_prepare says so on stderr).
+// parses its options (up to -c, -m, the script or "--"), and notes -X dev
+// on the way. python_boot_prepare then runs the boot from an audit hook; where
+// it cannot, nothing ends the start-up window (framework/agent/agent.cpp)
+// before the program's own code runs, and the Python-side collectors never
+// start (python_boot_prepare says so on stderr).
 char python_skips_boot();
 
 // Called once from the agent's constructor, single-threaded, before the
 // program's main: prepends MSMEMSCOPE_PYTHON_PATH to PYTHONPATH when the
 // process is a CPython interpreter. Never fails the program.
 // Returns whether the process is a CPython interpreter that will run the
-// boot (the start-up window closes there, framework/agent/agent.cpp).
+// boot (the start-up window closes there, framework/agent/agent.cpp): its
+// sitecustomize, or the agent's audit hook under -I, -E or -S.
 bool python_boot_prepare();
 
 }  // namespace msms::agent

@@ -126,7 +126,21 @@ def _msmemscope_boot():
     try:
         from msmemscope import _boot
     except Exception as e:  # the package cannot load: run the program untouched
-        restore_environment()
+        try:
+            # Through the agent itself (sdk/include/msmemscope/agent.h): the
+            # strings libc's setenv keeps are the profiler's, not the
+            # program's leak, and the interpreter's start-up ends here
+            # all the same (framework/agent/agent.cpp).
+            import ctypes
+            agent = ctypes.CDLL(None)
+            agent.msms_agent_hooks_off()
+            try:
+                restore_environment()
+            finally:
+                agent.msms_agent_leave()
+            agent.msms_agent_python_started()
+        except Exception:
+            restore_environment()
         sys.stderr.write('msmemscope: warning: cannot load the msmemscope package (%s); '
                          'this Python process is profiled without its Python-side collectors\n' % e)
         return
@@ -152,7 +166,8 @@ def _msmemscope_chain():
 
 
 _msmemscope_boot()
-_msmemscope_chain()
+if not globals().get('_msmemscope_site_ran'):  # (the agent runs this file itself under -I, -E, -S)
+    _msmemscope_chain()
 del _msmemscope_boot, _msmemscope_chain
 )PY";
     if (!files::replace(py.get(), "sitecustomize.py", f.str(), why, 0644)) {

@@ -220,3 +220,38 @@ def test_the_warm_up_note_counts_what_outlived_the_steps(tmp_path):
     assert ("  Note: steps 0 and 1 are warm-up and not checked for leaks; on device cpu, 3 block(s) "
             f"({256 + 32 + 31337 * 4} bytes) allocated then were still live when step 6 (the last) ended and were "
             "not judged.") in p.stdout.splitlines(), p.stdout
+
+
+LAST = '''import torch
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.ones(4, 8)
+kept = []
+for step in range(6):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    kept.append(torch.ones(31337))  # kept from every step on: a leak repeated every step
+print("kept", len(kept))
+'''
+
+
+def test_the_last_steps_blocks_are_said_not_judged(tmp_path):
+    # Each optimizer step ends a step; the tensor kept after it is the next
+    # step's: steps 2..7 keep one each. A block is judged when the step after
+    # its own ends, so the report has steps 2-5 (4 of the 6 kept), and said
+    # nothing of the two others: "leaked in 4 allocation(s)" was all a user
+    # learned of a script that keeps one tensor a step. The one of step 6
+    # (the last to end) was still live when it ended, and is said now.
+    (tmp_path / "last.py").write_text(LAST)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--call-stack=python", f"--output={tmp_path}/out", "--", PY,
+                 "last.py"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+    lines = p.stdout.splitlines()
+    assert "kept 6" in lines
+    assert f"====== SUMMARY: {4 * 31337 * 4 / 1048576:g} Mb(s) leaked in 4 allocation(s) ======" in lines, p.stdout
+    assert ("    4 block(s), 501392 bytes (steps 2-5): allocated by: operator torch._ops.aten.ones.default, "
+            f"called from {tmp_path}/last.py(11): <module>") in lines, p.stdout
+    assert ("  Note: a block is judged once the step after its own has ended; on device cpu, 1 block(s) "
+            f"({31337 * 4} bytes) allocated in step 6 (the last) were still live when it ended and were not "
+            "judged, nor was what was allocated after it.") in lines, p.stdout

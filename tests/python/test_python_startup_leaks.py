@@ -12,6 +12,8 @@ get a short C stack, so the leak analysis's built-in list knows them by their
 site (the interpreter, libc's locale tables, the loader); a program that embeds
 Python keeps its own blocks from before Py_Initialize, with their site."""
 import json
+import os
+import subprocess
 import textwrap
 import re
 
@@ -134,19 +136,54 @@ def test_with_python_stacks_the_one_leak_is_the_programs_line(cli, tmp_path):
 
 
 @pytest.mark.parametrize("flag", ["-I", "-E", "-S"])
-def test_an_interpreter_that_skips_the_boot_hides_nothing_of_the_program(cli, tmp_path, flag):
-    # -I and -E ignore PYTHONPATH, -S imports no site: the boot never runs,
-    # so nothing would end the start-up window before the program's own
-    # code. There is none: the program's blocks are never taken for the
-    # interpreter's (its start-up is an unknown site again, as before).
+def test_an_interpreter_that_skips_the_site_hook_is_booted_by_the_agent(cli, tmp_path, flag):
+    # -I and -E ignore PYTHONPATH, -S imports no site: the CLI's
+    # sitecustomize is never imported. They printed a warning and ran
+    # without the Python side (no Python stacks, no PyTorch collectors; the
+    # interpreter's start-up and every import's heap at an unknown site).
+    # The agent now runs the boot itself, from an audit hook, before the
+    # program's first line (framework/agent/python_boot.cpp): the report is
+    # the program's two leaks, at their lines with Python stacks, as without
+    # the flag; the program's sys.path is its own.
+    (tmp_path / "prog.py").write_text(PROG_TWO + "import sys\nprint('path', sys.path)\n")
+    plain = subprocess.run([PY, flag, "prog.py"], cwd=tmp_path, capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=""))
+    (own_path,) = [line for line in plain.stdout.splitlines() if line.startswith("path ")]
+    for args in ([], ["--call-stack=python"]):
+        p, folder = run(cli, tmp_path, "out%d" % len(args), args, [PY, flag, "prog.py"])
+        assert "kept" in p.stdout and own_path in p.stdout.splitlines(), p.stdout
+        assert re.search(rf"^msmemscope: pid (\d+) \({PY} {flag} prog.py\) exited with code 0$", p.stdout, re.M)
+        assert "never imports msmemscope's sitecustomize" not in p.stderr, p.stderr
+        if args:
+            assert sorted((b, n, s.rpartition("/")[2]) for b, n, s in leak_sites(p.stdout)) == [
+                (1, KEPT, "prog.py(4): <module>"), (1, PYOBJ + 1, "prog.py(5): <module>")], p.stdout
+        else:
+            assert leak_sites(p.stdout) == [(2, KEPT + PYOBJ + 1, "an unknown site (collect stacks with "
+                                             "--call-stack=c)")], p.stdout
+        assert json.loads((folder / "summary.json").read_text())["leaks"]["bytes"] == KEPT + PYOBJ + 1
+
+
+@pytest.mark.parametrize("how", [["-I", "-X", "dev"], ["-IXdev"], ["-S"]])
+def test_with_the_debug_allocators_the_skipped_boot_is_said_and_hides_nothing(cli, tmp_path, how):
+    # The agent's audit hook is allocated before the interpreter sets up its
+    # allocators; with the debug ones (-X dev, PYTHONDEVMODE) its exit frees
+    # it with them and aborts (_PyMem_DebugRawFree: bad ID). Then the
+    # process runs without the Python side, says so, and nothing of the
+    # program's is taken for the interpreter's start-up.
     (tmp_path / "prog.py").write_text(PROG_TWO)
-    p, folder = run(cli, tmp_path, "out", [], [PY, flag, "prog.py"])
+    env = {"PYTHONPATH": "", "PYTHONDEVMODE": "1"} if how == ["-S"] else {"PYTHONPATH": ""}
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY] + how + ["prog.py"], tmp_path, env=env,
+            check_rc=0)
+    (folder,) = process_dirs(tmp_path / "out")
     assert "kept" in p.stdout
+    flag = how[0][:2]
     why = "imports no site module" if flag == "-S" else "ignores PYTHONPATH"
-    (pid,) = re.findall(rf"^msmemscope: pid (\d+) \({PY} {flag} prog.py\) exited with code 0$", p.stdout, re.M)
+    (pid,) = re.findall(rf"^msmemscope: pid (\d+) \({PY} {' '.join(how)} prog.py\) exited with code 0$", p.stdout,
+                        re.M)
     assert (f"msmemscope: warning: pid {pid}: Python run with {flag} {why}, so it never imports msmemscope's "
-            "sitecustomize: no Python-side collection (no Python stacks, no PyTorch tensors or operators); its host memory is recorded\n") in p.stderr, \
-        p.stderr
+            "sitecustomize, and with the interpreter's debug allocators (-X dev, PYTHONDEVMODE, PYTHONMALLOC=debug, "
+            "a debug build) msmemscope cannot run it itself: no Python-side collection (no Python stacks, no "
+            "PyTorch tensors or operators); its host memory is recorded\n") in p.stderr, p.stderr
     leaks = json.loads((folder / "summary.json").read_text())["leaks"]
     assert leaks["bytes"] >= KEPT + PYOBJ + 1, (leaks, p.stdout)
     rows, _ = kept_row(folder)
@@ -154,6 +191,66 @@ def test_an_interpreter_that_skips_the_boot_hides_nothing_of_the_program(cli, tm
     loader = "\n[the dynamic loader's block (thread-local storage, dlopen): a C stack taken without --call-stack=c]"
     assert not [r for r in rows if r["Call Stack(C)"] and not r["Call Stack(C)"].endswith(loader)], \
         "start-up stacks taken"
+
+
+@pytest.mark.parametrize("optimize", [[], ["-O"]])
+def test_a_start_up_that_compiles_the_standard_library_is_still_the_start_ups(cli, tmp_path, optimize):
+    # `python3 -O` reads the standard library's .opt-1.pyc, which Debian does
+    # not ship (nor a pycache_prefix that is empty, nor an image whose .pyc
+    # were deleted): the start-up compiles site, os, encodings ... from
+    # source, about 20000 blocks before the boot. The window stopped after
+    # 16384, and what the start-up keeps after that (9 blocks, 77192 bytes)
+    # was a leak "at an unknown site" of every such run.
+    (tmp_path / "prog.py").write_text(PROG)
+    (tmp_path / "nopyc").mkdir()
+    program = [PY] + optimize + ["-B", "-X", f"pycache_prefix={tmp_path / 'nopyc'}", "prog.py"]
+    for args in ([], ["--call-stack=python"]):
+        p, folder = run(cli, tmp_path, "out%d%d" % (len(optimize), len(args)), args, program)
+        assert "kept" in p.stdout
+        site = "prog.py(4): <module>" if args else "an unknown site (collect stacks with --call-stack=c)"
+        assert [(b, n, s.rpartition("/")[2]) for b, n, s in leak_sites(p.stdout)] == [(1, KEPT, site)], \
+            (optimize, args, p.stdout)
+        assert json.loads((folder / "summary.json").read_text())["leaks"]["bytes"] == KEPT, (optimize, args)
+        # the window was longer than the bound that used to end it
+        rows, _ = kept_row(folder)
+        assert len([r for r in rows if r["Call Stack(C)"].endswith("[CPython's start-up: a C stack taken without "
+                                                                    "--call-stack=c]")]) > 16384, (optimize, args)
+
+
+def other_python():
+    """A CPython of another minor version than the one the package's extension
+    was built for (PY), so that the boot cannot load it; None if there is none."""
+    import glob
+    import shutil
+    import sys
+    mine = "python%d.%d" % sys.version_info[:2]
+    found = [shutil.which("python3.%d" % minor) for minor in range(8, 15)]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*")))
+    for exe in found:
+        if exe and re.search(r"python3\.\d+$", exe) and not exe.endswith(mine) and os.access(exe, os.X_OK):
+            with open(exe, "rb") as f:
+                if f.read(4) == b"\x7fELF":  # the interpreter, not a launcher script (pyenv's shims)
+                    return exe
+    return None
+
+
+def test_a_boot_that_cannot_load_the_package_leaves_the_program_its_own(cli, tmp_path):
+    # A Python other than the build's (a pyenv or conda one) cannot load the
+    # extension: the boot gives up with a warning. The start-up window went on
+    # giving the program's blocks a C stack (the KEPT block's site was libffi
+    # with no stacks asked), and the PYTHONPATH the boot gave back to the
+    # program was set with the hooks on: 36 bytes of libc's setenv (its
+    # string, its tsearch node) were leaks of the program's.
+    exe = other_python()
+    if exe is None:
+        pytest.skip("no CPython of another version than %s here" % PY)
+    (tmp_path / "prog.py").write_text(PROG)
+    p, folder = run(cli, tmp_path, "out", [], [exe, "prog.py"])
+    assert "kept" in p.stdout
+    assert "msmemscope: warning: cannot load the msmemscope package (" in p.stderr, p.stderr
+    assert leak_sites(p.stdout) == [(1, KEPT, "an unknown site (collect stacks with --call-stack=c)")], p.stdout
+    _, kept = kept_row(folder)
+    assert kept["Call Stack(C)"] == "", kept
 
 
 def test_with_c_and_python_stacks_a_python_objects_leak_is_its_line(cli, tmp_path):

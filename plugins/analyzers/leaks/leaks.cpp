@@ -319,6 +319,9 @@ private:
         // note's figures: at exit a Python program's teardown has freed them).
         uint64_t warm_live = 0, warm_bytes = 0, warm_step = 0;
         uint64_t setup_live = 0, setup_bytes = 0;  // the same for DDP's rebuilt buckets
+        // The last step's own blocks still live when it ended: judged only
+        // when the step after theirs ends, which never came (the note's figures).
+        uint64_t last_live = 0, last_bytes = 0;
     };
 
     // The Python stack of an event that also has a C one (stack_of took the C one).
@@ -469,7 +472,7 @@ private:
             };
             std::map<uint16_t, Fresh> fresh;  // by pool
             std::vector<std::pair<uint64_t, const PoolBlock*>> found;
-            d.warm_live = d.warm_bytes = d.setup_live = d.setup_bytes = 0;
+            d.warm_live = d.warm_bytes = d.setup_live = d.setup_bytes = d.last_live = d.last_bytes = 0;
             d.warm_step = step;
             for (auto& [k, b] : d.pool) {
                 if (b.shadow) continue;  // there when collection started: not judged
@@ -482,6 +485,10 @@ private:
                     ++d.warm_live;
                     d.warm_bytes += b.size;
                     continue;
+                }
+                if (b.duration < kDurationThreshold && !b.held) {
+                    ++d.last_live;
+                    d.last_bytes += b.size;
                 }
                 if (b.duration < kDurationThreshold || b.held) continue;
                 LeakKey lk{k.ptr, k.type, b.step};
@@ -914,6 +921,15 @@ private:
             lines.push_back("  Note: steps 0 and 1 are warm-up and not checked for leaks; on device " + dev_name(dk) +
                             ", " + std::to_string(hidden) + " block(s) (" + std::to_string(hidden_bytes) +
                             " bytes) allocated then were still live " + when + " and were not judged.");
+        // Nor are the last step's own blocks: one that a program keeps from
+        // then on (the last of a leak repeated every step) is no leak of the
+        // report's, and would be said nowhere.
+        if (d.warm_step > kSkipSteps && d.last_live)
+            lines.push_back("  Note: a block is judged once the step after its own has ended; on device " +
+                            dev_name(dk) + ", " + std::to_string(d.last_live) + " block(s) (" +
+                            std::to_string(d.last_bytes) + " bytes) allocated in step " + std::to_string(d.warm_step) +
+                            " (the last) were still live when it ended and were not judged, nor was what was "
+                            "allocated after it.");
         if (setup)
             lines.push_back("  Note: DDP's gradient buckets, rebuilt once after its first iteration (owner " +
                             std::string(kDdpBuckets) + "), are its set-up and not checked for leaks; on device " +
