@@ -1,0 +1,75 @@
+"""Several collection ranges in one process (msmemscope.start() ... stop(),
+then start() again), with the Python API alone (no CLI): what the program
+freed between two ranges is not left live in the next range's rows, the
+pool's figures or the leak report (framework/agent/agent.cpp,
+g_freed_off)."""
+import json
+import os
+import subprocess
+import textwrap
+
+from conftest import BUILD, dump_files, parse_attr, process_dirs, read_dump
+
+PY = "/usr/bin/python3"
+
+
+def run_plain(tmp_path, body):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    e = dict(os.environ)
+    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_HOME"):
+        e.pop(k, None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    # The host inherits stdout and stderr: run() returns once it has written every file.
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    dirs = process_dirs(tmp_path / "memscopeDumpResults")
+    assert len(dirs) == 1, dirs
+    return p, script, dirs[0]
+
+
+# Host heap blocks of known size: a bytearray of N bytes is one malloc of N+1
+# (over pymalloc's 512-byte limit), at the line that makes it.
+HOST_WINDOWS = """\
+    import msmemscope
+    msmemscope.config(device="cpu", analysis="leaks", call_stack="python")
+    keep = {}
+    msmemscope.start()
+    keep["freed_between"] = bytearray(300001)
+    keep["kept"] = bytearray(300002)
+    msmemscope.stop()
+    del keep["freed_between"]
+    msmemscope.start()
+    x = bytearray(10)
+    msmemscope.stop()
+"""
+
+
+def test_host_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path):
+    p, script, procdir = run_plain(tmp_path, HOST_WINDOWS)
+    rows = read_dump(dump_files(procdir)[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert [rows[i]["Event Type"] for i in marks] == ["START_TRACE", "STOP_TRACE", "START_TRACE", "STOP_TRACE"]
+    made = [r for r in rows if r["Event"] == "MALLOC" and parse_attr(r["Attr"]).get("size") == "300002"]
+    assert len(made) == 1, made
+    assert made[0]["Call Stack(Python)"] == f"{script}(5): <module>"
+    aid = parse_attr(made[0]["Attr"])["allocation_id"]
+    frees = [(i, r) for i, r in enumerate(rows)
+             if r["Event"] == "FREE" and parse_attr(r["Attr"]).get("allocation_id") == aid]
+    assert len(frees) == 1, frees
+    i, free = frees[0]
+    # freed while collection was off: its FREE comes when the second range starts
+    assert marks[2] < i < marks[3], (marks, i)
+    assert free["Event Type"] == "HOST"
+    assert parse_attr(free["Attr"]) == {"allocation_id": aid, "addr": free["Ptr"], "size": "300002",
+                                        "shadow": "true"}
+    # the leak report and the figures know only the block still allocated
+    assert ("  Host memory still allocated at stop() on device cpu: 1 block(s), 300003 bytes, from 1 allocation "
+            "site(s):\n"
+            f"    1 block(s), 300003 bytes, allocated at: {script}(6): <module>\n") in p.stdout + p.stderr
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["cpu/HOST"]["final_bytes"] == 300003
+    assert summary["leaks"]["bytes"] == 300003 and summary["leaks"]["allocations"] == 1
+    assert [(s["kind"], s["site"], s["blocks"], s["bytes"]) for s in summary["top_sites"]] == [
+        ("live_at_exit", f"{script}(6): <module>", 1, 300003)]
