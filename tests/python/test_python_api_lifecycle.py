@@ -1,8 +1,11 @@
-"""Several collection ranges in one process (msmemscope.start() ... stop(),
-then start() again), with the Python API alone (no CLI): what the program
-freed between two ranges is not left live in the next range's rows, the
-pool's figures or the leak report (framework/agent/agent.cpp,
-g_freed_off)."""
+"""The Python API's life cycle with the Python API alone (no CLI), as
+programs use it:
+* several collection ranges in one process (msmemscope.start() ... stop(),
+  then start() again): what the program freed between two ranges is not left
+  live in the next range's rows, the pool's figures or the leak report
+  (framework/agent/agent.cpp, g_freed_off);
+* config(output=...) names a folder relative to the folder current at
+  config(), as upstream resolves it, whatever the program's cwd at start()."""
 import json
 import os
 import subprocess
@@ -13,7 +16,7 @@ from conftest import BUILD, dump_files, parse_attr, process_dirs, read_dump
 PY = "/usr/bin/python3"
 
 
-def run_plain(tmp_path, body):
+def run_plain(tmp_path, body, out="memscopeDumpResults"):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(body))
     e = dict(os.environ)
@@ -23,7 +26,7 @@ def run_plain(tmp_path, body):
     # The host inherits stdout and stderr: run() returns once it has written every file.
     p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    dirs = process_dirs(tmp_path / "memscopeDumpResults")
+    dirs = process_dirs(tmp_path / out)
     assert len(dirs) == 1, dirs
     return p, script, dirs[0]
 
@@ -73,3 +76,25 @@ def test_host_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path)
     assert summary["leaks"]["bytes"] == 300003 and summary["leaks"]["allocations"] == 1
     assert [(s["kind"], s["site"], s["blocks"], s["bytes"]) for s in summary["top_sites"]] == [
         ("live_at_exit", f"{script}(6): <module>", 1, 300003)]
+
+
+def test_relative_output_is_the_folder_current_at_config(tmp_path):
+    # A program that changes its folder between config() and start() (Hydra's
+    # @hydra.main does, into outputs/DATE/TIME): upstream resolves output at
+    # config() (ParseOutputPath), so the files go where config() named them.
+    (tmp_path / "run").mkdir()
+    p, script, procdir = run_plain(tmp_path, """\
+        import os, msmemscope
+        msmemscope.config(device="cpu", analysis="", output="myout")
+        os.chdir("run")
+        msmemscope.start()
+        x = bytearray(100000)
+        msmemscope.stop()
+        print("finish:", msmemscope.finish())
+        print("cwd:", os.getcwd())
+    """, out="myout")
+    assert procdir.parent == tmp_path / "myout"
+    assert not (tmp_path / "run" / "myout").exists()
+    assert f"finish: {procdir}\n" in p.stdout
+    assert f"cwd: {tmp_path / 'run'}\n" in p.stdout
+    assert f"  output: myout/{procdir.name}\n" in p.stdout + p.stderr
