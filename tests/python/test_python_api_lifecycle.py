@@ -98,3 +98,21 @@ def test_relative_output_is_the_folder_current_at_config(tmp_path):
     assert f"finish: {procdir}\n" in p.stdout
     assert f"cwd: {tmp_path / 'run'}\n" in p.stdout
     assert f"  output: myout/{procdir.name}\n" in p.stdout + p.stderr
+
+
+def test_html_shades_the_span_between_stop_and_the_next_start(tmp_path):
+    # Nothing is recorded between stop() and start(): the page's charts shade
+    # that span (D.off) and say so, rather than draw the level before stop()
+    # as if it had held through it.
+    p, script, procdir = run_plain(tmp_path, HOST_WINDOWS.replace('analysis="leaks"', 'analysis="leaks", sinks="html"'))
+    rows = read_dump(dump_files(procdir)[0])
+    marks = [int(r["Timestamp(ns)"]) for r in rows
+             if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE", "STOP_TRACE")]
+    assert len(marks) == 4
+    page = next(procdir.glob("report_*.html")).read_text()
+    data = json.loads(page.split('id="msms-data">')[1].split("</script>")[0])
+    base = data["start_ns"]
+    assert data["off"] == [[marks[1] - base, marks[2] - base]]
+    assert "(D.off || []).forEach" in page
+    assert ('"Shaded: collection was off (" +\n      D.off.length + " span(s) between msmemscope.stop() and the next '
+            'start()): nothing was recorded there."') in page
