@@ -445,7 +445,7 @@ class Session:
             # The session ends at exit() with the exit status (shutdown());
             # registered before the attach: after the agent's at exit.
             self.end_at_exit = _ext.end_at_exit(self.dir, self.lifeline.stdin.fileno(), self.lifeline.pid,
-                                                self.host.pid, *self._stop_wait())
+                                                self.host.pid, *self._stop_wait(), cfg["output"])
             rc = _ext.attach(self.dir, cfg["agent_options"])
             if rc != 0:
                 self.shutdown()
@@ -614,6 +614,12 @@ class Session:
         kind, code = _how_python_ends()
         if at_exit and kind != _END_SIGNAL and (self.end_at_exit or os.getpid() != self.pid) and \
                 _ext.stop_at_exit():
+            # The end is exit()'s (module.cpp end_session_at_exit), which says
+            # a host killed by then; one killed already is reaped at the
+            # finalization (Popen.__del__), before exit() could read how it
+            # ended: said now.
+            if self.host is not None and os.getpid() == self.pid and self.host.poll() is not None:
+                self._say_if_killed(self.host.returncode)
             return
         _ext.end_at_exit_disarm()
         if going_on:
@@ -708,9 +714,18 @@ class Session:
         import subprocess
         limit, late = self._stop_wait()
         try:
-            self.host.wait(timeout=limit if limit > 0 else None)
+            code = self.host.wait(timeout=limit if limit > 0 else None)
         except subprocess.TimeoutExpired:
             sys.stderr.write(late)
+            return
+        self._say_if_killed(code)
+
+    def _say_if_killed(self, code: Optional[int]) -> None:
+        """A host killed by a signal says nothing itself, and this process's
+        files are missing or partial: said here (module.cpp host_killed_text)."""
+        if code is not None and code < 0:
+            sys.stderr.write(_ext.host_killed_text(self.host.pid, -code, self.config["output"]))
+            sys.stderr.flush()
 
 
 # Whether the program marks its own steps (msmemscope.step()), the CLI's

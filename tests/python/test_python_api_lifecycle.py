@@ -116,3 +116,49 @@ def test_html_shades_the_span_between_stop_and_the_next_start(tmp_path):
     assert "(D.off || []).forEach" in page
     assert ('"Shaded: collection was off (" +\n      D.off.length + " span(s) between msmemscope.stop() and the next '
             'start()): nothing was recorded there."') in page
+
+
+# The host killed while the program runs (the OOM killer picks the biggest
+# process; a user's kill): nothing else would tell the program that its files
+# are missing. waitid(WNOWAIT) waits until the host has ended without
+# reaping it: the package reaps it and reads how it ended.
+HOST_KILLED = """\
+    import os, signal, sys, msmemscope
+    msmemscope.config(device="cpu", analysis="leaks")
+    msmemscope.start()
+    pid = msmemscope._session.active_session().host.pid
+    print("host", pid)
+    os.kill(pid, signal.SIGKILL)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    keep = bytearray(100000)
+    msmemscope.stop()
+    if sys.argv[1:] == ["finish"]:
+        msmemscope.finish()
+    print("program done")
+"""
+
+
+def _run_host_killed(tmp_path, *args):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(HOST_KILLED))
+    e = dict(os.environ)
+    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION", "MSMEMSCOPE_HOME"):
+        e.pop(k, None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    p = subprocess.run([PY, str(script), *args], cwd=str(tmp_path), env=e, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"  # the program's own status
+    assert p.stdout.endswith("program done\n"), p.stdout
+    host = int(p.stdout.split()[1])
+    assert (f"msmemscope: error: the host process (pid {host}) was killed by SIGKILL (out of memory? the OOM "
+            f"killer sends SIGKILL) before it had written this process's files; the outputs in "
+            f"memscopeDumpResults are incomplete\n") in p.stderr, p.stderr
+    assert p.stderr.count("the host process (pid") == 1, p.stderr
+
+
+def test_a_killed_host_is_said_at_exit(tmp_path):
+    _run_host_killed(tmp_path)
+
+
+def test_a_killed_host_is_said_by_finish(tmp_path):
+    _run_host_killed(tmp_path, "finish")
