@@ -621,6 +621,11 @@ __attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, u
     // host's figures, as before, until its address is allocated again.
     g_freed_off.note_free(type, ptr);  // (an address is held once)
     g_freed_off.note_alloc(type, MSMS_DEV_CPU, -1, ptr, 0, false);
+    // A start() in between (this hook saw collection off before it): its
+    // drain may have missed the entry, which would then free the block
+    // recorded at this address in the new range when the next one starts.
+    // Taken back: the block stays live in the host's figures, as before.
+    if (g_collecting.load()) g_freed_off.note_free(type, ptr);
 }
 
 __attribute__((visibility("default"))) void msms_agent_start(void) {
