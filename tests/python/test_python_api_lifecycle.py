@@ -173,3 +173,30 @@ def test_a_killed_host_is_said_at_exit(tmp_path):
 
 def test_a_killed_host_is_said_by_finish(tmp_path):
     _run_host_killed(tmp_path, "finish")
+
+
+def test_a_block_made_between_two_ranges_is_not_said_to_be_from_before_the_start(tmp_path):
+    # Made after the first start(), while collection was off: not judged (a
+    # shadow block, no stack), and the report says when it may have been made.
+    p, script, procdir = run_plain(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="leaks", call_stack="python")
+        keep = {}
+        msmemscope.start()
+        keep["kept"] = bytearray(300002)
+        msmemscope.stop()
+        keep["made_between"] = bytearray(300004)
+        msmemscope.start()
+        x = bytearray(10)
+        msmemscope.stop()
+    """)
+    out = p.stdout + p.stderr
+    assert ("  Host memory still allocated at stop() on device cpu: 1 block(s), 300003 bytes, from 1 allocation "
+            "site(s):\n"
+            f"    1 block(s), 300003 bytes, allocated at: {script}(5): <module>\n"
+            "  Not judged on device cpu: 1 block(s), 300005 bytes allocated before collection started or between a "
+            "stop() and the next start() were still allocated at stop() (no stack: allocated while collection was "
+            "off)\n") in out, out
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["leaks"]["not_judged_before_start"] == {"blocks": 1, "bytes": 300005}
+    assert summary["leaks"]["bytes"] == 300003
