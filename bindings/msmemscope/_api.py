@@ -46,7 +46,8 @@ def config(**kwargs: Any) -> None:
                    or any analyzer plugin found (see list_analyzers()); "" for none
       watch        "[start[:outN],]end[,full-content]"
       data_format  csv (default) or db; alias: format
-      output       output folder (default memscopeDumpResults); alias: output_path
+      output       output folder (default memscopeDumpResults); alias: output_path;
+                   a relative one is in the folder current at this config() call
       sinks        more output sinks by plugin name, e.g. "trace,html" or ["trace", "memory_viz"]
       steps        at most 5 step numbers to collect, e.g. "1,2,3"
       collect_mode immediate or deferred

@@ -111,6 +111,10 @@ _plugin_options: Dict[str, Dict[str, str]]
 _plugin_paths, _plugin_options = _cli_plugin_settings()
 _session: Optional["Session"] = None
 _warned_cli = False
+# The folder current when config() first set output: a relative output names
+# a folder there (upstream resolves it at config(), ParseOutputPath), also
+# when the program changes its folder before start() (Hydra's @hydra.main).
+_output_base: Optional[str] = None
 
 
 def _cli_options() -> List[str]:
@@ -242,7 +246,7 @@ def _check_plugin_options(value: object) -> Dict[str, Dict[str, str]]:
 
 
 def configure(kwargs: Dict[str, object]) -> None:
-    global _warned_cli, _plugin_paths, _plugin_options
+    global _warned_cli, _plugin_paths, _plugin_options, _output_base
     with _lock:
         kwargs = dict(kwargs)
         new_paths = list(_plugin_paths)
@@ -321,6 +325,11 @@ def configure(kwargs: Dict[str, object]) -> None:
                 raise RuntimeError(f"msmemscope.config: '{origins.get(k, k.replace('-', '_'))}' cannot change once "
                                    f"the collection session has started{opened} (config() must come before the "
                                    f"first start(), step(), take_snapshot() or tracer.start())")
+        if "output" in new and "output" not in _values and _output_base is None:
+            try:
+                _output_base = os.getcwd()
+            except OSError:  # a folder removed under the program: start() says so
+                pass
         _values.clear()
         _values.update(new)
         _plugin_paths = new_paths
@@ -387,15 +396,19 @@ class Session:
         _paths.checked_host()
         _paths.checked(AGENT, "the msmemscope agent")
         out = cfg["output"]
+        # The host runs in the folder config() named output from, so that it
+        # resolves a relative output there and says the folder as before.
+        base = _output_base if _output_base is not None and "output" in _values else os.getcwd()
+        where = os.path.join(base, out)
         try:
-            os.makedirs(out, exist_ok=True)
+            os.makedirs(where, exist_ok=True)
         except OSError as e:
             raise RuntimeError(f"msmemscope: output: cannot create or write '{out}': {e.strerror}") from None
-        if not os.access(out, os.W_OK):
+        if not os.access(where, os.W_OK):
             raise RuntimeError(f"msmemscope: output: cannot create or write '{out}': not writable")
         # A fresh folder only this user can enter (0700, a new name each
         # time): nothing planted beforehand is read as a capture (#16).
-        self.dir = os.path.abspath(tempfile.mkdtemp(prefix=f".msmemscope_session_py_{os.getpid()}_", dir=out))
+        self.dir = os.path.abspath(tempfile.mkdtemp(prefix=f".msmemscope_session_py_{os.getpid()}_", dir=where))
         if not os.path.exists(CLI):
             raise RuntimeError(f"msmemscope: the host binary is missing: {CLI}")
         env = dict(os.environ)
@@ -414,12 +427,12 @@ class Session:
         # The host says on this pipe when it serves a capture (or why not),
         # and when it has written its files (finish()).
         ready_r, ready_w = os.pipe()
-        self._host_cwd = os.getcwd()
+        self._host_cwd = base
         args = [CLI, f"--serve-session={self.dir}", f"--parent-pid={self.lifeline.pid}",
                 f"--ready-fd={ready_w}"] + _cli_options()
         try:
             self.host = subprocess.Popen(args, env=env, close_fds=True, stdin=subprocess.DEVNULL,
-                                         pass_fds=(ready_w,))
+                                         pass_fds=(ready_w,), cwd=base)
         finally:
             os.close(ready_w)
         try:
@@ -432,7 +445,7 @@ class Session:
             # The session ends at exit() with the exit status (shutdown());
             # registered before the attach: after the agent's at exit.
             self.end_at_exit = _ext.end_at_exit(self.dir, self.lifeline.stdin.fileno(), self.lifeline.pid,
-                                                self.host.pid, *self._stop_wait())
+                                                self.host.pid, *self._stop_wait(), cfg["output"])
             rc = _ext.attach(self.dir, cfg["agent_options"])
             if rc != 0:
                 self.shutdown()
@@ -601,6 +614,12 @@ class Session:
         kind, code = _how_python_ends()
         if at_exit and kind != _END_SIGNAL and (self.end_at_exit or os.getpid() != self.pid) and \
                 _ext.stop_at_exit():
+            # The end is exit()'s (module.cpp end_session_at_exit), which says
+            # a host killed by then; one killed already is reaped at the
+            # finalization (Popen.__del__), before exit() could read how it
+            # ended: said now.
+            if self.host is not None and os.getpid() == self.pid and self.host.poll() is not None:
+                self._say_if_killed(self.host.returncode)
             return
         _ext.end_at_exit_disarm()
         if going_on:
@@ -695,9 +714,18 @@ class Session:
         import subprocess
         limit, late = self._stop_wait()
         try:
-            self.host.wait(timeout=limit if limit > 0 else None)
+            code = self.host.wait(timeout=limit if limit > 0 else None)
         except subprocess.TimeoutExpired:
             sys.stderr.write(late)
+            return
+        self._say_if_killed(code)
+
+    def _say_if_killed(self, code: Optional[int]) -> None:
+        """A host killed by a signal says nothing itself, and this process's
+        files are missing or partial: said here (module.cpp host_killed_text)."""
+        if code is not None and code < 0:
+            sys.stderr.write(_ext.host_killed_text(self.host.pid, -code, self.config["output"]))
+            sys.stderr.flush()
 
 
 # Whether the program marks its own steps (msmemscope.step()), the CLI's

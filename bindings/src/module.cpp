@@ -441,19 +441,36 @@ struct EndAtExit {
     dev_t pipe_dev = 0;    // the pipe, to know Python's descriptor from a later one of that number
     ino_t pipe_ino = 0;
     pid_t lifeline = 0, host = 0;
+    std::string output;  // the output folder as config() named it (the words when the host was killed)
 };
 EndAtExit g_end;
 
-void reap(pid_t pid) {
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+// What the program is told when the host was killed before it wrote this
+// process's files (nothing else would say it: the host cannot, and its files
+// are missing or partial). The package's Session._wait_for_host says the same.
+std::string host_killed_text(pid_t host, int sig, const std::string& output) {
+    const char* abbrev = sigabbrev_np(sig);
+    std::string name = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+    return "msmemscope: error: the host process (pid " + std::to_string(host) + ") was killed by " + name +
+           (sig == SIGKILL ? " (out of memory? the OOM killer sends SIGKILL)" : "") +
+           " before it had written this process's files; the outputs in " + output + " are incomplete\n";
 }
 
-// Whether the child `pid` ended within `limit` seconds (<= 0: no limit); reaped then.
-bool reap_within(pid_t pid, double limit) {
+// The child's wait status, -1 when not known (reaped by someone else).
+int reap(pid_t pid) {
+    int st = 0;
+    pid_t w;
+    while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+    }
+    return w == pid ? st : -1;
+}
+
+// Whether the child `pid` ended within `limit` seconds (<= 0: no limit); reaped
+// then, its wait status in *status (-1: not known).
+bool reap_within(pid_t pid, double limit, int* status) {
+    *status = -1;
     if (limit <= 0) {
-        reap(pid);
+        *status = reap(pid);
         return true;
     }
     struct timespec now;
@@ -463,6 +480,7 @@ bool reap_within(pid_t pid, double limit) {
     for (;;) {
         int st = 0;
         pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) *status = st;
         if (w == pid || (w < 0 && errno != EINTR)) break;  // ended (ECHILD: reaped by someone else)
         clock_gettime(CLOCK_MONOTONIC, &now);
         double left = deadline - (now.tv_sec + now.tv_nsec / 1e9);
@@ -493,8 +511,13 @@ void end_session_at_exit(int, void*) {
     if (fstat(g_end.python_fd, &st) == 0 && st.st_dev == g_end.pipe_dev && st.st_ino == g_end.pipe_ino)
         close(g_end.python_fd);
     reap(g_end.lifeline);  // reaped, or the host would see it alive (a zombie) for ever
-    if (!reap_within(g_end.host, g_end.wait_s)) {
+    int status = -1;
+    if (!reap_within(g_end.host, g_end.wait_s, &status)) {
         ssize_t n = write(2, g_end.late_warning.data(), g_end.late_warning.size());
+        (void)n;
+    } else if (status != -1 && WIFSIGNALED(status)) {
+        std::string text = host_killed_text(g_end.host, WTERMSIG(status), g_end.output);
+        ssize_t n = write(2, text.data(), text.size());
         (void)n;
     }
 }
@@ -505,7 +528,7 @@ void end_session_at_exit(int, void*) {
 // `wait_s` and `late_warning`: the package's (Session.stop_wait(): its one
 // reading of MSMEMSCOPE_STOP_WAIT_S and its words when the host is late).
 bool end_at_exit(const std::string& dir, int lifeline_fd, int lifeline_pid, int host_pid, double wait_s,
-                 const std::string& late_warning) {
+                 const std::string& late_warning, const std::string& output) {
     need_agent();
     if (!g_agent.stop_at_exit) return false;
     static bool registered = false;
@@ -524,6 +547,7 @@ bool end_at_exit(const std::string& dir, int lifeline_fd, int lifeline_pid, int 
     g_end.dir = dir;
     g_end.wait_s = wait_s;
     g_end.late_warning = late_warning;
+    g_end.output = output;
     g_end.lifeline_fd = fd;
     g_end.python_fd = lifeline_fd;
     g_end.pipe_dev = st.st_dev;
@@ -819,7 +843,8 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("memory_info", &memory_info);
     m.def("release_capture", &release_capture, py::arg("dir"));
     m.def("end_at_exit", &end_at_exit, py::arg("dir"), py::arg("lifeline_fd"), py::arg("lifeline_pid"),
-          py::arg("host_pid"), py::arg("wait_s"), py::arg("late_warning"));
+          py::arg("host_pid"), py::arg("wait_s"), py::arg("late_warning"), py::arg("output") = "");
+    m.def("host_killed_text", &host_killed_text, py::arg("host"), py::arg("sig"), py::arg("output"));
     m.def("end_at_exit_disarm", &end_at_exit_disarm);
     m.def("stop_at_exit", [] { return g_agent_loaded && g_agent.stop_at_exit && g_agent.stop_at_exit() != 0; });
     m.def("install_exit_hooks", &install_exit_hooks, py::arg("skip"));

@@ -566,10 +566,24 @@ bool collecting_now() { return g_collecting.load(std::memory_order_relaxed); }
 
 namespace {
 
-// Collection starts: every block allocated while it was off and still live
+// The host blocks freed while collection was off that were not allocated
+// while it was off (not in live_blocks' table): a block a collection range
+// recorded and the program freed after stop(). Their FREE is written when
+// collection starts again, with Attr shadow:true, so that the next range's
+// rows, the pool's figures and the leak report do not keep them live to the
+// end (the host pairs it with the block's MALLOC, and leaves out one that
+// pairs with nothing: a block from before the hooks went in).
+live_blocks::Table g_freed_off;
+
+// Collection starts: every block freed while it was off (above) gets its
+// shadow FREE, then every block allocated while it was off and still live
 // is written now as a MALLOC with Attr shadow:true and no stacks (upstream's
-// shadow events; the host then pairs its FREE and counts it in `used`).
+// shadow events; the host then pairs its FREE and counts it in `used`). The
+// FREEs come first: an address freed and allocated again while collection
+// was off is the old block's FREE, then the new block's MALLOC.
 void emit_shadow_mallocs() {
+    g_freed_off.drain([](const live_blocks::Block& b, void*) { write_host_free_plain(b.ptr, "shadow:true"); },
+                      nullptr);
     uint64_t lost = live_blocks::drain(
         [](const live_blocks::Block& b, void*) { write_shadow_malloc(b, "shadow:true"); }, nullptr);
     if (lost) {
@@ -609,7 +623,17 @@ __attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, u
     if (tls().depth != 0) return;
     if (type == MSMS_T_HOST && import_fold::release_quiet(ptr)) return;  // a block of the imports' heap
     if (!g_off_tracking.load(std::memory_order_relaxed)) return;
-    live_blocks::note_free(type, ptr);
+    if (live_blocks::note_free(type, ptr) || type != MSMS_T_HOST) return;
+    // A block collection may have recorded (emit_shadow_mallocs). Not
+    // remembered when the table is full: the block then stays live in the
+    // host's figures, as before, until its address is allocated again.
+    g_freed_off.note_free(type, ptr);  // (an address is held once)
+    g_freed_off.note_alloc(type, MSMS_DEV_CPU, -1, ptr, 0, false);
+    // A start() in between (this hook saw collection off before it): its
+    // drain may have missed the entry, which would then free the block
+    // recorded at this address in the new range when the next one starts.
+    // Taken back: the block stays live in the host's figures, as before.
+    if (g_collecting.load()) g_freed_off.note_free(type, ptr);
 }
 
 __attribute__((visibility("default"))) void msms_agent_start(void) {

@@ -90,6 +90,10 @@ constexpr const char* kBeforeStart = "before collection started (no stack: alloc
 // The report's words for such blocks still live at the end ("... were still
 // allocated at stop()"): framework/host/process_summary_json.cpp reads them.
 constexpr const char* kNotJudgedBeforeStart = "allocated before collection started were still allocated";
+// The same when collection started more than once (start() after a stop()):
+// such a block may have been made between two ranges, after the first start.
+constexpr const char* kNotJudgedOff =
+    "allocated before collection started or between a stop() and the next start() were still allocated";
 // A shadow MALLOC with Attr import:true: the imports' heap, the host blocks
 // that Python imports made and that are still live, as one block (its Attr
 // blocks says how many; framework/agent/import_fold.h).
@@ -247,6 +251,7 @@ public:
         // exit too (Attr at_exit:true, no stop() called): live at exit.
         if (ev.kind == MSMS_EV_SYSTEM && (ev.type == MSMS_T_START_TRACE || ev.type == MSMS_T_STOP_TRACE))
             at_stop_ = ev.type == MSMS_T_STOP_TRACE && !has_true(ev, "at_exit");
+        if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_START_TRACE) ++starts_;
         if (ev.kind == MSMS_EV_KERNEL_LAUNCH || (ev.kind == MSMS_EV_OP_LAUNCH &&
                                                  (ev.type == MSMS_T_ATEN_START || ev.type == MSMS_T_ATB_START))) {
             ++launches_[dev_key(ev)];
@@ -998,13 +1003,18 @@ private:
         // 3. the blocks from before the start, not judged
         if (before_n) {
             lines.push_back("  Not judged on device " + dev_name(dk) + ": " + std::to_string(before_n) +
-                            " block(s), " + std::to_string(before_bytes) + " bytes " + kNotJudgedBeforeStart + " " +
+                            " block(s), " + std::to_string(before_bytes) + " bytes " +
+                            (starts_ > 1 ? kNotJudgedOff : kNotJudgedBeforeStart) + " " +
                             live_when() + " (no stack: allocated while collection was off)");
             host_.add_finding("leaks_not_judged", {{"device", dev_name(dk)},
                                                    {"blocks", std::to_string(before_n)},
                                                    {"bytes", std::to_string(before_bytes)},
-                                                   {"why", "allocated before collection started (no stack), still allocated " +
-                                                               live_when() + "; in no leak total"}});
+                                                   {"why", std::string(starts_ > 1 ? "allocated before collection started "
+                                                                                     "or between a stop() and the next "
+                                                                                     "start()"
+                                                                                   : "allocated before collection started") +
+                                                               " (no stack), still allocated " + live_when() +
+                                                               "; in no leak total"}});
         }
     }
 
@@ -1199,6 +1209,7 @@ private:
     int dir_fd_ = -1;
     bool disabled_ = false, warned_sources_ = false;
     bool at_stop_ = false;  // the last trace control was STOP_TRACE
+    uint64_t starts_ = 0;   // START_TRACEs seen: more than one, blocks made between ranges are shadows too
     bool attached_ = false;  // an --attach run (config.json "attach")
     std::string live_when() const {
         return !at_stop_ ? "at exit" : attached_ ? "when msmemscope detached" : "at stop()";

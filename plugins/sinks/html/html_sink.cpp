@@ -258,6 +258,14 @@ public:
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
             ++bounds_;
             if (marks_.size() < kMaxMarks) marks_.emplace_back(ev.timestamp_ns, "step " + std::string(view(ev.name)));
+        } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STOP_TRACE) {
+            off_since_ = ev.timestamp_ns;
+            off_open_ = true;
+        } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_START_TRACE && off_open_) {
+            // stop() ... start(): nothing was recorded between them; the
+            // charts shade the span instead of drawing a level held through it
+            if (off_.size() < kMaxMarks) off_.emplace_back(off_since_, ev.timestamp_ns);
+            off_open_ = false;
         }
     }
 
@@ -1111,6 +1119,12 @@ private:
             jstr(o, marks_[i].second);
             o += ']';
         }
+        o += "],\"off\":[";  // [from, to] spans with collection off, between two collection ranges
+        for (size_t i = 0; i < off_.size(); ++i) {
+            if (i) o += ',';
+            o += "[" + std::to_string(off_[i].first - std::min(off_[i].first, base_)) + "," +
+                 std::to_string(off_[i].second - std::min(off_[i].second, base_)) + "]";
+        }
         o += "],\"devices\":[";
         for (size_t di = 0; di < devices_.size(); ++di) {
             Device& d = *devices_[di];
@@ -1218,6 +1232,9 @@ private:
     uint64_t ineff_min_ = 0, ineff_annotations_ = 0;
     bool ineff_listed_ = false;  // the configuration lists the inefficient analysis
     std::vector<std::pair<uint64_t, std::string>> marks_;
+    std::vector<std::pair<uint64_t, uint64_t>> off_;  // stop() .. the next start()
+    uint64_t off_since_ = 0;
+    bool off_open_ = false;
     std::pair<uint64_t, uint64_t> image_ended_{0, 0};  // blocks, bytes live when the image ended (exec, _exit after fork)
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     uint32_t bounds_ = 0;                              // step and mark events seen

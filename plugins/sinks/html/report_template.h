@@ -271,6 +271,17 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
         g.fillStyle = COLORS[c2 % COLORS.length];
         g.globalAlpha = 0.85; g.fill(); g.globalAlpha = 1;
       }
+      // collection off (stop() .. the next start()): nothing was recorded
+      // there, the level drawn through it is the last one before stop()
+      (D.off || []).forEach(function (o) {
+        if (o[1] < V.t0 || o[0] > V.t1) return;
+        var ox0 = X(Math.max(o[0], V.t0)), ox1 = X(Math.min(o[1], V.t1));
+        g.fillStyle = "rgba(240,242,245,.82)";
+        g.fillRect(ox0, T, Math.max(1, ox1 - ox0), H - B - T);
+        g.font = "11px system-ui, sans-serif"; g.fillStyle = "#5f6b7a";
+        g.textAlign = "center"; g.textBaseline = "top";
+        if (ox1 - ox0 > g.measureText("collection off").width + 8) g.fillText("collection off", (ox0 + ox1) / 2, T + 4);
+      });
       // peak marker and its label (placed first: step labels keep clear of it)
       var boxes = [];
       if (dev.peak > 0 && dev.peak_t >= V.t0 && dev.peak_t <= V.t1) {
@@ -421,6 +432,9 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   else card("leaks", "not analysed (--analysis=leaks)", "card-leaks");
 
   main.appendChild(el("h2", null, "Memory over time"));
+  if ((D.off || []).length)
+    main.appendChild(el("p", { "class": "note", id: "collection-off" }, "Shaded: collection was off (" +
+      D.off.length + " span(s) between msmemscope.stop() and the next start()): nothing was recorded there."));
   if (!D.devices.length) main.appendChild(el("p", { "class": "empty", id: "no-memory" }, "No allocations were recorded."));
   var bar = el("div", { "class": "viewbar", id: "viewbar" });
   var viewLabel = el("span", { id: "view-label" });
