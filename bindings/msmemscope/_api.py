@@ -104,29 +104,43 @@ def start() -> None:
         # mark its steps itself, with step() after opt.step() (upstream's
         # pattern); the optimizer's first mark waits for it (_shared.py).
         _shared.auto_hold = "hold"
-    _ext.start()
     # The profiler's own work, not the program's memory at its start() line
     # (the collectors' first imports; the list of every live object that the
     # search for existing tensors makes, ~800 KiB in a PyTorch process): the
     # hooks are off while it runs; its rows (shadow rows, owners) are written
-    # all the same.
-    _ext.without_hooks(_start_collectors)
+    # all the same. The existing tensors are looked for before collection
+    # starts: the agent's shadow row of each host heap block allocated while
+    # it was off is then followed by the storage carved there.
+    searched = _ext.without_hooks(_note_existing_tensors)
+    _ext.start()
+    _ext.without_hooks(lambda: _start_collectors(searched))
 
 
-def _start_collectors() -> None:
+def _note_existing_tensors() -> bool:
+    """Whether the CPU tensors that exist were noted (for the PyTorch pool)."""
+    if "torch" not in sys.modules or _ext.collecting() or not _ext.wants("alloc"):
+        return False
+    from . import _torch
+    _torch.note_existing(_cpu_tensor_storages())
+    return True
+
+
+def _start_collectors(searched: bool) -> None:
     _collect.enable_for_range()
-    _report_existing_tensors()
+    _report_existing_tensors(searched)
     watcher.range_started()
 
 
-def _report_existing_tensors() -> None:
+def _report_existing_tensors(searched: bool) -> None:
     """Shadow events (framework/host/shadow.h): the storages of the CPU
-    tensors that exist now (a model built before start()) and the pool's
-    blocks allocated while collection was off are written as MALLOC with
-    shadow:true; blocks freed meanwhile as FREE with shadow:true."""
+    tensors that exist now (a model built before start(); looked for just
+    before it when `searched`) and the pool's blocks allocated while
+    collection was off are written as MALLOC with shadow:true (those at a
+    host heap block's address already, after its own: pta_shadow_after_host);
+    blocks freed meanwhile as FREE with shadow:true."""
     if "torch" not in sys.modules or not _ext.collecting():
         return
-    _ext.pta_shadow_sync(list(_cpu_tensor_storages().items()))
+    _ext.pta_shadow_sync([] if searched else list(_cpu_tensor_storages().items()))
 
 
 def _cpu_tensor_storages() -> Dict[int, int]:

@@ -583,6 +583,32 @@ def _module_post(module, inputs, output):
             break
 
 
+_pool_hooks_installed = False
+
+
+def _install_pool_hooks() -> None:
+    """The CPU pool's hooks (c10's allocator, at::MapAllocator's mmap)."""
+    global _pool_hooks_installed
+    if _pool_hooks_installed:
+        return
+    _pool_hooks_installed = True
+    try:
+        _ext.install_torch_hooks("libc10.so")
+        # shared-memory and mapped storages (at::MapAllocator's mmap)
+        _ext.install_torch_map_hooks("libtorch_cpu.so")
+    except RuntimeError:
+        pass  # no GOT patcher: operators are still recorded
+
+
+def note_existing(storages: Dict[int, int]) -> None:
+    """Before collection starts (start()): the pool's hooks go in and its
+    table learns the storages that exist, so that the agent's shadow rows
+    of the host heap are each followed by the storage carved there (one
+    count of those bytes, not two until the search after the start)."""
+    _install_pool_hooks()
+    _ext.pta_note_existing(list(storages.items()))
+
+
 def enable(trace: bool) -> None:
     """Turns the PyTorch collector on (start())."""
     global _mode, _access, _trace, _hooks_installed, _weight_hook
@@ -592,12 +618,7 @@ def enable(trace: bool) -> None:
     _trace = trace
     if not _hooks_installed:
         _hooks_installed = True
-        try:
-            _ext.install_torch_hooks("libc10.so")
-            # shared-memory and mapped storages (at::MapAllocator's mmap)
-            _ext.install_torch_map_hooks("libtorch_cpu.so")
-        except RuntimeError:
-            pass  # no GOT patcher: operators are still recorded
+        _install_pool_hooks()
         _patch_optimizers()
         _wrap_autograd()
         _wrap_register_parameter()

@@ -321,17 +321,31 @@ int pta_munmap(void* p, size_t n) {
 // `existing`: the storages of the tensors that exist, some allocated before
 // the hooks went in), and blocks it knows that were freed meanwhile a FREE
 // with shadow:true (framework/host/shadow.h). Returns how many rows.
+// The pool's table learns `existing` (the storages of the tensors that
+// exist: some allocated before the hooks went in), as blocks not written
+// yet: their shadow MALLOCs come at the next start (pta_shadow_after_host,
+// pta_shadow_sync). Needs the pool's hooks (install_torch_hooks).
+void pta_note_existing_locked(const std::vector<std::pair<uint64_t, uint64_t>>& existing) {
+    for (auto& [ptr, size] : existing)
+        if (ptr && g_pta_live->emplace(ptr, PtaBlock{size, false}).second) {
+            g_pta_used += static_cast<int64_t>(size);
+            if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
+        }
+}
+
+void pta_note_existing(const std::vector<std::pair<uint64_t, uint64_t>>& existing) {
+    if (!g_pta_live) return;
+    std::lock_guard<msms::SpinLock> lock(g_pta_mu);
+    pta_note_existing_locked(existing);
+}
+
 size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existing) {
     if (!g_pta_live || !g_agent_loaded) return 0;
     std::vector<uint64_t> freed;
     std::vector<std::pair<uint64_t, uint64_t>> born;
     {
         std::lock_guard<msms::SpinLock> lock(g_pta_mu);
-        for (auto& [ptr, size] : existing)
-            if (ptr && g_pta_live->emplace(ptr, PtaBlock{size, false}).second) {
-                g_pta_used += static_cast<int64_t>(size);
-                if (g_pta_used > g_pta_peak) g_pta_peak = g_pta_used;
-            }
+        pta_note_existing_locked(existing);
         freed.swap(*g_pta_unseen_frees);
         for (auto& [ptr, b] : *g_pta_live)
             if (!b.reported) {
@@ -349,6 +363,26 @@ size_t pta_shadow_sync(const std::vector<std::pair<uint64_t, uint64_t>>& existin
     return freed.size() + born.size();
 }
 
+// Collection starts: the agent has just written the shadow MALLOC of a host
+// heap block allocated while collection was off (msms_agent_start). When a
+// storage of the pool, also allocated while off, lies there, its shadow
+// MALLOC comes next, as the live hooks write a storage right after the
+// malloc it came from: the host then counts those bytes under PTA only (the
+// host heap's peak counted a model built before start() twice, until
+// pta_shadow_sync wrote it after the search for existing tensors).
+void pta_shadow_after_host(uint64_t ptr) {
+    if (!g_pta_live) return;
+    uint64_t size = 0;
+    {
+        std::lock_guard<msms::SpinLock> lock(g_pta_mu);
+        auto it = g_pta_live->find(ptr);
+        if (it == g_pta_live->end() || it->second.reported) return;
+        it->second.reported = true;
+        size = it->second.size;
+    }
+    g_agent.alloc(MSMS_T_PTA, MSMS_DEV_CPU, -1, ptr, size, 0, "shadow:true");
+}
+
 int install_torch_hooks(const std::string& library) {
     need_agent();
     HooksOff hooks_off;  // the pool's tables
@@ -359,6 +393,9 @@ int install_torch_hooks(const std::string& library) {
         g_pta_unseen_frees = new std::vector<uint64_t>();
         // fork with no table update in progress; the child's lock is free
         pthread_atfork([] { g_pta_mu.lock(); }, [] { g_pta_mu.unlock(); }, [] { g_pta_mu.reset(); });
+        using observer_fn = void (*)(void (*)(uint64_t));
+        if (auto set = reinterpret_cast<observer_fn>(dlsym(RTLD_DEFAULT, "msms_agent_set_shadow_host_observer")))
+            set(&pta_shadow_after_host);
     }
     g_pta_on = true;
     if (installed) return 0;
@@ -833,6 +870,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("install_torch_map_hooks", &install_torch_map_hooks, py::arg("library"));
     m.def("torch_hooks_off", [] { g_pta_on = false; });
     m.def("pta_shadow_sync", &pta_shadow_sync, py::arg("existing"));
+    m.def("pta_note_existing", &pta_note_existing, py::arg("existing"));
     m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
     m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
     m.def("profile_install_thread", &profile_install_thread);

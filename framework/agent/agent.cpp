@@ -575,6 +575,9 @@ namespace {
 // pairs with nothing: a block from before the hooks went in).
 live_blocks::Table g_freed_off;
 
+// msms_agent_set_shadow_host_observer's (agent.h).
+std::atomic<msms_shadow_host_observer> g_shadow_host_observer{nullptr};
+
 // Collection starts: every block freed while it was off (above) gets its
 // shadow FREE, then every block allocated while it was off and still live
 // is written now as a MALLOC with Attr shadow:true and no stacks (upstream's
@@ -585,7 +588,12 @@ void emit_shadow_mallocs() {
     g_freed_off.drain([](const live_blocks::Block& b, void*) { write_host_free_plain(b.ptr, "shadow:true"); },
                       nullptr);
     uint64_t lost = live_blocks::drain(
-        [](const live_blocks::Block& b, void*) { write_shadow_malloc(b, "shadow:true"); }, nullptr);
+        [](const live_blocks::Block& b, void*) {
+            write_shadow_malloc(b, "shadow:true");
+            if (b.type != MSMS_T_HOST) return;
+            if (msms_shadow_host_observer fn = g_shadow_host_observer.load(std::memory_order_acquire)) fn(b.ptr);
+        },
+        nullptr);
     if (lost) {
         char msg[256];
         snprintf(msg, sizeof(msg),
@@ -647,6 +655,10 @@ __attribute__((visibility("default"))) void msms_agent_start(void) {
 }
 
 __attribute__((visibility("default"))) void msms_agent_stop(void) { stop_collecting(nullptr); }
+
+__attribute__((visibility("default"))) void msms_agent_set_shadow_host_observer(msms_shadow_host_observer fn) {
+    g_shadow_host_observer.store(fn, std::memory_order_release);
+}
 
 __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
     // Outside a collection range (before start(), after stop()) a step marks

@@ -52,3 +52,68 @@ def test_host_peak_holds_a_new_block_while_a_framework_block_takes_an_older_one(
     doc = load_trace(only(d.glob("trace_*.json")))
     assert max(e["args"]["bytes"] for e in doc["traceEvents"]
                if e["ph"] == "C" and e["name"] == "cpu HOST allocated") == held
+
+
+TENSOR_BEFORE_START = """\
+import sys
+import msmemscope, torch
+if len(sys.argv) > 1:  # the Python API alone: a first range, then the tensor between two ranges
+    msmemscope.config(device="cpu", analysis="decompose", sinks="csv,trace", output="out")
+    msmemscope.start()
+    small = torch.ones(1000)
+    msmemscope.stop()
+big = torch.ones(8 * (1 << 20))  # 32 MiB, made while collection is off
+msmemscope.start()
+x = torch.ones(1000)
+msmemscope.stop()
+print("big", big.storage().nbytes(), flush=True)
+"""
+
+
+def fmt(n):
+    """The console's figure for a byte count."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def check_tensor_counted_once(p, d):
+    summary = json.loads((d / "summary.json").read_text())
+    host = summary["pools"]["cpu/HOST"]
+    assert summary["pools"]["cpu/PTA"]["peak_bytes"] >= 32 * MB, summary["pools"]
+    # the host heap grew by nothing like the tensor's storage: its bytes are PTA's
+    assert host["peak_bytes"] - host["final_bytes"] < 4 * MB, summary["pools"]
+    assert f"  cpu/HOST: peak {fmt(host['peak_bytes'])}, final {fmt(host['final_bytes'])}\n" in p.stdout, p.stdout
+    (owner,) = re.findall(r"^  HOST +(\d+) +(\d+) +\d+$", p.stdout, re.M)
+    assert int(owner[1]) == host["peak_bytes"], (owner, host)  # decompose's table says the same
+    doc = load_trace(only(d.glob("trace_*.json")))
+    assert max(e["args"]["bytes"] for e in doc["traceEvents"]
+               if e["ph"] == "C" and e["name"] == "cpu HOST allocated") == host["peak_bytes"]
+
+
+def test_a_tensor_made_before_start_is_not_host_memory_too_deferred(tmp_path):
+    # --collect-mode=deferred: the agent writes a shadow row for each host
+    # block allocated before start(), the tensor's storage among them, and
+    # the PyTorch pool's own shadow row came only after the search for
+    # existing tensors: the host heap's peak counted the storage twice.
+    (tmp_path / "prog.py").write_text(TENSOR_BEFORE_START)
+    p = run_cli(["--device=cpu", "--collect-mode=deferred", "--analysis=decompose", "--sinks=csv,trace",
+                 f"--output={tmp_path / 'out'}", "--", PY, "prog.py"], cwd=tmp_path, env={"PYTHONPATH": ""},
+                timeout=300, check_rc=0)
+    assert "big 33554432" in p.stdout
+    check_tensor_counted_once(p, only(process_dirs(tmp_path / "out")))
+
+
+def test_a_tensor_made_between_two_ranges_is_not_host_memory_too(tmp_path):
+    # The Python API alone, a tensor made between stop() and the next start().
+    import os
+    import subprocess
+    from conftest import BUILD
+    (tmp_path / "prog.py").write_text(TENSOR_BEFORE_START)
+    env = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
+    env.pop("LD_PRELOAD", None)
+    p = subprocess.run([PY, "prog.py", "api"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "big 33554432" in p.stdout
+    check_tensor_counted_once(p, only(process_dirs(tmp_path / "out")))

@@ -124,6 +124,16 @@ void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_
 void msms_agent_start(void);
 void msms_agent_stop(void);
 
+/* Called while collection starts (msms_agent_start), right after the shadow
+ * MALLOC of each host heap block allocated while it was off, with the
+ * block's address: a collector whose pool carves its blocks out of the host
+ * heap (the Python package's PyTorch CPU pool) writes that block's own
+ * shadow MALLOC then, as its live hook writes a block right after the
+ * malloc it came from, so that the host counts those bytes once (a host
+ * heap peak of the pool's bytes twice otherwise). NULL: none. */
+typedef void (*msms_shadow_host_observer)(uint64_t ptr);
+void msms_agent_set_shadow_host_observer(msms_shadow_host_observer fn);
+
 /* Marks the end of a step: SYSTEM STEP with an increasing step number
  * (returned). */
 uint64_t msms_agent_step(void);
