@@ -131,7 +131,7 @@ def _start_collectors(searched: bool) -> None:
     watcher.range_started()
 
 
-def _report_existing_tensors(searched: bool) -> None:
+def _report_existing_tensors(searched: bool = False) -> None:
     """Shadow events (framework/host/shadow.h): the storages of the CPU
     tensors that exist now (a model built before start(); looked for just
     before it when `searched`) and the pool's blocks allocated while
