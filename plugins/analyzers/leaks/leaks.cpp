@@ -87,13 +87,15 @@ private:
 // Where a block written as a shadow MALLOC (allocated while collection was
 // off, reported when it started; no stack) comes from, in the report.
 constexpr const char* kBeforeStart = "before collection started (no stack: allocated while collection was off)";
-// The report's words for such blocks still live at the end ("... were still
-// allocated at stop()"): framework/host/process_summary_json.cpp reads them.
-constexpr const char* kNotJudgedBeforeStart = "allocated before collection started were still allocated";
+// Where such blocks still live at the end were made, in the report's line
+// ("... bytes allocated before collection started were still allocated at
+// stop()": framework/host/process_summary_json.cpp reads it) and in the
+// leaks_not_judged finding's "why".
+constexpr const char* kMadeBeforeStart = "allocated before collection started";
 // The same when collection started more than once (start() after a stop()):
 // such a block may have been made between two ranges, after the first start.
-constexpr const char* kNotJudgedOff =
-    "allocated before collection started or between a stop() and the next start() were still allocated";
+constexpr const char* kMadeWhileOff =
+    "allocated before collection started or between a stop() and the next start()";
 // A shadow MALLOC with Attr import:true: the imports' heap, the host blocks
 // that Python imports made and that are still live, as one block (its Attr
 // blocks says how many; framework/agent/import_fold.h).
@@ -1002,19 +1004,16 @@ private:
         host_details(dk, host, lines);
         // 3. the blocks from before the start, not judged
         if (before_n) {
+            const char* made = starts_ > 1 ? kMadeWhileOff : kMadeBeforeStart;
             lines.push_back("  Not judged on device " + dev_name(dk) + ": " + std::to_string(before_n) +
                             " block(s), " + std::to_string(before_bytes) + " bytes " +
-                            (starts_ > 1 ? kNotJudgedOff : kNotJudgedBeforeStart) + " " +
-                            live_when() + " (no stack: allocated while collection was off)");
+                            made + " were still allocated " + live_when() +
+                            " (no stack: allocated while collection was off)");
             host_.add_finding("leaks_not_judged", {{"device", dev_name(dk)},
                                                    {"blocks", std::to_string(before_n)},
                                                    {"bytes", std::to_string(before_bytes)},
-                                                   {"why", std::string(starts_ > 1 ? "allocated before collection started "
-                                                                                     "or between a stop() and the next "
-                                                                                     "start()"
-                                                                                   : "allocated before collection started") +
-                                                               " (no stack), still allocated " + live_when() +
-                                                               "; in no leak total"}});
+                                                   {"why", std::string(made) + " (no stack), still allocated " +
+                                                               live_when() + "; in no leak total"}});
         }
     }
 
