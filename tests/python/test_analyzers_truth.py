@@ -165,3 +165,42 @@ def test_a_tensor_freed_late_in_the_range_is_still_marked(ineff_run):
     size = sum(int(r["attr"]["size"]) for r in marked)
     line = [l for l in p.stdout.splitlines() if l.startswith("inefficient: ")]
     assert len(line) == 1 and line[0].startswith(f"inefficient: {blocks} block(s), {size} bytes marked on device cpu")
+
+
+TWO_RANGES = """\
+import torch, msmemscope
+msmemscope.start()
+a = torch.ones(300000)
+a.add_(1.0)
+pa = a.data_ptr()
+msmemscope.stop()
+del a
+b = torch.ones(300000)          # made while collection is off, at a's address
+pb = b.data_ptr()
+msmemscope.start()
+s = torch.zeros(4); t = torch.ones(4)
+for i in range(30):
+    s.add_(t)
+b.add_(t.sum())                  # b's first access of the second range
+msmemscope.stop()
+print("PTRS", pa, pb)
+"""
+
+
+def test_two_ranges_a_block_freed_while_off_gets_none_of_the_next_ones_accesses(tmp_path):
+    # start() writes the FREE of a (freed while off) and the MALLOC of b
+    # (made while off) as shadow rows; b's accesses are b's, not a's
+    (tmp_path / "two.py").write_text(TWO_RANGES)
+    env = dict(ENV, MALLOC_MMAP_THRESHOLD_="131072")  # fixed: a and b are mmaps, b where a was
+    p = run_cli(["--device=cpu", "--collect-mode=deferred", "--analysis=inefficient",
+                 "--events=alloc,free,access,launch", "--plugin-option=inefficient.idle_threshold=20",
+                 "--output=out", "--", PY, "two.py"], tmp_path, env=env, check_rc=0)
+    pa, pb = (int(x) for x in re.search(r"^PTRS (\d+) (\d+)$", p.stdout, re.M).groups())
+    assert pa == pb
+    [d] = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(d)[0])
+    at = [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == "PTA" and int(r["Ptr"], 16) == pa]
+    assert [(r["Event"], r["attr"].get("shadow")) for r in at] == \
+        [("MALLOC", None), ("FREE", "true"), ("MALLOC", "true"), ("FREE", "true")]
+    assert not _kinds(at[0]) and not _kinds(at[2]), (at[0]["Attr"], at[2]["Attr"])
+    assert "inefficient: no block marked on device cpu, of " in p.stdout

@@ -88,7 +88,8 @@ public:
         // without its MALLOC is never judged, and they make no API; its
         // offline reader (python/msmemscope/analyzer/inefficient.py) does
         // not, and would call every weight live at stop() late_deallocation.
-        if ((ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) && msmemscope::attr(ev, "shadow") == "true") return;
+        if ((ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) && msmemscope::attr(ev, "shadow") == "true")
+            return forget(ev);
         switch (ev.kind) {
         case MSMS_EV_OP_LAUNCH: return on_op(ev);
         case MSMS_EV_MALLOC:
@@ -250,6 +251,20 @@ private:
             mark(*b, "early_allocation");
         b->last_api = api;
         b->last_was_access = true;
+    }
+
+    // A shadow row: the block that was at its address (freed while
+    // collection was off, or still live at the end) leaves the table with
+    // the marks it earned, unjudged, so that the accesses of whatever is
+    // there now are not counted to it.
+    void forget(const msms_event& ev) {
+        if (!pools_.count(ev.type)) return;
+        auto dm = by_addr_.find(dev_key(ev));
+        if (dm == by_addr_.end()) return;
+        auto it = dm->second.find(ev.ptr);
+        if (it == dm->second.end()) return;
+        auto b = blocks_.find(it->second);
+        if (b != blocks_.end() && b->second.pool == ev.type) erase_block(it->second);
     }
 
     void erase_block(uint64_t key) {

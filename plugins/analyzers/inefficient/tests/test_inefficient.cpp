@@ -264,3 +264,22 @@ TEST_CASE("the report says when nothing was marked, or nothing was judged") {
     REQUIRE(none.h.reports.size() == 1);
     CHECK(none.h.reports[0].rfind("inefficient: no block marked (no block of the pools ", 0) == 0);
 }
+
+TEST_CASE("two collection ranges: a block freed while collection was off is not the one at its address now") {
+    // A is allocated and used in the first range and freed while collection
+    // is off; B is allocated at A's address then. The second start() writes
+    // A's FREE and B's MALLOC as shadow rows: B's accesses are not A's.
+    Run r(Opts{{"idle_threshold", "1"}});
+    r.h.feed(m(0x100, 64).id(1).allocation_id(1));   // API 1: A
+    r.h.feed(a(0x100).id(2));                        // API 2
+    r.h.feed(f(0x100).id(3).allocation_id(1).attr("shadow", "true"));
+    r.h.feed(m(0x100, 64).id(4).allocation_id(2).attr("shadow", "true"));
+    r.h.feed(m(0x500, 8).id(5).allocation_id(3));    // API 3
+    r.h.feed(m(0x600, 8).id(6).allocation_id(4));    // API 4
+    r.h.feed(a(0x100).id(7));                        // API 5: B, two APIs after A's last access
+    r.h.finish();
+    CHECK(r.mark(1) == "");
+    CHECK(r.mark(4) == "");
+    REQUIRE(r.h.reports.size() == 1);
+    CHECK(r.h.reports[0] == "inefficient: no block marked on device 0, of 3 block(s) judged");
+}
