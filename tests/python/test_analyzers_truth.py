@@ -204,3 +204,42 @@ def test_two_ranges_a_block_freed_while_off_gets_none_of_the_next_ones_accesses(
         [("MALLOC", None), ("FREE", "true"), ("MALLOC", "true"), ("FREE", "true")]
     assert not _kinds(at[0]) and not _kinds(at[2]), (at[0]["Attr"], at[2]["Attr"])
     assert "inefficient: no block marked on device cpu, of " in p.stdout
+
+
+OOM_AFTER_START = """\
+import sys
+import torch, msmemscope
+old = [torch.empty(100000 * (i + 1), dtype=torch.uint8) for i in range(3)]   # before start()
+msmemscope.config(device="cpu", analysis="oom:50", output=sys.argv[1])
+msmemscope.start()
+new = torch.empty(5000, dtype=torch.uint8)
+try:
+    torch.empty(1 << 44, dtype=torch.uint8)
+except RuntimeError:
+    pass
+msmemscope.stop()
+print("OLD", " ".join(str(t.data_ptr()) for t in old))
+print("NEW", new.data_ptr())
+"""
+
+
+def test_oom_right_after_start_does_not_call_older_blocks_recent(tmp_path):
+    # the tensors made before start() are written at start() as shadow
+    # MALLOCs: among the largest blocks, but not allocated recently
+    (tmp_path / "oom.py").write_text(OOM_AFTER_START)
+    e = dict(os.environ)
+    for k in ("LD_PRELOAD", "MSMEMSCOPE_SESSION"):
+        e.pop(k, None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    p = subprocess.run([PY, "oom.py", str(tmp_path / "out")], cwd=str(tmp_path), env=e, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    old = [int(x) for x in re.search(r"^OLD (.*)$", p.stdout, re.M).group(1).split()]
+    new = int(re.search(r"^NEW (\d+)$", p.stdout, re.M).group(1))
+    [d] = process_dirs(tmp_path / "out")
+    rows = read_dump(dump_files(d)[0])
+    recent = [int(r["attr"]["ptr"], 16) for r in rows if r["Event Type"] == "OOM_RECENT_ALLOC"]
+    top = [(int(r["attr"]["ptr"], 16), int(r["attr"]["size"])) for r in rows if r["Event Type"] == "OOM_TOP_ALLOC"]
+    assert new in recent
+    assert not set(old) & set(recent), (old, recent)
+    assert top[:3] == [(old[2], 300000), (old[1], 200000), (old[0], 100000)]
