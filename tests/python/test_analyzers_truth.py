@@ -5,7 +5,9 @@ against what the program itself knows (its tensors' data_ptr() and sizes):
   (the host blocks Python's imports left, written as one shadow MALLOC with
   Attr import:true at a made-up address, re-written as the imports change) is
   no block: listed, it was the largest "allocation" of every CLI run, at an
-  address nothing has, and the most recent one after any import.
+  address nothing has, and the most recent one after any import. A block
+  made before start() (written at start() as a shadow MALLOC) is among the
+  largest, never among the most recent: when it was allocated is not known.
 * inefficient: a block's marks say how the program used it while collection
   was on. A block that was there before start() has no known allocation; a
   block still live at stop() (a weight, its gradient, the optimizer's state)
