@@ -3,7 +3,9 @@
 Upstream's inefficient analysis (python/msmemscope/analyzer/inefficient.py)
 counts an operator's ACCESS rows to the operator only when they lie between
 its ATEN_START and ATEN_END; its rule, restated in upstream_rules.py, must
-find on our dump exactly what our `inefficient` analyzer marked in it.
+find on our dump exactly what our `inefficient` analyzer marked in it,
+with the rows upstream's live analyzer skips (shadow:true: blocks there
+before start(), the end-of-dump FREEs of blocks live at stop()) skipped.
 The workload is upstream's example/inefficient/test_inefficient.py with the
 npu device replaced by the cpu (our own adaptation)."""
 import os

@@ -63,6 +63,11 @@ def inefficient_findings(rows, mem_size=0, kinds=KINDS, idle_threshold=3000):
                           latest allocating API lies strictly between that
                           ACCESS's API and the FREE's.
     The mark goes on the block's MALLOC row, if its size >= mem_size.
+    Rows with Attr shadow:true (a block there when collection started, one
+    still live at its end) are skipped, as upstream's live analyzer skips
+    shadow events (csrc/analysis/inefficient_analyzer.cpp EventHandle); its
+    offline reader does not, and would judge a weight still live at stop()
+    late_deallocation at its end-of-dump FREE.
     """
     groups = defaultdict(_Group)     # (pid, "PTA"|"ATB")
     history = defaultdict(list)      # (pid, allocation_id) -> the block's events
@@ -88,6 +93,8 @@ def inefficient_findings(rows, mem_size=0, kinds=KINDS, idle_threshold=3000):
         if ev != "ACCESS" and typ not in ("PTA", "ATB"):
             continue
         attr = _loose_attr(r["Attr"])
+        if ev != "ACCESS" and attr.get("shadow") == "true":
+            continue
         pool = "PTA" if typ == "PTA" or (ev == "ACCESS" and attr.get("type") == "PTA") else "ATB"
         g = groups[(pid, pool)]
         e = {"event": ev, "id": int(r["ID"]), "size": int(attr.get("size", "-1"))}

@@ -13,6 +13,9 @@
 //                      block's last ACCESS API and its FREE's API;
 //   temporary_idleness two consecutive ACCESSes of the block are more than
 //                      idle_threshold APIs apart.
+// Shadow rows (shadow:true: the MALLOC of a block that was there when
+// collection started, the FREE of one still live at its end) are skipped,
+// as upstream's live analyzer skips them: such a block is not judged.
 // Only blocks of the chosen pools (option `pools`) whose MALLOC was seen and
 // of at least mem_size bytes are marked, with the chosen types; the mark is
 // Attr `inefficient_type` of the block's MALLOC row (Host::annotate). A block
@@ -77,6 +80,16 @@ public:
     }
 
     void on_event(const msms_event& ev) override {
+        // Shadow rows are bookkeeping, not the program's doing: a block that
+        // was there before collection started (its MALLOC written then) has
+        // no known allocation, and one still live at the end (its FREE
+        // written then) was not freed. Upstream's live analyzer skips them
+        // (csrc/analysis/inefficient_analyzer.cpp EventHandle), so a block
+        // without its MALLOC is never judged, and they make no API; its
+        // offline reader (python/msmemscope/analyzer/inefficient.py) does
+        // not, and would call every weight live at stop() late_deallocation.
+        if ((ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) && msmemscope::attr(ev, "shadow") == "true")
+            return forget(ev);
         switch (ev.kind) {
         case MSMS_EV_OP_LAUNCH: return on_op(ev);
         case MSMS_EV_MALLOC:
@@ -95,32 +108,12 @@ public:
         }
     }
 
-    // Blocks still live now get a FREE row with shadow:true at the end of
-    // the dump, in allocation-id order (written after the analyzers have
-    // finished: framework/host/pipeline.cpp). Upstream's offline analysis
-    // reads those rows as FREEs like any other, each an API of its own
-    // outside an operator, so they are judged here the same way: the
-    // marks in the file are what upstream's own tool finds in it.
+    // Blocks still live now (a weight, its gradient, the optimizer's state
+    // at stop()) were not freed: they are not judged, as upstream's live
+    // analyzer never sees a FREE for them (the end-of-dump FREE rows with
+    // shadow:true are skipped like every shadow row: on_event).
     void finish() override {
-        std::vector<std::pair<uint64_t, uint64_t>> live;  // (allocation id, block key)
-        for (auto& [key, b] : blocks_) live.emplace_back(b.allocation_id, key);
-        std::sort(live.begin(), live.end());
-        for (auto& [aid, key] : live) {
-            auto it = blocks_.find(key);
-            if (it == blocks_.end()) continue;
-            const Block& b = it->second;
-            msms_event ev{};
-            ev.struct_size = sizeof(ev);
-            ev.kind = MSMS_EV_FREE;
-            ev.type = b.pool;
-            ev.device_kind = b.dev.kind;
-            ev.device_id = b.dev.id;
-            ev.pid = b.pid;
-            ev.ptr = b.ptr;
-            ev.size = b.size;
-            ev.allocation_id = aid;
-            on_memory(ev, group_key(b.pid, b.atb));
-        }
+        for (auto& [key, b] : blocks_) count_marks(b);
         report();
     }
 
@@ -258,6 +251,20 @@ private:
             mark(*b, "early_allocation");
         b->last_api = api;
         b->last_was_access = true;
+    }
+
+    // A shadow row: the block that was at its address (freed while
+    // collection was off, or still live at the end) leaves the table with
+    // the marks it earned, unjudged, so that the accesses of whatever is
+    // there now are not counted to it.
+    void forget(const msms_event& ev) {
+        if (!pools_.count(ev.type)) return;
+        auto dm = by_addr_.find(dev_key(ev));
+        if (dm == by_addr_.end()) return;
+        auto it = dm->second.find(ev.ptr);
+        if (it == dm->second.end()) return;
+        auto b = blocks_.find(it->second);
+        if (b != blocks_.end() && b->second.pool == ev.type) erase_block(it->second);
     }
 
     void erase_block(uint64_t key) {

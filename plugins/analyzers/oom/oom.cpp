@@ -20,7 +20,15 @@
 // (upstream's row names: the sinks write OOM_DETAIL rows as OOM_Trigger,
 // OOM_RecentAlloc, OOM_TopAlloc; SNAPSHOT keys as upstream's dump.cpp.)
 // OOM_RECENT/TOP_ALLOC carry Attr pool, ptr, size, timestamp, step, kernel,
-// client and the block's stacks. Each byte once (DESIGN §8): a framework
+// client and the block's stacks. The imports' heap (a shadow MALLOC with
+// Attr import:true: the host blocks Python's imports left, written as one
+// block at a made-up address, re-written whenever it changes:
+// framework/agent/import_fold.h) is memory but no block: it counts in the
+// snapshot's numbers and is never listed as a recent or a large block. A
+// block that was there when collection started (its MALLOC written then,
+// shadow:true) is listed among the largest, with that row's timestamp, but
+// not among the recent: when it was allocated is not known.
+// Each byte once (DESIGN §8): a framework
 // block at the address of a live host heap block (a CPU tensor's storage)
 // is listed and counted under the framework only. The rows of a failure
 // carry the failing thread's process and thread id. A failing loop does not
@@ -107,6 +115,8 @@ public:
                 if (old != d.live.end() && fw) d.fw_allocated -= static_cast<int64_t>(old->second.size);
                 Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
                         std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
+                b.shadow = has_true(ev, "shadow");
+                b.fold = b.shadow && has_true(ev, "import");
                 d.live[k] = std::move(b);
                 d.allocated += static_cast<int64_t>(ev.size);
                 if (fw) {
@@ -165,6 +175,8 @@ private:
         uint32_t pid;
         std::string py_stack, c_stack;
         bool taken = false;  // a host heap block that a framework block took over
+        bool fold = false;   // the imports' heap: many blocks as one, listed never
+        bool shadow = false; // there when collection started: allocated when, is not known
     };
     struct Device {
         std::unordered_map<BlockKey, Block, BlockKeyHash> live;
@@ -185,6 +197,10 @@ private:
         bool dumped = false;
         uint64_t last_dump_ts = 0;
     };
+
+    static bool has_true(const msms_event& ev, std::string_view key) {
+        return msmemscope::attr(ev, key) == "true";
+    }
 
     static bool driver_pool(uint16_t type) {
         return type == MSMS_T_HAL || type == MSMS_T_HOST || type == MSMS_T_HOST_PINNED;
@@ -354,12 +370,18 @@ private:
         std::vector<Item> all;
         all.reserve(d.live.size());
         for (auto& [k, b] : d.live)
-            if (!b.taken) all.emplace_back(&k, &b);
-        size_t n = std::min(k_, all.size());
-        std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
+            if (!b.taken && !b.fold) all.emplace_back(&k, &b);
+        // the recent ones among the blocks whose allocation was seen (a
+        // shadow block's row was written when collection started)
+        std::vector<Item> seen;
+        for (auto& it : all)
+            if (!it.second->shadow) seen.push_back(it);
+        size_t n = std::min(k_, seen.size());
+        std::partial_sort(seen.begin(), seen.begin() + n, seen.end(), [](const Item& a, const Item& b) {
             return a.second->ts != b.second->ts ? a.second->ts > b.second->ts : a.second->id > b.second->id;
         });
-        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_RECENT_ALLOC, *all[i].first, *all[i].second, ev);
+        for (size_t i = 0; i < n; ++i) detail(dk, MSMS_T_OOM_RECENT_ALLOC, *seen[i].first, *seen[i].second, ev);
+        n = std::min(k_, all.size());
         std::partial_sort(all.begin(), all.begin() + n, all.end(), [](const Item& a, const Item& b) {
             return a.second->size != b.second->size ? a.second->size > b.second->size : a.second->id < b.second->id;
         });

@@ -186,3 +186,51 @@ TEST_CASE("snapshot numbers on a device with a framework pool: allocated and res
     CHECK(top[0].attr("pool") == "HAL");
     CHECK(top[1].attr("pool") == "PTA");
 }
+
+TEST_CASE("the imports' heap (one shadow block for many, at a made-up address) counts but is never listed as a recent or a large block") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "2"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 1000).at(100));
+    h.feed(EventBuilder::malloc(0x20, 10).at(200));
+    // re-written as the imports change: the latest, and the largest, row of the device
+    h.feed(EventBuilder::malloc(0xffff800000000000ull, 64 << 20)
+               .at(300)
+               .attr("shadow", "true")
+               .attr("import", "true")
+               .attr("blocks", "325956"));
+    h.feed(trigger(1 << 30).at(400));
+    REQUIRE(h.finish() == MSMS_OK);
+    auto recent = of_type(h, MSMS_T_OOM_RECENT_ALLOC);
+    REQUIRE(recent.size() == 2);
+    CHECK(recent[0].attr("ptr") == "0x20");
+    CHECK(recent[1].attr("ptr") == "0x10");
+    auto top = of_type(h, MSMS_T_OOM_TOP_ALLOC);
+    REQUIRE(top.size() == 2);
+    CHECK(top[0].attr("ptr") == "0x10");
+    CHECK(top[1].attr("ptr") == "0x20");
+    // the memory is the program's all the same
+    CHECK(h.emitted[0].name == "OOM_Snapshot");
+    CHECK(h.emitted[0].attr("allocated") == std::to_string(1010 + (64 << 20)));
+}
+
+TEST_CASE("a block there when collection started is among the largest, never among the most recent") {
+    // start(): the blocks already live are written then as shadow MALLOCs;
+    // when they were allocated is not known, so an OOM right after start()
+    // does not call them its most recent allocations.
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "2"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 1 << 20).at(100).attr("shadow", "true"));
+    h.feed(EventBuilder::malloc(0x20, 8).at(100).attr("shadow", "true"));
+    h.feed(EventBuilder::malloc(0x30, 64).at(200));
+    h.feed(trigger(1 << 30).at(300));
+    REQUIRE(h.finish() == MSMS_OK);
+    auto recent = of_type(h, MSMS_T_OOM_RECENT_ALLOC);
+    REQUIRE(recent.size() == 1);
+    CHECK(recent[0].attr("ptr") == "0x30");
+    auto top = of_type(h, MSMS_T_OOM_TOP_ALLOC);
+    REQUIRE(top.size() == 2);
+    CHECK(top[0].attr("ptr") == "0x10");
+    CHECK(top[1].attr("ptr") == "0x30");
+}
