@@ -87,6 +87,12 @@ void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uin
  * nothing while collecting, inside the agent, or with no stream open. */
 int msms_agent_off_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr, uint64_t size);
 void msms_agent_off_free(uint16_t type, uint64_t ptr);
+/* msms_agent_off_free with the block's device: a device block that a
+ * collection range recorded and the program freed while collection was off
+ * gets its FREE (Attr shadow:true) on that device when collection starts
+ * again; msms_agent_off_free knows no device and keeps that only for HOST
+ * blocks. (Newer agents only: look it up with dlsym.) */
+void msms_agent_off_free_device(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
 
 /* The calling thread enters / leaves the import of a Python module (the
  * Python package's CLI boot calls these around the import machinery when
