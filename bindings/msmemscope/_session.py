@@ -117,10 +117,16 @@ _warned_cli = False
 _output_base: Optional[str] = None
 
 
+# config()'s aliases that the command line has too: the host's messages name
+# the key the program used (api_words.h in the host).
+_CLI_ALIASES = {"format": "format", "output_path": "output-path"}
+
+
 def _cli_options() -> List[str]:
     # --aggregate is a flag on the command line (no value).
     flags = [f"--{k}" for k, v in sorted(_values.items()) if k == "aggregate" and v == "true"]
-    return ([f"--{k}={v}" for k, v in sorted(_values.items()) if k != "aggregate"] + flags +
+    return ([f"--{_CLI_ALIASES.get(_origins.get(k, ''), k)}={v}" for k, v in sorted(_values.items())
+             if k != "aggregate"] + flags +
             [f"--plugin-path={p}" for p in _plugin_paths] +
             [f"--plugin-option={n}.{k}={v}" for n, kv in sorted(_plugin_options.items()) for k, v in sorted(kv.items())])
 

@@ -88,7 +88,7 @@ def kinds(rows):
     ({"aggregate": "maybe"}, ValueError, "msmemscope.config: aggregate: invalid value 'maybe' (allowed: true, false)"),
     ({"watch": "a:out1"}, ValueError,
      "msmemscope.config: watch: invalid value 'a:out1': no ',' before the end op (allowed: [start[:N]],end[,"
-     "full-content], e.g. --watch=op1:0,op2 or --watch=,op2)"),
+     "full-content], e.g. msmemscope.config(watch=\"op1:0,op2\") or msmemscope.config(watch=\",op2\"))"),
 ])
 def test_config_rejects(kw, exc, msg):
     with pytest.raises(exc) as e:

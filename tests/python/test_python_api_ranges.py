@@ -1,5 +1,7 @@
 """The Python API between two collection ranges tells the truth:
 
+2. A program that set its options with config() is told of them in
+   config()'s words, not the command line's (--steps, --events=alloc).
 3. A device block (Ascend driver, simulated) recorded in one range and freed
    between two ranges gets its FREE, on its device, when the next range
    starts: it is not live to the end.
@@ -35,6 +37,59 @@ def run(tmp_path, body, env=None, cli=None, out="out"):
 def sized(rows, size):
     return [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == "HOST"
             and parse_attr(r["Attr"]).get("size") == str(size)]
+
+
+# ---------------------------------------------------------------- 2. config()'s words
+def test_warnings_name_config_keys_without_the_cli(tmp_path):
+    # Before: "--events=alloc: also collecting free ...", "--steps: step 9 was
+    # never reached", "leaks: the leak analysis is off when --steps selects
+    # steps" to a program that never had a command line.
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc", steps="9", output="out")
+        msmemscope.start()
+        for _ in range(2):
+            msmemscope.step()
+        msmemscope.stop()
+    """)
+    err = p.stderr.splitlines()
+    assert ('msmemscope: warning: events="alloc": also collecting free (for analysis="leaks"); only the events '
+            "listed are written") in err, p.stderr
+    assert ("[msmemscope] warning: leaks: the leak analysis is off when 'steps' selects steps (only some events "
+            "are collected)") in err, p.stderr
+    pid = procdir.name.split("_")[1]
+    assert (f"msmemscope: warning: pid {pid}: 'steps': step 9 was never reached (its last step was 3); nothing was "
+            "collected for it") in err, p.stderr
+    assert "--" not in p.stderr, p.stderr
+
+
+def test_under_the_cli_the_same_warnings_name_its_options(tmp_path):
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.start()
+        for _ in range(2):
+            msmemscope.step()
+        msmemscope.stop()
+    """, cli=["--device=cpu", "--events=alloc", "--steps=9", "--collect-mode=deferred"])
+    err = p.stderr.splitlines()
+    assert ("msmemscope: warning: --events=alloc: also collecting free (for --analysis=leaks); only the events "
+            "listed are written") in err, p.stderr
+    assert ("[msmemscope] warning: leaks: the leak analysis is off when --steps selects steps (only some events "
+            "are collected)") in err, p.stderr
+    pid = procdir.name.split("_")[1]
+    assert (f"msmemscope: warning: pid {pid}: --steps: step 9 was never reached (its last step was 3); nothing was "
+            "collected for it") in err, p.stderr
+
+
+def test_suppress_warning_names_config_keys(tmp_path):
+    (tmp_path / "s.supp").write_text("x\n")
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", suppress="s.supp", analysis="decompose", output="out")
+        msmemscope.start(); msmemscope.stop()
+    """)
+    assert ("msmemscope: warning: suppress: the leaks analysis is not selected, so leak suppressions have no effect "
+            "(select it with msmemscope.config(analysis=\"leaks\"))") in p.stderr.splitlines(), p.stderr
 
 
 # ---------------------------------------------------------------- 3. device blocks freed between ranges
