@@ -664,15 +664,23 @@ __attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, u
     msms_agent_off_free_device(type, MSMS_DEV_CPU, -1, ptr);
 }
 
-__attribute__((visibility("default"))) void msms_agent_start(void) {
+__attribute__((visibility("default"))) void msms_agent_start_with(const char* opts, const char* attrs) {
     if (!channel_is_open()) return;
+    if (g_collecting.load()) return;
+    {
+        Tls& t = tls();
+        Guard g(t);
+        if (opts) reparse_options(opts);
+    }
     if (g_collecting.exchange(true)) return;
     Tls& t = tls();
     Guard g(t);
-    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, attrs);
     emit_shadow_mallocs();
     import_fold::publish();  // imports that ended while collection was off
 }
+
+__attribute__((visibility("default"))) void msms_agent_start(void) { msms_agent_start_with(nullptr, nullptr); }
 
 __attribute__((visibility("default"))) void msms_agent_stop(void) { stop_collecting(nullptr); }
 

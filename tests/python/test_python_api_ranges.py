@@ -1,5 +1,11 @@
 """The Python API between two collection ranges tells the truth:
 
+1. config() after stop() and before the next start() changes what upstream's
+   config() changes for its next events (ConfigManager::SetConfig: events,
+   call_stack, level): the next range's START_TRACE says what it writes (Attr
+   events:...) and its rows follow the new values. What our host fixes when
+   the session opens (analysis, device, sinks...) is refused with the key
+   and why.
 2. A program that set its options with config() is told of them in
    config()'s words, not the command line's (--steps, --events=alloc).
 3. A device block (Ascend driver, simulated) recorded in one range and freed
@@ -37,6 +43,123 @@ def run(tmp_path, body, env=None, cli=None, out="out"):
 def sized(rows, size):
     return [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == "HOST"
             and parse_attr(r["Attr"]).get("size") == str(size)]
+
+
+# ---------------------------------------------------------------- 1. config() between ranges
+RANGES = """\
+    import warnings, msmemscope
+    msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
+    msmemscope.start()
+    a = bytearray(300000); del a
+    msmemscope.stop()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        msmemscope.config(events="alloc", call_stack="python")
+    print("WARN", [str(x.message) for x in w])
+    msmemscope.start()
+    b = bytearray(300001); del b
+    msmemscope.stop()
+    msmemscope.config(events="alloc,free", call_stack="")
+    msmemscope.start()
+    c = bytearray(300002); del c
+    msmemscope.stop()
+"""
+
+
+def test_events_and_call_stack_changed_between_ranges_apply_to_the_next(tmp_path):
+    # Before: config(events=...) after stop() was a RuntimeError ("cannot
+    # change once the collection session has started").
+    p, script, procdir = run(tmp_path, RANGES)
+    # said as the host says it of a first value (config()'s words)
+    assert ("WARN ['msmemscope.config: events=\"alloc\": also collecting free (for alloc); only the events listed "
+            "are written']\n") in p.stdout, p.stdout
+    rows = read_dump(dump_files(procdir)[0])
+    starts = [r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "START_TRACE"]
+    assert [parse_attr(r["Attr"]) if r["Attr"] else {} for r in starts] == [{}, {"events": "alloc"},
+                                                                            {"events": "alloc|free"}]
+    first, second, third = sized(rows, 300001), sized(rows, 300002), sized(rows, 300003)
+    # range 1: alloc,free, no stacks
+    assert [(r["Event"], r["Call Stack(Python)"]) for r in first] == [("MALLOC", ""), ("FREE", "")]
+    # range 2: events="alloc" writes no FREE row (as upstream's dump filter);
+    # call_stack="python" gives the MALLOC its line
+    assert [(r["Event"], r["Call Stack(Python)"]) for r in second] == [("MALLOC", f"{script}(11): <module>")]
+    # range 3: both again, stacks off again
+    assert [(r["Event"], r["Call Stack(Python)"]) for r in third] == [("MALLOC", ""), ("FREE", "")]
+    # the FREE not written in range 2 was still collected: the block is not live at the end
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["cpu/HOST"]["final_bytes"] < 300002, summary["pools"]
+
+
+def test_config_during_a_range_applies_at_the_next_start(tmp_path):
+    p, script, procdir = run(tmp_path, """\
+        import warnings, msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
+        msmemscope.start()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            msmemscope.config(call_stack="python")
+        print("WARN", [str(x.message) for x in w])
+        a = bytearray(300000)
+        msmemscope.stop()
+        msmemscope.start()
+        b = bytearray(300001)
+        msmemscope.stop()
+    """)
+    assert ("WARN [\"msmemscope.config: collection is on; the new 'call_stack' takes effect at the next "
+            "msmemscope.start()\"]\n") in p.stdout, p.stdout
+    rows = read_dump(dump_files(procdir)[0])
+    assert [r["Call Stack(Python)"] for r in sized(rows, 300001) if r["Event"] == "MALLOC"] == [""]
+    assert [r["Call Stack(Python)"] for r in sized(rows, 300002) if r["Event"] == "MALLOC"] == [
+        f"{script}(11): <module>"]
+
+
+@pytest.mark.parametrize("kw,key,why", [
+    ("analysis='decompose'", "analysis",
+     "the analyses run in the host process over the whole session, from its first event, so that no block is "
+     "judged on part of its life"),
+    ("device='cpu,npu'", "device",
+     "the host keeps the devices' events it opened with for the whole session (a block freed in a later range "
+     "pairs with its MALLOC on its device), and their collectors were installed then"),
+])
+def test_what_the_host_fixed_at_the_start_is_refused_with_why(tmp_path, kw, key, why):
+    p, script, procdir = run(tmp_path, f"""\
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="leaks", output="out")
+        msmemscope.start(); msmemscope.stop()
+        try:
+            msmemscope.config({kw})
+        except RuntimeError as e:
+            print("ERR", e)
+    """)
+    assert (f"ERR msmemscope.config: '{key}' cannot change once the collection session has started: "
+            f"msmemscope.start() at {script}:3 opened it; {why} (config() must come before the first start(), "
+            "step(), take_snapshot() or tracer.start(); events, call_stack and level may change between "
+            "ranges)\n") in p.stdout, p.stdout + p.stderr
+
+
+def test_events_that_need_other_collectors_are_refused(tmp_path):
+    # events="launch" alone (no analysis) would leave the host heap's
+    # collector out, and its hooks were installed when the session opened.
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="", output="out")
+        msmemscope.start(); msmemscope.stop()
+        try:
+            msmemscope.config(events="launch")
+        except RuntimeError as e:
+            print("ERR", e)
+        msmemscope.start()
+        a = bytearray(300000)
+        msmemscope.stop()
+    """)
+    m = re.search(r"^ERR (.*)$", p.stdout, re.M)
+    assert m, p.stdout + p.stderr
+    assert m[1] == ("msmemscope.config: 'events' cannot change to 'launch' between ranges: it needs the collectors "
+                    "mstx, and the session runs hal, host_heap, mstx, installed when msmemscope.start() at "
+                    f"{script}:3 opened it (a process has one session: set 'events' before the first start())")
+    # nothing changed: the range after it writes as before
+    rows = read_dump(dump_files(procdir)[0])
+    assert [r["Event"] for r in sized(rows, 300001)][:1] == ["MALLOC"]
 
 
 # ---------------------------------------------------------------- 2. config()'s words

@@ -129,6 +129,13 @@ void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_
  * --collect-mode=deferred). Emits SYSTEM START_TRACE / STOP_TRACE. */
 void msms_agent_start(void);
 void msms_agent_stop(void);
+/* The Python API's next range with changed collection options (config()
+ * between two ranges): the agent's options are replaced by `options` (the
+ * same "key=value;..." text the host passes at attach; what the process
+ * itself was told, its host's pid, is kept), then collection starts with
+ * START_TRACE carrying `attrs` (may be NULL). (Newer agents only: look it
+ * up with dlsym.) */
+void msms_agent_start_with(const char* options, const char* attrs);
 
 /* Called while collection starts (msms_agent_start), right after the shadow
  * MALLOC of each host heap block allocated while it was off, with the
