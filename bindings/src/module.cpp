@@ -885,6 +885,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("profile_install_thread", &profile_install_thread);
     m.def("profile_function_needed", &msms_py::profile_function_needed, py::arg("emit"), py::arg("forced"));
     m.def("profile_uninstall", &profile_uninstall);
+    m.def("profile_range_stop", &profile_range_stop);
     m.def("autograd_enter", &autograd_enter);
     m.def("autograd_exit", &autograd_exit);
     m.def("memory_info", &memory_info);

@@ -11,6 +11,9 @@
 3. A device block (Ascend driver, simulated) recorded in one range and freed
    between two ranges gets its FREE, on its device, when the next range
    starts: it is not live to the end.
+4. With events="traceback", a Python call that began in a range and returns
+   in a later one (across stop() and start()) has its python_trace row, from
+   its call to its return.
 """
 import json
 import re
@@ -275,3 +278,48 @@ def test_npu_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, 
     assert summary["pools"]["1/HAL"]["final_bytes"] == 12345, summary["pools"]
     assert "  Driver memory still allocated at stop() on device 1: 1 block(s), 0.011773 Mb(s):" in p.stdout, p.stdout
     assert "1.000000 Mb" not in p.stdout, p.stdout
+
+
+# ---------------------------------------------------------------- 4. a Python call across stop()/start()
+ACROSS = """\
+    import msmemscope
+    msmemscope.config(device="cpu", events="traceback", analysis="", output="out")
+    def off(): return 0
+    def across():
+        msmemscope.stop()
+        off()
+        msmemscope.start()
+        return 1
+    def after(): return 2
+    def begins_off():
+        msmemscope.start()
+        return 3
+    msmemscope.start()
+    across()
+    after()
+    msmemscope.stop()
+    off()
+    begins_off()
+    msmemscope.stop()
+"""
+
+
+def test_a_call_running_across_stop_and_start_has_its_row(tmp_path):
+    # Before: across() had no python_trace row: its profile function went at
+    # stop(), and at start() it was taken as a frame whose call was never
+    # seen. A call the trace saw begin in a range and end in a later one ran
+    # from its call to its return: its row says so. Calls that began while
+    # collection was off (off(), begins_off()) have no row, as before: the
+    # trace never saw them begin.
+    p, script, procdir = run(tmp_path, ACROSS)
+    rows = read_dump(dump_files(procdir)[0])
+    marks = [int(r["Timestamp(ns)"]) for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] in
+             ("START_TRACE", "STOP_TRACE")]
+    assert len(marks) == 6, marks
+    lines = dump_files(procdir, kind="python_trace")[0].read_text().splitlines()
+    trace = [l.rsplit(",", 4) for l in lines[1:]]
+    names = [t[0] for t in trace]
+    assert names == [f"{script}(4): across", f"{script}(9): after"], names
+    start, end = int(trace[0][1]), int(trace[0][2])
+    assert start < marks[1] and end > marks[2], (start, end, marks)  # called in range 1, returned in range 2
+    assert marks[2] < int(trace[1][1]) <= int(trace[1][2]) < marks[3]
