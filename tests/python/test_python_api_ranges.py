@@ -165,6 +165,38 @@ def test_events_that_need_other_collectors_are_refused(tmp_path):
     assert [r["Event"] for r in sized(rows, 300001)][:1] == ["MALLOC"]
 
 
+NPU_LEVELS = """
+import ctypes, os
+import msmemscope
+
+acl = ctypes.CDLL(os.path.join({sim!r}, "libascendcl.so"))
+acl.aclrtLaunchKernel.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_void_p]
+assert acl.aclInit(None) == 0 and acl.aclrtSetDevice(0) == 0
+stream, fn = ctypes.c_void_p(), ctypes.c_void_p()
+assert acl.aclrtCreateStream(ctypes.byref(stream)) == 0
+assert acl.aclrtBinaryGetFunction(None, b"add_kernel", ctypes.byref(fn)) == 0
+msmemscope.config(device="npu", events="launch", level="op", analysis="", output={out!r})
+for level in ("op", "kernel", "op"):
+    msmemscope.config(level=level)
+    msmemscope.start()
+    assert acl.aclrtLaunchKernel(fn, 1, None, 0, stream) == 0
+    msmemscope.stop()
+"""
+
+
+def test_level_changed_between_ranges_applies_to_the_next(tmp_path):
+    # KERNEL_LAUNCH rows are the kernel level's (upstream's levelType): only
+    # the second range, level="kernel", has one.
+    p, script, procdir = run(tmp_path, NPU_LEVELS.format(sim=str(SIM_LIB), out=str(tmp_path / "out")),
+                             env={"ASCEND_SIM_DEVICE_MEM": str(128 * MiB), "LD_LIBRARY_PATH": str(SIM_LIB)})
+    rows = [r for f in sorted(procdir.glob("device_*/dump/memscope_dump_*.csv")) for r in read_dump(f)]
+    rows.sort(key=lambda r: int(r["ID"]))
+    seq = [r["Event Type"] for r in rows if r["Event Type"] in ("START_TRACE", "STOP_TRACE", "KERNEL_LAUNCH")]
+    assert seq == ["START_TRACE", "STOP_TRACE", "START_TRACE", "KERNEL_LAUNCH", "STOP_TRACE", "START_TRACE",
+                   "STOP_TRACE"], seq
+
+
 # ---------------------------------------------------------------- 2. config()'s words
 def test_warnings_name_config_keys_without_the_cli(tmp_path):
     # Before: "--events=alloc: also collecting free ...", "--steps: step 9 was
