@@ -355,3 +355,54 @@ def test_a_call_running_across_stop_and_start_has_its_row(tmp_path):
     start, end = int(trace[0][1]), int(trace[0][2])
     assert start < marks[1] and end > marks[2], (start, end, marks)  # called in range 1, returned in range 2
     assert marks[2] < int(trace[1][1]) <= int(trace[1][2]) < marks[3]
+
+
+CUDA_BETWEEN = """
+import ctypes, os
+import msmemscope
+
+if {api!r}:
+    msmemscope.config(device="cuda", analysis="leaks", output={out!r})
+rt = ctypes.CDLL("libfakecudart.so")           # the simulated runtime makes device 0's context current
+assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
+cu = ctypes.CDLL("libcuda.so.1")
+def alloc(label, n):
+    d = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(d), ctypes.c_size_t(n)) == 0
+    print(f"{{label}} 0x{{d.value:016x}}", flush=True)
+    return d
+msmemscope.start()
+gone = alloc("gone", 1 << 20)          # recorded in range 1 ...
+kept = alloc("kept", 12345)
+msmemscope.stop()
+assert cu.cuMemFree_v2(gone) == 0     # ... and freed while collection is off
+msmemscope.start()
+x = alloc("x", 4096)
+assert cu.cuMemFree_v2(x) == 0
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["api_alone", "under_cli"])
+def test_cuda_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, api):
+    # Before: the cuda hook recorded nothing for a free while collection was
+    # off, and the block stayed live to the end.
+    out = tmp_path / "out"
+    p, script, procdir = run(tmp_path, CUDA_BETWEEN.format(api=api, out=str(out)),
+                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
+                             cli=None if api else ["--device=cuda", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    rows = read_dump(dump_files(procdir, "0")[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert len(marks) == 4, rows
+    gone = [(i, r) for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE") and
+            names.get(int(r["Ptr"], 16)) == "gone"]
+    assert [r["Event"] for i, r in gone] == ["MALLOC", "FREE"], gone
+    (i, free) = gone[1]
+    assert marks[2] < i < marks[3], (marks, i)
+    assert (free["Event Type"], free["Device Id"]) == ("HAL", "0")
+    assert parse_attr(free["Attr"]) == {"allocation_id": parse_attr(gone[0][1]["Attr"])["allocation_id"],
+                                        "addr": free["Ptr"], "size": str(1 << 20), "shadow": "true"}
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["0/HAL"]["final_bytes"] == 12345, summary["pools"]
