@@ -765,13 +765,13 @@ int Session::print_summary(std::ostream& out) const {
     for (auto& s : summaries_) {
         for (auto& w : s.warnings) warning_out() << "msmemscope: warning: " << said(w) << "\n";
         if (!s.error.empty()) {
-            std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << s.error << "\n";
+            std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << said(s.error) << "\n";
             status = 70;
             continue;
         }
         for (auto& why : s.incomplete) {
             if (cfg_.replay.empty())
-                std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << why << "\n";
+                std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << said(why) << "\n";
             else if (cfg_.replays.size() > 1)
                 std::cerr << "msmemscope: error: --replay: " << why << "\n";
             else

@@ -250,6 +250,25 @@ def test_suppress_warning_names_config_keys(tmp_path):
             "(select it with msmemscope.config(analysis=\"leaks\"))") in p.stderr.splitlines(), p.stderr
 
 
+def test_a_plugin_over_its_time_budget_is_said_in_config_words(tmp_path):
+    # Before: "... exceeded its time budget (1 s, --plugin-time-budget) ..."
+    # to a program that set plugin_time_budget="1".
+    fixtures = BUILD / "tests" / "lib" / "bad_plugins"
+    p, script, procdir = run(tmp_path, f"""\
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", plugin_path={str(fixtures)!r},
+                          analysis="leaks,hang_in_event", plugin_time_budget="1", output="out")
+        msmemscope.start()
+        a = bytearray(300000)
+        msmemscope.stop()
+    """)
+    assert [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")] == [
+        "msmemscope: error: plugin 'hang_in_event' exceeded its time budget (1 s, 'plugin_time_budget') in on_event; "
+        "re-running the outputs without it"], p.stderr
+    assert ("  error: plugin 'hang_in_event' exceeded its time budget (1 s, 'plugin_time_budget') in on_event; the "
+            "outputs were re-run without it") in p.stdout.splitlines(), p.stdout
+
+
 # ---------------------------------------------------------------- 3. device blocks freed between ranges
 NPU_BETWEEN = """
 import ctypes, os
