@@ -76,12 +76,18 @@ def config(**kwargs: Any) -> None:
     naming its plugins check out as they would on the command line.
 
     ``output``, ``data_format`` and ``watch`` take effect only the first time
-    they are set (later values are ignored with a warning). No key can
-    change once the session is open: the first start(), step(),
-    take_snapshot() or tracer.start() opens it with the values set so far
-    (defaults for the others), so config() comes before them; a later
-    change, also a first ``output`` then, is a RuntimeError naming the call
-    that opened the session.
+    they are set (later values are ignored with a warning). The first
+    start(), step(), take_snapshot() or tracer.start() opens the session
+    with the values set so far (defaults for the others). After that,
+    ``events``, ``call_stack`` and ``level`` may still change, as
+    upstream's config() allows: the change applies from the next start() on
+    (its START_TRACE row, Attr events:<what is written>, and the rows after
+    it; set during a range, it waits for the next one, with a warning),
+    unless it needs other collectors than the session installed (a
+    RuntimeError says which). Any other key is fixed by then (the host's
+    analyses, devices, sinks, steps and files run over the whole session):
+    a change, also a first ``output`` then, is a RuntimeError naming the
+    key, why, and the call that opened the session.
 
     Raises TypeError for an unknown key or a value that is not a string,
     ValueError (with the command line's message, naming the key and the
@@ -111,14 +117,27 @@ def start() -> None:
     # all the same. The existing tensors are looked for before collection
     # starts: the agent's shadow row of each host heap block allocated while
     # it was off is then followed by the storage carved there.
-    searched = _ext.without_hooks(_note_existing_tensors)
-    _ext.start()
+    s = _session.session("msmemscope.start()")
+    options, attrs = s.take_pending() if not _ext.collecting() else ("", "")
+    searched = _ext.without_hooks(lambda: _note_existing_tensors(options))
+    _ext.start(options, attrs)
     _ext.without_hooks(lambda: _start_collectors(searched))
 
 
-def _note_existing_tensors() -> bool:
-    """Whether the CPU tensors that exist were noted (for the PyTorch pool)."""
-    if "torch" not in sys.modules or _ext.collecting() or not _ext.wants("alloc"):
+def _option_items(options: str, key: str) -> List[str]:
+    """The items of one option of the agent's "key=a,b;key=..." text."""
+    for item in options.split(";"):
+        k, _, v = item.partition("=")
+        if k == key:
+            return [x for x in v.split(",") if x]
+    return []
+
+
+def _note_existing_tensors(options: str = "") -> bool:
+    """Whether the CPU tensors that exist were noted (for the PyTorch pool).
+    options: the agent's options from this start() on ("" unchanged)."""
+    alloc = "alloc" in _option_items(options, "events") if options else _ext.wants("alloc")
+    if "torch" not in sys.modules or _ext.collecting() or not alloc:
         return False
     from . import _torch
     _torch.note_existing(_cpu_tensor_storages())

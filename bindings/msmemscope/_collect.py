@@ -20,7 +20,7 @@ import time
 from ._shared import PACKAGE_DIR, ext as _ext  # never the session: it imports this module
 
 _lock = threading.RLock()
-_state = {"trace": False, "tracer": False, "torch": False, "thread_hook": False}
+_state = {"trace": False, "tracer": False, "torch": False, "thread_hook": False, "draining": False}
 
 
 def _wants(cls: str) -> bool:
@@ -49,6 +49,7 @@ def _install(emit: bool, forced: bool) -> None:
 
 
 def _uninstall() -> None:
+    _state["draining"] = False
     _ext.profile_uninstall()
     if _state["thread_hook"]:
         threading.setprofile(None)
@@ -62,6 +63,9 @@ def enable_for_range() -> None:
         if trace or _wants_python_stack() or _state["tracer"]:
             _install(trace or _state["tracer"], _state["tracer"])
             _state["trace"] = True
+        elif _state["draining"]:
+            _uninstall()  # the last range's functions, not wanted in this one
+        _state["draining"] = False
         if "torch" in sys.modules and (_wants("launch") or _wants("access") or _wants("alloc") or trace):
             from . import _torch
             _torch.enable(trace)
@@ -76,7 +80,13 @@ def disable_for_range() -> None:
             _torch.disable()
             _state["torch"] = False
         if _state["trace"] and not _state["tracer"]:
-            _uninstall()
+            if _wants("traceback"):
+                # A call the range recorded that is still running returns
+                # in a later range with its own start (py_trace.h).
+                _ext.profile_range_stop()
+                _state["draining"] = True
+            else:
+                _uninstall()
             _state["trace"] = False
 
 
@@ -108,7 +118,7 @@ def disable_all() -> None:
     with _lock:
         _state["tracer"] = False
         disable_for_range()
-        if _state["trace"]:
+        if _state["trace"] or _state["draining"]:
             _uninstall()
             _state["trace"] = False
 

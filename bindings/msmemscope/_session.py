@@ -117,10 +117,16 @@ _warned_cli = False
 _output_base: Optional[str] = None
 
 
+# config()'s aliases that the command line has too: the host's messages name
+# the key the program used (api_words.h in the host).
+_CLI_ALIASES = {"format": "format", "output_path": "output-path"}
+
+
 def _cli_options() -> List[str]:
     # --aggregate is a flag on the command line (no value).
     flags = [f"--{k}" for k, v in sorted(_values.items()) if k == "aggregate" and v == "true"]
-    return ([f"--{k}={v}" for k, v in sorted(_values.items()) if k != "aggregate"] + flags +
+    return ([f"--{_CLI_ALIASES.get(_origins.get(k, ''), k)}={v}" for k, v in sorted(_values.items())
+             if k != "aggregate"] + flags +
             [f"--plugin-path={p}" for p in _plugin_paths] +
             [f"--plugin-option={n}.{k}={v}" for n, kv in sorted(_plugin_options.items()) for k, v in sorted(kv.items())])
 
@@ -301,7 +307,7 @@ def configure(kwargs: Dict[str, object]) -> None:
         saved = dict(_origins)
         _origins.update(origins)
         try:
-            validate(new, new_paths, new_options)
+            checked = validate(new, new_paths, new_options)
         except ValueError:
             _origins.clear()
             _origins.update(saved)
@@ -313,18 +319,40 @@ def configure(kwargs: Dict[str, object]) -> None:
             changed = [k for k in new if _values.get(k) != new[k]]
             if plugins_changed:
                 changed.append("plugin_path" if new_paths != _plugin_paths else "plugin_options")
-            if changed:
+            fixed = [k for k in changed if k not in RANGE_KEYS]
+            why = "" if fixed else _why_not_between_ranges(changed, checked, origins, new)
+            if fixed or why:
                 _origins.clear()
                 _origins.update(saved)
-                k = changed[0]
+            if fixed:
+                k = fixed[0]
                 opened = f": {_opened_by} opened it" if _opened_by else ""
                 used = {"output": "output", "data-format": "data_format"}.get(k)
                 if used and _session.config and _session.config.get(used):
                     opened += (f" with {used} '{_session.config[used]}'" if opened else
                                f": it uses {used} '{_session.config[used]}'")
+                reason = WHY_FIXED.get(k, "")
                 raise RuntimeError(f"msmemscope.config: '{origins.get(k, k.replace('-', '_'))}' cannot change once "
-                                   f"the collection session has started{opened} (config() must come before the "
-                                   f"first start(), step(), take_snapshot() or tracer.start())")
+                                   f"the collection session has started{opened}{reason} (config() must come before "
+                                   f"the first start(), step(), take_snapshot() or tracer.start(); "
+                                   f"{_RANGE_KEYS_TEXT} may change between ranges)")
+            if why:
+                raise RuntimeError(why)
+            if changed:
+                # Applied at the next start() (the agent's options, and the
+                # rows the host writes from that range's START_TRACE on).
+                _session.pending = checked
+                # What the host said of the first values at the session's
+                # start, said of the new ones here (config()'s words).
+                said = tuple(origins.get(k, k.replace("-", "_")) for k in changed)
+                for w in checked.get("warnings", []):
+                    if w.startswith(said):
+                        warnings.warn(f"msmemscope.config: {w}", stacklevel=3)
+                if _ext.collecting():
+                    names = ", ".join(f"'{origins.get(k, k.replace('-', '_'))}'" for k in changed)
+                    warnings.warn(f"msmemscope.config: collection is on; the new {names} take"
+                                  f"{'s' if len(changed) == 1 else ''} effect at the next msmemscope.start()",
+                                  stacklevel=3)
         if "output" in new and "output" not in _values and _output_base is None:
             try:
                 _output_base = os.getcwd()
@@ -338,6 +366,44 @@ def configure(kwargs: Dict[str, object]) -> None:
             _warned_cli = True
             warnings.warn("msmemscope.config: running under the msmemscope command line, whose options apply; "
                           "the values given here were checked but are not used", stacklevel=3)
+
+
+# What config() may change between two ranges (after stop(), before the next
+# start()), as upstream's config() applies them to its next events (its
+# ConfigManager::SetConfig: call_stack, level, events; device and analysis
+# too, which ours cannot: WHY_FIXED): the agent's options, and the rows
+# written from the next range's START_TRACE on. The others are the host's,
+# fixed when the session opens (its analyzers, devices, sinks, steps, files).
+RANGE_KEYS = ("events", "call-stack", "level")
+_RANGE_KEYS_TEXT = "events, call_stack and level"
+WHY_FIXED: Dict[str, str] = {
+    "device": "; the host keeps the devices' events it opened with for the whole session (a block freed in a later "
+              "range pairs with its MALLOC on its device), and their collectors were installed then",
+    "analysis": "; the analyses run in the host process over the whole session, from its first event, so that "
+                "no block is judged on part of its life",
+    "sinks": "; the host opened the output files when the session opened",
+    "steps": "; the host selects the steps over the whole session",
+    "aggregate": "; the host chose how to keep the rows when the session opened",
+    "collect-mode": "; start() and stop() are the ranges of an API session",
+}
+
+
+def _why_not_between_ranges(changed: List[str], checked: dict, origins: Dict[str, str],
+                            new: Dict[str, str]) -> str:
+    """Why a change of the range keys cannot apply to the next range ("" when
+    it can): it would need other collectors than those installed when the
+    session opened (events="launch" alone leaves the host heap's out)."""
+    old = _session.config or {}
+    if checked.get("collectors") == old.get("collectors") and checked.get("backend") == old.get("backend"):
+        return ""
+    k = changed[0]
+    name = origins.get(k, k.replace("-", "_"))
+    opened = f"{_opened_by} opened it" if _opened_by else "it opened"
+    was = ", ".join(old.get("collectors") or []) or "none"
+    now = ", ".join(checked.get("collectors") or []) or "none"
+    return (f"msmemscope.config: '{name}' cannot change to '{new.get(k, '')}' between ranges: it needs the "
+            f"collectors {now}, and the session runs {was}, installed when {opened} (a process has one session: "
+            f"set '{name}' before the first start())")
 
 
 def current_config() -> dict:
@@ -362,6 +428,9 @@ class Session:
         self._ready = -1  # the host's ready pipe, kept for its "finished" line (finish())
         self._host_cwd = ""  # the host's working folder, where the folder paths it says start
         self.finished_by = ""  # "msmemscope.finish() at FILE:LINE" once finish() ended the session
+        # config() between ranges (RANGE_KEYS): the validated configuration
+        # the next start() applies (take_pending)
+        self.pending: Optional[dict] = None
         self._missing_drivers: List[tuple] = []
         if self.cli:
             preloaded = _agent_preloaded()
@@ -684,6 +753,19 @@ class Session:
             folder = line.partition("\t")[2]
             if line.startswith(prefix) and folder:
                 self.process_dir = os.path.join(self._host_cwd, folder)
+
+    def take_pending(self):
+        """(agent options, START_TRACE attrs) for the next start(): ("", "")
+        when config() changed nothing since the last range."""
+        with _lock:
+            cfg, self.pending = self.pending, None
+            if cfg is None or self.cli:
+                return "", ""
+            self.config = cfg
+            written = cfg.get("written_events") or []
+            # (the host's sinks write from this row on the events listed:
+            # util/written_events.h)
+            return cfg["agent_options"], "events:" + ("|".join(written) if written else "none")
 
     def refuse_if_finished(self, api: str) -> None:
         """After finish(): a clear error instead of a call into a stream

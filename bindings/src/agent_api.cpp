@@ -65,6 +65,7 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_detach_ended", a.detach_ended);
     resolve(handle, "msms_agent_end_detached", a.end_detached);
     resolve(handle, "msms_agent_stop_at_exit", a.stop_at_exit);
+    resolve(handle, "msms_agent_start_with", a.start_with);
     if (a.collecting_flag) g_collecting_flag = a.collecting_flag();
     int (*hooks_off)() = nullptr;  // (an older agent has none: enter, which is off while collection is)
     resolve(handle, "msms_agent_hooks_off", hooks_off);

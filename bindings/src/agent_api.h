@@ -51,6 +51,7 @@ struct AgentApi {
     void (*detach_ended)(uint32_t, int32_t);  // optional: detach with how the process ends
     void (*end_detached)();                   // optional: the session ends, the process goes on (finish())
     int (*stop_at_exit)();                    // optional: collection off at exit, the stream left to exit()
+    void (*start_with)(const char*, const char*);  // optional: new options, START_TRACE's attrs
 };
 
 extern AgentApi g_agent;

@@ -80,6 +80,9 @@ py::dict validate_config(const std::map<std::string, std::string>& values,
     d["analysis"] = cfg.analyzers;
     d["sinks"] = cfg.sinks;
     d["events"] = std::vector<std::string>(cfg.events.begin(), cfg.events.end());
+    d["written_events"] = std::vector<std::string>(cfg.written_events.begin(), cfg.written_events.end());
+    d["backend"] = cfg.backend();
+    d["warnings"] = cfg.warnings;
     d["devices"] = cfg.devices;
     d["collectors"] = cfg.collectors;
     d["collect_mode"] = cfg.collect_mode;

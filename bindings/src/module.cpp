@@ -772,10 +772,19 @@ PYBIND11_MODULE(_msmemscope, m) {
         if (g_agent.end_detached) g_agent.end_detached();
         else g_agent.detach();
     });
-    m.def("start", [] {
-        need_agent();
-        g_agent.start();
-    });
+    // options: the agent's new options for this range and on (config()
+    // between two ranges), attrs: START_TRACE's (both "" when unchanged).
+    m.def(
+        "start",
+        [](const std::string& options, const std::string& attrs) {
+            need_agent();
+            if (options.empty() && attrs.empty()) return g_agent.start();
+            if (!g_agent.start_with)
+                throw std::runtime_error("msmemscope: the agent loaded in this process is older than this package: "
+                                         "it cannot change the collection options between ranges");
+            g_agent.start_with(options.empty() ? nullptr : options.c_str(), attrs.empty() ? nullptr : attrs.c_str());
+        },
+        py::arg("options") = std::string(), py::arg("attrs") = std::string());
     m.def("stop", [] {
         need_agent();
         g_agent.stop();
@@ -876,6 +885,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("profile_install_thread", &profile_install_thread);
     m.def("profile_function_needed", &msms_py::profile_function_needed, py::arg("emit"), py::arg("forced"));
     m.def("profile_uninstall", &profile_uninstall);
+    m.def("profile_range_stop", &profile_range_stop);
     m.def("autograd_enter", &autograd_enter);
     m.def("autograd_exit", &autograd_exit);
     m.def("memory_info", &memory_info);

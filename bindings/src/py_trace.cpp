@@ -67,6 +67,7 @@ constexpr uint32_t kMemoIds = 64;
 struct Shadow {
     ShadowFrame frames[kMaxShadow];
     int depth = 0;       // may exceed kMaxShadow (frames not kept)
+    int started = 0;     // frames kept whose call was recorded (start != 0)
     // Changed by every push and pop: while it stays the same, every frame
     // but the innermost is stopped at the call it made, on the same line.
     uint64_t version = 0;
@@ -82,6 +83,12 @@ std::atomic<bool> g_tracer_forced{false}; // tracer.start(): emit even when not 
 // --call-stack=python read from the interpreter's frames (py_frames.h):
 // no profile function is needed for stacks alone.
 std::atomic<bool> g_reader_on{false};
+// Between two ranges of a Python trace (profile_range_stop): the profile
+// functions stay on the threads that run calls the range recorded, so that
+// such a call, returning in a later range, has its row with its own start;
+// each thread removes its function once none of them is left. Calls made
+// meanwhile are not timed (no start: they began outside any range).
+std::atomic<bool> g_draining{false};
 
 // The capture's clock (the agent's msms_agent_now is CLOCK_MONOTONIC too),
 // read here directly: one call fewer through a pointer on every Python call.
@@ -146,7 +153,11 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
         // code_info may allocate (recorded with a Python stack): the new
         // frame joins the shadow stack only once it is complete.
         CodeInfo* ci = code_info(code);
-        sh->frames[d] = ShadowFrame{frame, ci, g_trace_emit.load(std::memory_order_relaxed) ? trace_clock() : 0};
+        const bool timed = g_trace_emit.load(std::memory_order_relaxed) &&
+                           (!g_draining.load(std::memory_order_relaxed) || agent_collecting() ||
+                            g_tracer_forced.load(std::memory_order_relaxed));
+        sh->frames[d] = ShadowFrame{frame, ci, timed ? trace_clock() : 0};
+        if (timed) ++sh->started;
         sh->depth = d + 1;
         ++sh->version;  // after the push: a stack taken inside code_info was the one before
         return 0;
@@ -156,14 +167,17 @@ int profile_func(PyObject* state, PyFrameObject* frame, int what, PyObject*) {
     ++sh->version;
     if (d >= kMaxShadow) return 0;
     ShadowFrame& f = sh->frames[d];
-    if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) &&
-        (agent_collecting() || g_tracer_forced.load(std::memory_order_relaxed))) {
+    if (f.start) --sh->started;
+    const bool on = agent_collecting() || g_tracer_forced.load(std::memory_order_relaxed);
+    if (f.start && !f.info->skip && g_trace_emit.load(std::memory_order_relaxed) && on) {
         if (g_agent.py_call)
             g_agent.py_call(f.start, f.info->label.c_str(), f.info->name_cache);
         else
             g_agent.event(MSMS_EV_PY_TRACE, MSMS_T_PY_CALL, MSMS_DEV_NA, -1, 0, 0, f.start, 0,
                           f.info->label.c_str(), nullptr);
     }
+    // Between ranges, no recorded call left on this thread: its function goes.
+    if (!on && sh->started <= 0 && g_draining.load(std::memory_order_relaxed)) remove_own_profile();
     return 0;
 }
 
@@ -350,6 +364,15 @@ bool profile_function_needed(bool emit, bool forced) {
 
 void profile_install(bool emit, bool forced, const std::vector<std::string>& skip_prefixes) {
     need_agent();
+    if (g_draining.exchange(false)) {
+        // The functions left running since the last range (profile_range_stop)
+        // are this range's when it needs them (their threads' shadow stacks,
+        // with the recorded calls' starts, are kept: install_on renews them);
+        // else they go at their threads' next event.
+        g_trace_emit = emit;
+        g_tracer_forced = forced;
+        if (!profile_function_needed(emit, forced)) ++g_generation;
+    }
     {
         HooksOff hooks_off;  // the skipped prefixes, kept for the run
         code_info_init(skip_prefixes);
@@ -419,7 +442,17 @@ void profile_resume() {
     Py_DECREF(o);
 }
 
+void profile_range_stop() {
+    if (!g_profile_installed || !g_trace_emit.load() || g_tracer_forced.load()) return profile_uninstall();
+    if (g_agent_loaded) set_provider(false);
+    // Left on the threads (profile_func removes each once its recorded calls
+    // have returned); the next install renews them.
+    g_profile_installed = false;
+    g_draining = true;
+}
+
 void profile_uninstall() {
+    if (g_draining.exchange(false)) g_profile_installed = true;  // the functions left since the last range go too
     if ((g_reader_on || g_profile_installed) && g_agent_loaded) set_provider(false);
     if (g_reader_on) {
         g_reader_on = false;

@@ -27,6 +27,11 @@ bool profile_install_thread();
 void profile_stop_emit(bool forced_only);
 // Removes the profile function and the stack provider.
 void profile_uninstall();
+// A collection range with a Python trace stops: the profile functions stay
+// on the threads that run calls the range recorded, until those return (a
+// call returning in a later range gets its row, from its own start); the
+// next profile_install takes them over, profile_uninstall removes them.
+void profile_range_stop();
 // The calling thread's profile function off (true) or not (false: no
 // profile function of ours on it, trace records wanted, or not CPython
 // 3.11) until profile_resume(): the boot's import scopes of the Python

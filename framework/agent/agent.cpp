@@ -585,8 +585,15 @@ std::atomic<msms_shadow_host_observer> g_shadow_host_observer{nullptr};
 // FREEs come first: an address freed and allocated again while collection
 // was off is the old block's FREE, then the new block's MALLOC.
 void emit_shadow_mallocs() {
-    g_freed_off.drain([](const live_blocks::Block& b, void*) { write_host_free_plain(b.ptr, "shadow:true"); },
-                      nullptr);
+    g_freed_off.drain(
+        [](const live_blocks::Block& b, void*) {
+            if (b.type == MSMS_T_HOST) return write_host_free_plain(b.ptr, "shadow:true");
+            // a device block (or pinned host memory): on the device of its MALLOC
+            ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
+            if (!w) return count_drop();
+            generic_record(w, MSMS_EV_FREE, b.type, b.dev_kind, b.dev_id, b.ptr, 0, 0, 0, 0, "shadow:true", false);
+        },
+        nullptr);
     uint64_t lost = live_blocks::drain(
         [](const live_blocks::Block& b, void*) {
             write_shadow_malloc(b, "shadow:true");
@@ -627,16 +634,18 @@ __attribute__((visibility("default"))) int msms_agent_off_alloc(uint16_t type, u
     return live_blocks::note_alloc(type, dev_kind, dev_id, ptr, size) ? 1 : 0;
 }
 
-__attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, uint64_t ptr) {
+__attribute__((visibility("default"))) void msms_agent_off_free_device(uint16_t type, uint16_t dev_kind,
+                                                                      int16_t dev_id, uint64_t ptr) {
     if (tls().depth != 0) return;
     if (type == MSMS_T_HOST && import_fold::release_quiet(ptr)) return;  // a block of the imports' heap
     if (!g_off_tracking.load(std::memory_order_relaxed)) return;
-    if (live_blocks::note_free(type, ptr) || type != MSMS_T_HOST) return;
-    // A block collection may have recorded (emit_shadow_mallocs). Not
-    // remembered when the table is full: the block then stays live in the
-    // host's figures, as before, until its address is allocated again.
+    if (live_blocks::note_free(type, ptr)) return;
+    // A block collection may have recorded (emit_shadow_mallocs), with the
+    // device of its MALLOC (the host pairs a FREE within its device's pool).
+    // Not remembered when the table is full: the block then stays live in
+    // the host's figures, as before, until its address is allocated again.
     g_freed_off.note_free(type, ptr);  // (an address is held once)
-    g_freed_off.note_alloc(type, MSMS_DEV_CPU, -1, ptr, 0, false);
+    g_freed_off.note_alloc(type, dev_kind, dev_id, ptr, 0, false);
     // A start() in between (this hook saw collection off before it): its
     // drain may have missed the entry, which would then free the block
     // recorded at this address in the new range when the next one starts.
@@ -644,15 +653,34 @@ __attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, u
     if (g_collecting.load()) g_freed_off.note_free(type, ptr);
 }
 
-__attribute__((visibility("default"))) void msms_agent_start(void) {
+// Only HOST blocks: the other types' hooks know the block's device and call
+// msms_agent_off_free_device (an older hook calling this for a device block
+// keeps it live, as before: its FREE would go to no device's pool).
+__attribute__((visibility("default"))) void msms_agent_off_free(uint16_t type, uint64_t ptr) {
+    if (type != MSMS_T_HOST) {
+        if (tls().depth == 0 && g_off_tracking.load(std::memory_order_relaxed)) live_blocks::note_free(type, ptr);
+        return;
+    }
+    msms_agent_off_free_device(type, MSMS_DEV_CPU, -1, ptr);
+}
+
+__attribute__((visibility("default"))) void msms_agent_start_with(const char* opts, const char* attrs) {
     if (!channel_is_open()) return;
+    if (g_collecting.load()) return;
+    {
+        Tls& t = tls();
+        Guard g(t);
+        if (opts) reparse_options(opts);
+    }
     if (g_collecting.exchange(true)) return;
     Tls& t = tls();
     Guard g(t);
-    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, nullptr);
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_START_TRACE, MSMS_DEV_NA, -1, 0, 0, 0, 0, nullptr, attrs);
     emit_shadow_mallocs();
     import_fold::publish();  // imports that ended while collection was off
 }
+
+__attribute__((visibility("default"))) void msms_agent_start(void) { msms_agent_start_with(nullptr, nullptr); }
 
 __attribute__((visibility("default"))) void msms_agent_stop(void) { stop_collecting(nullptr); }
 

@@ -1,5 +1,6 @@
 #include "options.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,12 +9,15 @@ namespace msms::agent {
 Options g_options;
 
 namespace {
-char g_text[8192];
+// The option text: two buffers, so that a new text (reparse_options, the
+// Python API's next range) is written where no hook reads it, then published.
+char g_texts[2][8192];
+std::atomic<const char*> g_text{g_texts[0]};
 
 // Finds "key=" at the start of an item; returns the value and its length.
 const char* find_value(const char* key, size_t& len) {
     size_t klen = strlen(key);
-    const char* p = g_text;
+    const char* p = g_text.load(std::memory_order_acquire);
     while (*p) {
         const char* item_end = strchr(p, ';');
         if (!item_end) item_end = p + strlen(p);
@@ -62,8 +66,10 @@ uint32_t stack_depth(const char* value, size_t len, const char* which) {
 
 
 void parse_options(const char* text) {
-    strncpy(g_text, text, sizeof(g_text) - 1);
-    g_text[sizeof(g_text) - 1] = 0;
+    char* buf = g_text.load(std::memory_order_relaxed) == g_texts[0] ? g_texts[1] : g_texts[0];
+    strncpy(buf, text, sizeof(g_texts[0]) - 1);
+    buf[sizeof(g_texts[0]) - 1] = 0;
+    g_text.store(buf, std::memory_order_release);
     Options o;
     size_t len;
     if (const char* v = find_value("events", len)) {
@@ -105,6 +111,17 @@ void parse_options(const char* text) {
         o.py_depth = stack_depth(v, len, "python");
     }
     g_options = o;
+}
+
+void reparse_options(const char* text) {
+    const Options old = g_options;
+    parse_options(text ? text : "");
+    // What the process was told about its host and its capture stays.
+    g_options.deferred = old.deferred;
+    g_options.follow_fork = old.follow_fork;
+    g_options.capture_budget = old.capture_budget;
+    g_options.host_pid = old.host_pid;
+    g_options.host_pidns = old.host_pidns;
 }
 
 bool wants(const char* cls) {

@@ -37,6 +37,10 @@ struct Options {
 extern Options g_options;
 inline const Options& options() { return g_options; }  // read on every record
 void parse_options(const char* text);
+// A new option text while the stream is open (the Python API's next range,
+// config() between ranges): the collection options change; the host's pid,
+// the capture budget, follow_fork and the collect mode stay.
+void reparse_options(const char* text);
 // Event classes: alloc, free, launch, access, traceback; and the level's
 // views: "op", "kernel", "op_launch" (launch at op level), "kernel_launch"
 // (launch at kernel level), "op_access" (access at op level).

@@ -15,6 +15,7 @@
 #include "compare_log.h"
 #include "offline/interrupted.h"
 #include "config.h"
+#include "api_words.h"
 #include "device_check.h"
 #include "live/live_view.h"
 #include "merge.h"
@@ -121,6 +122,8 @@ int run_main(int argc, char** argv) {
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
     supervisor::set_time_budget({cfg.plugin_call_budget_s, cfg.plugin_finish_budget_s});
+    if (!cfg.serve_session.empty())  // the Python API's session: config()'s words (api_words.h)
+        for (auto& w : cfg.warnings) w = api_words(w);
     warn(cfg.warnings);
     if (geteuid() == 0)
         warning_out() << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "

@@ -1,4 +1,6 @@
 #include "pipeline.h"
+
+#include "api_words.h"
 #include "sink_lanes.h"
 
 #include <sched.h>
@@ -113,8 +115,10 @@ void Pipeline::log(int level, const std::string& msg) {
         else if (level == 1) run_.log->warn(msg);
         else run_.log->error(msg);
     }
+    // (a Python API session's user is told in config()'s words: api_words.h)
     if (level + 1 >= cfg_.stderr_threshold())
-        supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") + msg + "\n");
+        supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") +
+                                (cfg_.serve_session.empty() ? msg : api_words(msg)) + "\n");
 }
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {

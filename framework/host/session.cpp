@@ -22,6 +22,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "api_words.h"
 #include "device_check.h"
 #include "launcher.h"
 #include "process_summary_json.h"
@@ -758,16 +759,19 @@ int Session::print_summary(std::ostream& out) const {
     // The tool's own failures go to stderr, one line each; the status says
     // whether every output is complete (70: no; 71: a plugin was dropped).
     int status = 0;
+    // A Python API session's user is told in config()'s words (api_words.h).
+    const bool api = !cfg_.serve_session.empty();
+    auto said = [api](const std::string& text) { return api ? api_words(text) : text; };
     for (auto& s : summaries_) {
-        for (auto& w : s.warnings) warning_out() << "msmemscope: warning: " << w << "\n";
+        for (auto& w : s.warnings) warning_out() << "msmemscope: warning: " << said(w) << "\n";
         if (!s.error.empty()) {
-            std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << s.error << "\n";
+            std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << said(s.error) << "\n";
             status = 70;
             continue;
         }
         for (auto& why : s.incomplete) {
             if (cfg_.replay.empty())
-                std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << why << "\n";
+                std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << said(why) << "\n";
             else if (cfg_.replays.size() > 1)
                 std::cerr << "msmemscope: error: --replay: " << why << "\n";
             else
@@ -799,8 +803,8 @@ int Session::print_summary(std::ostream& out) const {
         }
         // Analyzer reports at column 0, as upstream prints them (its leak
         // report: grep '^======'); each analyzer indents its own details.
-        for (auto& line : s.report) out << line << "\n";
-        for (auto& e : s.plugin_errors) out << "  error: " << e << "\n";
+        for (auto& line : s.report) out << said(line) << "\n";
+        for (auto& e : s.plugin_errors) out << "  error: " << said(e) << "\n";
         if (s.agent_disabled) out << "  warning: the agent turned collection off during the run (see stderr)\n";
         // What the sinks wrote: every file under the process folder (the
         // sinks are plugins, so the folder is the one list they all share).

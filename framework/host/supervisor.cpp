@@ -1,5 +1,7 @@
 #include "supervisor.h"
 
+#include "api_words.h"
+
 #include "live/live_state.h"
 
 #include "oom_watch.h"
@@ -734,7 +736,9 @@ void run_supervised(ProcessRun& run) {
             run.started_ = nullptr;
             return;
         }
-        std::cerr << "msmemscope: error: " << msg << "; re-running the outputs without it\n";
+        // (a Python API session's user is told in config()'s words: api_words.h)
+        std::cerr << "msmemscope: error: " << (run.cfg_.serve_session.empty() ? msg : api_words(msg))
+                  << "; re-running the outputs without it\n";
         notes.push_back(msg + "; the outputs were re-run without it");
         excluded.push_back(name);
         // What the crashed worker wrote goes; the next one writes it afresh.

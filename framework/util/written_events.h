@@ -20,13 +20,13 @@ public:
         "write_events", MSMS_OPT_LIST, "all", "all|none|alloc|free|launch|access", 0, 0,
         "memory rows written (set by the host from --events): alloc, free, launch, access, all or none"};
 
-    static WrittenEvents from_option(std::string_view v) {
+    static WrittenEvents from_option(std::string_view v, char sep = ',') {
         WrittenEvents w;
         if (v == "all" || v.empty()) return w;
         w.mask_ = 0;
         size_t start = 0;
         while (start <= v.size()) {
-            size_t comma = v.find(',', start);
+            size_t comma = v.find(sep, start);
             if (comma == std::string_view::npos) comma = v.size();
             std::string_view item = v.substr(start, comma - start);
             if (item == "all") w.mask_ = kAll;
@@ -37,6 +37,21 @@ public:
             start = comma + 1;
         }
         return w;
+    }
+
+    // The Python API's config(events=...) between two ranges: the range's
+    // START_TRACE carries Attr events:<listed, '|'-separated, or none>, and
+    // what is written follows it from that row on.
+    bool wants(const msms_event& ev) {
+        if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_START_TRACE) {
+            for (uint32_t i = 0; i < ev.attr_count; ++i) {
+                std::string_view k(ev.attrs[i].key.data, ev.attrs[i].key.size);
+                if (k != kRangeAttr) continue;
+                std::string_view v(ev.attrs[i].value.data, ev.attrs[i].value.size);
+                *this = v == "none" ? from_option("none") : v == "all" ? WrittenEvents() : from_option(v, '|');
+            }
+        }
+        return static_cast<const WrittenEvents&>(*this).wants(ev);
     }
 
     bool wants(const msms_event& ev) const {
@@ -52,6 +67,7 @@ public:
         }
     }
     bool all() const { return mask_ == kAll; }
+    static constexpr std::string_view kRangeAttr = "events";
 
 private:
     static constexpr unsigned bit(unsigned kind) { return 1u << kind; }

@@ -35,7 +35,8 @@ def run(tmp_path, budget, **env):
 def test_a_hung_plugin_is_stopped_at_its_budget_and_the_script_exits(tmp_path):
     p = run(tmp_path, "30,1")
     assert p.returncode == 0 and "script done" in p.stdout, p.stderr
-    assert ("msmemscope: error: plugin 'hang_in_finish' exceeded its time budget (1 s, --plugin-time-budget) in "
+    # (in config()'s words: the script set plugin_time_budget)
+    assert ("msmemscope: error: plugin 'hang_in_finish' exceeded its time budget (1 s, 'plugin_time_budget') in "
             "finish; re-running the outputs without it\n") in p.stderr
     assert "still writing" not in p.stderr
 

@@ -135,7 +135,7 @@ def test_python_api_suppress_removes_sites_as_the_command_line_does(tmp_path):
     assert p.returncode == 0, p.stderr
     assert ("\n  1 allocation site(s) suppressed on device cpu (3 block(s), 300006 bytes): 1 by the built-in "
             "list of one-time set-up (the interpreter, the imports' heap, the loader, libc's locale tables; "
-            "--default-suppressions=false shows them)\n") in p.stdout, p.stdout
+            "default_suppressions=\"false\" shows them)\n") in p.stdout, p.stdout  # config()'s words
 
 
 def test_python_api_suppress_errors(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@
 #include <msmemscope/abi.h>
 
 #include "config.h"
+#include "api_words.h"
 #include "config_fixture.h"
 
 using namespace msms;
@@ -402,4 +403,30 @@ TEST_CASE("options for a plugin that is not selected warn (#17)") {
                                 "--plugin-option: analyzer 'inefficient' is not selected, so its options have no effect "
                                 "(select it with --analysis=inefficient)"});
     CHECK(run({"--plugin-option=inefficient.idle_threshold=5", "--analysis=inefficient", "--", "p"}).cfg.warnings.empty());
+}
+
+TEST_CASE("a Python API session (--serve-session) is told in config()'s words") {
+    // the validator: the origins and the examples are config()'s keys
+    CHECK(only_error(run({"--serve-session=/s", "--steps=0"})) ==
+          "steps: invalid value '0' (allowed: step ids 1..4294967295, e.g. msmemscope.config(steps=\"1,2,3\"))");
+    CHECK(only_error(run({"--serve-session=/s", "--format=xml"})) == "format: invalid value 'xml' (allowed: csv, db)");
+    // ... its internal options keep their names
+    CHECK(only_error(run({"--serve-session=/s", "--ready-fd=x"})) ==
+          "--ready-fd: invalid value 'x' (allowed: a descriptor number (3 or more))");
+    // the command line's run is told as before
+    CHECK(only_error(run({"--steps=0", "--", "p"})) ==
+          "--steps: invalid value '0' (allowed: step ids 1..4294967295, e.g. --steps=1,2,3)");
+    // what the host prints for that session
+    CHECK(msms::api_words("leaks: the leak analysis is off when --steps selects steps") ==
+          "leaks: the leak analysis is off when 'steps' selects steps");
+    CHECK(msms::api_words("--events=alloc: also collecting free (for --analysis=leaks); only") ==
+          "events=\"alloc\": also collecting free (for analysis=\"leaks\"); only");
+    CHECK(msms::api_words("collect stacks with --call-stack=python or c)") ==
+          "collect stacks with call_stack=\"python\" or c)");
+    CHECK(msms::api_words("--steps=1,2,3, or --watch=op1:0,op2.") ==
+          "steps=\"1,2,3\", or watch=\"op1:0,op2\".");
+    CHECK(msms::api_words("set --plugin-option=leaks.max_lines=9") == "set plugin_options={\"leaks.max_lines\": \"9\"}");
+    // not a config() key, or not an option: as it was
+    CHECK(msms::api_words("--serve-session: x; --save-capture=true; a--steps; msmemscope --attach=1") ==
+          "--serve-session: x; --save-capture=true; a--steps; msmemscope --attach=1");
 }

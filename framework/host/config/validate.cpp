@@ -1,6 +1,7 @@
 // validate(): every raw value checked and turned into the effective Config;
 // implied events, the analyzers, sinks and collectors chosen.
 #include "config.h"
+#include "api_words.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -24,7 +25,7 @@ using namespace cfgopt;
 
 namespace {
 
-const char* const kWatchAllowed = "[start[:N]],end[,full-content], e.g. --watch=op1:0,op2 or --watch=,op2";
+const char* const kWatchAllowed = "[start[:N]],end[,full-content], e.g. ";
 
 // A device id as msMemScope reads it: decimal, 0x hex or 0 octal.
 bool parse_device_id(const std::string& s, unsigned long long& out) {
@@ -217,7 +218,42 @@ void choose_collectors(const Catalog& catalog, Config& cfg) {
     }
 }
 
-bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::vector<std::string>& errors) {
+namespace {
+
+// The Python API's session (--serve-session: a plain `python3 script.py`
+// with msmemscope.start()): the options came from msmemscope.config(), and
+// its messages name config()'s keys, not the command line's options (the
+// package passes `format` and `output_path` as --format and --output-path).
+bool api_session(const RawConfig& raw) { return raw.values.count("serve-session") != 0; }
+
+// (the internal options the package adds, --serve-session..., keep their names)
+std::string py_key(const std::string& origin) {
+    if (origin.rfind("--", 0) != 0) return origin;
+    const char* k = api_key(origin.substr(2));
+    return k ? k : origin;
+}
+
+// How the user set an option to a value: --events=alloc, or events="alloc".
+std::string set_as(bool api, const std::string& origin, const std::string& value) {
+    return api ? origin + "=\"" + value + "\"" : origin + "=" + value;
+}
+
+// How to set one: --analysis=leaks, or msmemscope.config(analysis="leaks").
+std::string how_to_set(bool api, const std::string& option, const std::string& value) {
+    return api ? "msmemscope.config(" + py_key("--" + option) + "=\"" + value + "\")" : "--" + option + "=" + value;
+}
+
+}  // namespace
+
+bool validate(const RawConfig& raw_given, const Catalog& catalog, Config& cfg, std::vector<std::string>& errors) {
+    const bool api = api_session(raw_given);
+    RawConfig api_raw;
+    if (api) {
+        api_raw = raw_given;
+        for (auto& [k, v] : api_raw.values) v.origin = py_key(v.origin);
+        for (auto& [k, o] : api_raw.plugin_option_origin) o = py_key(o);
+    }
+    const RawConfig& raw = api ? api_raw : raw_given;
     size_t before = errors.size();
     auto get = [&](const char* key) -> const RawValue* {
         auto it = raw.values.find(key);
@@ -230,11 +266,12 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         cfg.steps.clear();
         auto items = split_list(v->value);
         if (items.empty())
-            errors.push_back(v->origin + ": empty value (allowed: at most 5 step ids 1..4294967295, e.g. --steps=1,2,3)");
+            errors.push_back(v->origin + ": empty value (allowed: at most 5 step ids 1..4294967295, e.g. " +
+                             how_to_set(api, "steps", "1,2,3") + ")");
         for (auto& s : items) {
             unsigned long long n;
             if (!parse_uint(s, n) || n == 0 || n > 4294967295ull)
-                errors.push_back(bad_value(v->origin, s, "step ids 1..4294967295, e.g. --steps=1,2,3"));
+                errors.push_back(bad_value(v->origin, s, "step ids 1..4294967295, e.g. " + how_to_set(api, "steps", "1,2,3")));
             else
                 cfg.steps.push_back(static_cast<long long>(n));
         }
@@ -459,7 +496,8 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         std::string why = parse_watch(v->value, w);
         if (!why.empty())
             errors.push_back(v->origin + ": invalid value '" + shown(v->value) + "': " + why + " (allowed: " +
-                             kWatchAllowed + ")");
+                             kWatchAllowed + how_to_set(api, "watch", "op1:0,op2") + " or " +
+                             how_to_set(api, "watch", ",op2") + ")");
         else
             cfg.watch = w;
     }
@@ -505,7 +543,8 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
                     errors.push_back(v->origin + ": analyzer '" + name + "' takes no ':' argument (" +
                                      (upstream_name ? std::string("only oom[:K], K 1..1000; other options: ")
                                                     : std::string("options: ")) +
-                                     "--plugin-option=" + name + ".KEY=VALUE)");
+                                     (api ? "msmemscope.config(plugin_options={\"" + name + "\": {KEY: VALUE}})"
+                                          : "--plugin-option=" + name + ".KEY=VALUE") + ")");
                     continue;
                 }
                 if (name != "oom") {
@@ -567,13 +606,14 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     for (const char* key : {"suppress", "default-suppressions"})
         if (auto v = get(key); v && std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "leaks") == cfg.analyzers.end())
             cfg.warnings.push_back(v->origin + ": the leaks analysis is not selected, so leak suppressions have no "
-                                   "effect (select it with --analysis=leaks)");
+                                   "effect (select it with " + how_to_set(api, "analysis", "leaks") + ")");
 
     // Sinks: the data format first, then --sinks.
     auto sinks = names_of_kind(catalog, MSMS_KIND_SINK);
     cfg.sinks.clear();
     if (!find_plugin(catalog, cfg.data_format, MSMS_KIND_SINK))
-        errors.push_back("--data-format: the '" + cfg.data_format + "' sink plugin was not found (available sinks: " +
+        errors.push_back((get("data-format") ? get("data-format")->origin : std::string("--data-format")) +
+                         ": the '" + cfg.data_format + "' sink plugin was not found (available sinks: " +
                          (sinks.empty() ? std::string("none found") : join(sinks, ", ")) + ")");
     else
         cfg.sinks.push_back(cfg.data_format);
@@ -597,7 +637,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
             auto it = std::find(cfg.sinks.begin(), cfg.sinks.end(), per_event);
             if (it == cfg.sinks.end()) continue;
             cfg.sinks.erase(it);
-            cfg.warnings.push_back(std::string("--aggregate: the ") + per_event +
+            cfg.warnings.push_back(std::string(api ? "aggregate" : "--aggregate") + ": the " + per_event +
                                    " sink is off (it writes a row per event); the summary, the analyses' reports "
                                    "and the html and trace sinks work in this mode");
         }
@@ -620,7 +660,8 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
                     if (!listed.count(e)) {
                         cfg.events.insert(e);
                         auto& r = why[e];
-                        if (std::find(r.begin(), r.end(), "--analysis=" + name) == r.end()) r.push_back("--analysis=" + name);
+                        std::string a = api ? "analysis=\"" + name + "\"" : "--analysis=" + name;
+                        if (std::find(r.begin(), r.end(), a) == r.end()) r.push_back(a);
                     }
         if (cfg.events.count("alloc") || cfg.events.count("free") || cfg.events.count("access")) {
             for (std::string e : {"alloc", "free"}) {
@@ -639,7 +680,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         }
         for (auto& [r, evs] : by_reason) added.push_back(join(evs, ", ") + " (for " + r + ")");
         if (v && !added.empty())
-            cfg.warnings.push_back(v->origin + "=" + shown(v->value) + ": also collecting " + join(added, ", ") +
+            cfg.warnings.push_back(set_as(api, v->origin, shown(v->value)) + ": also collecting " + join(added, ", ") +
                                    "; only the events listed are written");
         // Operators' tensor reads and writes (every input and output of every
         // operator: most ACCESS rows, and over a third of a PyTorch loop's
@@ -675,7 +716,7 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
         for (auto& q : catalog)
             if (q.name == pname) p = &q;
         auto oit = raw.plugin_option_origin.find(pname);
-        std::string origin = oit != raw.plugin_option_origin.end() ? oit->second : "--analysis";
+        std::string origin = oit != raw.plugin_option_origin.end() ? oit->second : api ? "analysis" : "--analysis";
         if (!p) {
             std::vector<std::string> all;
             for (auto& q : catalog) all.push_back(q.name);
@@ -705,18 +746,21 @@ bool validate(const RawConfig& raw, const Catalog& catalog, Config& cfg, std::ve
     for (auto& [pname, opts] : raw.plugin_options) {
         auto in = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), pname) != v.end(); };
         auto oit = raw.plugin_option_origin.find(pname);
-        std::string origin = oit != raw.plugin_option_origin.end() ? oit->second : "--plugin-option";
+        std::string origin = oit != raw.plugin_option_origin.end() ? oit->second
+                             : api ? "plugin_options" : "--plugin-option";
         for (auto& p : catalog) {
             if (p.name != pname) continue;
             if (p.kind == MSMS_KIND_ANALYZER && !in(cfg.analyzers))
                 cfg.warnings.push_back(origin + ": analyzer '" + pname + "' is not selected, so its options have no "
-                                       "effect (select it with --analysis=" + pname + ")");
+                                       "effect (select it with " + how_to_set(api, "analysis", pname) + ")");
             else if (p.kind == MSMS_KIND_SINK && !in(cfg.sinks))
                 cfg.warnings.push_back(origin + ": sink '" + pname + "' is not selected, so its options have no "
-                                       "effect (select it with --sinks=" + pname + " or --format=" + pname + ")");
+                                       "effect (select it with " + how_to_set(api, "sinks", pname) + " or " +
+                                       how_to_set(api, "format", pname) + ")");
             else if (p.kind == MSMS_KIND_COLLECTOR && !in(cfg.collectors) && !cfg.analyze && !cfg.compare)
-                cfg.warnings.push_back(origin + ": collector '" + pname + "' does not run for --device=" +
-                                       join(cfg.devices, ",") + ", so its options have no effect");
+                cfg.warnings.push_back(origin + ": collector '" + pname + "' does not run for " +
+                                       set_as(api, api ? "device" : "--device", join(cfg.devices, ",")) +
+                                       ", so its options have no effect");
         }
     }
 

@@ -245,7 +245,14 @@ void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
 void record_device_free(uint64_t ptr) {
     if (!ptr) return;
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        // Collection off (between two ranges): a block a range recorded gets
+        // its FREE, on its device, when collection starts again (agent.h).
+        Place p{0, 0};
+        if (want_memory() && msms_agent_attached() && !msms_agent_collecting() && forget(g_blocks, ptr, p))
+            msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr);
+        return;
+    }
     Place p{0, 0};
     if (!forget(g_blocks, ptr, p)) p.dev = current_device();
     msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr);

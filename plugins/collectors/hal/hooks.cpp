@@ -180,7 +180,9 @@ bool record_free(void* ptr) {
     BlockInfo b;
     if (!g_blocks.take(reinterpret_cast<uint64_t>(ptr), &b)) return false;
     if (!msms_agent_enter()) {
-        msms_agent_off_free(b.type, reinterpret_cast<uint64_t>(ptr));
+        // Collection off: a block a range recorded gets its FREE, on its
+        // device, when collection starts again.
+        msms_agent_off_free_device(b.type, b.device_kind, b.device_id, reinterpret_cast<uint64_t>(ptr));
         return true;
     }
     msms_agent_free(b.type, b.device_kind, b.device_id, reinterpret_cast<uint64_t>(ptr));

@@ -87,6 +87,12 @@ void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uin
  * nothing while collecting, inside the agent, or with no stream open. */
 int msms_agent_off_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr, uint64_t size);
 void msms_agent_off_free(uint16_t type, uint64_t ptr);
+/* msms_agent_off_free with the block's device: a device block that a
+ * collection range recorded and the program freed while collection was off
+ * gets its FREE (Attr shadow:true) on that device when collection starts
+ * again; msms_agent_off_free knows no device and keeps that only for HOST
+ * blocks. (Newer agents only: look it up with dlsym.) */
+void msms_agent_off_free_device(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
 
 /* The calling thread enters / leaves the import of a Python module (the
  * Python package's CLI boot calls these around the import machinery when
@@ -123,6 +129,13 @@ void msms_agent_event(uint16_t kind, uint16_t type, uint16_t device_kind, int16_
  * --collect-mode=deferred). Emits SYSTEM START_TRACE / STOP_TRACE. */
 void msms_agent_start(void);
 void msms_agent_stop(void);
+/* The Python API's next range with changed collection options (config()
+ * between two ranges): the agent's options are replaced by `options` (the
+ * same "key=value;..." text the host passes at attach; what the process
+ * itself was told, its host's pid, is kept), then collection starts with
+ * START_TRACE carrying `attrs` (may be NULL). (Newer agents only: look it
+ * up with dlsym.) */
+void msms_agent_start_with(const char* options, const char* attrs);
 
 /* Called while collection starts (msms_agent_start), right after the shadow
  * MALLOC of each host heap block allocated while it was off, with the

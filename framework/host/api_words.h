@@ -1,0 +1,19 @@
+// The Python API's words for what the host says. A plain `python3 script.py`
+// with msmemscope.config()/start() runs the host with --serve-session and the
+// options config() was given; its user never typed a command-line option, so
+// the host's messages to that user (warnings, plugins' messages, the report
+// at the end) name config()'s keys instead: "--steps" becomes 'steps',
+// "--events=alloc" becomes events="alloc", "--call-stack=c" call_stack="c".
+// Options config() has no key for, and any other text, are left as they are.
+#pragma once
+
+#include <string>
+
+namespace msms {
+
+std::string api_words(const std::string& text);
+// config()'s key for a command-line option (without "--"): "call-stack" ->
+// "call_stack"; nullptr for an option config() has no key for.
+const char* api_key(const std::string& option);
+
+}  // namespace msms

@@ -1,0 +1,427 @@
+"""The Python API between two collection ranges tells the truth:
+
+1. config() after stop() and before the next start() changes what upstream's
+   config() changes for its next events (ConfigManager::SetConfig: events,
+   call_stack, level): the next range's START_TRACE says what it writes (Attr
+   events:...) and its rows follow the new values. What our host fixes when
+   the session opens (analysis, device, sinks...) is refused with the key
+   and why.
+2. A program that set its options with config() is told of them in
+   config()'s words, not the command line's (--steps, --events=alloc).
+3. A device block (Ascend driver, simulated) recorded in one range and freed
+   between two ranges gets its FREE, on its device, when the next range
+   starts: it is not live to the end.
+4. With events="traceback", a Python call that began in a range and returns
+   in a later one (across stop() and start()) has its python_trace row, from
+   its call to its return.
+"""
+import json
+import re
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import BUILD, CLI, clean_env, dump_files, parse_attr, process_dirs, read_dump
+
+PY = "/usr/bin/python3"
+SIM_LIB = BUILD / "tests" / "lib" / "ascend"
+MiB = 1 << 20
+
+
+def run(tmp_path, body, env=None, cli=None, out="out"):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    cmd = [PY, str(script)]
+    if cli is not None:
+        cmd = [str(CLI)] + cli + [f"--output={tmp_path / out}", "--"] + cmd
+    p = subprocess.run(cmd, cwd=str(tmp_path), env=clean_env(**(env or {})), capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    dirs = process_dirs(tmp_path / out)
+    assert len(dirs) == 1, dirs
+    return p, script, dirs[0]
+
+
+def sized(rows, size):
+    return [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == "HOST"
+            and parse_attr(r["Attr"]).get("size") == str(size)]
+
+
+# ---------------------------------------------------------------- 1. config() between ranges
+RANGES = """\
+    import warnings, msmemscope
+    msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
+    msmemscope.start()
+    a = bytearray(300000); del a
+    msmemscope.stop()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        msmemscope.config(events="alloc", call_stack="python")
+    print("WARN", [str(x.message) for x in w])
+    msmemscope.start()
+    b = bytearray(300001); del b
+    msmemscope.stop()
+    msmemscope.config(events="alloc,free", call_stack="")
+    msmemscope.start()
+    c = bytearray(300002); del c
+    msmemscope.stop()
+"""
+
+
+def test_events_and_call_stack_changed_between_ranges_apply_to_the_next(tmp_path):
+    # Before: config(events=...) after stop() was a RuntimeError ("cannot
+    # change once the collection session has started").
+    p, script, procdir = run(tmp_path, RANGES)
+    # said as the host says it of a first value (config()'s words)
+    assert ("WARN ['msmemscope.config: events=\"alloc\": also collecting free (for alloc); only the events listed "
+            "are written']\n") in p.stdout, p.stdout
+    rows = read_dump(dump_files(procdir)[0])
+    starts = [r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "START_TRACE"]
+    assert [parse_attr(r["Attr"]) if r["Attr"] else {} for r in starts] == [{}, {"events": "alloc"},
+                                                                            {"events": "alloc|free"}]
+    first, second, third = sized(rows, 300001), sized(rows, 300002), sized(rows, 300003)
+    # range 1: alloc,free, no stacks
+    assert [(r["Event"], r["Call Stack(Python)"]) for r in first] == [("MALLOC", ""), ("FREE", "")]
+    # range 2: events="alloc" writes no FREE row (as upstream's dump filter);
+    # call_stack="python" gives the MALLOC its line
+    assert [(r["Event"], r["Call Stack(Python)"]) for r in second] == [("MALLOC", f"{script}(11): <module>")]
+    # range 3: both again, stacks off again
+    assert [(r["Event"], r["Call Stack(Python)"]) for r in third] == [("MALLOC", ""), ("FREE", "")]
+    # the FREE not written in range 2 was still collected: the block is not live at the end
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["cpu/HOST"]["final_bytes"] < 300002, summary["pools"]
+
+
+def test_config_during_a_range_applies_at_the_next_start(tmp_path):
+    p, script, procdir = run(tmp_path, """\
+        import warnings, msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out")
+        msmemscope.start()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            msmemscope.config(call_stack="python")
+        print("WARN", [str(x.message) for x in w])
+        a = bytearray(300000)
+        msmemscope.stop()
+        msmemscope.start()
+        b = bytearray(300001)
+        msmemscope.stop()
+    """)
+    assert ("WARN [\"msmemscope.config: collection is on; the new 'call_stack' takes effect at the next "
+            "msmemscope.start()\"]\n") in p.stdout, p.stdout
+    rows = read_dump(dump_files(procdir)[0])
+    assert [r["Call Stack(Python)"] for r in sized(rows, 300001) if r["Event"] == "MALLOC"] == [""]
+    assert [r["Call Stack(Python)"] for r in sized(rows, 300002) if r["Event"] == "MALLOC"] == [
+        f"{script}(11): <module>"]
+
+
+@pytest.mark.parametrize("kw,key,why", [
+    ("analysis='decompose'", "analysis",
+     "the analyses run in the host process over the whole session, from its first event, so that no block is "
+     "judged on part of its life"),
+    ("device='cpu,npu'", "device",
+     "the host keeps the devices' events it opened with for the whole session (a block freed in a later range "
+     "pairs with its MALLOC on its device), and their collectors were installed then"),
+])
+def test_what_the_host_fixed_at_the_start_is_refused_with_why(tmp_path, kw, key, why):
+    p, script, procdir = run(tmp_path, f"""\
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="leaks", output="out")
+        msmemscope.start(); msmemscope.stop()
+        try:
+            msmemscope.config({kw})
+        except RuntimeError as e:
+            print("ERR", e)
+    """)
+    assert (f"ERR msmemscope.config: '{key}' cannot change once the collection session has started: "
+            f"msmemscope.start() at {script}:3 opened it; {why} (config() must come before the first start(), "
+            "step(), take_snapshot() or tracer.start(); events, call_stack and level may change between "
+            "ranges)\n") in p.stdout, p.stdout + p.stderr
+
+
+def test_events_that_need_other_collectors_are_refused(tmp_path):
+    # events="launch" alone (no analysis) would leave the host heap's
+    # collector out, and its hooks were installed when the session opened.
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", analysis="", output="out")
+        msmemscope.start(); msmemscope.stop()
+        try:
+            msmemscope.config(events="launch")
+        except RuntimeError as e:
+            print("ERR", e)
+        msmemscope.start()
+        a = bytearray(300000)
+        msmemscope.stop()
+    """)
+    m = re.search(r"^ERR (.*)$", p.stdout, re.M)
+    assert m, p.stdout + p.stderr
+    assert m[1] == ("msmemscope.config: 'events' cannot change to 'launch' between ranges: it needs the collectors "
+                    "mstx, and the session runs hal, host_heap, mstx, installed when msmemscope.start() at "
+                    f"{script}:3 opened it (a process has one session: set 'events' before the first start())")
+    # nothing changed: the range after it writes as before
+    rows = read_dump(dump_files(procdir)[0])
+    assert [r["Event"] for r in sized(rows, 300001)][:1] == ["MALLOC"]
+
+
+NPU_LEVELS = """
+import ctypes, os
+import msmemscope
+
+acl = ctypes.CDLL(os.path.join({sim!r}, "libascendcl.so"))
+acl.aclrtLaunchKernel.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_void_p]
+assert acl.aclInit(None) == 0 and acl.aclrtSetDevice(0) == 0
+stream, fn = ctypes.c_void_p(), ctypes.c_void_p()
+assert acl.aclrtCreateStream(ctypes.byref(stream)) == 0
+assert acl.aclrtBinaryGetFunction(None, b"add_kernel", ctypes.byref(fn)) == 0
+msmemscope.config(device="npu", events="launch", level="op", analysis="", output={out!r})
+for level in ("op", "kernel", "op"):
+    msmemscope.config(level=level)
+    msmemscope.start()
+    assert acl.aclrtLaunchKernel(fn, 1, None, 0, stream) == 0
+    msmemscope.stop()
+"""
+
+
+def test_level_changed_between_ranges_applies_to_the_next(tmp_path):
+    # KERNEL_LAUNCH rows are the kernel level's (upstream's levelType): only
+    # the second range, level="kernel", has one.
+    p, script, procdir = run(tmp_path, NPU_LEVELS.format(sim=str(SIM_LIB), out=str(tmp_path / "out")),
+                             env={"ASCEND_SIM_DEVICE_MEM": str(128 * MiB), "LD_LIBRARY_PATH": str(SIM_LIB)})
+    rows = [r for f in sorted(procdir.glob("device_*/dump/memscope_dump_*.csv")) for r in read_dump(f)]
+    rows.sort(key=lambda r: int(r["ID"]))
+    seq = [r["Event Type"] for r in rows if r["Event Type"] in ("START_TRACE", "STOP_TRACE", "KERNEL_LAUNCH")]
+    assert seq == ["START_TRACE", "STOP_TRACE", "START_TRACE", "KERNEL_LAUNCH", "STOP_TRACE", "START_TRACE",
+                   "STOP_TRACE"], seq
+
+
+# ---------------------------------------------------------------- 2. config()'s words
+def test_warnings_name_config_keys_without_the_cli(tmp_path):
+    # Before: "--events=alloc: also collecting free ...", "--steps: step 9 was
+    # never reached", "leaks: the leak analysis is off when --steps selects
+    # steps" to a program that never had a command line.
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc", steps="9", output="out")
+        msmemscope.start()
+        for _ in range(2):
+            msmemscope.step()
+        msmemscope.stop()
+    """)
+    err = p.stderr.splitlines()
+    assert ('msmemscope: warning: events="alloc": also collecting free (for analysis="leaks"); only the events '
+            "listed are written") in err, p.stderr
+    assert ("[msmemscope] warning: leaks: the leak analysis is off when 'steps' selects steps (only some events "
+            "are collected)") in err, p.stderr
+    pid = procdir.name.split("_")[1]
+    assert (f"msmemscope: warning: pid {pid}: 'steps': step 9 was never reached (its last step was 3); nothing was "
+            "collected for it") in err, p.stderr
+    assert "--" not in p.stderr, p.stderr
+
+
+def test_under_the_cli_the_same_warnings_name_its_options(tmp_path):
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.start()
+        for _ in range(2):
+            msmemscope.step()
+        msmemscope.stop()
+    """, cli=["--device=cpu", "--events=alloc", "--steps=9", "--collect-mode=deferred"])
+    err = p.stderr.splitlines()
+    assert ("msmemscope: warning: --events=alloc: also collecting free (for --analysis=leaks); only the events "
+            "listed are written") in err, p.stderr
+    assert ("[msmemscope] warning: leaks: the leak analysis is off when --steps selects steps (only some events "
+            "are collected)") in err, p.stderr
+    pid = procdir.name.split("_")[1]
+    assert (f"msmemscope: warning: pid {pid}: --steps: step 9 was never reached (its last step was 3); nothing was "
+            "collected for it") in err, p.stderr
+
+
+def test_suppress_warning_names_config_keys(tmp_path):
+    (tmp_path / "s.supp").write_text("x\n")
+    p, script, procdir = run(tmp_path, """\
+        import msmemscope
+        msmemscope.config(device="cpu", suppress="s.supp", analysis="decompose", output="out")
+        msmemscope.start(); msmemscope.stop()
+    """)
+    assert ("msmemscope: warning: suppress: the leaks analysis is not selected, so leak suppressions have no effect "
+            "(select it with msmemscope.config(analysis=\"leaks\"))") in p.stderr.splitlines(), p.stderr
+
+
+def test_a_plugin_over_its_time_budget_is_said_in_config_words(tmp_path):
+    # Before: "... exceeded its time budget (1 s, --plugin-time-budget) ..."
+    # to a program that set plugin_time_budget="1".
+    fixtures = BUILD / "tests" / "lib" / "bad_plugins"
+    p, script, procdir = run(tmp_path, f"""\
+        import msmemscope
+        msmemscope.config(device="cpu", events="alloc,free", plugin_path={str(fixtures)!r},
+                          analysis="leaks,hang_in_event", plugin_time_budget="1", output="out")
+        msmemscope.start()
+        a = bytearray(300000)
+        msmemscope.stop()
+    """)
+    assert [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")] == [
+        "msmemscope: error: plugin 'hang_in_event' exceeded its time budget (1 s, 'plugin_time_budget') in on_event; "
+        "re-running the outputs without it"], p.stderr
+    assert ("  error: plugin 'hang_in_event' exceeded its time budget (1 s, 'plugin_time_budget') in on_event; the "
+            "outputs were re-run without it") in p.stdout.splitlines(), p.stdout
+
+
+# ---------------------------------------------------------------- 3. device blocks freed between ranges
+NPU_BETWEEN = """
+import ctypes, os
+import msmemscope
+
+sim = {sim!r}
+acl = ctypes.CDLL(os.path.join(sim, "libascendcl.so"))
+fw = ctypes.CDLL(os.path.join(sim, "libascend_sim_framework.so"))
+fw.fw_hal_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_ulonglong, ctypes.c_ulonglong]
+fw.fw_hal_free.argtypes = [ctypes.c_void_p]
+assert acl.aclInit(None) == 0
+
+def alloc(label, n, dev):
+    p = ctypes.c_void_p()
+    assert fw.fw_hal_alloc(ctypes.byref(p), n, dev | (1 << 10) | (33 << 56)) == 0
+    print(f"{{label}} 0x{{p.value:016x}}", flush=True)
+    return p
+
+if {api!r}:
+    msmemscope.config(device="npu", analysis="leaks", output={out!r})
+msmemscope.start()
+gone = alloc("gone", 1 << 20, 1)       # recorded in range 1 on device 1 ...
+kept = alloc("kept", 12345, 1)
+msmemscope.stop()
+assert fw.fw_hal_free(gone) == 0      # ... and freed while collection is off
+msmemscope.start()
+x = alloc("x", 4096, 1)
+assert fw.fw_hal_free(x) == 0
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["api_alone", "under_cli"])
+def test_npu_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, api):
+    # Before: the free hook told the agent no device, so the FREE was never
+    # written: the block stayed live to the end, in device 1's figures and
+    # its leak report.
+    out = tmp_path / "out"
+    env = {"ASCEND_SIM_DEVICE_MEM": str(128 * MiB), "LD_LIBRARY_PATH": str(SIM_LIB)}
+    p, script, procdir = run(tmp_path, NPU_BETWEEN.format(sim=str(SIM_LIB), api=api, out=str(out)), env=env,
+                             cli=None if api else ["--device=npu", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    rows = read_dump(dump_files(procdir, "1")[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert len(marks) == 4, rows
+    gone = [(i, r) for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE") and
+            names.get(int(r["Ptr"], 16)) == "gone"]
+    assert [r["Event"] for i, r in gone] == ["MALLOC", "FREE"], gone
+    (i, free) = gone[1]
+    assert marks[2] < i < marks[3], (marks, i)  # written when the second range starts
+    aid = parse_attr(gone[0][1]["Attr"])["allocation_id"]
+    assert (free["Event Type"], free["Device Id"]) == ("HAL", "1")
+    assert parse_attr(free["Attr"]) == {"allocation_id": aid, "addr": free["Ptr"], "size": str(1 << 20),
+                                        "shadow": "true"}
+    # only the block still allocated is reported, and device 1 ends with it alone
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["1/HAL"]["final_bytes"] == 12345, summary["pools"]
+    assert "  Driver memory still allocated at stop() on device 1: 1 block(s), 0.011773 Mb(s):" in p.stdout, p.stdout
+    assert "1.000000 Mb" not in p.stdout, p.stdout
+
+
+# ---------------------------------------------------------------- 4. a Python call across stop()/start()
+ACROSS = """\
+    import msmemscope
+    msmemscope.config(device="cpu", events="traceback", analysis="", output="out")
+    def off(): return 0
+    def across():
+        msmemscope.stop()
+        off()
+        msmemscope.start()
+        return 1
+    def after(): return 2
+    def begins_off():
+        msmemscope.start()
+        return 3
+    msmemscope.start()
+    across()
+    after()
+    msmemscope.stop()
+    off()
+    begins_off()
+    msmemscope.stop()
+"""
+
+
+def test_a_call_running_across_stop_and_start_has_its_row(tmp_path):
+    # Before: across() had no python_trace row: its profile function went at
+    # stop(), and at start() it was taken as a frame whose call was never
+    # seen. A call the trace saw begin in a range and end in a later one ran
+    # from its call to its return: its row says so. Calls that began while
+    # collection was off (off(), begins_off()) have no row, as before: the
+    # trace never saw them begin.
+    p, script, procdir = run(tmp_path, ACROSS)
+    rows = read_dump(dump_files(procdir)[0])
+    marks = [int(r["Timestamp(ns)"]) for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] in
+             ("START_TRACE", "STOP_TRACE")]
+    assert len(marks) == 6, marks
+    lines = dump_files(procdir, kind="python_trace")[0].read_text().splitlines()
+    trace = [l.rsplit(",", 4) for l in lines[1:]]
+    names = [t[0] for t in trace]
+    assert names == [f"{script}(4): across", f"{script}(9): after"], names
+    start, end = int(trace[0][1]), int(trace[0][2])
+    assert start < marks[1] and end > marks[2], (start, end, marks)  # called in range 1, returned in range 2
+    assert marks[2] < int(trace[1][1]) <= int(trace[1][2]) < marks[3]
+
+
+CUDA_BETWEEN = """
+import ctypes, os
+import msmemscope
+
+if {api!r}:
+    msmemscope.config(device="cuda", analysis="leaks", output={out!r})
+rt = ctypes.CDLL("libfakecudart.so")           # the simulated runtime makes device 0's context current
+assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
+cu = ctypes.CDLL("libcuda.so.1")
+def alloc(label, n):
+    d = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(d), ctypes.c_size_t(n)) == 0
+    print(f"{{label}} 0x{{d.value:016x}}", flush=True)
+    return d
+msmemscope.start()
+gone = alloc("gone", 1 << 20)          # recorded in range 1 ...
+kept = alloc("kept", 12345)
+msmemscope.stop()
+assert cu.cuMemFree_v2(gone) == 0     # ... and freed while collection is off
+msmemscope.start()
+x = alloc("x", 4096)
+assert cu.cuMemFree_v2(x) == 0
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["api_alone", "under_cli"])
+def test_cuda_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, api):
+    # Before: the cuda hook recorded nothing for a free while collection was
+    # off, and the block stayed live to the end.
+    out = tmp_path / "out"
+    p, script, procdir = run(tmp_path, CUDA_BETWEEN.format(api=api, out=str(out)),
+                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
+                             cli=None if api else ["--device=cuda", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    rows = read_dump(dump_files(procdir, "0")[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert len(marks) == 4, rows
+    gone = [(i, r) for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE") and
+            names.get(int(r["Ptr"], 16)) == "gone"]
+    assert [r["Event"] for i, r in gone] == ["MALLOC", "FREE"], gone
+    (i, free) = gone[1]
+    assert marks[2] < i < marks[3], (marks, i)
+    assert (free["Event Type"], free["Device Id"]) == ("HAL", "0")
+    assert parse_attr(free["Attr"]) == {"allocation_id": parse_attr(gone[0][1]["Attr"])["allocation_id"],
+                                        "addr": free["Ptr"], "size": str(1 << 20), "shadow": "true"}
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["0/HAL"]["final_bytes"] == 12345, summary["pools"]
