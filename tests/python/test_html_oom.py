@@ -309,3 +309,29 @@ def test_no_failure_no_oom_on_the_page(tmp_path):
     assert marks and set(marks) == {"0"}
     hovered = hover(text)
     assert hovered and all(c["tips"] == [] for c in hovered)
+
+
+def test_simulated_npu_driver_failure(cli, tmp_path):
+    """The simulated Ascend driver refuses halMemAlloc on device 1 (npu_train,
+    test_npu_backend.py): the page names that device, marks the failure on its
+    charts and lists the blocks as the OOM_DETAIL rows do."""
+    from test_npu_backend import run_train
+    p, d = run_train(cli, tmp_path, "--device=npu:1", "--analysis=oom", "--sinks=csv,html")
+    rows = read_dump(only(dump_files(d, "1")))
+    [snap], [trig] = oom_rows(rows, "OOM_Snapshot"), oom_rows(rows, "OOM_TRIGGER")
+    page = only(d.glob("report_*.html"))
+    data = page_data(page)
+    assert [(x["device"], x["count"]) for x in data["oom"]["devices"]] == [("npu:1", 1)]
+    [f] = data["oom"]["listed"]
+    assert (data["start_ns"] + f["t"], f["func"], f["req_size"], f["flag"], f["ret"], f["allocated"]) == (
+        int(trig["Timestamp(ns)"]), "halMemAlloc", 96 << 20, trig["attr"]["flag"], "6", int(snap["attr"]["allocated"]))
+    assert check_blocks(data, f, rows, "OOM_TOP_ALLOC") and check_blocks(data, f, rows, "OOM_RECENT_ALLOC")
+    text = dom(page, tmp_path)
+    charts = dict(re.findall(r'<canvas id="chart-\d+" data-device="([^"]*)"[^>]*data-oom-marks="(\d+)"', text))
+    assert {k: v for k, v in charts.items() if k.startswith("npu:1")} == {
+        "npu:1 device memory (driver)": "1", "npu:1 framework pools": "1"}, charts
+    assert {v for k, v in charts.items() if not k.startswith("npu:1")} <= {"0"}
+    tips = {c["device"]: c["tips"] for c in hover(text)}
+    assert tips["npu:1 framework pools"] == [
+        f"out of memory at {dur(f['t'])}: halMemAlloc of 96.0 MiB (100,663,296 bytes) failed on npu:1 with "
+        f"{human(f['allocated'])} allocated"]
