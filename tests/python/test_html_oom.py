@@ -76,6 +76,18 @@ def cells(html_text, table_id):
     return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows]
 
 
+def labels_clear(html_text):
+    """Each chart with failures labels them once ("out of memory"), over no other label (the peak's, a step's)."""
+    charts = re.findall(r'<canvas id="chart-\d+"[^>]*data-label-boxes="([^"]*)"[^>]*data-oom-marks="(\d+)"', html_text)
+    assert charts
+    for boxes, marks in charts:
+        boxes = json.loads(boxes)
+        assert sum(1 for b in boxes if b[4] == 2) == (1 if int(marks) else 0), boxes
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
+
+
 def merged_stack(row):
     py = row["Call Stack(Python)"].rstrip("\n")
     c = row["Call Stack(C)"]
@@ -151,6 +163,7 @@ def test_native_failure_on_the_page_as_in_the_csv(native_oom):
     # the mark on the cpu chart, and what hovering it says
     charts = re.findall(r'<canvas id="chart-\d+" data-device="([^"]*)"[^>]*data-oom-marks="(\d+)"', text)
     assert charts == [("cpu host memory", "1")], charts
+    labels_clear(text)
     assert hover(text) == [{"device": "cpu host memory", "tips": [
         f"out of memory at {dur(f['t'])}: malloc of 64.0 GiB (68,719,476,736 bytes) failed on cpu with "
         f"{human(f['allocated'])} allocated"]}]
@@ -263,6 +276,7 @@ def test_pytorch_failures_under_rlimit(tmp_path):
     # both cpu charts (framework pools and host memory) carry the three marks
     charts = dict(re.findall(r'<canvas id="chart-\d+" data-device="([^"]*)"[^>]*data-oom-marks="(\d+)"', text))
     assert charts == {"cpu framework pools": "3", "cpu host memory": "3"}, charts
+    labels_clear(text)
     for c in hover(text):
         assert len(c["tips"]) == 3
         for tip in c["tips"]:
@@ -307,6 +321,7 @@ def test_no_failure_no_oom_on_the_page(tmp_path):
     assert '<section id="oom">' not in text and 'id="card-oom"' not in text and "<h2>Memory over time</h2>" in text
     marks = re.findall(r'data-oom-marks="(\d+)"', text)
     assert marks and set(marks) == {"0"}
+    labels_clear(text)
     hovered = hover(text)
     assert hovered and all(c["tips"] == [] for c in hovered)
 

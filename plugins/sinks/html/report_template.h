@@ -336,12 +336,22 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
         var fx = X(f.t);
         g.beginPath(); g.moveTo(fx + 0.5, T); g.lineTo(fx + 0.5, H - B); g.stroke();
         g.beginPath(); g.moveTo(fx - 5, T - 9); g.lineTo(fx + 6, T - 9); g.lineTo(fx + 0.5, T - 1); g.closePath(); g.fill();
-        if (!oomShown) {
+        if (!oomShown) {  // beside the line, clear of the peak's label
           g.font = "bold 11px system-ui, sans-serif";
           var ol = "out of memory" + (fails.length > 1 ? " (" + num(fails.length) + ")" : "");
-          var ow = g.measureText(ol).width, ox = fx + 8 + ow > W - R ? fx - 8 - ow : fx + 8;
-          g.textAlign = "left"; g.textBaseline = "top";
-          g.fillText(ol, ox, T + 4);
+          var ow = g.measureText(ol).width, spots = [];
+          [T + 4, T + 22, T + 40].forEach(function (oy) {
+            if (fx + 8 + ow <= W - R) spots.push({ x0: fx + 6, x1: fx + 10 + ow, y0: oy - 1, y1: oy + 13 });
+            if (fx - 8 - ow >= L) spots.push({ x0: fx - 10 - ow, x1: fx - 6, y0: oy - 1, y1: oy + 13 });
+          });
+          var spot = spots.filter(function (q) {
+            return !boxes.some(function (b) { return b.x0 < q.x1 && q.x0 < b.x1 && b.y0 < q.y1 && q.y0 < b.y1; });
+          })[0] || spots[0];
+          if (spot) {
+            g.textAlign = "left"; g.textBaseline = "top";
+            g.fillText(ol, spot.x0 + 2, spot.y0 + 1);
+            boxes.push({ x0: spot.x0, x1: spot.x1, y0: spot.y0, y1: spot.y1, oom: true });
+          }
         }
         oomShown++;
       });
@@ -355,7 +365,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       g.beginPath(); g.moveTo(L + 0.5, T); g.lineTo(L + 0.5, H - B + 0.5); g.lineTo(W - R, H - B + 0.5); g.stroke();
       canvas.setAttribute("data-step-labels", String(shown));
       canvas.setAttribute("data-label-boxes", JSON.stringify(boxes.map(function (b) {
-        return [Math.round(b.x0), Math.round(b.y0), Math.round(b.x1), Math.round(b.y1), b.peak ? 1 : 0];
+        return [Math.round(b.x0), Math.round(b.y0), Math.round(b.x1), Math.round(b.y1), b.peak ? 1 : b.oom ? 2 : 0];
       })));
       canvas.setAttribute("data-view", Math.round(V.t0) + "," + Math.round(V.t1));
       canvas.setAttribute("data-oom-marks", String(oomShown));
