@@ -350,3 +350,26 @@ def test_simulated_npu_driver_failure(cli, tmp_path):
     assert tips["npu:1 framework pools"] == [
         f"out of memory at {dur(f['t'])}: halMemAlloc of 96.0 MiB (100,663,296 bytes) failed on npu:1 with "
         f"{human(f['allocated'])} allocated"]
+
+
+def test_python_api_page(tmp_path):
+    """With the Python API (plain python3, no CLI) the page says the same:
+    tests/programs/python/oom_cpu.py writing the html too."""
+    pytest.importorskip("torch")
+    from conftest import SOURCE, clean_env
+    text = (SOURCE / "tests" / "programs" / "python" / "oom_cpu.py").read_text()
+    assert "output=sys.argv[1])" in text
+    (tmp_path / "api_oom.py").write_text(text.replace("output=sys.argv[1])", 'output=sys.argv[1], sinks="csv,html")'))
+    p = subprocess.run([PY, str(tmp_path / "api_oom.py"), "out", "oom:3"], cwd=str(tmp_path), env=clean_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "allocation failed" in p.stdout, p.stderr
+    d = only(process_dirs(tmp_path / "out"))
+    rows = read_dump(only(dump_files(d)))
+    [snap], [trig] = oom_rows(rows, "OOM_Snapshot"), oom_rows(rows, "OOM_TRIGGER")
+    data = page_data(only(d.glob("report_*.html")))
+    [f] = data["oom"]["listed"]
+    assert (data["start_ns"] + f["t"], f["func"], f["req_size"], f["allocated"]) == (
+        int(trig["Timestamp(ns)"]), "posix_memalign", 1 << 50, int(snap["attr"]["allocated"])) and f["allocated"] == 4 << 20
+    assert [(b["pool"], b["size"]) for b in f["top"]] == [("PTA", 1 << 20)] * 3
+    check_blocks(data, f, rows, "OOM_TOP_ALLOC")
+    check_blocks(data, f, rows, "OOM_RECENT_ALLOC")
