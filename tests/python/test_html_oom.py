@@ -373,3 +373,53 @@ def test_python_api_page(tmp_path):
     assert [(b["pool"], b["size"]) for b in f["top"]] == [("PTA", 1 << 20)] * 3
     check_blocks(data, f, rows, "OOM_TOP_ALLOC")
     check_blocks(data, f, rows, "OOM_RECENT_ALLOC")
+
+
+MANY_SCRIPT = """\
+import resource
+
+
+def vm_size():
+    with open("/proc/self/status") as f:
+        return int([l for l in f if l.startswith("VmSize:")][0].split()[1]) * 1024
+
+
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (256 << 20), hard))
+failed = 0
+for i in range(1500):
+    try:
+        bytearray(4 << 30)
+    except MemoryError:
+        failed += 1
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+print("failed", failed)
+"""
+
+
+def test_a_failing_loop(tmp_path):
+    """1500 failures: all counted (as many as the OOM_Snapshot rows), the
+    first 1000 marked, the first 100 in the table, the count on the label."""
+    script = tmp_path / "many.py"
+    script.write_text(MANY_SCRIPT)
+    p = run_cli(["--device=cpu", "--analysis=oom:2", "--sinks=csv,html", "--output=out", "--", PY, script], tmp_path,
+                env=ENV, check_rc=0)
+    assert "failed 1500" in p.stdout
+    assert "oom: 1500 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)" in p.stdout
+    d = only(process_dirs(tmp_path / "out"))
+    rows = read_dump(only(dump_files(d)))
+    snaps, trigs = oom_rows(rows, "OOM_Snapshot"), oom_rows(rows, "OOM_TRIGGER")
+    assert len(snaps) == len(trigs) == 1500
+    page = only(d.glob("report_*.html"))
+    data = page_data(page)
+    oom = data["oom"]
+    assert oom["failures"] == 1500 and [(x["device"], x["count"]) for x in oom["devices"]] == [("cpu", 1500)]
+    assert oom["devices"][0]["last_t"] + data["start_ns"] == int(trigs[-1]["Timestamp(ns)"])
+    assert [(data["start_ns"] + f["t"], f["func"], f["req_size"]) for f in oom["listed"]] == [
+        (int(t["Timestamp(ns)"]), t["attr"]["func"], int(t["attr"]["req_size"])) for t in trigs[:1000]]
+    text = dom(page, tmp_path)
+    assert '<h2 id="oom-title">Out of memory: 1,500 allocations failed</h2>' in text
+    assert '<p class="note" id="oom-unlisted">The charts mark the first 1,000 failures of the run.</p>' in text
+    assert "<h3>The first 100 failures</h3>" in text and len(cells(text, "table-oom")) == 100
+    assert re.findall(r'data-device="cpu host memory"[^>]*data-oom-marks="(\d+)"', text) == ["1000"]
+    labels_clear(text)

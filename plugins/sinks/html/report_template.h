@@ -220,6 +220,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   }
   function drawChart(dev, idx, box, liveBox) {
     var fails = OOM.listed.filter(function (f) { return f.device === dev.device; });
+    var failCount = OOM.devices.reduce(function (n, d) { return d.device === dev.device ? d.count : n; }, 0);
     var wrap = el("div", { "class": "canvaswrap" });
     var canvas = el("canvas", { id: "chart-" + idx, "data-device": dev.label });
     wrap.appendChild(canvas);
@@ -338,7 +339,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
         g.beginPath(); g.moveTo(fx - 5, T - 9); g.lineTo(fx + 6, T - 9); g.lineTo(fx + 0.5, T - 1); g.closePath(); g.fill();
         if (!oomShown) {  // beside the line, clear of the peak's label
           g.font = "bold 11px system-ui, sans-serif";
-          var ol = "out of memory" + (fails.length > 1 ? " (" + num(fails.length) + ")" : "");
+          var ol = "out of memory" + (failCount > 1 ? " (" + num(failCount) + ")" : "");
           var ow = g.measureText(ol).width, spots = [];
           [T + 4, T + 22, T + 40].forEach(function (oy) {
             if (fx + 8 + ow <= W - R) spots.push({ x0: fx + 6, x1: fx + 10 + ow, y0: oy - 1, y1: oy + 13 });
@@ -512,6 +513,9 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     });
     sec.appendChild(ul);
     var L = OOM.listed, shown = L.slice(0, 100);
+    if (L.length < OOM.failures)
+      sec.appendChild(el("p", { "class": "note", id: "oom-unlisted" }, "The charts mark the first " + num(L.length) +
+        " failures of the run."));
     sec.appendChild(el("h3", null, shown.length < OOM.failures ? "The first " + num(shown.length) + " failures" :
       OOM.failures === 1 ? "The failure" : "The failures"));
     sec.appendChild(table("table-oom", [
