@@ -163,6 +163,7 @@ def test_native_failure_on_the_page_as_in_the_csv(native_oom):
     # the mark on the cpu chart, and what hovering it says
     charts = re.findall(r'<canvas id="chart-\d+" data-device="([^"]*)"[^>]*data-oom-marks="(\d+)"', text)
     assert charts == [("cpu host memory", "1")], charts
+    assert 'data-oom-label="out of memory"' in text
     labels_clear(text)
     assert hover(text) == [{"device": "cpu host memory", "tips": [
         f"out of memory at {dur(f['t'])}: malloc of 64.0 GiB (68,719,476,736 bytes) failed on cpu with "
@@ -422,4 +423,5 @@ def test_a_failing_loop(tmp_path):
     assert '<p class="note" id="oom-unlisted">The charts mark the first 1,000 failures of the run.</p>' in text
     assert "<h3>The first 100 failures</h3>" in text and len(cells(text, "table-oom")) == 100
     assert re.findall(r'data-device="cpu host memory"[^>]*data-oom-marks="(\d+)"', text) == ["1000"]
+    assert re.findall(r'data-device="cpu host memory"[^>]*data-oom-label="([^"]*)"', text) == ["out of memory (1,500)"]
     labels_clear(text)

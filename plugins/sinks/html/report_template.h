@@ -352,6 +352,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
             g.textAlign = "left"; g.textBaseline = "top";
             g.fillText(ol, spot.x0 + 2, spot.y0 + 1);
             boxes.push({ x0: spot.x0, x1: spot.x1, y0: spot.y0, y1: spot.y1, oom: true });
+            canvas.setAttribute("data-oom-label", ol);
           }
         }
         oomShown++;
