@@ -355,6 +355,24 @@ private:
                        std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
                        std::to_string(allocated_now(d)) + " bytes allocated");
         snapshot(dk, d, "OOM_Snapshot", ev.timestamp_ns, ev.pid, ev.tid, &ev);
+        // The failure as a finding (table "oom"), with or without the
+        // details: the rows upstream writes without its oom analysis do not
+        // name the failing call, and the html report must (the db keeps it
+        // in msms_findings).
+        std::string stack(view(ev.py_stack));
+        while (!stack.empty() && stack.back() == '\n') stack.pop_back();
+        if (!stack.empty() && ev.c_stack.size) stack += '\n';
+        stack += view(ev.c_stack);
+        host_.add_finding("oom", {{"device", dev_name(dk)},
+                                  {"device_name", msmemscope::device_name(dk.kind, dk.id)},
+                                  {"timestamp", std::to_string(ev.timestamp_ns)},
+                                  {"func", std::string(view(ev.name))},
+                                  {"req_size", std::to_string(ev.size)},
+                                  {"flag", std::to_string(ev.aux0)},
+                                  {"ret", std::to_string(ev.aux1)},
+                                  {"allocated", std::to_string(allocated_now(d))},
+                                  {"details", details_ && dump ? "true" : "false"},
+                                  {"stack", stack}});
         if (!details_) return;
         if (write_trigger_) {  // the collector's event as the host would have written it
             msms_event t = ev;

@@ -64,6 +64,9 @@ constexpr size_t kMaxLives = 20000;       // block lifetimes per device in the p
 constexpr size_t kFlameSites = 2000;      // flame graph sites per device and measure
 constexpr size_t kMaxGone = 4000000;      // freed blocks a leak finding may name (24 bytes each)
 constexpr size_t kMaxIneff = 100;         // the largest blocks the inefficient analysis marked, listed
+constexpr size_t kMaxOom = 1000;          // out-of-memory failures listed (marks and hover), then counted only
+constexpr size_t kOomStacks = 100;        // ... the first of them with their stacks
+constexpr size_t kOomDumps = 20;          // ... with the oom analysis's blocks live at the failure
 
 
 // JSON string safe inside <script>: no "</" can close the element.
@@ -189,6 +192,24 @@ struct IneffSum {
     std::map<std::string, std::pair<uint64_t, uint64_t>> kinds;  // kind -> blocks, bytes
 };
 
+// A block the oom analysis listed as live at a failure (an OOM_RECENT_ALLOC
+// or OOM_TOP_ALLOC row), as the row has it.
+struct OomBlock {
+    std::string pool, ptr, step;
+    uint64_t size = 0, ts = 0;
+    std::string stack;
+};
+
+// An out-of-memory failure: the oom analyzer's finding (table "oom", one at
+// every failure, with or without --analysis=oom) and, when that analysis
+// listed them, the blocks live then.
+struct OomFailure {
+    uint64_t ts = 0, req_size = 0, allocated = 0;
+    std::string device, func, flag, ret, stack;
+    bool details = false;
+    std::vector<OomBlock> recent, top;
+};
+
 // One of the largest marked blocks.
 struct IneffBlock {
     uint64_t size;
@@ -219,6 +240,7 @@ public:
         run_ = run;
         leaks_ran_ = analysis_listed(run.config_json, "leaks");
         ineff_listed_ = analysis_listed(run.config_json, "inefficient");
+        oom_listed_ = analysis_listed(run.config_json, "oom") || analysis_listed(run.config_json, "oom:", true);
         keep_gone_ = leaks_ran_ || run.config_json.find("\"analysis\"") == std::string::npos;
     }
 
@@ -253,6 +275,8 @@ public:
             for (const msms_event& f : shadow_frees_) memory(f);
             shadow_frees_.clear();
             memory(ev);
+        } else if (ev.kind == MSMS_EV_OOM_DETAIL && (ev.type == MSMS_T_OOM_RECENT_ALLOC || ev.type == MSMS_T_OOM_TOP_ALLOC)) {
+            oom_block(ev);
         } else if (ev.kind == MSMS_EV_MSTX) {
             ++bounds_;
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
@@ -275,6 +299,7 @@ public:
     }
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
+        if (table == "oom") return oom_failure(cols, n);  // its own section and the charts' marks
         if (table == "leaks") {
             LeakRow r;
             auto number = [](std::string_view v) { return std::strtoull(std::string(v).c_str(), nullptr, 10); };
@@ -347,12 +372,12 @@ private:
 
     // Whether the run's configuration lists the analyzer (config.json's
     // "analysis" array); an empty or foreign configuration lists none.
-    static bool analysis_listed(std::string_view config, std::string_view name) {
+    static bool analysis_listed(std::string_view config, std::string_view name, bool prefix = false) {
         size_t k = config.find("\"analysis\"");
         if (k == std::string_view::npos) return false;
         size_t a = config.find('[', k), b = config.find(']', k);
         if (a == std::string_view::npos || b == std::string_view::npos || a > b) return false;
-        std::string quoted = "\"" + std::string(name) + "\"";
+        std::string quoted = "\"" + std::string(name) + (prefix ? "" : "\"");
         return config.substr(a, b - a).find(quoted) != std::string_view::npos;
     }
     bool leaks_ran() const { return leaks_ran_ || !leak_rows_.empty(); }
@@ -496,6 +521,115 @@ private:
             o += ",\"size\":" + std::to_string(b.size) + ",\"event_id\":" + std::to_string(v[i].first) + ",\"stack\":";
             jstr(o, sites_[b.site].text);
             o += '}';
+        }
+        o += "]}";
+    }
+
+    // An out-of-memory failure (the oom analyzer's finding, at every one):
+    // counted per device; the first kMaxOom kept for the charts' marks and
+    // the table, kOomStacks of them with their stack.
+    void oom_failure(const msms_kv* cols, uint32_t n) {
+        OomFailure f;
+        std::string short_dev;
+        auto number = [](std::string_view v) { return std::strtoull(std::string(v).c_str(), nullptr, 10); };
+        for (uint32_t i = 0; i < n; ++i) {
+            std::string_view k = view(cols[i].key), v = view(cols[i].value);
+            if (k == "device_name") f.device = v;
+            else if (k == "device") short_dev = v;
+            else if (k == "timestamp") f.ts = number(v);
+            else if (k == "func") f.func = v;
+            else if (k == "req_size") f.req_size = number(v);
+            else if (k == "allocated") f.allocated = number(v);
+            else if (k == "flag") f.flag = v;
+            else if (k == "ret") f.ret = v;
+            else if (k == "details") f.details = v == "true";
+            else if (k == "stack" && oom_.size() < kOomStacks) f.stack = v;
+        }
+        if (f.device.empty()) f.device = short_dev;
+        auto& c = oom_devices_[f.device];
+        if (!c.count) c.first = f.ts;
+        ++c.count;
+        c.last = f.ts;
+        ++oom_total_;
+        oom_details_ |= f.details;
+        oom_open_.erase(f.device);
+        if (oom_.size() >= kMaxOom) return;
+        if (f.details && oom_dumps_ < kOomDumps) {
+            ++oom_dumps_;
+            oom_open_[f.device] = oom_.size();
+        }
+        oom_.push_back(std::move(f));
+    }
+    // A block the oom analysis listed at the last failure of its device.
+    void oom_block(const msms_event& ev) {
+        auto o = oom_open_.find(msmemscope::device_name(ev.device_kind, ev.device_id));
+        if (o == oom_open_.end()) return;
+        OomFailure& f = oom_[o->second];
+        OomBlock b;
+        b.pool = msmemscope::attr(ev, "pool");
+        b.ptr = msmemscope::attr(ev, "ptr");
+        b.step = msmemscope::attr(ev, "step");
+        b.size = std::strtoull(std::string(msmemscope::attr(ev, "size")).c_str(), nullptr, 10);
+        b.ts = std::strtoull(std::string(msmemscope::attr(ev, "timestamp")).c_str(), nullptr, 10);
+        b.stack = std::string(view(ev.py_stack));
+        while (!b.stack.empty() && b.stack.back() == '\n') b.stack.pop_back();
+        if (!b.stack.empty() && ev.c_stack.size) b.stack += '\n';
+        b.stack += view(ev.c_stack);
+        (ev.type == MSMS_T_OOM_TOP_ALLOC ? f.top : f.recent).push_back(std::move(b));
+    }
+    void oom_json(PageWriter& page) {
+        std::string& o = page.text();
+        auto rel = [this](uint64_t t) { return std::to_string(t - std::min(t, base_)); };
+        o += "\"oom\":{\"failures\":" + std::to_string(oom_total_) + ",\"analysis\":";
+        o += oom_listed_ || oom_details_ ? "true" : "false";
+        o += ",\"devices\":[";
+        bool first = true;
+        for (auto& [dev, c] : oom_devices_) {
+            if (!first) o += ',';
+            first = false;
+            o += "{\"device\":";
+            jstr(o, dev);
+            o += ",\"count\":" + std::to_string(c.count) + ",\"first_t\":" + rel(c.first) + ",\"last_t\":" + rel(c.last) + '}';
+        }
+        o += "],\"stacks\":" + std::to_string(kOomStacks) + ",\"listed\":[";
+        auto blocks = [&](const std::vector<OomBlock>& v) {
+            o += '[';
+            for (size_t i = 0; i < v.size(); ++i) {
+                if (i) o += ',';
+                o += "{\"pool\":";
+                jstr(o, v[i].pool);
+                o += ",\"ptr\":";
+                jstr(o, v[i].ptr);
+                o += ",\"size\":" + std::to_string(v[i].size) + ",\"t\":" + rel(v[i].ts) + ",\"step\":";
+                jstr(o, v[i].step);
+                o += ",\"stack\":";
+                jstr(o, v[i].stack);
+                o += '}';
+            }
+            o += ']';
+        };
+        for (size_t i = 0; i < oom_.size(); ++i) {
+            const OomFailure& f = oom_[i];
+            if (i) o += ',';
+            o += "{\"t\":" + rel(f.ts) + ",\"device\":";
+            jstr(o, f.device);
+            o += ",\"func\":";
+            jstr(o, f.func);
+            o += ",\"req_size\":" + std::to_string(f.req_size) + ",\"allocated\":" + std::to_string(f.allocated) +
+                 ",\"flag\":";
+            jstr(o, f.flag);
+            o += ",\"ret\":";
+            jstr(o, f.ret);
+            o += ",\"details\":";
+            o += f.details ? "true" : "false";
+            o += ",\"stack\":";
+            jstr(o, f.stack);
+            o += ",\"top\":";
+            blocks(f.top);
+            o += ",\"recent\":";
+            blocks(f.recent);
+            o += '}';
+            page.spill();
         }
         o += "]}";
     }
@@ -1133,6 +1267,8 @@ private:
             if (di) o += ',';
             o += "{\"label\":";
             jstr(o, d.label);
+            o += ",\"device\":";
+            jstr(o, msmemscope::device_name(d.kind, d.id));
             o += ",\"peak\":" + std::to_string(d.peak) + ",\"peak_t\":" + std::to_string(d.peak_ts - std::min(d.peak_ts, base_)) +
                  ",\"final\":" + std::to_string(d.total) + ",\"live\":" + std::to_string(live_blocks) +
                  ",\"mallocs\":" + std::to_string(d.mallocs) + ",\"frees\":" + std::to_string(d.frees) + ",\"cats\":[";
@@ -1207,6 +1343,8 @@ private:
         }
         o += "},";
         ineff_json(o);
+        o += ',';
+        oom_json(page);
         o += '}';
     }
 
@@ -1231,6 +1369,18 @@ private:
     std::unordered_map<uint64_t, IneffBlock> ineff_top_;
     uint64_t ineff_min_ = 0, ineff_annotations_ = 0;
     bool ineff_listed_ = false;  // the configuration lists the inefficient analysis
+    // out-of-memory failures: per device (its name, "npu:0") how many, the
+    // first and the last; the first kMaxOom; per device the failure whose
+    // blocks the oom analysis is listing
+    struct OomCount {
+        uint64_t count = 0, first = 0, last = 0;
+    };
+    std::map<std::string, OomCount> oom_devices_;
+    std::vector<OomFailure> oom_;
+    std::map<std::string, size_t> oom_open_;
+    uint64_t oom_total_ = 0;
+    size_t oom_dumps_ = 0;
+    bool oom_listed_ = false, oom_details_ = false;  // the configuration lists oom; a failure had its blocks listed
     std::vector<std::pair<uint64_t, std::string>> marks_;
     std::vector<std::pair<uint64_t, uint64_t>> off_;  // stop() .. the next start()
     uint64_t off_since_ = 0;

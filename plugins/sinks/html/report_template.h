@@ -53,6 +53,9 @@ table[id^="table-finding-"] td.text { white-space:pre-line; min-width:22em; max-
 table[id^="table-finding-"] td.lines { white-space:pre-line; }
 .viewbar label { font-size:12.5px; }
 .liveat h3 { margin-top:10px; }
+.card.oom { border-color:#c62828; background:#fdecea; }
+.card.oom .v { color:#b71c1c; }
+#oom h2 { color:#b71c1c; }
 </style>
 </head>
 <body>
@@ -209,7 +212,15 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     return dev.lives_min > 0 ? " (from the " + num(dev.lives.length) + " largest blocks, each \u2265 " + human(dev.lives_min) + ")" : "";
   }
 
+  // Out-of-memory failures (the oom analyzer's, at every failed allocation):
+  // the ones listed, on the charts of their device.
+  var OOM = D.oom || { failures: 0, devices: [], listed: [] };
+  function oomText(f) {
+    return (f.func || "an allocation") + " of " + human(f.req_size) + " (" + num(f.req_size) + " bytes) failed";
+  }
   function drawChart(dev, idx, box, liveBox) {
+    var fails = OOM.listed.filter(function (f) { return f.device === dev.device; });
+    var failCount = OOM.devices.reduce(function (n, d) { return d.device === dev.device ? d.count : n; }, 0);
     var wrap = el("div", { "class": "canvaswrap" });
     var canvas = el("canvas", { id: "chart-" + idx, "data-device": dev.label });
     wrap.appendChild(canvas);
@@ -318,6 +329,34 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
         boxes.push(bx); lastEnd = bx.x1; shown++;
       });
       g.setLineDash([]);
+      // out-of-memory failures: a red line each, "out of memory" by the first shown
+      var oomShown = 0;
+      g.strokeStyle = "#b71c1c"; g.fillStyle = "#b71c1c"; g.lineWidth = 1.5;
+      fails.forEach(function (f) {
+        if (f.t < V.t0 || f.t > V.t1) return;
+        var fx = X(f.t);
+        g.beginPath(); g.moveTo(fx + 0.5, T); g.lineTo(fx + 0.5, H - B); g.stroke();
+        g.beginPath(); g.moveTo(fx - 5, T - 9); g.lineTo(fx + 6, T - 9); g.lineTo(fx + 0.5, T - 1); g.closePath(); g.fill();
+        if (!oomShown) {  // beside the line, clear of the peak's label
+          g.font = "bold 11px system-ui, sans-serif";
+          var ol = "out of memory" + (failCount > 1 ? " (" + num(failCount) + ")" : "");
+          var ow = g.measureText(ol).width, spots = [];
+          [T + 4, T + 22, T + 40].forEach(function (oy) {
+            if (fx + 8 + ow <= W - R) spots.push({ x0: fx + 6, x1: fx + 10 + ow, y0: oy - 1, y1: oy + 13 });
+            if (fx - 8 - ow >= L) spots.push({ x0: fx - 10 - ow, x1: fx - 6, y0: oy - 1, y1: oy + 13 });
+          });
+          var spot = spots.filter(function (q) {
+            return !boxes.some(function (b) { return b.x0 < q.x1 && q.x0 < b.x1 && b.y0 < q.y1 && q.y0 < b.y1; });
+          })[0] || spots[0];
+          if (spot) {
+            g.textAlign = "left"; g.textBaseline = "top";
+            g.fillText(ol, spot.x0 + 2, spot.y0 + 1);
+            boxes.push({ x0: spot.x0, x1: spot.x1, y0: spot.y0, y1: spot.y1, oom: true });
+            canvas.setAttribute("data-oom-label", ol);
+          }
+        }
+        oomShown++;
+      });
       // the clicked time
       if (clickT !== null && clickT >= V.t0 && clickT <= V.t1) {
         g.strokeStyle = "#1d232b"; g.lineWidth = 1.2;
@@ -328,9 +367,10 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       g.beginPath(); g.moveTo(L + 0.5, T); g.lineTo(L + 0.5, H - B + 0.5); g.lineTo(W - R, H - B + 0.5); g.stroke();
       canvas.setAttribute("data-step-labels", String(shown));
       canvas.setAttribute("data-label-boxes", JSON.stringify(boxes.map(function (b) {
-        return [Math.round(b.x0), Math.round(b.y0), Math.round(b.x1), Math.round(b.y1), b.peak ? 1 : 0];
+        return [Math.round(b.x0), Math.round(b.y0), Math.round(b.x1), Math.round(b.y1), b.peak ? 1 : b.oom ? 2 : 0];
       })));
       canvas.setAttribute("data-view", Math.round(V.t0) + "," + Math.round(V.t1));
+      canvas.setAttribute("data-oom-marks", String(oomShown));
     }
     function showLiveAt(t) {
       clickT = t;
@@ -389,6 +429,23 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       if (!n || drag) return;
       var r = canvas.getBoundingClientRect(), t = TX(ev.clientX - r.left);
       var lo = Math.max(0, indexAt(dev, t));
+      var mx = ev.clientX - r.left, near = fails.filter(function (f) {
+        return f.t >= V.t0 && f.t <= V.t1 && Math.abs(X(f.t) - mx) <= 4;
+      });
+      if (near.length) {
+        var ol = near.slice(0, 5).map(function (f) {
+          return "out of memory at " + dur(f.t) + ": " + oomText(f) + " on " + f.device +
+            " with " + human(f.allocated) + " allocated";
+        });
+        if (near.length > 5) ol.push("\u2026 and " + (near.length - 5) + " more here");
+        tip.textContent = ol.join("\n");
+        tip.setAttribute("data-oom", String(near.length));
+        tip.style.display = "block";
+        tip.style.left = Math.max(0, Math.min(mx + 14, r.width - 520)) + "px";
+        tip.style.top = (ev.clientY - r.top + 10) + "px";
+        return;
+      }
+      tip.removeAttribute("data-oom");
       var lines = [dur(t) + "   total " + human(cum[k - 1] ? cum[k - 1][lo] : 0)];
       for (var c3 = k - 1; c3 >= 0; c3--) if (dev.v[c3][lo]) lines.push(dev.cats[c3] + ": " + human(dev.v[c3][lo]));
       lines.push("drag: zoom to a range \u00b7 click: what was live");
@@ -411,7 +468,9 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       legend.appendChild(s);
     });
     box.appendChild(legend);
-    var api = { paint: paint, showLiveAt: showLiveAt, canvas: canvas, dev: dev };
+    // where failure i is drawn (client x), and the tooltip, for #msms-oom-hover
+    var oomAt = function (i) { return canvas.getBoundingClientRect().left + X(fails[i].t); };
+    var api = { paint: paint, showLiveAt: showLiveAt, canvas: canvas, dev: dev, fails: fails, oomAt: oomAt, tip: tip };
     charts.push(api);
     return api;
   }
@@ -430,6 +489,86 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // by site counts its blocks), never rows
   if (D.leaks_ran) card("leaked blocks (leaks analysis)", num(D.leak_total[0]) + " \u00b7 " + human(D.leak_total[1]), "card-leaks");
   else card("leaks", "not analysed (--analysis=leaks)", "card-leaks");
+  if (OOM.failures) {
+    card("out-of-memory failures", num(OOM.failures) + " \u00b7 " + OOM.devices.map(function (d) {
+      return d.device + " " + num(d.count); }).join(", "), "card-oom");
+    document.getElementById("card-oom").className = "card oom";
+  }
+
+  // The failed allocations: how many per device, the first ones with their
+  // call and stack, and what the oom analysis listed live at them (its
+  // OOM_DETAIL rows). Nothing when no allocation failed.
+  (function () {
+    if (!OOM.failures) return;
+    var sec = el("section", { id: "oom" });
+    main.appendChild(sec);
+    sec.appendChild(el("h2", { id: "oom-title" }, "Out of memory: " + num(OOM.failures) +
+      (OOM.failures === 1 ? " allocation failed" : " allocations failed")));
+    var charted = {};
+    D.devices.forEach(function (d) { charted[d.device] = true; });
+    var ul = el("ul", { id: "oom-devices" });
+    OOM.devices.forEach(function (d) {
+      ul.appendChild(el("li", { "data-device": d.device }, "device " + d.device + ": " + num(d.count) +
+        (d.count === 1 ? " failure at " + dur(d.first_t) : " failures, the first at " + dur(d.first_t) + ", the last at " +
+        dur(d.last_t)) + (charted[d.device] ? " (red on its charts below; hover for the call)" : " (no allocation recorded on it)")));
+    });
+    sec.appendChild(ul);
+    var L = OOM.listed, shown = L.slice(0, 100);
+    if (L.length < OOM.failures)
+      sec.appendChild(el("p", { "class": "note", id: "oom-unlisted" }, "The charts mark the first " + num(L.length) +
+        " failures of the run."));
+    sec.appendChild(el("h3", null, shown.length < OOM.failures ? "The first " + num(shown.length) + " failures" :
+      OOM.failures === 1 ? "The failure" : "The failures"));
+    sec.appendChild(table("table-oom", [
+      { title: "Time", num: true, get: function (r) { return dur(r.t); } },
+      { title: "Device", get: function (r) { return r.device; } },
+      { title: "Call", get: function (r) { return r.func || "(not known)"; } },
+      { title: "Requested", num: true, get: function (r) { return human(r.req_size) + " (" + num(r.req_size) + " B)"; } },
+      { title: "Allocated then", num: true, get: function (r) { return human(r.allocated); } },
+      { title: "Stack", get: function (r, i) {
+        return r.stack ? stackCell(r.stack) : el("td", { "class": "empty" }, L.indexOf(r) >= OOM.stacks ? "(not kept)" :
+          "(no stack: --call-stack collects it)"); } }], shown));
+    var dumps = L.filter(function (f) { return f.details && (f.top.length || f.recent.length); });
+    if (!OOM.analysis) {
+      sec.appendChild(el("p", { "class": "note", id: "oom-no-details" }, "The oom analysis did not run: " +
+        "--analysis=oom lists the largest and the most recent blocks live at each failure."));
+      return;
+    }
+    if (!dumps.length) {
+      sec.appendChild(el("p", { "class": "note", id: "oom-no-details" }, "The oom analysis listed no block live at these failures."));
+      return;
+    }
+    var seen = {};
+    dumps.forEach(function (f, n) {
+      var open = !seen[f.device];
+      seen[f.device] = true;
+      var box = open ? el("div", { "class": "oom-dump" }) : el("details", { "class": "oom-dump" });
+      var title = "Live on " + f.device + " at the failure at " + dur(f.t) + " (" + oomText(f) + "), as the oom analysis listed them";
+      box.appendChild(open ? el("h3", null, title) : el("summary", null, title));
+      function blocks(kind, rows, what) {
+        box.appendChild(el("div", { "class": "note" }, rows.length ? "The " + num(rows.length) + " " + what + ":" :
+          "No " + what + "."));
+        if (!rows.length) return;
+        box.appendChild(table("table-oom-" + kind + "-" + n, [
+          { title: "Bytes", num: true, get: function (r) { return human(r.size) + " (" + num(r.size) + " B)"; } },
+          { title: "Pool", get: function (r) { return r.pool; } },
+          { title: "Address", get: function (r) { return r.ptr; } },
+          { title: "Allocated at", num: true, get: function (r) { return dur(r.t); } },
+          { title: "Step", num: true, get: function (r) { return r.step; } },
+          { title: "Stack", get: function (r) { return stackCell(r.stack); } }], rows));
+      }
+      blocks("top", f.top, "largest blocks live");
+      blocks("recent", f.recent, "most recently allocated blocks live");
+      sec.appendChild(box);
+    });
+    var without = L.filter(function (f) { return !f.details; }).length;
+    if (without)
+      sec.appendChild(el("p", { "class": "note", id: "oom-interval" }, "The oom analysis lists the blocks at most once per " +
+        "second per device (--plugin-option=oom.interval_ms=N): not at " + num(without) + " of these failures."));
+    if (dumps.length < L.length - without)
+      sec.appendChild(el("p", { "class": "note" }, "The blocks of the first " + num(dumps.length) + " listings are shown; " +
+        "the OOM_DETAIL rows have them all."));
+  })();
 
   main.appendChild(el("h2", null, "Memory over time"));
   if ((D.off || []).length)
@@ -881,6 +1020,18 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     res.flame_zoom = fc.getAttribute("data-root");
     var out = el("pre", { id: "msms-test-result" }, JSON.stringify(res));
     document.body.appendChild(out);
+  }
+  // #msms-oom-hover: the pointer over each chart's out-of-memory marks in
+  // turn; what the tooltip said goes into #msms-oom-hover (headless --dump-dom)
+  if (/msms-oom-hover/.test(location.hash || "")) {
+    var hov = charts.map(function (c) {
+      var r = c.canvas.getBoundingClientRect();
+      return { device: c.dev.label, tips: c.fails.map(function (f, i) {
+        c.canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: c.oomAt(i), clientY: r.top + r.height / 2, bubbles: true }));
+        return c.tip.textContent;
+      }) };
+    });
+    document.body.appendChild(el("pre", { id: "msms-oom-hover" }, JSON.stringify(hov)));
   }
   document.body.setAttribute("data-ready", "1");
 })();
