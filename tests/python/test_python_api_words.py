@@ -256,3 +256,32 @@ def test_trace_marks_a_c_programs_failure(tmp_path, analysis):
         assert int(trig["Timestamp(ns)"]) == int(snap["Timestamp(ns)"])
     assert (func, size) == ("malloc", 64 << 30)
     assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), func, size, "cpu", int(snap["Thread Id"]))]
+
+
+# ---------------------------------------------------------------- 4. the trace's budget note
+BUDGET = """\
+import msmemscope
+
+msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out", sinks="csv,trace",
+                  plugin_options={"trace.max_events": "1000"})
+msmemscope.start()
+for i in range(6000):
+    b = bytearray(1000 + i)
+    del b
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("under_cli", [False, True])
+def test_the_trace_budget_note_names_the_users_option(tmp_path, under_cli):
+    """Over its budget the trace says where every event is (its note, in the
+    file and on stderr): data_format="db" in an API session."""
+    cli = ["--device=cpu", "--events=alloc,free", "--sinks=csv,trace", "--plugin-option=trace.max_events=1000"]
+    p, d = run_script(tmp_path, BUDGET, [], cli if under_cli else None)
+    note = load_trace(only(d.glob("trace_*.json")))["otherData"]["downsampled_note"]
+    dump = only(dump_files(d)).name
+    tail = "--data-format=db" if under_cli else 'data_format="db"'
+    assert note.endswith(f", every event in the dump ({tail} for indexed queries)"), note
+    assert note.startswith("the run is over the trace's budget (options max_events=1000, "), note
+    assert f"[msmemscope] warning: trace: {note}\n" in p.stderr, p.stderr
+    assert dump.endswith(".csv")

@@ -310,6 +310,7 @@ private:
     }
     // What was reduced, for the log, the report and otherData ("" if nothing).
     std::string note() const {
+        const bool api = run_.config_json.find("\"python_api\": true") != std::string::npos;
         std::string n;
         if (counters_downsampled_) {
             n = "memory counters downsampled to " + std::to_string(counter_points_) + " of " +
@@ -334,10 +335,13 @@ private:
                // written into it, and the folder may be renamed at the end
                // (a rank learned late)
                "; every operator, kernel and mstx span, step, mark and leak is in " + name_ +
-               // --aggregate (config.json "aggregate": true) writes no dump to point to
+               // --aggregate (config.json "aggregate": true) writes no dump to point to;
+               // a Python API session (config.json "python_api": true) is told
+               // the options in config()'s words, as the host tells it (api_words.h)
                (run_.config_json.find("\"aggregate\": true") != std::string::npos
-                    ? " (--aggregate: no per-event rows were kept)"
-                    : ", every event in the dump (--data-format=db for indexed queries)");
+                    ? (api ? " ('aggregate': no per-event rows were kept)" : " (--aggregate: no per-event rows were kept)")
+                    : (api ? ", every event in the dump (data_format=\"db\" for indexed queries)"
+                           : ", every event in the dump (--data-format=db for indexed queries)"));
     }
 
     // The counters, downsampled to what is left of the budget.
