@@ -285,3 +285,36 @@ def test_the_trace_budget_note_names_the_users_option(tmp_path, under_cli):
     assert note.startswith("the run is over the trace's budget (options max_events=1000, "), note
     assert f"[msmemscope] warning: trace: {note}\n" in p.stderr, p.stderr
     assert dump.endswith(".csv")
+
+
+@pytest.mark.parametrize("analysis", ["", "oom:1"])
+def test_trace_marks_the_simulated_cuda_drivers_failure(cli, test_bin, tmp_path, analysis):
+    """The simulated CUDA driver refuses cuMemAlloc_v2 past its limit
+    (test_html_oom.py): the mark is on cuda:0, with or without the analysis."""
+    from cuda_helpers import run_cuda
+    p, d = run_cuda(cli, tmp_path, test_bin / "cuda_driver_prog", ["oom"], env={"FAKE_CUDA_MEM_LIMIT": "1048576"},
+                    extra=[f"--analysis={analysis}", "--sinks=csv,trace"])
+    assert "oom rc=2" in p.stdout
+    rows = read_dump(only(dump_files(d, "0")))
+    [snap] = oom_rows(rows, "OOM_Snapshot")
+    if analysis:
+        [trig] = oom_rows(rows, "OOM_TRIGGER")
+        assert (int(trig["Timestamp(ns)"]), trig["attr"]["func"], trig["attr"]["req_size"]) == (
+            int(snap["Timestamp(ns)"]), "cuMemAlloc_v2", "1048576")
+    else:
+        assert not [r for r in rows if r["Event"] == "OOM_DETAIL"]
+        assert "oom: cuMemAlloc_v2 of 1048576 bytes failed on device 0 with 524288 bytes allocated" in p.stderr, p.stderr
+    assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "cuMemAlloc_v2", 1048576, "cuda:0",
+                                     int(snap["Thread Id"]))]
+
+
+@pytest.mark.parametrize("analysis", ["leaks", "oom"])
+def test_trace_marks_the_simulated_npu_drivers_failure(cli, tmp_path, analysis):
+    """The simulated Ascend driver refuses halMemAlloc on device 1."""
+    from test_npu_backend import run_train
+    p, d = run_train(cli, tmp_path, "--device=npu:1", f"--analysis={analysis}", "--sinks=csv,trace")
+    rows = read_dump(only(dump_files(d, "1")))
+    [snap] = oom_rows(rows, "OOM_Snapshot")
+    assert len([r for r in rows if r["Event Type"] == "OOM_TRIGGER"]) == (analysis == "oom")
+    assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "halMemAlloc", 96 << 20, "npu:1",
+                                     int(snap["Thread Id"]))]
