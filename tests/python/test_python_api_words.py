@@ -79,10 +79,10 @@ def oom_run(tmp_path, analysis, n, under_cli):
     return p, d
 
 
-def dom(page, tmp_path, screenshot=None):
+def dom(page, tmp_path, screenshot=None, hash=""):
     args = [chromium()] + [f for f in CHROMIUM_FLAGS if not f.startswith("--window-size")] + [
         "--virtual-time-budget=5000", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
-    p = subprocess.run(args + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
+    p = subprocess.run(args + ["--dump-dom", page.as_uri() + hash], capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr
     if screenshot:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +165,12 @@ def test_the_api_page_names_config_keys(api_one_failure):
     # nothing the page shows names a command-line option
     shown = shown_text(text)
     assert not re.search(r"--[a-z]", shown), re.findall(r".*--[a-z].*", shown)
+    # the flame graph of the blocks live at the end says why they are not leaks
+    flame = dom(page, tmp, hash="#msms-flame=leaked")
+    assert ('<span class="note" id="flame-note">The leaks analysis did not run (analysis="leaks"): these are the '
+            'blocks live at the end of collection (at exit, or at stop() with the Python API), not necessarily '
+            'leaks. ') in flame, shown_text(flame)
+    assert not re.search(r"--[a-z]", shown_text(flame))
 
 
 def test_under_the_cli_the_page_names_its_options(cli_one_failure):
@@ -176,6 +182,8 @@ def test_under_the_cli_the_page_names_its_options(cli_one_failure):
     for t in CLI_TEXTS:
         assert t in text, (t, shown_text(text))
     assert cells(text, "table-oom")[0][5] == "(no stack: --call-stack collects it)"
+    assert ('<span class="note" id="flame-note">The leaks analysis did not run (--analysis=leaks): these are the '
+            'blocks live at the end of collection') in dom(page, tmp, hash="#msms-flame=leaked")
 
 
 def test_the_api_pages_interval_note(tmp_path):
