@@ -43,7 +43,7 @@ bool name_char(char c) { return std::islower(static_cast<unsigned char>(c)) || c
 // blank or the end: "--events=alloc: also ...", "--steps=1,2 (...)").
 bool value_ends(const std::string& t, size_t i) {
     char c = t[i];
-    if (std::isspace(static_cast<unsigned char>(c)) || c == ')' || c == ';' || c == '"' || c == '\'') return true;
+    if (std::isspace(static_cast<unsigned char>(c)) || c == ')' || c == ']' || c == ';' || c == '"' || c == '\'') return true;
     if ((c == ':' || c == ',' || c == '.') && (i + 1 == t.size() || std::isspace(static_cast<unsigned char>(t[i + 1]))))
         return true;
     return false;

@@ -348,7 +348,8 @@ void ProcessRun::run_stream() {
         }
     }
     auto live_last = std::chrono::steady_clock::now();
-    Symbolizer sym(reader_);
+    // (a Python API session's stack notes name config()'s keys: api_words.h)
+    Symbolizer sym(reader_, !cfg_.serve_session.empty());
     // The sinks' threads may hold sym's stack texts (Record::py_ref): they
     // end before sym does, also when an exception leaves this function.
     struct StopSinks {

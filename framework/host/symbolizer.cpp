@@ -12,6 +12,7 @@
 
 #include <unordered_map>
 
+#include "api_words.h"
 #include "symbol_index.h"
 #endif
 
@@ -70,7 +71,16 @@ struct Symbolizer::Impl {
     }
 };
 
-Symbolizer::Symbolizer(const CaptureReader& reader) : reader_(reader), impl_(std::make_unique<Impl>()) {}
+Symbolizer::Symbolizer(const CaptureReader& reader, bool api)
+    : reader_(reader),
+      startup_note_("\n[CPython's start-up: a C stack taken without --call-stack=c]"),
+      loader_note_("\n[the dynamic loader's block (thread-local storage, dlopen): a C stack taken without --call-stack=c]"),
+      impl_(std::make_unique<Impl>()) {
+    if (api) {
+        startup_note_ = api_words(startup_note_);
+        loader_note_ = api_words(loader_note_);
+    }
+}
 Symbolizer::~Symbolizer() = default;
 
 void Symbolizer::sync_modules() {
@@ -145,8 +155,8 @@ const std::string& Symbolizer::text(uint64_t id) {
     }
     // Says so in every view that shows it (the dump, the html's sites and
     // flame graph, memory_viz): the run asked for no C stacks.
-    if (s->kind == 2) out += "\n[CPython's start-up: a C stack taken without --call-stack=c]";
-    if (s->kind == 3) out += "\n[the dynamic loader's block (thread-local storage, dlopen): a C stack taken without --call-stack=c]";
+    if (s->kind == 2) out += startup_note_;
+    if (s->kind == 3) out += loader_note_;
     const std::string& made = cache_.emplace(id, std::move(out)).first->second;
     hot = {id, &made};
     return made;

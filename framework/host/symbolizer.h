@@ -25,7 +25,9 @@ namespace msms {
 
 class Symbolizer {
 public:
-    explicit Symbolizer(const CaptureReader& reader);
+    // api: a Python API session's run (api_words.h): the note on a stack
+    // taken without C stacks asked for names config()'s call_stack="c".
+    explicit Symbolizer(const CaptureReader& reader, bool api = false);
     virtual ~Symbolizer();
     Symbolizer(const Symbolizer&) = delete;
     Symbolizer& operator=(const Symbolizer&) = delete;
@@ -41,6 +43,7 @@ protected:
 private:
     void sync_modules();
     const CaptureReader& reader_;
+    std::string startup_note_, loader_note_;  // (kinds 2 and 3)
     std::unordered_map<uint64_t, std::string> cache_;
     // In front of cache_: the stacks of the rows just before (a row's
     // stack is nearly always one of them), by id, without hashing.

@@ -426,6 +426,9 @@ TEST_CASE("a Python API session (--serve-session) is told in config()'s words") 
     CHECK(msms::api_words("--steps=1,2,3, or --watch=op1:0,op2.") ==
           "steps=\"1,2,3\", or watch=\"op1:0,op2\".");
     CHECK(msms::api_words("set --plugin-option=leaks.max_lines=9") == "set plugin_options={\"leaks.max_lines\": \"9\"}");
+    // a value in brackets ends at the bracket (the symbolizer's stack notes)
+    CHECK(msms::api_words("[CPython's start-up: a C stack taken without --call-stack=c]") ==
+          "[CPython's start-up: a C stack taken without call_stack=\"c\"]");
     // not a config() key, or not an option: as it was
     CHECK(msms::api_words("--serve-session: x; --save-capture=true; a--steps; msmemscope --attach=1") ==
           "--serve-session: x; --save-capture=true; a--steps; msmemscope --attach=1");

@@ -93,6 +93,10 @@ std::string Config::to_json() const {
     j.set("follow_fork", Json(follow_fork));
     if (attach_pid > 0) j.set("attach", Json(static_cast<int64_t>(attach_pid)));
     if (aggregate) j.set("aggregate", Json(true));
+    // A Python API session (a plain `python3 script.py`, no command line):
+    // what the outputs say to its user names config()'s keys (api_words.h),
+    // not command-line options; the sinks read it here.
+    if (!serve_session.empty()) j.set("python_api", Json(true));
     j.set("collectors", Json::from_list(collectors));
     Json po = Json::object();
     for (auto& [name, opts] : plugin_options) {

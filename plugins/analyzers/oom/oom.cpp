@@ -372,6 +372,7 @@ private:
                                   {"ret", std::to_string(ev.aux1)},
                                   {"allocated", std::to_string(allocated_now(d))},
                                   {"details", details_ && dump ? "true" : "false"},
+                                  {"tid", std::to_string(ev.tid)},  // (the trace marks it on the thread)
                                   {"stack", stack}});
         if (!details_) return;
         if (write_trigger_) {  // the collector's event as the host would have written it

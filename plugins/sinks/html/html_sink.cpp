@@ -242,6 +242,9 @@ public:
         ineff_listed_ = analysis_listed(run.config_json, "inefficient");
         oom_listed_ = analysis_listed(run.config_json, "oom") || analysis_listed(run.config_json, "oom:", true);
         keep_gone_ = leaks_ran_ || run.config_json.find("\"analysis\"") == std::string::npos;
+        // A Python API session (config.json "python_api": true): the page
+        // names config()'s keys where it names an option (D.api).
+        api_ = run.config_json.find("\"python_api\": true") != std::string::npos;
     }
 
     void on_event(const msms_event& ev) override {
@@ -1239,7 +1242,9 @@ private:
             jstr(o, msms_event_kind_name(k));
             o += ':' + std::to_string(kinds_[k]);
         }
-        o += "},\"leaks_ran\":";
+        o += "},\"api\":";
+        o += api_ ? "true" : "false";
+        o += ",\"leaks_ran\":";
         o += leaks_ran() ? "true" : "false";
         o += ",\"image_ended\":[" + std::to_string(image_ended_.first) + ',' + std::to_string(image_ended_.second) + ']';
         o += ",\"leak_total\":[" + std::to_string(leak_total_.first) + ',' + std::to_string(leak_total_.second) +
@@ -1388,6 +1393,7 @@ private:
     std::pair<uint64_t, uint64_t> image_ended_{0, 0};  // blocks, bytes live when the image ended (exec, _exit after fork)
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     uint32_t bounds_ = 0;                              // step and mark events seen
+    bool api_ = false;                                 // a Python API session: config()'s words
     bool leaks_ran_ = false;                           // the configuration lists the leaks analysis
     bool keep_gone_ = true;                            // findings may name freed blocks
     std::vector<LeakRow> leak_rows_;                   // every finding of the leaks analyzer

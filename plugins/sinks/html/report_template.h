@@ -94,6 +94,20 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     return ns + " ns";
   }
   function num(n) { return Number(n).toLocaleString("en-US"); }
+  // An option as this run's user sets it: the command line's
+  // "--analysis=leaks" or, in a Python API session (D.api: a plain
+  // `python3 script.py` with msmemscope.config(), no command line),
+  // config()'s analysis="leaks", as the host's messages say it
+  // (framework/host/api_words.h).
+  function opt(name, value) {
+    if (!D.api) return "--" + name + (value === undefined ? "" : "=" + value);
+    if (name === "plugin-option") {
+      var eq = value.indexOf("=");
+      return "plugin_options={\"" + value.slice(0, eq) + "\": \"" + value.slice(eq + 1) + "\"}";
+    }
+    var key = name.replace(/-/g, "_");
+    return value === undefined ? "'" + key + "'" : key + "=\"" + value + "\"";
+  }
   function card(k, v, id) {
     var c = el("div", id ? { "class": "card", id: id } : { "class": "card" });
     c.appendChild(el("div", { "class": "k" }, k));
@@ -488,7 +502,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // the leak analysis's own count: blocks (a row of host blocks reported
   // by site counts its blocks), never rows
   if (D.leaks_ran) card("leaked blocks (leaks analysis)", num(D.leak_total[0]) + " \u00b7 " + human(D.leak_total[1]), "card-leaks");
-  else card("leaks", "not analysed (--analysis=leaks)", "card-leaks");
+  else card("leaks", "not analysed (" + opt("analysis", "leaks") + ")", "card-leaks");
   if (OOM.failures) {
     card("out-of-memory failures", num(OOM.failures) + " \u00b7 " + OOM.devices.map(function (d) {
       return d.device + " " + num(d.count); }).join(", "), "card-oom");
@@ -527,11 +541,11 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       { title: "Allocated then", num: true, get: function (r) { return human(r.allocated); } },
       { title: "Stack", get: function (r, i) {
         return r.stack ? stackCell(r.stack) : el("td", { "class": "empty" }, L.indexOf(r) >= OOM.stacks ? "(not kept)" :
-          "(no stack: --call-stack collects it)"); } }], shown));
+          "(no stack: " + opt("call-stack") + " collects it)"); } }], shown));
     var dumps = L.filter(function (f) { return f.details && (f.top.length || f.recent.length); });
     if (!OOM.analysis) {
       sec.appendChild(el("p", { "class": "note", id: "oom-no-details" }, "The oom analysis did not run: " +
-        "--analysis=oom lists the largest and the most recent blocks live at each failure."));
+        opt("analysis", "oom") + " lists the largest and the most recent blocks live at each failure."));
       return;
     }
     if (!dumps.length) {
@@ -564,7 +578,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     var without = L.filter(function (f) { return !f.details; }).length;
     if (without)
       sec.appendChild(el("p", { "class": "note", id: "oom-interval" }, "The oom analysis lists the blocks at most once per " +
-        "second per device (--plugin-option=oom.interval_ms=N): not at " + num(without) + " of these failures."));
+        "second per device (" + opt("plugin-option", "oom.interval_ms=N") + "): not at " + num(without) + " of these failures."));
     if (dumps.length < L.length - without)
       sec.appendChild(el("p", { "class": "note" }, "The blocks of the first " + num(dumps.length) + " listings are shown; " +
         "the OOM_DETAIL rows have them all."));
@@ -688,7 +702,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   function shortFrame(nm) { return String(nm).replace(/(?:\/[^\s\/()]+)*\/([^\s\/()]+)/g, "$1"); }
   var KINDS = { step: "outlived their step", exit: "still allocated at the end", mark: "not freed by the third mark" };
   function leakNote(dev) {
-    if (!D.leaks_ran) return "The leaks analysis did not run (--analysis=leaks): these are the blocks live at the end of " +
+    if (!D.leaks_ran) return "The leaks analysis did not run (" + opt("analysis", "leaks") + "): these are the blocks live at the end of " +
       "collection (at exit, or at stop() with the Python API), not necessarily leaks. ";
     var k = dev.leak_kinds || {}, parts = Object.keys(k).map(function (n) {
       return num(k[n][0]) + " " + (KINDS[n] || n) + " (" + human(k[n][1]) + ")";
@@ -841,7 +855,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   if (names.indexOf("leaks") < 0) {
     main.appendChild(el("h2", null, "Leaks"));
     main.appendChild(el("p", { "class": "empty", id: "no-leaks" }, D.leaks_ran ?
-      "The leaks analysis reported no leak." : "The leaks analysis did not run (--analysis=leaks)."));
+      "The leaks analysis reported no leak." : "The leaks analysis did not run (" + opt("analysis", "leaks") + ")."));
   }
   // A process whose image ended with blocks live (exec, or _exit after fork,
   // as DataLoader workers end): what it held went with it, judged by no one.
@@ -925,7 +939,8 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     if (!IE.blocks) {
       main.appendChild(el("h2", { id: "inefficient-title" }, "Inefficient memory"));
       main.appendChild(el("p", { "class": "empty", id: "no-inefficient" }, IE.ran ?
-        "The inefficient analysis marked no block." : "The inefficient analysis did not run (--analysis=inefficient)."));
+        "The inefficient analysis marked no block." :
+        "The inefficient analysis did not run (" + opt("analysis", "inefficient") + ")."));
       return;
     }
     main.appendChild(el("h2", { id: "inefficient-title" }, "Inefficient memory: " + num(IE.blocks) + " blocks, " + human(IE.bytes)));

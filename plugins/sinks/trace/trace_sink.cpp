@@ -15,8 +15,12 @@
 //                  (KERNEL_START/END pairs), mstx ranges, Python calls and
 //                  RecordFunction ranges (PY_TRACE)
 //   metadata  "M"  process_name, and thread_name for each thread with a track
-//   instants  "i"  kernel launches, mstx marks, steps, snapshots, OOM rows,
-//                  and leaks (findings table "leaks") at their allocation
+//   instants  "i"  kernel launches, mstx marks, steps, snapshots, the
+//                  blocks the oom analysis listed (OOM_DETAIL rows), each
+//                  out-of-memory failure once (findings table "oom", with or
+//                  without --analysis=oom: "out of memory: CALL of SIZE B on
+//                  DEVICE", cat "oom"), and leaks (findings table "leaks") at
+//                  their allocation
 //
 // Timestamps are microseconds since the first event (the absolute start is
 // in otherData.start_ns), written with nanosecond digits.
@@ -132,7 +136,11 @@ public:
             break;
         case MSMS_EV_SNAPSHOT: instant(ev, "memory", name_or(ev, "SNAPSHOT"), 'p'); break;
         case MSMS_EV_OOM_DETAIL:
-            instant(ev, "oom", msms_event_type_name(ev.type) ? msms_event_type_name(ev.type) : "OOM", 'p');
+            // The failure itself is marked from the oom analyzer's finding
+            // (on_finding), with or without --analysis=oom: its OOM_TRIGGER
+            // row would mark it twice.
+            if (ev.type != MSMS_T_OOM_TRIGGER)
+                instant(ev, "oom", msms_event_type_name(ev.type) ? msms_event_type_name(ev.type) : "OOM", 'p');
             break;
         default: break;  // ACCESS: too many to draw; the dump has them
         }
@@ -140,7 +148,9 @@ public:
     }
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
-        if (table != "leaks" || !f_) return;
+        if (!f_) return;
+        if (table == "oom") return oom_failure(cols, n);
+        if (table != "leaks") return;
         ++leaks_;
         uint64_t alloc = 0, ts = 0, size = 0;
         uint32_t tid = 0;
@@ -160,6 +170,43 @@ public:
         if (!tid) tid = run_.pid;
         head("i", "leak " + std::to_string(size) + " B", run_.pid, tid);
         buf_ += ",\"cat\":\"leak\",\"s\":\"t\",\"ts\":";
+        time(ts);
+        buf_ += ",\"args\":{";
+        for (uint32_t i = 0; i < n; ++i) {
+            if (i) buf_ += ',';
+            msms::json_quote(buf_, view(cols[i].key));
+            buf_ += ':';
+            msms::json_attr_value(buf_, view(cols[i].value));
+        }
+        buf_ += "}}";
+        maybe_flush();
+    }
+
+    // An allocation that failed for lack of memory: the oom analyzer's
+    // finding (table "oom", one at every failure, with or without
+    // --analysis=oom; the rows of a run without it are an OOM_Snapshot
+    // that names no call). A process-wide instant at the failure, on the
+    // failing thread: "out of memory: <call> of <size> B on <device>", the
+    // finding's columns in args.
+    void oom_failure(const msms_kv* cols, uint32_t n) {
+        std::string func, device, short_dev, size;
+        uint64_t ts = 0;
+        uint32_t tid = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            std::string_view k = view(cols[i].key), v = view(cols[i].value);
+            if (k == "func") func = v;
+            else if (k == "device_name") device = v;
+            else if (k == "device") short_dev = v;
+            else if (k == "req_size") size = v;
+            else if (k == "timestamp") ts = num(v);
+            else if (k == "tid") tid = static_cast<uint32_t>(num(v));
+        }
+        if (device.empty()) device = short_dev;
+        if (!ts) ts = last_ts_ ? last_ts_ : base_;
+        if (!tid) tid = run_.pid;
+        head("i", "out of memory: " + (func.empty() ? std::string("an allocation") : func) + " of " + size +
+                      " B on " + device, run_.pid, tid);
+        buf_ += ",\"cat\":\"oom\",\"s\":\"p\",\"ts\":";
         time(ts);
         buf_ += ",\"args\":{";
         for (uint32_t i = 0; i < n; ++i) {
@@ -263,6 +310,7 @@ private:
     }
     // What was reduced, for the log, the report and otherData ("" if nothing).
     std::string note() const {
+        const bool api = run_.config_json.find("\"python_api\": true") != std::string::npos;
         std::string n;
         if (counters_downsampled_) {
             n = "memory counters downsampled to " + std::to_string(counter_points_) + " of " +
@@ -287,10 +335,13 @@ private:
                // written into it, and the folder may be renamed at the end
                // (a rank learned late)
                "; every operator, kernel and mstx span, step, mark and leak is in " + name_ +
-               // --aggregate (config.json "aggregate": true) writes no dump to point to
+               // --aggregate (config.json "aggregate": true) writes no dump to point to;
+               // a Python API session (config.json "python_api": true) is told
+               // the options in config()'s words, as the host tells it (api_words.h)
                (run_.config_json.find("\"aggregate\": true") != std::string::npos
-                    ? " (--aggregate: no per-event rows were kept)"
-                    : ", every event in the dump (--data-format=db for indexed queries)");
+                    ? (api ? " ('aggregate': no per-event rows were kept)" : " (--aggregate: no per-event rows were kept)")
+                    : (api ? ", every event in the dump (data_format=\"db\" for indexed queries)"
+                           : ", every event in the dump (--data-format=db for indexed queries)"));
     }
 
     // The counters, downsampled to what is left of the budget.

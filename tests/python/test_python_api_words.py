@@ -1,0 +1,328 @@
+"""What a run's outputs say to its user names the options that user set.
+
+A user of the Python API alone (a plain `python3 script.py` with
+msmemscope.config()/start()/stop(): the host runs with --serve-session) never
+typed a command-line option. The host's console messages use config()'s
+words (framework/host/api_words.h); so now do the outputs:
+
+1. the html report: where the page names an option ("not analysed
+   (--analysis=leaks)", "--analysis=inefficient", "--call-stack",
+   "--plugin-option=oom.interval_ms=N") it names config()'s key in an API
+   session (config.json "python_api": true, the page's D.api), and keeps the
+   command line's words under the CLI;
+2. the note on a stack the dynamic loader's block got without C stacks asked
+   for ("[... a C stack taken without --call-stack=c]") in the dump's rows.
+
+And the Perfetto trace marks each out-of-memory failure (the oom analyzer's
+finding) once, with or without --analysis=oom, as the CSV has it.
+"""
+import json
+import re
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import CLI, TEST_BIN, clean_env, dump_files, process_dirs, read_dump, run_cli
+from sinks_common import ARTIFACTS, load_trace, only
+from test_html_oom import cells, oom_rows
+from test_html_truth import page_data
+from test_sinks_views import CHROMIUM_FLAGS, chromium
+
+PY = "/usr/bin/python3"
+MiB = 1 << 20
+
+# N failed allocations of a 1 PiB tensor, after four 1 MiB ones, between
+# start() and stop(); argv: output folder, analyses, N.
+OOM_SCRIPT = """\
+import sys
+
+import torch
+
+import msmemscope
+
+msmemscope.config(device="cpu", events="alloc,free", analysis=sys.argv[2], output=sys.argv[1],
+                  sinks="csv,html,trace")
+msmemscope.start()
+keep = [torch.ones(1 << 18) for _ in range(4)]  # 1 MiB each
+failed = 0
+for i in range(int(sys.argv[3])):
+    try:
+        torch.empty(1 << 50, dtype=torch.uint8)
+    except RuntimeError:
+        failed += 1
+print("failed", failed)
+msmemscope.stop()
+"""
+
+
+def run_script(tmp_path, body, args, under_cli=None, out="out"):
+    """The script with plain python3 (the Python API alone), or under the CLI
+    with the options under_cli (collection between start() and stop())."""
+    script = tmp_path / "script.py"
+    script.write_text(body)
+    cmd = [PY, str(script)] + args
+    if under_cli is not None:
+        cmd = [str(CLI)] + under_cli + ["--collect-mode=deferred", f"--output={tmp_path / out}", "--"] + cmd
+    p = subprocess.run(cmd, cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p, only(process_dirs(tmp_path / out))
+
+
+def oom_run(tmp_path, analysis, n, under_cli):
+    pytest.importorskip("torch")
+    cli = None
+    if under_cli:
+        cli = ["--device=cpu", "--events=alloc,free", f"--analysis={analysis}", "--sinks=csv,html,trace"]
+    p, d = run_script(tmp_path, OOM_SCRIPT, [str(tmp_path / "out"), analysis, str(n)], cli)
+    assert f"failed {n}" in p.stdout.splitlines()
+    return p, d
+
+
+def dom(page, tmp_path, screenshot=None, hash=""):
+    args = [chromium()] + [f for f in CHROMIUM_FLAGS if not f.startswith("--window-size")] + [
+        "--virtual-time-budget=5000", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    p = subprocess.run(args + ["--dump-dom", page.as_uri() + hash], capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    if screenshot:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        shot = subprocess.run(args + [f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True,
+                              timeout=180)
+        assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
+    return p.stdout
+
+
+def shown_text(html_text):
+    """What the page shows: its header and main, without the tags (the
+    script and the style are not shown)."""
+    body = re.search(r"<header>.*?</main>", html_text, re.S)
+    assert body, html_text[:2000]
+    return re.sub(r"<[^>]+>", "\n", body.group(0))
+
+
+def failures_in_trace(d):
+    """The trace's out-of-memory marks: [(ns, func, req_size, device, tid)]."""
+    doc = load_trace(only(d.glob("trace_*.json")))
+    ev = doc["traceEvents"]
+    assert not [e for e in ev if e.get("name") == "OOM_TRIGGER"], "the failure is marked once, not by its row too"
+    marks = [e for e in ev if e.get("cat") == "oom" and e["name"].startswith("out of memory")]
+    base = doc["otherData"]["start_ns"]
+    out = []
+    for e in marks:
+        a = e["args"]
+        assert e["ph"] == "i" and e["s"] == "p", e
+        assert e["name"] == f"out of memory: {a['func']} of {a['req_size']} B on {a['device_name']}", e
+        # the instant's time is the failure's (microseconds, nanosecond digits)
+        assert base + round(float(e["ts"]) * 1000) == int(a["timestamp"]), e
+        out.append((int(a["timestamp"]), a["func"], int(a["req_size"]), a["device_name"], e["tid"]))
+    return out
+
+
+# ---------------------------------------------------------------- 1. the html report's words
+@pytest.fixture(scope="module")
+def api_one_failure(tmp_path_factory):
+    """One failure, no leaks, inefficient or oom analysis, no stacks: the
+    page names each of them."""
+    tmp = tmp_path_factory.mktemp("api_one")
+    return (tmp,) + oom_run(tmp, "decompose", 1, under_cli=False)
+
+
+@pytest.fixture(scope="module")
+def cli_one_failure(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli_one")
+    return (tmp,) + oom_run(tmp, "decompose", 1, under_cli=True)
+
+
+API_TEXTS = [
+    '<div class="card" id="card-leaks"><div class="k">leaks</div><div class="v">not analysed (analysis="leaks")'
+    '</div></div>',
+    '<p class="empty" id="no-leaks">The leaks analysis did not run (analysis="leaks").</p>',
+    '<p class="empty" id="no-inefficient">The inefficient analysis did not run (analysis="inefficient").</p>',
+    '<p class="note" id="oom-no-details">The oom analysis did not run: analysis="oom" lists the largest and the most '
+    'recent blocks live at each failure.</p>',
+]
+CLI_TEXTS = [
+    '<div class="card" id="card-leaks"><div class="k">leaks</div><div class="v">not analysed (--analysis=leaks)'
+    '</div></div>',
+    '<p class="empty" id="no-leaks">The leaks analysis did not run (--analysis=leaks).</p>',
+    '<p class="empty" id="no-inefficient">The inefficient analysis did not run (--analysis=inefficient).</p>',
+    '<p class="note" id="oom-no-details">The oom analysis did not run: --analysis=oom lists the largest and the most '
+    'recent blocks live at each failure.</p>',
+]
+
+
+def test_the_api_page_names_config_keys(api_one_failure):
+    tmp, p, d = api_one_failure
+    assert json.loads((d / "config.json").read_text())["python_api"] is True
+    page = only(d.glob("report_*.html"))
+    data = page_data(page)
+    assert data["api"] is True and data["leaks_ran"] is False and data["oom"]["failures"] == 1
+    text = dom(page, tmp, ARTIFACTS / "report_api_words_1400.png")
+    for t in API_TEXTS:
+        assert t in text, (t, shown_text(text))
+    [row] = cells(text, "table-oom")
+    assert row[2:] == ["posix_memalign", "1024 TiB (1,125,899,906,842,624 B)", "4.00 MiB", "(no stack: 'call_stack' collects it)"]
+    # nothing the page shows names a command-line option
+    shown = shown_text(text)
+    assert not re.search(r"--[a-z]", shown), re.findall(r".*--[a-z].*", shown)
+    # the flame graph of the blocks live at the end says why they are not leaks
+    flame = dom(page, tmp, hash="#msms-flame=leaked")
+    assert ('<span class="note" id="flame-note">The leaks analysis did not run (analysis="leaks"): these are the '
+            'blocks live at the end of collection (at exit, or at stop() with the Python API), not necessarily '
+            'leaks. ') in flame, shown_text(flame)
+    assert not re.search(r"--[a-z]", shown_text(flame))
+
+
+def test_under_the_cli_the_page_names_its_options(cli_one_failure):
+    tmp, p, d = cli_one_failure
+    assert "python_api" not in json.loads((d / "config.json").read_text())
+    page = only(d.glob("report_*.html"))
+    assert page_data(page)["api"] is False
+    text = dom(page, tmp)
+    for t in CLI_TEXTS:
+        assert t in text, (t, shown_text(text))
+    assert cells(text, "table-oom")[0][5] == "(no stack: --call-stack collects it)"
+    assert ('<span class="note" id="flame-note">The leaks analysis did not run (--analysis=leaks): these are the '
+            'blocks live at the end of collection') in dom(page, tmp, hash="#msms-flame=leaked")
+
+
+def test_the_api_pages_interval_note(tmp_path):
+    """The oom analysis lists the blocks once a second: its option, as config() takes it."""
+    p, d = oom_run(tmp_path, "oom:2", 3, under_cli=False)
+    text = dom(only(d.glob("report_*.html")), tmp_path)
+    assert ('<p class="note" id="oom-interval">The oom analysis lists the blocks at most once per second per device '
+            '(plugin_options={"oom.interval_ms": "N"}): not at 2 of these failures.</p>') in text, shown_text(text)
+    assert not re.search(r"--[a-z]", shown_text(text))
+    # (and the trace marks the three failures once each: the OOM_TRIGGER rows)
+    rows = read_dump(only(dump_files(d)))
+    trigs = oom_rows(rows, "OOM_TRIGGER")
+    assert len(trigs) == 3
+    assert failures_in_trace(d) == [(int(t["Timestamp(ns)"]), t["attr"]["func"], int(t["attr"]["req_size"]), "cpu",
+                                     int(t["Thread Id"])) for t in trigs]
+
+
+# ---------------------------------------------------------------- 2. the stacks' note
+# Libraries loaded in the range: the dynamic loader's blocks (their link maps)
+# get a short C stack, though none was asked for (test_leaks_loader_blocks.py).
+DLOPEN = """\
+import ctypes
+
+import msmemscope
+
+msmemscope.config(device="cpu", analysis="leaks", output="out")
+msmemscope.start()
+import sqlite3  # noqa: E402,F401 (_sqlite3's and libsqlite3's link maps)
+ctypes.CDLL("libz.so.1")
+msmemscope.stop()
+"""
+LOADER = "[the dynamic loader's block (thread-local storage, dlopen): a C stack taken without {}]"
+
+
+def noted_rows(d):
+    """The rows whose C stack says it was taken without C stacks asked for."""
+    rows = read_dump(only(dump_files(d)))
+    return [r for r in rows if "a C stack taken without" in r["Call Stack(C)"]]
+
+
+@pytest.mark.parametrize("under_cli", [False, True])
+def test_the_loader_blocks_note_names_the_users_option(tmp_path, under_cli):
+    p, d = run_script(tmp_path, DLOPEN, [], ["--device=cpu", "--analysis=leaks"] if under_cli else None)
+    rows = noted_rows(d)
+    want = LOADER.format('--call-stack=c' if under_cli else 'call_stack="c"')
+    assert [r for r in rows if r["Call Stack(C)"].split("\n")[-1] == want], "no block of the dynamic loader"
+    for r in rows:
+        assert r["Call Stack(C)"].split("\n")[-1] == want, r["Call Stack(C)"]
+
+
+# ---------------------------------------------------------------- 3. the trace's failures
+def test_trace_marks_each_failure_without_the_oom_analysis(api_one_failure, cli_one_failure):
+    for tmp, p, d in (api_one_failure, cli_one_failure):
+        rows = read_dump(only(dump_files(d)))
+        assert not [r for r in rows if r["Event"] == "OOM_DETAIL"]
+        [snap] = oom_rows(rows, "OOM_Snapshot")
+        assert f"oom: posix_memalign of {1 << 50} bytes failed on device cpu with {4 * MiB} bytes allocated" in p.stderr
+        assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "posix_memalign", 1 << 50, "cpu",
+                                         int(snap["Thread Id"]))]
+
+
+@pytest.mark.parametrize("analysis", ["leaks", "oom:3"])
+def test_trace_marks_a_c_programs_failure(tmp_path, analysis):
+    """analyzers_oom: malloc fails under RLIMIT_AS; with --analysis=oom its
+    OOM_TRIGGER row, without it the OOM_Snapshot row and stderr's line."""
+    p = run_cli(["--device=cpu", f"--analysis={analysis}", "--sinks=csv,trace", "--output=out", "--",
+                 TEST_BIN / "analyzers_oom"], tmp_path, check_rc=3)
+    assert "malloc failed as expected" in p.stdout
+    d = only(process_dirs(tmp_path / "out"))
+    rows = read_dump(only(dump_files(d)))
+    [snap] = oom_rows(rows, "OOM_Snapshot")
+    if analysis == "leaks":
+        m = re.search(r"oom: (\w+) of (\d+) bytes failed on device cpu", p.stderr)
+        func, size = m.group(1), int(m.group(2))
+    else:
+        [trig] = oom_rows(rows, "OOM_TRIGGER")
+        func, size = trig["attr"]["func"], int(trig["attr"]["req_size"])
+        assert int(trig["Timestamp(ns)"]) == int(snap["Timestamp(ns)"])
+    assert (func, size) == ("malloc", 64 << 30)
+    assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), func, size, "cpu", int(snap["Thread Id"]))]
+
+
+# ---------------------------------------------------------------- 4. the trace's budget note
+BUDGET = """\
+import msmemscope
+
+msmemscope.config(device="cpu", events="alloc,free", analysis="", output="out", sinks="csv,trace",
+                  plugin_options={"trace.max_events": "1000"})
+msmemscope.start()
+for i in range(6000):
+    b = bytearray(1000 + i)
+    del b
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("under_cli", [False, True])
+def test_the_trace_budget_note_names_the_users_option(tmp_path, under_cli):
+    """Over its budget the trace says where every event is (its note, in the
+    file and on stderr): data_format="db" in an API session."""
+    cli = ["--device=cpu", "--events=alloc,free", "--sinks=csv,trace", "--plugin-option=trace.max_events=1000"]
+    p, d = run_script(tmp_path, BUDGET, [], cli if under_cli else None)
+    note = load_trace(only(d.glob("trace_*.json")))["otherData"]["downsampled_note"]
+    dump = only(dump_files(d)).name
+    tail = "--data-format=db" if under_cli else 'data_format="db"'
+    assert note.endswith(f", every event in the dump ({tail} for indexed queries)"), note
+    assert note.startswith("the run is over the trace's budget (options max_events=1000, "), note
+    assert f"[msmemscope] warning: trace: {note}\n" in p.stderr, p.stderr
+    assert dump.endswith(".csv")
+
+
+@pytest.mark.parametrize("analysis", ["", "oom:1"])
+def test_trace_marks_the_simulated_cuda_drivers_failure(cli, test_bin, tmp_path, analysis):
+    """The simulated CUDA driver refuses cuMemAlloc_v2 past its limit
+    (test_html_oom.py): the mark is on cuda:0, with or without the analysis."""
+    from cuda_helpers import run_cuda
+    p, d = run_cuda(cli, tmp_path, test_bin / "cuda_driver_prog", ["oom"], env={"FAKE_CUDA_MEM_LIMIT": "1048576"},
+                    extra=[f"--analysis={analysis}", "--sinks=csv,trace"])
+    assert "oom rc=2" in p.stdout
+    rows = read_dump(only(dump_files(d, "0")))
+    [snap] = oom_rows(rows, "OOM_Snapshot")
+    if analysis:
+        [trig] = oom_rows(rows, "OOM_TRIGGER")
+        assert (int(trig["Timestamp(ns)"]), trig["attr"]["func"], trig["attr"]["req_size"]) == (
+            int(snap["Timestamp(ns)"]), "cuMemAlloc_v2", "1048576")
+    else:
+        assert not [r for r in rows if r["Event"] == "OOM_DETAIL"]
+        assert "oom: cuMemAlloc_v2 of 1048576 bytes failed on device 0 with 524288 bytes allocated" in p.stderr, p.stderr
+    assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "cuMemAlloc_v2", 1048576, "cuda:0",
+                                     int(snap["Thread Id"]))]
+
+
+@pytest.mark.parametrize("analysis", ["leaks", "oom"])
+def test_trace_marks_the_simulated_npu_drivers_failure(cli, tmp_path, analysis):
+    """The simulated Ascend driver refuses halMemAlloc on device 1."""
+    from test_npu_backend import run_train
+    p, d = run_train(cli, tmp_path, "--device=npu:1", f"--analysis={analysis}", "--sinks=csv,trace")
+    rows = read_dump(only(dump_files(d, "1")))
+    [snap] = oom_rows(rows, "OOM_Snapshot")
+    assert len([r for r in rows if r["Event Type"] == "OOM_TRIGGER"]) == (analysis == "oom")
+    assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "halMemAlloc", 96 << 20, "npu:1",
+                                     int(snap["Thread Id"]))]
