@@ -87,6 +87,20 @@ public:
             host_.warn("watch: a checkpoint event without op/when was ignored (event " + std::to_string(ev.id) + ")");
             return;
         }
+        if (attr(ev, "unchecked") == "budget") {
+            // watcher.watch(dump_nums=N): the first checkpoint its budget no
+            // longer allows. Nothing is written for it; the report and the
+            // budget file say that the tensor was not checked from here on.
+            Tensor& t = tensor(watched + "_" + idx, std::string(), std::string());
+            if (t.unchecked_from.empty()) {
+                t.dev = dev;
+                t.dump_nums = std::string(attr(ev, "dump_nums"));
+                t.points_at_budget = t.points;
+                t.last_at_budget = t.last_point;
+                t.unchecked_from = op + "_" + count + " (" + when + ")";
+            }
+            return;
+        }
         // the --watch windows: opened by the start operator's first
         // checkpoint (its outputs, after it), closed by the end operator's after
         // (a later call of the start operator inside an open window is one
@@ -132,6 +146,8 @@ public:
             std::string point = op + "_" + count;
             Tensor& t = tensor(watched + "_" + idx, op == watched && when == "after" ? point : std::string(),
                                call);
+            ++t.points;
+            if (!t.unchecked_from.empty() && t.resumed_at.empty()) t.resumed_at = point + " (" + when + ")";
             if (when == "before") {
                 if (!t.last.empty() && t.last != crc)
                     t.outside.push_back("between " + t.last_point + " and " + point + " (before)");
@@ -159,14 +175,16 @@ public:
                        "; only the profiled program's own staging files of this live run are moved (never a path "
                        "read from a capture or dump)");
         explain_spec();
-        if (!written_) return;
-        host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
+        write_budget_files();
+        if (!written_ && !budget_tensors_) return;
+        if (written_)
+            host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
         // Each window's tensor on lines of its own, in the order they were
         // made: the start operator makes a new one at each call.
         constexpr size_t kMaxTensors = 10;
         size_t shown = 0, more = 0;
         for (const Tensor& t : tensors_) {
-            if (t.changed_by.empty() && t.outside.empty()) continue;
+            if (t.changed_by.empty() && t.outside.empty() && t.unchecked_from.empty()) continue;
             if (shown == kMaxTensors) {
                 ++more;
                 continue;
@@ -176,6 +194,7 @@ public:
             if (!t.outside.empty())
                 host_.report("watch: tensor " + t.name + " was changed outside the watched operators " +
                              listed(t.outside));
+            if (!t.unchecked_from.empty()) host_.report("watch: " + budget_line(t));
         }
         if (more)
             host_.report("watch: and " + std::to_string(more) +
@@ -385,7 +404,51 @@ private:
         std::string before_call, before;  // the call in progress and its before hash
         std::string last, last_point;     // the last hash seen, and where ("aten::add_1 (after)")
         std::vector<std::string> changed_by, outside;
+        uint64_t points = 0;              // checkpoints with a hash
+        // watcher.watch(dump_nums=N) whose budget ran out: the first
+        // checkpoint not taken ("aten::add_.Tensor_2 (after)"), the checkpoints
+        // and the last one before it, and where it was checked again (watched
+        // again under the same name)
+        std::string dev, dump_nums, unchecked_from, last_at_budget, resumed_at;
+        uint64_t points_at_budget = 0;
     };
+
+    // "tensor w_0: its checkpoint budget ran out (dump_nums=3): ..."
+    static std::string budget_line(const Tensor& t) {
+        std::string s = "tensor " + t.name + ": its checkpoint budget ran out (dump_nums=" + t.dump_nums + "): " +
+                        std::to_string(t.points_at_budget) + " checkpoint(s)";
+        if (!t.last_at_budget.empty()) s += ", the last at " + t.last_at_budget;
+        s += "; not checked from " + t.unchecked_from;
+        if (t.resumed_at.empty()) return s + " on, so later changes are not reported";
+        return s + " until it was watched again at " + t.resumed_at + ", so changes in between are not reported";
+    }
+
+    // One file per device folder whose tensors ran out of budget, beside the
+    // checkpoints: watch_dump/watch_dump_budget_used_up_{ts}.txt, a line per
+    // tensor (the report's). Without it the folder's checkpoints read as
+    // all there was.
+    void write_budget_files() {
+        std::map<std::string, std::string> text;
+        for (const Tensor& t : tensors_)
+            if (!t.unchecked_from.empty()) {
+                text[t.dev] += budget_line(t) + "\n";
+                ++budget_tensors_;
+            }
+        for (auto& [dev, body] : text) {
+            std::string rel = "device_" + dev + "/watch_dump";
+            std::string name = "watch_dump_budget_used_up_" + ts_ + ".txt";
+            std::string why;
+            msmemscope::files::Fd to(open_run_subdir(rel, why));
+            std::FILE* f = to ? msmemscope::files::create_stream(to.get(), name, why, 0644) : nullptr;
+            if (!f) {
+                host_.error("watch: cannot write " + dir_ + "/" + rel + "/" + name + ": " + why);
+                continue;
+            }
+            bool ok = std::fwrite(body.data(), 1, body.size(), f) == body.size();
+            if (std::fclose(f) != 0 || !ok)
+                host_.error("watch: cannot write " + dir_ + "/" + rel + "/" + name + ": " + std::strerror(errno));
+        }
+    }
 
     // "a, b and c", at most 10 named: "..., and N more".
     static std::string listed(const std::vector<std::string>& v) {
@@ -445,7 +508,7 @@ private:
 
     std::vector<Tensor> tensors_;           // in the order they were first seen
     std::map<std::string, size_t> current_;  // "<watched>_<idx>" -> the tensor it names now
-    uint64_t written_ = 0;
+    uint64_t written_ = 0, budget_tensors_ = 0;
     uint32_t pid_ = 0;
     int staging_fd_ = -1;
     std::string token_;
