@@ -234,9 +234,25 @@ const char* const kAttrPinnedRegister = "pinned:true,driver:cuda,alloc_type:regi
 const char* const kAttrPinnedCreate = "pinned:true,driver:cuda,alloc_type:create";
 const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map,virtual:true";
 
+// Collection off (--collect-mode=deferred before start(), or between two
+// ranges): the agent remembers the block and writes it as a MALLOC with Attr
+// shadow:true when collection starts (agent.h), as the HAL hook does, so
+// that its FREE in a later range pairs with it. Not inside the agent's own
+// work (msms_agent_off_alloc refuses that).
+bool off_alloc(uint16_t type, uint16_t kind, int16_t dev, uint64_t ptr, uint64_t size) {
+    return want_memory() && msms_agent_attached() && !msms_agent_collecting() &&
+           msms_agent_off_alloc(type, kind, dev, ptr, size);
+}
+
 void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        if (want_memory() && msms_agent_attached() && !msms_agent_collecting()) {
+            int16_t dev = current_device();
+            if (off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size)) remember(g_blocks, ptr, Place{dev, size});
+        }
+        return;
+    }
     int16_t dev = current_device();
     remember(g_blocks, ptr, Place{dev, size});
     msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size, 0, attrs);
@@ -260,14 +276,25 @@ void record_device_free(uint64_t ptr) {
 
 void record_pinned_alloc(const void* ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size);
+        return;
+    }
     msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size, 0, attrs);
 }
 
 void record_pinned_free(const void* ptr) {
     if (!ptr) return;
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        // Collection off: a block remembered while it was off is forgotten;
+        // one a range recorded gets its FREE when collection starts again
+        // (the host drops a FREE that pairs with no MALLOC: a block from
+        // before the hooks went in).
+        if (want_memory() && msms_agent_attached() && !msms_agent_collecting())
+            msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
+        return;
+    }
     msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
 }
 
