@@ -450,9 +450,11 @@ if not {api!r}:
     early = alloc("early", 3000)       # under the CLI, before the first start() (--collect-mode=deferred)
 msmemscope.start()
 a = alloc("a", 1000)                   # recorded in range 1
+hgone = pinned("hgone", 4096)          # pinned, recorded in range 1 and freed while collection is off
 if not {api!r}:
     assert cu.cuMemFree_v2(early) == 0
 msmemscope.stop()
+assert cu.cuMemFreeHost(hgone) == 0
 off = alloc("off", 1 << 20)            # allocated while collection is off ...
 brief = alloc("brief", 777)            # (allocated and freed while it is off: no rows)
 assert cu.cuMemFree_v2(brief) == 0
@@ -516,6 +518,8 @@ def test_cuda_block_allocated_between_ranges_is_a_shadow_malloc_at_the_next_star
 
     marks, mem = rows_of("cpu")
     pinned = [(i, n, e, a.get("shadow"), a.get("allocation_id")) for i, n, e, t, a in mem if t == "HOST_PINNED"]
-    assert [x[1:4] for x in pinned] == [("host", "MALLOC", "true"), ("host", "FREE", None)], pinned
-    assert marks[2] < pinned[0][0] < pinned[1][0] < marks[3] and pinned[0][4] == pinned[1][4], (marks, pinned)
+    assert [x[1:4] for x in pinned] == [("hgone", "MALLOC", None), ("hgone", "FREE", "true"),
+                                        ("host", "MALLOC", "true"), ("host", "FREE", None)], pinned
+    assert marks[0] < pinned[0][0] < marks[1] and pinned[0][4] == pinned[1][4], (marks, pinned)
+    assert marks[2] < pinned[1][0] < pinned[2][0] < pinned[3][0] < marks[3] and pinned[2][4] == pinned[3][4]
     assert summary["pools"]["cpu/HOST_PINNED"]["final_bytes"] == 0, summary["pools"]
