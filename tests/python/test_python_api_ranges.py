@@ -523,3 +523,76 @@ def test_cuda_block_allocated_between_ranges_is_a_shadow_malloc_at_the_next_star
     assert marks[0] < pinned[0][0] < marks[1] and pinned[0][4] == pinned[1][4], (marks, pinned)
     assert marks[2] < pinned[1][0] < pinned[2][0] < pinned[3][0] < marks[3] and pinned[2][4] == pinned[3][4]
     assert summary["pools"]["cpu/HOST_PINNED"]["final_bytes"] == 0, summary["pools"]
+
+
+VMM_OFF = """
+import ctypes
+import msmemscope
+
+if {api!r}:
+    msmemscope.config(device="cuda", analysis="leaks", output={out!r})
+rt = ctypes.CDLL("libfakecudart.so")
+assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
+cu = ctypes.CDLL("libcuda.so.1")
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Flags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Loc),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", Flags)]
+prop = Prop(type=1, location=Loc(type=1, id=0))   # pinned, on device 0
+MB2 = 2 << 20
+def create(label):
+    h = ctypes.c_uint64()
+    assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(MB2), ctypes.byref(prop), ctypes.c_ulonglong(0)) == 0
+    print(f"{{label}} 0x{{h.value:016x}}", flush=True)
+    return h
+def release(h):
+    assert cu.cuMemRelease(h) == 0
+va = ctypes.c_uint64()
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
+                              ctypes.c_ulonglong(0)) == 0
+print(f"map 0x{{va.value:016x}}", flush=True)
+msmemscope.start()
+h1 = create("h1")                      # recorded in range 1 ...
+assert cu.cuMemMap(va, ctypes.c_size_t(MB2), ctypes.c_size_t(0), h1, ctypes.c_ulonglong(0)) == 0
+msmemscope.stop()
+assert cu.cuMemUnmap(va, ctypes.c_size_t(MB2)) == 0   # (its mapping too)
+release(h1)                            # ... released while collection is off
+h2 = create("h2")                      # created while it is off ...
+msmemscope.start()
+release(h2)                            # ... and released in range 2
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["api_alone", "under_cli"])
+def test_cuda_physical_memory_between_ranges(tmp_path, api):
+    # Before: cuMemCreate/cuMemRelease while collection was off wrote
+    # nothing: h1 stayed live to the end, and h2's release in range 2 paired
+    # with nothing (device 0 never had its 2 MiB).
+    out = tmp_path / "out"
+    p, script, procdir = run(tmp_path, VMM_OFF.format(api=api, out=str(out)),
+                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
+                             cli=None if api else ["--device=cuda", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    rows = read_dump(dump_files(procdir, "0")[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert len(marks) == 4, rows
+    mem = [(i, names.get(int(r["Ptr"], 16)), r["Event"], parse_attr(r["Attr"])) for i, r in enumerate(rows)
+           if r["Event"] in ("MALLOC", "FREE")]
+    # the shadow FREEs of range 1's blocks come first at the second start(), in no set order
+    assert [(n, e, a.get("shadow")) for i, n, e, a in mem[:2]] == [("h1", "MALLOC", None), ("map", "MALLOC", None)]
+    assert sorted((n, e, a.get("shadow")) for i, n, e, a in mem[2:4]) == [("h1", "FREE", "true"),
+                                                                         ("map", "FREE", "true")], mem
+    assert [(n, e, a.get("shadow")) for i, n, e, a in mem[4:]] == [("h2", "MALLOC", "true"), ("h2", "FREE", None)]
+    assert marks[0] < mem[0][0] < mem[1][0] < marks[1] and marks[2] < mem[2][0] and mem[5][0] < marks[3], (marks, mem)
+    ids = {(n, e): a["allocation_id"] for i, n, e, a in mem}
+    assert ids["h1", "MALLOC"] == ids["h1", "FREE"] and ids["map", "MALLOC"] == ids["map", "FREE"], ids
+    assert ids["h2", "MALLOC"] == ids["h2", "FREE"] and mem[5][3]["device_used"] == "0", mem
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["0/HAL"]["final_bytes"] == 0, summary["pools"]
+    assert "free(s) of block(s) whose allocation was never recorded" not in p.stderr, p.stderr
