@@ -96,3 +96,39 @@ def test_budget_not_used_up_says_nothing_more(tmp_path):
     assert watch_lines(p) == ["watch: tensor w_0 was changed by " + ", ".join(
         f"aten::add_.Tensor_{i}" for i in range(1, 5)) + " and aten::add_.Tensor_5"], p.stdout
     assert not list(folder(tmp_path).glob("watch_dump_budget_used_up_*.txt"))
+
+
+REWATCH = """\
+import torch
+import msmemscope
+msmemscope.config(device="cpu", output="out", analysis="")
+msmemscope.start()
+w = torch.zeros(16)
+msmemscope.watcher.watch(w, name="w", dump_nums=2)
+w.add_(1.0)
+w.add_(1.0)                           # past the first budget
+msmemscope.watcher.remove(w)
+msmemscope.watcher.watch(w, name="w", dump_nums=2)
+w.mul_(2.0)
+w.mul_(2.0)                           # past the second one
+msmemscope.watcher.remove(w)
+msmemscope.stop()
+"""
+
+
+def test_watched_again_each_budget_has_its_line(tmp_path):
+    script = tmp_path / "rewatch.py"
+    script.write_text(REWATCH)
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    gap1 = ("tensor w_0: its checkpoint budget ran out (dump_nums=2): 2 checkpoint(s), the last at "
+            "aten::add_.Tensor_1 (after); not checked from aten::add_.Tensor_2 (before) until it was watched again "
+            "at aten::mul_.Tensor_1 (before), where its bytes had changed: the operators in between are not reported")
+    gap2 = ("tensor w_0: its checkpoint budget ran out (dump_nums=2): 2 checkpoint(s), the last at "
+            "aten::mul_.Tensor_1 (after); not checked from aten::mul_.Tensor_2 (before) on, so later changes are not "
+            "reported")
+    # add_ 2 changed w unseen: said on the gap's line, never as a change
+    # "outside the watched operators"
+    assert watch_lines(p) == ["watch: tensor w_0 was changed by aten::add_.Tensor_1 and aten::mul_.Tensor_1",
+                              "watch: " + gap1, "watch: " + gap2], p.stdout
+    assert budget_file(tmp_path) == gap1 + "\n" + gap2 + "\n"

@@ -92,12 +92,16 @@ public:
             // longer allows. Nothing is written for it; the report and the
             // budget file say that the tensor was not checked from here on.
             Tensor& t = tensor(watched + "_" + idx, std::string(), std::string());
-            if (t.unchecked_from.empty()) {
+            // (one mark per budget: a tensor watched again under the same
+            // name has a budget, and maybe a gap, of its own)
+            if (t.gaps.empty() || !t.gaps.back().resumed_at.empty()) {
                 t.dev = dev;
-                t.dump_nums = std::string(attr(ev, "dump_nums"));
-                t.points_at_budget = t.points;
-                t.last_at_budget = t.last_point;
-                t.unchecked_from = op + "_" + count + " (" + when + ")";
+                Gap g;
+                g.dump_nums = std::string(attr(ev, "dump_nums"));
+                g.points = t.points - t.points_before;
+                g.last = t.last_point;
+                g.from = op + "_" + count + " (" + when + ")";
+                t.gaps.push_back(std::move(g));
             }
             return;
         }
@@ -147,7 +151,15 @@ public:
             Tensor& t = tensor(watched + "_" + idx, op == watched && when == "after" ? point : std::string(),
                                call);
             ++t.points;
-            if (!t.unchecked_from.empty() && t.resumed_at.empty()) t.resumed_at = point + " (" + when + ")";
+            if (!t.gaps.empty() && t.gaps.back().resumed_at.empty()) {
+                // watched again: its checkpoints count from here
+                t.gaps.back().resumed_at = point + " (" + when + ")";
+                t.points_before = t.points - 1;
+                // a change across the gap is said on the gap's line, not as
+                // one "outside the watched operators"
+                t.gaps.back().changed = !t.last.empty() && t.last != crc;
+                t.last.clear();
+            }
             if (when == "before") {
                 if (!t.last.empty() && t.last != crc)
                     t.outside.push_back("between " + t.last_point + " and " + point + " (before)");
@@ -184,7 +196,7 @@ public:
         constexpr size_t kMaxTensors = 10;
         size_t shown = 0, more = 0;
         for (const Tensor& t : tensors_) {
-            if (t.changed_by.empty() && t.outside.empty() && t.unchecked_from.empty()) continue;
+            if (t.changed_by.empty() && t.outside.empty() && t.gaps.empty()) continue;
             if (shown == kMaxTensors) {
                 ++more;
                 continue;
@@ -194,7 +206,7 @@ public:
             if (!t.outside.empty())
                 host_.report("watch: tensor " + t.name + " was changed outside the watched operators " +
                              listed(t.outside));
-            if (!t.unchecked_from.empty()) host_.report("watch: " + budget_line(t));
+            for (const Gap& g : t.gaps) host_.report("watch: " + budget_line(t, g));
         }
         if (more)
             host_.report("watch: and " + std::to_string(more) +
@@ -399,28 +411,36 @@ private:
         return out;
     }
 
+    // A budget that ran out: the first checkpoint not taken
+    // ("aten::add_.Tensor_2 (after)"), the checkpoints of that budget and the
+    // last one, and where the tensor was checked again (watched again under
+    // the same name), if it was.
+    struct Gap {
+        std::string dump_nums, from, last, resumed_at;
+        uint64_t points = 0;
+        bool changed = false;  // its hash when watched again differs from the last one
+    };
     struct Tensor {
         std::string name;                 // "aten::mul_0 (made by aten::mul_2)", or watcher.watch()'s "<name>_<idx>"
         std::string before_call, before;  // the call in progress and its before hash
         std::string last, last_point;     // the last hash seen, and where ("aten::add_1 (after)")
         std::vector<std::string> changed_by, outside;
         uint64_t points = 0;              // checkpoints with a hash
-        // watcher.watch(dump_nums=N) whose budget ran out: the first
-        // checkpoint not taken ("aten::add_.Tensor_2 (after)"), the checkpoints
-        // and the last one before it, and where it was checked again (watched
-        // again under the same name)
-        std::string dev, dump_nums, unchecked_from, last_at_budget, resumed_at;
-        uint64_t points_at_budget = 0;
+        uint64_t points_before = 0;       // checkpoints before it was watched again
+        std::string dev;
+        std::vector<Gap> gaps;            // watcher.watch(dump_nums=N) budgets that ran out
     };
 
     // "tensor w_0: its checkpoint budget ran out (dump_nums=3): ..."
-    static std::string budget_line(const Tensor& t) {
-        std::string s = "tensor " + t.name + ": its checkpoint budget ran out (dump_nums=" + t.dump_nums + "): " +
-                        std::to_string(t.points_at_budget) + " checkpoint(s)";
-        if (!t.last_at_budget.empty()) s += ", the last at " + t.last_at_budget;
-        s += "; not checked from " + t.unchecked_from;
-        if (t.resumed_at.empty()) return s + " on, so later changes are not reported";
-        return s + " until it was watched again at " + t.resumed_at + ", so changes in between are not reported";
+    static std::string budget_line(const Tensor& t, const Gap& g) {
+        std::string s = "tensor " + t.name + ": its checkpoint budget ran out (dump_nums=" + g.dump_nums + "): " +
+                        std::to_string(g.points) + " checkpoint(s)";
+        if (!g.last.empty()) s += ", the last at " + g.last;
+        s += "; not checked from " + g.from;
+        if (g.resumed_at.empty()) return s + " on, so later changes are not reported";
+        s += " until it was watched again at " + g.resumed_at;
+        if (g.changed) return s + ", where its bytes had changed: the operators in between are not reported";
+        return s + ", so changes in between are not reported";
     }
 
     // One file per device folder whose tensors ran out of budget, beside the
@@ -430,8 +450,8 @@ private:
     void write_budget_files() {
         std::map<std::string, std::string> text;
         for (const Tensor& t : tensors_)
-            if (!t.unchecked_from.empty()) {
-                text[t.dev] += budget_line(t) + "\n";
+            for (const Gap& g : t.gaps) {
+                text[t.dev] += budget_line(t, g) + "\n";
                 ++budget_tensors_;
             }
         for (auto& [dev, body] : text) {
