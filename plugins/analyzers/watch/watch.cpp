@@ -188,17 +188,18 @@ public:
                        "read from a capture or dump)");
         explain_spec();
         write_budget_files();
-        if (!written_ && !budget_tensors_) return;
+        if (!written_ && !budget_gaps_) return;
         if (written_)
             host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
         // Each window's tensor on lines of its own, in the order they were
         // made: the start operator makes a new one at each call.
         constexpr size_t kMaxTensors = 10;
-        size_t shown = 0, more = 0;
+        size_t shown = 0, more = 0, more_budget = 0;
         for (const Tensor& t : tensors_) {
             if (t.changed_by.empty() && t.outside.empty() && t.gaps.empty()) continue;
             if (shown == kMaxTensors) {
-                ++more;
+                if (!t.changed_by.empty() || !t.outside.empty()) ++more;
+                if (!t.gaps.empty()) ++more_budget;
                 continue;
             }
             ++shown;
@@ -211,6 +212,10 @@ public:
         if (more)
             host_.report("watch: and " + std::to_string(more) +
                          " more watched tensor(s) were changed (every hash is in device_*/watch_dump)");
+        if (more_budget)
+            host_.report("watch: and " + std::to_string(more_budget) +
+                         " more watched tensor(s) ran out of their checkpoint budget (dump_nums): each is in "
+                         "device_*/watch_dump/watch_dump_budget_used_up_*.txt");
     }
 
 private:
@@ -449,10 +454,11 @@ private:
     // all there was.
     void write_budget_files() {
         std::map<std::string, std::string> text;
+        budget_gaps_ = 0;
         for (const Tensor& t : tensors_)
             for (const Gap& g : t.gaps) {
                 text[t.dev] += budget_line(t, g) + "\n";
-                ++budget_tensors_;
+                ++budget_gaps_;
             }
         for (auto& [dev, body] : text) {
             std::string rel = "device_" + dev + "/watch_dump";
@@ -528,7 +534,7 @@ private:
 
     std::vector<Tensor> tensors_;           // in the order they were first seen
     std::map<std::string, size_t> current_;  // "<watched>_<idx>" -> the tensor it names now
-    uint64_t written_ = 0, budget_tensors_ = 0;
+    uint64_t written_ = 0, budget_gaps_ = 0;
     uint32_t pid_ = 0;
     int staging_fd_ = -1;
     std::string token_;
