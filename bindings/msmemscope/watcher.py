@@ -27,7 +27,10 @@ dump names them (``torch._ops.aten.mul.Tensor``, ``torch._ops.aten.sum.default``
 full name with "::" written as "." (``aten.mul.Tensor_1-...``), numbered by
 the op's call (the same in the before and after names of one call, the start
 operator's included). ``dump_nums`` limits how many checkpoints a block gets (-1: no
-limit).
+limit; a before and an after are one each, as upstream counts its dumps); at
+the first checkpoint past it one mark (Attr ``unchecked:budget``,
+``dump_nums``) tells the analyzer, which reports that the budget ran out and
+that the block's later changes were not checked.
 """
 from __future__ import annotations
 
@@ -181,6 +184,19 @@ def _emit(op: str, count: int, watched: str, idx: int, after: bool, addr: int, s
     ext.event(ext.EV["MSTX"], ext.T["MARK"], ext.DEV["CPU"], -1, 0, size, 0, 0, "msmemscope.watch", attrs)
 
 
+def _emit_unchecked(op: str, count: int, w: dict, after: bool) -> None:
+    """The first checkpoint of a block given to watch() that its dump_nums
+    budget no longer allows: one mark (no hash, no file) with Attr
+    unchecked:budget and dump_nums, at this operator's before or after, so
+    that the watch analyzer says the budget ran out here and nothing later
+    was checked."""
+    ext = _shared.ext
+    when = "after" if after else "before"
+    attrs = (f"op:{op},count:{count},watched:{w['name']},idx:{w['idx']},when:{when},unchecked:budget,"
+             f"dump_nums:{w['budget']}")
+    ext.event(ext.EV["MSTX"], ext.T["MARK"], ext.DEV["CPU"], -1, 0, 0, 0, 0, "msmemscope.watch", attrs)
+
+
 def _checkpoint(op: str, count: int, after: bool) -> None:
     spec = _spec()
     full = bool(spec and spec["full"])
@@ -191,6 +207,12 @@ def _checkpoint(op: str, count: int, after: bool) -> None:
     if _user and (spec is None or spec["start"] is not None or not spec["done"]):
         for w in _user:
             if w["left"] == 0:
+                if not w["told"]:
+                    # the budget is used up: say so once, at the first
+                    # checkpoint not taken, so that the report does not read
+                    # as if nothing changed the block after its last one
+                    w["told"] = True
+                    _emit_unchecked(op, count, w, after)
                 continue
             if w["keep"] is not None:
                 addr, size = _span(w["keep"])
@@ -377,7 +399,7 @@ def watch(target: Any, length: Optional[int] = None, name: Optional[str] = None,
                 break
         idx = sum(1 for w in _user if w["name"] == name)
         _user.append({"name": name, "addr": addr, "size": size, "left": dump_nums, "idx": idx,
-                      "keep": target if _is_tensor(target) else None})
+                      "budget": dump_nums, "told": False, "keep": target if _is_tensor(target) else None})
         _update_mode()
 
 

@@ -425,3 +425,174 @@ def test_cuda_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path,
                                         "addr": free["Ptr"], "size": str(1 << 20), "shadow": "true"}
     summary = json.loads((procdir / "summary.json").read_text())
     assert summary["pools"]["0/HAL"]["final_bytes"] == 12345, summary["pools"]
+
+
+CUDA_OFF = """
+import ctypes, os
+import msmemscope
+
+if {api!r}:
+    msmemscope.config(device="cuda,cpu", analysis="leaks", output={out!r})
+rt = ctypes.CDLL("libfakecudart.so")           # the simulated runtime makes device 0's context current
+assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
+cu = ctypes.CDLL("libcuda.so.1")             # (each cu* is looked up at its first call: after start())
+def alloc(label, n):
+    d = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(d), ctypes.c_size_t(n)) == 0
+    print(f"{{label}} 0x{{d.value:016x}}", flush=True)
+    return d
+def pinned(label, n):
+    p = ctypes.c_void_p()
+    assert cu.cuMemAllocHost_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+    print(f"{{label}} 0x{{p.value:016x}}", flush=True)
+    return p
+if not {api!r}:
+    early = alloc("early", 3000)       # under the CLI, before the first start() (--collect-mode=deferred)
+msmemscope.start()
+a = alloc("a", 1000)                   # recorded in range 1
+hgone = pinned("hgone", 4096)          # pinned, recorded in range 1 and freed while collection is off
+if not {api!r}:
+    assert cu.cuMemFree_v2(early) == 0
+msmemscope.stop()
+assert cu.cuMemFreeHost(hgone) == 0
+off = alloc("off", 1 << 20)            # allocated while collection is off ...
+brief = alloc("brief", 777)            # (allocated and freed while it is off: no rows)
+assert cu.cuMemFree_v2(brief) == 0
+host = pinned("host", 8192)            # pinned host memory, the same
+msmemscope.start()
+assert cu.cuMemFree_v2(off) == 0       # ... and freed in range 2
+assert cu.cuMemFreeHost(host) == 0
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["api_alone", "under_cli"])
+def test_cuda_block_allocated_between_ranges_is_a_shadow_malloc_at_the_next_start(tmp_path, api):
+    # Before: the cuda hook did not remember a block allocated while
+    # collection was off (the HAL hook does: a MALLOC with Attr shadow:true
+    # when collection starts), so its FREE in the next range paired with
+    # nothing and device 0's figures never had the block.
+    out = tmp_path / "out"
+    p, script, procdir = run(tmp_path, CUDA_OFF.format(api=api, out=str(out)),
+                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
+                             cli=None if api else ["--device=cuda,cpu", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+
+    def rows_of(dev):
+        rows = read_dump(dump_files(procdir, dev)[0])
+        marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                                 "STOP_TRACE")]
+        assert len(marks) == 4, rows
+        mem = [(i, names.get(int(r["Ptr"], 16)), r["Event"], r["Event Type"], parse_attr(r["Attr"]))
+               for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE")]
+        return marks, mem
+
+    marks, mem = rows_of("0")
+    # (the simulated driver frees "a" at exit, after the last stop(): that
+    # FREE, shadow:true, follows the last mark)
+    mem = [m for m in mem if m[0] < marks[3]]
+    if not api:
+        # allocated before the first start(): a shadow MALLOC at it, which its FREE in range 1 pairs with
+        (i_e, _, _, _, early_m), (_, _, _, _, a_m), (i_ef, _, _, _, early_f) = mem[:3]
+        assert [m[1:3] for m in mem[:3]] == [("early", "MALLOC"), ("a", "MALLOC"), ("early", "FREE")], mem
+        assert marks[0] < i_e < i_ef < marks[1] and (early_m["size"], early_m["shadow"]) == ("3000", "true")
+        assert early_f["allocation_id"] == early_m["allocation_id"] and a_m["device_used"] == "4000", (early_f, a_m)
+        mem = [m for m in mem if m[1] != "early"]
+    assert [(n, e, t) for i, n, e, t, a in mem] == [
+        ("a", "MALLOC", "HAL"),
+        ("off", "MALLOC", "HAL"),               # shadow, written at the second start()
+        ("off", "FREE", "HAL"),
+    ], mem
+    (i_a, _, _, _, a_m), (i_off, _, _, _, off_m), (i_free, _, _, _, off_f) = mem
+    assert marks[0] < i_a < marks[1] and marks[2] < i_off < i_free < marks[3], (marks, mem)
+    assert a_m.get("shadow") is None
+    assert parse_attr(read_dump(dump_files(procdir, "0")[0])[i_off]["Attr"]) == {
+        "allocation_id": off_m["allocation_id"], "addr": off_m["addr"], "size": str(1 << 20), "shadow": "true"}
+    # its FREE pairs with it: device 0 had both blocks, and ends with "a" alone
+    assert off_f["allocation_id"] == off_m["allocation_id"]
+    assert (off_f["size"], off_f["device_used"]) == (str(1 << 20), "1000"), off_f
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["0/HAL"]["final_bytes"] == 1000, summary["pools"]
+    assert summary["pools"]["0/HAL"]["peak_bytes"] == 1000 + (1 << 20), summary["pools"]
+    assert "free(s) of block(s) whose allocation was never recorded" not in p.stderr, p.stderr
+
+    marks, mem = rows_of("cpu")
+    pinned = [(i, n, e, a.get("shadow"), a.get("allocation_id")) for i, n, e, t, a in mem if t == "HOST_PINNED"]
+    assert [x[1:4] for x in pinned] == [("hgone", "MALLOC", None), ("hgone", "FREE", "true"),
+                                        ("host", "MALLOC", "true"), ("host", "FREE", None)], pinned
+    assert marks[0] < pinned[0][0] < marks[1] and pinned[0][4] == pinned[1][4], (marks, pinned)
+    assert marks[2] < pinned[1][0] < pinned[2][0] < pinned[3][0] < marks[3] and pinned[2][4] == pinned[3][4]
+    assert summary["pools"]["cpu/HOST_PINNED"]["final_bytes"] == 0, summary["pools"]
+
+
+VMM_OFF = """
+import ctypes
+import msmemscope
+
+if {api!r}:
+    msmemscope.config(device="cuda", analysis="leaks", output={out!r})
+rt = ctypes.CDLL("libfakecudart.so")
+assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
+cu = ctypes.CDLL("libcuda.so.1")
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Flags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Loc),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", Flags)]
+prop = Prop(type=1, location=Loc(type=1, id=0))   # pinned, on device 0
+MB2 = 2 << 20
+def create(label):
+    h = ctypes.c_uint64()
+    assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(MB2), ctypes.byref(prop), ctypes.c_ulonglong(0)) == 0
+    print(f"{{label}} 0x{{h.value:016x}}", flush=True)
+    return h
+def release(h):
+    assert cu.cuMemRelease(h) == 0
+va = ctypes.c_uint64()
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
+                              ctypes.c_ulonglong(0)) == 0
+print(f"map 0x{{va.value:016x}}", flush=True)
+msmemscope.start()
+h1 = create("h1")                      # recorded in range 1 ...
+assert cu.cuMemMap(va, ctypes.c_size_t(MB2), ctypes.c_size_t(0), h1, ctypes.c_ulonglong(0)) == 0
+msmemscope.stop()
+assert cu.cuMemUnmap(va, ctypes.c_size_t(MB2)) == 0   # (its mapping too)
+release(h1)                            # ... released while collection is off
+h2 = create("h2")                      # created while it is off ...
+msmemscope.start()
+release(h2)                            # ... and released in range 2
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["api_alone", "under_cli"])
+def test_cuda_physical_memory_between_ranges(tmp_path, api):
+    # Before: cuMemCreate/cuMemRelease while collection was off wrote
+    # nothing: h1 stayed live to the end, and h2's release in range 2 paired
+    # with nothing (device 0 never had its 2 MiB).
+    out = tmp_path / "out"
+    p, script, procdir = run(tmp_path, VMM_OFF.format(api=api, out=str(out)),
+                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
+                             cli=None if api else ["--device=cuda", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    rows = read_dump(dump_files(procdir, "0")[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert len(marks) == 4, rows
+    mem = [(i, names.get(int(r["Ptr"], 16)), r["Event"], parse_attr(r["Attr"])) for i, r in enumerate(rows)
+           if r["Event"] in ("MALLOC", "FREE")]
+    # the shadow FREEs of range 1's blocks come first at the second start(), in no set order
+    assert [(n, e, a.get("shadow")) for i, n, e, a in mem[:2]] == [("h1", "MALLOC", None), ("map", "MALLOC", None)]
+    assert sorted((n, e, a.get("shadow")) for i, n, e, a in mem[2:4]) == [("h1", "FREE", "true"),
+                                                                         ("map", "FREE", "true")], mem
+    assert [(n, e, a.get("shadow")) for i, n, e, a in mem[4:]] == [("h2", "MALLOC", "true"), ("h2", "FREE", None)]
+    assert marks[0] < mem[0][0] < mem[1][0] < marks[1] and marks[2] < mem[2][0] and mem[5][0] < marks[3], (marks, mem)
+    ids = {(n, e): a["allocation_id"] for i, n, e, a in mem}
+    assert ids["h1", "MALLOC"] == ids["h1", "FREE"] and ids["map", "MALLOC"] == ids["map", "FREE"], ids
+    assert ids["h2", "MALLOC"] == ids["h2", "FREE"] and mem[5][3]["device_used"] == "0", mem
+    summary = json.loads((procdir / "summary.json").read_text())
+    assert summary["pools"]["0/HAL"]["final_bytes"] == 0, summary["pools"]
+    assert "free(s) of block(s) whose allocation was never recorded" not in p.stderr, p.stderr

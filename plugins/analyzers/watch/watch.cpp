@@ -87,6 +87,24 @@ public:
             host_.warn("watch: a checkpoint event without op/when was ignored (event " + std::to_string(ev.id) + ")");
             return;
         }
+        if (attr(ev, "unchecked") == "budget") {
+            // watcher.watch(dump_nums=N): the first checkpoint its budget no
+            // longer allows. Nothing is written for it; the report and the
+            // budget file say that the tensor was not checked from here on.
+            Tensor& t = tensor(watched + "_" + idx, std::string(), std::string());
+            // (one mark per budget: a tensor watched again under the same
+            // name has a budget, and maybe a gap, of its own)
+            if (t.gaps.empty() || !t.gaps.back().resumed_at.empty()) {
+                t.dev = dev;
+                Gap g;
+                g.dump_nums = std::string(attr(ev, "dump_nums"));
+                g.points = t.points - t.points_before;
+                g.last = t.last_point;
+                g.from = op + "_" + count + " (" + when + ")";
+                t.gaps.push_back(std::move(g));
+            }
+            return;
+        }
         // the --watch windows: opened by the start operator's first
         // checkpoint (its outputs, after it), closed by the end operator's after
         // (a later call of the start operator inside an open window is one
@@ -132,6 +150,16 @@ public:
             std::string point = op + "_" + count;
             Tensor& t = tensor(watched + "_" + idx, op == watched && when == "after" ? point : std::string(),
                                call);
+            ++t.points;
+            if (!t.gaps.empty() && t.gaps.back().resumed_at.empty()) {
+                // watched again: its checkpoints count from here
+                t.gaps.back().resumed_at = point + " (" + when + ")";
+                t.points_before = t.points - 1;
+                // a change across the gap is said on the gap's line, not as
+                // one "outside the watched operators"
+                t.gaps.back().changed = !t.last.empty() && t.last != crc;
+                t.last.clear();
+            }
             if (when == "before") {
                 if (!t.last.empty() && t.last != crc)
                     t.outside.push_back("between " + t.last_point + " and " + point + " (before)");
@@ -159,16 +187,19 @@ public:
                        "; only the profiled program's own staging files of this live run are moved (never a path "
                        "read from a capture or dump)");
         explain_spec();
-        if (!written_) return;
-        host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
+        write_budget_files();
+        if (!written_ && !budget_gaps_) return;
+        if (written_)
+            host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
         // Each window's tensor on lines of its own, in the order they were
         // made: the start operator makes a new one at each call.
         constexpr size_t kMaxTensors = 10;
-        size_t shown = 0, more = 0;
+        size_t shown = 0, more = 0, more_budget = 0;
         for (const Tensor& t : tensors_) {
-            if (t.changed_by.empty() && t.outside.empty()) continue;
+            if (t.changed_by.empty() && t.outside.empty() && t.gaps.empty()) continue;
             if (shown == kMaxTensors) {
-                ++more;
+                if (!t.changed_by.empty() || !t.outside.empty()) ++more;
+                if (!t.gaps.empty()) ++more_budget;
                 continue;
             }
             ++shown;
@@ -176,10 +207,15 @@ public:
             if (!t.outside.empty())
                 host_.report("watch: tensor " + t.name + " was changed outside the watched operators " +
                              listed(t.outside));
+            for (const Gap& g : t.gaps) host_.report("watch: " + budget_line(t, g));
         }
         if (more)
             host_.report("watch: and " + std::to_string(more) +
                          " more watched tensor(s) were changed (every hash is in device_*/watch_dump)");
+        if (more_budget)
+            host_.report("watch: and " + std::to_string(more_budget) +
+                         " more watched tensor(s) ran out of their checkpoint budget (dump_nums): each is in "
+                         "device_*/watch_dump/watch_dump_budget_used_up_*.txt");
     }
 
 private:
@@ -380,12 +416,65 @@ private:
         return out;
     }
 
+    // A budget that ran out: the first checkpoint not taken
+    // ("aten::add_.Tensor_2 (after)"), the checkpoints of that budget and the
+    // last one, and where the tensor was checked again (watched again under
+    // the same name), if it was.
+    struct Gap {
+        std::string dump_nums, from, last, resumed_at;
+        uint64_t points = 0;
+        bool changed = false;  // its hash when watched again differs from the last one
+    };
     struct Tensor {
         std::string name;                 // "aten::mul_0 (made by aten::mul_2)", or watcher.watch()'s "<name>_<idx>"
         std::string before_call, before;  // the call in progress and its before hash
         std::string last, last_point;     // the last hash seen, and where ("aten::add_1 (after)")
         std::vector<std::string> changed_by, outside;
+        uint64_t points = 0;              // checkpoints with a hash
+        uint64_t points_before = 0;       // checkpoints before it was watched again
+        std::string dev;
+        std::vector<Gap> gaps;            // watcher.watch(dump_nums=N) budgets that ran out
     };
+
+    // "tensor w_0: its checkpoint budget ran out (dump_nums=3): ..."
+    static std::string budget_line(const Tensor& t, const Gap& g) {
+        std::string s = "tensor " + t.name + ": its checkpoint budget ran out (dump_nums=" + g.dump_nums + "): " +
+                        std::to_string(g.points) + " checkpoint(s)";
+        if (!g.last.empty()) s += ", the last at " + g.last;
+        s += "; not checked from " + g.from;
+        if (g.resumed_at.empty()) return s + " on, so later changes are not reported";
+        s += " until it was watched again at " + g.resumed_at;
+        if (g.changed) return s + ", where its bytes had changed: the operators in between are not reported";
+        return s + ", so changes in between are not reported";
+    }
+
+    // One file per device folder whose tensors ran out of budget, beside the
+    // checkpoints: watch_dump/watch_dump_budget_used_up_{ts}.txt, a line per
+    // tensor (the report's). Without it the folder's checkpoints read as
+    // all there was.
+    void write_budget_files() {
+        std::map<std::string, std::string> text;
+        budget_gaps_ = 0;
+        for (const Tensor& t : tensors_)
+            for (const Gap& g : t.gaps) {
+                text[t.dev] += budget_line(t, g) + "\n";
+                ++budget_gaps_;
+            }
+        for (auto& [dev, body] : text) {
+            std::string rel = "device_" + dev + "/watch_dump";
+            std::string name = "watch_dump_budget_used_up_" + ts_ + ".txt";
+            std::string why;
+            msmemscope::files::Fd to(open_run_subdir(rel, why));
+            std::FILE* f = to ? msmemscope::files::create_stream(to.get(), name, why, 0644) : nullptr;
+            if (!f) {
+                host_.error("watch: cannot write " + dir_ + "/" + rel + "/" + name + ": " + why);
+                continue;
+            }
+            bool ok = std::fwrite(body.data(), 1, body.size(), f) == body.size();
+            if (std::fclose(f) != 0 || !ok)
+                host_.error("watch: cannot write " + dir_ + "/" + rel + "/" + name + ": " + std::strerror(errno));
+        }
+    }
 
     // "a, b and c", at most 10 named: "..., and N more".
     static std::string listed(const std::vector<std::string>& v) {
@@ -445,7 +534,7 @@ private:
 
     std::vector<Tensor> tensors_;           // in the order they were first seen
     std::map<std::string, size_t> current_;  // "<watched>_<idx>" -> the tensor it names now
-    uint64_t written_ = 0;
+    uint64_t written_ = 0, budget_gaps_ = 0;
     uint32_t pid_ = 0;
     int staging_fd_ = -1;
     std::string token_;

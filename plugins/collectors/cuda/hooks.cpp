@@ -234,9 +234,25 @@ const char* const kAttrPinnedRegister = "pinned:true,driver:cuda,alloc_type:regi
 const char* const kAttrPinnedCreate = "pinned:true,driver:cuda,alloc_type:create";
 const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map,virtual:true";
 
+// Collection off (--collect-mode=deferred before start(), or between two
+// ranges): the agent remembers the block and writes it as a MALLOC with Attr
+// shadow:true when collection starts (agent.h), as the HAL hook does, so
+// that its FREE in a later range pairs with it. Not inside the agent's own
+// work (msms_agent_off_alloc refuses that).
+bool off_alloc(uint16_t type, uint16_t kind, int16_t dev, uint64_t ptr, uint64_t size) {
+    return want_memory() && msms_agent_attached() && !msms_agent_collecting() &&
+           msms_agent_off_alloc(type, kind, dev, ptr, size);
+}
+
 void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        if (want_memory() && msms_agent_attached() && !msms_agent_collecting()) {
+            int16_t dev = current_device();
+            if (off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size)) remember(g_blocks, ptr, Place{dev, size});
+        }
+        return;
+    }
     int16_t dev = current_device();
     remember(g_blocks, ptr, Place{dev, size});
     msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size, 0, attrs);
@@ -260,14 +276,25 @@ void record_device_free(uint64_t ptr) {
 
 void record_pinned_alloc(const void* ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size);
+        return;
+    }
     msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size, 0, attrs);
 }
 
 void record_pinned_free(const void* ptr) {
     if (!ptr) return;
     Recording r(want_memory());
-    if (!r.on) return;
+    if (!r.on) {
+        // Collection off: a block remembered while it was off is forgotten;
+        // one a range recorded gets its FREE when collection starts again
+        // (the host drops a FREE that pairs with no MALLOC: a block from
+        // before the hooks went in).
+        if (want_memory() && msms_agent_attached() && !msms_agent_collecting())
+            msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
+        return;
+    }
     msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
 }
 
@@ -383,7 +410,17 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
     bool host = prop && prop->location.type >= MSMS_CU_MEM_LOCATION_TYPE_HOST;
     if (rc == MSMS_CUDA_SUCCESS && handle) {
         Recording r(want_memory());
-        if (r.on) {
+        if (!r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting()) {
+            // collection off: a shadow MALLOC at the next start (off_alloc)
+            Place p{-1, size};
+            if (!host)
+                p.dev = prop && prop->location.type == MSMS_CU_MEM_LOCATION_TYPE_DEVICE
+                            ? static_cast<int16_t>(prop->location.id)
+                            : current_device();
+            if (host ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size)
+                     : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, *handle, size))
+                remember(g_handles, *handle, p);
+        } else if (r.on) {
             if (host) {
                 remember(g_handles, *handle, Place{-1, size});
                 msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size, 0, kAttrPinnedCreate);
@@ -406,7 +443,15 @@ MSMS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
     {
         Recording r(want_memory());
-        if (r.on) {
+        if (!r.on) {
+            // collection off: forgotten if made while it was off, else its
+            // FREE (on its device) when collection starts again
+            Place p{0, 0};
+            if (want_memory() && msms_agent_attached() && !msms_agent_collecting() && forget(g_handles, handle, p)) {
+                if (p.dev < 0) msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, handle);
+                else msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, handle);
+            }
+        } else {
             Place p{0, 0};
             if (!forget(g_handles, handle, p)) p.dev = current_device();
             if (p.dev < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, handle);
@@ -442,7 +487,11 @@ MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
     {
         Recording r(want_memory());
-        if (r.on) {
+        // Collection off: the mappings a range recorded get their FREE when
+        // it starts again (a mapping made while it was off has no row: a
+        // shadow MALLOC would not say virtual:true, see kAttrMap).
+        bool off = !r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting();
+        if (r.on || off) {
             // One unmap may cover several mappings: free each of them.
             constexpr int kMax = 64;
             uint64_t starts[kMax];
@@ -459,13 +508,15 @@ MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
                 }
             }
             g_lock.unlock();
-            if (n == 0) {
+            if (n == 0 && !off) {
                 starts[0] = ptr;
                 devs[0] = current_device();
                 n = 1;
             }
             for (int i = 0; i < n; ++i) {
-                if (devs[i] < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, starts[i]);
+                if (off && devs[i] < 0) msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, starts[i]);
+                else if (off) msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, devs[i], starts[i]);
+                else if (devs[i] < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, starts[i]);
                 else msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, devs[i], starts[i]);
             }
         }

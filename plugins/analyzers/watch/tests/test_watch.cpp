@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -126,6 +127,47 @@ TEST_CASE("a window a step: ten tensors are named, then how many more were chang
     CHECK(h.reports[5] == "watch: tensor aten::mul_0 (made by aten::mul_6) was changed by aten::add__6");
     CHECK(h.reports[10] == "watch: tensor aten::mul_0 (made by aten::mul_11) was changed by aten::add__11");
     CHECK(h.reports[11] == "watch: and 1 more watched tensor(s) were changed (every hash is in device_*/watch_dump)");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a budget that ran out: its line, ten tensors named, then how many more; all in the budget file") {
+    fs::path dir = temp_dir("msms_watch_budget");
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir.string(), "20260102030405") == MSMS_OK);
+    for (int w = 0; w < 12; ++w) {
+        std::string name = "w" + std::to_string(w);
+        auto mark = [&](const char* when) {
+            return EventBuilder::mark("msmemscope.watch")
+                .device(MSMS_DEV_CPU, -1)
+                .thread(77)
+                .attr("op", "aten::add_")
+                .attr("count", std::to_string(w + 1))
+                .attr("watched", name)
+                .attr("idx", "0")
+                .attr("when", when);
+        };
+        h.feed(mark("before").attr("size", "64").attr("crc64", "00000000000000aa"));
+        // dump_nums=1: the after of the same call is the first checkpoint not taken
+        h.feed(mark("after").attr("unchecked", "budget").attr("dump_nums", "1"));
+    }
+    REQUIRE(h.finish() == MSMS_OK);
+    auto line = [](int w) {
+        return "tensor w" + std::to_string(w) + "_0: its checkpoint budget ran out (dump_nums=1): 1 checkpoint(s), " +
+               "the last at aten::add__" + std::to_string(w + 1) + " (before); not checked from aten::add__" +
+               std::to_string(w + 1) + " (after) on, so later changes are not reported";
+    };
+    REQUIRE(h.reports.size() == 12);
+    CHECK(h.reports[0] == "watch: 12 checkpoint(s) written under device_*/watch_dump");
+    for (int w = 0; w < 10; ++w) CHECK(h.reports[1 + w] == "watch: " + line(w));
+    CHECK(h.reports[11] == "watch: and 2 more watched tensor(s) ran out of their checkpoint budget (dump_nums): each "
+                           "is in device_*/watch_dump/watch_dump_budget_used_up_*.txt");
+    std::string all;
+    for (int w = 0; w < 12; ++w) all += line(w) + "\n";
+    CHECK(slurp(dir / "device_cpu" / "watch_dump" / "watch_dump_budget_used_up_20260102030405.txt") == all);
+    // the check-sum file has the checkpoints only, as upstream's
+    std::string csv = slurp(dir / "device_cpu" / "watch_dump" / "watch_dump_data_check_sum_20260102030405.csv");
+    CHECK(std::count(csv.begin(), csv.end(), '\n') == 13);
     fs::remove_all(dir);
 }
 
