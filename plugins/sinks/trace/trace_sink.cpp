@@ -171,6 +171,11 @@ public:
         head("i", "leak " + std::to_string(size) + " B", run_.pid, tid);
         buf_ += ",\"cat\":\"leak\",\"s\":\"t\",\"ts\":";
         time(ts);
+        finding_args(cols, n);
+    }
+
+    // The end of a finding's instant: its columns as args, the event closed.
+    void finding_args(const msms_kv* cols, uint32_t n) {
         buf_ += ",\"args\":{";
         for (uint32_t i = 0; i < n; ++i) {
             if (i) buf_ += ',';
@@ -208,15 +213,7 @@ public:
                       " B on " + device, run_.pid, tid);
         buf_ += ",\"cat\":\"oom\",\"s\":\"p\",\"ts\":";
         time(ts);
-        buf_ += ",\"args\":{";
-        for (uint32_t i = 0; i < n; ++i) {
-            if (i) buf_ += ',';
-            msms::json_quote(buf_, view(cols[i].key));
-            buf_ += ':';
-            msms::json_attr_value(buf_, view(cols[i].value));
-        }
-        buf_ += "}}";
-        maybe_flush();
+        finding_args(cols, n);
     }
 
     void finish() override {
