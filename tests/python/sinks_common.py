@@ -1,6 +1,8 @@
-"""Helpers shared by the test_sinks_*.py suites."""
+"""Helpers shared by the test_sinks_*.py suites and the html tests (a page
+rendered in headless Chromium)."""
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -17,6 +19,11 @@ DB_COLUMNS = [("ID", "INTEGER"), ("Event", "TEXT"), ("Event Type", "TEXT"), ("Na
               ("Timestamp(ns)", "INTEGER"), ("Process Id", "INTEGER"), ("Thread Id", "INTEGER"),
               ("Device Id", "TEXT"), ("Ptr", "TEXT"), ("Attr", "TEXT"), ("Call Stack(Python)", "TEXT"),
               ("Call Stack(C)", "TEXT")]
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
 
 
 def plugin(name):
@@ -101,3 +108,28 @@ def only(paths):
     paths = list(paths)
     assert len(paths) == 1, paths
     return paths[0]
+
+
+def chromium():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "chromium is not installed (it is in .ci/packages)"
+    return exe
+
+
+def render(page, tmp_path, screenshot=None, hash="", window=(1400, 2400), virtual_time_ms=None, screenshot_hash=""):
+    """Loads the html page (its URL ending in hash, e.g. a test mode) in
+    headless Chromium with a window of (width, height); returns the DOM after
+    its script ran. virtual_time_ms: Chromium's --virtual-time-budget (how
+    long the page's timers run before the DOM is read). screenshot: a PNG of
+    the page too, its URL ending in screenshot_hash."""
+    args = [chromium()] + CHROMIUM_FLAGS + (
+        [f"--virtual-time-budget={virtual_time_ms}"] if virtual_time_ms is not None else []) + [
+        f"--window-size={window[0]},{window[1]}", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    dom = subprocess.run(args + ["--dump-dom", page.as_uri() + hash], capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr
+    if screenshot:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        shot = subprocess.run(args + [f"--screenshot={screenshot}", page.as_uri() + screenshot_hash],
+                              capture_output=True, text=True, timeout=180)
+        assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
+    return dom.stdout

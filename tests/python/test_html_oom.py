@@ -16,9 +16,8 @@ import textwrap
 import pytest
 
 from conftest import TEST_BIN, dump_files, process_dirs, read_dump, run_cli
-from sinks_common import ARTIFACTS, only
+from sinks_common import ARTIFACTS, only, render
 from test_html_truth import page_data
-from test_sinks_views import CHROMIUM_FLAGS, chromium
 
 PY = "/usr/bin/python3"
 ENV = {"PYTHONPATH": "", "LD_PRELOAD": ""}
@@ -49,17 +48,8 @@ def human(b):
 
 
 def dom(page, tmp_path, screenshot=None):
-    args = [chromium()] + [f for f in CHROMIUM_FLAGS if not f.startswith("--window-size")] + [
-        "--window-size=1400,3000", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
-    url = page.as_uri() + "#msms-oom-hover"
-    p = subprocess.run(args + ["--dump-dom", url], capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stderr
-    if screenshot:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        shot = subprocess.run(args + [f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True,
-                              timeout=180)
-        assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
-    return p.stdout
+    # the DOM in the page's hover mode (#msms-oom-hover); the screenshot as the page first shows
+    return render(page, tmp_path, screenshot, hash="#msms-oom-hover", window=(1400, 3000))
 
 
 def hover(html_text):

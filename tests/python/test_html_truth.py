@@ -19,13 +19,11 @@ import json
 import re
 import shutil
 import sqlite3
-import subprocess
 
 import pytest
 
 from conftest import process_dirs, run_cli
-from sinks_common import ARTIFACTS, only
-from test_sinks_views import CHROMIUM_FLAGS, chromium
+from sinks_common import ARTIFACTS, only, render
 
 pytest.importorskip("torch")
 PY = "/usr/bin/python3"
@@ -68,17 +66,8 @@ def page_data(page):
     return json.loads(page.read_text().split('id="msms-data">')[1].split("</script>")[0])
 
 
-def dom_of(page, tmp_path, screenshot=None, width=1400, height=5000):
-    args = [chromium()] + [f for f in CHROMIUM_FLAGS if not f.startswith("--window-size")] + [
-        f"--window-size={width},{height}", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
-    dom = subprocess.run(args + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
-    assert dom.returncode == 0, dom.stderr
-    if screenshot:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        shot = subprocess.run(args + [f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True,
-                              timeout=180)
-        assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
-    return dom.stdout
+def dom_of(page, tmp_path, screenshot=None):
+    return render(page, tmp_path, screenshot, window=(1400, 5000))
 
 
 def run(tmp_path, analysis, sinks):

@@ -48,6 +48,26 @@ def sized(rows, size):
             and parse_attr(r["Attr"]).get("size") == str(size)]
 
 
+def run_between_ranges(tmp_path, body, api, device, env, **fmt):
+    """Runs body (formatted with api, out and fmt) alone (api: it calls
+    config(device=device, ...) itself) or under the CLI (--device=device
+    --analysis=leaks --collect-mode=deferred). Returns the run, its process
+    folder and the blocks it printed ("label 0x...": address -> label)."""
+    p, script, procdir = run(tmp_path, body.format(api=api, out=str(tmp_path / "out"), **fmt), env=env,
+                             cli=None if api else [f"--device={device}", "--analysis=leaks", "--collect-mode=deferred"])
+    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    return p, procdir, names
+
+
+def two_ranges(procdir, device):
+    """The device's rows and the indices of its two ranges' START_TRACE and STOP_TRACE."""
+    rows = read_dump(dump_files(procdir, device)[0])
+    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
+                                                                                             "STOP_TRACE")]
+    assert len(marks) == 4, rows
+    return rows, marks
+
+
 # ---------------------------------------------------------------- 1. config() between ranges
 RANGES = """\
     import warnings, msmemscope
@@ -306,15 +326,9 @@ def test_npu_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, 
     # Before: the free hook told the agent no device, so the FREE was never
     # written: the block stayed live to the end, in device 1's figures and
     # its leak report.
-    out = tmp_path / "out"
     env = {"ASCEND_SIM_DEVICE_MEM": str(128 * MiB), "LD_LIBRARY_PATH": str(SIM_LIB)}
-    p, script, procdir = run(tmp_path, NPU_BETWEEN.format(sim=str(SIM_LIB), api=api, out=str(out)), env=env,
-                             cli=None if api else ["--device=npu", "--analysis=leaks", "--collect-mode=deferred"])
-    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
-    rows = read_dump(dump_files(procdir, "1")[0])
-    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
-                                                                                             "STOP_TRACE")]
-    assert len(marks) == 4, rows
+    p, procdir, names = run_between_ranges(tmp_path, NPU_BETWEEN, api, "npu", env, sim=str(SIM_LIB))
+    rows, marks = two_ranges(procdir, "1")
     gone = [(i, r) for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE") and
             names.get(int(r["Ptr"], 16)) == "gone"]
     assert [r["Event"] for i, r in gone] == ["MALLOC", "FREE"], gone
@@ -376,6 +390,7 @@ def test_a_call_running_across_stop_and_start_has_its_row(tmp_path):
     assert marks[2] < int(trace[1][1]) <= int(trace[1][2]) < marks[3]
 
 
+CUDA_ENV = {"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")}  # the simulated driver and runtime
 CUDA_BETWEEN = """
 import ctypes, os
 import msmemscope
@@ -406,15 +421,8 @@ msmemscope.stop()
 def test_cuda_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, api):
     # Before: the cuda hook recorded nothing for a free while collection was
     # off, and the block stayed live to the end.
-    out = tmp_path / "out"
-    p, script, procdir = run(tmp_path, CUDA_BETWEEN.format(api=api, out=str(out)),
-                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
-                             cli=None if api else ["--device=cuda", "--analysis=leaks", "--collect-mode=deferred"])
-    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
-    rows = read_dump(dump_files(procdir, "0")[0])
-    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
-                                                                                             "STOP_TRACE")]
-    assert len(marks) == 4, rows
+    p, procdir, names = run_between_ranges(tmp_path, CUDA_BETWEEN, api, "cuda", CUDA_ENV)
+    rows, marks = two_ranges(procdir, "0")
     gone = [(i, r) for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE") and
             names.get(int(r["Ptr"], 16)) == "gone"]
     assert [r["Event"] for i, r in gone] == ["MALLOC", "FREE"], gone
@@ -472,17 +480,10 @@ def test_cuda_block_allocated_between_ranges_is_a_shadow_malloc_at_the_next_star
     # collection was off (the HAL hook does: a MALLOC with Attr shadow:true
     # when collection starts), so its FREE in the next range paired with
     # nothing and device 0's figures never had the block.
-    out = tmp_path / "out"
-    p, script, procdir = run(tmp_path, CUDA_OFF.format(api=api, out=str(out)),
-                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
-                             cli=None if api else ["--device=cuda,cpu", "--analysis=leaks", "--collect-mode=deferred"])
-    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
+    p, procdir, names = run_between_ranges(tmp_path, CUDA_OFF, api, "cuda,cpu", CUDA_ENV)
 
     def rows_of(dev):
-        rows = read_dump(dump_files(procdir, dev)[0])
-        marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
-                                                                                                 "STOP_TRACE")]
-        assert len(marks) == 4, rows
+        rows, marks = two_ranges(procdir, dev)
         mem = [(i, names.get(int(r["Ptr"], 16)), r["Event"], r["Event Type"], parse_attr(r["Attr"]))
                for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE")]
         return marks, mem
@@ -573,15 +574,8 @@ def test_cuda_physical_memory_between_ranges(tmp_path, api):
     # Before: cuMemCreate/cuMemRelease while collection was off wrote
     # nothing: h1 stayed live to the end, and h2's release in range 2 paired
     # with nothing (device 0 never had its 2 MiB).
-    out = tmp_path / "out"
-    p, script, procdir = run(tmp_path, VMM_OFF.format(api=api, out=str(out)),
-                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
-                             cli=None if api else ["--device=cuda", "--analysis=leaks", "--collect-mode=deferred"])
-    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
-    rows = read_dump(dump_files(procdir, "0")[0])
-    marks = [i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE",
-                                                                                             "STOP_TRACE")]
-    assert len(marks) == 4, rows
+    p, procdir, names = run_between_ranges(tmp_path, VMM_OFF, api, "cuda", CUDA_ENV)
+    rows, marks = two_ranges(procdir, "0")
     mem = [(i, names.get(int(r["Ptr"], 16)), r["Event"], parse_attr(r["Attr"])) for i, r in enumerate(rows)
            if r["Event"] in ("MALLOC", "FREE")]
     # the shadow FREEs of range 1's blocks come first at the second start(), in no set order

@@ -24,10 +24,9 @@ import textwrap
 import pytest
 
 from conftest import CLI, TEST_BIN, clean_env, dump_files, process_dirs, read_dump, run_cli
-from sinks_common import ARTIFACTS, load_trace, only
+from sinks_common import ARTIFACTS, load_trace, only, render
 from test_html_oom import cells, oom_rows
 from test_html_truth import page_data
-from test_sinks_views import CHROMIUM_FLAGS, chromium
 
 PY = "/usr/bin/python3"
 MiB = 1 << 20
@@ -80,16 +79,7 @@ def oom_run(tmp_path, analysis, n, under_cli):
 
 
 def dom(page, tmp_path, screenshot=None, hash=""):
-    args = [chromium()] + [f for f in CHROMIUM_FLAGS if not f.startswith("--window-size")] + [
-        "--virtual-time-budget=5000", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
-    p = subprocess.run(args + ["--dump-dom", page.as_uri() + hash], capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stderr
-    if screenshot:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        shot = subprocess.run(args + [f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True,
-                              timeout=180)
-        assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
-    return p.stdout
+    return render(page, tmp_path, screenshot, hash=hash, window=(1400, 1800), virtual_time_ms=5000)
 
 
 def shown_text(html_text):

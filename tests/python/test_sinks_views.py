@@ -3,41 +3,22 @@ selection: --sinks, YAML sinks:, third-party sinks, unknown names."""
 import html
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import process_dirs
-from sinks_common import ARTIFACTS, THIRD_PARTY_DIR, TS, drive, load_trace, only
+from sinks_common import ARTIFACTS, THIRD_PARTY_DIR, TS, drive, load_trace, only, render
 
 BASE = ["--device=cpu", "--events=alloc,free", "--analysis="]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars", "--window-size=1400,2400"]
-
-
-def chromium():
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert exe, "chromium is not installed (it is in .ci/packages)"
-    return exe
 
 
 def browse(page, tmp_path, screenshot=None, test=None):
     """Loads the page; returns the DOM after its script ran. test: the
     page's test mode "CHART,FROM,TO" (drag over chart CHART from FROM to TO,
     fractions of its width, click the middle, go through the flame graph)."""
-    args = [chromium()] + CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'chromium-profile'}"]
-    url = page.as_uri() + (f"#msms-test={test}" if test else "")
-    dom = subprocess.run(args + ["--dump-dom", url], capture_output=True, text=True, timeout=180)
-    assert dom.returncode == 0, dom.stderr
-    if screenshot:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        shot = subprocess.run(args + [f"--screenshot={screenshot}", url], capture_output=True, text=True,
-                              timeout=180)
-        assert shot.returncode == 0 and screenshot.stat().st_size > 10000, shot.stderr
-    return dom.stdout
+    hash = f"#msms-test={test}" if test else ""
+    return render(page, tmp_path, screenshot, hash=hash, screenshot_hash=hash)
 
 
 def canvases(dom):
