@@ -1,13 +1,19 @@
 """Target-side helper of watch (see ../README.md for the event contract).
 
-The Python package's TorchDispatchMode calls, for every aten op:
+Shipped in the package as msmemscope._watch_protocol: the package's own
+watcher (bindings/msmemscope/watcher.py: --watch, watcher.watch(tensor,
+name=..., dump_nums=...) and its checkpoint budget) takes parse_spec,
+crc64_py and new_staging_file from here. Watcher below is the op-level
+state machine on its own, for a program that drives it by hand (the test
+programs do):
 
-    w = Watcher.from_spec(spec_text)      # the agent option "watch", e.g. "aten::mul:out0,aten::sum"
+    w = Watcher.from_spec(spec_text)      # e.g. "aten::mul:out0,aten::sum"
     w.before_op(name, device_kind, device_id)
     ... run the op ...
     w.after_op(name, outputs, device_kind, device_id)   # outputs: list of CPU tensors
 
-and watcher.watch(tensor, name=..., dump_nums=-1) maps to w.add(tensor, name, dump_nums).
+Its add(tensor, name) checks a tensor at every checkpoint: it has no budget
+(a budget that ran out must be said, and only the package's watcher says it).
 Hashing is done in C (libmsms_watch.so, found next to the agent) on the
 tensor's bytes; without that library a pure-Python CRC-64 is used.
 """
@@ -141,7 +147,7 @@ class Watcher:
     def __init__(self, start=None, out_index=None, end=None, full_content=False, record=None):
         self.start, self.out_index, self.end, self.full = start, out_index, end, full_content
         self.counts = {}
-        self.watched = []        # (tensor, watched_name, idx, dumps_left)
+        self.watched = []        # (tensor, watched_name, idx)
         self.active = start is None and end is not None
         self.record = record     # record(op, count, watched, idx, after, tensor, dev_kind, dev_id)
 
@@ -150,20 +156,15 @@ class Watcher:
         s, o, e, f = parse_spec(text)
         return cls(s, o, e, f, record)
 
-    def add(self, tensor, name="UNKNOWN", dump_nums=-1):
-        self.watched.append([tensor, name, len(self.watched), dump_nums])
+    def add(self, tensor, name="UNKNOWN"):
+        self.watched.append((tensor, name, len(self.watched)))
 
     def remove(self, tensor):
         self.watched = [w for w in self.watched if w[0] is not tensor]
 
     def _dump(self, op, count, after, dev_kind, dev_id):
-        for w in self.watched:
-            t, name, idx, left = w
-            if left == 0:
-                continue
+        for t, name, idx in self.watched:
             self._emit(op, count, name, idx, after, t, dev_kind, dev_id)
-            if left > 0:
-                w[3] = left - 1
 
     def _emit(self, op, count, watched, idx, after, t, dev_kind, dev_id):
         if self.record is not None:
@@ -196,7 +197,7 @@ class Watcher:
                 first = self.out_index
             else:
                 first = 0
-            self.watched = [[t, op, first + i, -1] for i, t in enumerate(outs)]
+            self.watched = [(t, op, first + i) for i, t in enumerate(outs)]
             self.active = True
             # numbered like the call's before dumps: the op's n-th call
             self._dump(op, count, True, dev_kind, dev_id)
