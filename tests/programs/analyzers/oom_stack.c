@@ -1,0 +1,41 @@
+/* Keeps a few blocks, then asks, from a function of its own, for more than
+ * its address-space limit (setrlimit RLIMIT_AS) allows: malloc fails with
+ * ENOMEM (tests/python/test_oom_stacks.py: the failure's C stack names
+ * ask_for_too_much whatever --call-stack says). Exit code 3 when the
+ * failure happened as expected. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+__attribute__((noinline)) void* keep_block(size_t n) { return malloc(n); }
+
+__attribute__((noinline)) void* ask_for_too_much(size_t n) {
+    void* p = malloc(n);
+    __asm__ volatile("" ::: "memory");  /* not a tail call: this frame stays on the stack */
+    return p;
+}
+
+int main(void) {
+    static void* keep[4];
+    for (int i = 0; i < 4; ++i) {
+        keep[i] = keep_block((size_t)(i + 1) << 20);
+        memset(keep[i], 0, (size_t)(i + 1) << 20);
+    }
+    struct rlimit lim;
+    getrlimit(RLIMIT_AS, &lim);
+    lim.rlim_cur = (rlim_t)4 << 30;
+    if (setrlimit(RLIMIT_AS, &lim) != 0) {
+        perror("setrlimit");
+        return 1;
+    }
+    void* p = ask_for_too_much((size_t)64 << 30);
+    if (p == NULL && errno == ENOMEM) {
+        printf("malloc failed as expected\n");
+        for (int i = 0; i < 4; ++i) free(keep[i]);
+        return 3;
+    }
+    free(p);
+    return 0;
+}
