@@ -9,6 +9,10 @@ frames). Without --call-stack:
   rows' C stack starts at the program's function that called malloc, at its
   source line; so do the html report's failure, the trace's mark of it and
   the db's rows;
+* a PyTorch script asking for a tensor larger than its RLIMIT_AS leaves,
+  under the CLI, and one using the Python API alone
+  (tests/programs/python/oom_cpu.py): the rows' Python stack names the
+  script's line (not the package's own frames);
 
 while every other row keeps what --call-stack asks for: no stacks without
 it, its depth with it.
@@ -20,8 +24,9 @@ import sqlite3
 import pytest
 
 from conftest import SOURCE, TEST_BIN, dump_files, process_dirs, read_dump, run_cli
+from oom_rows_util import SCRIPT as API_SCRIPT, run as api_run
 from sinks_common import load_trace, only
-from test_html_oom import merged_stack, oom_rows
+from test_html_oom import ENV, PY, TORCH_SCRIPT, merged_stack, oom_rows
 from test_html_truth import page_data
 
 C_SOURCE = SOURCE / "tests" / "programs" / "analyzers" / "oom_stack.c"
@@ -132,3 +137,51 @@ def test_the_db_rows_carry_it(tmp_path):
         "\"Event Type\"='HOST'")]
     con.close()
     assert len(heap) >= 4 and [r for r in heap if not nothing_asked_for(r)] == []
+
+
+# ---------------------------------------------------------------- Python programs
+def python_frames(stack):
+    frames = stack.splitlines()
+    assert frames and not [f for f in frames if "/msmemscope/" in f], stack  # not the package's own frames
+    return frames
+
+
+def test_pytorch_failure_under_the_cli_without_call_stack(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "too_large.py"
+    script.write_text(TORCH_SCRIPT)
+    p = run_cli(["--device=cpu", "--analysis=oom:2", "--sinks=csv,html", "--output=out", "--", PY, script],
+                tmp_path, env=ENV, check_rc=0)
+    assert "failed 3" in p.stdout
+    d = only(process_dirs(tmp_path / "out"))
+    rows = read_dump(only(dump_files(d)))
+    trigs, snaps = oom_rows(rows, "OOM_TRIGGER"), oom_rows(rows, "OOM_Snapshot")
+    assert len(trigs) == len(snaps) == 3
+    line = 1 + TORCH_SCRIPT.splitlines().index(
+        "        torch.empty(8 << 30, dtype=torch.uint8)  # 8 GiB: more than the limit leaves")
+    listed = page_data(only(d.glob("report_*.html")))["oom"]["listed"]
+    for t, s, f in zip(trigs, snaps, listed):
+        assert python_frames(t["Call Stack(Python)"])[0] == f"{script}({line}): <module>", t["Call Stack(Python)"]
+        assert t["Call Stack(C)"], t  # the C stack too (torch's allocator, the interpreter)
+        assert (s["Call Stack(Python)"], s["Call Stack(C)"]) == (t["Call Stack(Python)"], t["Call Stack(C)"])
+        assert f["stack"] == merged_stack(t)
+    # the tensors and the heap rows: no stacks, none was asked for
+    others = [r for r in rows if r["Event"] in ("MALLOC", "FREE")]
+    assert [r for r in others if r["Event Type"] == "PTA"]
+    assert [r for r in others if not nothing_asked_for(r)] == []
+
+
+@pytest.mark.parametrize("mode", ["api", "cli"])
+def test_pytorch_failure_with_the_python_api(tmp_path, mode):
+    """tests/programs/python/oom_cpu.py: config() without call_stack (the
+    operators go through the package's dispatch mode, whose frames are not
+    the program's)."""
+    pytest.importorskip("torch")
+    rows = api_run(tmp_path, mode == "cli")
+    line = 1 + API_SCRIPT.read_text().splitlines().index("    torch.empty(1 << 50, dtype=torch.uint8)")
+    [trig] = oom_rows(rows, "OOM_TRIGGER")
+    assert python_frames(trig["Call Stack(Python)"]) == [f"{API_SCRIPT}({line}): <module>"], trig
+    assert trig["Call Stack(C)"]
+    others = [r for r in rows if r["Event"] in ("MALLOC", "FREE")]
+    assert len(others) > 8
+    assert [r for r in others if not nothing_asked_for(r)] == []
