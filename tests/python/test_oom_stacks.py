@@ -5,7 +5,7 @@ stacks directly, not depending on the config", DEFAULT_CALL_STACK_DEPTH 50
 frames). Without --call-stack:
 
 * a C program whose malloc fails under RLIMIT_AS
-  (tests/programs/analyzers/oom_stack.c): the OOM_Trigger and OOM_Snapshot
+  (tests/programs/analyzers/oom.c): the OOM_Trigger and OOM_Snapshot
   rows' C stack starts at the program's function that called malloc, at its
   source line; so do the html report's failure, the trace's mark of it and
   the db's rows;
@@ -29,12 +29,12 @@ from sinks_common import load_trace, only
 from test_html_oom import ENV, PY, TORCH_SCRIPT, merged_stack, oom_rows
 from test_html_truth import page_data
 
-C_SOURCE = SOURCE / "tests" / "programs" / "analyzers" / "oom_stack.c"
+C_SOURCE = SOURCE / "tests" / "programs" / "analyzers" / "oom.c"
 MALLOC_LINE = 1 + C_SOURCE.read_text().splitlines().index("    void* p = malloc(n);")
 
 
 def native(tmp_path, *opts):
-    p = run_cli(["--device=cpu", *opts, "--output=out", "--", TEST_BIN / "analyzers_oom_stack"], tmp_path,
+    p = run_cli(["--device=cpu", *opts, "--output=out", "--", TEST_BIN / "analyzers_oom"], tmp_path,
                 check_rc=3)
     assert "malloc failed as expected" in p.stdout
     d = only(process_dirs(tmp_path / "out"))
@@ -44,7 +44,7 @@ def native(tmp_path, *opts):
 def failing_call_stack(c_stack):
     """The C stack of the failing malloc: the program's function at the call's line, then main."""
     frames = c_stack.splitlines()
-    assert re.fullmatch(r"ask_for_too_much\+0x[0-9a-f]+ at \S*oom_stack\.c:%d in \S*analyzers_oom_stack" % MALLOC_LINE,
+    assert re.fullmatch(r"ask_for_too_much\+0x[0-9a-f]+ at \S*/oom\.c:%d in \S*/analyzers_oom" % MALLOC_LINE,
                         frames[0]), c_stack
     assert frames[1].startswith("main+0x"), c_stack
     assert len(frames) <= 50, c_stack
