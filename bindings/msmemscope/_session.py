@@ -30,6 +30,15 @@ CLI = _paths.HOST  # the host binary (bin/msmemscope is the script that execs it
 AGENT = os.path.join(PREFIX, "lib", "msmemscope", "libmsmemscope_agent.so")
 PACKAGE_DIR = _shared.PACKAGE_DIR
 
+
+def _load_agent() -> None:
+    """Finds or loads the agent, and gives it this interpreter's Python
+    stack for out-of-memory failures: the agent takes the C and the Python
+    stack at every failure whatever call_stack says, as upstream does, and
+    asks for it at a failure only (bindings/src/py_trace.h)."""
+    _ext.load_agent(AGENT)
+    _ext.oom_stacks_install([PACKAGE_DIR + os.sep])
+
 # Python keyword -> CLI option (canonical name). Aliases as upstream.
 KEYS: Dict[str, str] = {
     "device": "device",
@@ -437,7 +446,7 @@ class Session:
             # Not preloaded (the program's own LD_PRELOAD replaced the CLI's):
             # loading the agent attaches it to the CLI's session (it reads
             # MSMEMSCOPE_SESSION), and the heap hooks go in by GOT patching.
-            _ext.load_agent(AGENT)
+            _load_agent()
             if not _ext.attached():
                 if _not_followed():
                     raise RuntimeError("msmemscope: this process is not profiled (--follow-fork=false profiles only "
@@ -506,7 +515,7 @@ class Session:
             os.close(ready_w)
         try:
             # Spawned before the agent is loaded: the children inherit no hooks.
-            _ext.load_agent(AGENT)
+            _load_agent()
             # Before attach: what loading the tool and setting os.environ
             # allocate (and free of the environment built before start())
             # is the package's, not the program's.

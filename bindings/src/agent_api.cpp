@@ -62,6 +62,7 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_import_leave", a.import_leave);
     resolve(handle, "msms_agent_import_finalizing", a.import_finalizing);
     resolve(handle, "msms_agent_set_python_stack_provider_named", a.set_py_provider_named);
+    resolve(handle, "msms_agent_set_python_oom_stack_provider", a.set_py_oom_provider);
     resolve(handle, "msms_agent_detach_ended", a.detach_ended);
     resolve(handle, "msms_agent_end_detached", a.end_detached);
     resolve(handle, "msms_agent_stop_at_exit", a.stop_at_exit);

@@ -48,6 +48,7 @@ struct AgentApi {
     void (*import_leave)();
     void (*import_finalizing)();
     void (*set_py_provider_named)(uint32_t (*)(uint64_t*, uint32_t, uint64_t*));  // optional
+    void (*set_py_oom_provider)(uint32_t (*)(uint64_t*, uint32_t));               // optional
     void (*detach_ended)(uint32_t, int32_t);  // optional: detach with how the process ends
     void (*end_detached)();                   // optional: the session ends, the process goes on (finish())
     int (*stop_at_exit)();                    // optional: collection off at exit, the stream left to exit()

@@ -883,6 +883,7 @@ PYBIND11_MODULE(_msmemscope, m) {
     m.def("profile_install", &profile_install, py::arg("emit"), py::arg("forced"), py::arg("skip_prefixes"));
     m.def("profile_stop_emit", &profile_stop_emit, py::arg("forced_only"));
     m.def("profile_install_thread", &profile_install_thread);
+    m.def("oom_stacks_install", &oom_stacks_install, py::arg("skip_prefixes"));
     m.def("profile_function_needed", &msms_py::profile_function_needed, py::arg("emit"), py::arg("forced"));
     m.def("profile_uninstall", &profile_uninstall);
     m.def("profile_range_stop", &profile_range_stop);

@@ -302,6 +302,28 @@ uint32_t python_stack_provider_plain(uint64_t* out, uint32_t max) {
     return python_stack_provider(out, max, &none);
 }
 
+// An out-of-memory failure's Python stack (oom_stacks_install), with or
+// without --call-stack=python: the ordinary provider's answer when Python
+// stacks are read from the frames or inside a backward(); else the shadow
+// stack of a thread with a profile function (Python stacks or the trace);
+// else the failing thread's own frames, read from the interpreter's frame
+// chain (py_frames.h, CPython 3.11: the reader needs no registration, a
+// frame whose code has no info yet is read from the code's own strings).
+// The thread's own state only (never the GIL holder's: a thread of a
+// native library has no Python stack). On other Pythons without a profile
+// function: none.
+uint32_t python_oom_stack_provider(uint64_t* out, uint32_t max) {
+    uint64_t unnamed = 0;  // holds no answer: never told "the same"
+    if (g_reader_on.load(std::memory_order_relaxed) || g_autograd_active.load(std::memory_order_acquire))
+        return python_stack_provider(out, max, &unnamed);
+    PyThreadState* ts = PyGILState_GetThisThreadState();  // NULL after finalization, and on a non-Python thread
+    if (!ts) return 0;
+    Shadow* sh = shadow_of(ts);
+    if (sh && sh->depth > 0) return frames_of(sh, out, max);
+    if (!frames_present(ts)) return 0;
+    return frames_read(ts, out, max, &unnamed);
+}
+
 void set_provider(bool on) {
     if (g_agent.set_py_provider_named) g_agent.set_py_provider_named(on ? python_stack_provider : nullptr);
     else g_agent.set_py_provider(on ? python_stack_provider_plain : nullptr);
@@ -395,6 +417,16 @@ void profile_install(bool emit, bool forced, const std::vector<std::string>& ski
         g_profile_installed = true;
         set_provider(true);
     }
+}
+
+void oom_stacks_install(const std::vector<std::string>& skip_prefixes) {
+    need_agent();
+    if (!g_agent.set_py_oom_provider) return;  // an older agent: Python stacks at a failure as asked for
+    {
+        HooksOff hooks_off;  // the skipped prefixes, kept for the run
+        code_info_init(skip_prefixes);
+    }
+    g_agent.set_py_oom_provider(python_oom_stack_provider);
 }
 
 bool profile_install_thread() {

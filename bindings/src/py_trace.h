@@ -27,6 +27,12 @@ bool profile_install_thread();
 void profile_stop_emit(bool forced_only);
 // Removes the profile function and the stack provider.
 void profile_uninstall();
+// Registers with the agent the Python stack of an out-of-memory failure
+// (msms_agent_set_python_oom_stack_provider), whatever --call-stack says:
+// the failing thread's own frames, read only at the failure (nothing
+// changes on any other path). Frames of files under `skip_prefixes` (the
+// package's own) are left out. The GIL held; the agent loaded.
+void oom_stacks_install(const std::vector<std::string>& skip_prefixes);
 // A collection range with a Python trace stops: the profile functions stay
 // on the threads that run calls the range recorded, until those return (a
 // call returning in a later range gets its row, from its own start); the

@@ -40,6 +40,10 @@ std::atomic<bool> g_off_tracking{false};
 std::atomic<uint64_t> g_step{0};
 std::atomic<msms_stack_provider> g_py_provider{nullptr};
 std::atomic<msms_stack_provider_named> g_py_provider_named{nullptr};  // takes the plain one's place
+// The Python package's provider for out-of-memory failures only
+// (oom_stacks): registered in every Python process that loads the
+// package, whatever --call-stack says, and consulted at a failure only.
+std::atomic<msms_stack_provider> g_py_oom_provider{nullptr};
 char g_session_dir[4096];
 bool g_follow_fork = true;
 
@@ -222,6 +226,40 @@ void loader_record(uint64_t ptr, uint64_t size) {
     heap_record_stacks(capture::kHeapMallocS, ptr, &size, cs, ps);
 }
 
+// An allocation that failed for lack of memory (the collectors' OOM_DETAIL
+// OOM_TRIGGER) gets its C and Python stacks whatever --call-stack asks for,
+// as upstream takes them (csrc/event_trace/hal_hooks/hal_hooks.cpp
+// HandleOOM: "at OOM take the C and Python call stacks directly, not
+// depending on the config"), kOomDepth frames each: upstream's
+// DEFAULT_CALL_STACK_DEPTH (csrc/framework/config_info.h), or the user's
+// depth where it asked for more (a failure is rare and its stack is what
+// is read first; fewer frames than the user's other rows would be odd).
+// Taken on the failure path only: the malloc/free paths are unchanged.
+// The C stack is an ordinary one (kind 0, source lines): the module table
+// is written in every process (attach_impl), so the host symbolizes it
+// without --call-stack too. The Python stack comes from the package's
+// failure provider (msms_agent_set_python_oom_stack_provider), which
+// reads the failing thread's own frames with or without --call-stack=python;
+// with an older package, from the ordinary provider when Python stacks
+// were asked for.
+constexpr uint32_t kOomDepth = 50;
+
+void oom_stacks(ThreadWriter*& w, uint64_t& cstack, uint64_t& pystack) {
+    // The failing call's errno (ENOMEM) is the program's: the walk (the
+    // main thread's stack bounds read from /proc, the module rescan, the
+    // unwinder) may set its own.
+    const int saved_errno = errno;
+    const uint32_t c_depth = options().c_depth > kOomDepth ? options().c_depth : kOomDepth;
+    cstack = capture_c_stack(w, c_depth);
+    if (msms_stack_provider prov = g_py_oom_provider.load(std::memory_order_acquire)) {
+        const uint32_t py_depth = options().py_depth > kOomDepth ? options().py_depth : kOomDepth;
+        pystack = capture_py_stack(w, prov, py_depth);
+    } else {
+        pystack = py_stack_for(w);
+    }
+    errno = saved_errno;
+}
+
 // Rows that carry the Python stack only, as upstream's current code writes
 // them (AtenManager: ReportAtenLaunch / ReportAtenAccess take the Python
 // call stack when it is collected, never a C one): a framework operator's
@@ -232,16 +270,19 @@ inline bool py_stack_only(uint16_t kind, uint16_t type) {
 }
 
 // The generic record (every event but the compact heap and Python-call
-// ones): interns attrs, takes stacks for memory events when asked for, the
-// Python stack for operator rows (py_stack_only; `py_known`: the caller's,
-// taken for this operator already).
+// ones): interns attrs, takes stacks for memory events when asked for and
+// for out-of-memory failures always (oom_stacks), the Python stack for
+// operator rows (py_stack_only; `py_known`: the caller's, taken for this
+// operator already).
 void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr,
                     uint64_t size, uint64_t aux0, uint64_t aux1, uint64_t name_id, const char* attrs,
                     bool stacks = true, const uint64_t* py_known = nullptr) {
     uint64_t attrs_id = attrs && *attrs ? intern(w, attrs, strlen(attrs)) : 0;
     uint64_t cs = 0, ps = 0;
-    if (stacks && (kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE || kind == MSMS_EV_OOM_DETAIL) && want_stacks())
+    if (stacks && (kind == MSMS_EV_MALLOC || kind == MSMS_EV_FREE) && want_stacks())
         stacks_for(w, cs, ps);
+    else if (stacks && kind == MSMS_EV_OOM_DETAIL)
+        oom_stacks(w, cs, ps);
     else if (stacks && py_stack_only(kind, type))
         ps = py_known ? *py_known : py_stack_for(w);
     w = writer_for(capture::kMaxFixedRecord);
@@ -706,6 +747,10 @@ __attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
 
 __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider(msms_stack_provider fn) {
     g_py_provider.store(fn);
+}
+
+__attribute__((visibility("default"))) void msms_agent_set_python_oom_stack_provider(msms_stack_provider fn) {
+    g_py_oom_provider.store(fn, std::memory_order_release);
 }
 
 __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider_named(msms_stack_provider_named fn) {

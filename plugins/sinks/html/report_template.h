@@ -540,8 +540,10 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       { title: "Requested", num: true, get: function (r) { return human(r.req_size) + " (" + num(r.req_size) + " B)"; } },
       { title: "Allocated then", num: true, get: function (r) { return human(r.allocated); } },
       { title: "Stack", get: function (r, i) {
+        // (a failure's stacks are taken whatever --call-stack says, as
+        // upstream's: none where they could not be, or in a dump without them)
         return r.stack ? stackCell(r.stack) : el("td", { "class": "empty" }, L.indexOf(r) >= OOM.stacks ? "(not kept)" :
-          "(no stack: " + opt("call-stack") + " collects it)"); } }], shown));
+          "(no stack)"); } }], shown));
     var dumps = L.filter(function (f) { return f.details && (f.top.length || f.recent.length); });
     if (!OOM.analysis) {
       sec.appendChild(el("p", { "class": "note", id: "oom-no-details" }, "The oom analysis did not run: " +

@@ -217,6 +217,13 @@ void msms_agent_op_event(uint16_t kind, uint16_t type, uint16_t device_kind, int
 typedef uint32_t (*msms_stack_provider_named)(uint64_t* out, uint32_t max, uint64_t* token);
 void msms_agent_set_python_stack_provider_named(msms_stack_provider_named fn);
 
+/* The Python stack of an allocation that failed for lack of memory (an
+ * OOM_DETAIL event): consulted at such a failure only, whatever Python
+ * stacks were asked for, with up to max(50, the Python depth asked for)
+ * frames (newer agents only: look the setter up with dlsym). Called on the
+ * failing thread, which may not hold the GIL. NULL: removes it. */
+void msms_agent_set_python_oom_stack_provider(msms_stack_provider fn);
+
 #ifdef __cplusplus
 }
 #endif

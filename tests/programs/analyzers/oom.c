@@ -1,6 +1,8 @@
-/* Keeps a few blocks, then asks for more than its address-space limit
- * (setrlimit RLIMIT_AS) allows: malloc fails with ENOMEM. Exit code 3 when
- * the failure happened as expected. */
+/* Keeps a few blocks, then asks, from a function of its own, for more than
+ * its address-space limit (setrlimit RLIMIT_AS) allows: malloc fails with
+ * ENOMEM (tests/python/test_oom_stacks.py: the failure's C stack names
+ * ask_for_too_much whatever --call-stack says). Exit code 3 when the
+ * failure happened as expected. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,12 @@
 #include <sys/resource.h>
 
 __attribute__((noinline)) void* big_block(size_t n) { return malloc(n); }
+
+__attribute__((noinline)) void* ask_for_too_much(size_t n) {
+    void* p = malloc(n);
+    __asm__ volatile("" ::: "memory");  /* not a tail call: this frame stays on the stack */
+    return p;
+}
 
 int main(void) {
     static void* keep[8];
@@ -22,7 +30,7 @@ int main(void) {
         perror("setrlimit");
         return 1;
     }
-    void* p = malloc((size_t)64 << 30);
+    void* p = ask_for_too_much((size_t)64 << 30);
     if (p == NULL && errno == ENOMEM) {
         printf("malloc failed as expected\n");
         for (int i = 0; i < 8; ++i) free(keep[i]);
