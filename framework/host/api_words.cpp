@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "config.h"
+
 namespace msms {
 
 namespace {
@@ -50,6 +52,10 @@ bool value_ends(const std::string& t, size_t i) {
 }
 
 }  // namespace
+
+std::string said(const Config& cfg, const std::string& text) {
+    return cfg.serve_session.empty() ? text : api_words(text);
+}
 
 const char* api_key(const std::string& option) {
     for (auto& k : kKeys)

@@ -12,6 +12,10 @@
 namespace msms {
 
 std::string api_words(const std::string& text);
+// What the host says to its user: api_words(text) where that user is the
+// Python API's, a session's program (--serve-session); else text as it is.
+struct Config;
+std::string said(const Config& cfg, const std::string& text);
 // config()'s key for a command-line option (without "--"): "call-stack" ->
 // "call_stack"; nullptr for an option config() has no key for.
 const char* api_key(const std::string& option);

@@ -326,3 +326,67 @@ def test_trace_marks_the_simulated_npu_drivers_failure(cli, tmp_path, analysis):
     assert len([r for r in rows if r["Event Type"] == "OOM_TRIGGER"]) == (analysis == "oom")
     assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "halMemAlloc", 96 << 20, "npu:1",
                                      int(snap["Thread Id"]))]
+
+
+# ---------------------------------------------------------------- 5. the log file
+# The log file (msmemscope_logs/msmemscope_<ts>.log in the process folder) of an
+# API session said "--steps" where the console said 'steps', and had neither
+# the configuration's warning nor the steps never reached that the console had.
+STEPS = """\
+import msmemscope
+
+msmemscope.config(device="cpu", events="alloc", steps="9", analysis="leaks", output="out")
+msmemscope.start()
+for _ in range(2):
+    b = bytearray(100000)
+    msmemscope.step()
+msmemscope.stop()
+"""
+
+
+def the_log(d):
+    """The process folder's log: its messages without the time and logger name."""
+    text = only((d / "msmemscope_logs").glob("msmemscope_*.log")).read_text()
+    return [re.sub(r"^\[[^]]*\] \[msmemscope\] ", "", l) for l in text.splitlines()]
+
+
+@pytest.mark.parametrize("under_cli", [False, True])
+def test_the_log_file_says_what_the_console_says(tmp_path, under_cli):
+    cli = ["--device=cpu", "--events=alloc", "--steps=9", "--analysis=leaks"]
+    p, d = run_script(tmp_path, STEPS, [], cli if under_cli else None)
+    pid = d.name.split("_")[1]
+    if under_cli:
+        said = ["--events=alloc: also collecting free (for --analysis=leaks); only the events listed are written",
+                "leaks: the leak analysis is off when --steps selects steps (only some events are collected)",
+                f"pid {pid}: --steps: step 9 was never reached (its last step was 3); nothing was collected for it"]
+    else:
+        said = ['events="alloc": also collecting free (for analysis="leaks"); only the events listed are written',
+                "leaks: the leak analysis is off when 'steps' selects steps (only some events are collected)",
+                f"pid {pid}: 'steps': step 9 was never reached (its last step was 3); nothing was collected for it"]
+    err = p.stderr.splitlines()
+    assert f"msmemscope: warning: {said[0]}" in err and f"[msmemscope] warning: {said[1]}" in err, p.stderr
+    assert f"msmemscope: warning: {said[2]}" in err, p.stderr
+    log = the_log(d)
+    for s in said:
+        assert f"[warning] {s}" in log, (s, log)
+    if not under_cli:
+        assert not [l for l in log if re.search(r"(^|[^\w-])--[a-z]", l)], log
+
+
+def test_the_log_file_names_the_time_budget_as_config_does(tmp_path):
+    """A plugin over its time budget (the outputs re-run without it): the
+    log's note names 'plugin_time_budget', as the console does."""
+    fixtures = TEST_BIN.parent / "lib" / "bad_plugins"
+    p, d = run_script(tmp_path, f"""\
+import msmemscope
+msmemscope.config(device="cpu", events="alloc,free", plugin_path={str(fixtures)!r},
+                  analysis="leaks,hang_in_event", plugin_time_budget="1", output="out")
+msmemscope.start()
+a = bytearray(300000)
+msmemscope.stop()
+""", [])
+    note = ("plugin 'hang_in_event' exceeded its time budget (1 s, 'plugin_time_budget') in on_event; the outputs "
+            "were re-run without it")
+    assert f"  error: {note}" in p.stdout.splitlines(), p.stdout
+    assert f"[error] {note}" in the_log(d), the_log(d)
+
