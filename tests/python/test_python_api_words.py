@@ -390,3 +390,96 @@ msmemscope.stop()
     assert f"  error: {note}" in p.stdout.splitlines(), p.stdout
     assert f"[error] {note}" in the_log(d), the_log(d)
 
+
+# ---------------------------------------------------------------- 6. the offline Python API
+# msmemscope.analyze() and check_inefficient() run the command line's offline
+# mode; what they said to their user named its options: "collect stacks with
+# --call-stack=c" in analyze()'s report, "--plugin-option: oom.interval_ms:"
+# for analyze(..., interval_ms="abc") (after "msmemscope: error:"), "recorded
+# with --steps=2" and "without access in --events" in their warnings.
+RECORD = """\
+import ctypes, sys
+
+import msmemscope
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+kw = dict(steps=sys.argv[2]) if len(sys.argv) > 2 else {}
+msmemscope.config(device="cpu", events="alloc,free", analysis="", output=sys.argv[1], **kw)
+msmemscope.start()
+keep = []
+for _ in range(3):
+    keep.append(libc.malloc(123457))
+    msmemscope.step()
+msmemscope.stop()
+"""
+OFFLINE = """\
+import sys, warnings
+
+import msmemscope
+
+warnings.simplefilter("always")
+name, path = sys.argv[1], sys.argv[2]
+kw = dict(a.split("=", 1) for a in sys.argv[3:])
+try:
+    if name == "check_inefficient":
+        msmemscope.check_inefficient(path)
+    else:
+        print(msmemscope.analyze(name, input_path=path, **kw))
+except Exception as e:
+    print(f"raised {type(e).__name__}: {e}")
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The dump of an API run (no stacks, three blocks live at stop()), and
+    that of one with steps="2"."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    (tmp / "record.py").write_text(RECORD)
+    (tmp / "offline.py").write_text(OFFLINE)
+    dumps = []
+    for out, args in (("plain", []), ("steps", ["2"])):
+        p = subprocess.run([PY, "record.py", out] + args, cwd=str(tmp), env=clean_env(), capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        dumps.append(only(dump_files(only(process_dirs(tmp / out)))).relative_to(tmp))
+    return tmp, dumps[0], dumps[1]
+
+
+def offline(tmp, *args):
+    p = subprocess.run([PY, "offline.py"] + [str(a) for a in args], cwd=str(tmp), env=clean_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_analyze_reports_in_config_words(recorded):
+    tmp, plain, _ = recorded
+    p = offline(tmp, "leaks", plain)
+    assert ('3 block(s), 370371 bytes, allocated at: an unknown site (collect stacks with call_stack="c")'
+            in p.stdout), p.stdout
+    assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("name,option,value,allowed", [
+    ("oom", "interval_ms", "abc", "an integer in 0..3600000"),
+    ("leaks", "default_suppressions", "maybe", "true, false"),
+])
+def test_analyze_names_its_keyword_when_a_value_is_refused(recorded, name, option, value, allowed):
+    tmp, plain, _ = recorded
+    p = offline(tmp, name, plain, f"{option}={value}")
+    assert p.stdout == (f"raised RuntimeError: msmemscope.analyze: {option}: invalid value '{value}' "
+                        f"(allowed: {allowed})\n"), p.stdout
+
+
+def test_offline_warnings_name_config_keys(recorded):
+    tmp, plain, steps = recorded
+    p = offline(tmp, "check_inefficient", plain)
+    assert (f"UserWarning: msmemscope.check_inefficient: {plain} has no ACCESS rows (it was recorded without access "
+            "in 'events'): the inefficient analysis, which judges accesses, had nothing to judge") in p.stderr, p.stderr
+    p = offline(tmp, "leaks", steps)
+    assert (f"UserWarning: msmemscope.analyze: {steps} was recorded with steps=\"2\" (its START_TRACE row says so): "
+            "it holds only those steps' events") in p.stderr, p.stderr
+    assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
+
