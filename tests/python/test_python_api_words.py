@@ -17,6 +17,7 @@ And the Perfetto trace marks each out-of-memory failure (the oom analyzer's
 finding) once, with or without --analysis=oom, as the CSV has it.
 """
 import json
+import os
 import re
 import subprocess
 import textwrap
@@ -483,3 +484,23 @@ def test_offline_warnings_name_config_keys(recorded):
             "it holds only those steps' events") in p.stderr, p.stderr
     assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
 
+
+# ---------------------------------------------------------------- 7. the host's refusal of an output folder
+@pytest.mark.skipif(os.geteuid() != 0, reason="the output folder is judged so only for a run as root")
+def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
+    # Before: "msmemscope: error: --output: 'ww/out' is not safe ..." to a
+    # program that set output="ww/out".
+    (tmp_path / "ww").mkdir()
+    (tmp_path / "ww").chmod(0o777)
+    script = tmp_path / "script.py"
+    script.write_text('import msmemscope\n'
+                      'msmemscope.config(device="cpu", analysis="", output="ww/out")\n'
+                      'try:\n'
+                      '    msmemscope.start()\n'
+                      'except RuntimeError as e:\n'
+                      '    print("raised", e)\n')
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("raised "), p.stdout + p.stderr
+    assert (f"msmemscope: error: 'output': 'ww/out' is not safe for a run as root: its folder {tmp_path}/ww is "
+            "writable by all users; give a folder that only root can write") in p.stderr.splitlines(), p.stderr
