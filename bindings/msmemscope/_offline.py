@@ -74,19 +74,33 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
                            f"{_session.CLI} does not have ('msmemscope --help' lists no --analyze option)")
     out_dir = tempfile.mkdtemp(prefix="msmemscope_offline_")
     try:
-        args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}", f"--output={out_dir}"]
+        # --python-api: what the CLI says names config()'s keys (call_stack="c",
+        # 'events'), not its options, as it does to a session's program
+        args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}", f"--output={out_dir}", "--python-api"]
         args += [f"--plugin-option={analyzer}.{k}={v}" for k, v in options.items()]
         p = subprocess.run(args, capture_output=True, text=True)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+    def said(text: str) -> str:
+        # the user's file, not the temporary copy the CLI read
+        return text.replace(input_path, shown_as) if shown_as is not None else text
+
     if p.returncode != 0:
-        raise RuntimeError(f"msmemscope.{func}: {p.stderr.strip() or p.stdout.strip()}")
+        text = p.stderr.strip() or p.stdout.strip()
+        if text.startswith("msmemscope: error: "):
+            text = text[len("msmemscope: error: "):]
+        # a value the CLI refused is one of this function's keywords, which it
+        # was given as --plugin-option=ANALYZER.KEY=VALUE
+        for k in options:
+            prefix = f"--plugin-option: {analyzer}.{k}: "
+            if text.startswith(prefix):
+                text = f"{k}: " + text[len(prefix):]
+        raise RuntimeError(f"msmemscope.{func}: {said(text)}")
     for line in p.stderr.splitlines():
         if line.startswith("msmemscope: warning: --analyze: "):
             text = line[len("msmemscope: warning: --analyze: "):]
-            if shown_as is not None:
-                text = text.replace(input_path, shown_as)
-            warnings.warn(f"msmemscope.{func}: {text}", stacklevel=_caller_level())
+            warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
     return p.stdout
 
 

@@ -109,16 +109,18 @@ void Pipeline::destroy_plugins() {
             }
 }
 
-void Pipeline::log(int level, const std::string& msg) {
+void Pipeline::log(int level, const std::string& text) {
+    // A Python API user is told in config()'s words (api_words.h), in the
+    // log file as on the console.
+    const std::string msg = said(cfg_, text);
     if (run_.log) {
         if (level == 0) run_.log->info(msg);
         else if (level == 1) run_.log->warn(msg);
         else run_.log->error(msg);
     }
-    // (a Python API session's user is told in config()'s words: api_words.h)
     if (level + 1 >= cfg_.stderr_threshold())
         supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") +
-                                (cfg_.serve_session.empty() ? msg : api_words(msg)) + "\n");
+                                msg + "\n");
 }
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
@@ -134,8 +136,8 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
     }
     std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") + "; continuing without it";
     plugin_errors_.push_back(msg);
-    if (run_.log) run_.log->error(msg);
-    supervisor::host_stderr("msmemscope: error: " + msg + "\n");
+    if (run_.log) run_.log->error(said(cfg_, msg));
+    supervisor::host_stderr("msmemscope: error: " + said(cfg_, msg) + "\n");
 }
 
 std::string Pipeline::with_reason(const Instance& inst, const std::string& what) const {
@@ -149,7 +151,7 @@ void Pipeline::start(const RunContext& run) {
     // Plugins the supervisor left out after they crashed (supervisor.h):
     // said on stderr by the supervisor already, here in the run's log.
     for (auto& note : supervisor::exclusion_notes())
-        if (run_.log) run_.log->error(note);
+        if (run_.log) run_.log->error(said(cfg_, note));
     using Opts = std::vector<std::pair<std::string, std::string>>;
     auto make = [&](const std::string& name, int kind, std::vector<Instance>& into, const Opts& host_opts = {}) {
         const LoadedPlugin* p = registry_.find(name, kind);

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "api_words.h"
 #include "capture_disk.h"
 #include "oom_watch.h"
 #include "plugin_cli.h"
@@ -287,6 +288,9 @@ void ProcessRun::run_stream() {
         return;
     }
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
+    // What the console said of the configuration (main.cpp; in config()'s
+    // words for a Python API session), so that the log says it too.
+    for (auto& w : cfg_.warnings) run.log->warn(w);
     // Plugins print into the process folder, never into the program's
     // stdout/stderr (supervisor.h; issue #29 item 7).
     if (std::string why = supervisor::redirect_plugin_output(dir, dir_fd_.get()); !why.empty())
@@ -495,6 +499,7 @@ void ProcessRun::run_stream() {
                                     (missed.size() == 1 ? "step " + list + " was" : "steps " + list + " were") +
                                     " never reached (its last step was " + std::to_string(steps.current_step()) +
                                     "); nothing was collected for " + (missed.size() == 1 ? "it" : "them"));
+        run.log->warn(said(cfg_, summary_.warnings.back()));  // (the console's words: Session::print_summary)
     }
     report_progress(progress::Phase::Writing);
     pipeline.finish();

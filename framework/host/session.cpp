@@ -122,11 +122,13 @@ std::string host_identity() {
 // As root, outputs go only into a folder no other user can write or own
 // (DESIGN §9 "only our own files"): such a user could swap a process folder
 // for a link at its predictable name while the run writes.
-bool output_refused(const std::string& output) {
+// (A Python API session's program set it as config()'s output: api_words.h.)
+bool output_refused(const Config& cfg) {
+    const std::string& output = cfg.output;
     std::string why = unsafe_output_reason(output);
     if (why.empty()) return false;
-    std::cerr << "msmemscope: error: --output: '" << output << "' is not safe for a run as root: " << why
-              << "; give a folder that only root can write\n";
+    std::cerr << "msmemscope: error: " << said(cfg, "--output") << ": '" << output
+              << "' is not safe for a run as root: " << why << "; give a folder that only root can write\n";
     return true;
 }
 
@@ -564,7 +566,7 @@ int Session::run_program() {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;
     }
-    if (output_refused(cfg_.output)) return 2;
+    if (output_refused(cfg_)) return 2;
     // Session folders of earlier runs whose host was killed (stale_sessions.h).
     remove_stale_sessions(cfg_.output);
     // A fresh folder only this user can enter (mkdtemp: 0700, a new name
@@ -690,7 +692,7 @@ int Session::serve(const std::string& dir, pid_t parent) {
                   << "' must belong to this user and not be writable by others\n";
         return 2;
     }
-    if (output_refused(cfg_.output)) return 2;
+    if (output_refused(cfg_)) return 2;
     dir_ = dir;
     own_dir_ = true;
     ready_pid_ = getppid();  // the Python process that started this host, which reads the ready pipe
@@ -736,7 +738,7 @@ int Session::replay(const std::string& capture) {
         std::cerr << "msmemscope: error: --output: cannot create or write '" << cfg_.output << "': " << why << "\n";
         return 2;
     }
-    if (output_refused(cfg_.output)) return 2;
+    if (output_refused(cfg_)) return 2;
     ProcessRun run(cfg_, registry_, capture);
     progress::Slot* slot = progress::acquire();
     run.set_progress(slot);

@@ -101,7 +101,7 @@ def test_inefficient_on_a_dump_without_accesses_says_it_had_nothing_to_judge(tmp
     off = run_cli(["--analyze=inefficient", f"--input={rel}"], tmp_path, check_rc=0)
     assert (f"msmemscope: warning: --analyze: {rel} has no ACCESS rows (it was recorded without access in --events): "
             "the inefficient analysis, which judges accesses, had nothing to judge") in off.stderr.splitlines()
-    # the Python function says it as a warning about the user's file, at the user's line
+    # the Python function says it as a warning about the user's file, at the user's line, in config()'s words
     (tmp_path / "check.py").write_text("import sys, warnings, msmemscope\n"
                                        "warnings.simplefilter('always')\n"
                                        "msmemscope.check_inefficient(sys.argv[1])\n")
@@ -109,7 +109,7 @@ def test_inefficient_on_a_dump_without_accesses_says_it_had_nothing_to_judge(tmp
                        timeout=300, env={"PYTHONPATH": str(BUILD / "python"), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     assert (f"check.py:3: UserWarning: msmemscope.check_inefficient: {rel} has no ACCESS rows (it was recorded "
-            "without access in --events): the inefficient analysis, which judges accesses, had nothing to judge"
+            "without access in 'events'): the inefficient analysis, which judges accesses, had nothing to judge"
             ) in p.stderr, p.stderr
 
 

@@ -17,6 +17,7 @@ And the Perfetto trace marks each out-of-memory failure (the oom analyzer's
 finding) once, with or without --analysis=oom, as the CSV has it.
 """
 import json
+import os
 import re
 import subprocess
 import textwrap
@@ -324,3 +325,180 @@ def test_trace_marks_the_simulated_npu_drivers_failure(cli, tmp_path, analysis):
     assert len([r for r in rows if r["Event Type"] == "OOM_TRIGGER"]) == (analysis == "oom")
     assert failures_in_trace(d) == [(int(snap["Timestamp(ns)"]), "halMemAlloc", 96 << 20, "npu:1",
                                      int(snap["Thread Id"]))]
+
+
+# ---------------------------------------------------------------- 5. the log file
+# The log file (msmemscope_logs/msmemscope_<ts>.log in the process folder) of an
+# API session said "--steps" where the console said 'steps', and had neither
+# the configuration's warning nor the steps never reached that the console had.
+STEPS = """\
+import msmemscope
+
+msmemscope.config(device="cpu", events="alloc", steps="9", analysis="leaks", output="out")
+msmemscope.start()
+for _ in range(2):
+    b = bytearray(100000)
+    msmemscope.step()
+msmemscope.stop()
+"""
+
+
+def the_log(d):
+    """The process folder's log: its messages without the time and logger name."""
+    text = only((d / "msmemscope_logs").glob("msmemscope_*.log")).read_text()
+    return [re.sub(r"^\[[^]]*\] \[msmemscope\] ", "", l) for l in text.splitlines()]
+
+
+@pytest.mark.parametrize("under_cli", [False, True])
+def test_the_log_file_says_what_the_console_says(tmp_path, under_cli):
+    cli = ["--device=cpu", "--events=alloc", "--steps=9", "--analysis=leaks"]
+    p, d = run_script(tmp_path, STEPS, [], cli if under_cli else None)
+    pid = d.name.split("_")[1]
+    if under_cli:
+        said = ["--events=alloc: also collecting free (for --analysis=leaks); only the events listed are written",
+                "leaks: the leak analysis is off when --steps selects steps (only some events are collected)",
+                f"pid {pid}: --steps: step 9 was never reached (its last step was 3); nothing was collected for it"]
+    else:
+        said = ['events="alloc": also collecting free (for analysis="leaks"); only the events listed are written',
+                "leaks: the leak analysis is off when 'steps' selects steps (only some events are collected)",
+                f"pid {pid}: 'steps': step 9 was never reached (its last step was 3); nothing was collected for it"]
+    err = p.stderr.splitlines()
+    assert f"msmemscope: warning: {said[0]}" in err and f"[msmemscope] warning: {said[1]}" in err, p.stderr
+    assert f"msmemscope: warning: {said[2]}" in err, p.stderr
+    log = the_log(d)
+    for s in said:
+        assert f"[warning] {s}" in log, (s, log)
+    if not under_cli:
+        assert not [l for l in log if re.search(r"(^|[^\w-])--[a-z]", l)], log
+
+
+def test_the_log_file_names_the_time_budget_as_config_does(tmp_path):
+    """A plugin over its time budget (the outputs re-run without it): the
+    log's note names 'plugin_time_budget', as the console does."""
+    fixtures = TEST_BIN.parent / "lib" / "bad_plugins"
+    p, d = run_script(tmp_path, f"""\
+import msmemscope
+msmemscope.config(device="cpu", events="alloc,free", plugin_path={str(fixtures)!r},
+                  analysis="leaks,hang_in_event", plugin_time_budget="1", output="out")
+msmemscope.start()
+a = bytearray(300000)
+msmemscope.stop()
+""", [])
+    note = ("plugin 'hang_in_event' exceeded its time budget (1 s, 'plugin_time_budget') in on_event; the outputs "
+            "were re-run without it")
+    assert f"  error: {note}" in p.stdout.splitlines(), p.stdout
+    assert f"[error] {note}" in the_log(d), the_log(d)
+
+
+# ---------------------------------------------------------------- 6. the offline Python API
+# msmemscope.analyze() and check_inefficient() run the command line's offline
+# mode; what they said to their user named its options: "collect stacks with
+# --call-stack=c" in analyze()'s report, "--plugin-option: oom.interval_ms:"
+# for analyze(..., interval_ms="abc") (after "msmemscope: error:"), "recorded
+# with --steps=2" and "without access in --events" in their warnings.
+RECORD = """\
+import ctypes, sys
+
+import msmemscope
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+kw = dict(steps=sys.argv[2]) if len(sys.argv) > 2 else {}
+msmemscope.config(device="cpu", events="alloc,free", analysis="", output=sys.argv[1], **kw)
+msmemscope.start()
+keep = []
+for _ in range(3):
+    keep.append(libc.malloc(123457))
+    msmemscope.step()
+msmemscope.stop()
+"""
+OFFLINE = """\
+import sys, warnings
+
+import msmemscope
+
+warnings.simplefilter("always")
+name, path = sys.argv[1], sys.argv[2]
+kw = dict(a.split("=", 1) for a in sys.argv[3:])
+try:
+    if name == "check_inefficient":
+        msmemscope.check_inefficient(path)
+    else:
+        print(msmemscope.analyze(name, input_path=path, **kw))
+except Exception as e:
+    print(f"raised {type(e).__name__}: {e}")
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The dump of an API run (no stacks, three blocks live at stop()), and
+    that of one with steps="2"."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    (tmp / "record.py").write_text(RECORD)
+    (tmp / "offline.py").write_text(OFFLINE)
+    dumps = []
+    for out, args in (("plain", []), ("steps", ["2"])):
+        p = subprocess.run([PY, "record.py", out] + args, cwd=str(tmp), env=clean_env(), capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        dumps.append(only(dump_files(only(process_dirs(tmp / out)))).relative_to(tmp))
+    return tmp, dumps[0], dumps[1]
+
+
+def offline(tmp, *args):
+    p = subprocess.run([PY, "offline.py"] + [str(a) for a in args], cwd=str(tmp), env=clean_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_analyze_reports_in_config_words(recorded):
+    tmp, plain, _ = recorded
+    p = offline(tmp, "leaks", plain)
+    assert ('3 block(s), 370371 bytes, allocated at: an unknown site (collect stacks with call_stack="c")'
+            in p.stdout), p.stdout
+    assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("name,option,value,allowed", [
+    ("oom", "interval_ms", "abc", "an integer in 0..3600000"),
+    ("leaks", "default_suppressions", "maybe", "true, false"),
+])
+def test_analyze_names_its_keyword_when_a_value_is_refused(recorded, name, option, value, allowed):
+    tmp, plain, _ = recorded
+    p = offline(tmp, name, plain, f"{option}={value}")
+    assert p.stdout == (f"raised RuntimeError: msmemscope.analyze: {option}: invalid value '{value}' "
+                        f"(allowed: {allowed})\n"), p.stdout
+
+
+def test_offline_warnings_name_config_keys(recorded):
+    tmp, plain, steps = recorded
+    p = offline(tmp, "check_inefficient", plain)
+    assert (f"UserWarning: msmemscope.check_inefficient: {plain} has no ACCESS rows (it was recorded without access "
+            "in 'events'): the inefficient analysis, which judges accesses, had nothing to judge") in p.stderr, p.stderr
+    p = offline(tmp, "leaks", steps)
+    assert (f"UserWarning: msmemscope.analyze: {steps} was recorded with steps=\"2\" (its START_TRACE row says so): "
+            "it holds only those steps' events") in p.stderr, p.stderr
+    assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------- 7. the host's refusal of an output folder
+@pytest.mark.skipif(os.geteuid() != 0, reason="the output folder is judged so only for a run as root")
+def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
+    # Before: "msmemscope: error: --output: 'ww/out' is not safe ..." to a
+    # program that set output="ww/out".
+    (tmp_path / "ww").mkdir()
+    (tmp_path / "ww").chmod(0o777)
+    script = tmp_path / "script.py"
+    script.write_text('import msmemscope\n'
+                      'msmemscope.config(device="cpu", analysis="", output="ww/out")\n'
+                      'try:\n'
+                      '    msmemscope.start()\n'
+                      'except RuntimeError as e:\n'
+                      '    print("raised", e)\n')
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("raised "), p.stdout + p.stderr
+    assert (f"msmemscope: error: 'output': 'ww/out' is not safe for a run as root: its folder {tmp_path}/ww is "
+            "writable by all users; give a folder that only root can write") in p.stderr.splitlines(), p.stderr

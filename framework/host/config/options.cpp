@@ -122,6 +122,9 @@ const std::vector<OptionDef>& options() {
         {"ready-fd", 0, true, nullptr, kInternal, false, "<FD>",
          "(internal) with --serve-session: write 'serving <capture>' to this descriptor once each capture's "
          "pipeline runs"},
+        {"python-api", 0, false, nullptr, kInternal, false, "",
+         "(internal) with --analyze: run for the Python package's offline functions (msmemscope.analyze()): "
+         "messages name msmemscope.config()'s keys"},
     };
     return table;
 }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api_words.h"
 #include "offline/dump_reader.h"
 #include "offline/memory_budget.h"
 #include "pipeline.h"
@@ -132,7 +133,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         for (size_t i = 0; i < steps.size(); ++i) list += (i ? "," : "") + std::to_string(steps[i]);
         if (std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "leaks") != cfg.analyzers.end())
             warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
-                          << " was recorded with --steps=" << list << " (" << escape_controls(source)
+                          << said(cfg, " was recorded with --steps=" + list) << " (" << escape_controls(source)
                           << "): it holds only those steps' events, and a block freed in a later step looks "
                              "live at its end; the leak analysis is off for it, as it was in the run\n";
     }
@@ -204,12 +205,12 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     // (--events without access, the default) gives it nothing to judge.
     if (accesses == 0 && std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "inefficient") != cfg.analyzers.end())
         warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
-                      << " has no ACCESS rows (it was recorded without access in --events): the inefficient "
-                         "analysis, which judges accesses, had nothing to judge\n";
+                      << said(cfg, " has no ACCESS rows (it was recorded without access in --events)")
+                      << ": the inefficient analysis, which judges accesses, had nothing to judge\n";
 
     std::cout << "msmemscope: analysed " << path << " (" << stream.rows() << " rows) with "
               << join(cfg.analyzers, ", ") << "\n";
-    for (auto& line : pipeline.report_lines()) std::cout << line << "\n";
+    for (auto& line : pipeline.report_lines()) std::cout << said(cfg, line) << "\n";
     // Each failure was said on stderr when it happened (Pipeline::
     // plugin_failed): the exit status as for a run, 71 for a dropped
     // analyzer, 70 for the write-back sink (its results are lost).
