@@ -1,6 +1,5 @@
 #include "api_words.h"
 
-#include <atomic>
 #include <cctype>
 #include <cstring>
 
@@ -52,16 +51,10 @@ bool value_ends(const std::string& t, size_t i) {
     return false;
 }
 
-// --python-api (main.cpp): this process runs an offline analysis for the
-// Python package.
-std::atomic<bool> g_offline_api{false};
-
 }  // namespace
 
-void set_offline_api() { g_offline_api = true; }
-
 std::string said(const Config& cfg, const std::string& text) {
-    return !cfg.serve_session.empty() || g_offline_api ? api_words(text) : text;
+    return !cfg.serve_session.empty() || cfg.offline_api ? api_words(text) : text;
 }
 
 const char* api_key(const std::string& option) {

@@ -15,11 +15,9 @@ std::string api_words(const std::string& text);
 // What the host says to its user: api_words(text) where that user is one
 // of the Python API's, a session's program (--serve-session) or a caller of
 // msmemscope.analyze() or check_inefficient(), the offline analysis the
-// package runs with --python-api (main() then calls set_offline_api());
-// else text as it is.
+// package runs with --python-api (Config::offline_api); else text as it is.
 struct Config;
 std::string said(const Config& cfg, const std::string& text);
-void set_offline_api();
 // config()'s key for a command-line option (without "--"): "call-stack" ->
 // "call_stack"; nullptr for an option config() has no key for.
 const char* api_key(const std::string& option);

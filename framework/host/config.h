@@ -78,6 +78,7 @@ struct Config {
     bool save_capture = false;       // keep the raw .msmcap next to the output
     bool aggregate = false;          // --aggregate: no per-event rows (csv/db off), capture released as read
     std::string serve_session;       // Python mode: serve this session folder
+    bool offline_api = false;        // --python-api: an --analyze run for msmemscope.analyze() (api_words.h)
     int parent_pid = 0;              // ... until this process exits
     int ready_fd = -1;               // ... and say on it when a capture is served
     std::vector<std::string> plugin_search_paths;

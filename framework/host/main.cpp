@@ -121,7 +121,6 @@ int run_main(int argc, char** argv) {
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
-    if (cfg.analyze && raw.values.count("python-api")) set_offline_api();  // msmemscope.analyze() (api_words.h)
     supervisor::set_time_budget({cfg.plugin_call_budget_s, cfg.plugin_finish_budget_s});
     if (!cfg.serve_session.empty())  // the Python API's session: config()'s words (api_words.h)
         for (auto& w : cfg.warnings) w = api_words(w);

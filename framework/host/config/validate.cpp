@@ -480,6 +480,10 @@ bool validate(const RawConfig& raw_given, const Catalog& catalog, Config& cfg, s
         if (v->value.empty()) errors.push_back(v->origin + ": empty value (allowed: a session folder)");
         cfg.serve_session = v->value;
     }
+    if (auto v = get("python-api")) {
+        if (!get("analyze")) errors.push_back(v->origin + ": only with --analyze (the Python package's analyze())");
+        cfg.offline_api = true;
+    }
     if (auto v = get("parent-pid")) {
         unsigned long long n;
         if (!parse_uint(v->value, n) || n == 0 || n > 0x7fffffff) errors.push_back(bad_value(v->origin, v->value, "a process id"));
