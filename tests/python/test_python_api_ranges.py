@@ -508,7 +508,8 @@ def test_cuda_block_allocated_between_ranges_is_a_shadow_malloc_at_the_next_star
     assert marks[0] < i_a < marks[1] and marks[2] < i_off < i_free < marks[3], (marks, mem)
     assert a_m.get("shadow") is None
     assert parse_attr(read_dump(dump_files(procdir, "0")[0])[i_off]["Attr"]) == {
-        "allocation_id": off_m["allocation_id"], "addr": off_m["addr"], "size": str(1 << 20), "shadow": "true"}
+        "allocation_id": off_m["allocation_id"], "addr": off_m["addr"], "size": str(1 << 20), "shadow": "true",
+        "driver": "cuda", "alloc_type": "alloc"}  # (the Attr of a block recorded in a range)
     # its FREE pairs with it: device 0 had both blocks, and ends with "a" alone
     assert off_f["allocation_id"] == off_m["allocation_id"]
     assert (off_f["size"], off_f["device_used"]) == (str(1 << 20), "1000"), off_f
