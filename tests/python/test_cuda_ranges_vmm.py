@@ -18,8 +18,8 @@ import re
 
 import pytest
 
-from conftest import BUILD, dump_files, parse_attr, read_dump
-from test_python_api_ranges import run
+from conftest import parse_attr
+from test_python_api_ranges import CUDA_ENV, CUDA_VMM_PRELUDE, run_between_ranges, two_ranges
 
 MiB = 1 << 20
 
@@ -29,25 +29,7 @@ import msmemscope
 
 if {api!r}:
     msmemscope.config(device="cuda", analysis="leaks,decompose", sinks="csv,html", output={out!r})
-rt = ctypes.CDLL("libfakecudart.so")
-assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
-cu = ctypes.CDLL("libcuda.so.1")
-class Loc(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-class Flags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
-class Prop(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Loc),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", Flags)]
-prop = Prop(type=1, location=Loc(type=1, id=0))   # pinned, on device 0
-MB2 = 2 << 20
-def create(label):
-    h = ctypes.c_uint64()
-    assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(MB2), ctypes.byref(prop), ctypes.c_ulonglong(0)) == 0
-    print(f"{{label}} 0x{{h.value:016x}}", flush=True)
-    return h
-def mmap(label, at, h):
+""" + CUDA_VMM_PRELUDE.lstrip("\n") + """def mmap(label, at, h):
     assert cu.cuMemMap(ctypes.c_uint64(at), ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
     print(f"{{label}} 0x{{at:016x}}", flush=True)
 va = ctypes.c_uint64()
@@ -75,21 +57,12 @@ msmemscope.stop()
 
 @pytest.fixture(params=[True, False], ids=["api_alone", "under_cli"])
 def vmm_run(request, tmp_path):
-    api = request.param
-    out = tmp_path / "out"
-    p, script, procdir = run(tmp_path, PROG.format(api=api, out=str(out)),
-                             env={"LD_LIBRARY_PATH": str(BUILD / "tests" / "lib" / "cuda")},
-                             cli=None if api else ["--device=cuda", "--analysis=leaks,decompose", "--sinks=csv,html",
-                                                   "--collect-mode=deferred"])
-    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
-    return p, procdir, names
+    return run_between_ranges(tmp_path, PROG, request.param, "cuda", CUDA_ENV, analysis="leaks,decompose",
+                              cli_extra=["--sinks=csv,html"])
 
 
 def mem_rows(procdir, names):
-    rows = read_dump(dump_files(procdir, "0")[0])
-    marks = [i for i, r in enumerate(rows)
-             if r["Event"] == "SYSTEM" and r["Event Type"] in ("START_TRACE", "STOP_TRACE")]
-    assert len(marks) == 4, rows
+    rows, marks = two_ranges(procdir, "0")
     mem = [(i, names[int(r["Ptr"], 16)], r["Event"], r["Event Type"], parse_attr(r["Attr"]))
            for i, r in enumerate(rows) if r["Event"] in ("MALLOC", "FREE")]
     return marks, mem

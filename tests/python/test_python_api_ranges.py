@@ -48,13 +48,15 @@ def sized(rows, size):
             and parse_attr(r["Attr"]).get("size") == str(size)]
 
 
-def run_between_ranges(tmp_path, body, api, device, env, **fmt):
+def run_between_ranges(tmp_path, body, api, device, env, analysis="leaks", cli_extra=(), **fmt):
     """Runs body (formatted with api, out and fmt) alone (api: it calls
     config(device=device, ...) itself) or under the CLI (--device=device
-    --analysis=leaks --collect-mode=deferred). Returns the run, its process
-    folder and the blocks it printed ("label 0x...": address -> label)."""
+    --analysis=analysis, cli_extra, --collect-mode=deferred). Returns the
+    run, its process folder and the blocks it printed ("label 0x...":
+    address -> label)."""
     p, script, procdir = run(tmp_path, body.format(api=api, out=str(tmp_path / "out"), **fmt), env=env,
-                             cli=None if api else [f"--device={device}", "--analysis=leaks", "--collect-mode=deferred"])
+                             cli=None if api else [f"--device={device}", f"--analysis={analysis}", *cli_extra,
+                                                   "--collect-mode=deferred"])
     names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
     return p, procdir, names
 
@@ -290,7 +292,10 @@ def test_a_plugin_over_its_time_budget_is_said_in_config_words(tmp_path):
 
 
 # ---------------------------------------------------------------- 3. device blocks freed between ranges
-NPU_BETWEEN = """
+# The simulated Ascend runtime, and its driver's halMemAlloc/halMemFree called
+# from a library of the program's (fw), in a program's text (a str.format
+# template with {sim}).
+NPU_SIM_PRELUDE = """
 import ctypes, os
 import msmemscope
 
@@ -300,7 +305,9 @@ fw = ctypes.CDLL(os.path.join(sim, "libascend_sim_framework.so"))
 fw.fw_hal_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_ulonglong, ctypes.c_ulonglong]
 fw.fw_hal_free.argtypes = [ctypes.c_void_p]
 assert acl.aclInit(None) == 0
+"""
 
+NPU_BETWEEN = NPU_SIM_PRELUDE + """
 def alloc(label, n, dev):
     p = ctypes.c_void_p()
     assert fw.fw_hal_alloc(ctypes.byref(p), n, dev | (1 << 10) | (33 << 56)) == 0
@@ -345,17 +352,8 @@ def test_npu_block_freed_between_ranges_is_freed_when_the_next_starts(tmp_path, 
     assert "1.000000 Mb" not in p.stdout, p.stdout
 
 
-NPU_OFF = """
-import ctypes, os
-import msmemscope
-
-sim = {sim!r}
-acl = ctypes.CDLL(os.path.join(sim, "libascendcl.so"))
+NPU_OFF = NPU_SIM_PRELUDE + """
 hal = ctypes.CDLL(os.path.join(sim, "libascend_hal.so"))  # its own symbols: around the hooks
-fw = ctypes.CDLL(os.path.join(sim, "libascend_sim_framework.so"))
-fw.fw_hal_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_ulonglong, ctypes.c_ulonglong]
-fw.fw_hal_free.argtypes = [ctypes.c_void_p]
-assert acl.aclInit(None) == 0
 FLAG = 1 | (1 << 10) | (1 << 17) | (33 << 56)  # device 1, device memory, huge pages, module 33
 
 def alloc(label, n, through=fw.fw_hal_alloc):
@@ -386,13 +384,10 @@ def test_npu_block_made_while_off_is_known_as_a_block_recorded_in_a_range(tmp_pa
     # block the hooks never saw, after collection had been off, was said to
     # be of a block "made before the hooks went in: ... before the first
     # msmemscope.start()" without the CLI, when the hooks had been in since.
-    out = tmp_path / "out"
     env = {"ASCEND_SIM_DEVICE_MEM": str(128 * MiB), "LD_LIBRARY_PATH": str(SIM_LIB)}
-    p, script, procdir = run(tmp_path, NPU_OFF.format(sim=str(SIM_LIB), api=api, out=str(out)), env=env,
-                             cli=None if api else ["--device=npu", "--analysis=leaks,decompose",
-                                                   "--collect-mode=deferred"])
-    names = {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", p.stdout, re.M)}
-    rows = read_dump(dump_files(procdir, "1")[0])
+    p, procdir, names = run_between_ranges(tmp_path, NPU_OFF, api, "npu", env, analysis="leaks,decompose",
+                                           sim=str(SIM_LIB))
+    rows, _ = two_ranges(procdir, "1")
     mem = [(names.get(int(r["Ptr"], 16)), r["Event"], parse_attr(r["Attr"])) for r in rows
            if r["Event"] in ("MALLOC", "FREE")]
     assert [m[:2] for m in mem] == [("x", "MALLOC"), ("off", "MALLOC"), ("off", "FREE"), ("x", "FREE")], mem
@@ -602,12 +597,9 @@ def test_cuda_block_allocated_between_ranges_is_a_shadow_malloc_at_the_next_star
     assert summary["pools"]["cpu/HOST_PINNED"]["final_bytes"] == 0, summary["pools"]
 
 
-VMM_OFF = """
-import ctypes
-import msmemscope
-
-if {api!r}:
-    msmemscope.config(device="cuda", analysis="leaks", output={out!r})
+# The simulated CUDA driver (device 0 current) and cuMemCreate of 2 MiB
+# handles, in a program's text (a str.format template).
+CUDA_VMM_PRELUDE = """
 rt = ctypes.CDLL("libfakecudart.so")
 assert rt.fakertInit() == 0 and rt.fakertSetDevice(0) == 0
 cu = ctypes.CDLL("libcuda.so.1")
@@ -626,7 +618,15 @@ def create(label):
     assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(MB2), ctypes.byref(prop), ctypes.c_ulonglong(0)) == 0
     print(f"{{label}} 0x{{h.value:016x}}", flush=True)
     return h
-def release(h):
+"""
+
+VMM_OFF = """
+import ctypes
+import msmemscope
+
+if {api!r}:
+    msmemscope.config(device="cuda", analysis="leaks", output={out!r})
+""" + CUDA_VMM_PRELUDE.lstrip("\n") + """def release(h):
     assert cu.cuMemRelease(h) == 0
 va = ctypes.c_uint64()
 assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
