@@ -10,6 +10,7 @@ The program (simulated CUDA driver, tests/fixtures/cuda), device 0:
   range 1   h1 = cuMemCreate 2 MiB                           2 MiB
   off       blk = cuMemAlloc 1 MiB, h2 = cuMemCreate 2 MiB   5 MiB (the peak)
             cuMemMap m1 (h1) and m2 (h2), 2 MiB each          (views of h1, h2)
+            cuMemMap and cuMemUnmap m0 (h2)                   (no rows)
   range 2   cuMemUnmap m1+m2, cuMemRelease h2, cuMemFree blk 2 MiB
             h3 = cuMemCreate 2 MiB, cuMemMap m3 (h3), kept    4 MiB
   leaked at stop(): h1 and h3, 4 MiB in 2 blocks (m3 is h3's memory)
@@ -33,7 +34,7 @@ if {api!r}:
     assert cu.cuMemMap(ctypes.c_uint64(at), ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
     print(f"{{label}} 0x{{at:016x}}", flush=True)
 va = ctypes.c_uint64()
-assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(3 * MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(4 * MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
                               ctypes.c_ulonglong(0)) == 0
 va = va.value
 msmemscope.start()
@@ -43,6 +44,8 @@ blk = ctypes.c_uint64()                # collection off: a block made before ran
 assert cu.cuMemAlloc_v2(ctypes.byref(blk), ctypes.c_size_t(1 << 20)) == 0
 print(f"blk 0x{{blk.value:016x}}", flush=True)
 h2 = create("h2")
+mmap("m0", va + 3 * MB2, h2)           # (mapped and unmapped while it is off: no rows)
+assert cu.cuMemUnmap(ctypes.c_uint64(va + 3 * MB2), ctypes.c_size_t(MB2)) == 0
 mmap("m1", va, h1)                     # ... and mappings made while it is off
 mmap("m2", va + MB2, h2)
 msmemscope.start()
@@ -76,6 +79,7 @@ def test_rows_made_while_off_carry_the_attr_of_rows_recorded_in_a_range(vmm_run)
     p, procdir, names = vmm_run
     marks, mem = mem_rows(procdir, names)
     assert all(m[3] == "HAL" for m in mem), mem
+    assert "m0" not in {m[1] for m in mem}, mem
     inside = [m for m in mem if m[0] < marks[3]]
     ranges = [[(n, e) for i, n, e, t, a in inside if marks[2 * k] < i < marks[2 * k + 1]] for k in (0, 1)]
     assert ranges[0] == [("h1", "MALLOC")], ranges
