@@ -619,6 +619,43 @@ live_blocks::Table g_freed_off;
 // msms_agent_set_shadow_host_observer's (agent.h).
 std::atomic<msms_shadow_host_observer> g_shadow_host_observer{nullptr};
 
+// The Attr extras of blocks allocated while collection is off
+// (msms_agent_off_alloc_attrs): each distinct text once, for the process's
+// life, so that the table of such blocks holds a 6-bit index (tag N is
+// slot N - 1). A slot goes empty -> being written -> ready, never back.
+namespace off_attrs {
+constexpr size_t kSlots = live_blocks::kMaxTag, kLen = 192;
+char g_text[kSlots][kLen];
+std::atomic<int> g_state[kSlots];  // 0 empty, 1 being written, 2 ready
+
+// 0: none (empty text), or no room (a full table, a text too long): -1.
+int tag_of(const char* attrs) {
+    if (!attrs || !*attrs) return 0;
+    const size_t n = strlen(attrs);
+    if (n >= kLen) return -1;
+    for (size_t i = 0; i < kSlots; ++i) {
+        int st = g_state[i].load(std::memory_order_acquire);
+        if (st == 2) {
+            if (strcmp(g_text[i], attrs) == 0) return static_cast<int>(i + 1);
+            continue;
+        }
+        if (st == 1) continue;  // another thread's text: it may be this one (then held twice)
+        if (g_state[i].compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
+            memcpy(g_text[i], attrs, n + 1);
+            g_state[i].store(2, std::memory_order_release);
+            return static_cast<int>(i + 1);
+        }
+        if (st == 2 && strcmp(g_text[i], attrs) == 0) return static_cast<int>(i + 1);
+    }
+    return -1;
+}
+
+const char* text(uint8_t tag) {
+    if (tag == 0 || tag > kSlots || g_state[tag - 1].load(std::memory_order_acquire) != 2) return nullptr;
+    return g_text[tag - 1];
+}
+}  // namespace off_attrs
+
 // Collection starts: every block freed while it was off (above) gets its
 // shadow FREE, then every block allocated while it was off and still live
 // is written now as a MALLOC with Attr shadow:true and no stacks (upstream's
@@ -637,7 +674,11 @@ void emit_shadow_mallocs() {
         nullptr);
     uint64_t lost = live_blocks::drain(
         [](const live_blocks::Block& b, void*) {
-            write_shadow_malloc(b, "shadow:true");
+            // with the extras its MALLOC would have carried (off_attrs)
+            const char* extra = off_attrs::text(b.tag);
+            char attrs[off_attrs::kLen + 16];
+            if (extra) snprintf(attrs, sizeof(attrs), "shadow:true,%s", extra);
+            write_shadow_malloc(b, extra ? attrs : "shadow:true");
             if (b.type != MSMS_T_HOST) return;
             if (msms_shadow_host_observer fn = g_shadow_host_observer.load(std::memory_order_acquire)) fn(b.ptr);
         },
@@ -669,10 +710,26 @@ extern "C" {
 
 __attribute__((visibility("default"))) int msms_agent_off_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id,
                                                                 uint64_t ptr, uint64_t size) {
+    return msms_agent_off_alloc_attrs(type, dev_kind, dev_id, ptr, size, nullptr);
+}
+
+__attribute__((visibility("default"))) int msms_agent_off_alloc_attrs(uint16_t type, uint16_t dev_kind,
+                                                                      int16_t dev_id, uint64_t ptr, uint64_t size,
+                                                                      const char* attrs) {
     if (tls().depth != 0 || g_collecting.load(std::memory_order_relaxed) ||
         !g_off_tracking.load(std::memory_order_relaxed))
         return 0;
-    return live_blocks::note_alloc(type, dev_kind, dev_id, ptr, size) ? 1 : 0;
+    int tag = off_attrs::tag_of(attrs);
+    if (tag < 0) {
+        // No room for the text: the shadow MALLOC says shadow:true alone,
+        // which a mapping cannot (the host would count its memory twice).
+        if (strstr(attrs, "virtual:true")) {
+            live_blocks::count_lost();  // said at the next start
+            return 0;
+        }
+        tag = 0;
+    }
+    return live_blocks::note_alloc(type, dev_kind, dev_id, ptr, size, true, static_cast<uint8_t>(tag)) ? 1 : 0;
 }
 
 __attribute__((visibility("default"))) void msms_agent_off_free_device(uint16_t type, uint16_t dev_kind,

@@ -12,8 +12,11 @@ namespace {
 constexpr uint64_t kEmpty = 0, kTomb = 1, kBusy = 2;
 constexpr int kTypeShift = 57;
 constexpr uint64_t kPtrLimit = 1ull << kTypeShift;
-// The value: size (44 bits), device kind (4 bits), device id (16 bits).
-constexpr uint64_t kSizeMask = (1ull << 44) - 1;
+// The value: size (42 bits), device kind (4 bits), device id (12 bits,
+// signed), tag (6 bits).
+constexpr uint64_t kSizeMask = (1ull << 42) - 1;
+constexpr int kKindShift = 42, kDevShift = 46, kTagShift = 58;
+static_assert(kMaxTag < (1u << (64 - kTagShift)), "the tag fits its bits");
 
 constexpr int kLevelBits[Table::kLevels] = {16, 18, 20, 22};  // 1 MiB .. 64 MiB of address space
 constexpr unsigned kWays = 4;  // slots per bucket: 64 bytes
@@ -57,11 +60,12 @@ Table::Slot* Table::level(int i, bool create) {
 }
 
 bool Table::note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
-                       bool count_overflow) {
+                       bool count_overflow, uint8_t tag) {
     if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
     const uint64_t key = key_of(type, ptr);
-    const uint64_t val = (size > kSizeMask ? kSizeMask : size) | (static_cast<uint64_t>(dev_kind & 0xF) << 44) |
-                         (static_cast<uint64_t>(static_cast<uint16_t>(dev_id)) << 48);
+    const uint64_t val = (size > kSizeMask ? kSizeMask : size) | (static_cast<uint64_t>(dev_kind & 0xF) << kKindShift) |
+                         (static_cast<uint64_t>(static_cast<uint16_t>(dev_id) & 0xFFF) << kDevShift) |
+                         (static_cast<uint64_t>(tag > kMaxTag ? 0 : tag) << kTagShift);
     for (int l = 0; l < kLevels; ++l) {
         if (l + 1 < kLevels && too_full(held_[l].load(std::memory_order_relaxed), kLevelBits[l])) continue;
         Slot* t = level(l, true);
@@ -130,8 +134,10 @@ uint64_t Table::drain(void (*fn)(const Block&, void*), void* ctx) {
             b.ptr = k & (kPtrLimit - 1);
             b.type = static_cast<uint16_t>(k >> kTypeShift);
             b.size = v & kSizeMask;
-            b.dev_kind = static_cast<uint16_t>((v >> 44) & 0xF);
-            b.dev_id = static_cast<int16_t>(static_cast<uint16_t>(v >> 48));
+            b.dev_kind = static_cast<uint16_t>((v >> kKindShift) & 0xF);
+            // 12 bits, sign-extended
+            b.dev_id = static_cast<int16_t>(static_cast<int16_t>(static_cast<uint16_t>((v >> kDevShift) << 4)) >> 4);
+            b.tag = static_cast<uint8_t>(v >> kTagShift);
             fn(b, ctx);
         }
     }
@@ -149,11 +155,13 @@ uint64_t Table::size() const {
     return n;
 }
 
-bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, bool count_overflow) {
-    return g_off.note_alloc(type, dev_kind, dev_id, ptr, size, count_overflow);
+bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size, bool count_overflow,
+                uint8_t tag) {
+    return g_off.note_alloc(type, dev_kind, dev_id, ptr, size, count_overflow, tag);
 }
 bool note_free(uint16_t type, uint64_t ptr) { return g_off.note_free(type, ptr); }
 uint64_t drain(void (*fn)(const Block&, void*), void* ctx) { return g_off.drain(fn, ctx); }
 uint64_t size() { return g_off.size(); }
+void count_lost() { g_off.count_lost(); }
 
 }  // namespace msms::agent::live_blocks

@@ -31,7 +31,11 @@ struct Block {
     uint64_t ptr, size;
     uint16_t type, dev_kind;
     int16_t dev_id;
+    // The Attr extras of the block's MALLOC, as an index the caller keeps
+    // (the agent's table of such texts, off_attrs): 0 none, up to kMaxTag.
+    uint8_t tag = 0;
 };
+constexpr uint8_t kMaxTag = 63;
 
 class Table {
 public:
@@ -43,8 +47,10 @@ public:
     // Remembers a block (false: not remembered: a full table, or an address
     // or type the table cannot hold; counted as lost unless count_overflow
     // is false, for a caller that writes the block another way).
+    // A tag over kMaxTag is kept as 0; a size over 4 TiB as 4 TiB - 1, a
+    // device id outside -2048..2047 as its low 12 bits.
     bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
-                    bool count_overflow = true);
+                    bool count_overflow = true, uint8_t tag = 0);
     // Forgets a block (false: it was not in the table); its size in *size.
     bool note_free(uint16_t type, uint64_t ptr, uint64_t* size = nullptr);
     // Calls fn for every block held and empties the table. Returns how many
@@ -52,6 +58,8 @@ public:
     uint64_t drain(void (*fn)(const Block&, void*), void* ctx);
     // Blocks held now (tests).
     uint64_t size() const;
+    // A block the caller could not have remembered (counted as lost).
+    void count_lost() { overflow_.fetch_add(1, std::memory_order_relaxed); }
 
 private:
     struct Slot {
@@ -67,9 +75,10 @@ private:
 
 // The table of blocks allocated while collection is off.
 bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
-                bool count_overflow = true);
+                bool count_overflow = true, uint8_t tag = 0);
 bool note_free(uint16_t type, uint64_t ptr);
 uint64_t drain(void (*fn)(const Block&, void*), void* ctx);
 uint64_t size();
+void count_lost();
 
 }  // namespace msms::agent::live_blocks

@@ -526,15 +526,29 @@ void Pipeline::shadow_frees_at_end(size_t first_consumer, bool image_ended) {
     // How such a block was made unseen: before an attach; with the Python
     // API alone, before the hooks went in at start(); under the CLI, whose
     // hooks are in from the program's start, through an entry point they do
-    // not cover (a function looked up in the driver's own handle).
+    // not cover (a function looked up in the driver's own handle). After a
+    // while with collection off, also then: the hooks remember the blocks
+    // made while it is off (shadow MALLOCs at the next start), all but those
+    // the agent could not hold (it says so) and those made through an entry
+    // point they do not cover; which of them, the host cannot tell.
     const char* made = cfg_.attach_pid ? "made before the attach"
                        : !cfg_.serve_session.empty()
                            ? "made before the hooks went in: without the CLI, before the first msmemscope.start()"
                            : "made through an entry point the hooks do not cover";
+    const char* made_off =
+        cfg_.attach_pid ? "made before the attach, through an entry point the hooks do not cover, or while "
+                          "collection was off and the agent could not remember them"
+        : !cfg_.serve_session.empty()
+            ? "made before the hooks went in (without the CLI, before the first msmemscope.start()), through an "
+              "entry point the hooks do not cover, or while collection was off and the agent could not remember them"
+            : "made through an entry point the hooks do not cover, or while collection was off and the agent could "
+              "not remember them";
     for (auto& [pool, n] : unseen_device_frees_)
-        log(1, pool + ": " + std::to_string(n) + " free(s) of block(s) whose allocation was never recorded (" + made +
+        log(1, pool + ": " + std::to_string(n) + " free(s) of block(s) whose allocation was never recorded (" +
+                   (unseen_after_off_.count(pool) ? made_off : made) +
                    ") were not written; the pool's figures and the leak analysis leave those blocks out");
     unseen_device_frees_.clear();
+    unseen_after_off_.clear();
 }
 
 // The allocation id of the live framework-pool block (PTA, ATB, ...) on that
@@ -681,7 +695,10 @@ void Pipeline::feed(Record& r) {
         ++unseen_frees_;
         if (r.ev.device_kind != MSMS_DEV_CPU) {
             const char* pool = msms_event_type_name(r.ev.type);
-            ++unseen_device_frees_[msmemscope::device_label(r.ev) + "/" + (pool ? pool : "?")];
+            std::string label = msmemscope::device_label(r.ev) + "/" + (pool ? pool : "?");
+            ++unseen_device_frees_[label];
+            if (collection_was_off_ || (cfg_.collect_mode == "deferred" && cfg_.serve_session.empty()))
+                unseen_after_off_.insert(std::move(label));
         }
         ++events_;  // received, not written
         return;
@@ -692,8 +709,10 @@ void Pipeline::feed(Record& r) {
     }
     shadow_before_.clear();
     ++events_;
-    if (r.ev.kind == MSMS_EV_SYSTEM && (r.ev.type == MSMS_T_START_TRACE || r.ev.type == MSMS_T_STOP_TRACE))
+    if (r.ev.kind == MSMS_EV_SYSTEM && (r.ev.type == MSMS_T_START_TRACE || r.ev.type == MSMS_T_STOP_TRACE)) {
         ++trace_marks_;
+        if (r.ev.type == MSMS_T_STOP_TRACE) collection_was_off_ = true;
+    }
     if (r.ev.kind == MSMS_EV_OOM_DETAIL && r.ev.type == MSMS_T_OOM_TRIGGER && oom_analyzer_ < analyzers_.size() &&
         analyzers_[oom_analyzer_].alive) {
         // A collector's out-of-memory failure: the analyzers up to oom see

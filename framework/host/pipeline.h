@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -225,6 +226,12 @@ private:
     // went in, e.g. before the first msmemscope.start() without the CLI),
     // said in a warning at the end: the device's figures leave them out.
     std::map<std::string, uint64_t> unseen_device_frees_;
+    // Collection was off for a while before now (a STOP_TRACE came; under the
+    // CLI with --collect-mode=deferred, from the program's start), and the
+    // pools with an unseen free after such a while: their blocks may have
+    // been made while it was off and not remembered (shadow_frees_at_end).
+    bool collection_was_off_ = false;
+    std::set<std::string> unseen_after_off_;
 
     uint64_t next_id_ = 0;
     uint64_t next_alloc_id_ = 0;

@@ -47,6 +47,21 @@ TEST_CASE("a block noted while off comes back once from drain, with its pool and
     CHECK(lb::size() == 0);
 }
 
+TEST_CASE("a block's tag (its MALLOC's Attr extras) comes back with it, beside its device and size") {
+    drain_all();
+    CHECK(lb::note_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, 0, 0x1000, 2u << 20, true, 5));
+    CHECK(lb::note_alloc(MSMS_T_HAL, MSMS_DEV_NPU, 1023, 0x2000, (1ull << 42) - 1, true, lb::kMaxTag));
+    CHECK(lb::note_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, 0x3000, 4096, true, 1));
+    CHECK(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x4000, 1ull << 50, true, lb::kMaxTag + 1));  // kept as 0
+    auto got = drain_all();
+    REQUIRE(got.size() == 4);
+    CHECK((got[0].dev_kind == MSMS_DEV_CUDA && got[0].dev_id == 0 && got[0].size == (2u << 20) && got[0].tag == 5));
+    CHECK((got[1].dev_kind == MSMS_DEV_NPU && got[1].dev_id == 1023 && got[1].size == (1ull << 42) - 1 &&
+           got[1].tag == lb::kMaxTag));
+    CHECK((got[2].type == MSMS_T_HOST_PINNED && got[2].dev_id == -1 && got[2].size == 4096 && got[2].tag == 1));
+    CHECK((got[3].dev_id == -1 && got[3].size == (1ull << 42) - 1 && got[3].tag == 0));  // a size past 4 TiB: 4 TiB - 1
+}
+
 TEST_CASE("addresses the table cannot hold are refused, not mixed up") {
     CHECK_FALSE(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 1ull << 57, 8));
     CHECK_FALSE(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 2, 8));

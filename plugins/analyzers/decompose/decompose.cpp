@@ -91,8 +91,13 @@ public:
         // framework's and the host owner never held them.
         if (pending_host_ && !covers_pending(ev)) settle_pending();
         if (ev.kind == MSMS_EV_MALLOC) {
+            // A mapping (Attr virtual:true: cuMemMap of a cuMemCreate handle)
+            // is memory its handle's block holds: counted there, once.
+            // (Read before add_attr, which may move the event's entries.)
+            const bool mapping = attr(ev, "virtual") == "true";
             std::string owner = owner_of(ev, attr(ev, "owner"));
             host_.add_attr("owner", owner);
+            if (mapping) return;
             BlockKey k = block_key(ev);
             if (const Block* old = live_.find(k)) {
                 release(*old);

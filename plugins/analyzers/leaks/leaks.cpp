@@ -394,6 +394,9 @@ private:
             // with malloc); it is the framework's, never also a host leak.
             d.exit.erase(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
         } else if (ev.type == MSMS_T_HAL || ev.type == MSMS_T_HOST || ev.type == MSMS_T_HOST_PINNED) {
+            // A mapping (Attr virtual:true: cuMemMap of a cuMemCreate handle)
+            // is memory its handle's block holds: that block is the leak.
+            if (attr(ev, "virtual") == "true") return;
             const char* shadow = shadow_origin(ev);
             d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
                                                   stack_of(ev), py_beside_c(ev),
@@ -1128,7 +1131,7 @@ private:
         // seen == start_index+1: between A and B; +2: between B and C.
         if (seen < start_index_ + 1 || seen > start_index_ + 2) return;
         if (ev.kind == MSMS_EV_MALLOC) {
-            if (seen == start_index_ + 1) {
+            if (seen == start_index_ + 1 && attr(ev, "virtual") != "true") {  // (a mapping: its handle's memory)
                 d.allocs[ev.id] = MarkAlloc{ev.id, ev.size, addr_text(ev.ptr)};
                 d.by_ptr[ev.ptr].push_back(ev.id);
             }

@@ -237,11 +237,13 @@ const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map,virtu
 // Collection off (--collect-mode=deferred before start(), or between two
 // ranges): the agent remembers the block and writes it as a MALLOC with Attr
 // shadow:true when collection starts (agent.h), as the HAL hook does, so
-// that its FREE in a later range pairs with it. Not inside the agent's own
-// work (msms_agent_off_alloc refuses that).
-bool off_alloc(uint16_t type, uint16_t kind, int16_t dev, uint64_t ptr, uint64_t size) {
+// that its FREE in a later range pairs with it; `attrs`, the extras its
+// MALLOC carries when collecting, follow shadow:true (driver:cuda,
+// alloc_type; a mapping's virtual:true, so that the host counts its memory
+// once). Not inside the agent's own work (the agent refuses that).
+bool off_alloc(uint16_t type, uint16_t kind, int16_t dev, uint64_t ptr, uint64_t size, const char* attrs) {
     return want_memory() && msms_agent_attached() && !msms_agent_collecting() &&
-           msms_agent_off_alloc(type, kind, dev, ptr, size);
+           msms_agent_off_alloc_attrs(type, kind, dev, ptr, size, attrs);
 }
 
 void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
@@ -249,7 +251,7 @@ void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
     if (!r.on) {
         if (want_memory() && msms_agent_attached() && !msms_agent_collecting()) {
             int16_t dev = current_device();
-            if (off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size)) remember(g_blocks, ptr, Place{dev, size});
+            if (off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size, attrs)) remember(g_blocks, ptr, Place{dev, size});
         }
         return;
     }
@@ -277,7 +279,7 @@ void record_device_free(uint64_t ptr) {
 void record_pinned_alloc(const void* ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
     if (!r.on) {
-        off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size);
+        off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size, attrs);
         return;
     }
     msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr), size, 0, attrs);
@@ -417,8 +419,8 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
                 p.dev = prop && prop->location.type == MSMS_CU_MEM_LOCATION_TYPE_DEVICE
                             ? static_cast<int16_t>(prop->location.id)
                             : current_device();
-            if (host ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size)
-                     : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, *handle, size))
+            if (host ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size, kAttrPinnedCreate)
+                     : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, *handle, size, kAttrCreate))
                 remember(g_handles, *handle, p);
         } else if (r.on) {
             if (host) {
@@ -468,15 +470,25 @@ MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
     CUresult rc = f(ptr, size, offset, handle, flags);
     if (rc == MSMS_CUDA_SUCCESS) {
         Recording r(want_memory());
-        if (r.on) {
+        // Collection off: a shadow MALLOC at the next start, with the
+        // mapping's Attr (virtual:true: the host counts the memory under the
+        // handle only), so that its unmap in a later range pairs with it.
+        const bool off = !r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting();
+        if (r.on || off) {
             Place p{0, 0};
             if (!peek(g_handles, handle, p)) p.dev = current_device();
-            g_lock.lock();
-            if (!g_maps) g_maps = new std::map<uint64_t, Place>();
-            (*g_maps)[ptr] = Place{p.dev, size};
-            g_lock.unlock();
-            if (p.dev < 0) msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, 0, kAttrPinnedMap);
-            else msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr, size, 0, kAttrMap);
+            bool keep = true;
+            if (off)
+                keep = p.dev < 0 ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, kAttrPinnedMap)
+                                 : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr, size, kAttrMap);
+            if (keep) {
+                g_lock.lock();
+                if (!g_maps) g_maps = new std::map<uint64_t, Place>();
+                (*g_maps)[ptr] = Place{p.dev, size};
+                g_lock.unlock();
+            }
+            if (r.on && p.dev < 0) msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, 0, kAttrPinnedMap);
+            else if (r.on) msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr, size, 0, kAttrMap);
         }
     }
     return rc;
@@ -488,8 +500,8 @@ MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     {
         Recording r(want_memory());
         // Collection off: the mappings a range recorded get their FREE when
-        // it starts again (a mapping made while it was off has no row: a
-        // shadow MALLOC would not say virtual:true, see kAttrMap).
+        // it starts again; one made while it was off is forgotten (the agent
+        // remembered it for a shadow MALLOC, cuMemMap).
         bool off = !r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting();
         if (r.on || off) {
             // One unmap may cover several mappings: free each of them.

@@ -141,31 +141,40 @@ bool device_wanted(const Where& w) {
     return w.kind == MSMS_DEV_CPU ? g_devices.cpu() : g_devices.npu(w.id);
 }
 
+// The Attr extras of a block's MALLOC.
+void malloc_attrs(char (&attrs)[160], const Where& w, unsigned long long flag, bool create) {
+    size_t n = 0;
+    attrs[0] = 0;
+    if (w.type == MSMS_T_HOST_PINNED) {
+        n = put(attrs, n, sizeof(attrs), "pinned:true");
+    } else {
+        n = put(attrs, n, sizeof(attrs), "owner:CANN@");
+        n = put(attrs, n, sizeof(attrs), module_name(static_cast<unsigned>(flag >> kModuleShift)));
+        n = put(attrs, n, sizeof(attrs), ",page_type:");
+        n = put(attrs, n, sizeof(attrs), (flag & kGiantBit) ? "giant" : (flag & kHugeBit) ? "huge" : "normal");
+        n = put(attrs, n, sizeof(attrs), create ? ",alloc_type:create" : ",alloc_type:alloc");
+    }
+}
+
 void record_malloc(void* ptr, unsigned long long size, unsigned long long flag, bool create) {
     if (!ptr) return;
+    char attrs[160];
     if (!msms_agent_enter()) {
         // Collection off: the agent remembers the block for a shadow MALLOC
-        // when it starts (agent.h); its free is then reported as usual.
+        // when it starts (agent.h), with the extras its MALLOC would carry
+        // (owner, page_type, alloc_type); its free is then reported as usual.
         Where w = where_of(flag);
         uint64_t p = reinterpret_cast<uint64_t>(ptr);
-        if (msms_agent_attached() && !msms_agent_collecting() && wants_memory() && device_wanted(w) &&
-            msms_agent_off_alloc(w.type, w.kind, w.id, p, size))
-            g_blocks.put(p, BlockInfo{w.type, w.kind, w.id, 0, size});
+        if (msms_agent_attached() && !msms_agent_collecting() && wants_memory() && device_wanted(w)) {
+            malloc_attrs(attrs, w, flag, create);
+            if (msms_agent_off_alloc_attrs(w.type, w.kind, w.id, p, size, attrs))
+                g_blocks.put(p, BlockInfo{w.type, w.kind, w.id, 0, size});
+        }
         return;
     }
     Where w = where_of(flag);
     if (wants_memory() && device_wanted(w)) {
-        char attrs[160];
-        size_t n = 0;
-        if (w.type == MSMS_T_HOST_PINNED) {
-            n = put(attrs, n, sizeof(attrs), "pinned:true");
-        } else {
-            n = put(attrs, n, sizeof(attrs), "owner:CANN@");
-            n = put(attrs, n, sizeof(attrs), module_name(static_cast<unsigned>(flag >> kModuleShift)));
-            n = put(attrs, n, sizeof(attrs), ",page_type:");
-            n = put(attrs, n, sizeof(attrs), (flag & kGiantBit) ? "giant" : (flag & kHugeBit) ? "huge" : "normal");
-            n = put(attrs, n, sizeof(attrs), create ? ",alloc_type:create" : ",alloc_type:alloc");
-        }
+        malloc_attrs(attrs, w, flag, create);
         uint64_t p = reinterpret_cast<uint64_t>(ptr);
         g_blocks.put(p, BlockInfo{w.type, w.kind, w.id, 0, size});
         msms_agent_alloc(w.type, w.kind, w.id, p, size, flag, attrs);

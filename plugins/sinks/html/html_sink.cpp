@@ -907,6 +907,13 @@ private:
     void memory(const msms_event& ev) {
         bool takes = ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(ev.type);
         if (pending_host_ && !(takes && hkey(ev) == pending_hkey_)) settle_host_pending();
+        // A mapping (Attr virtual:true: cuMemMap of a cuMemCreate handle) is
+        // memory its handle's block holds: charted there, once.
+        if (ev.kind == MSMS_EV_MALLOC && msmemscope::attr(ev, "virtual") == "true") {
+            if (ev.allocation_id) mappings_.insert(ev.allocation_id);
+            return;
+        }
+        if (ev.kind == MSMS_EV_FREE && ev.allocation_id && mappings_.erase(ev.allocation_id)) return;
         if (takes) take_host_block(ev);
         Device& d = device(ev);
         ++seq_;
@@ -1398,6 +1405,7 @@ private:
     bool keep_gone_ = true;                            // findings may name freed blocks
     std::vector<LeakRow> leak_rows_;                   // every finding of the leaks analyzer
     msms::AddrMap<std::pair<Device*, uint64_t>> live_id_;  // MALLOC event id -> live block
+    std::unordered_set<uint64_t> mappings_;  // allocation ids of the live mappings (virtual:true), not charted
     std::vector<Gone> gone_;
     std::unordered_map<std::string, uint32_t> text_sites_;
     std::unordered_map<const Device*, LeakSum> leaked_;

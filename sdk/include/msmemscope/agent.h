@@ -93,6 +93,18 @@ void msms_agent_off_free(uint16_t type, uint64_t ptr);
  * again; msms_agent_off_free knows no device and keeps that only for HOST
  * blocks. (Newer agents only: look it up with dlsym.) */
 void msms_agent_off_free_device(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
+/* msms_agent_off_alloc with the Attr extras the block's MALLOC carries when
+ * collecting (`attrs`, msms_agent_alloc's "key:value,..." text; NULL or ""
+ * for none): its shadow MALLOC carries them after shadow:true, so that the
+ * host, the sinks and the analyzers know it as they know a block recorded
+ * in a range (driver, alloc_type; virtual:true, a mapping of memory another
+ * block accounts for, which the host then counts once). The agent keeps up
+ * to 63 distinct texts of at most 191 characters for the process's life;
+ * past that a block's shadow MALLOC carries shadow:true alone, and one
+ * whose text says virtual:true is not remembered (counted twice
+ * otherwise). (Newer agents only: look it up with dlsym.) */
+int msms_agent_off_alloc_attrs(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr, uint64_t size,
+                               const char* attrs);
 
 /* The calling thread enters / leaves the import of a Python module (the
  * Python package's CLI boot calls these around the import machinery when
