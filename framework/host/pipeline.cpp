@@ -652,7 +652,6 @@ void Pipeline::build_views(Record& r) {
     std::string_view py = r.py_text(), c = r.c_text();
     r.ev.py_stack = {py.data(), static_cast<uint32_t>(py.size())};
     r.ev.c_stack = {c.data(), static_cast<uint32_t>(c.size())};
-    attrs_dirty_ = false;
 }
 
 void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, bool to_sinks) {
@@ -669,8 +668,11 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
             rc = a.d->on_event(a.obj, &r.ev);
         }
         if (rc != MSMS_OK) plugin_failed(a, with_reason(a, "failed on event " + std::to_string(r.ev.id)), rc);
-        // add_attr changed the list: refresh the views
-        if (attrs_dirty_) build_views(r);
+        // its add_attr entries, now that it no longer holds the views
+        if (!r.added.empty()) {
+            apply_added(r);
+            build_views(r);
+        }
     }
     // stacks from the symbolizer's cache (py_ref, c_ref) outlive the lanes
     if (lanes_ && to_sinks) lanes_->event(r.ev, r.py_ref.data() != nullptr, r.c_ref.data() != nullptr);
@@ -850,19 +852,29 @@ int Pipeline::api_progress(void* h, const msms_progress* p) {
     return MSMS_OK;
 }
 
+// Kept aside until the analyzer's on_event returns (Record::added): the
+// event it was given points into the entries it would change or move.
 int Pipeline::api_add_attr(void* h, msms_str k, msms_str v) {
     auto* p = of(h);
     if (!p->current_ || t_sink >= 0) return MSMS_ERR_INVALID_ARGUMENT;  // analyzers' calls (sinks have their own threads)
     std::string key = to_s(k);
-    p->attrs_dirty_ = true;
-    for (auto& kv : p->current_->attrs)
+    for (auto& kv : p->current_->added)
         if (kv.first == key) {
             kv.second = to_s(v);
             return MSMS_OK;
         }
-    // A computed entry of the same key (e.g. "size") is replaced, not repeated.
-    p->current_->attrs.emplace_back(std::move(key), to_s(v));
+    p->current_->added.emplace_back(std::move(key), to_s(v));
     return MSMS_OK;
+}
+
+void Pipeline::apply_added(Record& r) {
+    for (auto& [key, value] : r.added) {
+        auto it = std::find_if(r.attrs.begin(), r.attrs.end(), [&](const auto& kv) { return kv.first == key; });
+        // A computed entry of the same key (e.g. "size") is replaced, not repeated.
+        if (it != r.attrs.end()) it->second = std::move(value);
+        else r.attrs.emplace_back(std::move(key), std::move(value));
+    }
+    r.added.clear();
 }
 
 int Pipeline::api_annotate(void* h, uint64_t id, msms_str k, msms_str v) {

@@ -183,6 +183,7 @@ private:
     static int api_progress(void* h, const msms_progress* p);
     static void api_log(void* h, int level, msms_str m);
     static int api_add_attr(void* h, msms_str k, msms_str v);
+    static void apply_added(Record& r);  // an analyzer's add_attr entries, once its on_event returned
     static int api_annotate(void* h, uint64_t id, msms_str k, msms_str v);
     static int api_emit(void* h, const msms_event* ev);
     static int api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n);
@@ -217,7 +218,6 @@ private:
     };
     std::string attr_text_;
     std::vector<AttrSpan> attr_spans_;
-    bool attrs_dirty_ = false;
     size_t current_analyzer_ = 0;
     std::deque<std::pair<Record, size_t>> emitted_;  // event, first analyzer to see it
     std::vector<Record> shadow_before_;  // shadow FREEs due before the current event

@@ -26,6 +26,11 @@ struct Record {
     std::string_view py_text() const { return py_ref.data() ? py_ref : std::string_view(py_stack); }
     std::string_view c_text() const { return c_ref.data() ? c_ref : std::string_view(c_stack); }
     bool complete_attrs = false;
+    // What analyzers gave with add_attr during their on_event: applied to
+    // `attrs` when that call returns (Pipeline::dispatch), so the views the
+    // analyzer holds (ev.attrs, pointing into `attrs`) stay valid and as they
+    // were for the whole call.
+    std::vector<std::pair<std::string, std::string>> added;
     Record() { reset(); }
     // Back to a fresh record, keeping the strings' and vector's storage (the
     // host reuses one Record per event stream: no allocation per event).
@@ -36,6 +41,7 @@ struct Record {
         ev.pool_used = ev.pool_total = ev.process_used = ev.device_used = -1;
         name.clear();
         attrs.clear();
+        added.clear();
         py_stack.clear();
         c_stack.clear();
         py_ref = c_ref = std::string_view();

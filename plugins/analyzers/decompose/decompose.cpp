@@ -93,7 +93,6 @@ public:
         if (ev.kind == MSMS_EV_MALLOC) {
             // A mapping (Attr virtual:true: cuMemMap of a cuMemCreate handle)
             // is memory its handle's block holds: counted there, once.
-            // (Read before add_attr, which may move the event's entries.)
             const bool mapping = attr(ev, "virtual") == "true";
             std::string owner = owner_of(ev, attr(ev, "owner"));
             host_.add_attr("owner", owner);

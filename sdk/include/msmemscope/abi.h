@@ -295,8 +295,11 @@ typedef struct msms_host_api {
     void* host; /* opaque, pass back as the first argument */
     /* level: 0 info, 1 warn, 2 error. Goes to the run's log. */
     void (*log)(void* host, int level, msms_str message);
-    /* Analyzers: add one Attr entry to the event being delivered now (before
-     * sinks see it). Returns MSMS_ERR_INVALID_ARGUMENT outside on_event. */
+    /* Analyzers: add one Attr entry to the event being delivered now (an
+     * entry of the same key is replaced). The analyzers after the caller and
+     * the sinks see it; the event the caller was given stays as it was, its
+     * views valid, until its on_event returns. Returns
+     * MSMS_ERR_INVALID_ARGUMENT outside on_event. */
     int (*add_attr)(void* host, msms_str key, msms_str value);
     /* Analyzers: set an Attr entry on an event already delivered (by id);
      * sinks receive it through on_annotation and patch their output. */
