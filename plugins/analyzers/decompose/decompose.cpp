@@ -44,9 +44,12 @@ const char* module_name(unsigned id) {
     return id < sizeof(kNames) / sizeof(kNames[0]) ? kNames[id] : nullptr;
 }
 
-// "CANN@<module>" for driver blocks, else the Event Type name (PTA, ATB, HOST...).
+// "CANN@<module>" for Ascend driver blocks, "CUDA" for CUDA's (the cuda
+// collector writes them as HAL rows; their flag word holds no Ascend
+// module), else the Event Type name (PTA, ATB, HOST...).
 std::string framework_of(const msms_event& ev) {
     if (ev.type != MSMS_T_HAL) return pool_name(ev.type);
+    if (ev.device_kind == MSMS_DEV_CUDA) return "CUDA";
     const char* m = module_name(static_cast<unsigned>(ev.aux0 >> 56));
     return std::string("CANN@") + (m ? m : "UNKNOWN");
 }

@@ -38,6 +38,18 @@ TEST_CASE("owner levels: HOST, CANN@module from the HAL flag word, PTA prefixed 
     CHECK(h.delivered[7].attr("owner") == "ATB");
 }
 
+TEST_CASE("CUDA's driver blocks are CUDA's, not an Ascend module's (their flag word is not HAL's)") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x1, 10, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).attr("driver", "cuda").attr("alloc_type", "alloc"));
+    h.feed(EventBuilder::malloc(0x2, 20, MSMS_T_HAL).device(MSMS_DEV_CUDA, 1).aux(7).attr("driver", "cuda"));
+    h.feed(EventBuilder::malloc(0x3, 30, MSMS_T_HAL).device(MSMS_DEV_NPU, 0));
+    CHECK(h.delivered[0].attr("owner") == "CUDA");
+    CHECK(h.delivered[1].attr("owner") == "CUDA");
+    CHECK(h.delivered[2].attr("owner") == "CANN@SLOG");  // module 0 of Ascend's list
+}
+
 TEST_CASE("live and peak bytes per owner at exit") {
     PluginHarness h(plugin());
     REQUIRE(h.create() == MSMS_OK);
