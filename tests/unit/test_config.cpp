@@ -405,6 +405,19 @@ TEST_CASE("options for a plugin that is not selected warn (#17)") {
     CHECK(run({"--plugin-option=inefficient.idle_threshold=5", "--analysis=inefficient", "--", "p"}).cfg.warnings.empty());
 }
 
+TEST_CASE("events an analysis adds are said once per event, the analyses as one value the user would set") {
+    auto cli = run({"--events=alloc", "--analysis=leaks,decompose", "--", "p"});
+    REQUIRE(cli.cfg.warnings.size() == 1);
+    CHECK(cli.cfg.warnings[0] ==
+          "--events=alloc: also collecting access (for --analysis=decompose), free (for --analysis=leaks,decompose); "
+          "only the events listed are written");
+    auto api = run({"--serve-session=/s", "--events=alloc", "--analysis=leaks,decompose"});
+    REQUIRE(api.cfg.warnings.size() == 1);
+    CHECK(api.cfg.warnings[0] ==
+          "events=\"alloc\": also collecting access (for analysis=\"decompose\"), free (for analysis=\"leaks,decompose\"); "
+          "only the events listed are written");
+}
+
 TEST_CASE("a Python API session (--serve-session) is told in config()'s words") {
     // the validator: the origins and the examples are config()'s keys
     CHECK(only_error(run({"--serve-session=/s", "--steps=0"})) ==

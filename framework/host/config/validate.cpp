@@ -657,26 +657,33 @@ bool validate(const RawConfig& raw_given, const Catalog& catalog, Config& cfg, s
     // says what was added and why (the additions are collected, not written).
     {
         std::set<std::string> listed = cfg.events;
-        std::map<std::string, std::vector<std::string>> why;  // added event -> what needs it
+        // added event -> the analyzers that need it, and the events listed that need it
+        std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> why;
         for (auto& name : cfg.analyzers)
             if (auto p = find_plugin(catalog, name, MSMS_KIND_ANALYZER))
                 for (auto& e : p->events)
                     if (!listed.count(e)) {
                         cfg.events.insert(e);
-                        auto& r = why[e];
-                        std::string a = api ? "analysis=\"" + name + "\"" : "--analysis=" + name;
-                        if (std::find(r.begin(), r.end(), a) == r.end()) r.push_back(a);
+                        auto& r = why[e].first;
+                        if (std::find(r.begin(), r.end(), name) == r.end()) r.push_back(name);
                     }
         if (cfg.events.count("alloc") || cfg.events.count("free") || cfg.events.count("access")) {
             for (std::string e : {"alloc", "free"}) {
                 if (cfg.events.insert(e).second)
-                    why[e].push_back(listed.count("access") ? "access" : e == "free" ? "alloc" : "free");
+                    why[e].second.push_back(listed.count("access") ? "access" : e == "free" ? "alloc" : "free");
             }
         }
         auto v = get("events");
         std::vector<std::string> added;
         std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;  // "for ..." -> events
-        for (auto& [e, reasons] : why) {
+        for (auto& [e, needs] : why) {
+            // the analyzers as one value, as the user would set it: --analysis=leaks,oom / analysis="leaks,oom"
+            std::vector<std::string> reasons;
+            if (!needs.first.empty()) {
+                std::string names = join(needs.first, ",");
+                reasons.push_back(api ? "analysis=\"" + names + "\"" : "--analysis=" + names);
+            }
+            reasons.insert(reasons.end(), needs.second.begin(), needs.second.end());
             std::string r = join(reasons, ", ");
             auto it = std::find_if(by_reason.begin(), by_reason.end(), [&](auto& x) { return x.first == r; });
             if (it == by_reason.end()) by_reason.push_back({r, {e}});
