@@ -234,22 +234,24 @@ const char* const kAttrPinnedRegister = "pinned:true,driver:cuda,alloc_type:regi
 const char* const kAttrPinnedCreate = "pinned:true,driver:cuda,alloc_type:create";
 const char* const kAttrPinnedMap = "pinned:true,driver:cuda,alloc_type:map,virtual:true";
 
-// Collection off (--collect-mode=deferred before start(), or between two
-// ranges): the agent remembers the block and writes it as a MALLOC with Attr
+// Memory is wanted and the agent is in, but collection is off
+// (--collect-mode=deferred before start(), or between two ranges).
+bool collection_off() { return want_memory() && msms_agent_attached() && !msms_agent_collecting(); }
+
+// Collection off: the agent remembers the block and writes it as a MALLOC with Attr
 // shadow:true when collection starts (agent.h), as the HAL hook does, so
 // that its FREE in a later range pairs with it; `attrs`, the extras its
 // MALLOC carries when collecting, follow shadow:true (driver:cuda,
 // alloc_type; a mapping's virtual:true, so that the host counts its memory
 // once). Not inside the agent's own work (the agent refuses that).
 bool off_alloc(uint16_t type, uint16_t kind, int16_t dev, uint64_t ptr, uint64_t size, const char* attrs) {
-    return want_memory() && msms_agent_attached() && !msms_agent_collecting() &&
-           msms_agent_off_alloc_attrs(type, kind, dev, ptr, size, attrs);
+    return collection_off() && msms_agent_off_alloc_attrs(type, kind, dev, ptr, size, attrs);
 }
 
 void record_device_alloc(uint64_t ptr, uint64_t size, const char* attrs) {
     Recording r(want_memory());
     if (!r.on) {
-        if (want_memory() && msms_agent_attached() && !msms_agent_collecting()) {
+        if (collection_off()) {
             int16_t dev = current_device();
             if (off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, ptr, size, attrs)) remember(g_blocks, ptr, Place{dev, size});
         }
@@ -267,7 +269,7 @@ void record_device_free(uint64_t ptr) {
         // Collection off (between two ranges): a block a range recorded gets
         // its FREE, on its device, when collection starts again (agent.h).
         Place p{0, 0};
-        if (want_memory() && msms_agent_attached() && !msms_agent_collecting() && forget(g_blocks, ptr, p))
+        if (collection_off() && forget(g_blocks, ptr, p))
             msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr);
         return;
     }
@@ -293,7 +295,7 @@ void record_pinned_free(const void* ptr) {
         // one a range recorded gets its FREE when collection starts again
         // (the host drops a FREE that pairs with no MALLOC: a block from
         // before the hooks went in).
-        if (want_memory() && msms_agent_attached() && !msms_agent_collecting())
+        if (collection_off())
             msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
         return;
     }
@@ -412,7 +414,7 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
     bool host = prop && prop->location.type >= MSMS_CU_MEM_LOCATION_TYPE_HOST;
     if (rc == MSMS_CUDA_SUCCESS && handle) {
         Recording r(want_memory());
-        if (!r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting()) {
+        if (!r.on && collection_off()) {
             // collection off: a shadow MALLOC at the next start (off_alloc)
             Place p{-1, size};
             if (!host)
@@ -449,7 +451,7 @@ MSMS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
             // collection off: forgotten if made while it was off, else its
             // FREE (on its device) when collection starts again
             Place p{0, 0};
-            if (want_memory() && msms_agent_attached() && !msms_agent_collecting() && forget(g_handles, handle, p)) {
+            if (collection_off() && forget(g_handles, handle, p)) {
                 if (p.dev < 0) msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, handle);
                 else msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, handle);
             }
@@ -473,7 +475,7 @@ MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
         // Collection off: a shadow MALLOC at the next start, with the
         // mapping's Attr (virtual:true: the host counts the memory under the
         // handle only), so that its unmap in a later range pairs with it.
-        const bool off = !r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting();
+        const bool off = !r.on && collection_off();
         if (r.on || off) {
             Place p{0, 0};
             if (!peek(g_handles, handle, p)) p.dev = current_device();
@@ -502,7 +504,7 @@ MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
         // Collection off: the mappings a range recorded get their FREE when
         // it starts again; one made while it was off is forgotten (the agent
         // remembered it for a shadow MALLOC, cuMemMap).
-        bool off = !r.on && want_memory() && msms_agent_attached() && !msms_agent_collecting();
+        bool off = !r.on && collection_off();
         if (r.on || off) {
             // One unmap may cover several mappings: free each of them.
             constexpr int kMax = 64;
