@@ -62,12 +62,32 @@ def _caller_level() -> int:
     return level
 
 
+# The CLI's warnings about the input, and the analyzer plugins' own (which
+# the host writes as "[msmemscope] warning:", already in config()'s words
+# under --python-api). Its other warnings (running as root, ...) are about
+# the command line's own run, not the user's analysis.
+_WARNINGS = ("msmemscope: warning: --analyze: ", "[msmemscope] warning: ")
+
+
+def _warnings_of(stderr: str) -> List[str]:
+    """The lines of the CLI's stderr that are warnings to the analysis'
+    user, without their prefix."""
+    found = []
+    for line in stderr.splitlines():
+        for prefix in _WARNINGS:
+            if line.startswith(prefix):
+                found.append(line[len(prefix):])
+                break
+    return found
+
+
 def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
     """Runs the CLI's offline analysis; returns its standard output. Its
     run folder (reports) goes to a temporary folder that is removed. What
-    the CLI warns of about the input (a dump without the rows an analysis
-    needs) becomes a Python warning, naming the input as `shown_as` (the
-    user's file, where input_path is a temporary copy of it)."""
+    the CLI and the analyzer plugins warn of (a dump without the rows an
+    analysis needs, what a plugin found odd in it) becomes a Python
+    warning, naming the input as `shown_as` (the user's file, where
+    input_path is a temporary copy of it)."""
     opt = _offline_option()
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
@@ -86,6 +106,9 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
         # the user's file, not the temporary copy the CLI read
         return text.replace(input_path, shown_as) if shown_as is not None else text
 
+    # (before a failure too: what was odd in the input may be why it failed)
+    for text in _warnings_of(p.stderr):
+        warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
     if p.returncode != 0:
         text = p.stderr.strip() or p.stdout.strip()
         if text.startswith("msmemscope: error: "):
@@ -97,10 +120,6 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
             if text.startswith(prefix):
                 text = f"{k}: " + text[len(prefix):]
         raise RuntimeError(f"msmemscope.{func}: {said(text)}")
-    for line in p.stderr.splitlines():
-        if line.startswith("msmemscope: warning: --analyze: "):
-            text = line[len("msmemscope: warning: --analyze: "):]
-            warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
     return p.stdout
 
 

@@ -483,6 +483,35 @@ def test_offline_warnings_name_config_keys(recorded):
     assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
 
 
+# A framework pool's block allocated twice at one address, no FREE between:
+# the leaks analyzer warns of it (through the host's warning path).
+DOUBLE_MALLOC = """\
+ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,Call Stack(Python),Call Stack(C)
+1,MALLOC,PTA,N/A,1000,7,7,0,0x1000,"{allocation_id:1,addr:0x1000,size:512,total:4096,used:512}",,
+2,MALLOC,PTA,N/A,2000,7,7,0,0x1000,"{allocation_id:2,addr:0x1000,size:512,total:4096,used:1024}",,
+"""
+
+
+def warning_at(tmp, text):
+    """A Python warning as it names the user's line (OFFLINE's call of
+    analyze())."""
+    line = 1 + OFFLINE.splitlines().index("        print(msmemscope.analyze(name, input_path=path, **kw))")
+    return f"{tmp / 'offline.py'}:{line}: UserWarning: {text}"
+
+
+def test_analyzers_own_warnings_reach_the_user_in_config_words(recorded):
+    # Before: what an analyzer plugin warned of ("[msmemscope] warning: ..."
+    # on the CLI's stderr) was dropped by analyze().
+    tmp, _, steps = recorded
+    (tmp / "double.csv").write_text(DOUBLE_MALLOC)
+    p = offline(tmp, "leaks", "double.csv")
+    assert warning_at(tmp, "msmemscope.analyze: leaks: [device 0] double malloc in PTA, ptr: 0x1000") in \
+        p.stderr.splitlines(), p.stderr
+    p = offline(tmp, "leaks", steps)
+    assert warning_at(tmp, "msmemscope.analyze: leaks: the leak analysis is off when 'steps' selects steps (only "
+                           "some events are collected)") in p.stderr.splitlines(), p.stderr
+
+
 # ---------------------------------------------------------------- 7. the host's refusal of an output folder
 @pytest.mark.skipif(os.geteuid() != 0, reason="the output folder is judged so only for a run as root")
 def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
@@ -502,3 +531,4 @@ def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("raised "), p.stdout + p.stderr
     assert (f"msmemscope: error: 'output': 'ww/out' is not safe for a run as root: its folder {tmp_path}/ww is "
             "writable by all users; give a folder that only root can write") in p.stderr.splitlines(), p.stderr
+
