@@ -81,6 +81,38 @@ def _warnings_of(stderr: str) -> List[str]:
     return found
 
 
+# What the CLI says about its own command line, in the words of
+# analyze()'s and check_inefficient()'s caller, who gave no options:
+# --input is their input_path, --analyze what they called.
+_API_PREFIXES = (("--input: ", "input_path: "), ("--analyze: ", ""))
+_ERROR = "msmemscope: error: "
+
+
+def _in_api_words(text: str) -> str:
+    for cli, api in _API_PREFIXES:
+        if text.startswith(cli):
+            return api + text[len(cli):]
+    return text
+
+
+def _error_of(stderr: str, stdout: str, analyzer: str, options: Dict[str, str]) -> str:
+    """What the CLI said when it failed: its error lines (not the warnings
+    before them), in the words of the function's caller."""
+    errors = [line[len(_ERROR):] for line in stderr.splitlines() if line.startswith(_ERROR)]
+    if not errors:
+        return stderr.strip() or stdout.strip()
+    said = []
+    for text in errors:
+        # a value the CLI refused is one of this function's keywords, which it
+        # was given as --plugin-option=ANALYZER.KEY=VALUE
+        for k in options:
+            prefix = f"--plugin-option: {analyzer}.{k}: "
+            if text.startswith(prefix):
+                text = f"{k}: " + text[len(prefix):]
+        said.append(_in_api_words(text))
+    return "\n".join(said)
+
+
 def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
     """Runs the CLI's offline analysis; returns its standard output. Its
     run folder (reports) goes to a temporary folder that is removed. What
@@ -110,16 +142,7 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
     for text in _warnings_of(p.stderr):
         warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
     if p.returncode != 0:
-        text = p.stderr.strip() or p.stdout.strip()
-        if text.startswith("msmemscope: error: "):
-            text = text[len("msmemscope: error: "):]
-        # a value the CLI refused is one of this function's keywords, which it
-        # was given as --plugin-option=ANALYZER.KEY=VALUE
-        for k in options:
-            prefix = f"--plugin-option: {analyzer}.{k}: "
-            if text.startswith(prefix):
-                text = f"{k}: " + text[len(prefix):]
-        raise RuntimeError(f"msmemscope.{func}: {said(text)}")
+        raise RuntimeError(f"msmemscope.{func}: {said(_error_of(p.stderr, p.stdout, analyzer, options))}")
     return p.stdout
 
 

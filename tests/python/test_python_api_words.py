@@ -512,6 +512,26 @@ def test_analyzers_own_warnings_reach_the_user_in_config_words(recorded):
                            "some events are collected)") in p.stderr.splitlines(), p.stderr
 
 
+# A dump's header and a row of two fields.
+SHORT_ROW = DOUBLE_MALLOC.splitlines()[0] + "\n1,MALLOC\n"
+
+
+def test_an_input_that_is_not_a_dump_is_named_as_the_user_passed_it(recorded):
+    # Before: "raised RuntimeError: msmemscope.analyze: --input: notes.csv:1: not a memscope_dump CSV: ..."
+    # (as root, after the CLI's "msmemscope: warning: running as root: ..." line).
+    tmp = recorded[0]
+    (tmp / "notes.csv").write_text("a,b\n1,2\n")
+    p = offline(tmp, "leaks", "notes.csv")
+    assert p.stdout == ("raised RuntimeError: msmemscope.analyze: input_path: notes.csv:1: not a memscope_dump CSV: "
+                        "missing column(s) ID, Event, Event Type, Name, Timestamp(ns), Process Id, Thread Id, "
+                        "Device Id, Ptr, Attr, Call Stack(Python), Call Stack(C) in the header\n"), p.stdout
+    # check_inefficient() reads a copy of the file: the user's file is named
+    (tmp / "short.csv").write_text(SHORT_ROW)
+    p = offline(tmp, "check_inefficient", "short.csv")
+    assert p.stdout.splitlines()[-1] == ("raised RuntimeError: msmemscope.check_inefficient: input_path: short.csv:2: "
+                                         "expected 12 fields, found 2"), p.stdout
+
+
 # ---------------------------------------------------------------- 7. the host's refusal of an output folder
 @pytest.mark.skipif(os.geteuid() != 0, reason="the output folder is judged so only for a run as root")
 def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
