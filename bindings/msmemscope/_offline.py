@@ -113,13 +113,22 @@ def _error_of(stderr: str, stdout: str, analyzer: str, options: Dict[str, str]) 
     return "\n".join(said)
 
 
+# The CLI's exit status when it refused its command line (an option's
+# value, or an --input that is not a dump it can read): a value the
+# caller gave, a ValueError as config() raises for one. Any other failure
+# (an analyzer dropped, the results not written back) is a RuntimeError.
+_REFUSED = 2
+
+
 def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
     """Runs the CLI's offline analysis; returns its standard output. Its
     run folder (reports) goes to a temporary folder that is removed. What
     the CLI and the analyzer plugins warn of (a dump without the rows an
     analysis needs, what a plugin found odd in it) becomes a Python
     warning, naming the input as `shown_as` (the user's file, where
-    input_path is a temporary copy of it)."""
+    input_path is a temporary copy of it). Raises ValueError for a value
+    the CLI refused (an option, or an input that is not a dump it reads),
+    RuntimeError when the analysis failed."""
     opt = _offline_option()
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
@@ -142,7 +151,8 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
     for text in _warnings_of(p.stderr):
         warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
     if p.returncode != 0:
-        raise RuntimeError(f"msmemscope.{func}: {said(_error_of(p.stderr, p.stdout, analyzer, options))}")
+        error = ValueError if p.returncode == _REFUSED else RuntimeError
+        raise error(f"msmemscope.{func}: {said(_error_of(p.stderr, p.stdout, analyzer, options))}")
     return p.stdout
 
 

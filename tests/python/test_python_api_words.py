@@ -468,7 +468,8 @@ def test_analyze_reports_in_config_words(recorded):
 def test_analyze_names_its_keyword_when_a_value_is_refused(recorded, name, option, value, allowed):
     tmp, plain, _ = recorded
     p = offline(tmp, name, plain, f"{option}={value}")
-    assert p.stdout == (f"raised RuntimeError: msmemscope.analyze: {option}: invalid value '{value}' "
+    # ValueError, as config() raises for a value it refuses (was RuntimeError)
+    assert p.stdout == (f"raised ValueError: msmemscope.analyze: {option}: invalid value '{value}' "
                         f"(allowed: {allowed})\n"), p.stdout
 
 
@@ -522,13 +523,13 @@ def test_an_input_that_is_not_a_dump_is_named_as_the_user_passed_it(recorded):
     tmp = recorded[0]
     (tmp / "notes.csv").write_text("a,b\n1,2\n")
     p = offline(tmp, "leaks", "notes.csv")
-    assert p.stdout == ("raised RuntimeError: msmemscope.analyze: input_path: notes.csv:1: not a memscope_dump CSV: "
+    assert p.stdout == ("raised ValueError: msmemscope.analyze: input_path: notes.csv:1: not a memscope_dump CSV: "
                         "missing column(s) ID, Event, Event Type, Name, Timestamp(ns), Process Id, Thread Id, "
                         "Device Id, Ptr, Attr, Call Stack(Python), Call Stack(C) in the header\n"), p.stdout
     # check_inefficient() reads a copy of the file: the user's file is named
     (tmp / "short.csv").write_text(SHORT_ROW)
     p = offline(tmp, "check_inefficient", "short.csv")
-    assert p.stdout.splitlines()[-1] == ("raised RuntimeError: msmemscope.check_inefficient: input_path: short.csv:2: "
+    assert p.stdout.splitlines()[-1] == ("raised ValueError: msmemscope.check_inefficient: input_path: short.csv:2: "
                                          "expected 12 fields, found 2"), p.stdout
 
 
