@@ -24,7 +24,7 @@ import textwrap
 
 import pytest
 
-from conftest import CLI, TEST_BIN, clean_env, dump_files, process_dirs, read_dump, run_cli
+from conftest import BUILD, CLI, TEST_BIN, clean_env, dump_files, process_dirs, read_dump, run_cli
 from sinks_common import ARTIFACTS, load_trace, only, render
 from test_html_oom import cells, oom_rows
 from test_html_truth import page_data
@@ -553,3 +553,37 @@ def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
     assert (f"msmemscope: error: 'output': 'ww/out' is not safe for a run as root: its folder {tmp_path}/ww is "
             "writable by all users; give a folder that only root can write") in p.stderr.splitlines(), p.stderr
 
+
+# ---------------------------------------------------------------- 8. a crash after the capture was released
+# A plugin that crashed is left out and the outputs re-run from the capture,
+# unless its read part was released already (aggregate=True releases it at
+# once). The session's program was told "(--save-capture=true keeps it)",
+# an option it has no way to give: config() has no key for it.
+CRASH_AFTER_RELEASE = """\
+import ctypes, sys
+
+import msmemscope
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+msmemscope.config(device="cpu", events="alloc,free", analysis="", aggregate=True, sinks="segv_in_finish",
+                  plugin_path=sys.argv[1], output="out")
+msmemscope.start()
+for _ in range(50000):
+    libc.free(libc.malloc(64))
+msmemscope.stop()
+"""
+
+
+def test_a_crash_after_the_release_says_what_an_api_user_can_do(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(CRASH_AFTER_RELEASE)
+    p = subprocess.run([PY, str(script), str(BUILD / "tests" / "lib" / "bad_plugins")], cwd=str(tmp_path),
+                       env=clean_env(), capture_output=True, text=True, timeout=600)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("msmemscope: error: ")]
+    assert len(errors) == 1, p.stderr
+    assert errors[0].endswith(
+        ": plugin 'segv_in_finish' crashed (SIGSEGV) in finish; the outputs cannot be re-run without it because the "
+        "capture's read part was already released (config() has no key that keeps it; run the script under the "
+        "command line with --save-capture=true to keep it); the outputs of this process are incomplete"), errors[0]
