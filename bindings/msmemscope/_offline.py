@@ -62,12 +62,73 @@ def _caller_level() -> int:
     return level
 
 
+# The CLI's warnings about the input, and the analyzer plugins' own (which
+# the host writes as "[msmemscope] warning:", already in config()'s words
+# under --python-api). Its other warnings (running as root, ...) are about
+# the command line's own run, not the user's analysis.
+_WARNINGS = ("msmemscope: warning: --analyze: ", "[msmemscope] warning: ")
+
+
+def _warnings_of(stderr: str) -> List[str]:
+    """The lines of the CLI's stderr that are warnings to the analysis'
+    user, without their prefix."""
+    found = []
+    for line in stderr.splitlines():
+        for prefix in _WARNINGS:
+            if line.startswith(prefix):
+                found.append(line[len(prefix):])
+                break
+    return found
+
+
+# What the CLI says about its own command line, in the words of
+# analyze()'s and check_inefficient()'s caller, who gave no options:
+# --input is their input_path, --analyze what they called.
+_API_PREFIXES = (("--input: ", "input_path: "), ("--analyze: ", ""))
+_ERROR = "msmemscope: error: "
+
+
+def _in_api_words(text: str) -> str:
+    for cli, api in _API_PREFIXES:
+        if text.startswith(cli):
+            return api + text[len(cli):]
+    return text
+
+
+def _error_of(stderr: str, stdout: str, analyzer: str, options: Dict[str, str]) -> str:
+    """What the CLI said when it failed: its error lines (not the warnings
+    before them), in the words of the function's caller."""
+    errors = [line[len(_ERROR):] for line in stderr.splitlines() if line.startswith(_ERROR)]
+    if not errors:
+        return stderr.strip() or stdout.strip()
+    said = []
+    for text in errors:
+        # a value the CLI refused is one of this function's keywords, which it
+        # was given as --plugin-option=ANALYZER.KEY=VALUE
+        for k in options:
+            prefix = f"--plugin-option: {analyzer}.{k}: "
+            if text.startswith(prefix):
+                text = f"{k}: " + text[len(prefix):]
+        said.append(_in_api_words(text))
+    return "\n".join(said)
+
+
+# The CLI's exit status when it refused its command line (an option's
+# value, or an --input that is not a dump it can read): a value the
+# caller gave, a ValueError as config() raises for one. Any other failure
+# (an analyzer dropped, the results not written back) is a RuntimeError.
+_REFUSED = 2
+
+
 def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
     """Runs the CLI's offline analysis; returns its standard output. Its
     run folder (reports) goes to a temporary folder that is removed. What
-    the CLI warns of about the input (a dump without the rows an analysis
-    needs) becomes a Python warning, naming the input as `shown_as` (the
-    user's file, where input_path is a temporary copy of it)."""
+    the CLI and the analyzer plugins warn of (a dump without the rows an
+    analysis needs, what a plugin found odd in it) becomes a Python
+    warning, naming the input as `shown_as` (the user's file, where
+    input_path is a temporary copy of it). Raises ValueError for a value
+    the CLI refused (an option, or an input that is not a dump it reads),
+    RuntimeError when the analysis failed."""
     opt = _offline_option()
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
@@ -86,21 +147,12 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
         # the user's file, not the temporary copy the CLI read
         return text.replace(input_path, shown_as) if shown_as is not None else text
 
+    # (before a failure too: what was odd in the input may be why it failed)
+    for text in _warnings_of(p.stderr):
+        warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
     if p.returncode != 0:
-        text = p.stderr.strip() or p.stdout.strip()
-        if text.startswith("msmemscope: error: "):
-            text = text[len("msmemscope: error: "):]
-        # a value the CLI refused is one of this function's keywords, which it
-        # was given as --plugin-option=ANALYZER.KEY=VALUE
-        for k in options:
-            prefix = f"--plugin-option: {analyzer}.{k}: "
-            if text.startswith(prefix):
-                text = f"{k}: " + text[len(prefix):]
-        raise RuntimeError(f"msmemscope.{func}: {said(text)}")
-    for line in p.stderr.splitlines():
-        if line.startswith("msmemscope: warning: --analyze: "):
-            text = line[len("msmemscope: warning: --analyze: "):]
-            warnings.warn(f"msmemscope.{func}: {said(text)}", stacklevel=_caller_level())
+        error = ValueError if p.returncode == _REFUSED else RuntimeError
+        raise error(f"msmemscope.{func}: {said(_error_of(p.stderr, p.stdout, analyzer, options))}")
     return p.stdout
 
 

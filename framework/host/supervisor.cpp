@@ -606,6 +606,15 @@ std::string crash_text(const WorkerEnd& end) {
                         : "was killed by SIGKILL (out of memory? the OOM killer sends SIGKILL)";
 }
 
+// What keeps the whole capture, so that a crashed plugin's outputs can be
+// re-run, told to the run's user: the command line's option, or, to a Python
+// API session's program (config() has no key for it), how to get it.
+std::string keep_capture_hint(const Config& cfg) {
+    if (cfg.serve_session.empty()) return "--save-capture=true keeps it";
+    return "config() has no key that keeps it; run the script under the command line with --save-capture=true to "
+           "keep it";
+}
+
 // Whether a worker that ended badly can be re-run without the plugin it was
 // in: only when that plugin is known and not excluded already.
 bool can_exclude(const WorkerEnd& end, const std::vector<std::string>& excluded, int attempt) {
@@ -729,8 +738,8 @@ void run_supervised(ProcessRun& run) {
             // capture past MSMEMSCOPE_CAPTURE_KEEP_MIB): nothing to re-run from.
             run.summary_.error = run.capture_path_ + ": " + msg +
                                  "; the outputs cannot be re-run without it because the capture's read part was "
-                                 "already released (--save-capture=true keeps it); the outputs of this process are "
-                                 "incomplete";
+                                 "already released (" + keep_capture_hint(run.cfg_) +
+                                 "); the outputs of this process are incomplete";
             if (!end.output_dir.empty()) run.summary_.output_dir = end.output_dir;
             if (!started_before) run.notify_started(run.summary_.error);
             run.started_ = nullptr;

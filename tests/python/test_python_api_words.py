@@ -24,7 +24,7 @@ import textwrap
 
 import pytest
 
-from conftest import CLI, TEST_BIN, clean_env, dump_files, process_dirs, read_dump, run_cli
+from conftest import BUILD, CLI, TEST_BIN, clean_env, dump_files, process_dirs, read_dump, run_cli
 from sinks_common import ARTIFACTS, load_trace, only, render
 from test_html_oom import cells, oom_rows
 from test_html_truth import page_data
@@ -468,7 +468,8 @@ def test_analyze_reports_in_config_words(recorded):
 def test_analyze_names_its_keyword_when_a_value_is_refused(recorded, name, option, value, allowed):
     tmp, plain, _ = recorded
     p = offline(tmp, name, plain, f"{option}={value}")
-    assert p.stdout == (f"raised RuntimeError: msmemscope.analyze: {option}: invalid value '{value}' "
+    # ValueError, as config() raises for a value it refuses (was RuntimeError)
+    assert p.stdout == (f"raised ValueError: msmemscope.analyze: {option}: invalid value '{value}' "
                         f"(allowed: {allowed})\n"), p.stdout
 
 
@@ -481,6 +482,55 @@ def test_offline_warnings_name_config_keys(recorded):
     assert (f"UserWarning: msmemscope.analyze: {steps} was recorded with steps=\"2\" (its START_TRACE row says so): "
             "it holds only those steps' events") in p.stderr, p.stderr
     assert "--" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+# A framework pool's block allocated twice at one address, no FREE between:
+# the leaks analyzer warns of it (through the host's warning path).
+DOUBLE_MALLOC = """\
+ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,Call Stack(Python),Call Stack(C)
+1,MALLOC,PTA,N/A,1000,7,7,0,0x1000,"{allocation_id:1,addr:0x1000,size:512,total:4096,used:512}",,
+2,MALLOC,PTA,N/A,2000,7,7,0,0x1000,"{allocation_id:2,addr:0x1000,size:512,total:4096,used:1024}",,
+"""
+
+
+def warning_at(tmp, text):
+    """A Python warning as it names the user's line (OFFLINE's call of
+    analyze())."""
+    line = 1 + OFFLINE.splitlines().index("        print(msmemscope.analyze(name, input_path=path, **kw))")
+    return f"{tmp / 'offline.py'}:{line}: UserWarning: {text}"
+
+
+def test_analyzers_own_warnings_reach_the_user_in_config_words(recorded):
+    # Before: what an analyzer plugin warned of ("[msmemscope] warning: ..."
+    # on the CLI's stderr) was dropped by analyze().
+    tmp, _, steps = recorded
+    (tmp / "double.csv").write_text(DOUBLE_MALLOC)
+    p = offline(tmp, "leaks", "double.csv")
+    assert warning_at(tmp, "msmemscope.analyze: leaks: [device 0] double malloc in PTA, ptr: 0x1000") in \
+        p.stderr.splitlines(), p.stderr
+    p = offline(tmp, "leaks", steps)
+    assert warning_at(tmp, "msmemscope.analyze: leaks: the leak analysis is off when 'steps' selects steps (only "
+                           "some events are collected)") in p.stderr.splitlines(), p.stderr
+
+
+# A dump's header and a row of two fields.
+SHORT_ROW = DOUBLE_MALLOC.splitlines()[0] + "\n1,MALLOC\n"
+
+
+def test_an_input_that_is_not_a_dump_is_named_as_the_user_passed_it(recorded):
+    # Before: "raised RuntimeError: msmemscope.analyze: --input: notes.csv:1: not a memscope_dump CSV: ..."
+    # (as root, after the CLI's "msmemscope: warning: running as root: ..." line).
+    tmp = recorded[0]
+    (tmp / "notes.csv").write_text("a,b\n1,2\n")
+    p = offline(tmp, "leaks", "notes.csv")
+    assert p.stdout == ("raised ValueError: msmemscope.analyze: input_path: notes.csv:1: not a memscope_dump CSV: "
+                        "missing column(s) ID, Event, Event Type, Name, Timestamp(ns), Process Id, Thread Id, "
+                        "Device Id, Ptr, Attr, Call Stack(Python), Call Stack(C) in the header\n"), p.stdout
+    # check_inefficient() reads a copy of the file: the user's file is named
+    (tmp / "short.csv").write_text(SHORT_ROW)
+    p = offline(tmp, "check_inefficient", "short.csv")
+    assert p.stdout.splitlines()[-1] == ("raised ValueError: msmemscope.check_inefficient: input_path: short.csv:2: "
+                                         "expected 12 fields, found 2"), p.stdout
 
 
 # ---------------------------------------------------------------- 7. the host's refusal of an output folder
@@ -502,3 +552,38 @@ def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("raised "), p.stdout + p.stderr
     assert (f"msmemscope: error: 'output': 'ww/out' is not safe for a run as root: its folder {tmp_path}/ww is "
             "writable by all users; give a folder that only root can write") in p.stderr.splitlines(), p.stderr
+
+
+# ---------------------------------------------------------------- 8. a crash after the capture was released
+# A plugin that crashed is left out and the outputs re-run from the capture,
+# unless its read part was released already (aggregate=True releases it at
+# once). The session's program was told "(--save-capture=true keeps it)",
+# an option it has no way to give: config() has no key for it.
+CRASH_AFTER_RELEASE = """\
+import ctypes, sys
+
+import msmemscope
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+msmemscope.config(device="cpu", events="alloc,free", analysis="", aggregate=True, sinks="segv_in_finish",
+                  plugin_path=sys.argv[1], output="out")
+msmemscope.start()
+for _ in range(50000):
+    libc.free(libc.malloc(64))
+msmemscope.stop()
+"""
+
+
+def test_a_crash_after_the_release_says_what_an_api_user_can_do(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(CRASH_AFTER_RELEASE)
+    p = subprocess.run([PY, str(script), str(BUILD / "tests" / "lib" / "bad_plugins")], cwd=str(tmp_path),
+                       env=clean_env(), capture_output=True, text=True, timeout=600)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("msmemscope: error: ")]
+    assert len(errors) == 1, p.stderr
+    assert errors[0].endswith(
+        ": plugin 'segv_in_finish' crashed (SIGSEGV) in finish; the outputs cannot be re-run without it because the "
+        "capture's read part was already released (config() has no key that keeps it; run the script under the "
+        "command line with --save-capture=true to keep it); the outputs of this process are incomplete"), errors[0]

@@ -59,7 +59,15 @@ def analyze(name: str, input_path=None, **kwargs):
     ``mstx_info``, are upstream's offline analyses (keywords = their Config's
     parameters; they print their results and return None). Any other
     analyzer plugin (see list_analyzers()) runs through the command line's
-    offline mode with its options as keywords; its report is returned."""
+    offline mode with its options as keywords; its report is returned.
+
+    What the analysis warns of (a dump without the rows it needs, what an
+    analyzer found odd in it) comes as a Python warning. Raises TypeError
+    for an argument of the wrong type or an option the analyzer does not
+    have, FileNotFoundError for an input_path that does not exist,
+    ValueError for a value refused (an option's value, or an input_path
+    that is not a memscope_dump file), RuntimeError when the analysis
+    failed (an analyzer dropped, its results incomplete)."""
     if not isinstance(name, str):
         raise TypeError(f"msmemscope.analyze: 'name' must be a string, got {type(name).__name__}")
     if input_path is None:

@@ -138,7 +138,14 @@ def check_inefficient(input_path: str, mem_size: int = 0, inefficient_type: Opti
                       idle_threshold: int = 3000) -> None:
     """Offline inefficient-memory check of a dump (see the module's text):
     prints upstream's progress lines and writes ``inefficient_type:<kinds>``
-    into the MALLOC rows of the blocks found."""
+    into the MALLOC rows of the blocks found.
+
+    What the analysis warns of (a dump recorded without accesses) comes as
+    a Python warning. Raises FileNotFoundError for an input_path that is
+    not a file, ValueError for a value refused (an argument's, or an
+    input_path that is not a memscope_dump file), PermissionError for a
+    file it cannot read or write back, RuntimeError when the analysis failed
+    (its results not written back)."""
     InefficientAnalyzer().analyze(InefficientConfig(input_path=input_path, mem_size=mem_size,
                                                     inefficient_type=inefficient_type,
                                                     idle_threshold=idle_threshold))
