@@ -24,6 +24,7 @@
 #include "end_signals.h"
 #include "import_fold.h"
 #include "live_blocks.h"
+#include "memory_bound.h"
 #include "options.h"
 #include "python_boot.h"
 #include "stacks.h"
@@ -304,6 +305,20 @@ void generic_record(ThreadWriter* w, uint16_t kind, uint16_t type, uint16_t dev_
     commit(w, p);
 }
 
+// A cpu allocation has no driver to say how much memory there was: the
+// trigger of its failure carries the process's binding memory bound, read
+// here, in the failing thread, at the failure (memory_bound.h); the oom
+// analyzer writes it into the OOM_Snapshot row. The failing call's errno is
+// the program's: the reads may set their own.
+constexpr size_t kBoundAttrsMax = 512;
+
+const char* with_memory_bound(const char* attrs, char* out, size_t out_size) {
+    const int saved_errno = errno;
+    memory_bound::format_attrs(out, out_size, attrs, memory_bound::read_now());
+    errno = saved_errno;
+    return out;
+}
+
 // Registered with on_exit, which hands over the status given to exit() --
 // also when main returned (its value goes to exit() inside libc, not through
 // our exit() below), so every process's summary says its exit code.
@@ -498,6 +513,9 @@ __attribute__((visibility("default"))) void msms_agent_event(uint16_t kind, uint
         g_mstx_steps.store(true, std::memory_order_relaxed);
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
+    char with_bound[kBoundAttrsMax];
+    if (kind == MSMS_EV_OOM_DETAIL && type == MSMS_T_OOM_TRIGGER && dev_kind == MSMS_DEV_CPU)
+        attrs = with_memory_bound(attrs, with_bound, sizeof(with_bound));
     uint64_t name_id = name && *name ? intern(w, name, strlen(name)) : 0;
     generic_record(w, kind, type, dev_kind, dev_id, ptr, size, aux0, aux1, name_id, attrs);
 }

@@ -60,7 +60,8 @@ def test_oom_writes_recent_and_top_blocks_and_snapshots(cli, tmp_path):
     assert kinds[8] == ("SNAPSHOT", "SNAPSHOT", "OOM_Snapshot_After")
     assert {k[2] for k in kinds[2:5]} == {"OOM_RecentAlloc"} and {k[2] for k in kinds[5:8]} == {"OOM_TopAlloc"}
     assert list(rows_named(rows, "OOM_Snapshot")[0]["attr"]) == [
-        "reserved", "max_reserved", "allocated", "max_allocated", "total", "free", "device_rate", "reserved_rate"]
+        "reserved", "max_reserved", "allocated", "max_allocated", "total", "free", "device_rate", "reserved_rate",
+        "limit"]  # ours after upstream's: which memory bound total and free are
     top = [r for r in rows if r["Event Type"] == "OOM_TOP_ALLOC"]
     assert [r["attr"]["size"] for r in top] == [str(8 << 20), str(7 << 20), str(6 << 20)]
     assert set(top[0]["attr"]) >= {"pool", "ptr", "size", "timestamp", "step", "kernel", "client"}

@@ -145,7 +145,8 @@ def test_native_failure_on_the_page_as_in_the_csv(native_oom):
             'call)</li>') in text
     [row] = cells(text, "table-oom")
     assert row[:5] == [dur(f["t"]), "cpu", "malloc", "64.0 GiB (68,719,476,736 B)", human(f["allocated"])]
-    assert "main" in row[5]
+    assert row[5] == f"{human(f['free'])} of 4.00 GiB, the address-space limit (RLIMIT_AS)"
+    assert "main" in row[6]
     assert [r[0] for r in cells(text, "table-oom-top-0")] == [
         "8.00 MiB (8,388,608 B)", "7.00 MiB (7,340,032 B)", "6.00 MiB (6,291,456 B)"]
     assert [r[2] for r in cells(text, "table-oom-recent-0")] == [b["ptr"] for b in f["recent"]]

@@ -160,7 +160,7 @@ def test_the_api_page_names_config_keys(api_one_failure):
     [row] = cells(text, "table-oom")
     assert row[2:5] == ["posix_memalign", "1024 TiB (1,125,899,906,842,624 B)", "4.00 MiB"]
     # the failure's stack, taken without call_stack (test_oom_stacks.py): no note naming the option
-    assert row[5].startswith(failing_line(tmp)), row[5]
+    assert row[6].startswith(failing_line(tmp)), row[6]
     # nothing the page shows names a command-line option
     shown = shown_text(text)
     assert not re.search(r"--[a-z]", shown), re.findall(r".*--[a-z].*", shown)
@@ -180,7 +180,7 @@ def test_under_the_cli_the_page_names_its_options(cli_one_failure):
     text = dom(page, tmp)
     for t in CLI_TEXTS:
         assert t in text, (t, shown_text(text))
-    assert cells(text, "table-oom")[0][5].startswith(failing_line(tmp))
+    assert cells(text, "table-oom")[0][6].startswith(failing_line(tmp))
     assert ('<span class="note" id="flame-note">The leaks analysis did not run (--analysis=leaks): these are the '
             'blocks live at the end of collection') in dom(page, tmp, hash="#msms-flame=leaked")
 

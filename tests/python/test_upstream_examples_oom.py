@@ -65,7 +65,8 @@ def check_snapshot(rows, snap, n):
     assert sum(live.values()) == n * TENSOR
     a = snap["attr"]
     assert list(a) == ["reserved", "max_reserved", "allocated", "max_allocated", "total", "free", "device_rate",
-                       "reserved_rate"]
+                       "reserved_rate",
+                       "limit"]  # ours after upstream's: which memory bound total and free are
     # the CPU has no caching allocator: reserved is what the tensors hold
     assert a["allocated"] == a["max_allocated"] == a["reserved"] == a["max_reserved"] == str(n * TENSOR), a
     assert a["reserved_rate"] == "100.000000"

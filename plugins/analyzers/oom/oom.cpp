@@ -191,6 +191,10 @@ private:
         bool fw_seen = false;
         int64_t fw_allocated = 0, fw_peak = 0;
         uint64_t total = 0, free = 0;  // the device's memory, from its last SNAPSHOT row (0: not known)
+        // cpu: which of the process's memory bounds total/free are (the
+        // failure's trigger says: RLIMIT_AS, RLIMIT_DATA, cgroup, machine,
+        // unknown); empty on a device whose driver gives them.
+        std::string limit;
         bool after_pending = false;
         bool peak_pending = false;
         uint32_t trigger_pid = 0, trigger_tid = 0;  // the failing thread: the rows it causes carry it
@@ -283,7 +287,29 @@ private:
         Device& d = devices_[dev_key(ev)];
         d.total = total;
         d.free = free;
+        d.limit = std::string(msmemscope::attr(ev, "limit"));  // an OOM_Snapshot row read back from a dump
     }
+
+    // A cpu failure's trigger carries the memory bound the process ran into
+    // (the agent reads it at the failure: framework/agent/memory_bound.h):
+    // Attr total, free and limit, or limit:unknown alone when none could be
+    // read. A trigger without them (a device's, an older agent's, a dump's
+    // OOM_Trigger row) leaves what the device's SNAPSHOT rows said.
+    static void remember_memory_bound(Device& d, const msms_event& trigger) {
+        std::string_view limit = msmemscope::attr(trigger, "limit");
+        if (limit.empty()) return;
+        auto number = [&](std::string_view key) {
+            std::string v(msmemscope::attr(trigger, key));
+            char* end = nullptr;
+            unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+            return v.empty() || *end ? 0ull : n;
+        };
+        d.total = number("total");
+        d.free = std::min<uint64_t>(number("free"), d.total);
+        d.limit = std::string(limit);
+    }
+
+    static bool memory_bound_key(std::string_view k) { return k == "total" || k == "free" || k == "limit"; }
 
     void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts, uint32_t pid, uint32_t tid,
                   const msms_event* failure = nullptr) {
@@ -310,6 +336,9 @@ private:
             {"free", std::to_string(d.free)},
             {"device_rate", rate(static_cast<double>(d.total - d.free), static_cast<double>(d.total))},
             {"reserved_rate", rate(static_cast<double>(allocated), static_cast<double>(reserved))}};
+        // ours, after upstream's keys: which memory bound total and free are
+        // (a cpu failure's: the process has no driver to ask)
+        if (!d.limit.empty()) attrs.emplace_back("limit", d.limit);
         std::vector<msms_kv> kv;
         for (auto& a : attrs) kv.push_back({msmemscope::str(a.first), msmemscope::str(a.second)});
         msms_event e = base(dk, MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT, ts, pid, tid);
@@ -350,6 +379,7 @@ private:
         }
         if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
         d.peak_pending = false;
+        remember_memory_bound(d, ev);
         if (dump)  // once per interval: a failing loop does not flood stderr
             host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
                        std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +
@@ -371,6 +401,9 @@ private:
                                   {"flag", std::to_string(ev.aux0)},
                                   {"ret", std::to_string(ev.aux1)},
                                   {"allocated", std::to_string(allocated_now(d))},
+                                  {"total", std::to_string(d.total)},
+                                  {"free", std::to_string(d.free)},
+                                  {"limit", d.limit},
                                   {"details", details_ && dump ? "true" : "false"},
                                   {"tid", std::to_string(ev.tid)},  // (the trace marks it on the thread)
                                   {"stack", stack}});
@@ -379,6 +412,13 @@ private:
             msms_event t = ev;
             t.struct_size = sizeof(t);
             t.id = 0;
+            // the memory bound is the snapshot's: the OOM_Trigger row keeps
+            // upstream's keys (and a collector's own, as driver:cuda)
+            std::vector<msms_kv> kept;
+            for (uint32_t i = 0; i < ev.attr_count; ++i)
+                if (!memory_bound_key(view(ev.attrs[i].key))) kept.push_back(ev.attrs[i]);
+            t.attrs = kept.data();
+            t.attr_count = static_cast<uint32_t>(kept.size());
             host_.emit(t);
         }
         if (!dump) return;

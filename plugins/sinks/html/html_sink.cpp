@@ -205,7 +205,9 @@ struct OomBlock {
 // listed them, the blocks live then.
 struct OomFailure {
     uint64_t ts = 0, req_size = 0, allocated = 0;
+    uint64_t total = 0, free = 0;  // the memory the failure ran into (0: not known), as OOM_Snapshot has it
     std::string device, func, flag, ret, stack;
+    std::string limit;             // which bound total/free are (a cpu failure's); empty: the device's
     bool details = false;
     std::vector<OomBlock> recent, top;
 };
@@ -543,6 +545,9 @@ private:
             else if (k == "func") f.func = v;
             else if (k == "req_size") f.req_size = number(v);
             else if (k == "allocated") f.allocated = number(v);
+            else if (k == "total") f.total = number(v);
+            else if (k == "free") f.free = number(v);
+            else if (k == "limit") f.limit = v;
             else if (k == "flag") f.flag = v;
             else if (k == "ret") f.ret = v;
             else if (k == "details") f.details = v == "true";
@@ -619,7 +624,9 @@ private:
             o += ",\"func\":";
             jstr(o, f.func);
             o += ",\"req_size\":" + std::to_string(f.req_size) + ",\"allocated\":" + std::to_string(f.allocated) +
-                 ",\"flag\":";
+                 ",\"total\":" + std::to_string(f.total) + ",\"free\":" + std::to_string(f.free) + ",\"limit\":";
+            jstr(o, f.limit);
+            o += ",\"flag\":";
             jstr(o, f.flag);
             o += ",\"ret\":";
             jstr(o, f.ret);

@@ -512,6 +512,16 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // The failed allocations: how many per device, the first ones with their
   // call and stack, and what the oom analysis listed live at them (its
   // OOM_DETAIL rows). Nothing when no allocation failed.
+  // The memory a failure ran into, as its OOM_Snapshot row has it: the
+  // device's (its driver's numbers) or, on cpu, the process's binding bound.
+  var LIMIT_NAMES = { RLIMIT_AS: "the address-space limit (RLIMIT_AS)", RLIMIT_DATA: "the data limit (RLIMIT_DATA)",
+    cgroup: "the cgroup's memory.max", machine: "the machine's memory" };
+  function memoryThen(r) {
+    if (r.limit === "unknown") return "(not known: no memory limit could be read)";
+    if (!r.total) return "(not known)";
+    return human(r.free) + " of " + human(r.total) + ", " + (LIMIT_NAMES[r.limit] || (r.limit ? r.limit :
+      "the device's memory"));
+  }
   (function () {
     if (!OOM.failures) return;
     var sec = el("section", { id: "oom" });
@@ -539,6 +549,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
       { title: "Call", get: function (r) { return r.func || "(not known)"; } },
       { title: "Requested", num: true, get: function (r) { return human(r.req_size) + " (" + num(r.req_size) + " B)"; } },
       { title: "Allocated then", num: true, get: function (r) { return human(r.allocated); } },
+      { title: "Free then", get: memoryThen },
       { title: "Stack", get: function (r, i) {
         // (a failure's stacks are taken whatever --call-stack says, as
         // upstream's: none where they could not be, or in a dump without them)

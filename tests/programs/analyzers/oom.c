@@ -2,12 +2,27 @@
  * its address-space limit (setrlimit RLIMIT_AS) allows: malloc fails with
  * ENOMEM (tests/python/test_oom_stacks.py: the failure's C stack names
  * ask_for_too_much whatever --call-stack says). Exit code 3 when the
- * failure happened as expected. */
+ * failure happened as expected. Prints its VmSize just before and just
+ * after the failing call, and the limit (test_oom_memory_bound.py: the
+ * OOM_Snapshot's free is the limit less the VmSize at the failure). */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+
+/* VmSize in bytes, read without allocating (no heap growth of its own). */
+static unsigned long long vm_size(void) {
+    char text[128];
+    int fd = open("/proc/self/statm", O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof(text) - 1);
+    if (fd >= 0) close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    return strtoull(text, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
 
 __attribute__((noinline)) void* big_block(size_t n) { return malloc(n); }
 
@@ -30,9 +45,14 @@ int main(void) {
         perror("setrlimit");
         return 1;
     }
+    unsigned long long vm_before = vm_size();
     void* p = ask_for_too_much((size_t)64 << 30);
-    if (p == NULL && errno == ENOMEM) {
+    int err = errno;
+    unsigned long long vm_after = vm_size();
+    if (p == NULL && err == ENOMEM) {
         printf("malloc failed as expected\n");
+        printf("RLIMIT_AS %llu, VmSize %llu before, %llu after\n", (unsigned long long)lim.rlim_cur, vm_before,
+               vm_after);
         for (int i = 0; i < 8; ++i) free(keep[i]);
         return 3;
     }

@@ -234,3 +234,62 @@ TEST_CASE("a block there when collection started is among the largest, never amo
     CHECK(top[0].attr("ptr") == "0x10");
     CHECK(top[1].attr("ptr") == "0x30");
 }
+
+TEST_CASE("a cpu failure's memory bound (its trigger's total, free and limit) is the OOM_Snapshot's, not the trigger row's") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}, {"write_trigger", "true"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 100).at(1000));
+    h.feed(trigger(1 << 30).at(2000).attr("func", "malloc").attr("req_size", "1073741824")
+               .attr("total", "4294967296").attr("free", "1073741824").attr("limit", "RLIMIT_AS"));
+    REQUIRE(h.finish() == MSMS_OK);
+    const OwnedEvent& snap = h.emitted.at(0);
+    REQUIRE(snap.name == "OOM_Snapshot");
+    // upstream's keys in upstream's order, then ours
+    std::vector<std::string> keys;
+    for (auto& kv : snap.attrs) keys.push_back(kv.first);
+    CHECK(keys == std::vector<std::string>{"reserved", "max_reserved", "allocated", "max_allocated", "total", "free",
+                                           "device_rate", "reserved_rate", "limit"});
+    CHECK(snap.attr("total") == "4294967296");
+    CHECK(snap.attr("free") == "1073741824");
+    CHECK(snap.attr("device_rate") == "75.000000");
+    CHECK(snap.attr("limit") == "RLIMIT_AS");
+    const OwnedEvent& t = h.emitted.at(1);
+    CHECK(t.attrs == std::vector<std::pair<std::string, std::string>>{{"func", "malloc"}, {"req_size", "1073741824"}});
+    REQUIRE(h.findings["oom"].size() == 1);
+    auto& f = h.findings["oom"][0];
+    CHECK(f["total"] == "4294967296");
+    CHECK(f["free"] == "1073741824");
+    CHECK(f["limit"] == "RLIMIT_AS");
+}
+
+TEST_CASE("a cpu failure whose memory bound could not be read: total 0, free 0 and limit:unknown, said in the row") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"details", "false"}, {"write_trigger", "true"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(trigger(64).attr("limit", "unknown"));
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.emitted.size() == 1);
+    CHECK(h.emitted[0].attr("total") == "0");
+    CHECK(h.emitted[0].attr("free") == "0");
+    CHECK(h.emitted[0].attr("device_rate") == "0.000000");
+    CHECK(h.emitted[0].attr("limit") == "unknown");
+}
+
+TEST_CASE("a trigger without a memory bound (a device's: its driver's numbers) writes upstream's keys only") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"details", "false"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    EventBuilder dev_snapshot(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);
+    dev_snapshot.device(MSMS_DEV_NPU, 0).attr("total", "1000").attr("free", "250");
+    h.feed(dev_snapshot);
+    EventBuilder npu(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER);
+    npu.device(MSMS_DEV_NPU, 0).size(4096).name("halMemAlloc");
+    h.feed(npu);
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.emitted.size() == 1);
+    CHECK(h.emitted[0].attr("total") == "1000");
+    CHECK(h.emitted[0].attr("free") == "250");
+    CHECK(h.emitted[0].attr("device_rate") == "75.000000");
+    CHECK(h.emitted[0].attrs.size() == 8);  // no limit key
+}
