@@ -597,8 +597,8 @@ MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
             if (off)
                 recorded = h.dev < 0 ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, kAttrPinnedMap)
                                      : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, h.dev, ptr, size, kAttrMap);
-            // Remembered even when the agent could not remember it: it still
-            // keeps its handle's memory in use (cuMemRelease).
+            // Kept here even when the agent could not remember it for a
+            // shadow MALLOC: it still holds its handle's memory (cuMemRelease).
             remember_mapping(ptr, VmMap{h.dev, size, handle, recorded});
             if (r.on && h.dev < 0) msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, 0, kAttrPinnedMap);
             else if (r.on) msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, h.dev, ptr, size, 0, kAttrMap);
