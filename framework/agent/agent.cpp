@@ -641,8 +641,12 @@ std::atomic<msms_shadow_host_observer> g_shadow_host_observer{nullptr};
 // (msms_agent_off_alloc_attrs): each distinct text once, for the process's
 // life, so that the table of such blocks holds a 6-bit index (tag N is
 // slot N - 1). A slot goes empty -> being written -> ready, never back.
+// The last tag is kept for "virtual:true" alone: a mapping whose text finds
+// no slot still says it, so that the host counts its memory once.
 namespace off_attrs {
-constexpr size_t kSlots = live_blocks::kMaxTag, kLen = 192;
+constexpr size_t kSlots = live_blocks::kMaxTag - 1, kLen = 192;
+constexpr uint8_t kVirtualTag = live_blocks::kMaxTag;
+constexpr const char* kVirtualText = "virtual:true";
 char g_text[kSlots][kLen];
 std::atomic<int> g_state[kSlots];  // 0 empty, 1 being written, 2 ready
 
@@ -669,6 +673,7 @@ int tag_of(const char* attrs) {
 }
 
 const char* text(uint8_t tag) {
+    if (tag == kVirtualTag) return kVirtualText;
     if (tag == 0 || tag > kSlots || g_state[tag - 1].load(std::memory_order_acquire) != 2) return nullptr;
     return g_text[tag - 1];
 }
@@ -738,15 +743,9 @@ __attribute__((visibility("default"))) int msms_agent_off_alloc_attrs(uint16_t t
         !g_off_tracking.load(std::memory_order_relaxed))
         return 0;
     int tag = off_attrs::tag_of(attrs);
-    if (tag < 0) {
-        // No room for the text: the shadow MALLOC says shadow:true alone,
-        // which a mapping cannot (the host would count its memory twice).
-        if (strstr(attrs, "virtual:true")) {
-            live_blocks::count_lost();  // said at the next start
-            return 0;
-        }
-        tag = 0;
-    }
+    // No room for the text: the shadow MALLOC says shadow:true alone; a
+    // mapping's says virtual:true too (the host would count its memory twice).
+    if (tag < 0) tag = strstr(attrs, off_attrs::kVirtualText) ? off_attrs::kVirtualTag : 0;
     return live_blocks::note_alloc(type, dev_kind, dev_id, ptr, size, true, static_cast<uint8_t>(tag)) ? 1 : 0;
 }
 

@@ -689,6 +689,16 @@ void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, b
     current_ = saved;
 }
 
+// Whether collection was off, with the hooks in, for a while before now: a
+// STOP_TRACE came, or the program started with it off (the CLI's
+// --collect-mode=deferred, until its first start()). Not after an attach:
+// collection starts at the attach whatever --collect-mode says, and before
+// it the hooks were not in (the "made before the attach" of the warning).
+bool Pipeline::collection_was_off() const {
+    const bool started_off = cfg_.collect_mode == "deferred" && cfg_.serve_session.empty() && cfg_.attach_pid == 0;
+    return collection_was_off_ || started_off;
+}
+
 void Pipeline::feed(Record& r) {
     if (finished_) return;
     if (r.ev.timestamp_ns < last_ts_) r.ev.timestamp_ns = last_ts_;  // keep the output ordered
@@ -699,8 +709,7 @@ void Pipeline::feed(Record& r) {
             const char* pool = msms_event_type_name(r.ev.type);
             std::string label = msmemscope::device_label(r.ev) + "/" + (pool ? pool : "?");
             ++unseen_device_frees_[label];
-            if (collection_was_off_ || (cfg_.collect_mode == "deferred" && cfg_.serve_session.empty()))
-                unseen_after_off_.insert(std::move(label));
+            if (collection_was_off()) unseen_after_off_.insert(std::move(label));
         }
         ++events_;  // received, not written
         return;

@@ -156,6 +156,8 @@ private:
     // first_consumer: 0 = analyzers and sinks, SIZE_MAX = the sinks only;
     // image_ended: the frees say the image ended with the blocks (shadow.h).
     void shadow_frees_at_end(size_t first_consumer = SIZE_MAX, bool image_ended = false);
+    // An unseen free may then be of a block made while collection was off.
+    bool collection_was_off() const;
     uint64_t framework_block_at(uint16_t dev_kind, int16_t dev_id, uint64_t ptr) const;
     // To the analyzers [first_analyzer, end_analyzer), then (to_sinks) every sink.
     void dispatch(Record& r, size_t first_analyzer, size_t end_analyzer = SIZE_MAX, bool to_sinks = true);
@@ -226,10 +228,10 @@ private:
     // went in, e.g. before the first msmemscope.start() without the CLI),
     // said in a warning at the end: the device's figures leave them out.
     std::map<std::string, uint64_t> unseen_device_frees_;
-    // Collection was off for a while before now (a STOP_TRACE came; under the
-    // CLI with --collect-mode=deferred, from the program's start), and the
-    // pools with an unseen free after such a while: their blocks may have
-    // been made while it was off and not remembered (shadow_frees_at_end).
+    // A STOP_TRACE came (collection_was_off() says the rest), and the pools
+    // with an unseen free after collection was off for a while: their blocks
+    // may have been made while it was off and not remembered
+    // (shadow_frees_at_end).
     bool collection_was_off_ = false;
     std::set<std::string> unseen_after_off_;
 

@@ -212,14 +212,17 @@ def test_attach_npu_program_collects_its_driver_blocks(tmp_path):
             prog.kill()
 
 
-def test_attach_npu_free_of_a_block_made_before_the_attach_is_named_as_such(tmp_path):
+@pytest.mark.parametrize("mode", ["immediate", "deferred"])
+def test_attach_npu_free_of_a_block_made_before_the_attach_is_named_as_such(tmp_path, mode):
     # The program frees its 4 MiB block allocated before the attach: a free
     # of a block never recorded. The warning said "made before the hooks
     # went in: without the CLI, before the first msmemscope.start()", words
-    # of the Python API alone.
+    # of the Python API alone. With --collect-mode=deferred (collection
+    # starts at the attach all the same, and is never off) it also said "or
+    # while collection was off and the agent could not remember them".
     prog, pid = start_loop(tmp_path, program="attach_npu_loop", env={"ASCEND_SIM_DEVICE_MEM": str(128 << 20)})
     try:
-        host = attach(pid, tmp_path / "out", device="npu")
+        host = attach(pid, tmp_path / "out", f"--collect-mode={mode}", device="npu")
         wait_attached(host, pid)
         say(prog, "quit")  # frees everything, the block made before the attach too, and exits
         rest, _ = prog.communicate(timeout=60)

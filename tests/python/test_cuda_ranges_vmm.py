@@ -130,3 +130,52 @@ def test_device_figures_and_leaks_count_each_byte_once(vmm_run):
     html = next(procdir.glob("report_*.html")).read_text()
     chart = re.search(r'"label":"cuda:0 device memory \(driver\)",[^{}\[]*?"peak":(\d+),[^{}\[]*?"final":(\d+)', html)
     assert chart and (int(chart.group(1)), int(chart.group(2))) == (5 * MiB, 4 * MiB), html[-3000:]
+
+
+# Under the CLI (its agent is in the process from the start): the agent's
+# table of Attr texts for blocks made while collection is off filled by other
+# texts first, through the agent's own entry point.
+FULL_TEXTS = """
+import ctypes
+import msmemscope
+
+""" + CUDA_VMM_PRELUDE.lstrip("\n") + """agent = ctypes.CDLL(None)
+agent.msms_agent_off_alloc_attrs.argtypes = [ctypes.c_uint16, ctypes.c_uint16, ctypes.c_int16, ctypes.c_uint64,
+                                             ctypes.c_uint64, ctypes.c_char_p]
+agent.msms_agent_off_free_device.argtypes = [ctypes.c_uint16, ctypes.c_uint16, ctypes.c_int16, ctypes.c_uint64]
+va = ctypes.c_uint64()
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
+                              ctypes.c_ulonglong(0)) == 0
+print(f"m 0x{{va.value:016x}}", flush=True)
+msmemscope.start()
+h = create("h")
+msmemscope.stop()
+for i in range(70):                    # 70 texts: more than the agent keeps
+    assert agent.msms_agent_off_alloc_attrs(10, 3, 0, 0x1000 + 16 * i, 16, f"filler:{{i}}".encode()) == 1
+    agent.msms_agent_off_free_device(10, 3, 0, 0x1000 + 16 * i)
+assert cu.cuMemMap(va, ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0   # collection off
+msmemscope.start()
+assert cu.cuMemUnmap(va, ctypes.c_size_t(MB2)) == 0
+assert cu.cuMemRelease(h) == 0
+msmemscope.stop()
+"""
+
+
+def test_a_mapping_made_while_off_is_kept_when_the_agent_has_no_room_for_its_text(tmp_path):
+    # Before: past 63 distinct texts the mapping was not remembered ("1
+    # block(s) allocated while collection was off could not be remembered"),
+    # and its unmap in range 2 paired with nothing ("never recorded").
+    p, procdir, names = run_between_ranges(tmp_path, FULL_TEXTS, False, "cuda", CUDA_ENV)
+    rows, marks = two_ranges(procdir, "0")
+    mem = [(i, names[int(r["Ptr"], 16)], r["Event"], parse_attr(r["Attr"])) for i, r in enumerate(rows)
+           if r["Event"] in ("MALLOC", "FREE") and i < marks[3]]
+    assert [(n, e) for i, n, e, a in mem] == [("h", "MALLOC"), ("m", "MALLOC"), ("m", "FREE"), ("h", "FREE")], mem
+    (_, _, _, m_malloc), (i_free, _, _, m_free) = mem[1], mem[2]
+    assert marks[2] < mem[1][0] < i_free < marks[3], (marks, mem)
+    # the text it would have carried is gone, but what the host counts by is there: its memory is h's
+    extra = {k: v for k, v in m_malloc.items() if k not in ("allocation_id", "addr", "size", "owner")}
+    assert extra == {"shadow": "true", "virtual": "true"}, m_malloc
+    assert m_free["allocation_id"] == m_malloc["allocation_id"] and m_free["device_used"] == str(2 * MiB), m_free
+    assert mem[3][3]["device_used"] == "0", mem
+    assert "  0/HAL: peak 2.0 MiB, final 0 B" in p.stdout.splitlines(), p.stdout
+    assert "could not be remembered" not in p.stderr and "never recorded" not in p.stderr, p.stderr

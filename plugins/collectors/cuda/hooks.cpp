@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <iterator>
 #include <map>
 #include <unordered_map>
 
@@ -159,7 +160,29 @@ int16_t current_device() {
 // (and kind) even when another context is current at free time.
 struct Place {
     int16_t dev;   // device id, -1 for host memory
-    uint64_t size; // VMM mappings: mapped length
+    uint64_t size;
+};
+
+// A VMM physical handle (cuMemCreate). The driver gives its memory back once
+// the handle is released AND its last mapping unmapped, whichever comes last
+// (cuMemRelease): a handle released while mapped stays here, `released`,
+// and its FREE is written at the unmap of its last mapping.
+struct Handle {
+    int16_t dev;  // device id, -1 for host memory
+    uint64_t size;
+    uint32_t mappings = 0;  // mappings this table knows of (VmMap)
+    bool released = false;
+};
+
+// A VMM mapping (cuMemMap): a view of its handle's memory.
+struct VmMap {
+    int16_t dev;
+    uint64_t size;    // mapped length
+    uint64_t handle;  // whose memory it maps: its unmap may give that back
+    // Its MALLOC was recorded, or will be as a shadow row. False for a mapping
+    // made while collection was off that the agent could not remember: kept
+    // for its handle's count of mappings only.
+    bool recorded;
 };
 
 using msmemscope::SpinLock;
@@ -167,18 +190,20 @@ using msmemscope::SpinLock;
 SpinLock g_lock;
 // Never destroyed: frees may arrive from atexit handlers after static
 // destructors would have run.
-std::unordered_map<uint64_t, Place>* g_blocks;   // device pointers
-std::unordered_map<uint64_t, Place>* g_handles;  // VMM physical handles
-std::map<uint64_t, Place>* g_maps;               // VMM mappings by address
+std::unordered_map<uint64_t, Place>* g_blocks;    // device pointers
+std::unordered_map<uint64_t, Handle>* g_handles;  // VMM physical handles
+std::map<uint64_t, VmMap>* g_maps;                // VMM mappings by address
 
-void remember(std::unordered_map<uint64_t, Place>*& m, uint64_t key, Place p) {
+template <class V>
+void remember(std::unordered_map<uint64_t, V>*& m, uint64_t key, V v) {
     g_lock.lock();
-    if (!m) m = new std::unordered_map<uint64_t, Place>();
-    (*m)[key] = p;
+    if (!m) m = new std::unordered_map<uint64_t, V>();
+    (*m)[key] = v;
     g_lock.unlock();
 }
 
-bool forget(std::unordered_map<uint64_t, Place>* m, uint64_t key, Place& out) {
+template <class V>
+bool forget(std::unordered_map<uint64_t, V>* m, uint64_t key, V& out) {
     g_lock.lock();
     bool found = false;
     if (m) {
@@ -193,7 +218,8 @@ bool forget(std::unordered_map<uint64_t, Place>* m, uint64_t key, Place& out) {
     return found;
 }
 
-bool peek(std::unordered_map<uint64_t, Place>* m, uint64_t key, Place& out) {
+template <class V>
+bool peek(std::unordered_map<uint64_t, V>* m, uint64_t key, V& out) {
     g_lock.lock();
     bool found = false;
     if (m) {
@@ -205,6 +231,86 @@ bool peek(std::unordered_map<uint64_t, Place>* m, uint64_t key, Place& out) {
     }
     g_lock.unlock();
     return found;
+}
+
+// A mapping of `handle` at ptr: its handle's memory now lives at least until
+// it is unmapped.
+void remember_mapping(uint64_t ptr, const VmMap& m) {
+    g_lock.lock();
+    if (!g_maps) g_maps = new std::map<uint64_t, VmMap>();
+    (*g_maps)[ptr] = m;
+    if (g_handles) {
+        auto h = g_handles->find(m.handle);
+        if (h != g_handles->end()) ++h->second.mappings;
+    }
+    g_lock.unlock();
+}
+
+// cuMemRelease of a handle still mapped: the driver keeps its memory until
+// the last unmap, so the handle is only marked released (true); false when
+// no mapping of it is known (its FREE is written now, as before).
+bool release_while_mapped(uint64_t handle) {
+    g_lock.lock();
+    bool mapped = false;
+    if (g_handles) {
+        auto h = g_handles->find(handle);
+        if (h != g_handles->end() && h->second.mappings > 0) {
+            h->second.released = true;
+            mapped = true;
+        }
+    }
+    g_lock.unlock();
+    return mapped;
+}
+
+// What one cuMemUnmap ends: the mappings in its range and the handles whose
+// last mapping it was, once released.
+struct Unmapped {
+    static constexpr int kMax = 64;
+    struct Gone {
+        uint64_t key;  // a mapping's address or a handle
+        int16_t dev;
+        bool recorded;
+    };
+    Gone maps[kMax];
+    Gone handles[kMax];
+    int n_maps = 0, n_handles = 0;
+    bool refused = false;  // the range cuts a mapping: the driver unmaps nothing
+};
+
+// One mapping of `handle` fewer (g_lock held): true, with the handle taken
+// out of the table into `gone`, when that was its last and it was released.
+bool last_mapping_of_released(uint64_t handle, Unmapped::Gone& gone) {
+    if (!g_handles) return false;
+    auto h = g_handles->find(handle);
+    if (h == g_handles->end() || h->second.mappings == 0) return false;
+    if (--h->second.mappings > 0 || !h->second.released) return false;
+    gone = {h->first, h->second.dev, true};
+    g_handles->erase(h);
+    return true;
+}
+
+// Takes the mappings in [ptr, ptr + size) out of the table. The driver
+// cannot unmap part of a mapping (cuMemUnmap): a range that cuts one is
+// refused whole, and nothing is taken.
+Unmapped take_mappings(uint64_t ptr, uint64_t size) {
+    Unmapped u;
+    const uint64_t end = ptr + size;
+    g_lock.lock();
+    if (g_maps) {
+        auto first = g_maps->lower_bound(ptr);
+        if (first != g_maps->begin() && std::prev(first)->first + std::prev(first)->second.size > ptr)
+            u.refused = true;
+        for (auto it = first; !u.refused && it != g_maps->end() && it->first < end; ++it)
+            if (it->first + it->second.size > end) u.refused = true;
+        for (auto it = first; !u.refused && it != g_maps->end() && it->first < end && u.n_maps < Unmapped::kMax;) {
+            u.maps[u.n_maps++] = {it->first, it->second.dev, it->second.recorded};
+            if (last_mapping_of_released(it->second.handle, u.handles[u.n_handles])) ++u.n_handles;
+            it = g_maps->erase(it);
+        }
+    }
+    g_lock.unlock();
+    return u;
 }
 
 // ---------------------------------------------------------------- recording
@@ -300,6 +406,15 @@ void record_pinned_free(const void* ptr) {
         return;
     }
     msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(ptr));
+}
+
+// The FREE of a VMM handle or mapping recorded on `dev` (-1: host memory,
+// HOST_PINNED); with collection off (`off`), written when it starts again.
+void record_vmm_free(bool off, int16_t dev, uint64_t key) {
+    const uint16_t type = dev < 0 ? MSMS_T_HOST_PINNED : MSMS_T_HAL;
+    const uint16_t kind = dev < 0 ? MSMS_DEV_CPU : MSMS_DEV_CUDA;
+    if (off) msms_agent_off_free_device(type, kind, dev < 0 ? -1 : dev, key);
+    else msms_agent_free(type, kind, dev < 0 ? -1 : dev, key);
 }
 
 // A failed allocation: only out-of-memory feeds the oom analysis.
@@ -416,23 +531,23 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
         Recording r(want_memory());
         if (!r.on && collection_off()) {
             // collection off: a shadow MALLOC at the next start (off_alloc)
-            Place p{-1, size};
+            Handle h{-1, size};
             if (!host)
-                p.dev = prop && prop->location.type == MSMS_CU_MEM_LOCATION_TYPE_DEVICE
+                h.dev = prop && prop->location.type == MSMS_CU_MEM_LOCATION_TYPE_DEVICE
                             ? static_cast<int16_t>(prop->location.id)
                             : current_device();
             if (host ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size, kAttrPinnedCreate)
-                     : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, *handle, size, kAttrCreate))
-                remember(g_handles, *handle, p);
+                     : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, h.dev, *handle, size, kAttrCreate))
+                remember(g_handles, *handle, h);
         } else if (r.on) {
             if (host) {
-                remember(g_handles, *handle, Place{-1, size});
+                remember(g_handles, *handle, Handle{-1, size});
                 msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, *handle, size, 0, kAttrPinnedCreate);
             } else {
                 int16_t dev = prop && prop->location.type == MSMS_CU_MEM_LOCATION_TYPE_DEVICE
                                   ? static_cast<int16_t>(prop->location.id)
                                   : current_device();
-                remember(g_handles, *handle, Place{dev, size});
+                remember(g_handles, *handle, Handle{dev, size});
                 msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, dev, *handle, size, 0, kAttrCreate);
             }
         }
@@ -445,21 +560,20 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
 MSMS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     auto f = real<PFN_cuMemRelease>(S_MemRelease);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    // Still mapped: no FREE now, the memory is in use until the last
+    // cuMemUnmap, which writes the handle's FREE (cuMemUnmap below).
+    if (release_while_mapped(handle)) return f(handle);
     {
         Recording r(want_memory());
         if (!r.on) {
             // collection off: forgotten if made while it was off, else its
             // FREE (on its device) when collection starts again
-            Place p{0, 0};
-            if (collection_off() && forget(g_handles, handle, p)) {
-                if (p.dev < 0) msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, handle);
-                else msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, handle);
-            }
+            Handle h{0, 0};
+            if (collection_off() && forget(g_handles, handle, h)) record_vmm_free(true, h.dev, handle);
         } else {
-            Place p{0, 0};
-            if (!forget(g_handles, handle, p)) p.dev = current_device();
-            if (p.dev < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, handle);
-            else msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, handle);
+            Handle h{0, 0};
+            if (!forget(g_handles, handle, h)) h.dev = current_device();
+            record_vmm_free(false, h.dev, handle);
         }
     }
     return f(handle);
@@ -477,20 +591,17 @@ MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
         // handle only), so that its unmap in a later range pairs with it.
         const bool off = !r.on && collection_off();
         if (r.on || off) {
-            Place p{0, 0};
-            if (!peek(g_handles, handle, p)) p.dev = current_device();
-            bool keep = true;
+            Handle h{0, 0};
+            if (!peek(g_handles, handle, h)) h.dev = current_device();
+            bool recorded = true;
             if (off)
-                keep = p.dev < 0 ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, kAttrPinnedMap)
-                                 : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr, size, kAttrMap);
-            if (keep) {
-                g_lock.lock();
-                if (!g_maps) g_maps = new std::map<uint64_t, Place>();
-                (*g_maps)[ptr] = Place{p.dev, size};
-                g_lock.unlock();
-            }
-            if (r.on && p.dev < 0) msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, 0, kAttrPinnedMap);
-            else if (r.on) msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, p.dev, ptr, size, 0, kAttrMap);
+                recorded = h.dev < 0 ? off_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, kAttrPinnedMap)
+                                     : off_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, h.dev, ptr, size, kAttrMap);
+            // Kept here even when the agent could not remember it for a
+            // shadow MALLOC: it still holds its handle's memory (cuMemRelease).
+            remember_mapping(ptr, VmMap{h.dev, size, handle, recorded});
+            if (r.on && h.dev < 0) msms_agent_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, ptr, size, 0, kAttrPinnedMap);
+            else if (r.on) msms_agent_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, h.dev, ptr, size, 0, kAttrMap);
         }
     }
     return rc;
@@ -507,32 +618,22 @@ MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
         bool off = !r.on && collection_off();
         if (r.on || off) {
             // One unmap may cover several mappings: free each of them.
-            constexpr int kMax = 64;
-            uint64_t starts[kMax];
-            int16_t devs[kMax];
-            int n = 0;
-            g_lock.lock();
-            if (g_maps) {
-                auto it = g_maps->lower_bound(ptr);
-                while (it != g_maps->end() && it->first < ptr + size && n < kMax) {
-                    starts[n] = it->first;
-                    devs[n] = it->second.dev;
-                    ++n;
-                    it = g_maps->erase(it);
-                }
+            Unmapped u = take_mappings(ptr, size);
+            if (u.n_maps == 0 && !off && !u.refused) {
+                // a mapping made before the hooks went in: the host says so
+                u.maps[0] = {ptr, current_device(), true};
+                u.n_maps = 1;
             }
-            g_lock.unlock();
-            if (n == 0 && !off) {
-                starts[0] = ptr;
-                devs[0] = current_device();
-                n = 1;
+            for (int i = 0; i < u.n_maps; ++i) {
+                const Unmapped::Gone& m = u.maps[i];
+                // A mapping the agent could not remember while off: no MALLOC
+                // will come; collecting, its FREE still tells the host.
+                if (m.recorded || !off) record_vmm_free(off, m.dev, m.key);
             }
-            for (int i = 0; i < n; ++i) {
-                if (off && devs[i] < 0) msms_agent_off_free_device(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, starts[i]);
-                else if (off) msms_agent_off_free_device(MSMS_T_HAL, MSMS_DEV_CUDA, devs[i], starts[i]);
-                else if (devs[i] < 0) msms_agent_free(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, starts[i]);
-                else msms_agent_free(MSMS_T_HAL, MSMS_DEV_CUDA, devs[i], starts[i]);
-            }
+            // A released handle whose last mapping this was: the driver
+            // gives its memory back now, so its FREE row is written here and
+            // its time is this unmap's, not its cuMemRelease's.
+            for (int i = 0; i < u.n_handles; ++i) record_vmm_free(off, u.handles[i].dev, u.handles[i].key);
         }
     }
     return f(ptr, size);

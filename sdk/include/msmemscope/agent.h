@@ -99,10 +99,10 @@ void msms_agent_off_free_device(uint16_t type, uint16_t device_kind, int16_t dev
  * host, the sinks and the analyzers know it as they know a block recorded
  * in a range (driver, alloc_type; virtual:true, a mapping of memory another
  * block accounts for, which the host then counts once). The agent keeps up
- * to 63 distinct texts of at most 191 characters for the process's life;
+ * to 62 distinct texts of at most 191 characters for the process's life;
  * past that a block's shadow MALLOC carries shadow:true alone, and one
- * whose text says virtual:true is not remembered (counted twice
- * otherwise). (Newer agents only: look it up with dlsym.) */
+ * whose text says virtual:true carries shadow:true,virtual:true (counted
+ * twice otherwise). (Newer agents only: look it up with dlsym.) */
 int msms_agent_off_alloc_attrs(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr, uint64_t size,
                                const char* attrs);
 
