@@ -182,6 +182,9 @@ std::string unrecorded_exec_words(const ProcessSummary& s);
 // session closes in the interpreter's atexit, which must wait for the host).
 extern const char kEndStatusUnknown[];
 
+// A process's log (msmemscope_logs/*.log) written to `fd`, which it owns,
+// at the level --log-level asks of the log file.
+std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg);
 // Local time as YYYYmmddHHMMSS.
 std::string timestamp_string(uint64_t wall_ns);
 // Creates a folder and its parents; "" on success, else the reason.
