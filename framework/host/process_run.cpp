@@ -284,6 +284,7 @@ void ProcessRun::run_stream() {
         int log_fd = files::create(logs_fd.get(), log_name, why);
         if (log_fd < 0) throw std::runtime_error(why);
         run.log = make_process_log(log_fd, cfg_);
+        summary_.log_file = "msmemscope_logs/" + log_name;
         // A log that cannot be written (full disk) is one more incomplete
         // output, said once in the summary instead of on every line.
         run.log->set_error_handler([this](const std::string& msg) {

@@ -87,6 +87,9 @@ struct ProcessSummary {
     // came late (from torch.distributed) and the folder was renamed to carry
     // it once every plugin was done with it; "" otherwise.
     std::string renamed_from;
+    // Its log below output_dir ("msmemscope_logs/msmemscope_<ts>.log"), ""
+    // before it was made: the session appends the end-of-run report to it.
+    std::string log_file;
     SummaryFacts facts;  // what summary.json was written from
 };
 

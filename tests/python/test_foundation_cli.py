@@ -164,6 +164,18 @@ def test_root_warning_is_in_the_log_too(tmp_path):
     assert warned < profiling and log[warned][0] <= log[profiling][0], log
 
 
+def test_the_log_ends_with_the_report_the_console_printed(tmp_path):
+    """The end-of-run report (how the process ended, its folder, counts,
+    totals, the files written) is the log's last lines, in the console's words."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+    report = p.stdout.splitlines()
+    d = process_dirs(out)[0]
+    assert report[0].startswith("msmemscope: pid ") and f"  output: {d}" in report, report
+    assert any(r.startswith("  files (in ") for r in report), report
+    said = [m for _, m in log_messages(d)]
+    assert said[-len(report):] == [f"[info] {r}" for r in report], said
+
+
 def test_bash_user_script_form(tmp_path):
     script = tmp_path / "user.sh"
     script.write_text(f"{TEST_BIN / 'known_allocs'}\n{TEST_BIN / 'known_allocs'} 3\nexit 4\n")
