@@ -15,6 +15,7 @@
 #include "compare_log.h"
 #include "offline/interrupted.h"
 #include "config.h"
+#include "console_notes.h"
 #include "api_words.h"
 #include "device_check.h"
 #include "live/live_view.h"
@@ -40,7 +41,7 @@ using namespace msms;
 namespace {
 
 void warn(const std::vector<std::string>& warnings) {
-    for (auto& w : warnings) warning_out() << "msmemscope: warning: " << w << "\n";
+    for (auto& w : warnings) say_warning(w);
 }
 
 std::string fs_timestamp() {
@@ -113,11 +114,11 @@ int run_main(int argc, char** argv) {
         std::vector<std::string> user_dirs = Registry::search_dirs(raw.search_paths);
         user_dirs.erase(user_dirs.begin());  // the installed folder
         for (auto& r : refusals_to_warn(registry, user_dirs, raw.verbose))
-            warning_out() << "msmemscope: warning: plugin " << r.path << " refused: " << r.reason << "\n";
+            say_warning("plugin " + r.path + " refused: " + r.reason);
     }
     // A selected plugin that was found but cannot be loaded costs only
     // itself: the run goes on without it and ends with status 71.
-    bool plugin_dropped = drop_unloadable_selections(raw, registry, std::cerr) > 0;
+    bool plugin_dropped = drop_unloadable_selections(raw, registry) > 0;
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
@@ -126,9 +127,8 @@ int run_main(int argc, char** argv) {
         for (auto& w : cfg.warnings) w = api_words(w);
     warn(cfg.warnings);
     if (geteuid() == 0)
-        warning_out() << "msmemscope: warning: running as root: plugins and agent libraries that a user other than "
-                         "root owns or could write (they or a folder above them) are refused; run as an ordinary "
-                         "user where possible\n";
+        say_warning("running as root: plugins and agent libraries that a user other than root owns or could write "
+                    "(they or a folder above them) are refused; run as an ordinary user where possible");
 
     if (!cfg.merge.empty()) return merge_main(cfg);  // --merge: runs of several nodes
     if (cfg.compare) {

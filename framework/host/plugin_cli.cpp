@@ -6,6 +6,7 @@
 
 #include <msmemscope/abi.h>
 
+#include "console_notes.h"
 #include "util/text.h"
 
 namespace msms {
@@ -89,7 +90,7 @@ std::vector<std::pair<std::string, std::string>> g_dropped_at_load;
 
 const std::vector<std::pair<std::string, std::string>>& dropped_at_load() { return g_dropped_at_load; }
 
-int drop_unloadable_selections(RawConfig& raw, const Registry& reg, std::ostream& err) {
+int drop_unloadable_selections(RawConfig& raw, const Registry& reg) {
     int dropped = 0;
     for (const char* key : {"analysis", "sinks", "analyze"}) {
         auto it = raw.values.find(key);
@@ -103,8 +104,8 @@ int drop_unloadable_selections(RawConfig& raw, const Registry& reg, std::ostream
                 keep.push_back(item);
                 continue;
             }
-            err << "msmemscope: error: plugin '" << name << "' (selected by " << it->second.origin
-                << ") cannot be loaded: " << r->path << ": " << r->reason << "; running without it\n";
+            say_error("plugin '" + name + "' (selected by " + it->second.origin + ") cannot be loaded: " + r->path +
+                      ": " + r->reason + "; running without it");
             raw.plugin_options.erase(name);
             g_dropped_at_load.emplace_back(name, "cannot be loaded: " + r->path + ": " + r->reason);
             changed = true;

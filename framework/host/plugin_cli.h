@@ -21,9 +21,9 @@ bool print_plugin_description(const Registry& reg, const std::string& name, std:
 // One option as "name (int, default 5, range 1..100): help".
 std::string describe_option(const PluginInfo::Option& o);
 // Removes from the raw selection (--analysis, --sinks, --analyze and their
-// plugin options) every plugin that was found but refused, saying so on
-// `err`; returns how many were removed.
-int drop_unloadable_selections(RawConfig& raw, const Registry& reg, std::ostream& err);
+// plugin options) every plugin that was found but refused, saying so as an
+// error (console_notes.h: the logs repeat it); returns how many were removed.
+int drop_unloadable_selections(RawConfig& raw, const Registry& reg);
 // The plugins drop_unloadable_selections dropped in this process: (name,
 // why), for each process's config.json ("dropped").
 const std::vector<std::pair<std::string, std::string>>& dropped_at_load();

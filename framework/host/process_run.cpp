@@ -25,6 +25,7 @@
 
 #include "api_words.h"
 #include "capture_disk.h"
+#include "console_notes.h"
 #include "oom_watch.h"
 #include "plugin_cli.h"
 #include "process_summary_json.h"
@@ -57,6 +58,15 @@ std::string unrecorded_exec_words(const ProcessSummary& s) {
         return words + "(its environment preloads the agent, but the new program did not load it: a static or "
                        "set-user-ID program)";
     return words + "(the new program's environment does not preload it, e.g. env -i)";
+}
+
+std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg) {
+    auto log = std::make_shared<spdlog::logger>("msmemscope", std::make_shared<FdLogSink>(fd));
+    static const spdlog::level::level_enum kLevels[] = {spdlog::level::debug, spdlog::level::info,
+                                                        spdlog::level::warn, spdlog::level::err};
+    log->set_level(kLevels[cfg.log_file_threshold()]);
+    log->flush_on(spdlog::level::info);
+    return log;
 }
 
 std::string timestamp_string(uint64_t wall_ns) {
@@ -270,14 +280,11 @@ void ProcessRun::run_stream() {
     run.config_json = config_json();
     run.command_line = summary_.command;
     try {
-        int log_fd = files::create(logs_fd.get(), "msmemscope_" + ts + ".log", why);
+        std::string log_name = "msmemscope_" + ts + ".log";
+        int log_fd = files::create(logs_fd.get(), log_name, why);
         if (log_fd < 0) throw std::runtime_error(why);
-        auto sink = std::make_shared<FdLogSink>(log_fd);
-        run.log = std::make_shared<spdlog::logger>("msmemscope", sink);
-        static const spdlog::level::level_enum kLevels[] = {spdlog::level::debug, spdlog::level::info,
-                                                            spdlog::level::warn, spdlog::level::err};
-        run.log->set_level(kLevels[cfg_.log_file_threshold()]);
-        run.log->flush_on(spdlog::level::info);
+        run.log = make_process_log(log_fd, cfg_);
+        summary_.log_file = "msmemscope_logs/" + log_name;
         // A log that cannot be written (full disk) is one more incomplete
         // output, said once in the summary instead of on every line.
         run.log->set_error_handler([this](const std::string& msg) {
@@ -287,10 +294,13 @@ void ProcessRun::run_stream() {
         summary_.error = dir + ": cannot create the log file: " + e.what();
         return;
     }
+    // What the console said before this log existed (the configuration's
+    // warnings, refused plugins, the run as root: console_notes.h; in
+    // config()'s words for a Python API session), at the times it said them.
+    for (auto& note : console_notes())
+        run.log->log(note.when, spdlog::source_loc{}, note.error ? spdlog::level::err : spdlog::level::warn,
+                     note.text);
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
-    // What the console said of the configuration (main.cpp; in config()'s
-    // words for a Python API session), so that the log says it too.
-    for (auto& w : cfg_.warnings) run.log->warn(w);
     // Plugins print into the process folder, never into the program's
     // stdout/stderr (supervisor.h; issue #29 item 7).
     if (std::string why = supervisor::redirect_plugin_output(dir, dir_fd_.get()); !why.empty())

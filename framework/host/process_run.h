@@ -87,6 +87,9 @@ struct ProcessSummary {
     // came late (from torch.distributed) and the folder was renamed to carry
     // it once every plugin was done with it; "" otherwise.
     std::string renamed_from;
+    // Its log below output_dir ("msmemscope_logs/msmemscope_<ts>.log"), ""
+    // before it was made: the session appends the end-of-run report to it.
+    std::string log_file;
     SummaryFacts facts;  // what summary.json was written from
 };
 
@@ -182,6 +185,9 @@ std::string unrecorded_exec_words(const ProcessSummary& s);
 // session closes in the interpreter's atexit, which must wait for the host).
 extern const char kEndStatusUnknown[];
 
+// A process's log (msmemscope_logs/*.log) written to `fd`, which it owns,
+// at the level --log-level asks of the log file.
+std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg);
 // Local time as YYYYmmddHHMMSS.
 std::string timestamp_string(uint64_t wall_ns);
 // Creates a folder and its parents; "" on success, else the reason.

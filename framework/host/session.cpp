@@ -22,6 +22,8 @@
 #include <sstream>
 #include <tuple>
 
+#include <spdlog/logger.h>
+
 #include "api_words.h"
 #include "device_check.h"
 #include "launcher.h"
@@ -757,6 +759,111 @@ int Session::replay(const std::string& capture) {
     return 0;
 }
 
+namespace {
+
+void print_line(const ReportLine& line, std::ostream& out) {
+    if (line.kind == ReportLine::Out)
+        out << line.text << "\n";
+    else if (line.kind == ReportLine::Warning)
+        warning_out() << "msmemscope: warning: " << line.text << "\n";
+    else
+        std::cerr << "msmemscope: error: " << line.text << "\n";
+}
+
+// The report goes into the process's log too, for a reader of the log alone
+// (logs collected from CI). The log is opened again below the process folder
+// without following links (output_dir.h) and appended to; one that cannot be
+// opened any more (the folder moved or replaced) leaves the console's report
+// as the only one, as does a full disk (the log's errors are not reported).
+void append_to_log(const ProcessSummary& s, const Config& cfg, const std::vector<ReportLine>& lines) {
+    if (s.output_dir.empty() || s.log_file.empty()) return;
+    std::string why;
+    Fd dir = open_output_root(s.output_dir, why);
+    if (!dir) return;
+    size_t slash = s.log_file.rfind('/');
+    Fd logs(files::open_dir(dir.get(), s.log_file.substr(0, slash), false, why));
+    if (!logs) return;
+    int fd = openat(logs.get(), s.log_file.substr(slash + 1).c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    auto log = make_process_log(fd, cfg);
+    log->set_error_handler([](const std::string&) {});
+    for (auto& line : lines) {
+        auto level = line.kind == ReportLine::Out       ? spdlog::level::info
+                     : line.kind == ReportLine::Warning ? spdlog::level::warn
+                                                        : spdlog::level::err;
+        log->log(level, line.text);
+    }
+    log->flush();
+}
+
+}  // namespace
+
+std::vector<ReportLine> Session::report_lines(const ProcessSummary& s,
+                                              const std::function<std::string(const std::string&)>& said,
+                                              int& status) const {
+    std::vector<ReportLine> lines;
+    auto out = [&lines](std::string text) { lines.push_back({ReportLine::Out, std::move(text)}); };
+    for (auto& w : s.warnings) lines.push_back({ReportLine::Warning, said(w)});
+    if (!s.error.empty()) {
+        lines.push_back({ReportLine::Error, (cfg_.replay.empty() ? "" : "--replay: ") + said(s.error)});
+        status = 70;
+        return lines;
+    }
+    for (auto& why : s.incomplete) {
+        if (cfg_.replay.empty())
+            lines.push_back({ReportLine::Error, "pid " + std::to_string(s.pid) + ": output incomplete: " + said(why)});
+        else if (cfg_.replays.size() > 1)
+            lines.push_back({ReportLine::Error, "--replay: " + why});
+        else
+            lines.push_back({ReportLine::Error, "--replay: " + cfg_.replay + ": " + why});
+        status = 70;
+    }
+    // (The pipeline said on stderr which plugin was dropped and why.)
+    if (s.plugin_dropped && status == 0) status = 71;
+    std::string how = s.ended.empty() ? how_ended(s) : s.ended;
+    out("msmemscope: pid " + std::to_string(s.pid) + " (" + escape_controls(s.command) + ") " + how);
+    out("  output: " + s.output_dir);
+    // Its rank came late: what was said of the folder during the run
+    // (a plugin's message) named it as it was then.
+    if (!s.renamed_from.empty())
+        out("  folder: renamed from " + s.renamed_from + " at the end (rank " + s.rank +
+            " from torch.distributed, known after the folder was made)");
+    std::string counts = "  events: " + std::to_string(s.events) + ", dropped: " + std::to_string(s.dropped);
+    if (s.stragglers) counts += ", late: " + std::to_string(s.stragglers);
+    if (s.corrupt) counts += ", corrupt records: " + std::to_string(s.corrupt);
+    out(counts);
+    for (auto& [dev, t] : s.totals) {
+        out("  " + dev + ": peak " + human_bytes(t.peak) + ", final " + human_bytes(t.used));
+        if (t.import_rows)
+            out("  " + dev + ": Python imports left up to " + std::to_string(t.import_blocks) + " block(s), " +
+                human_bytes(static_cast<int64_t>(t.import_bytes)) + ", live: written as one block, the imports' heap (" +
+                std::to_string(t.import_rows) +
+                " MALLOC row(s) as it changed, Attr shadow:true,import:true,blocks), no row of their own "
+                "(host_heap.python_imports=fold)");
+    }
+    // Analyzer reports at column 0, as upstream prints them (its leak
+    // report: grep '^======'); each analyzer indents its own details.
+    for (auto& line : s.report) out(said(line));
+    for (auto& e : s.plugin_errors) out("  error: " + said(e));
+    if (s.agent_disabled) out("  warning: the agent turned collection off during the run (see stderr)");
+    // What the sinks wrote: every file under the process folder (the
+    // sinks are plugins, so the folder is the one list they all share).
+    std::vector<std::pair<std::string, uintmax_t>> files;
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(s.output_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code ec2;
+        if (!it->is_regular_file(ec2)) continue;
+        files.emplace_back(fs::relative(it->path(), s.output_dir, ec2).string(), it->file_size(ec2));
+    }
+    std::sort(files.begin(), files.end());
+    if (!files.empty()) out("  files (in " + s.output_dir + "):");
+    const size_t kMaxListed = 30;
+    for (size_t i = 0; i < files.size() && i < kMaxListed; ++i)
+        out("    " + escape_controls(files[i].first) + " (" + human_bytes(static_cast<int64_t>(files[i].second)) + ")");
+    if (files.size() > kMaxListed) out("    ... and " + std::to_string(files.size() - kMaxListed) + " more");
+    return lines;
+}
+
 int Session::print_summary(std::ostream& out) const {
     // The tool's own failures go to stderr, one line each; the status says
     // whether every output is complete (70: no; 71: a plugin was dropped).
@@ -765,64 +872,9 @@ int Session::print_summary(std::ostream& out) const {
     const bool api = !cfg_.serve_session.empty();
     auto said = [api](const std::string& text) { return api ? api_words(text) : text; };
     for (auto& s : summaries_) {
-        for (auto& w : s.warnings) warning_out() << "msmemscope: warning: " << said(w) << "\n";
-        if (!s.error.empty()) {
-            std::cerr << "msmemscope: error: " << (cfg_.replay.empty() ? "" : "--replay: ") << said(s.error) << "\n";
-            status = 70;
-            continue;
-        }
-        for (auto& why : s.incomplete) {
-            if (cfg_.replay.empty())
-                std::cerr << "msmemscope: error: pid " << s.pid << ": output incomplete: " << said(why) << "\n";
-            else if (cfg_.replays.size() > 1)
-                std::cerr << "msmemscope: error: --replay: " << why << "\n";
-            else
-                std::cerr << "msmemscope: error: --replay: " << cfg_.replay << ": " << why << "\n";
-            status = 70;
-        }
-        // (The pipeline said on stderr which plugin was dropped and why.)
-        if (s.plugin_dropped && status == 0) status = 71;
-        std::string how = s.ended.empty() ? how_ended(s) : s.ended;
-        out << "msmemscope: pid " << s.pid << " (" << escape_controls(s.command) << ") " << how << "\n";
-        out << "  output: " << s.output_dir << "\n";
-        // Its rank came late: what was said of the folder during the run
-        // (a plugin's message) named it as it was then.
-        if (!s.renamed_from.empty())
-            out << "  folder: renamed from " << s.renamed_from << " at the end (rank " << s.rank
-                << " from torch.distributed, known after the folder was made)\n";
-        out << "  events: " << s.events << ", dropped: " << s.dropped;
-        if (s.stragglers) out << ", late: " << s.stragglers;
-        if (s.corrupt) out << ", corrupt records: " << s.corrupt;
-        out << "\n";
-        for (auto& [dev, t] : s.totals) {
-            out << "  " << dev << ": peak " << human_bytes(t.peak) << ", final " << human_bytes(t.used) << "\n";
-            if (t.import_rows)
-                out << "  " << dev << ": Python imports left up to " << t.import_blocks << " block(s), "
-                    << human_bytes(static_cast<int64_t>(t.import_bytes))
-                    << ", live: written as one block, the imports' heap (" << t.import_rows
-                    << " MALLOC row(s) as it changed, Attr shadow:true,import:true,blocks), no row of their own "
-                       "(host_heap.python_imports=fold)\n";
-        }
-        // Analyzer reports at column 0, as upstream prints them (its leak
-        // report: grep '^======'); each analyzer indents its own details.
-        for (auto& line : s.report) out << said(line) << "\n";
-        for (auto& e : s.plugin_errors) out << "  error: " << said(e) << "\n";
-        if (s.agent_disabled) out << "  warning: the agent turned collection off during the run (see stderr)\n";
-        // What the sinks wrote: every file under the process folder (the
-        // sinks are plugins, so the folder is the one list they all share).
-        std::vector<std::pair<std::string, uintmax_t>> files;
-        std::error_code ec;
-        for (fs::recursive_directory_iterator it(s.output_dir, ec), end; !ec && it != end; it.increment(ec)) {
-            std::error_code ec2;
-            if (!it->is_regular_file(ec2)) continue;
-            files.emplace_back(fs::relative(it->path(), s.output_dir, ec2).string(), it->file_size(ec2));
-        }
-        std::sort(files.begin(), files.end());
-        if (!files.empty()) out << "  files (in " << s.output_dir << "):\n";
-        const size_t kMaxListed = 30;
-        for (size_t i = 0; i < files.size() && i < kMaxListed; ++i)
-            out << "    " << escape_controls(files[i].first) << " (" << human_bytes(static_cast<int64_t>(files[i].second)) << ")\n";
-        if (files.size() > kMaxListed) out << "    ... and " << files.size() - kMaxListed << " more\n";
+        std::vector<ReportLine> lines = report_lines(s, said, status);
+        for (auto& line : lines) print_line(line, out);
+        append_to_log(s, cfg_, lines);
     }
     // A collector left out for its missing target library (agent_library_paths).
     if (collector_dropped_ && status == 0 && !summaries_.empty()) status = 71;

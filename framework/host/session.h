@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <ostream>
@@ -19,6 +20,13 @@
 #include "registry.h"
 
 namespace msms {
+
+// One line of a process's end-of-run report: on stdout, or a warning or an
+// error on stderr; its log keeps it at the matching level, in the same words.
+struct ReportLine {
+    enum Kind { Out, Warning, Error } kind;
+    std::string text;  // without "msmemscope: warning: " / "error: "
+};
 
 class Session {
 public:
@@ -46,6 +54,12 @@ public:
     std::string how_ended(const ProcessSummary& s) const;
 
 private:
+    // One process's part of the summary, as print_summary prints it and its
+    // log repeats it; `said` puts the text in the user's words (api_words.h);
+    // `status` becomes 70 or 71 as print_summary says.
+    std::vector<ReportLine> report_lines(const ProcessSummary& s,
+                                         const std::function<std::string(const std::string&)>& said,
+                                         int& status) const;
     void scan();
     void join_all();
     // An image whose exec kept the agent, and whose next image made its

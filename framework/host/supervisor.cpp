@@ -295,7 +295,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 560,
+static_assert(sizeof(ProcessSummary) == 592,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -346,6 +346,7 @@ std::string encode(const ProcessSummary& s) {
     for (auto& l : s.warnings) w.s(l);
     w.s(s.rank);
     w.s(s.renamed_from);
+    w.s(s.log_file);
     const SummaryFacts& f = s.facts;
     w.u(f.ppid);
     w.s(f.rank);
@@ -409,6 +410,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.warnings.push_back(r.s());
     s.rank = r.s();
     s.renamed_from = r.s();
+    s.log_file = r.s();
     SummaryFacts& f = s.facts;
     f.ppid = static_cast<uint32_t>(r.u());
     f.rank = r.s();

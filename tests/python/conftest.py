@@ -6,6 +6,7 @@ build/bin/msmemscope, test programs are in build/tests/bin.
 import csv
 import ctypes
 import os
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -97,6 +98,21 @@ def clean_env(**extra):
 
 def process_dirs(out):
     return sorted(p for p in Path(out).iterdir() if p.is_dir() and p.name.startswith("msmemscope_"))
+
+
+def log_messages(procdir):
+    """The process folder's log (msmemscope_logs/msmemscope_<ts>.log) as
+    (time, "[level] message") pairs, the logger's name left out."""
+    logs = list((Path(procdir) / "msmemscope_logs").glob("msmemscope_*.log"))
+    assert len(logs) == 1, logs
+    pairs = []
+    for line in logs[0].read_text().splitlines():
+        m = re.match(r"^\[([^]]*)\] \[msmemscope\] (.*)$", line)
+        if m:
+            pairs.append((m.group(1), m.group(2)))
+        elif pairs:  # a message of several lines
+            pairs[-1] = (pairs[-1][0], pairs[-1][1] + "\n" + line)
+    return pairs
 
 
 def dump_files(procdir, device="cpu", kind="memscope_dump"):

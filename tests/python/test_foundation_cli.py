@@ -6,7 +6,9 @@ import re
 import stat
 from pathlib import Path
 
-from conftest import TEST_BIN, dump_files, process_dirs, read_dump, run_cli
+import pytest
+
+from conftest import TEST_BIN, dump_files, log_messages, process_dirs, read_dump, run_cli
 
 KNOWN_SIZES = [1001, 3006, 1003, 1004, 1005, 1024, 1006, 1007, 4032, 1009, 1010]
 
@@ -140,6 +142,38 @@ def test_root_warning(tmp_path):
                 "owns or could write (they or a folder above them) are refused") in p.stderr
     else:
         assert "running as root" not in p.stderr
+
+
+ROOT_WARNING = ("running as root: plugins and agent libraries that a user other than root owns or could write "
+                "(they or a folder above them) are refused; run as an ordinary user where possible")
+
+
+def test_root_warning_is_in_the_log_too(tmp_path):
+    """Said before the process's log exists: the log repeats it first, with
+    the time the console said it, so a reader of the log alone sees it."""
+    if os.geteuid() != 0:
+        pytest.skip("the warning is said to root only; these tests run as an ordinary user")
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs"], rc=0)
+    assert p.stderr.splitlines().count(f"msmemscope: warning: {ROOT_WARNING}") == 1, p.stderr
+    assert p.stderr.count("running as root") == 1, p.stderr  # once on the console
+    log = log_messages(process_dirs(out)[0])
+    said = [m for _, m in log]
+    assert said.count(f"[warning] {ROOT_WARNING}") == 1, said
+    profiling = next(i for i, m in enumerate(said) if m.startswith("[info] profiling pid "))
+    warned = said.index(f"[warning] {ROOT_WARNING}")
+    assert warned < profiling and log[warned][0] <= log[profiling][0], log
+
+
+def test_the_log_ends_with_the_report_the_console_printed(tmp_path):
+    """The end-of-run report (how the process ended, its folder, counts,
+    totals, the files written) is the log's last lines, in the console's words."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+    report = p.stdout.splitlines()
+    d = process_dirs(out)[0]
+    assert report[0].startswith("msmemscope: pid ") and f"  output: {d}" in report, report
+    assert any(r.startswith("  files (in ") for r in report), report
+    said = [m for _, m in log_messages(d)]
+    assert said[-len(report):] == [f"[info] {r}" for r in report], said
 
 
 def test_bash_user_script_form(tmp_path):

@@ -7,7 +7,7 @@ from plugin callbacks. Fixtures: tests/fixtures/bad_plugins."""
 import re
 from pathlib import Path
 
-from conftest import BUILD, dump_files, process_dirs, read_dump
+from conftest import BUILD, dump_files, log_messages, process_dirs, read_dump
 
 FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
 PROGRAM = ["/bin/ls", "/"]
@@ -140,6 +140,24 @@ def test_plugin_missing_a_library_is_named_with_the_loaders_message(cli, tmp_pat
     assert (f"msmemscope: warning: plugin {fixture('missing_dep')} refused: cannot load: libmsms_fixture_gone.so: "
             "cannot open shared object file: No such file or directory") in p.stderr.splitlines()
     assert "Bad file descriptor" not in p.stderr
+
+
+def test_refusals_and_dropped_selections_are_in_the_log_in_the_consoles_order(cli, tmp_path):
+    """Said while the plugins were found, before any log existed: each
+    process's log repeats them first, in order, in the console's words."""
+    p, out = run(cli, tmp_path, "--analysis=abort_in_load", "--verbose", rc=71)
+    prefixes = {"msmemscope: warning: ": "[warning] ", "msmemscope: error: ": "[error] "}
+    said = [prefixes[m.group(1)] + m.group(2) for m in
+            re.finditer(r"^(msmemscope: (?:warning|error): )(plugin .*)$", p.stderr, re.M)]
+    missing = (f"[warning] plugin {fixture('missing_dep')} refused: cannot load: libmsms_fixture_gone.so: cannot "
+               "open shared object file: No such file or directory")
+    dropped = (f"[error] plugin 'abort_in_load' (selected by --analysis) cannot be loaded: {fixture('abort_in_load')}: "
+               "crashed (SIGABRT) while being loaded: abort_in_load: giving up in a static constructor; running "
+               "without it")
+    assert missing in said and dropped in said, p.stderr
+    assert len(set(said)) == len(said), p.stderr  # each said once on the console
+    log = [m for _, m in log_messages(process_dirs(out)[0])]
+    assert log[:len(said)] == said, log
 
 
 def test_old_minor_plugin_loads_and_fails_without_text(cli, tmp_path):

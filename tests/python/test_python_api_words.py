@@ -370,6 +370,12 @@ def test_the_log_file_says_what_the_console_says(tmp_path, under_cli):
         assert f"[warning] {s}" in log, (s, log)
     if not under_cli:
         assert not [l for l in log if re.search(r"(^|[^\w-])--[a-z]", l)], log
+    # The end-of-run report (the leak analysis's findings and the files
+    # written among it) ends the log, in the words the console printed.
+    out = p.stdout.splitlines()
+    report = out[out.index(next(l for l in out if l.startswith(f"msmemscope: pid {pid} "))):]
+    assert any(l.startswith("  files (in ") for l in report), p.stdout
+    assert log[-len(report):] == [f"[info] {r}" for r in report], (report, log)
 
 
 def test_the_log_file_names_the_time_budget_as_config_does(tmp_path):

@@ -1,0 +1,28 @@
+// What the console is told before any process's log file exists: the
+// configuration's warnings, plugins refused at discovery, selected plugins
+// dropped for it, the warning for a run as root. A reader of a run's log
+// alone (msmemscope_logs/*.log, e.g. collected from CI) missed them: each is
+// printed here and kept with the time it was said, and every process's log
+// repeats them, in order, at those times, once it opens (ProcessRun).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace msms {
+
+struct ConsoleNote {
+    std::chrono::system_clock::time_point when;
+    bool error = false;  // "msmemscope: error: ..." (else a warning)
+    std::string text;    // the words after "msmemscope: warning: " / "error: "
+};
+
+// "msmemscope: warning: TEXT" on warning_out() (so not with -q), kept for the logs.
+void say_warning(const std::string& text);
+// "msmemscope: error: TEXT" on stderr, kept for the logs.
+void say_error(const std::string& text);
+// What was said so far, oldest first.
+std::vector<ConsoleNote> console_notes();
+
+}  // namespace msms
