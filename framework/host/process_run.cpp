@@ -300,6 +300,8 @@ void ProcessRun::run_stream() {
     for (auto& note : console_notes())
         run.log->log(note.when, spdlog::source_loc{}, note.error ? spdlog::level::err : spdlog::level::warn,
                      note.text);
+    // What this process's summary warned of before its log existed (RANK).
+    for (auto& w : summary_.warnings) run.log->warn(said(cfg_, w));
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);
     // Plugins print into the process folder, never into the program's
     // stdout/stderr (supervisor.h; issue #29 item 7).
@@ -567,7 +569,10 @@ void ProcessRun::run_stream() {
     facts.ppid = reader_.ppid();
     facts.rank = rank_.rank();
     summary_.rank = facts.rank;
-    if (!rank_.warning().empty()) summary_.warnings.push_back(rank_.warning());
+    if (!rank_.warning().empty()) {
+        summary_.warnings.push_back(rank_.warning());
+        run.log->warn(said(cfg_, rank_.warning()));
+    }
     facts.steps = step_count.steps();
     facts.wall_start_ns = reader_.wall_start();
     facts.exec_replaced = exec_replaced;

@@ -788,6 +788,8 @@ void append_to_log(const ProcessSummary& s, const Config& cfg, const std::vector
     auto log = make_process_log(fd, cfg);
     log->set_error_handler([](const std::string&) {});
     for (auto& line : lines) {
+        // The summary's warnings went into the log when they were said.
+        if (line.kind == ReportLine::Warning) continue;
         auto level = line.kind == ReportLine::Out       ? spdlog::level::info
                      : line.kind == ReportLine::Warning ? spdlog::level::warn
                                                         : spdlog::level::err;
