@@ -62,25 +62,6 @@ def _caller_level() -> int:
     return level
 
 
-# The CLI's warnings about the input, and the analyzer plugins' own (which
-# the host writes as "[msmemscope] warning:", already in config()'s words
-# under --python-api). Its other warnings (running as root, ...) are about
-# the command line's own run, not the user's analysis.
-_WARNINGS = ("msmemscope: warning: --analyze: ", "[msmemscope] warning: ")
-
-
-def _warnings_of(stderr: str) -> List[str]:
-    """The lines of the CLI's stderr that are warnings to the analysis'
-    user, without their prefix."""
-    found = []
-    for line in stderr.splitlines():
-        for prefix in _WARNINGS:
-            if line.startswith(prefix):
-                found.append(line[len(prefix):])
-                break
-    return found
-
-
 # What the CLI says about its own command line, in the words of
 # analyze()'s and check_inefficient()'s caller, who gave no options:
 # --input is their input_path, --analyze what they called.
@@ -93,6 +74,30 @@ def _in_api_words(text: str) -> str:
         if text.startswith(cli):
             return api + text[len(cli):]
     return text
+
+
+# The CLI's warnings (about the input, results it could not write back
+# into it, plugins it refused) and the analyzer plugins' own (which the host
+# writes as "[msmemscope] warning:"), already in config()'s words under
+# --python-api.
+_WARNINGS = ("msmemscope: warning: ", "[msmemscope] warning: ")
+# The CLI's warnings about its own process, not the user's analysis (a
+# plugin it then refuses is named by a warning of its own).
+_PROCESS_WARNINGS = ("running as root: ",)
+
+
+def _warnings_of(stderr: str) -> List[str]:
+    """The lines of the CLI's stderr that are warnings to the analysis'
+    user, without their prefix, in the words of the function's caller."""
+    found = []
+    for line in stderr.splitlines():
+        for prefix in _WARNINGS:
+            if line.startswith(prefix):
+                text = line[len(prefix):]
+                if not text.startswith(_PROCESS_WARNINGS):
+                    found.append(_in_api_words(text))
+                break
+    return found
 
 
 def _error_of(stderr: str, stdout: str, analyzer: str, options: Dict[str, str]) -> str:
@@ -138,6 +143,10 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
         # --python-api: what the CLI says names config()'s keys (call_stack="c",
         # 'events'), not its options, as it does to a session's program
         args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}", f"--output={out_dir}", "--python-api"]
+        # the plugin folders config(plugin_path=...) added (and the command
+        # line's, under it): the analyzers list_analyzers() and
+        # plugin_schema() found there
+        args += [f"--plugin-path={p}" for p in _session._plugin_paths]
         args += [f"--plugin-option={analyzer}.{k}={v}" for k, v in options.items()]
         p = subprocess.run(args, capture_output=True, text=True)
     finally:

@@ -203,15 +203,23 @@ void ProcessRun::notify_started(const std::string& error) {
     fn(error);
 }
 
+std::string ProcessRun::named_for_user(const std::string& output_dir) const {
+    if (cfg_.serve_session.empty()) return capture_path_;
+    if (!output_dir.empty()) return output_dir;
+    // <pid>.<n>.msmcap
+    std::string base = fs::path(capture_path_).filename().string();
+    return "process " + base.substr(0, base.find('.'));
+}
+
 void ProcessRun::run() {
     // Nothing escapes a process's thread: an exception there would end the
     // whole host (std::terminate) and lose every other process's output.
     try {
         run_stream();
     } catch (const std::bad_alloc&) {
-        summary_.error = capture_path_ + ": out of memory (the host reached its memory or address-space limit, ulimit -v)";
+        summary_.error = named_for_user(summary_.output_dir) + ": out of memory (the host reached its memory or address-space limit, ulimit -v)";
     } catch (const std::exception& e) {
-        summary_.error = capture_path_ + ": internal error: " + e.what();
+        summary_.error = named_for_user(summary_.output_dir) + ": internal error: " + e.what();
     }
     notify_started(summary_.error.empty() ? "the capture ended before its pipeline started" : summary_.error);
 }

@@ -130,6 +130,11 @@ private:
     // name; false (and `error`) when the header cannot be read.
     bool identify(CaptureReader& reader, std::string& error);
     void notify_started(const std::string& error);
+    // This process as an error names it to the run's user: its capture
+    // file on the command line; in a Python API session, whose capture is
+    // the session's internal file, the process's output folder when there
+    // is one, else "process PID".
+    std::string named_for_user(const std::string& output_dir) const;
     // A rank row of the Python collector (process_rank.h): noted, not delivered.
     bool take_rank(const RawEvent& e);
     bool keep(const RawEvent& e) const;

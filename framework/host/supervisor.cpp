@@ -646,7 +646,7 @@ void run_supervised(ProcessRun& run) {
     bool started_before = false;
     // Told to stop (supervisor::abandon): what this process's outputs lack.
     auto stop_abandoned = [&](const std::string& output_dir) {
-        std::string where = output_dir.empty() ? run.capture_path_ : output_dir;
+        std::string where = output_dir.empty() ? run.named_for_user("") : output_dir;
         // When: a replay has no program; an attached one goes on running
         // (the first signal detached it, this one stopped the writing).
         const char* when = !run.cfg_.replays.empty() || !run.cfg_.replay.empty() ? ""
@@ -726,7 +726,7 @@ void run_supervised(ProcessRun& run) {
             std::string what = end.over_budget_s       ? over_budget_text(end)
                                : WIFSIGNALED(status) ? crash_text(end)
                                                      : "ended without a summary (status " + std::to_string(status) + ")";
-            run.summary_.error = run.capture_path_ + ": the pipeline " + what +
+            run.summary_.error = run.named_for_user(end.output_dir) + ": the pipeline " + what +
                                  (name.empty() ? " outside any plugin" : " in plugin '" + name + "'") +
                                  "; the outputs of this process are incomplete";
             if (!end.output_dir.empty()) run.summary_.output_dir = end.output_dir;
@@ -738,7 +738,7 @@ void run_supervised(ProcessRun& run) {
         if (end.released) {
             // The read part of the capture was released (--aggregate, or a
             // capture past MSMEMSCOPE_CAPTURE_KEEP_MIB): nothing to re-run from.
-            run.summary_.error = run.capture_path_ + ": " + msg +
+            run.summary_.error = run.named_for_user(end.output_dir) + ": " + msg +
                                  "; the outputs cannot be re-run without it because the capture's read part was "
                                  "already released (" + keep_capture_hint(run.cfg_) +
                                  "); the outputs of this process are incomplete";

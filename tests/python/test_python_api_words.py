@@ -420,11 +420,13 @@ for _ in range(3):
 msmemscope.stop()
 """
 OFFLINE = """\
-import sys, warnings
+import os, sys, warnings
 
 import msmemscope
 
 warnings.simplefilter("always")
+if os.environ.get("TEST_CONFIG_PLUGIN_PATH"):  # plugins made visible as an online session's are
+    msmemscope.config(plugin_path=os.environ["TEST_CONFIG_PLUGIN_PATH"])
 name, path = sys.argv[1], sys.argv[2]
 kw = dict(a.split("=", 1) for a in sys.argv[3:])
 try:
@@ -453,8 +455,8 @@ def recorded(tmp_path_factory):
     return tmp, dumps[0], dumps[1]
 
 
-def offline(tmp, *args):
-    p = subprocess.run([PY, "offline.py"] + [str(a) for a in args], cwd=str(tmp), env=clean_env(),
+def offline(tmp, *args, **env):
+    p = subprocess.run([PY, "offline.py"] + [str(a) for a in args], cwd=str(tmp), env=clean_env(**env),
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     return p
@@ -540,6 +542,108 @@ def test_an_input_that_is_not_a_dump_is_named_as_the_user_passed_it(recorded):
                                          "expected 12 fields, found 2"), p.stdout
 
 
+# A folder config(plugin_path=...) names, or MSMEMSCOPE_PLUGIN_PATH: where an
+# online session finds third-party plugins.
+API_PLUGINS = BUILD / "tests" / "lib" / "api_plugins"
+BAD_PLUGINS = BUILD / "tests" / "lib" / "bad_plugins"
+
+
+@pytest.mark.parametrize("how", ["config", "env"])
+def test_analyze_runs_a_third_party_analyzer_found_as_an_online_session_finds_it(recorded, how):
+    # Before, with config(plugin_path=...): list_analyzers() listed
+    # attr_views, but analyze() gave the command line no --plugin-path:
+    # "raised RuntimeError: msmemscope.analyze: unknown analyzer 'attr_views' ...".
+    tmp, plain, _ = recorded
+    env = {"TEST_CONFIG_PLUGIN_PATH": str(API_PLUGINS)} if how == "config" else \
+        {"MSMEMSCOPE_PLUGIN_PATH": str(API_PLUGINS)}
+    p = offline(tmp, "attr_views", plain, **env)
+    assert re.search(r"^attr_views: [1-9]\d* event\(s\) checked, 0 with entries changed under add_attr$", p.stdout,
+                     re.M), p.stdout + p.stderr
+
+
+# What a caller of analyze() is told of an analysis out of memory: the
+# command line's "--offline-memory sets the budget" named an option it
+# cannot give; analyze() has no keyword for the budget.
+def out_of_memory(plain, extra=""):
+    return (rf"raised RuntimeError: msmemscope\.analyze: {re.escape(str(plain))}: out of memory \(an allocation "
+            r"failed after \d+ MiB in use; the Python API has no keyword for the memory budget; "
+            rf"msmemscope --analyze=bad_alloc_in_event --input={re.escape(str(plain))}{re.escape(extra)} "
+            r"--offline-memory=<MiB> runs the analysis with one\); nothing was written back")
+
+
+# 60 blocks allocated and freed: 120 events (bad_alloc_in_event throws on its 100th).
+MANY_BLOCKS = DOUBLE_MALLOC.splitlines()[0] + "\n" + "".join(
+    f'{2 * i + 1},MALLOC,PTA,N/A,{1000 * i},7,7,0,{hex(0x1000 * (i + 1))},'
+    f'"{{allocation_id:{i + 1},addr:{hex(0x1000 * (i + 1))},size:512,total:4096,used:512}}",,\n'
+    f'{2 * i + 2},FREE,PTA,N/A,{1000 * i + 500},7,7,0,{hex(0x1000 * (i + 1))},'
+    f'"{{allocation_id:{i + 1},addr:{hex(0x1000 * (i + 1))},size:512,total:4096,used:0}}",,\n'
+    for i in range(60))
+
+
+def test_an_analysis_out_of_memory_names_the_command_line_that_sets_the_budget(recorded):
+    # Before: "...; --offline-memory sets the budget); nothing was written back"
+    tmp = recorded[0]
+    (tmp / "many.csv").write_text(MANY_BLOCKS)
+    p = offline(tmp, "bad_alloc_in_event", "many.csv", MSMEMSCOPE_PLUGIN_PATH=str(BAD_PLUGINS))
+    assert re.fullmatch(out_of_memory("many.csv"), p.stdout.strip()), p.stdout
+    # (a folder config() added is part of the command line to run)
+    p = offline(tmp, "bad_alloc_in_event", "many.csv", TEST_CONFIG_PLUGIN_PATH=str(BAD_PLUGINS))
+    assert re.fullmatch(out_of_memory("many.csv", f" --plugin-path={BAD_PLUGINS}"), p.stdout.strip()), p.stdout
+
+
+def two_processes_inefficient(path):
+    """Two processes in one file, each numbering its rows from 1 (as
+    upstream's dumps can): block 0x10, allocated long before the operator
+    that reads it, is marked early_allocation on a row of ID 1, which both
+    processes have."""
+    from test_analyzers_cli import row, write_csv
+    rows = []
+    for pid, t in (("100", 0), ("200", 1)):
+        rows += [
+            row(1, "MALLOC", "PTA", "N/A", 100 + t, ptr="0x0000000000000010", pid=pid,
+                attr="{allocation_id:1,addr:0x10,size:4096,total:8192,used:4096}"),
+            row(2, "MALLOC", "PTA", "N/A", 200 + t, ptr="0x00000000000000a0", attr="{allocation_id:2,addr:0xa0,size:64}",
+                pid=pid),
+            row(3, "FREE", "PTA", "N/A", 300 + t, ptr="0x00000000000000a0", attr="{allocation_id:2,addr:0xa0,size:64}",
+                pid=pid),
+            row(4, "OP_LAUNCH", "ATEN_START", "aten::add", 400 + t, dev="N/A", pid=pid),
+            row(5, "ACCESS", "READ", "aten::add", 450 + t, ptr="0x0000000000000010", pid=pid,
+                attr="{dtype:torch.float32,shape:[32, 32],size:4096,format:NCHW,type:READ,allocation_id:1}"),
+            row(6, "OP_LAUNCH", "ATEN_END", "aten::add", 500 + t, dev="N/A", pid=pid),
+        ]
+    return write_csv(path, rows)
+
+
+def test_results_not_written_back_are_a_warning_to_the_user(recorded):
+    # Before: the command line's "msmemscope: warning: 1 result(s) not
+    # written back into ..." was dropped by check_inefficient().
+    tmp = recorded[0]
+    two_processes_inefficient(tmp / "two.csv")
+    p = offline(tmp, "check_inefficient", "two.csv")
+    line = 1 + OFFLINE.splitlines().index("        msmemscope.check_inefficient(path)")
+    assert (f"{tmp / 'offline.py'}:{line}: UserWarning: msmemscope.check_inefficient: 1 result(s) not written back "
+            "into two.csv: the ID of their row is also the ID of another process's row in the file") in \
+        p.stderr.splitlines(), p.stdout + p.stderr
+
+
+def test_the_clis_warnings_about_the_analysis_reach_the_user_and_not_those_about_its_own_process():
+    # Before: only "--analyze:" warnings and the plugins' own were kept; a
+    # plugin refused (as root: in a folder others can write) was dropped.
+    from msmemscope import _offline
+    stderr = ("msmemscope: warning: running as root: plugins and agent libraries that a user other than root owns "
+              "or could write (they or a folder above them) are refused; run as an ordinary user where possible\n"
+              "msmemscope: warning: plugin /p/libmsmemscope_plugin_x.so refused: not loaded as root: its folder /p "
+              "is writable by all users\n"
+              "msmemscope: warning: --analyze: d.csv has no ACCESS rows\n"
+              "[msmemscope] warning: leaks: [device 0] double malloc in PTA, ptr: 0x1000\n"
+              "msmemscope: error: --input: d.csv: not found\n")
+    assert _offline._warnings_of(stderr) == [
+        "plugin /p/libmsmemscope_plugin_x.so refused: not loaded as root: its folder /p is writable by all users",
+        "d.csv has no ACCESS rows",
+        "leaks: [device 0] double malloc in PTA, ptr: 0x1000",
+    ]
+
+
 # ---------------------------------------------------------------- 7. the host's refusal of an output folder
 @pytest.mark.skipif(os.geteuid() != 0, reason="the output folder is judged so only for a run as root")
 def test_an_unsafe_output_is_named_as_config_names_it(tmp_path):
@@ -590,7 +694,12 @@ def test_a_crash_after_the_release_says_what_an_api_user_can_do(tmp_path):
                        env=clean_env(), capture_output=True, text=True, timeout=600)
     errors = [line for line in p.stderr.splitlines() if line.startswith("msmemscope: error: ")]
     assert len(errors) == 1, p.stderr
-    assert errors[0].endswith(
-        ": plugin 'segv_in_finish' crashed (SIGSEGV) in finish; the outputs cannot be re-run without it because the "
-        "capture's read part was already released (config() has no key that keeps it; run the script under the "
-        "command line with --save-capture=true to keep it); the outputs of this process are incomplete"), errors[0]
+    # The process named by its output folder, which the program chose (was
+    # the session's internal capture, out/.msmemscope_session_py_PID_xxx/PID.0.msmcap).
+    folder = only(process_dirs(tmp_path / "out")).relative_to(tmp_path)  # as config(output="out") named it
+    assert errors[0] == (
+        f"msmemscope: error: {folder}: plugin 'segv_in_finish' crashed (SIGSEGV) in finish; the outputs cannot be "
+        "re-run without it because the capture's read part was already released (config() has no key that keeps "
+        "it; run the script under the command line with --save-capture=true to keep it); the outputs of this "
+        "process are incomplete"), errors[0]
+    assert ".msmcap" not in p.stderr, p.stderr

@@ -58,8 +58,13 @@ def analyze(name: str, input_path=None, **kwargs):
     """Runs analyzer ``name`` on a dump. "inefficient", and "leaks" with
     ``mstx_info``, are upstream's offline analyses (keywords = their Config's
     parameters; they print their results and return None). Any other
-    analyzer plugin (see list_analyzers()) runs through the command line's
-    offline mode with its options as keywords; its report is returned.
+    analyzer plugin (see list_analyzers(): the built-in ones and those in
+    the folders config(plugin_path=...) and MSMEMSCOPE_PLUGIN_PATH name)
+    runs through the command line's offline mode with its options as
+    keywords; its report is returned. Its memory budget is the command
+    line's default (half the machine's memory or of the cgroup's limit):
+    there is no keyword for it; ``msmemscope --analyze=NAME --input=FILE
+    --offline-memory=MIB`` runs the analysis with one.
 
     What the analysis warns of (a dump without the rows it needs, what an
     analyzer found odd in it) comes as a Python warning. Raises TypeError

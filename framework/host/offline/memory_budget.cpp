@@ -64,7 +64,7 @@ bool MemoryGuard::check(size_t rows, std::string& error) {
     if (rss <= budget_) return true;
     error = "out of memory: " + mib_text(rss) + " in use after " + std::to_string(rows) +
             " row(s), over the memory budget of " + mib_text(budget_) +
-            " (--offline-memory; what the input keeps live: blocks, operators, per-step figures)";
+            " (" + setter_ + "; what the input keeps live: blocks, operators, per-step figures)";
     return false;
 }
 

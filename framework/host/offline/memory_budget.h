@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace msms {
 
@@ -22,16 +23,20 @@ size_t sort_memory(size_t budget);
 size_t resident_bytes();
 
 // Checked every few thousand rows: false with `error` once the resident
-// memory is over the budget.
+// memory is over the budget. `setter` is what sets the budget in the words
+// of the run's user (the command line's option; for the Python API, which
+// has no keyword for it, the command line that runs the analysis with one).
 class MemoryGuard {
 public:
-    explicit MemoryGuard(size_t budget) : budget_(budget) {}
+    explicit MemoryGuard(size_t budget, std::string setter = "--offline-memory")
+        : budget_(budget), setter_(std::move(setter)) {}
     bool check(size_t rows, std::string& error);
     size_t budget() const { return budget_; }
     size_t peak() const { return peak_; }
 
 private:
     size_t budget_;
+    std::string setter_;
     size_t peak_ = 0;
     size_t count_ = 0;
 };

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +101,28 @@ std::vector<long long> recorded_steps(const std::string& dump, std::string& sour
     return step_list(text, open, close);
 }
 
+// A word of a command line as a shell reads it: quoted when it holds
+// anything but letters, digits and a few safe marks.
+std::string shell_word(const std::string& w) {
+    bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./=,:@%+-", c);
+    });
+    if (plain) return w;
+    std::string out = "'";
+    for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+// The command line that runs this analysis with a memory budget of its own
+// (the plugin folders it found its analyzers in; not their options:
+// Config holds every plugin's, defaults included, not only those given).
+std::string budget_command(const Config& cfg, const std::string& path) {
+    std::string cmd = "msmemscope " + shell_word("--analyze=" + join(cfg.analyzers, ",")) + " " +
+                      shell_word("--input=" + path);
+    for (auto& p : cfg.plugin_search_paths) cmd += " " + shell_word("--plugin-path=" + p);
+    return cmd + " --offline-memory=<MiB>";
+}
+
 // side_dir: a private folder the caller made (and removes, also when a
 // supervised worker running this crashed) for the write-back sink's results.
 // The rows are streamed in time order (DumpStream): what stays in memory is
@@ -106,7 +130,7 @@ std::vector<long long> recorded_steps(const std::string& dump, std::string& sour
 int analyze_stream(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir,
                    int output_fd) {
     size_t budget = offline_budget(cfg.offline_memory_mib);
-    MemoryGuard guard(budget);
+    MemoryGuard guard(budget, budget_setter(cfg, path));
     DumpStream stream({path}, sort_memory(budget));
     std::string err;
     if (!stream.open(err)) {
@@ -307,13 +331,23 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
     try {
         return analyze_stream(cfg, registry, path, side_dir, output_fd);
     } catch (const std::bad_alloc&) {
+        // (the command line's option with what it does; the Python API's
+        // text is a sentence of its own)
+        std::string setter = budget_setter(cfg, path);
+        std::string hint = cfg.offline_api ? setter : setter + " sets the budget";
         std::fprintf(stderr, "msmemscope: error: --analyze: %s: out of memory (an allocation failed after %s in use; "
-                     "--offline-memory sets the budget); nothing was written back\n",
-                     path.c_str(), mib_text(resident_bytes()).c_str());
+                     "%s); nothing was written back\n",
+                     path.c_str(), mib_text(resident_bytes()).c_str(), hint.c_str());
         return 70;
     }
 }
 }  // namespace
+
+std::string budget_setter(const Config& cfg, const std::string& path) {
+    if (!cfg.offline_api) return "--offline-memory";
+    return "the Python API has no keyword for the memory budget; " + budget_command(cfg, path) +
+           " runs the analysis with one";
+}
 
 int offline_main(const Config& cfg, const Registry& registry) {
     const std::string& input = cfg.inputs.front();

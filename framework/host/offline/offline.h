@@ -6,11 +6,20 @@
 // stdout. A .msmcap capture is replayed with the chosen analyzers.
 #pragma once
 
+#include <string>
+
 #include "config.h"
 #include "registry.h"
 
 namespace msms {
 
 int offline_main(const Config& cfg, const Registry& registry);
+
+// What sets the memory budget of an analysis of `path`, in the words of the
+// run's user: the command line's option ("--offline-memory"), or, to a
+// caller of the Python API's analyze() or check_inefficient() (--python-api),
+// which have no keyword for it, the command line that runs the
+// analysis with one.
+std::string budget_setter(const Config& cfg, const std::string& path);
 
 }  // namespace msms
