@@ -22,14 +22,16 @@ DUMP_HEADER = ["ID", "Event", "Event Type", "Name", "Timestamp(ns)", "Process Id
                "Device Id", "Ptr", "Attr", "Call Stack(Python)", "Call Stack(C)"]
 
 
-def run_cli(args, cwd, env=None, timeout=600, check_rc=None):
-    """Runs msmemscope with args (a list); returns CompletedProcess (text)."""
+def run_cli(args, cwd, env=None, timeout=600, check_rc=None, preexec_fn=None):
+    """Runs msmemscope with args (a list); returns CompletedProcess (text).
+    preexec_fn: run in the CLI's process before it starts (e.g. to move it
+    into a cgroup)."""
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
     if env:
         e.update(env)
     p = subprocess.run([str(CLI)] + [str(a) for a in args], cwd=str(cwd), env=e,
-                       capture_output=True, text=True, timeout=timeout)
+                       capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn)
     if check_rc is not None:
         assert p.returncode == check_rc, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p

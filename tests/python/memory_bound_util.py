@@ -1,11 +1,14 @@
 """The memory bounds that apply to a process, computed the way the agent
 documents it (framework/agent/memory_bound.h) for a cpu out-of-memory
 failure's OOM_Snapshot row: RLIMIT_AS (free: the limit less VmSize),
-RLIMIT_DATA (less VmData), the cgroup v2 memory.max of the process's cgroup
-and of those above it (less memory.current), the machine (MemTotal,
+RLIMIT_DATA (less VmData), the memory limit of the process's memory cgroup
+and of those above it (cgroup v2 memory.max less memory.current; cgroup v1
+memory.limit_in_bytes less memory.usage_in_bytes), found where
+/proc/self/mountinfo says the hierarchies are, the machine (MemTotal,
 MemAvailable). The binding one has the least free memory."""
 import os
 import platform
+import re
 import resource
 
 
@@ -26,25 +29,90 @@ def _number(path):
     return int(text) if text.isdigit() else None
 
 
-def _cgroup_bounds():
+# v1's memory.limit_in_bytes when there is none: LONG_MAX rounded down to the
+# page (up to 64 KiB pages)
+_V1_NO_LIMIT = (2**63 - 1) & ~0xFFFF
+
+
+def is_no_limit(n):
+    return n >= _V1_NO_LIMIT
+
+
+def _unescape(field):
+    """A mountinfo path with its octal escapes (\\040: a space) undone."""
+    return re.sub(r"\\([0-3][0-7]{2})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _cgroup_paths():
+    """{"v2": path, "v1": path} of this process's cgroups (v1: the memory
+    controller's hierarchy, whichever controllers share it)."""
+    paths = {}
     try:
         with open("/proc/self/cgroup") as f:
-            path = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+            for line in f:
+                hid, controllers, path = line.rstrip("\n").split(":", 2)
+                if hid == "0" and controllers == "":
+                    paths["v2"] = path
+                elif "memory" in controllers.split(","):
+                    paths["v1"] = path
     except OSError:
-        return []
-    if not path:
-        return []
+        pass
+    return paths
+
+
+def _mounts(kind):
+    """(root, mount point) of each mount of the hierarchy (v2: fstype
+    cgroup2; v1: cgroup with the memory option)."""
     out = []
-    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-        parts = [p for p in path.split("/") if p]
-        while True:
-            d = os.path.join(mount, *parts)
-            mx, cur = _number(os.path.join(d, "memory.max")), _number(os.path.join(d, "memory.current"))
-            if mx is not None and cur is not None:
-                out.append((mx, max(mx - cur, 0)))
-            if not parts:
-                break
-            parts.pop()
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields, rfields = left.split(" "), right.split(" ")
+                if len(fields) < 5 or len(rfields) < 3:
+                    continue
+                fstype, options = rfields[0], rfields[2].strip().split(",")
+                if (kind == "v2" and fstype == "cgroup2") or (kind == "v1" and fstype == "cgroup" and
+                                                             "memory" in options):
+                    out.append((_unescape(fields[3]), _unescape(fields[4])))
+    except OSError:
+        pass
+    return out
+
+
+def _cgroup_dir(kind, path):
+    """(the directory of cgroup path, the mount point above which the walk
+    stops), from the first mount whose root holds it; else systemd's
+    places."""
+    for root, point in _mounts(kind):
+        root = root.rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            return [(point.rstrip("/") + path[len(root):], point)]
+    places = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] if kind == "v2" else ["/sys/fs/cgroup/memory"]
+    return [(p + path, p) for p in places]
+
+
+_FILES = {"v2": ("memory.max", "memory.current", None),
+          "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.use_hierarchy")}
+
+
+def _cgroup_bounds():
+    """(limit, free) of each limited memory cgroup from this process's up:
+    v2 and v1 (v1: while the cgroup above counts its children)."""
+    out = []
+    for kind, path in _cgroup_paths().items():
+        limit_file, usage_file, counts_children = _FILES[kind]
+        for d, top in _cgroup_dir(kind, path):
+            d = d.rstrip("/") or "/"
+            while True:
+                mx, cur = _number(os.path.join(d, limit_file)), _number(os.path.join(d, usage_file))
+                if mx is not None and cur is not None and not is_no_limit(mx):
+                    out.append((mx, max(mx - cur, 0)))
+                if len(d) <= len(top.rstrip("/")):
+                    break
+                d = os.path.dirname(d)
+                if counts_children and _number(os.path.join(d, counts_children)) == 0:
+                    break
     return out
 
 

@@ -39,9 +39,10 @@ def _write(path, text):
         f.write(text)
 
 
-def make_v1():
-    """A fresh child of the v1 memory hierarchy limited to LIMIT: (path,
-    counter file, None) or (None, None, why not)."""
+def make_v1(limit=LIMIT):
+    """A fresh child of the v1 memory hierarchy limited to limit bytes
+    (None: not limited): (path, counter file, None) or (None, None, why
+    not)."""
     roots = [p for t, p, sup in _mounts() if t == "cgroup" and "memory" in sup.split(",")]
     if not roots:
         return None, None, "no cgroup v1 memory hierarchy is mounted here (/proc/self/mountinfo)"
@@ -51,7 +52,8 @@ def make_v1():
     d = root / f"msms_test_{uuid.uuid4().hex[:8]}"
     try:
         d.mkdir()
-        _write(d / "memory.limit_in_bytes", str(LIMIT))
+        if limit is not None:
+            _write(d / "memory.limit_in_bytes", str(limit))
         if (d / "memory.swappiness").exists():
             _write(d / "memory.swappiness", "0")
     except OSError as e:
