@@ -112,24 +112,32 @@ def test_rows_made_while_off_carry_the_attr_of_rows_recorded_in_a_range(vmm_run)
     assert "never recorded" not in p.stderr, p.stderr
 
 
+def device_figures(p, procdir, names):
+    """Device 0's figures as each view shows them: the leak report's
+    (blocks, Mb) and the names of its blocks, decompose's (live, peak) per
+    owner, and the html chart's (peak, final)."""
+    leaks = re.findall(r"Driver memory still allocated at stop\(\) on device 0: (\d+) block\(s\), ([\d.]+) Mb\(s\)",
+                       p.stdout)
+    held = {names.get(int(m, 16)) for m in re.findall(r"HAL block of [\d.]+ Mb\(s\) at (0x[0-9a-f]+)", p.stdout)}
+    table = p.stdout.split("decompose: memory by owner on device 0:\n", 1)[1].splitlines()[1:]
+    owners = [m.groups() for m in map(re.compile(r"  (\S+) +(\d+) +(\d+) +(\d+)").fullmatch, table[:3]) if m]
+    html = next(procdir.glob("report_*.html")).read_text()
+    chart = re.search(r'"label":"cuda:0 device memory \(driver\)",[^{}\[]*?"peak":(\d+),[^{}\[]*?"final":(\d+)', html)
+    return {"leaks": leaks, "held": held,
+            "owners": [(int(live), int(peak)) for o, live, peak, n in owners],
+            "chart": chart and (int(chart.group(1)), int(chart.group(2)))}
+
+
 def test_device_figures_and_leaks_count_each_byte_once(vmm_run):
     p, procdir, names = vmm_run
     lines = p.stdout.splitlines()
     assert "  0/HAL: peak 5.0 MiB, final 4.0 MiB" in lines, p.stdout
     assert "  0/HAL mapped: peak 4.0 MiB, final 2.0 MiB" in lines, p.stdout
-    # leaked at stop(): h1 and h3, not m3 (h3's memory, mapped)
-    leaks = re.findall(r"Driver memory still allocated at stop\(\) on device 0: (\d+) block\(s\), ([\d.]+) Mb\(s\)",
-                       p.stdout)
-    assert leaks == [("2", "4.000000")], p.stdout
-    held = {names.get(int(m, 16)) for m in re.findall(r"HAL block of [\d.]+ Mb\(s\) at (0x[0-9a-f]+)", p.stdout)}
-    assert held == {"h1", "h3"}, p.stdout
-    # the decomposition: one owner, which held 5 MiB at most and 4 MiB at the end
-    table = p.stdout.split("decompose: memory by owner on device 0:\n", 1)[1].splitlines()[1:]
-    owners = [m.groups() for m in map(re.compile(r"  (\S+) +(\d+) +(\d+) +(\d+)").fullmatch, table[:3]) if m]
-    assert [(live, peak) for o, live, peak, n in owners] == [(str(4 * MiB), str(5 * MiB))], table[:3]
-    html = next(procdir.glob("report_*.html")).read_text()
-    chart = re.search(r'"label":"cuda:0 device memory \(driver\)",[^{}\[]*?"peak":(\d+),[^{}\[]*?"final":(\d+)', html)
-    assert chart and (int(chart.group(1)), int(chart.group(2))) == (5 * MiB, 4 * MiB), html[-3000:]
+    # leaked at stop(): h1 and h3, not m3 (h3's memory, mapped); the
+    # decomposition: one owner, which held 5 MiB at most and 4 MiB at the end
+    assert device_figures(p, procdir, names) == {
+        "leaks": [("2", "4.000000")], "held": {"h1", "h3"}, "owners": [(4 * MiB, 5 * MiB)],
+        "chart": (5 * MiB, 4 * MiB)}, p.stdout
 
 
 # Under the CLI (its agent is in the process from the start): the agent's

@@ -20,11 +20,11 @@ cuMemGetInfo), device 0, 2 MiB handles:
             an unmap that would cut m5: refused by the driver, no row
   leaked at stop(): h2 and h5, 4 MiB in 2 blocks
 """
-import re
 
 import pytest
 
 from conftest import parse_attr
+from test_cuda_ranges_vmm import device_figures
 from test_python_api_ranges import CUDA_ENV, CUDA_VMM_PRELUDE, run_between_ranges, two_ranges
 
 MiB = 1 << 20
@@ -131,14 +131,6 @@ def test_device_figures_leaks_and_chart_hold_the_memory_until_its_last_unmap(rel
     lines = p.stdout.splitlines()
     assert "  0/HAL: peak 6.0 MiB, final 4.0 MiB" in lines, p.stdout
     assert "  0/HAL mapped: peak 4.0 MiB, final 2.0 MiB" in lines, p.stdout
-    leaks = re.findall(r"Driver memory still allocated at stop\(\) on device 0: (\d+) block\(s\), ([\d.]+) Mb\(s\)",
-                       p.stdout)
-    assert leaks == [("2", "4.000000")], p.stdout
-    held = {names.get(int(m, 16)) for m in re.findall(r"HAL block of [\d.]+ Mb\(s\) at (0x[0-9a-f]+)", p.stdout)}
-    assert held == {"h2", "h5"}, p.stdout
-    table = p.stdout.split("decompose: memory by owner on device 0:\n", 1)[1].splitlines()[1:]
-    owners = [m.groups() for m in map(re.compile(r"  (\S+) +(\d+) +(\d+) +(\d+)").fullmatch, table[:3]) if m]
-    assert [(live, peak) for o, live, peak, n in owners] == [(str(4 * MiB), str(6 * MiB))], table[:3]
-    html = next(procdir.glob("report_*.html")).read_text()
-    chart = re.search(r'"label":"cuda:0 device memory \(driver\)",[^{}\[]*?"peak":(\d+),[^{}\[]*?"final":(\d+)', html)
-    assert chart and (int(chart.group(1)), int(chart.group(2))) == (6 * MiB, 4 * MiB), html[-3000:]
+    assert device_figures(p, procdir, names) == {
+        "leaks": [("2", "4.000000")], "held": {"h2", "h5"}, "owners": [(4 * MiB, 6 * MiB)],
+        "chart": (6 * MiB, 4 * MiB)}, p.stdout
