@@ -61,9 +61,15 @@ Table::Slot* Table::level(int i, bool create) {
 
 bool Table::note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
                        bool count_overflow, uint8_t tag) {
-    if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128) return false;
+    // A block the slots cannot hold exactly is not kept with a wrong address
+    // or size (its shadow MALLOC would count the wrong bytes): it is lost,
+    // and the warning at the next start says how many were.
+    if (ptr <= kBusy || ptr >= kPtrLimit || type >= 128 || size > kSizeMask) {
+        if (count_overflow) overflow_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
     const uint64_t key = key_of(type, ptr);
-    const uint64_t val = (size > kSizeMask ? kSizeMask : size) | (static_cast<uint64_t>(dev_kind & 0xF) << kKindShift) |
+    const uint64_t val = size | (static_cast<uint64_t>(dev_kind & 0xF) << kKindShift) |
                          (static_cast<uint64_t>(static_cast<uint16_t>(dev_id) & 0xFFF) << kDevShift) |
                          (static_cast<uint64_t>(tag > kMaxTag ? 0 : tag) << kTagShift);
     for (int l = 0; l < kLevels; ++l) {

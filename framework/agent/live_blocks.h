@@ -44,11 +44,12 @@ public:
     Table(const Table&) = delete;
     Table& operator=(const Table&) = delete;
 
-    // Remembers a block (false: not remembered: a full table, or an address
-    // or type the table cannot hold; counted as lost unless count_overflow
-    // is false, for a caller that writes the block another way).
-    // A tag over kMaxTag is kept as 0; a size over 4 TiB as 4 TiB - 1, a
-    // device id outside -2048..2047 as its low 12 bits.
+    // Remembers a block (false: not remembered: a full table, or an address,
+    // type or size the table cannot hold: address 0-2 or from 2^57, type
+    // from 128, size from 4 TiB; counted as lost unless count_overflow is
+    // false, for a caller that writes the block another way).
+    // A tag over kMaxTag is kept as 0, a device id outside -2048..2047 as
+    // its low 12 bits.
     bool note_alloc(uint16_t type, uint16_t dev_kind, int16_t dev_id, uint64_t ptr, uint64_t size,
                     bool count_overflow = true, uint8_t tag = 0);
     // Forgets a block (false: it was not in the table); its size in *size.

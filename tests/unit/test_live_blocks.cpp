@@ -52,21 +52,26 @@ TEST_CASE("a block's tag (its MALLOC's Attr extras) comes back with it, beside i
     CHECK(lb::note_alloc(MSMS_T_HAL, MSMS_DEV_CUDA, 0, 0x1000, 2u << 20, true, 5));
     CHECK(lb::note_alloc(MSMS_T_HAL, MSMS_DEV_NPU, 1023, 0x2000, (1ull << 42) - 1, true, lb::kMaxTag));
     CHECK(lb::note_alloc(MSMS_T_HOST_PINNED, MSMS_DEV_CPU, -1, 0x3000, 4096, true, 1));
-    CHECK(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x4000, 1ull << 50, true, lb::kMaxTag + 1));  // kept as 0
+    CHECK(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x4000, 64, true, lb::kMaxTag + 1));  // kept as 0
     auto got = drain_all();
     REQUIRE(got.size() == 4);
     CHECK((got[0].dev_kind == MSMS_DEV_CUDA && got[0].dev_id == 0 && got[0].size == (2u << 20) && got[0].tag == 5));
     CHECK((got[1].dev_kind == MSMS_DEV_NPU && got[1].dev_id == 1023 && got[1].size == (1ull << 42) - 1 &&
            got[1].tag == lb::kMaxTag));
     CHECK((got[2].type == MSMS_T_HOST_PINNED && got[2].dev_id == -1 && got[2].size == 4096 && got[2].tag == 1));
-    CHECK((got[3].dev_id == -1 && got[3].size == (1ull << 42) - 1 && got[3].tag == 0));  // a size past 4 TiB: 4 TiB - 1
+    CHECK((got[3].dev_id == -1 && got[3].size == 64 && got[3].tag == 0));
 }
 
-TEST_CASE("addresses the table cannot hold are refused, not mixed up") {
+TEST_CASE("addresses, pools and sizes the table cannot hold are refused and counted as lost, not mixed up") {
+    drain_all();
     CHECK_FALSE(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 1ull << 57, 8));
     CHECK_FALSE(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 2, 8));
     CHECK_FALSE(lb::note_alloc(200, MSMS_DEV_CPU, -1, 0x5000, 8));
-    CHECK(drain_all().empty());
+    CHECK_FALSE(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x6000, 1ull << 42));  // 4 TiB: no longer 4 TiB - 1
+    CHECK_FALSE(lb::note_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, 0x7000, 1ull << 42, /*count_overflow=*/false));
+    uint64_t lost = 0;
+    CHECK(drain_all(&lost).empty());
+    CHECK(lost == 4);  // the caller that writes its block another way is not counted
 }
 
 TEST_CASE("threads noting and freeing at once: exactly the blocks still live come back") {
