@@ -136,6 +136,7 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
     }
     std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") + "; continuing without it";
     plugin_errors_.push_back(msg);
+    failures_.push_back({inst.name, plugin_kind_name(inst.d ? inst.d->kind : 0), what + (oom ? " (out of memory)" : "")});
     if (run_.log) run_.log->error(said(cfg_, msg));
     supervisor::host_stderr("msmemscope: error: " + said(cfg_, msg) + "\n");
 }
@@ -155,7 +156,11 @@ void Pipeline::start(const RunContext& run) {
     using Opts = std::vector<std::pair<std::string, std::string>>;
     auto make = [&](const std::string& name, int kind, std::vector<Instance>& into, const Opts& host_opts = {}) {
         const LoadedPlugin* p = registry_.find(name, kind);
-        if (!p || supervisor::excluded(name)) return;
+        if (!p) return;
+        if (supervisor::excluded(name)) {
+            failures_.push_back({name, plugin_kind_name(kind), supervisor::exclusion_reason(name)});
+            return;
+        }
         Instance inst;
         inst.name = name;
         inst.slot = supervisor::register_plugin(name);
@@ -783,6 +788,7 @@ void Pipeline::finish() {
     }
     live_view_ = nullptr;  // the live view ends with what the analyses found, before the end's shadow FREEs
     if (accounting_) shadow_frees_at_end();
+    tell_sinks_of_failures();
     finished_ = true;
     if (lanes_) {
         lanes_->finish();
@@ -926,21 +932,46 @@ int Pipeline::api_emit(void* h, const msms_event* ev) {
 int Pipeline::api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n) {
     auto* p = of(h);
     if (t_sink >= 0) return MSMS_ERR_INVALID_ARGUMENT;  // analyzers' findings
+    // the host's own table: an analyzer cannot say another plugin failed
+    if (msmemscope::view(table) == kFailureTable) return MSMS_ERR_INVALID_ARGUMENT;
     if (p->live_view_) p->live_view_->on_finding(msmemscope::view(table), cols, n);
-    if (p->lanes_) {
-        p->lanes_->finding(table, cols, n);
-        return MSMS_OK;
+    p->finding_to_sinks(table, cols, n);
+    return MSMS_OK;
+}
+
+void Pipeline::finding_to_sinks(msms_str table, const msms_kv* cols, uint32_t n) {
+    if (lanes_) {
+        lanes_->finding(table, cols, n);
+        return;
     }
-    for (auto& s : p->sinks_) {
+    for (auto& s : sinks_) {
         if (!s.alive || !s.d->on_finding) continue;
         int rc;
         {
             supervisor::CallScope in(s.slot, PluginCall::OnFinding);
             rc = s.d->on_finding(s.obj, table, cols, n);
         }
-        if (rc != MSMS_OK) p->plugin_failed(s, p->with_reason(s, "failed on a finding"), rc);
+        if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on a finding"), rc);
     }
-    return MSMS_OK;
+}
+
+// One row of table "plugin_failure" per plugin that failed (or was left
+// out after a crash), after the analyzers' last findings: columns plugin,
+// kind (analyzer, sink) and what (the console's words). A sink that failed
+// itself is not told; one failing later, in its finish, is in no view.
+void Pipeline::tell_sinks_of_failures() {
+    std::vector<Failure> failures;
+    {
+        std::lock_guard<std::mutex> lk(api_mu_);  // sinks' threads add theirs
+        failures = failures_;
+    }
+    for (const Failure& f : failures) {
+        const std::string what = said(cfg_, f.what);
+        const msms_kv cols[] = {{msms_str{"plugin", 6}, {f.plugin.data(), static_cast<uint32_t>(f.plugin.size())}},
+                                {msms_str{"kind", 4}, {f.kind.data(), static_cast<uint32_t>(f.kind.size())}},
+                                {msms_str{"what", 4}, {what.data(), static_cast<uint32_t>(what.size())}}};
+        finding_to_sinks({kFailureTable.data(), static_cast<uint32_t>(kFailureTable.size())}, cols, 3);
+    }
 }
 
 void Pipeline::api_report(void* h, msms_str line) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -189,6 +190,7 @@ private:
     static int api_annotate(void* h, uint64_t id, msms_str k, msms_str v);
     static int api_emit(void* h, const msms_event* ev);
     static int api_add_finding(void* h, msms_str table, const msms_kv* cols, uint32_t n);
+    void finding_to_sinks(msms_str table, const msms_kv* cols, uint32_t n);
     static void api_report(void* h, msms_str line);
 
     const Config& cfg_;
@@ -206,6 +208,16 @@ private:
     // log's error counts, progress, report lines.
     std::mutex api_mu_;
     std::vector<std::vector<std::string>> sink_reports_;  // per sink, in the report after the analyzers' in sink order
+    // Plugins of this run that failed, or that the supervisor left out after
+    // they crashed in an earlier pass: told to the sinks at the end
+    // (tell_sinks_of_failures), so that a view does not present a stopped
+    // analysis's results as whole.
+    static constexpr std::string_view kFailureTable = "plugin_failure";
+    struct Failure {
+        std::string plugin, kind, what;
+    };
+    std::vector<Failure> failures_;
+    void tell_sinks_of_failures();
     bool accounting_ = true;
     bool oom_fatal_ = false;
     std::atomic<bool> oom_pending_{false};

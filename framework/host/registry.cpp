@@ -28,14 +28,16 @@ namespace fs = std::filesystem;
 
 namespace msms {
 
-std::string LoadedPlugin::kind_name() const {
-    switch (descriptor ? descriptor->kind : 0) {
+std::string plugin_kind_name(int kind) {
+    switch (kind) {
     case MSMS_KIND_COLLECTOR: return "collector";
     case MSMS_KIND_ANALYZER: return "analyzer";
     case MSMS_KIND_SINK: return "sink";
     default: return "unknown";
     }
 }
+
+std::string LoadedPlugin::kind_name() const { return plugin_kind_name(descriptor ? descriptor->kind : 0); }
 
 bool valid_option_name(const std::string& n) {
     if (n.empty() || n.size() > 64 || !std::isalpha(static_cast<unsigned char>(n[0]))) return false;

@@ -21,6 +21,9 @@
 
 namespace msms {
 
+// "collector", "analyzer", "sink" (or "unknown") for a descriptor's kind.
+std::string plugin_kind_name(int kind);
+
 struct LoadedPlugin {
     std::string path;
     std::shared_ptr<void> library;  // the dlopen handle; stays loaded while used

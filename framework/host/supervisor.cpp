@@ -155,6 +155,14 @@ int abandoned() noexcept { return g_abandon_sig.load(); }
 bool excluded(const std::string& name) { return g_excluded.count(name) != 0; }
 const std::vector<std::string>& exclusion_notes() { return g_notes; }
 
+std::string exclusion_reason(const std::string& name) {
+    // notes read "plugin 'NAME' HOW in CALL; the outputs were re-run without it"
+    const std::string head = "plugin '" + name + "' ";
+    for (const std::string& n : g_notes)
+        if (n.compare(0, head.size(), head) == 0) return n.substr(head.size(), n.find("; ", head.size()) - head.size());
+    return "";
+}
+
 uint32_t register_plugin(const std::string& name) {
     if (!g_page) return 0;
     uint32_t n = g_page->slots.load(std::memory_order_relaxed);

@@ -60,6 +60,9 @@ TimeBudget time_budget();
 bool excluded(const std::string& name);
 // Messages about plugins left out, for the run's log and summary.
 const std::vector<std::string>& exclusion_notes();
+// Why the plugin was left out, from its note: "crashed (SIGSEGV) in on_event"
+// (empty when it was not).
+std::string exclusion_reason(const std::string& name);
 // Gives an instance a slot number for the crash report (0 outside a worker).
 uint32_t register_plugin(const std::string& name);
 // The worker writes into output_dir (called before any plugin runs): a

@@ -305,6 +305,7 @@ public:
 
     void on_finding(std::string_view table, const msms_kv* cols, uint32_t n) override {
         if (table == "oom") return oom_failure(cols, n);  // its own section and the charts' marks
+        if (table == "plugin_failure") return plugin_failure(cols, n);
         if (table == "leaks") {
             LeakRow r;
             auto number = [](std::string_view v) { return std::strtoull(std::string(v).c_str(), nullptr, 10); };
@@ -385,7 +386,39 @@ private:
         std::string quoted = "\"" + std::string(name) + (prefix ? "" : "\"");
         return config.substr(a, b - a).find(quoted) != std::string_view::npos;
     }
-    bool leaks_ran() const { return leaks_ran_ || !leak_rows_.empty(); }
+    bool leaks_ran() const { return (leaks_ran_ || !leak_rows_.empty()) && !failed("leaks"); }
+
+    // A plugin of this run that failed, or was left out after it crashed
+    // (the host's table "plugin_failure", at the end): the page says so at
+    // its top, and the views of a stopped analysis say it did not finish
+    // instead of presenting what it found until then as its answer.
+    void plugin_failure(const msms_kv* cols, uint32_t n) {
+        Failure f;
+        for (uint32_t i = 0; i < n; ++i) {
+            std::string_view k = view(cols[i].key), v = view(cols[i].value);
+            if (k == "plugin") f.plugin = v;
+            else if (k == "kind") f.kind = v;
+            else if (k == "what") f.what = v;
+        }
+        if (!f.plugin.empty()) failures_.push_back(std::move(f));
+    }
+    bool failed(std::string_view plugin) const {
+        return std::any_of(failures_.begin(), failures_.end(), [&](const Failure& f) { return f.plugin == plugin; });
+    }
+    void failures_json(std::string& o) const {
+        o += ",\"plugin_failures\":[";
+        for (size_t i = 0; i < failures_.size(); ++i) {
+            if (i) o += ',';
+            o += "{\"plugin\":";
+            jstr(o, failures_[i].plugin);
+            o += ",\"kind\":";
+            jstr(o, failures_[i].kind);
+            o += ",\"what\":";
+            jstr(o, failures_[i].what);
+            o += '}';
+        }
+        o += ']';
+    }
 
     // decompose gave a live block another owner (a later tag: weight,
     // gradient...): the block is that owner's for its whole life, as its
@@ -1260,6 +1293,7 @@ private:
         o += api_ ? "true" : "false";
         o += ",\"leaks_ran\":";
         o += leaks_ran() ? "true" : "false";
+        failures_json(o);
         o += ",\"image_ended\":[" + std::to_string(image_ended_.first) + ',' + std::to_string(image_ended_.second) + ']';
         o += ",\"leak_total\":[" + std::to_string(leak_total_.first) + ',' + std::to_string(leak_total_.second) +
              "],\"leak_unplaced\":[" + std::to_string(unplaced_.first) + ',' + std::to_string(unplaced_.second) +
@@ -1409,6 +1443,10 @@ private:
     uint32_t bounds_ = 0;                              // step and mark events seen
     bool api_ = false;                                 // a Python API session: config()'s words
     bool leaks_ran_ = false;                           // the configuration lists the leaks analysis
+    struct Failure {
+        std::string plugin, kind, what;
+    };
+    std::vector<Failure> failures_;  // plugins that failed (plugin_failure)
     bool keep_gone_ = true;                            // findings may name freed blocks
     std::vector<LeakRow> leak_rows_;                   // every finding of the leaks analyzer
     msms::AddrMap<std::pair<Device*, uint64_t>> live_id_;  // MALLOC event id -> live block

@@ -54,6 +54,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
 .viewbar label { font-size:12.5px; }
 .liveat h3 { margin-top:10px; }
 .card.oom { border-color:#c62828; background:#fdecea; }
+.failed { margin:8px 0 0; padding:6px 10px; border-left:4px solid #c62828; background:#fdecea; color:#b71c1c; }
 .card.oom .v { color:#b71c1c; }
 #oom h2 { color:#b71c1c; }
 </style>
@@ -62,6 +63,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
 <header>
   <h1 id="title">msmemscope report</h1>
   <div class="cmd" id="command"></div>
+  <div id="plugin-failures"></div>
   <div class="cards" id="cards"></div>
 </header>
 <main id="main"></main>
@@ -107,6 +109,19 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     }
     var key = name.replace(/-/g, "_");
     return value === undefined ? "'" + key + "'" : key + "=\"" + value + "\"";
+  }
+  // What stopped the plugin `name` in this run (the host's plugin_failure
+  // rows: it failed, or was left out after it crashed), or "" if it did not.
+  function failure(name) {
+    var f = (D.plugin_failures || []).filter(function (x) { return x.plugin === name; })[0];
+    return f ? f.what : "";
+  }
+  // "The leaks analysis did not run (--analysis=leaks)." or, when it failed,
+  // "The leaks analysis failed (WHAT): ..." in a view that would show its answer.
+  function notRun(name) {
+    var why = failure(name);
+    return why ? "The " + name + " analysis failed (" + why + "), so it gave no answer" :
+      "The " + name + " analysis did not run (" + opt("analysis", name) + ")";
   }
   function card(k, v, id) {
     var c = el("div", id ? { "class": "card", id: id } : { "class": "card" });
@@ -491,6 +506,10 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
 
   document.getElementById("title").textContent = "msmemscope report \u2014 pid " + D.pid;
   document.getElementById("command").textContent = D.command || "";
+  (D.plugin_failures || []).forEach(function (f) {
+    document.getElementById("plugin-failures").appendChild(el("p", { "class": "failed" },
+      "Plugin '" + f.plugin + "' (" + f.kind + ") failed: " + f.what + ". This page is without what it would have added."));
+  });
   // the dump's rows, as the CSV or db of the same run has them; the
   // console's "events" counts what the program sent (a free of a block
   // allocated before collection is received, not written; START_TRACE and
@@ -502,7 +521,8 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // the leak analysis's own count: blocks (a row of host blocks reported
   // by site counts its blocks), never rows
   if (D.leaks_ran) card("leaked blocks (leaks analysis)", num(D.leak_total[0]) + " \u00b7 " + human(D.leak_total[1]), "card-leaks");
-  else card("leaks", "not analysed (" + opt("analysis", "leaks") + ")", "card-leaks");
+  else card("leaks", failure("leaks") ? "not judged: the analysis failed" : "not analysed (" + opt("analysis", "leaks") + ")",
+            "card-leaks");
   if (OOM.failures) {
     card("out-of-memory failures", num(OOM.failures) + " \u00b7 " + OOM.devices.map(function (d) {
       return d.device + " " + num(d.count); }).join(", "), "card-oom");
@@ -715,7 +735,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   function shortFrame(nm) { return String(nm).replace(/(?:\/[^\s\/()]+)*\/([^\s\/()]+)/g, "$1"); }
   var KINDS = { step: "outlived their step", exit: "still allocated at the end", mark: "not freed by the third mark" };
   function leakNote(dev) {
-    if (!D.leaks_ran) return "The leaks analysis did not run (" + opt("analysis", "leaks") + "): these are the blocks live at the end of " +
+    if (!D.leaks_ran) return notRun("leaks") + ": these are the blocks live at the end of " +
       "collection (at exit, or at stop() with the Python API), not necessarily leaks. ";
     var k = dev.leak_kinds || {}, parts = Object.keys(k).map(function (n) {
       return num(k[n][0]) + " " + (KINDS[n] || n) + " (" + human(k[n][1]) + ")";
@@ -868,7 +888,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   if (names.indexOf("leaks") < 0) {
     main.appendChild(el("h2", null, "Leaks"));
     main.appendChild(el("p", { "class": "empty", id: "no-leaks" }, D.leaks_ran ?
-      "The leaks analysis reported no leak." : "The leaks analysis did not run (" + opt("analysis", "leaks") + ")."));
+      "The leaks analysis reported no leak." : notRun("leaks") + "."));
   }
   // A process whose image ended with blocks live (exec, or _exit after fork,
   // as DataLoader workers end): what it held went with it, judged by no one.
@@ -951,9 +971,8 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
     var IE = D.inefficient || { ran: false, blocks: 0, bytes: 0, kinds: {}, devices: [], largest: [] };
     if (!IE.blocks) {
       main.appendChild(el("h2", { id: "inefficient-title" }, "Inefficient memory"));
-      main.appendChild(el("p", { "class": "empty", id: "no-inefficient" }, IE.ran ?
-        "The inefficient analysis marked no block." :
-        "The inefficient analysis did not run (" + opt("analysis", "inefficient") + ")."));
+      main.appendChild(el("p", { "class": "empty", id: "no-inefficient" }, IE.ran && !failure("inefficient") ?
+        "The inefficient analysis marked no block." : notRun("inefficient") + "."));
       return;
     }
     main.appendChild(el("h2", { id: "inefficient-title" }, "Inefficient memory: " + num(IE.blocks) + " blocks, " + human(IE.bytes)));
