@@ -326,7 +326,6 @@ private:
         d.total = number("total");
         d.free = std::min<uint64_t>(number("free"), d.total);
         d.limit = std::string(limit);
-        d.driver_bytes_when_free_read = bytes_against_bound(d);
     }
 
     // The bytes the device's blocks hold against its bound: pinned memory
@@ -425,6 +424,9 @@ private:
         if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
         d.peak_pending = false;
         remember_memory_bound(d, ev);
+        // the after snapshot's free moves from the failure's (a device's may
+        // come from an older SNAPSHOT row: what it took before is not moved)
+        d.driver_bytes_when_free_read = bytes_against_bound(d);
         if (dump)  // once per interval: a failing loop does not flood stderr
             host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
                        std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +

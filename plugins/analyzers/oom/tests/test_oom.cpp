@@ -417,3 +417,18 @@ TEST_CASE("--analyze of a dump: the OOM_Snapshot row read back gives the offline
     CHECK(offline.findings["oom"][0]["limit"] == live.findings["oom"][0]["limit"]);
     CHECK(offline.findings["oom"][0]["free"] == "4244070400");
 }
+
+TEST_CASE("the after snapshot of a device whose free came from an earlier SNAPSHOT row: moved from the failure's") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    EventBuilder dev_snapshot(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);
+    dev_snapshot.device(MSMS_DEV_CUDA, 0).attr("total", "1000").attr("free", "600").at(100);
+    h.feed(dev_snapshot);
+    h.feed(EventBuilder::malloc(0x10, 200, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).at(200));
+    h.feed(trigger(1 << 20).device(MSMS_DEV_CUDA, 0).at(300));
+    h.feed(EventBuilder::free(0x10, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).at(400));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.emitted.front().attr("free") == "600");  // the failure's: the driver's last word
+    CHECK(after_snapshot(h).attr("free") == "800");  // and the 200 bytes given back since
+}
