@@ -314,8 +314,7 @@ constexpr size_t kBoundAttrsMax = 512;
 
 const char* with_memory_bound(const char* attrs, char* out, size_t out_size) {
     const int saved_errno = errno;
-    const auto memory = memory_bound::is_pinned(attrs) ? memory_bound::Memory::pinned : memory_bound::Memory::pageable;
-    memory_bound::format_attrs(out, out_size, attrs, memory_bound::read_now(memory));
+    memory_bound::format_attrs(out, out_size, attrs, memory_bound::read_now());
     errno = saved_errno;
     return out;
 }

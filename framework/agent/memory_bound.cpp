@@ -58,16 +58,6 @@ void consider_rlimit_data(Bound& best, char* text) {
     consider(best, limit, limit > used ? limit - used : 0, "RLIMIT_DATA");
 }
 
-// Pinned memory is locked: the kernel counts it in VmLck against
-// RLIMIT_MEMLOCK (for a process without CAP_IPC_LOCK; a driver that pins
-// pages charges the same limit).
-void consider_rlimit_memlock(Bound& best, char* text) {
-    uint64_t limit = 0, locked = 0;
-    if (!soft_limit(RLIMIT_MEMLOCK, limit)) return;
-    if (!read_text("/proc/self/status", text, kTextMax) || !kib_field(text, "VmLck", locked)) return;
-    consider(best, limit, limit > locked ? limit - locked : 0, "RLIMIT_MEMLOCK");
-}
-
 // The memory cgroups' limits, found as the host's offline budget finds them
 // (common/memory_cgroups.h).
 void consider_cgroups(Bound& best) {
@@ -128,16 +118,13 @@ bool kib_field(const char* text, const char* key, uint64_t& bytes) {
 
 bool first_number(const char* text, uint64_t& n) { return parse_u64(skip_spaces(text), n); }
 
-bool is_pinned(const char* attrs) { return attrs && memory_cgroups::list_has(attrs, strlen(attrs), "pinned:true"); }
-
-Bound read_now(Memory memory) {
+Bound read_now() {
     char text[kTextMax];
     Bound best;
     consider_rlimit_as(best, text);
     consider_rlimit_data(best, text);
     consider_cgroups(best);
     consider_machine(best, text);
-    if (memory == Memory::pinned) consider_rlimit_memlock(best, text);
     return best;
 }
 

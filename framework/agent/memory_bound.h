@@ -13,10 +13,6 @@
 //                 - memory.usage_in_bytes; found as common/memory_cgroups.h
 //                 says (the host's offline budget finds them the same way)
 //   machine       /proc/meminfo: total = MemTotal, free = MemAvailable
-//   RLIMIT_MEMLOCK only when the failing allocation is pinned (page-locked)
-//                 host memory (cuMemAllocHost, cuMemHostAlloc,
-//                 cuMemHostRegister, aclrtMallocHost): the locked memory a
-//                 process may have; free = limit - VmLck (/proc/self/status)
 // The binding one is the one with the least free memory (the one a request
 // runs into first); of two with as much free, the smaller.
 //
@@ -34,8 +30,7 @@ namespace msms::agent::memory_bound {
 struct Bound {
     uint64_t total = 0;           // bytes
     uint64_t free = 0;            // bytes
-    const char* name = nullptr;   // "RLIMIT_AS", "RLIMIT_DATA", "cgroup", "machine", "RLIMIT_MEMLOCK";
-                                  // nullptr: none known
+    const char* name = nullptr;   // "RLIMIT_AS", "RLIMIT_DATA", "cgroup", "machine"; nullptr: none known
 };
 
 // Keeps in `best` whichever of it and (total, free, name) binds: the least
@@ -48,17 +43,9 @@ bool kib_field(const char* text, const char* key, uint64_t& bytes);
 // The first number of /proc/self/statm (VmSize in pages).
 bool first_number(const char* text, uint64_t& n);
 
-// What the failing allocation asked for: pinned host memory is locked in
-// RAM, so RLIMIT_MEMLOCK bounds it besides everything that bounds the rest.
-enum class Memory { pageable, pinned };
-
-// Whether a trigger's Attr text ("k:v,k:v", may be null) says the failing
-// allocation was pinned host memory: the collectors add "pinned:true".
-bool is_pinned(const char* attrs);
-
-// The bounds that apply to this process now to memory of that kind; name
-// nullptr when none could be read.
-Bound read_now(Memory memory = Memory::pageable);
+// The bounds that apply to this process now; name nullptr when none could
+// be read.
+Bound read_now();
 
 // Writes `extra` (may be null or empty), then the bound as Attr entries:
 // "total:<bytes>,free:<bytes>,limit:<name>", or "limit:unknown" when no bound

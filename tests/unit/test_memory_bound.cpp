@@ -2,7 +2,6 @@
 // failure (framework/agent/memory_bound.h).
 #include <doctest/doctest.h>
 
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -223,29 +222,6 @@ TEST_CASE("read_now: under RLIMIT_DATA (Linux 4.7 and later) the data limit bind
         if (setrlimit(RLIMIT_DATA, &lim) != 0) return false;
         Bound b = read_now();
         return b.name && std::strcmp(b.name, "RLIMIT_DATA") == 0 && b.total == (256u << 20) && b.free < b.total;
-    }));
-}
-
-TEST_CASE("a trigger's Attr says pinned host memory with pinned:true, as a whole entry") {
-    CHECK(is_pinned("pinned:true"));
-    CHECK(is_pinned("driver:cuda,pinned:true"));
-    CHECK_FALSE(is_pinned(nullptr));
-    CHECK_FALSE(is_pinned(""));
-    CHECK_FALSE(is_pinned("driver:cuda"));
-    CHECK_FALSE(is_pinned("pinned:false"));
-    CHECK_FALSE(is_pinned("unpinned:true"));
-}
-
-TEST_CASE("read_now for pinned memory: RLIMIT_MEMLOCK binds, its free is the limit less VmLck; pageable: not") {
-    CHECK(in_child([] {
-        static char page[4096] __attribute__((aligned(4096)));
-        struct rlimit lim;
-        getrlimit(RLIMIT_MEMLOCK, &lim);
-        lim.rlim_cur = 64u << 10;
-        if (setrlimit(RLIMIT_MEMLOCK, &lim) != 0 || mlock(page, sizeof(page)) != 0) return false;
-        Bound pinned = read_now(Memory::pinned), pageable = read_now(Memory::pageable);
-        return pinned.name && std::strcmp(pinned.name, "RLIMIT_MEMLOCK") == 0 && pinned.total == (64u << 10) &&
-               pinned.free == (60u << 10) && pageable.name && std::strcmp(pageable.name, "RLIMIT_MEMLOCK") != 0;
     }));
 }
 

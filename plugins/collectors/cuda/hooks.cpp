@@ -417,16 +417,14 @@ void record_vmm_free(bool off, int16_t dev, uint64_t key) {
     else msms_agent_free(type, kind, dev < 0 ? -1 : dev, key);
 }
 
-// A failed allocation: only out-of-memory feeds the oom analysis. The cpu
-// ones are all pinned host memory: "pinned:true" has the agent weigh
-// RLIMIT_MEMLOCK too (framework/agent/memory_bound.h).
+// A failed allocation: only out-of-memory feeds the oom analysis.
 void record_failure(CUresult rc, const char* func, int16_t dev_kind_cpu, uint64_t size, uint64_t flags) {
     if (rc != MSMS_CUDA_ERROR_OUT_OF_MEMORY) return;
     Recording r(want_memory());
     if (!r.on) return;
     if (dev_kind_cpu)
         msms_agent_event(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER, MSMS_DEV_CPU, -1, 0, size, flags,
-                         static_cast<uint64_t>(rc), func, "driver:cuda,pinned:true");
+                         static_cast<uint64_t>(rc), func, "driver:cuda");
     else
         msms_agent_event(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER, MSMS_DEV_CUDA, current_device(), 0, size, flags,
                          static_cast<uint64_t>(rc), func, "driver:cuda");

@@ -239,15 +239,12 @@ __attribute__((noinline, cold)) void record_unseen_free(void* ptr) {
     msms_agent_leave();
 }
 
-// Pinned host memory's failure (aclrtMallocHost) says "pinned:true": the
-// agent weighs RLIMIT_MEMLOCK too (framework/agent/memory_bound.h).
 void record_oom(const char* func, unsigned long long size, unsigned long long flag, drvError_t ret) {
     if (!msms_agent_enter()) return;
     Where w = where_of(flag);
     if (device_wanted(w))
         msms_agent_event(MSMS_EV_OOM_DETAIL, MSMS_T_OOM_TRIGGER, w.kind, w.id, 0, size, flag,
-                         static_cast<uint64_t>(static_cast<uint32_t>(ret)), func,
-                         w.type == MSMS_T_HOST_PINNED ? "pinned:true" : nullptr);
+                         static_cast<uint64_t>(static_cast<uint32_t>(ret)), func, nullptr);
     msms_agent_leave();
 }
 

@@ -515,8 +515,7 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // The memory a failure ran into, as its OOM_Snapshot row has it: the
   // device's (its driver's numbers) or, on cpu, the process's binding bound.
   var LIMIT_NAMES = { RLIMIT_AS: "the address-space limit (RLIMIT_AS)", RLIMIT_DATA: "the data limit (RLIMIT_DATA)",
-    cgroup: "the memory cgroup's limit", machine: "the machine's memory",
-    RLIMIT_MEMLOCK: "the locked-memory limit (RLIMIT_MEMLOCK)" };
+    cgroup: "the memory cgroup's limit", machine: "the machine's memory" };
   function memoryThen(r) {
     if (r.limit === "unknown") return "(not known: no memory limit could be read)";
     if (!r.total) return "(not known)";

@@ -4,10 +4,8 @@
 // driver are deterministic (see tests/fixtures/cuda/fake_libcuda.cpp).
 #include <dlfcn.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 
 #include "cuda_driver_api.h"
 
@@ -118,41 +116,6 @@ static int pinned() {
     return 0;
 }
 
-// The process's locked memory (VmLck), in bytes.
-static unsigned long long locked_bytes() {
-    FILE* f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmLck: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return kib * 1024;
-}
-
-// Pinned memory past RLIMIT_MEMLOCK: 64 KiB may be locked, 32 KiB are,
-// 64 KiB more cannot be. Then a malloc of 1 PiB, which is not locked
-// memory: that limit is not its bound.
-static int pinned_oom() {
-    struct rlimit lim;
-    if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return 12;
-    lim.rlim_cur = 64 << 10;
-    if (setrlimit(RLIMIT_MEMLOCK, &lim) != 0) return 13;
-    if (int rc = context(0)) return rc;
-    void* a = nullptr;
-    void* b = nullptr;
-    CHECK(cuMemAllocHost_v2(&a, 32 << 10));
-    unsigned long long before = locked_bytes();
-    CUresult rc = cuMemHostAlloc(&b, 64 << 10, 0);
-    printf("pinned oom rc=%d RLIMIT_MEMLOCK %llu, VmLck %llu before, %llu after\n", rc,
-           (unsigned long long)lim.rlim_cur, before, locked_bytes());
-    void* volatile huge = malloc(size_t(1) << 50);
-    printf("malloc of 1 PiB %s\n", huge ? "succeeded" : "failed");
-    free(huge);
-    CHECK(cuMemFreeHost(a));
-    return 0;
-}
-
 static int async() {
     if (int rc = context(0)) return rc;
     CUdeviceptr a = 0, b = 0, c = 0;
@@ -230,7 +193,7 @@ static int snapshot() {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s basic|vmm|pinned|pinned_oom|async|oom|launch|devices|snapshot\n", argv[0]);
+        fprintf(stderr, "usage: %s basic|vmm|pinned|async|oom|launch|devices|snapshot\n", argv[0]);
         return 2;
     }
     CHECK(cuInit(0));
@@ -238,7 +201,6 @@ int main(int argc, char** argv) {
     if (!strcmp(what, "basic")) return basic();
     if (!strcmp(what, "vmm")) return vmm();
     if (!strcmp(what, "pinned")) return pinned();
-    if (!strcmp(what, "pinned_oom")) return pinned_oom();
     if (!strcmp(what, "async")) return async();
     if (!strcmp(what, "oom")) return oom();
     if (!strcmp(what, "launch")) return launch();
