@@ -160,7 +160,7 @@ private:
         int64_t driver_bytes_when_free_read = 0;
         // cpu: which of the process's memory bounds total/free are (the
         // failure's trigger says: RLIMIT_AS, RLIMIT_DATA, cgroup, machine,
-        // RLIMIT_MEMLOCK, unknown); empty on a device whose driver gives them.
+        // unknown); empty on a device whose driver gives them.
         std::string limit;
         bool after_pending = false;
         bool peak_pending = false;
@@ -328,14 +328,10 @@ private:
         d.limit = std::string(limit);
     }
 
-    // The bytes the device's blocks hold against its bound: pinned memory
-    // only against RLIMIT_MEMLOCK (locked memory); all of them against the
-    // others.
+    // The bytes the device's blocks hold against its bound: all of them
+    // (pinned host memory too: the CUDA driver pins it in RAM without
+    // counting it in RLIMIT_MEMLOCK, so RAM's bounds are its bounds).
     static int64_t bytes_against_bound(const Device& d) {
-        if (d.limit == "RLIMIT_MEMLOCK") {
-            auto it = d.driver_bytes.find(MSMS_T_HOST_PINNED);
-            return it == d.driver_bytes.end() ? 0 : it->second;
-        }
         int64_t sum = 0;
         for (auto& [type, bytes] : d.driver_bytes) sum += bytes;
         return sum;

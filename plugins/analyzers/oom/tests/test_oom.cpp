@@ -354,26 +354,6 @@ TEST_CASE("the after snapshot's free counts each byte once: a tensor's storage o
     CHECK(after_snapshot(h).attr("free") == "1000");  // at the framework's FREE nothing was given back
 }
 
-TEST_CASE("the after snapshot of a pinned failure (RLIMIT_MEMLOCK): only pinned memory given back counts") {
-    PluginHarness h(plugin());
-    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
-    REQUIRE(h.begin() == MSMS_OK);
-    h.feed(EventBuilder::malloc(0x10, 8192, MSMS_T_HOST_PINNED).at(100));
-    h.feed(EventBuilder::malloc(0x20, 100000).at(100));
-    h.feed(bound_trigger("65536", "0", "RLIMIT_MEMLOCK").at(200));
-    h.feed(EventBuilder::free(0x20).at(300));  // not locked memory
-    REQUIRE(h.finish() == MSMS_OK);
-    CHECK(after_snapshot(h).attr("free") == "0");
-    PluginHarness h2(plugin());
-    REQUIRE(h2.create({{"K", "1"}}) == MSMS_OK);
-    REQUIRE(h2.begin() == MSMS_OK);
-    h2.feed(EventBuilder::malloc(0x10, 8192, MSMS_T_HOST_PINNED).at(100));
-    h2.feed(bound_trigger("65536", "0", "RLIMIT_MEMLOCK").at(200));
-    h2.feed(EventBuilder::free(0x10, MSMS_T_HOST_PINNED).at(300));
-    REQUIRE(h2.finish() == MSMS_OK);
-    CHECK(after_snapshot(h2).attr("free") == "8192");
-}
-
 TEST_CASE("the after snapshot where free is not known (a device without a SNAPSHOT row): 0, as upstream's unknown") {
     PluginHarness h(plugin());
     REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
