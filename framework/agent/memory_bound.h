@@ -9,13 +9,9 @@
 //                 and later): free = limit - VmData (/proc/self/status)
 //   cgroup        the memory limit of the process's memory cgroup and of each
 //                 cgroup above it: cgroup v2 memory.max, free = memory.max -
-//                 memory.current; cgroup v1 (the memory controller's own
-//                 hierarchy, as on hosts with the v1 or the "hybrid" layout)
-//                 memory.limit_in_bytes, free = it - memory.usage_in_bytes,
-//                 up while the cgroup above counts its children
-//                 (memory.use_hierarchy). The hierarchies are found in
-//                 /proc/self/mountinfo (where a container mounts them, with
-//                 the part of the tree it sees), else at systemd's places.
+//                 memory.current; cgroup v1 memory.limit_in_bytes, free = it
+//                 - memory.usage_in_bytes; found as common/memory_cgroups.h
+//                 says (the host's offline budget finds them the same way)
 //   machine       /proc/meminfo: total = MemTotal, free = MemAvailable
 // The binding one is the one with the least free memory (the one a request
 // runs into first); of two with as much free, the smaller.
@@ -46,34 +42,6 @@ void consider(Bound& best, uint64_t total, uint64_t free, const char* name);
 bool kib_field(const char* text, const char* key, uint64_t& bytes);
 // The first number of /proc/self/statm (VmSize in pages).
 bool first_number(const char* text, uint64_t& n);
-
-// The two kinds of cgroup hierarchy that can hold a memory limit.
-enum class Hierarchy {
-    v2,         // the unified one: "0::<path>" in /proc/self/cgroup, fstype cgroup2
-    v1_memory,  // v1's memory controller: "<n>:<controllers>:<path>" with memory among
-                // the comma-separated controllers, fstype cgroup with memory among its options
-};
-// The process's cgroup path in hierarchy h, from /proc/self/cgroup's text, into out.
-bool cgroup_path(const char* text, Hierarchy h, char* out, size_t out_size);
-// If one /proc/self/mountinfo line (len bytes, no '\n') mounts hierarchy h
-// with a root that holds `cgroup`: the cgroup's directory into out (the mount
-// point, then the part of `cgroup` below the mount's root; mountinfo's octal
-// escapes such as \040 undone) and the mount point's length into mount_len
-// (the walk up to the parents stops there).
-bool cgroup_dir_in_mount(const char* line, size_t len, Hierarchy h, const char* cgroup, char* out, size_t out_size,
-                         size_t& mount_len);
-// The same over the whole text of /proc/self/mountinfo: the first mount that
-// holds the cgroup.
-bool cgroup_dir(const char* mountinfo, Hierarchy h, const char* cgroup, char* out, size_t out_size,
-                size_t& mount_len);
-// The same over the mountinfo file at path, read a line at a time into
-// line_buf (the file has no size limit; a line longer than the buffer is
-// passed over).
-bool cgroup_dir_in_file(const char* path, Hierarchy h, const char* cgroup, char* line_buf, size_t line_buf_size,
-                        char* out, size_t out_size, size_t& mount_len);
-// A cgroup v1 memory.limit_in_bytes this large means no limit: the kernel
-// shows "none" as LONG_MAX rounded down to its page size (up to 64 KiB).
-bool is_no_limit(uint64_t bytes);
 
 // The bounds that apply to this process now; name nullptr when none could
 // be read.

@@ -13,8 +13,10 @@
 #include <string>
 
 #include "agent/memory_bound.h"
+#include "common/memory_cgroups.h"
 
 using namespace msms::agent::memory_bound;
+using namespace msms::memory_cgroups;
 
 namespace {
 std::string attrs_of(const char* extra, const Bound& b, size_t size = 512) {

@@ -4,38 +4,25 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 namespace msms {
-namespace {
 
-// memory.max of this process's cgroup (v2) or memory.limit_in_bytes (v1); 0: none.
-size_t cgroup_limit() {
-    std::ifstream in("/proc/self/cgroup");
-    std::string line;
-    while (std::getline(in, line)) {
-        size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-        if (b == std::string::npos) continue;
-        std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-        std::string file;
-        if (controllers.empty()) file = "/sys/fs/cgroup" + path + "/memory.max";
-        else if (("," + controllers + ",").find(",memory,") != std::string::npos)
-            file = "/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes";
-        else continue;
-        std::ifstream f(file);
-        unsigned long long v = 0;
-        if (f >> v && v > 0 && v < (1ull << 60)) return static_cast<size_t>(v);
-    }
-    return 0;
+size_t memory_cgroup_limit(const memory_cgroups::Sources& sources) {
+    uint64_t smallest = 0;
+    memory_cgroups::for_each_limit(
+        sources,
+        [](void* ctx, uint64_t limit, uint64_t) {
+            uint64_t& s = *static_cast<uint64_t*>(ctx);
+            if (!s || limit < s) s = limit;
+        },
+        &smallest);
+    return static_cast<size_t>(std::min<uint64_t>(smallest, SIZE_MAX));
 }
-
-}  // namespace
 
 size_t default_offline_budget() {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t total = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : (8ull << 30);
-    if (size_t cg = cgroup_limit(); cg && cg < total) total = cg;
+    if (size_t cg = memory_cgroup_limit(); cg && cg < total) total = cg;
     return std::max<size_t>(total / 2, 64u << 20);
 }
 

@@ -10,11 +10,19 @@
 #include <string>
 #include <utility>
 
+#include "common/memory_cgroups.h"
+
 namespace msms {
 
 // The budget when --offline-memory is not given: half of the machine's
-// memory or of the memory cgroup's limit (memory.max), whichever is smaller.
+// memory or of the smallest memory cgroup limit that bounds this process,
+// whichever is smaller.
 size_t default_offline_budget();
+// That limit (0: none): its own cgroup's or one above it, cgroup v2 or v1,
+// where /proc/self/mountinfo says the hierarchies are (a container's
+// --memory on a v1 host too): found as the agent finds a failed
+// allocation's bound (common/memory_cgroups.h).
+size_t memory_cgroup_limit(const memory_cgroups::Sources& sources = {});
 // The budget in bytes: `mib` when given (not 0), else the default.
 size_t offline_budget(unsigned long long mib);
 // How much of it one sort run may take (rows not in time order).

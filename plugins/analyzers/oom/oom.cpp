@@ -11,10 +11,14 @@
 //                                   live run instead of writing it)
 //   OOM_RECENT_ALLOC x K            the K most recently allocated live blocks
 //   OOM_TOP_ALLOC x K               the K largest live blocks
-//   SNAPSHOT "OOM_Snapshot_After"   at the next memory event of that device
-//                                   (or at the end of the run); ours, not
-//                                   upstream's (its docs promise snapshots
-//                                   "before and after" the failure)
+//   SNAPSHOT "OOM_Snapshot_After"   at the next memory event of that device,
+//                                   once it has applied (or at the end of
+//                                   the run); ours, not upstream's (its docs
+//                                   promise snapshots "before and after" the
+//                                   failure). Its free is the failure's
+//                                   (or a later SNAPSHOT row's) moved by the
+//                                   bytes the device's blocks took or gave
+//                                   back since (after_free)
 // With details=false (what the host loads when `oom` is not selected: the
 // rows upstream writes without its oom analysis) only OOM_Snapshot.
 // (upstream's row names: the sinks write OOM_DETAIL rows as OOM_Trigger,
@@ -100,54 +104,11 @@ public:
         }
         if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE) {
             Device& d = devices_[dev_key(ev)];
-            if (d.after_pending) {
+            apply_memory_event(d, ev);
+            if (d.after_pending) {  // the program's first step after the failure is in its numbers
                 d.after_pending = false;
                 snapshot(dev_key(ev), d, "OOM_Snapshot_After", ev.timestamp_ns, d.trigger_pid, d.trigger_tid);
             }
-            const bool fw = !driver_pool(ev.type);
-            bool framework_malloc = ev.kind == MSMS_EV_MALLOC && fw;
-            if (d.peak_pending && !framework_malloc) d.peak = std::max(d.peak, d.allocated);
-            d.peak_pending = false;
-            BlockKey k = block_key(ev);
-            if (ev.kind == MSMS_EV_MALLOC) {
-                auto old = d.live.find(k);
-                if (old != d.live.end() && !old->second.taken) d.allocated -= static_cast<int64_t>(old->second.size);
-                if (old != d.live.end() && fw) d.fw_allocated -= static_cast<int64_t>(old->second.size);
-                Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
-                        std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
-                b.shadow = has_true(ev, "shadow");
-                b.fold = b.shadow && has_true(ev, "import");
-                d.live[k] = std::move(b);
-                d.allocated += static_cast<int64_t>(ev.size);
-                if (fw) {
-                    d.fw_seen = true;
-                    d.fw_allocated += static_cast<int64_t>(ev.size);
-                    d.fw_peak = std::max(d.fw_peak, d.fw_allocated);
-                }
-                // Each byte once (DESIGN §8): a framework block at the address
-                // of a live host heap block (a CPU tensor's storage from
-                // malloc) is that block; it counts and is listed under the
-                // framework only, until the host block is freed.
-                if (framework_malloc) {
-                    auto h = d.live.find(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
-                    if (h != d.live.end() && !h->second.taken) {
-                        h->second.taken = true;
-                        d.allocated -= static_cast<int64_t>(h->second.size);
-                    }
-                }
-                // a new host block may be taken by the next event: its peak waits
-                if (ev.type == MSMS_T_HOST) d.peak_pending = true;
-                else d.peak = std::max(d.peak, d.allocated);
-            } else {
-                auto it = d.live.find(k);
-                if (it != d.live.end()) {
-                    if (!it->second.taken) d.allocated -= static_cast<int64_t>(it->second.size);
-                    if (fw) d.fw_allocated -= static_cast<int64_t>(it->second.size);
-                    d.live.erase(it);
-                }
-            }
-            remember_reserved(d, ev, fw);
-            if (ev.device_used >= 0) d.device_used = ev.device_used;
             return;
         }
         if (ev.kind == MSMS_EV_SNAPSHOT) return remember_device_memory(ev);
@@ -191,6 +152,12 @@ private:
         bool fw_seen = false;
         int64_t fw_allocated = 0, fw_peak = 0;
         uint64_t total = 0, free = 0;  // the device's memory, from its last SNAPSHOT row (0: not known)
+        // The live bytes of each driver pool (HAL, HOST, HOST_PINNED: what
+        // the device's memory gave; framework blocks sit inside them, so
+        // each byte once) now, and their sum when free was read: what the
+        // device took or gave back since moves the after snapshot's free.
+        std::map<uint16_t, int64_t> driver_bytes;
+        int64_t driver_bytes_when_free_read = 0;
         // cpu: which of the process's memory bounds total/free are (the
         // failure's trigger says: RLIMIT_AS, RLIMIT_DATA, cgroup, machine,
         // unknown); empty on a device whose driver gives them.
@@ -242,6 +209,57 @@ private:
         remember_reserved(d, ev, fw);
     }
 
+    // A MALLOC or FREE into the device's live blocks and running numbers.
+    void apply_memory_event(Device& d, const msms_event& ev) {
+        const bool fw = !driver_pool(ev.type);
+        bool framework_malloc = ev.kind == MSMS_EV_MALLOC && fw;
+        if (d.peak_pending && !framework_malloc) d.peak = std::max(d.peak, d.allocated);
+        d.peak_pending = false;
+        BlockKey k = block_key(ev);
+        if (ev.kind == MSMS_EV_MALLOC) {
+            auto old = d.live.find(k);
+            if (old != d.live.end() && !old->second.taken) d.allocated -= static_cast<int64_t>(old->second.size);
+            if (old != d.live.end() && fw) d.fw_allocated -= static_cast<int64_t>(old->second.size);
+            if (old != d.live.end() && !fw) d.driver_bytes[ev.type] -= static_cast<int64_t>(old->second.size);
+            if (!fw) d.driver_bytes[ev.type] += static_cast<int64_t>(ev.size);
+            Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
+                    std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
+            b.shadow = has_true(ev, "shadow");
+            b.fold = b.shadow && has_true(ev, "import");
+            d.live[k] = std::move(b);
+            d.allocated += static_cast<int64_t>(ev.size);
+            if (fw) {
+                d.fw_seen = true;
+                d.fw_allocated += static_cast<int64_t>(ev.size);
+                d.fw_peak = std::max(d.fw_peak, d.fw_allocated);
+            }
+            // Each byte once (DESIGN §8): a framework block at the address
+            // of a live host heap block (a CPU tensor's storage from
+            // malloc) is that block; it counts and is listed under the
+            // framework only, until the host block is freed.
+            if (framework_malloc) {
+                auto h = d.live.find(BlockKey{ev.device_kind, ev.device_id, MSMS_T_HOST, ev.ptr});
+                if (h != d.live.end() && !h->second.taken) {
+                    h->second.taken = true;
+                    d.allocated -= static_cast<int64_t>(h->second.size);
+                }
+            }
+            // a new host block may be taken by the next event: its peak waits
+            if (ev.type == MSMS_T_HOST) d.peak_pending = true;
+            else d.peak = std::max(d.peak, d.allocated);
+        } else {
+            auto it = d.live.find(k);
+            if (it != d.live.end()) {
+                if (!it->second.taken) d.allocated -= static_cast<int64_t>(it->second.size);
+                if (fw) d.fw_allocated -= static_cast<int64_t>(it->second.size);
+                else d.driver_bytes[ev.type] -= static_cast<int64_t>(it->second.size);
+                d.live.erase(it);
+            }
+        }
+        remember_reserved(d, ev, fw);
+        if (ev.device_used >= 0) d.device_used = ev.device_used;
+    }
+
     int64_t allocated_now(const Device& d) const {
         return d.fw_seen ? d.fw_allocated : details_ ? d.allocated : std::max<int64_t>(d.device_used, 0);
     }
@@ -287,6 +305,7 @@ private:
         Device& d = devices_[dev_key(ev)];
         d.total = total;
         d.free = free;
+        d.driver_bytes_when_free_read = bytes_against_bound(d);
         d.limit = std::string(msmemscope::attr(ev, "limit"));  // an OOM_Snapshot row read back from a dump
     }
 
@@ -309,6 +328,26 @@ private:
         d.limit = std::string(limit);
     }
 
+    // The bytes the device's blocks hold against its bound: all of them
+    // (pinned host memory too: the CUDA driver pins it in RAM without
+    // counting it in RLIMIT_MEMLOCK, so RAM's bounds are its bounds).
+    static int64_t bytes_against_bound(const Device& d) {
+        int64_t sum = 0;
+        for (auto& [type, bytes] : d.driver_bytes) sum += bytes;
+        return sum;
+    }
+
+    // The free memory now: the last known free, less what the device's
+    // blocks took since, plus what they gave back (0 to total). Only the
+    // device's own blocks are seen: another process's use (a shared cgroup,
+    // the machine) is not, nor memory the allocator keeps after a free.
+    static uint64_t after_free(const Device& d) {
+        if (d.total == 0) return 0;  // not known: upstream's 0
+        int64_t gave_back = d.driver_bytes_when_free_read - bytes_against_bound(d);
+        int64_t now = static_cast<int64_t>(d.free) + gave_back;
+        return static_cast<uint64_t>(std::clamp<int64_t>(now, 0, static_cast<int64_t>(d.total)));
+    }
+
     static bool memory_bound_key(std::string_view k) { return k == "total" || k == "free" || k == "limit"; }
 
     void snapshot(const DevKey& dk, Device& d, const std::string& name, uint64_t ts, uint32_t pid, uint32_t tid,
@@ -320,6 +359,7 @@ private:
         int64_t allocated = allocated_now(d);
         int64_t peak_allocated = d.fw_seen ? d.fw_peak : details_ ? d.peak : d.device_peak;
         int64_t peak_reserved = d.fw_seen ? d.fw_peak_reserved : d.peak_reserved;
+        const uint64_t free = after_free(d);  // at the failure: the failure's own
         // upstream's keys, order and number formats (csrc/analysis/dump.cpp
         // DumpSnapshotEvent): what is not known is 0, a rate over 0 is 0.
         auto rate = [](double part, double whole) {
@@ -333,8 +373,8 @@ private:
             {"allocated", std::to_string(allocated)},
             {"max_allocated", std::to_string(peak_allocated)},
             {"total", std::to_string(d.total)},
-            {"free", std::to_string(d.free)},
-            {"device_rate", rate(static_cast<double>(d.total - d.free), static_cast<double>(d.total))},
+            {"free", std::to_string(free)},
+            {"device_rate", rate(static_cast<double>(d.total - free), static_cast<double>(d.total))},
             {"reserved_rate", rate(static_cast<double>(allocated), static_cast<double>(reserved))}};
         // ours, after upstream's keys: which memory bound total and free are
         // (a cpu failure's: the process has no driver to ask)
@@ -380,6 +420,9 @@ private:
         if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
         d.peak_pending = false;
         remember_memory_bound(d, ev);
+        // the after snapshot's free moves from the failure's (a device's may
+        // come from an older SNAPSHOT row: what it took before is not moved)
+        d.driver_bytes_when_free_read = bytes_against_bound(d);
         if (dump)  // once per interval: a failing loop does not flood stderr
             host_.warn("oom: " + std::string(view(ev.name).empty() ? "an allocation" : view(ev.name)) + " of " +
                        std::to_string(ev.size) + " bytes failed on device " + dev_name(dk) + " with " +

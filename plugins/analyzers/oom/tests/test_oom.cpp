@@ -54,7 +54,7 @@ TEST_CASE("an OOM trigger writes the K most recent and K largest live blocks bet
     CHECK(top[0].c_stack == "big_site");
     CHECK(top[1].attr("ptr") == "0x40");
     CHECK(h.emitted[5].name == "OOM_Snapshot_After");
-    CHECK(h.emitted[5].attr("allocated") == "1030");  // taken before the next event applies
+    CHECK(h.emitted[5].attr("allocated") == "1031");  // taken once the next event has applied
     CHECK(h.reports == std::vector<std::string>{"oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)"});
 }
 
@@ -292,4 +292,123 @@ TEST_CASE("a trigger without a memory bound (a device's: its driver's numbers) w
     CHECK(h.emitted[0].attr("free") == "250");
     CHECK(h.emitted[0].attr("device_rate") == "75.000000");
     CHECK(h.emitted[0].attrs.size() == 8);  // no limit key
+}
+
+namespace {
+EventBuilder bound_trigger(const char* total, const char* free, const char* limit) {
+    return trigger(1 << 30).attr("total", total).attr("free", free).attr("limit", limit);
+}
+const OwnedEvent& after_snapshot(const PluginHarness& h) {
+    for (auto& e : h.emitted)
+        if (e.name == "OOM_Snapshot_After") return e;
+    FAIL("no OOM_Snapshot_After");
+    return h.emitted.front();
+}
+}  // namespace
+
+TEST_CASE("the after snapshot's free is the failure's plus what the program gave back since, not the failure's again") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 3000).at(100));
+    h.feed(EventBuilder::malloc(0x20, 500).at(200));
+    h.feed(bound_trigger("10000", "4000", "RLIMIT_AS").at(300));
+    h.feed(EventBuilder::free(0x10).at(400));  // the program's answer to the failure
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.emitted.front().attr("free") == "4000");
+    const OwnedEvent& after = after_snapshot(h);
+    CHECK(after.ev.timestamp_ns == 400);
+    CHECK(after.attr("allocated") == "500");
+    CHECK(after.attr("total") == "10000");
+    CHECK(after.attr("free") == "7000");
+    CHECK(after.attr("device_rate") == "30.000000");
+    CHECK(after.attr("limit") == "RLIMIT_AS");
+}
+
+TEST_CASE("the after snapshot's free: less what was allocated since, never below 0 nor above total") {
+    auto after_free_of = [](EventBuilder next) {
+        PluginHarness h(plugin());
+        REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+        REQUIRE(h.begin() == MSMS_OK);
+        h.feed(EventBuilder::malloc(0x10, 9000).at(100));
+        h.feed(bound_trigger("10000", "800", "cgroup").at(200));
+        h.feed(next.at(300));
+        REQUIRE(h.finish() == MSMS_OK);
+        return after_snapshot(h).attr("free");
+    };
+    CHECK(after_free_of(EventBuilder::malloc(0x20, 300)) == "500");
+    CHECK(after_free_of(EventBuilder::malloc(0x20, 5000)) == "0");  // others gave back what it took: not seen
+    CHECK(after_free_of(EventBuilder::free(0x10)) == "9800");
+}
+
+TEST_CASE("the after snapshot's free counts each byte once: a tensor's storage on a host block gives back the block") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 4096).at(100));
+    h.feed(EventBuilder::malloc(0x10, 4096, MSMS_T_PTA).at(101));  // the framework's block on it
+    h.feed(bound_trigger("100000", "1000", "machine").at(200));
+    h.feed(EventBuilder::free(0x10, MSMS_T_PTA).at(300));  // the tensor goes, its storage's malloc not yet
+    h.feed(EventBuilder::free(0x10).at(301));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(after_snapshot(h).attr("free") == "1000");  // at the framework's FREE nothing was given back
+}
+
+TEST_CASE("the after snapshot where free is not known (a device without a SNAPSHOT row): 0, as upstream's unknown") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 512, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).at(100));
+    h.feed(trigger(1 << 20).device(MSMS_DEV_CUDA, 0).at(200));
+    h.feed(EventBuilder::free(0x10, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).at(300));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(after_snapshot(h).attr("total") == "0");
+    CHECK(after_snapshot(h).attr("free") == "0");
+}
+
+TEST_CASE("--analyze of a dump: the OOM_Snapshot row read back gives the offline analysis the live run's bound") {
+    // the live run: the agent's trigger carries the bound
+    PluginHarness live(plugin());
+    REQUIRE(live.create({{"K", "1"}, {"write_trigger", "true"}}) == MSMS_OK);
+    REQUIRE(live.begin() == MSMS_OK);
+    live.feed(EventBuilder::malloc(0x10, 100).at(1000));
+    live.feed(bound_trigger("4294967296", "4244070400", "RLIMIT_AS").at(2000).attr("func", "malloc"));
+    REQUIRE(live.finish() == MSMS_OK);
+    const OwnedEvent& written = live.emitted.at(0);
+    REQUIRE(written.name == "OOM_Snapshot");
+    // the dump read back (framework/host/offline/dump_reader.cpp): the
+    // OOM_Snapshot row with its Attr as written, then the OOM_Trigger row,
+    // which keeps upstream's keys only
+    PluginHarness offline(plugin());
+    REQUIRE(offline.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(offline.begin() == MSMS_OK);
+    offline.feed(EventBuilder::malloc(0x10, 100).at(1000));
+    EventBuilder row(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);
+    row.device(MSMS_DEV_CPU, -1).name("OOM_Snapshot").at(2000);
+    for (auto& [k, v] : written.attrs) row.attr(k, v);
+    offline.feed(row);
+    offline.feed(trigger(1 << 30).at(2000).attr("func", "malloc"));
+    REQUIRE(offline.finish() == MSMS_OK);
+    const OwnedEvent& again = offline.emitted.at(0);
+    REQUIRE(again.name == "OOM_Snapshot");
+    CHECK(again.attrs == written.attrs);
+    CHECK(again.attr("limit") == "RLIMIT_AS");
+    REQUIRE(offline.findings["oom"].size() == 1);
+    CHECK(offline.findings["oom"][0]["limit"] == live.findings["oom"][0]["limit"]);
+    CHECK(offline.findings["oom"][0]["free"] == "4244070400");
+}
+
+TEST_CASE("the after snapshot of a device whose free came from an earlier SNAPSHOT row: moved from the failure's") {
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "1"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    EventBuilder dev_snapshot(MSMS_EV_SNAPSHOT, MSMS_T_SNAPSHOT);
+    dev_snapshot.device(MSMS_DEV_CUDA, 0).attr("total", "1000").attr("free", "600").at(100);
+    h.feed(dev_snapshot);
+    h.feed(EventBuilder::malloc(0x10, 200, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).at(200));
+    h.feed(trigger(1 << 20).device(MSMS_DEV_CUDA, 0).at(300));
+    h.feed(EventBuilder::free(0x10, MSMS_T_HAL).device(MSMS_DEV_CUDA, 0).at(400));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.emitted.front().attr("free") == "600");  // the failure's: the driver's last word
+    CHECK(after_snapshot(h).attr("free") == "800");  // and the 200 bytes given back since
 }
