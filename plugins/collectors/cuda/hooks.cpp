@@ -24,8 +24,10 @@
 #include <msmemscope/spin_lock.hpp>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <iterator>
@@ -263,8 +265,9 @@ bool release_while_mapped(uint64_t handle) {
     return mapped;
 }
 
-// What one cuMemUnmap ends: the mappings in its range and the handles whose
-// last mapping it was, once released.
+// What one cuMemUnmap ends, up to kMax mappings at a time (take_mappings):
+// the mappings in its range and the handles whose last mapping it was, once
+// released. Fixed arrays, so that taking them allocates nothing.
 struct Unmapped {
     static constexpr int kMax = 64;
     struct Gone {
@@ -275,7 +278,6 @@ struct Unmapped {
     Gone maps[kMax];
     Gone handles[kMax];
     int n_maps = 0, n_handles = 0;
-    bool refused = false;  // the range cuts a mapping: the driver unmaps nothing
 };
 
 // One mapping of `handle` fewer (g_lock held): true, with the handle taken
@@ -290,20 +292,21 @@ bool last_mapping_of_released(uint64_t handle, Unmapped::Gone& gone) {
     return true;
 }
 
-// Takes the mappings in [ptr, ptr + size) out of the table. The driver
-// cannot unmap part of a mapping (cuMemUnmap): a range that cuts one is
-// refused whole, and nothing is taken.
+// Takes up to Unmapped::kMax of the mappings in [ptr, ptr + size) out of
+// the table, after the driver unmapped that range (which it does only when
+// the range cuts no mapping: cuMemUnmap): the caller takes again while a
+// batch comes back full. A mapping the table has reaching out of the range
+// is one it knows wrongly; it is left alone.
 Unmapped take_mappings(uint64_t ptr, uint64_t size) {
     Unmapped u;
     const uint64_t end = ptr + size;
     g_lock.lock();
     if (g_maps) {
-        auto first = g_maps->lower_bound(ptr);
-        if (first != g_maps->begin() && std::prev(first)->first + std::prev(first)->second.size > ptr)
-            u.refused = true;
-        for (auto it = first; !u.refused && it != g_maps->end() && it->first < end; ++it)
-            if (it->first + it->second.size > end) u.refused = true;
-        for (auto it = first; !u.refused && it != g_maps->end() && it->first < end && u.n_maps < Unmapped::kMax;) {
+        for (auto it = g_maps->lower_bound(ptr); it != g_maps->end() && it->first < end && u.n_maps < Unmapped::kMax;) {
+            if (it->first + it->second.size > end) {
+                ++it;
+                continue;
+            }
             u.maps[u.n_maps++] = {it->first, it->second.dev, it->second.recorded};
             if (last_mapping_of_released(it->second.handle, u.handles[u.n_handles])) ++u.n_handles;
             it = g_maps->erase(it);
@@ -315,6 +318,92 @@ Unmapped take_mappings(uint64_t ptr, uint64_t size) {
 
 // ---------------------------------------------------------------- recording
 inline bool want_memory() { return msms_agent_wants("alloc") || msms_agent_wants("free"); }
+
+// The driver's memory calls and their rows, one at a time.
+// A free's row is written after the driver's answer, so that a call the
+// driver refuses writes none (refused_free). But once the driver has taken
+// an address (or a VMM handle) back, it may hand it to the next allocation,
+// on any thread; were that allocation's MALLOC row written before our FREE
+// row, the host, which orders rows by time, would pair them wrongly. So each
+// hooked allocation and free holds this lock across [driver call + its row]:
+// these are driver calls of microseconds to milliseconds, never the host
+// heap's hot path, and the rows stay in the order the driver acted in.
+// Recursive: a driver may reach one of our wrappers from inside another.
+// Taken only while memory is profiled.
+pthread_mutex_t g_driver_order = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+struct DriverOrder {
+    const bool held;
+    DriverOrder() : held(want_memory()) {
+        if (held) pthread_mutex_lock(&g_driver_order);
+    }
+    ~DriverOrder() {
+        if (held) pthread_mutex_unlock(&g_driver_order);
+    }
+    DriverOrder(const DriverOrder&) = delete;
+    DriverOrder& operator=(const DriverOrder&) = delete;
+};
+
+// A child forked while another thread held the lock would wait for it
+// forever (that thread does not live on in the child): it starts free there.
+void free_driver_order_in_child() {
+    pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    g_driver_order = fresh;
+}
+__attribute__((constructor)) void free_driver_order_at_fork() {
+    pthread_atfork(nullptr, nullptr, free_driver_order_in_child);
+}
+
+// The driver took the memory back: it said so, or its context is gone, and
+// all the memory of that context with it (frees at the program's exit,
+// after the driver shut down).
+bool given_back(CUresult rc) {
+    return rc == MSMS_CUDA_SUCCESS || rc == MSMS_CUDA_ERROR_DEINITIALIZED ||
+           rc == MSMS_CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
+// The first refused frees are told one by one, then once that more follow.
+constexpr int kRefusedToldOneByOne = 16;
+std::atomic<int> g_refused_told{0};
+
+// A free the driver refused (a pointer it did not allocate or inside a
+// block, a handle already released, an unmap that cuts a mapping): it gave
+// nothing back, so no FREE row is written and the hooks' tables keep the
+// block, mapping or handle. The user is told on stderr, as the agent's
+// warnings are: no row kind of the dump says that a free failed (OOM_DETAIL
+// is a failed allocation for lack of memory, and the oom analysis reads
+// it). `what` is the call as the program made it, e.g. "cuMemFree_v2(0x...)".
+void refused_free(CUresult rc, const char* what) {
+    if (!want_memory() || !msms_agent_attached()) return;
+    int told = g_refused_told.fetch_add(1, std::memory_order_relaxed);
+    char msg[320];
+    if (told < kRefusedToldOneByOne)
+        snprintf(msg, sizeof(msg),
+                 "[msmemscope] warning: %s failed with CUresult %d: the driver gave nothing back, so no FREE row "
+                 "is written and the profile keeps the memory as held\n",
+                 what, static_cast<int>(rc));
+    else if (told == kRefusedToldOneByOne)
+        snprintf(msg, sizeof(msg),
+                 "[msmemscope] warning: more CUDA frees failed; they are not told one by one (no FREE row for "
+                 "them either)\n");
+    else
+        return;
+    ssize_t w = write(2, msg, strlen(msg));
+    (void)w;
+}
+
+// The call's text for refused_free: "<func>(0x<ptr>)" or, with a size,
+// "<func>(0x<ptr>, <size>)".
+struct CallText {
+    char text[96];
+    CallText(const char* func, uint64_t ptr) {
+        snprintf(text, sizeof(text), "%s(0x%016llx)", func, static_cast<unsigned long long>(ptr));
+    }
+    CallText(const char* func, uint64_t ptr, uint64_t size) {
+        snprintf(text, sizeof(text), "%s(0x%016llx, %llu)", func, static_cast<unsigned long long>(ptr),
+                 static_cast<unsigned long long>(size));
+    }
+};
 
 // Holds the agent's reentrancy guard for one recording.
 struct Recording {
@@ -417,6 +506,37 @@ void record_vmm_free(bool off, int16_t dev, uint64_t key) {
     else msms_agent_free(type, kind, dev < 0 ? -1 : dev, key);
 }
 
+// The rows of a cuMemUnmap the driver carried out: one FREE per mapping in
+// its range, however many (taken Unmapped::kMax at a time), and one per
+// released handle whose last mapping it was.
+void record_unmap(uint64_t ptr, uint64_t size) {
+    Recording r(want_memory());
+    // Collection off: the mappings a range recorded get their FREE when
+    // it starts again; one made while it was off is forgotten (the agent
+    // remembered it for a shadow MALLOC, cuMemMap).
+    const bool off = !r.on && collection_off();
+    if (!r.on && !off) return;
+    for (bool first = true;; first = false) {
+        Unmapped u = take_mappings(ptr, size);
+        if (first && u.n_maps == 0 && !off) {
+            // a mapping made before the hooks went in: the host says so
+            u.maps[0] = {ptr, current_device(), true};
+            u.n_maps = 1;
+        }
+        for (int i = 0; i < u.n_maps; ++i) {
+            const Unmapped::Gone& m = u.maps[i];
+            // A mapping the agent could not remember while off: no MALLOC
+            // will come; collecting, its FREE still tells the host.
+            if (m.recorded || !off) record_vmm_free(off, m.dev, m.key);
+        }
+        // A released handle whose last mapping this was: the driver
+        // gives its memory back now, so its FREE row is written here and
+        // its time is this unmap's, not its cuMemRelease's.
+        for (int i = 0; i < u.n_handles; ++i) record_vmm_free(off, u.handles[i].dev, u.handles[i].key);
+        if (u.n_maps < Unmapped::kMax) return;
+    }
+}
+
 // A failed allocation: only out-of-memory feeds the oom analysis.
 void record_failure(CUresult rc, const char* func, int16_t dev_kind_cpu, uint64_t size, uint64_t flags) {
     if (rc != MSMS_CUDA_ERROR_OUT_OF_MEMORY) return;
@@ -454,6 +574,7 @@ extern "C" {
 MSMS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
     auto f = real<PFN_cuMemAlloc_v2>(S_MemAlloc);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(dptr, bytesize);
     if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrAlloc);
     else record_failure(rc, "cuMemAlloc_v2", 0, bytesize, 0);
@@ -464,6 +585,7 @@ MSMS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t
                                         unsigned int elem) {
     auto f = real<PFN_cuMemAllocPitch_v2>(S_MemAllocPitch);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(dptr, pitch, width, height, elem);
     if (rc == MSMS_CUDA_SUCCESS && dptr && pitch) record_device_alloc(*dptr, *pitch * height, kAttrPitch);
     else record_failure(rc, "cuMemAllocPitch_v2", 0, width * height, 0);
@@ -473,23 +595,30 @@ MSMS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t
 MSMS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
     auto f = real<PFN_cuMemAllocManaged>(S_MemAllocManaged);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(dptr, bytesize, flags);
     if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrManaged);
     else record_failure(rc, "cuMemAllocManaged", 0, bytesize, flags);
     return rc;
 }
 
+// The frees write their row after the driver's answer, and none when it
+// refuses (refused_free); DriverOrder keeps the rows in the driver's order.
 MSMS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     auto f = real<PFN_cuMemFree_v2>(S_MemFree);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
-    record_device_free(dptr);
-    return f(dptr);
+    DriverOrder order;
+    CUresult rc = f(dptr);
+    if (given_back(rc)) record_device_free(dptr);
+    else if (dptr) refused_free(rc, CallText("cuMemFree_v2", dptr).text);
+    return rc;
 }
 
 #define MSMS_ALLOC_ASYNC(NAME, SLOT)                                                          \
     MSMS_EXPORT CUresult NAME(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {          \
         auto f = real<PFN_cuMemAllocAsync>(SLOT);                                             \
         if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                       \
+        DriverOrder order;                                                                    \
         CUresult rc = f(dptr, bytesize, stream);                                              \
         if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrAsync); \
         else record_failure(rc, #NAME, 0, bytesize, 0);                                       \
@@ -502,6 +631,7 @@ MSMS_ALLOC_ASYNC(cuMemAllocAsync_ptsz, S_MemAllocAsync_ptsz)
     MSMS_EXPORT CUresult NAME(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
         auto f = real<PFN_cuMemAllocFromPoolAsync>(SLOT);                                               \
         if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                                 \
+        DriverOrder order;                                                                              \
         CUresult rc = f(dptr, bytesize, pool, stream);                                                  \
         if (rc == MSMS_CUDA_SUCCESS && dptr) record_device_alloc(*dptr, bytesize, kAttrAsync);           \
         else record_failure(rc, #NAME, 0, bytesize, 0);                                                 \
@@ -514,8 +644,11 @@ MSMS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz, S_MemAllocFromPoolAsync_ptsz)
     MSMS_EXPORT CUresult NAME(CUdeviceptr dptr, CUstream stream) {     \
         auto f = real<PFN_cuMemFreeAsync>(SLOT);                       \
         if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                \
-        record_device_free(dptr);                                      \
-        return f(dptr, stream);                                        \
+        DriverOrder order;                                             \
+        CUresult rc = f(dptr, stream);                                 \
+        if (given_back(rc)) record_device_free(dptr);                  \
+        else if (dptr) refused_free(rc, CallText(#NAME, dptr).text);   \
+        return rc;                                                     \
     }
 MSMS_FREE_ASYNC(cuMemFreeAsync, S_MemFreeAsync)
 MSMS_FREE_ASYNC(cuMemFreeAsync_ptsz, S_MemFreeAsync_ptsz)
@@ -525,6 +658,7 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
                                  unsigned long long flags) {
     auto f = real<PFN_cuMemCreate>(S_MemCreate);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(handle, size, prop, flags);
     bool host = prop && prop->location.type >= MSMS_CU_MEM_LOCATION_TYPE_HOST;
     if (rc == MSMS_CUDA_SUCCESS && handle) {
@@ -560,9 +694,16 @@ MSMS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
 MSMS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     auto f = real<PFN_cuMemRelease>(S_MemRelease);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
+    CUresult rc = f(handle);
+    if (!given_back(rc)) {
+        // (an unknown handle, or one already released: the table keeps it)
+        refused_free(rc, CallText("cuMemRelease", handle).text);
+        return rc;
+    }
     // Still mapped: no FREE now, the memory is in use until the last
     // cuMemUnmap, which writes the handle's FREE (cuMemUnmap below).
-    if (release_while_mapped(handle)) return f(handle);
+    if (release_while_mapped(handle)) return rc;
     {
         Recording r(want_memory());
         if (!r.on) {
@@ -576,13 +717,14 @@ MSMS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
             record_vmm_free(false, h.dev, handle);
         }
     }
-    return f(handle);
+    return rc;
 }
 
 MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                               unsigned long long flags) {
     auto f = real<PFN_cuMemMap>(S_MemMap);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(ptr, size, offset, handle, flags);
     if (rc == MSMS_CUDA_SUCCESS) {
         Recording r(want_memory());
@@ -610,39 +752,20 @@ MSMS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
 MSMS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     auto f = real<PFN_cuMemUnmap>(S_MemUnmap);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
-    {
-        Recording r(want_memory());
-        // Collection off: the mappings a range recorded get their FREE when
-        // it starts again; one made while it was off is forgotten (the agent
-        // remembered it for a shadow MALLOC, cuMemMap).
-        bool off = !r.on && collection_off();
-        if (r.on || off) {
-            // One unmap may cover several mappings: free each of them.
-            Unmapped u = take_mappings(ptr, size);
-            if (u.n_maps == 0 && !off && !u.refused) {
-                // a mapping made before the hooks went in: the host says so
-                u.maps[0] = {ptr, current_device(), true};
-                u.n_maps = 1;
-            }
-            for (int i = 0; i < u.n_maps; ++i) {
-                const Unmapped::Gone& m = u.maps[i];
-                // A mapping the agent could not remember while off: no MALLOC
-                // will come; collecting, its FREE still tells the host.
-                if (m.recorded || !off) record_vmm_free(off, m.dev, m.key);
-            }
-            // A released handle whose last mapping this was: the driver
-            // gives its memory back now, so its FREE row is written here and
-            // its time is this unmap's, not its cuMemRelease's.
-            for (int i = 0; i < u.n_handles; ++i) record_vmm_free(off, u.handles[i].dev, u.handles[i].key);
-        }
-    }
-    return f(ptr, size);
+    DriverOrder order;
+    CUresult rc = f(ptr, size);
+    // Refused (the range cuts a mapping: the driver unmaps nothing): the
+    // mappings stay in the table, mapped, and their handles held.
+    if (given_back(rc)) record_unmap(ptr, size);
+    else refused_free(rc, CallText("cuMemUnmap", ptr, size).text);
+    return rc;
 }
 
 // ---- pinned host memory
 MSMS_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
     auto f = real<PFN_cuMemAllocHost_v2>(S_MemAllocHost);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(pp, bytesize);
     if (rc == MSMS_CUDA_SUCCESS && pp) record_pinned_alloc(*pp, bytesize, kAttrPinned);
     else record_failure(rc, "cuMemAllocHost_v2", 1, bytesize, 0);
@@ -652,6 +775,7 @@ MSMS_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
 MSMS_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
     auto f = real<PFN_cuMemHostAlloc>(S_MemHostAlloc);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
+    DriverOrder order;
     CUresult rc = f(pp, bytesize, flags);
     if (rc == MSMS_CUDA_SUCCESS && pp) record_pinned_alloc(*pp, bytesize, kAttrPinned);
     else record_failure(rc, "cuMemHostAlloc", 1, bytesize, flags);
@@ -661,14 +785,18 @@ MSMS_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int fla
 MSMS_EXPORT CUresult cuMemFreeHost(void* p) {
     auto f = real<PFN_cuMemFreeHost>(S_MemFreeHost);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
-    record_pinned_free(p);
-    return f(p);
+    DriverOrder order;
+    CUresult rc = f(p);
+    if (given_back(rc)) record_pinned_free(p);
+    else if (p) refused_free(rc, CallText("cuMemFreeHost", reinterpret_cast<uint64_t>(p)).text);
+    return rc;
 }
 
 #define MSMS_HOST_REGISTER(NAME, SLOT)                                                           \
     MSMS_EXPORT CUresult NAME(void* p, size_t bytesize, unsigned int flags) {                    \
         auto f = real<PFN_cuMemHostRegister>(SLOT);                                              \
         if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;                                          \
+        DriverOrder order;                                                                       \
         CUresult rc = f(p, bytesize, flags);                                                     \
         if (rc == MSMS_CUDA_SUCCESS) record_pinned_alloc(p, bytesize, kAttrPinnedRegister);      \
         else record_failure(rc, #NAME, 1, bytesize, flags);                                      \
@@ -680,8 +808,11 @@ MSMS_HOST_REGISTER(cuMemHostRegister_v2, S_MemHostRegister_v2)
 MSMS_EXPORT CUresult cuMemHostUnregister(void* p) {
     auto f = real<PFN_cuMemHostUnregister>(S_MemHostUnregister);
     if (!f) return MSMS_CUDA_ERROR_NOT_INITIALIZED;
-    record_pinned_free(p);
-    return f(p);
+    DriverOrder order;
+    CUresult rc = f(p);
+    if (given_back(rc)) record_pinned_free(p);
+    else if (p) refused_free(rc, CallText("cuMemHostUnregister", reinterpret_cast<uint64_t>(p)).text);
+    return rc;
 }
 
 // ---- kernel launch

@@ -16,7 +16,10 @@
 //           aux0 = the flag word (halMemCreate: a flag word built from the
 //           drv_mem_prop, so that module id and page type decode the same
 //           way), Attr extras owner:CANN@<module>, page_type, alloc_type.
-//   FREE:   recorded before the real call, with the device of its MALLOC.
+//   FREE:   recorded after the real call, with the device of its MALLOC,
+//           and only when the driver gave the memory back: a refused free
+//           (a handle to halMemFree, an address to halMemRelease, ...)
+//           writes no row and keeps the block; a warning on stderr says so.
 //           halMemFree of an address the hook never saw allocated (made
 //           before the hooks went in: without the CLI, before the first
 //           msmemscope.start()) is passed on too, with the place the driver
@@ -32,9 +35,13 @@
 #include <msmemscope/snapshot_attrs.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include "npu_common.h"
 
@@ -126,6 +133,66 @@ F driver_fn(const char* inner, const char* plain) {
 
 bool wants_memory() { return msms_agent_wants("alloc") || msms_agent_wants("free"); }
 
+// The driver's memory calls and their rows, one at a time (as the cuda
+// hook's): a free's row is written after the driver's answer, so that a
+// refused free writes none; but an address the driver took back may come
+// out of the next allocation on another thread, and its MALLOC row must
+// not come before our FREE row (the host orders rows by time and would
+// pair them wrongly). So each hooked allocation and free holds this lock
+// across [driver call + its row]: driver calls, never the host heap's hot
+// path. Recursive: the driver may reach a hooked entry point from inside
+// another. Taken only while memory is profiled.
+pthread_mutex_t g_driver_order = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+struct DriverOrder {
+    const bool held;
+    DriverOrder() : held(wants_memory()) {
+        if (held) pthread_mutex_lock(&g_driver_order);
+    }
+    ~DriverOrder() {
+        if (held) pthread_mutex_unlock(&g_driver_order);
+    }
+    DriverOrder(const DriverOrder&) = delete;
+    DriverOrder& operator=(const DriverOrder&) = delete;
+};
+
+// A child forked while another thread held the lock would wait for it
+// forever (that thread does not live on in the child): it starts free there.
+void free_driver_order_in_child() {
+    pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    g_driver_order = fresh;
+}
+__attribute__((constructor)) void free_driver_order_at_fork() {
+    pthread_atfork(nullptr, nullptr, free_driver_order_in_child);
+}
+
+// The first refused frees are told one by one, then once that more follow.
+constexpr int kRefusedToldOneByOne = 16;
+std::atomic<int> g_refused_told{0};
+
+// A free the driver refused gave nothing back: no FREE row is written and
+// the table keeps the block; the user is told on stderr, as the agent's
+// warnings are (no row kind of the dump says that a free failed;
+// OOM_DETAIL is a failed allocation for lack of memory).
+void refused_free(const char* func, const void* ptr, int ret) {
+    if (!ptr || !wants_memory() || !msms_agent_attached()) return;
+    int told = g_refused_told.fetch_add(1, std::memory_order_relaxed);
+    char msg[320];
+    if (told < kRefusedToldOneByOne)
+        snprintf(msg, sizeof(msg),
+                 "[msmemscope] warning: %s(0x%016llx) failed with error %d: the driver gave nothing back, so no "
+                 "FREE row is written and the profile keeps the memory as held\n",
+                 func, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(ptr)), ret);
+    else if (told == kRefusedToldOneByOne)
+        snprintf(msg, sizeof(msg),
+                 "[msmemscope] warning: more NPU frees failed; they are not told one by one (no FREE row for "
+                 "them either)\n");
+    else
+        return;
+    ssize_t w = write(2, msg, strlen(msg));
+    (void)w;
+}
+
 struct Where {
     uint16_t type, kind;
     int16_t id;
@@ -182,8 +249,8 @@ void record_malloc(void* ptr, unsigned long long size, unsigned long long flag, 
     msms_agent_leave();
 }
 
-// Before the real free: a block whose MALLOC was recorded (or remembered
-// while collection was off). false: the hook never saw the block.
+// After the driver freed it: a block whose MALLOC was recorded (or
+// remembered while collection was off). false: the hook never saw the block.
 bool record_free(void* ptr) {
     if (!ptr) return true;
     BlockInfo b;
@@ -219,7 +286,8 @@ bool driver_place(const void* ptr, Where* w) {
     return true;
 }
 
-// halMemFree of an address the hook never saw allocated, while collecting:
+// halMemFree of an address the hook never saw allocated, while collecting
+// (unseen_place, asked before the driver frees it, `w` after):
 // a block made before the hooks went in, or memory the run leaves out
 // (--device), which the hook sees but does not keep; never the frees of
 // recorded blocks. Passed on, as cuda's hook passes on every free: the
@@ -231,11 +299,14 @@ bool driver_place(const void* ptr, Where* w) {
 // nothing; pinned host memory goes to cpu, which the host counts but never
 // warns about (as cuda's cuMemFreeHost); an address the driver does not
 // know, or a driver without drvMemGetAttribute, records nothing (as before).
-__attribute__((noinline, cold)) void record_unseen_free(void* ptr) {
-    if (!ptr || !msms_agent_enter()) return;  // collection off: nothing to pair with later
-    Where w;
-    if (wants_memory() && driver_place(ptr, &w) && device_wanted(w))
-        msms_agent_free(w.type, w.kind, w.id, reinterpret_cast<uint64_t>(ptr));
+__attribute__((noinline, cold)) bool unseen_place(void* ptr, Where* w) {
+    // collection off: nothing to pair with later
+    return ptr && msms_agent_collecting() && wants_memory() && driver_place(ptr, w) && device_wanted(*w);
+}
+
+__attribute__((noinline, cold)) void record_unseen_free(void* ptr, const Where& w) {
+    if (!msms_agent_enter()) return;
+    msms_agent_free(w.type, w.kind, w.id, reinterpret_cast<uint64_t>(ptr));
     msms_agent_leave();
 }
 
@@ -265,6 +336,7 @@ __attribute__((visibility("default"))) drvError_t halMemAlloc(void** pp, unsigne
                                                               unsigned long long flag) {
     static alloc_fn real = driver_fn<alloc_fn>("halMemAllocInner", "halMemAlloc");
     if (!real) return DRV_ERROR_NOT_SUPPORT;
+    DriverOrder order;
     drvError_t ret = real(pp, size, flag);
     if (ret == DRV_ERROR_NONE) {
         if (pp) record_malloc(*pp, size, flag, false);
@@ -277,14 +349,26 @@ __attribute__((visibility("default"))) drvError_t halMemAlloc(void** pp, unsigne
 __attribute__((visibility("default"))) drvError_t halMemFree(void* pp) {
     static free_fn real = driver_fn<free_fn>("halMemFreeInner", "halMemFree");
     if (!real) return DRV_ERROR_NOT_SUPPORT;
-    if (__builtin_expect(!record_free(pp), 0)) record_unseen_free(pp);
-    return real(pp);
+    DriverOrder order;
+    // An address the hook never saw: the driver is asked what it is now,
+    // while it still knows it.
+    BlockInfo seen;
+    Where unseen;
+    const bool placed = pp && !g_blocks.get(reinterpret_cast<uint64_t>(pp), &seen) && unseen_place(pp, &unseen);
+    drvError_t ret = real(pp);
+    if (ret != DRV_ERROR_NONE) {
+        refused_free("halMemFree", pp, ret);  // (a handle, an address inside a block, a double free)
+        return ret;
+    }
+    if (__builtin_expect(!record_free(pp), 0) && placed) record_unseen_free(pp, unseen);
+    return ret;
 }
 
 __attribute__((visibility("default"))) drvError_t halMemCreate(drv_mem_handle_t** handle, size_t size,
                                                                const drv_mem_prop* prop, uint64_t flag) {
     static create_fn real = driver_fn<create_fn>("halMemCreateInner", "halMemCreate");
     if (!real) return DRV_ERROR_RESERVED;
+    DriverOrder order;
     drvError_t ret = real(handle, size, prop, flag);
     unsigned long long f = prop ? flag_of(prop) : flag;
     if (ret == DRV_ERROR_NONE) {
@@ -302,14 +386,18 @@ __attribute__((visibility("default"))) drvError_t halMemRelease(drv_mem_handle_t
     // the handles of halMemRetainAllocationHandle and
     // halMemImportFromShareableHandle, which the hook does not see, and a
     // handle is no address the driver could be asked about.
-    record_free(handle);
-    return real(handle);
+    DriverOrder order;
+    drvError_t ret = real(handle);
+    if (ret == DRV_ERROR_NONE) record_free(handle);
+    else refused_free("halMemRelease", handle, ret);
+    return ret;
 }
 
 __attribute__((visibility("default"))) aclError aclrtHostRegisterV2(void* ptr, uint64_t size, uint32_t flag) {
     static host_reg_fn real =
         reinterpret_cast<host_reg_fn>(msms_npu::resolve_next("aclrtHostRegisterV2", kAclLibs));
     if (!real) return ACL_ERROR_INTERNAL_ERROR;
+    DriverOrder order;
     aclError ret = real(ptr, size, flag);
     if (ret == ACL_SUCCESS && (flag & ACL_HOST_REG_PINNED) && ptr && msms_agent_enter()) {
         if (wants_memory() && g_devices.cpu()) {
@@ -330,8 +418,11 @@ __attribute__((visibility("default"))) aclError aclrtHostUnregister(void* ptr) {
     // also ends registrations the hook leaves out (aclrtHostRegister, not
     // hooked; aclrtHostRegisterV2 without ACL_HOST_REG_PINNED), and for cpu
     // the host would only count it (no warning, no row).
-    record_free(ptr);
-    return real(ptr);
+    DriverOrder order;
+    aclError ret = real(ptr);
+    if (ret == ACL_SUCCESS) record_free(ptr);
+    else refused_free("aclrtHostUnregister", ptr, ret);
+    return ret;
 }
 
 // SNAPSHOT of the current device's memory as the driver reports it
