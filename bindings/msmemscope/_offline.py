@@ -32,6 +32,12 @@ def plugin_schema(name: str) -> Dict[str, dict]:
     for p in _plugins():
         if p["kind"] == "analyzer" and p["name"] == name:
             return {o["name"]: {k: v for k, v in o.items() if k != "name"} for o in p["options"]}
+    # a plugin found but refused (often the user's own, from
+    # config(plugin_path=...): built for another ABI, without its entry
+    # symbol...): why, as the command line says it when it is selected
+    why = _session.config_module().refusal_of(_session.PREFIX, _session._plugin_paths, name)
+    if why is not None:
+        raise ValueError(f"msmemscope.analyze: plugin '{name}' cannot be loaded: {why}")
     names = analyzer_plugins()
     raise ValueError(f"msmemscope.analyze: unknown analyzer '{name}' "
                      f"(available: {', '.join(names) if names else 'none found'})")

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <msmemscope/abi.h>
@@ -90,30 +91,52 @@ std::vector<std::pair<std::string, std::string>> g_dropped_at_load;
 
 const std::vector<std::pair<std::string, std::string>>& dropped_at_load() { return g_dropped_at_load; }
 
+std::vector<RefusedSelection> refused_selections(const RawConfig& raw, const Registry& reg) {
+    std::vector<RefusedSelection> out;
+    for (const char* key : {"analysis", "sinks", "analyze"}) {
+        auto it = raw.values.find(key);
+        if (it == raw.values.end()) continue;
+        for (auto& item : split_list(it->second.value)) {
+            std::string name = item.substr(0, item.find(':'));  // oom:5
+            if (reg.find(name, 0)) continue;
+            if (const RefusedPlugin* r = reg.refusal_of(name))
+                out.push_back({key, item, name, escape_controls(r->path) + ": " + escape_controls(r->reason)});
+        }
+    }
+    return out;
+}
+
 int drop_unloadable_selections(RawConfig& raw, const Registry& reg) {
-    int dropped = 0;
+    auto refused = refused_selections(raw, reg);
     for (const char* key : {"analysis", "sinks", "analyze"}) {
         auto it = raw.values.find(key);
         if (it == raw.values.end()) continue;
         std::vector<std::string> keep;
-        bool changed = false;
+        std::vector<const RefusedSelection*> dropped;
         for (auto& item : split_list(it->second.value)) {
-            std::string name = item.substr(0, item.find(':'));  // oom:5
-            const RefusedPlugin* r = reg.find(name, 0) ? nullptr : reg.refusal_of(name);
-            if (!r) {
-                keep.push_back(item);
-                continue;
-            }
-            say_error("plugin '" + name + "' (selected by " + it->second.origin + ") cannot be loaded: " + r->path +
-                      ": " + r->reason + "; running without it");
-            raw.plugin_options.erase(name);
-            g_dropped_at_load.emplace_back(name, "cannot be loaded: " + r->path + ": " + r->reason);
-            changed = true;
-            ++dropped;
+            auto r = std::find_if(refused.begin(), refused.end(),
+                                  [&](const RefusedSelection& s) { return s.key == key && s.item == item; });
+            if (r == refused.end()) keep.push_back(item);
+            else dropped.push_back(&*r);
         }
-        if (changed) it->second.value = join(keep, ",");
+        if (dropped.empty()) continue;
+        // An offline analysis that loses every analyzer it named has none
+        // to run without them: it stops there (analyzes_nothing).
+        bool none_left = keep.empty() && std::string(key) == "analyze";
+        for (auto* d : dropped) {
+            say_error("plugin '" + d->name + "' (selected by " + it->second.origin + ") cannot be loaded: " +
+                      d->why + (none_left ? "; no analyzer is left to run" : "; running without it"));
+            raw.plugin_options.erase(d->name);
+            g_dropped_at_load.emplace_back(d->name, "cannot be loaded: " + d->why);
+        }
+        it->second.value = join(keep, ",");
     }
-    return dropped;
+    return static_cast<int>(refused.size());
+}
+
+bool analyzes_nothing(const RawConfig& raw) {
+    auto it = raw.values.find("analyze");
+    return it != raw.values.end() && it->second.value.empty();
 }
 
 void export_plugin_settings(const RawConfig& raw) {

@@ -609,6 +609,42 @@ def test_check_inefficient_takes_the_options_config_set_for_the_analyzer(recorde
     assert marked("mem_size=4096") == {"1": "early_allocation"}
 
 
+# A plugin of the user's own folder that was refused: why (a ValueError, as
+# for an analyzer not found), not "unknown analyzer".
+@pytest.mark.parametrize("name,reason", [
+    ("no_entry", "no entry symbol 'msmemscope_plugin'"),
+    ("wrong_abi", "wrong ABI version: got 2.0, supported 1.3"),
+])
+def test_analyze_says_why_a_plugin_of_the_users_folder_was_refused(recorded, name, reason):
+    # Before: "raised ValueError: msmemscope.analyze: unknown analyzer 'no_entry' (available: ...)"
+    tmp, plain, _ = recorded
+    p = offline(tmp, name, plain, TEST_CONFIG_PLUGIN_PATH=str(BAD_PLUGINS))
+    assert p.stdout == (f"raised ValueError: msmemscope.analyze: plugin '{name}' cannot be loaded: "
+                        f"{BAD_PLUGINS}/libmsmemscope_plugin_{name}.so: {reason}\n"), p.stdout
+    # Not selected, the folder's refusals are not said on every analysis
+    # (as the command line says them only with --verbose).
+    p = offline(tmp, "leaks", plain, TEST_CONFIG_PLUGIN_PATH=str(BAD_PLUGINS))
+    assert "refused" not in p.stderr and "cannot be loaded" not in p.stderr, p.stderr
+
+
+def test_config_says_why_a_selected_plugin_was_refused(tmp_path):
+    # Before: "msmemscope.config: analysis: unknown analyzer 'no_entry' (available: ...)"
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""\
+        import msmemscope
+        msmemscope.config(plugin_path={str(BAD_PLUGINS)!r})
+        try:
+            msmemscope.config(analysis="leaks,no_entry")
+        except ValueError as e:
+            print("raised", e)
+        """))
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.stdout == (f"raised msmemscope.config: analysis: plugin 'no_entry' cannot be loaded: "
+                        f"{BAD_PLUGINS}/libmsmemscope_plugin_no_entry.so: no entry symbol 'msmemscope_plugin'\n"), \
+        p.stdout + p.stderr
+
+
 # What a caller of analyze() is told of an analysis out of memory: the
 # command line's "--offline-memory sets the budget" named an option it
 # cannot give; analyze() has no keyword for the budget.
