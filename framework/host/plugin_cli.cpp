@@ -7,6 +7,7 @@
 
 #include <msmemscope/abi.h>
 
+#include "api_words.h"
 #include "console_notes.h"
 #include "util/text.h"
 
@@ -106,6 +107,23 @@ std::vector<RefusedSelection> refused_selections(const RawConfig& raw, const Reg
     return out;
 }
 
+namespace {
+
+// Where a dropped selection came from, in the words of the user who made
+// it. A Python API session's program chose it with config(analysis=...):
+// 'analysis', as api_words names a key. The caller of msmemscope.analyze()
+// or check_inefficient() (--python-api) named it by the call, which the
+// package names before the line ("msmemscope.analyze: "): no origin, as
+// "--analyze: " is left out of that caller's other errors. The command
+// line's and a YAML file's user: the option or the file's line.
+std::string selected_by(const RawConfig& raw, const std::string& origin) {
+    if (raw.values.count("python-api")) return "";
+    if (raw.values.count("serve-session")) return " (selected by " + api_words(origin) + ")";
+    return " (selected by " + origin + ")";
+}
+
+}  // namespace
+
 int drop_unloadable_selections(RawConfig& raw, const Registry& reg) {
     auto refused = refused_selections(raw, reg);
     for (const char* key : {"analysis", "sinks", "analyze"}) {
@@ -124,7 +142,7 @@ int drop_unloadable_selections(RawConfig& raw, const Registry& reg) {
         // to run without them: it stops there (analyzes_nothing).
         bool none_left = keep.empty() && std::string(key) == "analyze";
         for (auto* d : dropped) {
-            say_error("plugin '" + d->name + "' (selected by " + it->second.origin + ") cannot be loaded: " +
+            say_error("plugin '" + d->name + "'" + selected_by(raw, it->second.origin) + " cannot be loaded: " +
                       d->why + (none_left ? "; no analyzer is left to run" : "; running without it"));
             raw.plugin_options.erase(d->name);
             g_dropped_at_load.emplace_back(d->name, "cannot be loaded: " + d->why);

@@ -29,7 +29,9 @@ struct RefusedSelection {
 std::vector<RefusedSelection> refused_selections(const RawConfig& raw, const Registry& reg);
 // Removes from the raw selection (--analysis, --sinks, --analyze and their
 // plugin options) every plugin that was found but refused, saying so as an
-// error (console_notes.h: the logs repeat it); returns how many were removed.
+// error (console_notes.h: the logs repeat it) that names the selection as
+// its user made it (a Python API user: config()'s key, or nothing for the
+// analyzer analyze() was called for); returns how many were removed.
 int drop_unloadable_selections(RawConfig& raw, const Registry& reg);
 // True when --analyze is left with no analyzer (each one it named was
 // dropped): there is nothing to run, and the drop's error said why.

@@ -19,6 +19,7 @@ finding) once, with or without --analysis=oom, as the CSV has it.
 import json
 import os
 import re
+import shutil
 import subprocess
 import textwrap
 
@@ -643,6 +644,43 @@ def test_config_says_why_a_selected_plugin_was_refused(tmp_path):
     assert p.stdout == (f"raised msmemscope.config: analysis: plugin 'no_entry' cannot be loaded: "
                         f"{BAD_PLUGINS}/libmsmemscope_plugin_no_entry.so: no entry symbol 'msmemscope_plugin'\n"), \
         p.stdout + p.stderr
+
+
+# The plugin config() found is replaced, before start(), by one the
+# session's host refuses: the host drops it from the selection.
+SWAPPED_PLUGIN = """\
+import os, shutil, sys
+
+import msmemscope
+
+folder, broken = sys.argv[1], sys.argv[2]
+msmemscope.config(device="cpu", events="alloc,free", analysis="leaks,c_function_entry", plugin_path=folder,
+                  output="out")
+shutil.copy(broken, os.path.join(folder, "swap.tmp"))
+os.replace(os.path.join(folder, "swap.tmp"), os.path.join(folder, "libmsmemscope_plugin_c_function_entry.so"))
+msmemscope.start()
+keep = bytearray(1 << 20)
+msmemscope.stop()
+print("script done")
+"""
+
+
+def test_a_selection_the_sessions_host_drops_is_named_as_config_names_it(tmp_path):
+    # Before: "... plugin 'c_function_entry' (selected by --analysis) cannot
+    # be loaded ...", an option the program never gave.
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    shutil.copy(BAD_PLUGINS / "libmsmemscope_plugin_c_function_entry.so", folder)
+    script = tmp_path / "script.py"
+    script.write_text(SWAPPED_PLUGIN)
+    p = subprocess.run([PY, str(script), str(folder), str(BAD_PLUGINS / "libmsmemscope_plugin_no_entry.so")],
+                       cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert "script done" in p.stdout, p.stdout + p.stderr
+    dropped = [line for line in p.stderr.splitlines() if "c_function_entry" in line]
+    assert dropped == [
+        f"msmemscope: error: plugin 'c_function_entry' (selected by 'analysis') cannot be loaded: "
+        f"{folder}/libmsmemscope_plugin_c_function_entry.so: no entry symbol 'msmemscope_plugin'; running without it"
+    ], p.stderr
 
 
 # What a caller of analyze() is told of an analysis out of memory: the

@@ -292,6 +292,27 @@ RawConfig selecting(const std::string& key, const std::string& value, const std:
 
 }  // namespace
 
+// The error that drops a refused plugin names the selection as its user
+// made it. A Python API session's program wrote config(analysis=...), not
+// --analysis (the session's host is run with it); analyze()'s caller named
+// the analyzer by the call, which the package names before the line.
+TEST_CASE("a dropped selection is named in the words of the user who made it") {
+    const std::string why = fixture("no_entry") + ": no entry symbol 'msmemscope_plugin'";
+    CHECK(dropped(selecting("analysis", "leaks,no_entry", "--analysis"), "analysis") ==
+          std::make_pair("plugin 'no_entry' (selected by --analysis) cannot be loaded: " + why + "; running without it",
+                         std::string("leaks")));
+    CHECK(dropped(selecting("analysis", "no_entry,leaks", "--analysis", "serve-session"), "analysis") ==
+          std::make_pair("plugin 'no_entry' (selected by 'analysis') cannot be loaded: " + why +
+                             "; running without it",
+                         std::string("leaks")));
+    CHECK(dropped(selecting("sinks", "csv,no_entry", "profile.yaml:3: sinks"), "sinks") ==
+          std::make_pair("plugin 'no_entry' (selected by profile.yaml:3: sinks) cannot be loaded: " + why +
+                             "; running without it",
+                         std::string("csv")));
+    CHECK(dropped(selecting("analyze", "leaks,no_entry", "--analyze", "python-api"), "analyze") ==
+          std::make_pair("plugin 'no_entry' cannot be loaded: " + why + "; running without it", std::string("leaks")));
+}
+
 // --analyze=no_entry alone: said once, with nothing left to run (it went on
 // to "--analyze: empty value", a value the user never gave).
 TEST_CASE("an offline analysis that loses its only analyzer has nothing left to run") {
