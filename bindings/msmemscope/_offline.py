@@ -32,6 +32,12 @@ def plugin_schema(name: str) -> Dict[str, dict]:
     for p in _plugins():
         if p["kind"] == "analyzer" and p["name"] == name:
             return {o["name"]: {k: v for k, v in o.items() if k != "name"} for o in p["options"]}
+    # a plugin found but refused (often the user's own, from
+    # config(plugin_path=...): built for another ABI, without its entry
+    # symbol...): why, as the command line says it when it is selected
+    why = _session.config_module().refusal_of(_session.PREFIX, _session._plugin_paths, name)
+    if why is not None:
+        raise ValueError(f"msmemscope.analyze: plugin '{name}' cannot be loaded: {why}")
     names = analyzer_plugins()
     raise ValueError(f"msmemscope.analyze: unknown analyzer '{name}' "
                      f"(available: {', '.join(names) if names else 'none found'})")
@@ -64,8 +70,10 @@ def _caller_level() -> int:
 
 # What the CLI says about its own command line, in the words of
 # analyze()'s and check_inefficient()'s caller, who gave no options:
-# --input is their input_path, --analyze what they called.
-_API_PREFIXES = (("--input: ", "input_path: "), ("--analyze: ", ""))
+# --input is their input_path, --analyze what they called, --plugin-option
+# the options config(plugin_options=...) set (the call's own keywords are
+# named as keywords: _error_of).
+_API_PREFIXES = (("--input: ", "input_path: "), ("--analyze: ", ""), ("--plugin-option: ", "plugin_options: "))
 _ERROR = "msmemscope: error: "
 
 
@@ -125,6 +133,17 @@ def _error_of(stderr: str, stdout: str, analyzer: str, options: Dict[str, str]) 
 _REFUSED = 2
 
 
+def _configured_options(analyzer: str, given: Dict[str, str]) -> Dict[str, str]:
+    """The options of `analyzer` that msmemscope.config(plugin_options=...)
+    set (or the command line, for a program it runs), less those the call
+    gives itself: a keyword of analyze() is the user's latest word. Only
+    the analyzer's own: a sink's or collector's options, set for the
+    sessions, would each be warned of as having no effect here."""
+    with _session._lock:
+        configured = dict(_session._plugin_options.get(analyzer, {}))
+    return {k: v for k, v in configured.items() if k not in given}
+
+
 def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
     """Runs the CLI's offline analysis; returns its standard output. Its
     run folder (reports) goes to a temporary folder that is removed. What
@@ -133,7 +152,8 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
     warning, naming the input as `shown_as` (the user's file, where
     input_path is a temporary copy of it). Raises ValueError for a value
     the CLI refused (an option, or an input that is not a dump it reads),
-    RuntimeError when the analysis failed."""
+    RuntimeError when the analysis failed. `options` are the call's own;
+    those config(plugin_options=...) set for the analyzer apply under them."""
     opt = _offline_option()
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
@@ -147,7 +167,10 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
         # line's, under it): the analyzers list_analyzers() and
         # plugin_schema() found there
         args += [f"--plugin-path={p}" for p in _session._plugin_paths]
-        args += [f"--plugin-option={analyzer}.{k}={v}" for k, v in options.items()]
+        # config()'s options of the analyzer, as an online session passes them
+        # (--plugin-option=NAME.KEY=VALUE), then the call's own
+        args += [f"--plugin-option={analyzer}.{k}={v}"
+                 for k, v in list(_configured_options(analyzer, options).items()) + list(options.items())]
         p = subprocess.run(args, capture_output=True, text=True)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)

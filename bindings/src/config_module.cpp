@@ -18,7 +18,9 @@
 
 #include "config.h"
 #include "hooks_off.h"
+#include "plugin_cli.h"
 #include "registry.h"
+#include "util/text.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -68,7 +70,12 @@ py::dict validate_config(const std::map<std::string, std::string>& values,
     msms::Registry& reg = registry_for(prefix, plugin_paths);
     msms::Config cfg;
     std::vector<std::string> errors;
-    if (!msms::validate(raw, reg.catalog(), cfg, errors)) {
+    // A plugin the user selected that was found but refused (one of their
+    // own, built for another ABI, without its entry symbol, ...): why, and
+    // not "unknown analyzer" (the catalog has only the plugins loaded).
+    for (auto& r : msms::refused_selections(raw, reg))
+        errors.push_back(raw.values[r.key].origin + ": plugin '" + r.name + "' cannot be loaded: " + r.why);
+    if (!errors.empty() || !msms::validate(raw, reg.catalog(), cfg, errors)) {
         std::string msg;
         for (auto& e : errors) msg += (msg.empty() ? "" : "\n") + e;
         throw py::value_error(msg);
@@ -138,6 +145,17 @@ py::list list_plugins(const std::string& prefix, const std::vector<std::string>&
     return out;
 }
 
+// Why the plugin `name` was refused ("PATH: REASON", escaped), or None when
+// none of that name was: analyze() says it of a plugin it cannot run.
+py::object refusal_of(const std::string& prefix, const std::vector<std::string>& plugin_paths,
+                      const std::string& name) {
+    msms_py::HooksOff hooks_off;  // as validate_config
+    msms::Registry& reg = registry_for(prefix, plugin_paths);
+    const msms::RefusedPlugin* r = reg.find(name, 0) ? nullptr : reg.refusal_of(name);
+    if (!r) return py::none();
+    return py::str(msms::escape_controls(r->path) + ": " + msms::escape_controls(r->reason));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_msmemscope_config, m) {
@@ -147,4 +165,5 @@ PYBIND11_MODULE(_msmemscope_config, m) {
           py::arg("plugin_paths"), py::arg("plugin_options") = std::map<std::string, std::map<std::string, std::string>>{},
           py::arg("plugin_options_origin") = std::string("plugin_options"));
     m.def("list_plugins", &list_plugins, py::arg("prefix"), py::arg("plugin_paths"));
+    m.def("refusal_of", &refusal_of, py::arg("prefix"), py::arg("plugin_paths"), py::arg("name"));
 }

@@ -119,6 +119,8 @@ int run_main(int argc, char** argv) {
     // A selected plugin that was found but cannot be loaded costs only
     // itself: the run goes on without it and ends with status 71.
     bool plugin_dropped = drop_unloadable_selections(raw, registry) > 0;
+    // (not "--analyze: empty value" after it: the user gave a value)
+    if (plugin_dropped && analyzes_nothing(raw)) return 2;
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);

@@ -2,10 +2,12 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <msmemscope/abi.h>
 
+#include "api_words.h"
 #include "console_notes.h"
 #include "util/text.h"
 
@@ -90,30 +92,69 @@ std::vector<std::pair<std::string, std::string>> g_dropped_at_load;
 
 const std::vector<std::pair<std::string, std::string>>& dropped_at_load() { return g_dropped_at_load; }
 
+std::vector<RefusedSelection> refused_selections(const RawConfig& raw, const Registry& reg) {
+    std::vector<RefusedSelection> out;
+    for (const char* key : {"analysis", "sinks", "analyze"}) {
+        auto it = raw.values.find(key);
+        if (it == raw.values.end()) continue;
+        for (auto& item : split_list(it->second.value)) {
+            std::string name = item.substr(0, item.find(':'));  // oom:5
+            if (reg.find(name, 0)) continue;
+            if (const RefusedPlugin* r = reg.refusal_of(name))
+                out.push_back({key, item, name, escape_controls(r->path) + ": " + escape_controls(r->reason)});
+        }
+    }
+    return out;
+}
+
+namespace {
+
+// Where a dropped selection came from, in the words of the user who made
+// it. A Python API session's program chose it with config(analysis=...):
+// 'analysis', as api_words names a key. The caller of msmemscope.analyze()
+// or check_inefficient() (--python-api) named it by the call, which the
+// package names before the line ("msmemscope.analyze: "): no origin, as
+// "--analyze: " is left out of that caller's other errors. The command
+// line's and a YAML file's user: the option or the file's line.
+std::string selected_by(const RawConfig& raw, const std::string& origin) {
+    if (raw.values.count("python-api")) return "";
+    if (raw.values.count("serve-session")) return " (selected by " + api_words(origin) + ")";
+    return " (selected by " + origin + ")";
+}
+
+}  // namespace
+
 int drop_unloadable_selections(RawConfig& raw, const Registry& reg) {
-    int dropped = 0;
+    auto refused = refused_selections(raw, reg);
     for (const char* key : {"analysis", "sinks", "analyze"}) {
         auto it = raw.values.find(key);
         if (it == raw.values.end()) continue;
         std::vector<std::string> keep;
-        bool changed = false;
+        std::vector<const RefusedSelection*> dropped;
         for (auto& item : split_list(it->second.value)) {
-            std::string name = item.substr(0, item.find(':'));  // oom:5
-            const RefusedPlugin* r = reg.find(name, 0) ? nullptr : reg.refusal_of(name);
-            if (!r) {
-                keep.push_back(item);
-                continue;
-            }
-            say_error("plugin '" + name + "' (selected by " + it->second.origin + ") cannot be loaded: " + r->path +
-                      ": " + r->reason + "; running without it");
-            raw.plugin_options.erase(name);
-            g_dropped_at_load.emplace_back(name, "cannot be loaded: " + r->path + ": " + r->reason);
-            changed = true;
-            ++dropped;
+            auto r = std::find_if(refused.begin(), refused.end(),
+                                  [&](const RefusedSelection& s) { return s.key == key && s.item == item; });
+            if (r == refused.end()) keep.push_back(item);
+            else dropped.push_back(&*r);
         }
-        if (changed) it->second.value = join(keep, ",");
+        if (dropped.empty()) continue;
+        // An offline analysis that loses every analyzer it named has none
+        // to run without them: it stops there (analyzes_nothing).
+        bool none_left = keep.empty() && std::string(key) == "analyze";
+        for (auto* d : dropped) {
+            say_error("plugin '" + d->name + "'" + selected_by(raw, it->second.origin) + " cannot be loaded: " +
+                      d->why + (none_left ? "; no analyzer is left to run" : "; running without it"));
+            raw.plugin_options.erase(d->name);
+            g_dropped_at_load.emplace_back(d->name, "cannot be loaded: " + d->why);
+        }
+        it->second.value = join(keep, ",");
     }
-    return dropped;
+    return static_cast<int>(refused.size());
+}
+
+bool analyzes_nothing(const RawConfig& raw) {
+    auto it = raw.values.find("analyze");
+    return it != raw.values.end() && it->second.value.empty();
 }
 
 void export_plugin_settings(const RawConfig& raw) {

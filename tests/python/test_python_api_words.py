@@ -19,6 +19,7 @@ finding) once, with or without --analysis=oom, as the CSV has it.
 import json
 import os
 import re
+import shutil
 import subprocess
 import textwrap
 
@@ -420,18 +421,20 @@ for _ in range(3):
 msmemscope.stop()
 """
 OFFLINE = """\
-import os, sys, warnings
+import json, os, sys, warnings
 
 import msmemscope
 
 warnings.simplefilter("always")
 if os.environ.get("TEST_CONFIG_PLUGIN_PATH"):  # plugins made visible as an online session's are
     msmemscope.config(plugin_path=os.environ["TEST_CONFIG_PLUGIN_PATH"])
+if os.environ.get("TEST_CONFIG_PLUGIN_OPTIONS"):  # options set as an online session's are
+    msmemscope.config(plugin_options=json.loads(os.environ["TEST_CONFIG_PLUGIN_OPTIONS"]))
 name, path = sys.argv[1], sys.argv[2]
 kw = dict(a.split("=", 1) for a in sys.argv[3:])
 try:
     if name == "check_inefficient":
-        msmemscope.check_inefficient(path)
+        msmemscope.check_inefficient(path, **{k: int(v) for k, v in kw.items()})
     else:
         print(msmemscope.analyze(name, input_path=path, **kw))
 except Exception as e:
@@ -561,6 +564,125 @@ def test_analyze_runs_a_third_party_analyzer_found_as_an_online_session_finds_it
                      re.M), p.stdout + p.stderr
 
 
+# The options msmemscope.config(plugin_options=...) set, as an online session
+# takes them: labelled_count's `label` names its count in its report.
+def labelled_count(p):
+    return [line.strip() for line in p.stdout.splitlines() if line.strip().startswith("labelled_count: ")]
+
+
+def test_analyze_takes_the_options_config_set_for_the_analyzer(recorded):
+    # Before: analyze() gave the command line config()'s plugin folders but
+    # not its plugin options: "labelled_count: mallocs: ...", the option's
+    # default, whatever config(plugin_options=...) said.
+    tmp = recorded[0]
+    (tmp / "double.csv").write_text(DOUBLE_MALLOC)
+    env = {"TEST_CONFIG_PLUGIN_PATH": str(API_PLUGINS)}
+    p = offline(tmp, "labelled_count", "double.csv", **env)
+    assert labelled_count(p) == ["labelled_count: mallocs: 2 MALLOC event(s)"], p.stdout + p.stderr
+    # (with a sink's option set for the sessions: not passed on, so not
+    # warned of as having no effect on this analysis)
+    env["TEST_CONFIG_PLUGIN_OPTIONS"] = json.dumps({"labelled_count": {"label": "blocks"},
+                                                    "trace": {"max_events": 1000}})
+    p = offline(tmp, "labelled_count", "double.csv", **env)
+    assert labelled_count(p) == ["labelled_count: blocks: 2 MALLOC event(s)"], p.stdout + p.stderr
+    assert "Warning" not in p.stderr, p.stderr
+    # the call's own keyword is the user's latest word
+    p = offline(tmp, "labelled_count", "double.csv", "label=mine", **env)
+    assert labelled_count(p) == ["labelled_count: mine: 2 MALLOC event(s)"], p.stdout + p.stderr
+
+
+def test_check_inefficient_takes_the_options_config_set_for_the_analyzer(recorded):
+    # Before: check_inefficient(path) passed its arguments' defaults
+    # (mem_size=0) and nothing of config(): the block of 4096 bytes was
+    # marked although config() asked for blocks of 8192 bytes and more.
+    from test_analyzers_cli import upstream_inefficient_csv
+    tmp = recorded[0]
+
+    def marked(*args):
+        f = upstream_inefficient_csv(tmp / "ineff.csv")
+        p = offline(tmp, "check_inefficient", f.name, *args,
+                    TEST_CONFIG_PLUGIN_OPTIONS=json.dumps({"inefficient": {"mem_size": 8192}}))
+        assert "raised" not in p.stdout, p.stdout
+        return {r["ID"]: r["attr"]["inefficient_type"] for r in read_dump(f) if "inefficient_type" in r["attr"]}
+
+    assert marked() == {}
+    # an argument the call gives is the user's latest word
+    assert marked("mem_size=4096") == {"1": "early_allocation"}
+
+
+# A plugin of the user's own folder that was refused: why (a ValueError, as
+# for an analyzer not found), not "unknown analyzer".
+@pytest.mark.parametrize("name,reason", [
+    ("no_entry", "no entry symbol 'msmemscope_plugin'"),
+    ("wrong_abi", "wrong ABI version: got 2.0, supported 1.3"),
+])
+def test_analyze_says_why_a_plugin_of_the_users_folder_was_refused(recorded, name, reason):
+    # Before: "raised ValueError: msmemscope.analyze: unknown analyzer 'no_entry' (available: ...)"
+    tmp, plain, _ = recorded
+    p = offline(tmp, name, plain, TEST_CONFIG_PLUGIN_PATH=str(BAD_PLUGINS))
+    assert p.stdout == (f"raised ValueError: msmemscope.analyze: plugin '{name}' cannot be loaded: "
+                        f"{BAD_PLUGINS}/libmsmemscope_plugin_{name}.so: {reason}\n"), p.stdout
+    # Not selected, the folder's refusals are not said on every analysis
+    # (as the command line says them only with --verbose).
+    p = offline(tmp, "leaks", plain, TEST_CONFIG_PLUGIN_PATH=str(BAD_PLUGINS))
+    assert "refused" not in p.stderr and "cannot be loaded" not in p.stderr, p.stderr
+
+
+def test_config_says_why_a_selected_plugin_was_refused(tmp_path):
+    # Before: "msmemscope.config: analysis: unknown analyzer 'no_entry' (available: ...)"
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""\
+        import msmemscope
+        msmemscope.config(plugin_path={str(BAD_PLUGINS)!r})
+        try:
+            msmemscope.config(analysis="leaks,no_entry")
+        except ValueError as e:
+            print("raised", e)
+        """))
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.stdout == (f"raised msmemscope.config: analysis: plugin 'no_entry' cannot be loaded: "
+                        f"{BAD_PLUGINS}/libmsmemscope_plugin_no_entry.so: no entry symbol 'msmemscope_plugin'\n"), \
+        p.stdout + p.stderr
+
+
+# The plugin config() found is replaced, before start(), by one the
+# session's host refuses: the host drops it from the selection.
+SWAPPED_PLUGIN = """\
+import os, shutil, sys
+
+import msmemscope
+
+folder, broken = sys.argv[1], sys.argv[2]
+msmemscope.config(device="cpu", events="alloc,free", analysis="leaks,c_function_entry", plugin_path=folder,
+                  output="out")
+shutil.copy(broken, os.path.join(folder, "swap.tmp"))
+os.replace(os.path.join(folder, "swap.tmp"), os.path.join(folder, "libmsmemscope_plugin_c_function_entry.so"))
+msmemscope.start()
+keep = bytearray(1 << 20)
+msmemscope.stop()
+print("script done")
+"""
+
+
+def test_a_selection_the_sessions_host_drops_is_named_as_config_names_it(tmp_path):
+    # Before: "... plugin 'c_function_entry' (selected by --analysis) cannot
+    # be loaded ...", an option the program never gave.
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    shutil.copy(BAD_PLUGINS / "libmsmemscope_plugin_c_function_entry.so", folder)
+    script = tmp_path / "script.py"
+    script.write_text(SWAPPED_PLUGIN)
+    p = subprocess.run([PY, str(script), str(folder), str(BAD_PLUGINS / "libmsmemscope_plugin_no_entry.so")],
+                       cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert "script done" in p.stdout, p.stdout + p.stderr
+    dropped = [line for line in p.stderr.splitlines() if "c_function_entry" in line]
+    assert dropped == [
+        f"msmemscope: error: plugin 'c_function_entry' (selected by 'analysis') cannot be loaded: "
+        f"{folder}/libmsmemscope_plugin_c_function_entry.so: no entry symbol 'msmemscope_plugin'; running without it"
+    ], p.stderr
+
+
 # What a caller of analyze() is told of an analysis out of memory: the
 # command line's "--offline-memory sets the budget" named an option it
 # cannot give; analyze() has no keyword for the budget.
@@ -620,7 +742,8 @@ def test_results_not_written_back_are_a_warning_to_the_user(recorded):
     tmp = recorded[0]
     two_processes_inefficient(tmp / "two.csv")
     p = offline(tmp, "check_inefficient", "two.csv")
-    line = 1 + OFFLINE.splitlines().index("        msmemscope.check_inefficient(path)")
+    call = "        msmemscope.check_inefficient(path, **{k: int(v) for k, v in kw.items()})"
+    line = 1 + OFFLINE.splitlines().index(call)
     assert (f"{tmp / 'offline.py'}:{line}: UserWarning: msmemscope.check_inefficient: 1 result(s) not written back "
             "into two.csv: the ID of their row is also the ID of another process's row in the file") in \
         p.stderr.splitlines(), p.stdout + p.stderr

@@ -89,6 +89,37 @@ def test_refusals_in_a_plugin_path_folder_are_not_warned_on_every_run(cli, tmp_p
         "no entry symbol 'msmemscope_plugin'; running without it"], p.stderr
 
 
+def test_offline_analysis_names_a_refused_plugin_of_a_plugin_path_folder(cli, tmp_path):
+    """--analyze with a plugin refused in a --plugin-path folder: with
+    another analyzer, the analysis goes on without it (71); alone, it stops
+    there (2) with that error only (it went on to "--analyze: empty value
+    (allowed: analyzer names)", a value the user never gave)."""
+    dump = tmp_path / "d.csv"
+    dump.write_text("ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,"
+                    "Call Stack(Python),Call Stack(C)\n"
+                    '1,MALLOC,PTA,N/A,1000,7,7,0,0x1000,"{allocation_id:1,addr:0x1000,size:512}",,\n')
+    why = f"{fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.3"
+
+    def errors(p):
+        return [line for line in p.stderr.splitlines() if line.startswith("msmemscope: error: ")]
+
+    p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks,wrong_abi", f"--input={dump}",
+             f"--output={tmp_path / 'o1'}"], cwd=tmp_path, check_rc=71)
+    assert errors(p) == [f"msmemscope: error: plugin 'wrong_abi' (selected by --analyze) cannot be loaded: {why}; "
+                         "running without it"], p.stderr
+    assert f"msmemscope: analysed {dump} (1 rows) with leaks" in p.stdout, p.stdout
+    p = cli(["--plugin-path", str(FIXTURES), "--analyze=wrong_abi", f"--input={dump}", f"--output={tmp_path / 'o2'}"],
+            cwd=tmp_path, check_rc=2)
+    assert errors(p) == [f"msmemscope: error: plugin 'wrong_abi' (selected by --analyze) cannot be loaded: {why}; "
+                         "no analyzer is left to run"], p.stderr
+    # unselected, the folder's refusals are said with --verbose only
+    assert "refused" not in p.stderr, p.stderr
+    p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks", f"--input={dump}", f"--output={tmp_path / 'o3'}",
+             "-v"], cwd=tmp_path, check_rc=0)
+    assert f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: wrong ABI version: got 2.0, supported 1.3" in \
+        p.stderr.splitlines(), p.stderr
+
+
 def test_analyzer_throwing_on_an_event_is_dropped_and_the_run_completes(cli, tmp_path):
     out = tmp_path / "out"
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free",

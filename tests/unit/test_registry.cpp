@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "console_notes.h"
+#include "plugin_cli.h"
 #include "registry.h"
 
 using namespace msms;
@@ -262,4 +264,64 @@ TEST_CASE("a plugin that throws in on_event returns MSMS_ERR_EXCEPTION instead")
     CHECK(d->on_event(obj, &ev) == MSMS_ERR_EXCEPTION);
     CHECK(d->finish(obj, &err) == MSMS_OK);
     d->destroy(obj);
+}
+
+namespace {
+
+// What drop_unloadable_selections says of a refused plugin that `raw`
+// selects (one error), and the selection it leaves in `raw`.
+std::pair<std::string, std::string> dropped(RawConfig& raw, const std::string& key) {
+    Registry reg;
+    reg.load(fixture("no_entry"));
+    size_t before = console_notes().size();
+    CHECK(drop_unloadable_selections(raw, reg) == 1);
+    auto notes = console_notes();
+    REQUIRE(notes.size() == before + 1);
+    CHECK(notes.back().error);
+    return {notes.back().text, raw.values[key].value};
+}
+std::pair<std::string, std::string> dropped(RawConfig&& raw, const std::string& key) { return dropped(raw, key); }
+
+RawConfig selecting(const std::string& key, const std::string& value, const std::string& origin,
+                    const std::string& mode = "") {
+    RawConfig raw;
+    raw.values[key] = RawValue{value, origin};
+    if (!mode.empty()) raw.values[mode] = RawValue{"x", "--" + mode};
+    return raw;
+}
+
+}  // namespace
+
+// The error that drops a refused plugin names the selection as its user
+// made it. A Python API session's program wrote config(analysis=...), not
+// --analysis (the session's host is run with it); analyze()'s caller named
+// the analyzer by the call, which the package names before the line.
+TEST_CASE("a dropped selection is named in the words of the user who made it") {
+    const std::string why = fixture("no_entry") + ": no entry symbol 'msmemscope_plugin'";
+    CHECK(dropped(selecting("analysis", "leaks,no_entry", "--analysis"), "analysis") ==
+          std::make_pair("plugin 'no_entry' (selected by --analysis) cannot be loaded: " + why + "; running without it",
+                         std::string("leaks")));
+    CHECK(dropped(selecting("analysis", "no_entry,leaks", "--analysis", "serve-session"), "analysis") ==
+          std::make_pair("plugin 'no_entry' (selected by 'analysis') cannot be loaded: " + why +
+                             "; running without it",
+                         std::string("leaks")));
+    CHECK(dropped(selecting("sinks", "csv,no_entry", "profile.yaml:3: sinks"), "sinks") ==
+          std::make_pair("plugin 'no_entry' (selected by profile.yaml:3: sinks) cannot be loaded: " + why +
+                             "; running without it",
+                         std::string("csv")));
+    CHECK(dropped(selecting("analyze", "leaks,no_entry", "--analyze", "python-api"), "analyze") ==
+          std::make_pair("plugin 'no_entry' cannot be loaded: " + why + "; running without it", std::string("leaks")));
+}
+
+// --analyze=no_entry alone: said once, with nothing left to run (it went on
+// to "--analyze: empty value", a value the user never gave).
+TEST_CASE("an offline analysis that loses its only analyzer has nothing left to run") {
+    const std::string why = fixture("no_entry") + ": no entry symbol 'msmemscope_plugin'";
+    RawConfig raw = selecting("analyze", "no_entry", "--analyze");
+    CHECK_FALSE(analyzes_nothing(raw));
+    CHECK(dropped(raw, "analyze") ==
+          std::make_pair("plugin 'no_entry' (selected by --analyze) cannot be loaded: " + why +
+                             "; no analyzer is left to run",
+                         std::string("")));
+    CHECK(analyzes_nothing(raw));
 }

@@ -61,7 +61,8 @@ def analyze(name: str, input_path=None, **kwargs):
     analyzer plugin (see list_analyzers(): the built-in ones and those in
     the folders config(plugin_path=...) and MSMEMSCOPE_PLUGIN_PATH name)
     runs through the command line's offline mode with its options as
-    keywords; its report is returned. Its memory budget is the command
+    keywords (over those msmemscope.config(plugin_options=...) set for it);
+    its report is returned. Its memory budget is the command
     line's default (half the machine's memory or of the cgroup's limit):
     there is no keyword for it; ``msmemscope --analyze=NAME --input=FILE
     --offline-memory=MIB`` runs the analysis with one.

@@ -91,6 +91,21 @@ def _stamp(path: str):
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+# upstream's defaults of InefficientConfig's parameters, as the analyzer's
+# options take them (the inefficient plugin's defaults are the same)
+_UPSTREAM_DEFAULTS = {"mem_size": "0", "inefficient_type": ",".join(INEFFICIENT_TYPES), "idle_threshold": "3000"}
+
+
+def _options_of(config: InefficientConfig) -> dict:
+    """The analyzer's options the config gives. A parameter left at
+    upstream's default is not one: InefficientConfig always has a value,
+    and check_inefficient(path) would otherwise undo what
+    msmemscope.config(plugin_options={"inefficient": ...}) set."""
+    values = {"mem_size": str(config.mem_size), "inefficient_type": ",".join(config.inefficient_type),
+              "idle_threshold": str(config.idle_threshold)}
+    return {k: v for k, v in values.items() if v != _UPSTREAM_DEFAULTS[k]}
+
+
 class InefficientAnalyzer(BaseAnalyzer):
     def analyze(self, config: InefficientConfig) -> None:
         self.config = config
@@ -111,9 +126,7 @@ class InefficientAnalyzer(BaseAnalyzer):
                 shutil.copyfileobj(src, dst, 1 << 20)
             print("INFO: CSV file read successfully" if fmt == "csv" else "INFO: DB file read successfully")
             before = _stamp(tmp)
-            _offline.run("check_inefficient", "inefficient", tmp,
-                         {"mem_size": str(config.mem_size), "inefficient_type": ",".join(config.inefficient_type),
-                          "idle_threshold": str(config.idle_threshold)}, shown_as=str(path))
+            _offline.run("check_inefficient", "inefficient", tmp, _options_of(config), shown_as=str(path))
             if fmt == "csv":
                 print(f"INFO: Connecting to csv {path.name} to write results")
             else:
@@ -138,7 +151,9 @@ def check_inefficient(input_path: str, mem_size: int = 0, inefficient_type: Opti
                       idle_threshold: int = 3000) -> None:
     """Offline inefficient-memory check of a dump (see the module's text):
     prints upstream's progress lines and writes ``inefficient_type:<kinds>``
-    into the MALLOC rows of the blocks found.
+    into the MALLOC rows of the blocks found. An argument left at its
+    default takes the value msmemscope.config(plugin_options={"inefficient":
+    {...}}) set, if any.
 
     What the analysis warns of (a dump recorded without accesses) comes as
     a Python warning. Raises FileNotFoundError for an input_path that is
