@@ -135,7 +135,7 @@ int run_main(int argc, char** argv) {
         say_when_interrupted("msmemscope: --compare: interrupted by %s before it finished; its compare file is "
                              "written only at the end");
         CompareLog log(cfg.output);
-        int rc = compare_main(cfg);
+        int rc = compare_main(cfg, log);
         log.finish(rc);
         return rc;
     }
