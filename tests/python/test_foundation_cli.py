@@ -253,3 +253,28 @@ def test_bash_user_script_form(tmp_path):
         if 1001 in sizes and 4032 in sizes:
             with_known.append(d)
     assert len(with_known) == 2
+
+
+def test_analyze_of_a_runs_dump_is_in_that_runs_log(tmp_path):
+    """--analyze writes its results back into the run's dump: the run's log,
+    where its reader looks, ends with what the analysis said. A dump outside
+    a run folder has no log, and none is made for it."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+    d = process_dirs(out)[0]
+    (dump,) = dump_files(d)
+    a = run_cli(["--analyze=leaks", f"--input={dump}"], cwd=tmp_path, check_rc=0)
+    said = a.stdout.splitlines()
+    assert said[0] == f"msmemscope: analysed {dump} ({len(read_dump(dump))} rows) with leaks", a.stdout
+    log = [m for _, m in log_messages(d)]
+    assert log[-len(said) - len(p.stdout.splitlines()):] == \
+        [f"[info] {l}" for l in p.stdout.splitlines()] + [f"[info] {l}" for l in said], log
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copy = elsewhere / dump.name
+    copy.write_bytes(dump.read_bytes())
+    a = run_cli(["--analyze=leaks", f"--input={copy}"], cwd=tmp_path, check_rc=0)
+    first = a.stdout.splitlines()[0]
+    assert first == f"msmemscope: analysed {copy} ({len(read_dump(copy))} rows) with leaks", a.stdout
+    assert sorted(x.name for x in elsewhere.iterdir()) == [dump.name]
+    assert [m for _, m in log_messages(d)] == log  # the run's log is left alone
