@@ -432,7 +432,7 @@ std::vector<Pair> align(const std::vector<Entry>& a, const std::vector<Entry>& b
 
 }  // namespace
 
-static int compare_run(const Config& cfg) {
+static int compare_run(const Config& cfg, CompareLog& log) {
     std::map<std::string, DeviceSeq> base, cmp;
     Names names;
     bool any_entries = false, oom = false;
@@ -440,10 +440,10 @@ static int compare_run(const Config& cfg) {
     if (!load_side(cfg.inputs[0], base, names, cfg, any_entries, err, oom) ||
         !load_side(cfg.inputs[1], cmp, names, cfg, any_entries, err, oom)) {
         if (oom) {
-            std::cerr << "msmemscope: error: --compare: " << err << "\n";
+            log.error("--compare: " + err);
             return 70;
         }
-        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        log.error("--input: " + err);
         return 2;
     }
     std::vector<std::string> devices;
@@ -462,7 +462,7 @@ static int compare_run(const Config& cfg) {
     std::string out_dir = cfg.output + "/compare", why;
     Fd out_fd = open_output_subdir(cfg.output, "compare", why);
     if (!out_fd) {
-        std::cerr << "msmemscope: error: --output: cannot create or write '" << out_dir << "': " << why << "\n";
+        log.error("--output: cannot create or write '" + out_dir + "': " + why);
         return 2;
     }
     std::string name = "memory_compare_" + timestamp_string(static_cast<uint64_t>(time(nullptr)) * 1000000000ull) + ".csv";
@@ -477,8 +477,8 @@ static int compare_run(const Config& cfg) {
             // rows of an NPU run, Device Id host or cpu) is left out, as
             // upstream leaves out every row that is not a device number.
             if (a.rows || b.rows)
-                std::cout << "msmemscope: compare: device " << dev << " has no operator or kernel rows in either run; "
-                          << "left out (the other devices' are compared)\n";
+                log.out("msmemscope: compare: device " + dev + " has no operator or kernel rows in either run; "
+                        "left out (the other devices' are compared)");
             continue;
         }
         if (a.entries.empty() && b.entries.empty()) {
@@ -489,8 +489,9 @@ static int compare_run(const Config& cfg) {
             for (auto& [k, v] : sa) sites.insert(k);
             for (auto& [k, v] : sb) sites.insert(k);
             if (sites.empty()) continue;
-            std::cout << "msmemscope: compare: device " << dev << " has no operator or kernel rows in either run; "
-                      << "compared by allocation site (" << sites.size() << " site(s), Event MALLOC, Name = the site)\n";
+            log.out("msmemscope: compare: device " + dev + " has no operator or kernel rows in either run; " +
+                    "compared by allocation site (" + std::to_string(sites.size()) +
+                    " site(s), Event MALLOC, Name = the site)");
             for (auto& site : sites) {
                 auto x = sa.find(site), y = sb.find(site);
                 csv_field(text, "MALLOC");
@@ -515,19 +516,18 @@ static int compare_run(const Config& cfg) {
             // entry is one side's alone, which says nothing about memory.
             bool base_has = !a.entries.empty();
             size_t n = base_has ? a.entries.size() : b.entries.size();
-            warning_out() << "msmemscope: warning: --compare: device " << dev << ": the "
-                          << (base_has ? "compare" : "base") << " run ("
-                          << escape_controls(cfg.inputs[base_has ? 1 : 0]) << ") has no operator or kernel rows, the "
-                          << (base_has ? "base" : "compare") << " run has " << n << ": all " << n
-                          << " are listed as only in the " << (base_has ? "base" : "compare")
-                          << " run (record both runs with launch in --events to compare them operator by operator)\n";
+            std::string only = base_has ? "base" : "compare", lacking = base_has ? "compare" : "base";
+            log.warning("--compare: device " + dev + ": the " + lacking + " run (" +
+                        escape_controls(cfg.inputs[base_has ? 1 : 0]) + ") has no operator or kernel rows, the " +
+                        only + " run has " + std::to_string(n) + ": all " + std::to_string(n) +
+                        " are listed as only in the " + only +
+                        " run (record both runs with launch in --events to compare them operator by operator)");
         }
         bool exact = true;
         auto pairs = align(a.entries, b.entries, exact);
         if (!exact)
-            warning_out() << "msmemscope: warning: device " << dev
-                          << ": the two sequences differ too much for an exact alignment; unmatched ops are listed "
-                             "apart\n";
+            log.warning("device " + dev +
+                        ": the two sequences differ too much for an exact alignment; unmatched ops are listed apart");
         for (auto& [i, j] : pairs) {
             const Entry* x = i >= 0 ? &a.entries[static_cast<size_t>(i)] : nullptr;
             const Entry* y = j >= 0 ? &b.entries[static_cast<size_t>(j)] : nullptr;
@@ -554,21 +554,22 @@ static int compare_run(const Config& cfg) {
     // descriptor), renamed over it: a link planted at the result's name is
     // replaced, never followed (issue #16 item 3, #29 item 4).
     if (!files::replace(out_fd.get(), name, text, why, 0644)) {
-        std::cerr << "msmemscope: error: --output: cannot write " << path << ": " << why << "\n";
+        log.error("--output: cannot write " + path + ": " + why);
         return 2;
     }
-    std::cout << "msmemscope: compare: " << rows << " row(s) written to " << path << "\n";
+    log.out("msmemscope: compare: " + std::to_string(rows) + " row(s) written to " + path);
     return 0;
 }
 
 // An allocation that fails (a cgroup's or `ulimit -v`'s limit) is said in
 // one line, not left to a kill without a word.
-int compare_main(const Config& cfg) {
+int compare_main(const Config& cfg, CompareLog& log) {
     try {
-        return compare_run(cfg);
+        return compare_run(cfg, log);
     } catch (const std::bad_alloc&) {
-        std::fprintf(stderr, "msmemscope: error: --compare: out of memory (an allocation failed after %s in use; "
-                     "--offline-memory sets the budget)\n", mib_text(resident_bytes()).c_str());
+        // (what the comparison held was freed by the unwinding: the line can be built)
+        log.error("--compare: out of memory (an allocation failed after " + mib_text(resident_bytes()) +
+                  " in use; --offline-memory sets the budget)");
         return 70;
     }
 }

@@ -2,10 +2,12 @@
 // runs (spec/COMPAT.md §6). Returns the process exit code.
 #pragma once
 
+#include "compare_log.h"
 #include "config.h"
 
 namespace msms {
 
-int compare_main(const Config& cfg);
+// What it tells the user goes through `log` (printed, and kept in its log).
+int compare_main(const Config& cfg, CompareLog& log);
 
 }  // namespace msms

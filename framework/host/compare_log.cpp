@@ -3,9 +3,12 @@
 #include <time.h>
 
 #include <cstdio>
+#include <iostream>
 
+#include "console_notes.h"
 #include "process_run.h"
 #include "util/output_dir.h"
+#include "warning_out.h"
 
 namespace msms {
 
@@ -22,6 +25,7 @@ CompareLog::CompareLog(const std::string& output) : start_(std::chrono::steady_c
     fd_ = files::create(logs.get(), name, why);
     if (fd_ < 0) return;
     path_ = output + "/compare/msmemscope_logs/" + name;
+    for (auto& said : console_notes_log_lines()) files::write_all(fd_, said);
     line("[INFO] ", "Start to compare memory data.");
 }
 
@@ -29,14 +33,42 @@ CompareLog::~CompareLog() {
     if (fd_ >= 0) ::close(fd_);
 }
 
+std::string upstream_log_line(const char* level, const std::string& text,
+                              std::chrono::system_clock::time_point when) {
+    char shown[32];
+    time_t secs = std::chrono::system_clock::to_time_t(when);
+    struct tm tm;
+    localtime_r(&secs, &tm);
+    strftime(shown, sizeof shown, "%Y-%m-%d %H:%M:%S", &tm);
+    return std::string(shown) + " " + level + " " + text + "\n";
+}
+
+std::vector<std::string> console_notes_log_lines() {
+    std::vector<std::string> lines;
+    for (auto& note : console_notes())
+        if (note.error || warnings_shown())
+            lines.push_back(upstream_log_line(note.error ? "[ERROR]" : "[WARN] ", note.text, note.when));
+    return lines;
+}
+
 void CompareLog::line(const char* level, const std::string& text) {
     if (fd_ < 0) return;
-    char when[32];
-    time_t now = time(nullptr);
-    struct tm tm;
-    localtime_r(&now, &tm);
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    files::write_all(fd_, std::string(when) + " " + level + " " + text + "\n");
+    files::write_all(fd_, upstream_log_line(level, text));
+}
+
+void CompareLog::out(const std::string& text) {
+    std::cout << text << "\n";
+    line("[INFO] ", text);
+}
+
+void CompareLog::warning(const std::string& text) {
+    warning_out() << "msmemscope: warning: " << text << "\n";
+    if (warnings_shown()) line("[WARN] ", text);
+}
+
+void CompareLog::error(const std::string& text) {
+    std::cerr << "msmemscope: error: " << text << "\n";
+    line("[ERROR]", text);
 }
 
 void CompareLog::finish(int status) {

@@ -149,8 +149,8 @@ std::vector<std::pair<std::string, std::string>> drivers_missing_now(const Confi
     return out;
 }
 
-bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err) {
-    bool said = false;
+std::vector<std::string> missing_driver_hints(const Config& cfg, const std::vector<ProcessSummary>& runs) {
+    std::vector<std::string> hints;
     for (auto& kind : requested_kinds(cfg)) {
         std::string lib = driver_library(kind);
         if (lib.empty()) continue;
@@ -165,10 +165,9 @@ bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& r
         bool linked = !cfg.program.empty() && program_links(cfg.program[0], lib);
         for (auto& s : runs) linked = linked || program_links(s.command.substr(0, s.command.find(' ')), lib);
         if (linked) continue;
-        err << "msmemscope: warning: " << hint_line(cfg, kind, lib, false) << "\n";
-        said = true;
+        hints.push_back(hint_line(cfg, kind, lib, false));
     }
-    return said;
+    return hints;
 }
 
 }  // namespace msms

@@ -26,9 +26,9 @@ bool driver_loadable(const std::string& library);
 // the loader (`ld.so --list`) in a child, without running the program.
 bool program_links(const std::string& program, const std::string& library);
 // For each requested accelerator kind with no memory recorded by any process
-// and no driver on the machine: one warning line with the fix (in the Python
-// API's words under --serve-session). Returns true when it printed one.
-bool missing_driver_hint(const Config& cfg, const std::vector<ProcessSummary>& runs, std::ostream& err);
+// and no driver on the machine: one warning with the fix (in the Python
+// API's words under --serve-session), without "msmemscope: warning: ".
+std::vector<std::string> missing_driver_hints(const Config& cfg, const std::vector<ProcessSummary>& runs);
 // Before anything is recorded (the Python API's start(), told on --ready-fd):
 // each requested accelerator kind whose driver the dynamic loader does not
 // find, as (driver library, the hint without "msmemscope: warning: ").

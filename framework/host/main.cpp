@@ -137,7 +137,7 @@ int run_main(int argc, char** argv) {
         say_when_interrupted("msmemscope: --compare: interrupted by %s before it finished; its compare file is "
                              "written only at the end");
         CompareLog log(cfg.output);
-        int rc = compare_main(cfg);
+        int rc = compare_main(cfg, log);
         log.finish(rc);
         return rc;
     }
@@ -205,6 +205,9 @@ int run_main(int argc, char** argv) {
     printer.stop();
     if (live_view) live_view->stop();  // the last screen stays; the server stops
     int status = session.print_summary(std::cout);
+    // What is said of the run as a whole goes into every process's log too
+    // (Session::say_about_the_run).
+    std::vector<ReportLine> about_run;
     // Several processes: one combined table and <output>/index.html.
     if (cfg.serve_session.empty()) {
         std::vector<ProcessSummary> runs;
@@ -212,8 +215,12 @@ int run_main(int argc, char** argv) {
             if (!s.output_dir.empty()) runs.push_back(s);
         if (runs.size() > 1) {
             std::string ts = fs_timestamp();
-            if (std::string why = write_run_index(runs, cfg.output, ts, std::cout); !why.empty()) {
-                std::cerr << "msmemscope: error: index: " << why << "\n";
+            std::ostringstream table;
+            std::string why = write_run_index(runs, cfg.output, ts, table);
+            std::istringstream printed(table.str());
+            for (std::string line; std::getline(printed, line);) about_run.push_back({ReportLine::Out, line});
+            if (!why.empty()) {
+                about_run.push_back({ReportLine::Error, "index: " + why});
                 if (!status) status = 70;
             }
         }
@@ -229,15 +236,16 @@ int run_main(int argc, char** argv) {
         bool memory = false;
         for (auto& s : session.summaries())
             memory = memory || !s.totals.empty() || s.events > s.trace_marks;
-        std::ostringstream hint;
-        bool nothing = missing_driver_hint(cfg, session.summaries(), hint) && !memory && !status;
+        std::vector<std::string> hints = missing_driver_hints(cfg, session.summaries());
+        bool nothing = !hints.empty() && !memory && !status;
         // A warning, unless it says why the run failed (then shown with -q too).
-        (nothing ? std::cerr : warning_out()) << hint.str();
+        for (auto& hint : hints) about_run.push_back({ReportLine::Warning, hint, nothing});
         if (nothing) {
-            std::cerr << "msmemscope: error: nothing was collected: no process recorded any memory\n";
+            about_run.push_back({ReportLine::Error, "nothing was collected: no process recorded any memory"});
             status = 70;
         }
     }
+    session.say_about_the_run(about_run, std::cout);
     // The program's own status when every output is complete; else 70 (an
     // output is incomplete) or 71 (a plugin was dropped): README "Exit status".
     if (!status && plugin_dropped && !session.summaries().empty()) status = 71;

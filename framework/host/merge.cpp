@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "util/output_dir.h"
+#include "compare_log.h"
 #include "process_run.h"
 #include "util/csv.h"
 #include "util/sqlite_fd_path.h"
@@ -720,9 +721,65 @@ std::string short_ended(const Row& r) {
     return r.ended_how.empty() ? "-" : r.ended_how;
 }
 
+// What --merge tells the user, printed and kept for its log,
+// <output>/msmemscope_logs/msmemscope_{ts}.log beside merge.csv, in
+// msMemScope's format (as --compare keeps compare/msmemscope_logs): the
+// merge's output folder is its record, read later or elsewhere than the
+// console. Lines said before that folder is made (the folders read, their
+// warnings) wait for it; a merge that stops before (nothing to merge, a
+// folder that is not there) makes no folder just for its log: only the
+// console says why.
+class MergeLog {
+public:
+    MergeLog() = default;
+    MergeLog(const MergeLog&) = delete;
+    MergeLog& operator=(const MergeLog&) = delete;
+    ~MergeLog() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    void out(const std::string& line) {
+        std::cout << line << "\n";
+        keep("[INFO] ", line);
+    }
+    void warning(const std::string& text) {
+        warning_out() << "msmemscope: warning: " << text << "\n";
+        if (warnings_shown()) keep("[WARN] ", text);
+    }
+    void error(const std::string& text) {
+        std::cerr << "msmemscope: error: " << text << "\n";
+        keep("[ERROR]", text);
+    }
+    // The log is created in the output folder `out` (opened without following
+    // links, the log O_EXCL|O_NOFOLLOW) and gets what was said so far (from
+    // the configuration's warnings on: console_notes.h). One
+    // that cannot be made leaves the console as the only record (the
+    // merge's outputs say their own errors).
+    void open(const std::string& out, const std::string& ts) {
+        std::string why;
+        Fd logs = open_output_subdir(out, "msmemscope_logs", why);
+        if (logs) fd_ = files::create(logs.get(), "msmemscope_" + ts + ".log", why);
+        for (auto& line : console_notes_log_lines()) write(line);
+        for (auto& line : waiting_) write(line);
+        waiting_.clear();
+    }
+
+private:
+    void keep(const char* level, const std::string& text) {
+        std::string line = upstream_log_line(level, text);  // with the time it was said
+        if (fd_ >= 0) write(line);
+        else waiting_.push_back(line);
+    }
+    void write(const std::string& line) {
+        if (fd_ >= 0) files::write_all(fd_, line);
+    }
+    std::vector<std::string> waiting_;
+    int fd_ = -1;
+};
+
 }  // namespace
 
 int merge_main(const Config& cfg) {
+    MergeLog log;
     std::vector<std::string> warnings;
     std::vector<Row> rows;
     std::map<std::string, std::string> seen;  // a process folder's real path -> as first named
@@ -730,8 +787,8 @@ int merge_main(const Config& cfg) {
     for (auto& node : cfg.merge) {
         struct stat st;
         if (stat(node.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-            std::cerr << "msmemscope: error: --merge: '" << escape_controls(node) << "' "
-                      << (errno == ENOENT ? "does not exist" : "is not a folder") << "\n";
+            log.error("--merge: '" + escape_controls(node) + "' " +
+                      (errno == ENOENT ? "does not exist" : "is not a folder"));
             missing = true;
             continue;
         }
@@ -744,7 +801,7 @@ int merge_main(const Config& cfg) {
         } else {
             DIR* d = opendir(node.c_str());
             if (!d) {
-                std::cerr << "msmemscope: error: --merge: '" << escape_controls(node) << "': " << strerror(errno) << "\n";
+                log.error("--merge: '" + escape_controls(node) + "': " + strerror(errno));
                 missing = true;
                 continue;
             }
@@ -782,10 +839,10 @@ int merge_main(const Config& cfg) {
         if (rows.size() == before && again == 0)
             warnings.push_back("--merge: '" + escape_controls(node) + "' has no process folder with a summary.json");
     }
-    for (auto& w : warnings) warning_out() << "msmemscope: warning: " << w << "\n";
+    for (auto& w : warnings) log.warning(w);
     if (missing) return 2;
     if (rows.empty()) {
-        std::cerr << "msmemscope: error: --merge: nothing to merge (no msmemscope_*/summary.json found)\n";
+        log.error("--merge: nothing to merge (no msmemscope_*/summary.json found)");
         return 2;
     }
     // Ranked processes first, by rank then node; then the others (launchers,
@@ -800,50 +857,53 @@ int merge_main(const Config& cfg) {
     std::string ts = now_timestamp();
     std::string out = cfg.output.empty() ? "memscopeDumpResults/merge_" + ts : cfg.output;
     if (std::string why = make_dirs(out); !why.empty()) {
-        std::cerr << "msmemscope: error: --output: cannot create or write '" << escape_controls(out) << "': " << why
-                  << "\n";
+        log.error("--output: cannot create or write '" + escape_controls(out) + "': " + why);
         return 2;
     }
+    log.open(out, ts);
     auto pools = all_pools(rows);
     auto imb = imbalances(rows);
 
     // The console table.
+    std::ostringstream table;
     size_t ranked = 0;
     for (auto& r : rows) ranked += r.rank.has_value();
     std::set<std::string> nodes;
     for (auto& r : rows) nodes.insert(r.node);
-    std::cout << "msmemscope: merged " << rows.size() << " processes (" << ranked << " with a rank) from "
-              << nodes.size() << " folder(s)\n";
+    table << "msmemscope: merged " << rows.size() << " processes (" << ranked << " with a rank) from "
+          << nodes.size() << " folder(s)\n";
     size_t node_w = 6;
     for (auto& n : nodes) node_w = std::max(node_w, n.size() + 2);
-    std::cout << "  " << std::left << std::setw(static_cast<int>(node_w)) << "node" << std::setw(6) << "rank"
-              << std::setw(9) << "pid" << std::setw(22) << "ended" << std::setw(7) << "steps" << std::setw(14)
-              << "leaked" << "peak\n";
+    table << "  " << std::left << std::setw(static_cast<int>(node_w)) << "node" << std::setw(6) << "rank"
+          << std::setw(9) << "pid" << std::setw(22) << "ended" << std::setw(7) << "steps" << std::setw(14)
+          << "leaked" << "peak\n";
     for (auto& r : rows) {
         std::string peaks;
         for (auto& [p, t] : r.pools) peaks += (peaks.empty() ? "" : "; ") + p + " " + human_bytes(t.first);
         std::string ended = short_ended(r);
-        std::cout << "  " << std::left << std::setw(static_cast<int>(node_w)) << escape_controls(r.node) << std::setw(6)
-                  << (r.rank ? std::to_string(*r.rank) : "-") << std::setw(9) << r.pid << std::setw(22) << ended
-                  << std::setw(7) << r.steps << std::setw(14) << (r.leak_bytes ? human_bytes(*r.leak_bytes) : "-")
-                  << (peaks.empty() ? "-" : peaks) << "\n";
+        table << "  " << std::left << std::setw(static_cast<int>(node_w)) << escape_controls(r.node) << std::setw(6)
+              << (r.rank ? std::to_string(*r.rank) : "-") << std::setw(9) << r.pid << std::setw(22) << ended
+              << std::setw(7) << r.steps << std::setw(14) << (r.leak_bytes ? human_bytes(*r.leak_bytes) : "-")
+              << (peaks.empty() ? "-" : peaks) << "\n";
     }
     if (imb.empty()) {
-        std::cout << "  imbalance: fewer than two processes with a rank\n";
+        table << "  imbalance: fewer than two processes with a rank\n";
     } else {
-        std::cout << "  imbalance across ranks:\n";
+        table << "  imbalance across ranks:\n";
         for (auto& im : imb)
-            std::cout << "    " << (im.metric == "peak" ? im.pool + " peak" : std::string("leaked")) << ": min "
-                      << human_bytes(im.min) << " (" << escape_controls(im.min_at) << "), max " << human_bytes(im.max) << " ("
-                      << escape_controls(im.max_at) << "), max-min " << human_bytes(im.max - im.min) << " ("
-                      << (im.max - im.min) << " bytes), max/min " << (im.ratio ? ratio_text(im) : "-") << "\n";
+            table << "    " << (im.metric == "peak" ? im.pool + " peak" : std::string("leaked")) << ": min "
+                  << human_bytes(im.min) << " (" << escape_controls(im.min_at) << "), max " << human_bytes(im.max) << " ("
+                  << escape_controls(im.max_at) << "), max-min " << human_bytes(im.max - im.min) << " ("
+                  << (im.max - im.min) << " bytes), max/min " << (im.ratio ? ratio_text(im) : "-") << "\n";
     }
+    std::istringstream printed(table.str());
+    for (std::string line; std::getline(printed, line);) log.out(line);
 
     // The files.
     int status = 0;
     auto report = [&](const std::string& why) {
         if (why.empty()) return;
-        std::cerr << "msmemscope: error: --merge: " << why << "\n";
+        log.error("--merge: " + why);
         status = 70;
     };
     {
@@ -872,8 +932,8 @@ int merge_main(const Config& cfg) {
     }
     report(write_db(out + "/merge.db", rows, pools, imb));
     report(write_replacing(out + "/index.html", html_text(rows, pools, imb, out, ts)));
-    std::cout << "  files: " << out << "/merge.csv, " << out << "/merge_imbalance.csv, " << out << "/merge.db, " << out
-              << "/index.html\n";
+    log.out("  files: " + out + "/merge.csv, " + out + "/merge_imbalance.csv, " + out + "/merge.db, " + out +
+            "/index.html");
     return status;
 }
 

@@ -765,16 +765,28 @@ void print_line(const ReportLine& line, std::ostream& out) {
     if (line.kind == ReportLine::Out)
         out << line.text << "\n";
     else if (line.kind == ReportLine::Warning)
-        warning_out() << "msmemscope: warning: " << line.text << "\n";
+        (line.shown_always ? std::cerr : warning_out()) << "msmemscope: warning: " << line.text << "\n";
     else
         std::cerr << "msmemscope: error: " << line.text << "\n";
 }
 
-// The report goes into the process's log too, for a reader of the log alone
-// (logs collected from CI). The log is opened again below the process folder
-// without following links (output_dir.h) and appended to; one that cannot be
-// opened any more (the folder moved or replaced) leaves the console's report
-// as the only one, as does a full disk (the log's errors are not reported).
+// What the console showed is what the log keeps. Lines on stdout (the
+// report itself) are shown whatever --log-level says, so the log keeps them
+// at every level too, as [info]: a log at --log-level=warn lost the report
+// the user was told. Warnings and errors go through the log's level, as
+// they went through warning_out() on stderr (-q / error: errors only).
+bool log_keeps(const ReportLine& line, const Config& cfg) {
+    if (line.kind == ReportLine::Out || line.shown_always) return true;
+    int level = line.kind == ReportLine::Warning ? 2 : 3;  // Config::log_file_threshold()'s scale
+    return level >= cfg.log_file_threshold();
+}
+
+// Lines of the report go into the process's log too, for a reader of the
+// log alone (logs collected from CI). The log is opened again below the
+// process folder without following links (output_dir.h) and appended to;
+// one that cannot be opened any more (the folder moved or replaced) leaves
+// the console's as the only copy, as does a full disk (the log's errors are
+// not reported).
 void append_to_log(const ProcessSummary& s, const Config& cfg, const std::vector<ReportLine>& lines) {
     if (s.output_dir.empty() || s.log_file.empty()) return;
     std::string why;
@@ -787,9 +799,9 @@ void append_to_log(const ProcessSummary& s, const Config& cfg, const std::vector
     if (fd < 0) return;
     auto log = make_process_log(fd, cfg);
     log->set_error_handler([](const std::string&) {});
+    log->set_level(spdlog::level::info);  // the level is judged by log_keeps
     for (auto& line : lines) {
-        // The summary's warnings went into the log when they were said.
-        if (line.kind == ReportLine::Warning) continue;
+        if (!log_keeps(line, cfg)) continue;
         auto level = line.kind == ReportLine::Out       ? spdlog::level::info
                      : line.kind == ReportLine::Warning ? spdlog::level::warn
                                                         : spdlog::level::err;
@@ -860,8 +872,17 @@ std::vector<ReportLine> Session::report_lines(const ProcessSummary& s,
     std::sort(files.begin(), files.end());
     if (!files.empty()) out("  files (in " + s.output_dir + "):");
     const size_t kMaxListed = 30;
-    for (size_t i = 0; i < files.size() && i < kMaxListed; ++i)
+    for (size_t i = 0; i < files.size() && i < kMaxListed; ++i) {
+        // The log's size is left off: this report (and what is said of the
+        // whole run after it) is appended to the log once printed, so a size
+        // read now is too small, and one that counted the report would count
+        // the line that says it.
+        if (files[i].first == s.log_file) {
+            out("    " + escape_controls(files[i].first) + " (the log, which this report is appended to)");
+            continue;
+        }
         out("    " + escape_controls(files[i].first) + " (" + human_bytes(static_cast<int64_t>(files[i].second)) + ")");
+    }
     if (files.size() > kMaxListed) out("    ... and " + std::to_string(files.size() - kMaxListed) + " more");
     return lines;
 }
@@ -876,11 +897,21 @@ int Session::print_summary(std::ostream& out) const {
     for (auto& s : summaries_) {
         std::vector<ReportLine> lines = report_lines(s, said, status);
         for (auto& line : lines) print_line(line, out);
+        // The summary's warnings went into the log when they were said.
+        lines.erase(std::remove_if(lines.begin(), lines.end(),
+                                   [](const ReportLine& l) { return l.kind == ReportLine::Warning; }),
+                    lines.end());
         append_to_log(s, cfg_, lines);
     }
     // A collector left out for its missing target library (agent_library_paths).
     if (collector_dropped_ && status == 0 && !summaries_.empty()) status = 71;
     return status;
+}
+
+void Session::say_about_the_run(const std::vector<ReportLine>& lines, std::ostream& out) const {
+    if (lines.empty()) return;
+    for (auto& line : lines) print_line(line, out);
+    for (auto& s : summaries_) append_to_log(s, cfg_, lines);
 }
 
 }  // namespace msms

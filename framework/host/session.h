@@ -26,6 +26,9 @@ namespace msms {
 struct ReportLine {
     enum Kind { Out, Warning, Error } kind;
     std::string text;  // without "msmemscope: warning: " / "error: "
+    // A warning that says why the run failed (the missing driver when
+    // nothing was collected): on stderr with -q too, and so in the log.
+    bool shown_always = false;
 };
 
 class Session {
@@ -47,6 +50,14 @@ public:
     // every output is complete, 70 when one is not, 71 when a plugin was
     // dropped but every other output is complete.
     int print_summary(std::ostream& out) const;
+    // Lines about the run as a whole, said after the report (the missing
+    // driver, nothing collected, the table of processes and its index.html):
+    // printed as the report's are, and appended to every process's log.
+    // There is no log of the run itself (each log is a process folder's,
+    // msmemscope_logs/msmemscope_{ts}.log, as msMemScope's), and a reader of
+    // one process's log (one rank's, collected from CI) must learn from it
+    // that the run failed, or why nothing was recorded.
+    void say_about_the_run(const std::vector<ReportLine>& lines, std::ostream& out) const;
     const std::vector<ProcessSummary>& summaries() const { return summaries_; }
     std::string root_status() const { return root_status_; }
     // How a process ended, as the summary line and the table of processes

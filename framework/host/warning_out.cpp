@@ -20,6 +20,8 @@ protected:
 
 void set_warnings_shown(bool shown) { g_shown.store(shown, std::memory_order_relaxed); }
 
+bool warnings_shown() { return g_shown.load(std::memory_order_relaxed); }
+
 std::ostream& warning_out() {
     static Discard sink;
     static std::ostream discard(&sink);

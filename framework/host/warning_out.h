@@ -11,5 +11,7 @@ namespace msms {
 void set_warnings_shown(bool shown);
 // std::cerr, or a stream that drops what it is given.
 std::ostream& warning_out();
+// Whether warning_out() prints (a log keeps the warnings the console showed).
+bool warnings_shown();
 
 }  // namespace msms

@@ -4,6 +4,7 @@ upstream's names, and --events as the set of rows WRITTEN (Dump::ShouldDumpEvent
 frees are still collected for the analyses when --events=alloc writes none."""
 import glob
 import json
+import re
 import sqlite3
 
 from conftest import TEST_BIN, dump_files, process_dirs, read_dump, run_cli
@@ -121,3 +122,41 @@ def test_compare_writes_under_output_compare_with_its_log(tmp_path):
     text = log.read_text()
     assert "[INFO]  Start to compare memory data.\n" in text
     assert "[INFO]  The memory comparison has been completed in a total time of " in text, p.stdout
+
+
+def compare_log_messages(output):
+    """The --compare log (<output>/compare/msmemscope_logs/msmemscope_<ts>.log,
+    upstream's format) as "[LEVEL] text", the time left out."""
+    (log,) = (output / "compare" / "msmemscope_logs").glob("msmemscope_*.log")
+    return [re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "", l) for l in log.read_text().splitlines()]
+
+
+def warnings_said(stderr):
+    """The warnings on stderr as the log writes them ("[WARN]  text")."""
+    prefix = "msmemscope: warning: "
+    return [f"[WARN]  {l[len(prefix):]}" for l in stderr.splitlines() if l.startswith(prefix)]
+
+
+def test_the_compare_log_says_what_the_console_said(tmp_path):
+    """Everything the compare printed is in its log, in the console's words
+    and order (the warnings said before it, e.g. as root, first)."""
+    for name in ("a", "b"):
+        run_cli(["--device=cpu", "--analysis=", f"--output={tmp_path}/{name}", "--", TEST_BIN / "known_allocs", "0"],
+                cwd=tmp_path, check_rc=0)
+    p = run_cli(["--compare", f"-i{tmp_path}/a,{tmp_path}/b", "-o", tmp_path / "cmp"], cwd=tmp_path, check_rc=0)
+    said = p.stdout.splitlines()
+    assert len(said) == 2 and said[-1].startswith("msmemscope: compare: ") and " row(s) written to " in said[-1], said
+    log = compare_log_messages(tmp_path / "cmp")
+    assert log[:-1] == warnings_said(p.stderr) + ["[INFO]  Start to compare memory data."] + \
+        [f"[INFO]  {l}" for l in said], log
+    assert log[-1].startswith("[INFO]  The memory comparison has been completed in a total time of "), log
+
+    # a failure: the error as stderr said it, then upstream's closing line
+    (tmp_path / "junk.csv").write_text("x,y\n")
+    p = run_cli(["--compare", f"-i{tmp_path}/a,{tmp_path}/junk.csv", "-o", tmp_path / "bad"], cwd=tmp_path,
+                check_rc=2)
+    err = p.stderr.splitlines()[-1]
+    assert err.startswith(f"msmemscope: error: --input: {tmp_path}/junk.csv:1: not a memscope_dump CSV"), p.stderr
+    assert compare_log_messages(tmp_path / "bad") == warnings_said(p.stderr) + [
+        "[INFO]  Start to compare memory data.", f"[ERROR] {err[len('msmemscope: error: '):]}",
+        "[ERROR] Memory comparison failed!"]

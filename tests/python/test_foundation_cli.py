@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_BIN, dump_files, log_messages, process_dirs, read_dump, run_cli
+from conftest import TEST_BIN, dump_files, log_messages, no_ascend, process_dirs, read_dump, run_cli
 
 KNOWN_SIZES = [1001, 3006, 1003, 1004, 1005, 1024, 1006, 1007, 4032, 1009, 1010]
 
@@ -176,6 +176,71 @@ def test_the_log_ends_with_the_report_the_console_printed(tmp_path):
     assert said[-len(report):] == [f"[info] {r}" for r in report], said
 
 
+def test_the_report_lists_the_log_without_a_size_it_would_outgrow(tmp_path):
+    """The report is appended to the log after it is printed: the size read
+    before (the log without the report) was false once the run ended."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+    d = process_dirs(out)[0]
+    (log,) = (d / "msmemscope_logs").glob("msmemscope_*.log")
+    report = p.stdout.splitlines()
+    listed = [r for r in report if r.startswith("    msmemscope_logs/")]
+    assert listed == [f"    msmemscope_logs/{log.name} (the log, which this report is appended to)"], report
+    # the other files keep their sizes
+    assert [r for r in report if re.fullmatch(r"    config\.json \([0-9.]+ (B|KiB)\)", r)], report
+    said = [m for _, m in log_messages(d)]
+    assert said[-len(report):] == [f"[info] {r}" for r in report], said
+
+
+@pytest.mark.parametrize("level", ["warn", "error"])
+def test_the_report_is_in_the_log_whatever_the_log_level(tmp_path, level):
+    """The level filters the log's messages, as it does the console's
+    warnings; the report is printed on stdout at every level, so the log
+    keeps it at every level too."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], extra=[f"--log-level={level}"], rc=7)
+    report = p.stdout.splitlines()
+    assert report[0].startswith("msmemscope: pid "), report
+    said = [m for _, m in log_messages(process_dirs(out)[0])]
+    assert said[-len(report):] == [f"[info] {r}" for r in report], said
+    assert not [m for m in said[:-len(report)] if m.startswith("[info] ")], said  # the level still filters
+
+
+NPU_NOT_FOUND = ("--device=npu: no Ascend NPU driver (libascend_hal.so) was found on this machine, so no npu "
+                 "memory was recorded; to profile host memory, run with --device=cpu")
+NOTHING = "nothing was collected: no process recorded any memory"
+
+
+@no_ascend
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_log_says_why_nothing_was_collected(tmp_path, quiet):
+    """Said of the whole run after the report: the missing driver and the
+    failure are in the process's log too (with -q as well, as on stderr)."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs"], extra=["--device=npu"] + (["-q"] if quiet else []), rc=70)
+    err = p.stderr.splitlines()
+    assert err[-2:] == [f"msmemscope: warning: {NPU_NOT_FOUND}", f"msmemscope: error: {NOTHING}"], p.stderr
+    said = [m for _, m in log_messages(process_dirs(out)[0])]
+    assert said[-3:] == [f"[info] {p.stdout.splitlines()[-1]}", f"[warning] {NPU_NOT_FOUND}", f"[error] {NOTHING}"], said
+
+
+def test_every_process_log_ends_with_the_table_of_processes_and_the_index_error(tmp_path):
+    """A run of several processes has no log of its own: what is said of it
+    as a whole (its table, an index.html that could not be written) is in
+    each process's log, where a reader of any one of them looks."""
+    script = tmp_path / "user.sh"
+    script.write_text(f"{TEST_BIN / 'known_allocs'}\n{TEST_BIN / 'known_allocs'} 3\n")
+    out = tmp_path / "out"
+    (out / "index.html").mkdir(parents=True)  # renaming the new index over it fails
+    p = run_cli(["--device=cpu", "--analysis=", f"--output={out}", "bash", str(script)], cwd=tmp_path, check_rc=70)
+    lines = p.stdout.splitlines()
+    dirs = process_dirs(out)  # bash, and each child before and after its exec
+    table = lines[lines.index(f"msmemscope: {len(dirs)} processes"):]
+    assert len(dirs) > 1 and len(table) == len(dirs) + 2 and table[1].startswith("  pid "), p.stdout
+    error = f"index: cannot write {out}/index.html: Is a directory"
+    assert p.stderr.splitlines()[-1] == f"msmemscope: error: {error}", p.stderr
+    for d in dirs:
+        said = [m for _, m in log_messages(d)]
+        assert said[-len(table) - 1:] == [f"[info] {l}" for l in table] + [f"[error] {error}"], (d, said)
+
+
 def test_bash_user_script_form(tmp_path):
     script = tmp_path / "user.sh"
     script.write_text(f"{TEST_BIN / 'known_allocs'}\n{TEST_BIN / 'known_allocs'} 3\nexit 4\n")
@@ -188,3 +253,28 @@ def test_bash_user_script_form(tmp_path):
         if 1001 in sizes and 4032 in sizes:
             with_known.append(d)
     assert len(with_known) == 2
+
+
+def test_analyze_of_a_runs_dump_is_in_that_runs_log(tmp_path):
+    """--analyze writes its results back into the run's dump: the run's log,
+    where its reader looks, ends with what the analysis said. A dump outside
+    a run folder has no log, and none is made for it."""
+    p, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+    d = process_dirs(out)[0]
+    (dump,) = dump_files(d)
+    a = run_cli(["--analyze=leaks", f"--input={dump}"], cwd=tmp_path, check_rc=0)
+    said = a.stdout.splitlines()
+    assert said[0] == f"msmemscope: analysed {dump} ({len(read_dump(dump))} rows) with leaks", a.stdout
+    log = [m for _, m in log_messages(d)]
+    assert log[-len(said) - len(p.stdout.splitlines()):] == \
+        [f"[info] {l}" for l in p.stdout.splitlines()] + [f"[info] {l}" for l in said], log
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copy = elsewhere / dump.name
+    copy.write_bytes(dump.read_bytes())
+    a = run_cli(["--analyze=leaks", f"--input={copy}"], cwd=tmp_path, check_rc=0)
+    first = a.stdout.splitlines()[0]
+    assert first == f"msmemscope: analysed {copy} ({len(read_dump(copy))} rows) with leaks", a.stdout
+    assert sorted(x.name for x in elsewhere.iterdir()) == [dump.name]
+    assert [m for _, m in log_messages(d)] == log  # the run's log is left alone

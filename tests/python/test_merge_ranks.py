@@ -301,6 +301,35 @@ def test_a_process_folder_named_twice_is_counted_once(tmp_path):
     ], p.stderr
 
 
+def merge_log_messages(out):
+    """The merge's log (<out>/msmemscope_logs/msmemscope_<ts>.log, msMemScope's
+    format) as "[LEVEL] text", the time left out."""
+    (log,) = (out / "msmemscope_logs").glob("msmemscope_*.log")
+    return [re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "", l) for l in log.read_text().splitlines()]
+
+
+def test_the_merge_keeps_a_log_of_what_it_said_beside_its_table(tmp_path):
+    """The merged folder is read later or elsewhere than the console: its log
+    has the warnings and the table, in the console's words, in its order."""
+    node = tmp_path / "n1"
+    for pid, rank, peak in [(11, 0, 1000), (12, 1, 4000)]:
+        d = node / f"msmemscope_{pid}_20260101000000_cpu_rank{rank}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(fake_summary(pid, rank, peak)))
+    p = run_cli(["--merge=n1,n1", "-o", "out"], tmp_path, timeout=60, check_rc=0)
+    warned = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: warning: ")]  # as root: that first
+    assert [w for w in warned if w.startswith("msmemscope: warning: --merge: ")] == warned[-2:], p.stderr
+    printed = p.stdout.splitlines()
+    assert printed[0] == "msmemscope: merged 2 processes (2 with a rank) from 1 folder(s)", p.stdout
+    assert printed[-1].startswith("  files: out/merge.csv, "), p.stdout
+    assert merge_log_messages(tmp_path / "out") == \
+        [f"[WARN]  {w[len('msmemscope: warning: '):]}" for w in warned] + [f"[INFO]  {l}" for l in printed]
+    # a merge that stops before its output folder is made makes none for its log
+    (tmp_path / "empty").mkdir()
+    p = run_cli(["--merge=empty", "-o", "out2"], tmp_path, timeout=60)
+    assert p.returncode == 2 and not (tmp_path / "out2").exists(), p.stderr
+
+
 def test_the_table_says_how_each_process_ended_as_its_run_did(tmp_path):
     # A DataLoader worker's "exited with code 0 (_exit after fork)" was
     # "exit 0" in the merged table, and a killed process "signal".

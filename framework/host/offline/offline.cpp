@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <spdlog/logger.h>
+
 #include "api_words.h"
 #include "offline/dump_reader.h"
 #include "offline/memory_budget.h"
@@ -113,6 +115,66 @@ std::string shell_word(const std::string& w) {
     return out + "'";
 }
 
+// The log of the run that recorded `dump` (<run>/device_<d>/dump/<file> ->
+// <run>/msmemscope_logs/msmemscope_<ts>.log, the one log there), opened to
+// append without following links; -1 when the dump is not in such a folder
+// (an upstream dump, or one copied elsewhere).
+int recording_log(const std::string& dump) {
+    fs::path dir = fs::path(dump).parent_path();
+    if (dir.filename() != "dump" || dir.parent_path().filename().string().rfind("device_", 0) != 0) return -1;
+    std::string why;
+    Fd run = open_output_root(dir.parent_path().parent_path().string(), why);
+    Fd logs(run ? files::open_dir(run.get(), "msmemscope_logs", false, why) : -1);
+    if (!logs) return -1;
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (auto& e : fs::directory_iterator(dir.parent_path().parent_path() / "msmemscope_logs", ec)) {
+        std::string name = e.path().filename().string();
+        if (name.rfind("msmemscope_", 0) == 0 && ends_with(name, ".log")) names.push_back(name);
+    }
+    if (names.size() != 1) return -1;  // not a run folder of ours: whose log it would be is not known
+    int fd = openat(logs.get(), names[0].c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// What an analysis of one dump tells the user: printed, and appended to the
+// log of the run that recorded the dump (recording_log), as each line is
+// said. The results are written back into that run's dump, so its log is
+// where a reader of the run learns of them; --analyze makes no log of its
+// own (its --output holds only what analyzers write, and goes when empty).
+// A dump outside a run folder has no log: the console says it all. The log
+// keeps what the console showed: stdout's lines, warnings unless -q, errors.
+class AnalysisSay {
+public:
+    AnalysisSay(const Config& cfg, const std::string& dump) {
+        int fd = recording_log(dump);
+        if (fd < 0) return;
+        log_ = make_process_log(fd, cfg);
+        log_->set_error_handler([](const std::string&) {});  // the log is the run's: its errors are not this one's
+        log_->set_level(spdlog::level::info);
+    }
+    void out(const std::string& line) {
+        std::cout << line << "\n";
+        if (log_) log_->info(line);
+    }
+    void warning(const std::string& text) {
+        warning_out() << "msmemscope: warning: " << text << "\n";
+        if (log_ && warnings_shown()) log_->warn(text);
+    }
+    void error(const std::string& text) {
+        std::cerr << "msmemscope: error: " << text << "\n";
+        if (log_) log_->error(text);
+    }
+
+private:
+    std::shared_ptr<spdlog::logger> log_;
+};
+
 // The command line that runs this analysis with a memory budget of its own
 // (the plugin folders it found its analyzers in; not their options:
 // Config holds every plugin's, defaults included, not only those given).
@@ -132,15 +194,16 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     size_t budget = offline_budget(cfg.offline_memory_mib);
     MemoryGuard guard(budget, budget_setter(cfg, path));
     DumpStream stream({path}, sort_memory(budget));
+    AnalysisSay say(cfg, path);
     std::string err;
     if (!stream.open(err)) {
-        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        say.error("--input: " + err);
         return 2;
     }
     DumpRow row;
     int more = stream.next(row, err);
     if (more < 0) {
-        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        say.error("--input: " + err);
         return 70;
     }
 
@@ -156,10 +219,10 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         std::string list;
         for (size_t i = 0; i < steps.size(); ++i) list += (i ? "," : "") + std::to_string(steps[i]);
         if (std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "leaks") != cfg.analyzers.end())
-            warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
-                          << said(cfg, " was recorded with --steps=" + list) << " (" << escape_controls(source)
-                          << "): it holds only those steps' events, and a block freed in a later step looks "
-                             "live at its end; the leak analysis is off for it, as it was in the run\n";
+            say.warning("--analyze: " + escape_controls(path) + said(cfg, " was recorded with --steps=" + list) +
+                        " (" + escape_controls(source) +
+                        "): it holds only those steps' events, and a block freed in a later step looks live at its "
+                        "end; the leak analysis is off for it, as it was in the run");
     }
     std::string side;
     if (!side_dir.empty() && registry.find("offline_writeback", MSMS_KIND_SINK)) {
@@ -214,13 +277,13 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
             ok = ok && feed(row);
         }
         if (!ok) {
-            std::cerr << "msmemscope: error: --analyze: " << path << ": " << err << "; nothing was written back\n";
+            say.error("--analyze: " + path + ": " + err + "; nothing was written back");
             return 70;
         }
         more = stream.next(row, err);
     }
     if (more < 0) {
-        std::cerr << "msmemscope: error: --input: " << err << "\n";
+        say.error("--input: " + err);
         return 70;
     }
     held.clear();
@@ -228,13 +291,13 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     // The inefficient analysis judges accesses: a dump recorded without them
     // (--events without access, the default) gives it nothing to judge.
     if (accesses == 0 && std::find(cfg.analyzers.begin(), cfg.analyzers.end(), "inefficient") != cfg.analyzers.end())
-        warning_out() << "msmemscope: warning: --analyze: " << escape_controls(path)
-                      << said(cfg, " has no ACCESS rows (it was recorded without access in --events)")
-                      << ": the inefficient analysis, which judges accesses, had nothing to judge\n";
+        say.warning("--analyze: " + escape_controls(path) +
+                    said(cfg, " has no ACCESS rows (it was recorded without access in --events)") +
+                    ": the inefficient analysis, which judges accesses, had nothing to judge");
 
-    std::cout << "msmemscope: analysed " << path << " (" << stream.rows() << " rows) with "
-              << join(cfg.analyzers, ", ") << "\n";
-    for (auto& line : pipeline.report_lines()) std::cout << said(cfg, line) << "\n";
+    say.out("msmemscope: analysed " + path + " (" + std::to_string(stream.rows()) + " rows) with " +
+            join(cfg.analyzers, ", "));
+    for (auto& line : pipeline.report_lines()) say.out(said(cfg, line));
     // Each failure was said on stderr when it happened (Pipeline::
     // plugin_failed): the exit status as for a run, 71 for a dropped
     // analyzer, 70 for the write-back sink (its results are lost).
@@ -243,7 +306,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         code = std::max(code, e.rfind("plugin 'offline_writeback'", 0) == 0 ? 70 : 71);
     // A plugin's host.error: what it meant to write is not all there (70).
     for (auto& e : pipeline.reported_errors()) {
-        std::cerr << "msmemscope: error: --analyze: " << path << ": output incomplete: " << e << "\n";
+        say.error("--analyze: " + path + ": output incomplete: " + e);
         code = 70;
     }
 
@@ -274,7 +337,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         if (!results.empty()) {
             RowScanner scan;
             if (!scan.open(path, err)) {
-                std::cerr << "msmemscope: error: " << err << "\n";
+                say.error(err);
                 return 70;
             }
             int rc;
@@ -284,7 +347,7 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
                 if (!added && it->second.pid != row.rec.ev.pid) it->second.shared = true;
             }
             if (rc < 0) {
-                std::cerr << "msmemscope: error: " << err << "\n";
+                say.error(err);
                 return 70;
             }
         }
@@ -311,14 +374,14 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
         }
         results.clear();
         if (ambiguous)
-            std::cerr << "msmemscope: warning: " << ambiguous << " result(s) not written back into " << path
-                      << ": the ID of their row is also the ID of another process's row in the file\n";
+            say.warning(std::to_string(ambiguous) + " result(s) not written back into " + path +
+                        ": the ID of their row is also the ID of another process's row in the file");
         if (!patches.empty()) {
             if (!patch_dump(path, patches, err)) {
-                std::cerr << "msmemscope: error: " << err << "\n";
+                say.error(err);
                 return 70;
             }
-            std::cout << "msmemscope: wrote " << patches.size() << " result(s) back into " << path << "\n";
+            say.out("msmemscope: wrote " + std::to_string(patches.size()) + " result(s) back into " + path);
         }
     }
     return code;
