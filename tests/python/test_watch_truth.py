@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, SOURCE, process_dirs
+from conftest import BUILD, SOURCE, process_dirs, run_cli
 
 pytest.importorskip("torch")
 sys.path.insert(0, str(SOURCE / "plugins" / "analyzers" / "watch" / "python"))
@@ -61,6 +61,15 @@ def test_watch_windows_name_the_operators_and_bytes(tmp_path):
         f"watch: tensor aten::addmm_0 (made by aten::addmm_{s}) was changed by aten::mul_.Tensor_{s}" for s in (1, 2, 3)
     ], p.stdout
     assert "warning: watch:" not in p.stderr, p.stderr
+
+    # --analyze=watch of the run's dump writes the hashes again, into
+    # --output (memscopeDumpResults unless given), and says so: no run
+    # folder's files are listed after its lines (before: "under
+    # device_*/watch_dump", a folder of no run)
+    (dump,) = (folder.parent / "dump").glob("memscope_dump_*.csv")
+    off = run_cli(["--analyze=watch", f"--input={dump}"], tmp_path, check_rc=0)
+    assert "watch: 15 checkpoint(s) written under memscopeDumpResults/device_*/watch_dump" in off.stdout.splitlines()
+    assert rows(tmp_path / "memscopeDumpResults" / "device_cpu" / "watch_dump") == want
 
 
 def test_watch_start_operator_that_never_ran(tmp_path):

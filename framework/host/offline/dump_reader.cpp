@@ -142,6 +142,11 @@ bool make_row(const std::vector<std::string>& f, DumpRow& row, std::string& what
     if (auto s = get("device_used")) ev.device_used = to_i64(*s, -1);
     if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) ev.aux0 = static_cast<uint64_t>(to_i64(r.name, 0));
     if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
+        // The row's Name is upstream's fixed "OOM_Trigger"; the failing
+        // call (malloc, cuMemAlloc_v2) is its Attr func, which is what a
+        // live run's trigger event carries as its name: the offline oom
+        // analysis names the call as the run did.
+        if (auto s = get("func"); s && !s->empty()) r.name = *s;
         if (auto s = get("req_size")) ev.size = static_cast<uint64_t>(to_i64(*s, 0));
         if (auto s = get("flag")) ev.aux0 = static_cast<uint64_t>(to_i64(*s, 0));
         if (auto s = get("ret")) ev.aux1 = static_cast<uint64_t>(to_i64(*s, 0));

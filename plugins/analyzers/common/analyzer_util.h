@@ -153,4 +153,26 @@ inline bool steps_selected(std::string_view config_json) {
     return false;
 }
 
+// True in `msmemscope --analyze` (framework/host/offline/offline.cpp):
+// its config_json lists no sink but `offline_writeback`, which keeps only
+// the analyzers' annotations (written back into the dump) and drops every
+// row they emit; nor does its console list the files written. An end-of-run
+// line there must not say rows were written, and names where its files
+// went. A run without a config_json (a plugin test's harness) is live.
+inline bool offline_analysis(std::string_view config_json) {
+    if (config_json.empty()) return false;
+    size_t p = config_json.find("\"sinks\"");
+    if (p == std::string_view::npos) return true;
+    size_t open = config_json.find('[', p), close = config_json.find(']', p);
+    if (open == std::string_view::npos || close == std::string_view::npos || close < open) return true;
+    std::string_view list = config_json.substr(open + 1, close - open - 1);
+    for (size_t q = list.find('"'); q != std::string_view::npos; q = list.find('"', q)) {
+        size_t end = list.find('"', q + 1);
+        if (end == std::string_view::npos) break;
+        if (list.substr(q + 1, end - q - 1) != "offline_writeback") return false;
+        q = end + 1;
+    }
+    return true;
+}
+
 }  // namespace msms_an

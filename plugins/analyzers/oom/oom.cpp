@@ -85,6 +85,8 @@ public:
         write_trigger_ = opts.get_bool("write_trigger", false);
     }
 
+    void begin(const msmemscope::RunInfo& run) override { offline_ = offline_analysis(run.config_json); }
+
     void on_event(const msms_event& ev) override {
         if (!details_) {
             if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE)
@@ -121,10 +123,15 @@ public:
                 d.after_pending = false;
                 snapshot(dk, d, "OOM_Snapshot_After", 0, d.trigger_pid, d.trigger_tid);
             }
-        if (triggers_ && details_)
+        if (!triggers_) return;
+        // `msmemscope --analyze` writes no row (the dump already has the
+        // run's): the failures are all there is to say
+        if (offline_)
+            host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s)");
+        else if (details_)
             host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
                          std::to_string(dumps_) + " detail dump(s) written (OOM_DETAIL rows)");
-        else if (triggers_)
+        else
             host_.report("oom: " + std::to_string(triggers_) +
                          " out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds the failing "
                          "call and the most recent and largest live blocks (OOM_DETAIL rows)");
@@ -495,6 +502,7 @@ private:
     size_t k_ = 10;
     uint64_t interval_ns_ = 0;
     bool details_ = true, write_trigger_ = false;
+    bool offline_ = false;  // `msmemscope --analyze`: the rows emitted go nowhere
     uint64_t triggers_ = 0, dumps_ = 0;
     StepTracker steps_;
     std::map<DevKey, uint64_t> launches_;

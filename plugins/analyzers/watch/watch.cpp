@@ -190,7 +190,7 @@ public:
         write_budget_files();
         if (!written_ && !budget_gaps_) return;
         if (written_)
-            host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under device_*/watch_dump");
+            host_.report("watch: " + std::to_string(written_) + " checkpoint(s) written under " + watch_folders());
         // Each window's tensor on lines of its own, in the order they were
         // made: the start operator makes a new one at each call.
         constexpr size_t kMaxTensors = 10;
@@ -211,14 +211,25 @@ public:
         }
         if (more)
             host_.report("watch: and " + std::to_string(more) +
-                         " more watched tensor(s) were changed (every hash is in device_*/watch_dump)");
+                         " more watched tensor(s) were changed (every hash is in " + watch_folders() + ")");
         if (more_budget)
             host_.report("watch: and " + std::to_string(more_budget) +
-                         " more watched tensor(s) ran out of their checkpoint budget (dump_nums): each is in "
-                         "device_*/watch_dump/watch_dump_budget_used_up_*.txt");
+                         " more watched tensor(s) ran out of their checkpoint budget (dump_nums): each is in " +
+                         watch_folders() + "/watch_dump_budget_used_up_*.txt");
     }
 
 private:
+    // Where the watch_dump folders are, as the console can name them: a
+    // live run lists its run folder's files after these lines, so the
+    // folder inside it is enough; `msmemscope --analyze` lists none, and
+    // writes them into --output (the current folder's memscopeDumpResults
+    // unless given), which is named.
+    std::string watch_folders() const {
+        const std::string inside = "device_*/watch_dump";
+        if (!offline_analysis(run_.config_json)) return inside;
+        return dir_ + (!dir_.empty() && dir_.back() == '/' ? "" : "/") + inside;
+    }
+
     // --watch's spec as the run's config.json has it ("watch": "[start[:N]],end[,full-content]").
     void read_spec(const std::string& config_json) {
         size_t at = config_json.find("\"watch\": \"");

@@ -207,6 +207,7 @@ public:
         r.pid = 1;
         r.output_dir = str(output_dir);
         r.timestamp = str(ts);
+        r.config_json = str(config_json);
         // As the host does (ABI 1.3): the folder exists (made here, with its
         // parents) and the plugin gets its descriptor, opened without
         // following links; the harness keeps it open until it is destroyed.
@@ -259,6 +260,9 @@ public:
     };
     std::vector<Progress> progress;
     std::string last_error;
+    // The run's configuration as begin() gives it (the host's config.json
+    // text); empty unless a test sets it before begin().
+    std::string config_json;
 
 private:
     static PluginHarness* self(void* h) { return static_cast<PluginHarness*>(h); }

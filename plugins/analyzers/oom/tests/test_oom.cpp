@@ -412,3 +412,33 @@ TEST_CASE("the after snapshot of a device whose free came from an earlier SNAPSH
     CHECK(h.emitted.front().attr("free") == "600");  // the failure's: the driver's last word
     CHECK(after_snapshot(h).attr("free") == "800");  // and the 200 bytes given back since
 }
+
+namespace {
+// The end-of-run lines of one failure, under a run whose config.json lists
+// these sinks (as Config::to_json writes the list).
+std::vector<std::string> report_with_sinks(const std::string& sinks, bool details = true) {
+    PluginHarness h(plugin());
+    h.config_json = "{\n  \"analysis\": [\n    \"oom\"\n  ],\n  \"sinks\": " + sinks + ",\n  \"watch\": null\n}";
+    REQUIRE(h.create({{"details", details ? "true" : "false"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::malloc(0x10, 100));
+    h.feed(trigger(1 << 30));
+    REQUIRE(h.finish() == MSMS_OK);
+    return h.reports;
+}
+}  // namespace
+
+TEST_CASE("--analyze of a dump (no sink but the write-back of annotations): the failures, nothing said written") {
+    // what `msmemscope --analyze` gives its analyzers (offline.cpp): the
+    // write-back sink, which drops every emitted row, or no sink at all
+    const std::vector<std::string> offline{"oom: 1 out-of-memory failure(s)"};
+    CHECK(report_with_sinks("[\n    \"offline_writeback\"\n  ]") == offline);
+    CHECK(report_with_sinks("[]") == offline);
+    CHECK(report_with_sinks("[\n    \"offline_writeback\"\n  ]", false) == offline);
+    // a live run's sinks write the rows
+    CHECK(report_with_sinks("[\n    \"csv\",\n    \"offline_writeback\"\n  ]") ==
+          std::vector<std::string>{"oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)"});
+    CHECK(report_with_sinks("[\n    \"csv\"\n  ]", false) ==
+          std::vector<std::string>{"oom: 1 out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds "
+                                   "the failing call and the most recent and largest live blocks (OOM_DETAIL rows)"});
+}

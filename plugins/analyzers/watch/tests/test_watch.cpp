@@ -338,3 +338,20 @@ TEST_CASE("a session folder others can enter is not used") {
     check_ignored(s.dir.parent_path() / "out", Staging::name(1), bin, "not a live run's session folder");
     fs::remove_all(s.dir.parent_path());
 }
+
+TEST_CASE("--analyze of a dump: the checkpoints' line names the --output folder they went into") {
+    // `msmemscope --analyze` lists no run folder's files after these lines
+    // (offline.cpp gives the analyzers no sink but offline_writeback)
+    fs::path dir = temp_dir("msms_watch_offline");
+    PluginHarness h(plugin());
+    h.config_json = "{\n  \"analysis\": [\n    \"watch\"\n  ],\n  \"sinks\": [\n    \"offline_writeback\"\n  ],\n"
+                    "  \"watch\": null\n}";
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin(dir.string() + "/", "20260102030405") == MSMS_OK);
+    h.feed(checkpoint("aten::mul", 0, "after", "00000000000000aa"));
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(fs::exists(dir / "device_cpu" / "watch_dump" / "watch_dump_data_check_sum_20260102030405.csv"));
+    CHECK(h.reports ==
+          std::vector<std::string>{"watch: 1 checkpoint(s) written under " + dir.string() + "/device_*/watch_dump"});
+    fs::remove_all(dir);
+}
