@@ -2,7 +2,8 @@
 
 The simulated libcuda.so.1 (tests/fixtures/cuda) hands out deterministic device
 addresses: device N's first block is 0x700000000000 + N * 0x10000000000, later
-ones follow rounded up to 512 bytes; VMM reservations start at
+ones follow rounded up to 512 bytes, a freed range is given again (the lowest
+that fits first; test_cuda_address_reuse.py); VMM reservations start at
 0x600000000000 and VMM handles count from 0xa001.
 """
 import re

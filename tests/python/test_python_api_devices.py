@@ -13,6 +13,7 @@ the device's dump and the leak report are the same. The simulated runtimes
 import re
 import subprocess
 import textwrap
+from collections import defaultdict, deque
 
 import pytest
 
@@ -85,16 +86,33 @@ def labels(stdout):
     return {int(m[2], 16): m[1] for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", stdout, re.M)}
 
 
+def labels_in_order(stdout):
+    """The program's names per address, in the order it printed them: a
+    driver gives a freed address again, so one address may have several."""
+    names = defaultdict(deque)
+    for m in re.finditer(r"^(\w+) 0x([0-9a-f]{16})$", stdout, re.M):
+        names[int(m[2], 16)].append(m[1])
+    return names
+
+
 def device_rows(p, d, device):
-    """The device's dump, addresses replaced by the program's names for them."""
-    names = labels(p.stdout)
+    """The device's dump, addresses replaced by the program's names for them:
+    each MALLOC takes the next name printed for its address, the rows after
+    it (its FREE) keep that name."""
+    upcoming, current = labels_in_order(p.stdout), {}
 
     def named(text):
-        return re.sub(r"0x[0-9a-f]{16}", lambda m: names.get(int(m[0], 16), m[0]), text)
+        return re.sub(r"0x[0-9a-f]{16}", lambda m: current.get(int(m[0], 16), m[0]), text)
 
     [dump] = dump_files(d, device)
-    return [(r["Event"], r["Event Type"], r["Name"], r["Device Id"], named(r["Ptr"]), named(r["Attr"]))
-            for r in read_dump(dump) if r["Event Type"] != "HOST"]
+    rows = []
+    for r in read_dump(dump):
+        if r["Event Type"] == "HOST":
+            continue
+        if r["Event"] == "MALLOC" and r["Ptr"].startswith("0x") and upcoming[int(r["Ptr"], 16)]:
+            current[int(r["Ptr"], 16)] = upcoming[int(r["Ptr"], 16)].popleft()
+        rows.append((r["Event"], r["Event Type"], r["Name"], r["Device Id"], named(r["Ptr"]), named(r["Attr"])))
+    return rows
 
 
 def leak_report(p):

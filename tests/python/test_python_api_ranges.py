@@ -481,8 +481,8 @@ kept = alloc("kept", 12345)
 msmemscope.stop()
 assert cu.cuMemFree_v2(gone) == 0     # ... and freed while collection is off
 msmemscope.start()
-x = alloc("x", 4096)
-assert cu.cuMemFree_v2(x) == 0
+x = alloc("x", 2 << 20)                # larger than gone: a new address (the rows are named by address,
+assert cu.cuMemFree_v2(x) == 0        # and the driver gives gone's range again to a block that fits)
 msmemscope.stop()
 """
 
@@ -534,7 +534,8 @@ if not {api!r}:
 msmemscope.stop()
 assert cu.cuMemFreeHost(hgone) == 0
 off = alloc("off", 1 << 20)            # allocated while collection is off ...
-brief = alloc("brief", 777)            # (allocated and freed while it is off: no rows)
+brief = alloc("brief", 4096)           # (allocated and freed while it is off: no rows; larger than early,
+                                       # freed, whose range the driver would give it: the rows are named by address)
 assert cu.cuMemFree_v2(brief) == 0
 host = pinned("host", 8192)            # pinned host memory, the same
 msmemscope.start()
