@@ -19,6 +19,7 @@
 // --level=kernel, as upstream gates its kernel launches).
 // msms_cuda_snapshot() (exported, for the Python package) writes SNAPSHOT rows.
 #include <msmemscope/agent.h>
+#include <msmemscope/driver_order.hpp>
 #include <msmemscope/dlsym_hook.hpp>
 #include <msmemscope/snapshot_attrs.h>
 #include <msmemscope/spin_lock.hpp>
@@ -319,40 +320,12 @@ Unmapped take_mappings(uint64_t ptr, uint64_t size) {
 // ---------------------------------------------------------------- recording
 inline bool want_memory() { return msms_agent_wants("alloc") || msms_agent_wants("free"); }
 
-// The driver's memory calls and their rows, one at a time.
-// A free's row is written after the driver's answer, so that a call the
-// driver refuses writes none (refused_free). But once the driver has taken
-// an address (or a VMM handle) back, it may hand it to the next allocation,
-// on any thread; were that allocation's MALLOC row written before our FREE
-// row, the host, which orders rows by time, would pair them wrongly. So each
-// hooked allocation and free holds this lock across [driver call + its row]:
-// these are driver calls of microseconds to milliseconds, never the host
-// heap's hot path, and the rows stay in the order the driver acted in.
-// Recursive: a driver may reach one of our wrappers from inside another.
-// Taken only while memory is profiled.
-pthread_mutex_t g_driver_order = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-
-struct DriverOrder {
-    const bool held;
-    DriverOrder() : held(want_memory()) {
-        if (held) pthread_mutex_lock(&g_driver_order);
-    }
-    ~DriverOrder() {
-        if (held) pthread_mutex_unlock(&g_driver_order);
-    }
-    DriverOrder(const DriverOrder&) = delete;
-    DriverOrder& operator=(const DriverOrder&) = delete;
+// Each hooked allocation and free holds the collector's order lock across
+// [driver call + its row] (msmemscope/driver_order.hpp says why).
+struct DriverOrder : msmemscope::DriverOrder {
+    DriverOrder() : msmemscope::DriverOrder(want_memory()) {}
 };
-
-// A child forked while another thread held the lock would wait for it
-// forever (that thread does not live on in the child): it starts free there.
-void free_driver_order_in_child() {
-    pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-    g_driver_order = fresh;
-}
-__attribute__((constructor)) void free_driver_order_at_fork() {
-    pthread_atfork(nullptr, nullptr, free_driver_order_in_child);
-}
+__attribute__((constructor)) void free_driver_order_at_fork() { msmemscope::DriverOrder::free_in_forked_children(); }
 
 // The driver took the memory back: it said so, or its context is gone, and
 // all the memory of that context with it (frees at the program's exit,

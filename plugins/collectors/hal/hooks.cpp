@@ -32,6 +32,7 @@
 //           Name = the function.
 // Also exports msms_npu_snapshot() (see below).
 #include <msmemscope/agent.h>
+#include <msmemscope/driver_order.hpp>
 #include <msmemscope/snapshot_attrs.h>
 
 #include <dlfcn.h>
@@ -133,38 +134,12 @@ F driver_fn(const char* inner, const char* plain) {
 
 bool wants_memory() { return msms_agent_wants("alloc") || msms_agent_wants("free"); }
 
-// The driver's memory calls and their rows, one at a time (as the cuda
-// hook's): a free's row is written after the driver's answer, so that a
-// refused free writes none; but an address the driver took back may come
-// out of the next allocation on another thread, and its MALLOC row must
-// not come before our FREE row (the host orders rows by time and would
-// pair them wrongly). So each hooked allocation and free holds this lock
-// across [driver call + its row]: driver calls, never the host heap's hot
-// path. Recursive: the driver may reach a hooked entry point from inside
-// another. Taken only while memory is profiled.
-pthread_mutex_t g_driver_order = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-
-struct DriverOrder {
-    const bool held;
-    DriverOrder() : held(wants_memory()) {
-        if (held) pthread_mutex_lock(&g_driver_order);
-    }
-    ~DriverOrder() {
-        if (held) pthread_mutex_unlock(&g_driver_order);
-    }
-    DriverOrder(const DriverOrder&) = delete;
-    DriverOrder& operator=(const DriverOrder&) = delete;
+// Each hooked allocation and free holds the collector's order lock across
+// [driver call + its row] (msmemscope/driver_order.hpp says why).
+struct DriverOrder : msmemscope::DriverOrder {
+    DriverOrder() : msmemscope::DriverOrder(wants_memory()) {}
 };
-
-// A child forked while another thread held the lock would wait for it
-// forever (that thread does not live on in the child): it starts free there.
-void free_driver_order_in_child() {
-    pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-    g_driver_order = fresh;
-}
-__attribute__((constructor)) void free_driver_order_at_fork() {
-    pthread_atfork(nullptr, nullptr, free_driver_order_in_child);
-}
+__attribute__((constructor)) void free_driver_order_at_fork() { msmemscope::DriverOrder::free_in_forked_children(); }
 
 // The first refused frees are told one by one, then once that more follow.
 constexpr int kRefusedToldOneByOne = 16;
