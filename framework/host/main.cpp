@@ -192,7 +192,8 @@ int run_main(int argc, char** argv) {
     } else if (cfg.replays.size() > 1) {
         // A pattern that matched several captures (one per process of a
         // run): each is replayed into its own process folder, in name order.
-        std::cout << "msmemscope: --replay: " << cfg.replays.size() << " captures match '" << cfg.replay << "'\n";
+        // (in each process's log too: said before any of them opened)
+        say_out("msmemscope: --replay: " + std::to_string(cfg.replays.size()) + " captures match '" + cfg.replay + "'");
         code = 0;
         for (auto& capture : cfg.replays)
             if (int rc = session.replay(capture); rc && !code) code = rc;

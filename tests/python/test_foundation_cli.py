@@ -278,3 +278,37 @@ def test_analyze_of_a_runs_dump_is_in_that_runs_log(tmp_path):
     assert first == f"msmemscope: analysed {copy} ({len(read_dump(copy))} rows) with leaks", a.stdout
     assert sorted(x.name for x in elsewhere.iterdir()) == [dump.name]
     assert [m for _, m in log_messages(d)] == log  # the run's log is left alone
+
+
+def said_in_log_words(stderr):
+    """The warnings and errors on stderr as a process's log writes them
+    ("[warning] text", "[error] text"), in the console's order."""
+    prefixes = {"msmemscope: warning: ": "[warning] ", "msmemscope: error: ": "[error] "}
+    return [prefixes[m.group(1)] + m.group(2)
+            for m in re.finditer(r"^(msmemscope: (?:warning|error): )(.*)$", stderr, re.M)]
+
+
+@pytest.mark.parametrize("level", ["info", "warn"])
+def test_each_replayed_process_log_says_which_captures_the_pattern_matched(tmp_path, level):
+    """--replay=PATTERN prints the captures it matched before any replayed
+    process's log exists: each of those logs carries the line too, at every
+    level (it is on stdout, as the report), and stdout has it once."""
+    for _ in range(2):
+        run_cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--save-capture=true", "--output=run1", "--",
+                 TEST_BIN / "known_allocs", "0"], cwd=tmp_path, check_rc=0)
+    p = run_cli(["--replay=run1/msmemscope_*/capture_*.msmcap", "--output=again", f"--log-level={level}"],
+                cwd=tmp_path, check_rc=0)
+    line = "msmemscope: --replay: 2 captures match 'run1/msmemscope_*/capture_*.msmcap'"
+    assert p.stdout.splitlines().count(line) == 1, p.stdout
+    dirs = process_dirs(tmp_path / "again")
+    assert len(dirs) == 2, dirs
+    warned = said_in_log_words(p.stderr)
+    for d in dirs:
+        said = [m for _, m in log_messages(d)]
+        assert said.count(f"[info] {line}") == 1, (d, said)
+        # with what the console said before it (the run as root), first
+        i = said.index(f"[info] {line}")
+        assert all(m in warned for m in said[:i]), (d, said)
+        if level == "info":
+            assert said[i + 1].startswith("[info] profiling pid "), (d, said)
+
