@@ -25,6 +25,7 @@
 #include <spdlog/logger.h>
 
 #include "api_words.h"
+#include "console_notes.h"
 #include "device_check.h"
 #include "launcher.h"
 #include "process_summary_json.h"
@@ -507,7 +508,8 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
         }
         if (!found) why = "its target library " + lib + " was not found next to " + p->path;
         if (!why.empty()) {
-            std::cerr << "msmemscope: error: collector '" << name << "': " << why << "; running without it\n";
+            // (said before any process's log opens: each of them repeats it)
+            say_error("collector '" + name + "': " + why + "; running without it");
             collector_dropped_ = true;
         }
     }
