@@ -45,9 +45,13 @@ std::string upstream_log_line(const char* level, const std::string& text,
 
 std::vector<std::string> console_notes_log_lines() {
     std::vector<std::string> lines;
-    for (auto& note : console_notes())
-        if (note.error || warnings_shown())
-            lines.push_back(upstream_log_line(note.error ? "[ERROR]" : "[WARN] ", note.text, note.when));
+    for (auto& note : console_notes()) {
+        if (note.kind == ConsoleNote::Warning && !warnings_shown()) continue;  // not shown with -q
+        const char* level = note.kind == ConsoleNote::Out       ? "[INFO] "
+                            : note.kind == ConsoleNote::Warning ? "[WARN] "
+                                                                : "[ERROR]";
+        lines.push_back(upstream_log_line(level, note.text, note.when));
+    }
     return lines;
 }
 

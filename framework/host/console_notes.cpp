@@ -12,20 +12,25 @@ namespace {
 std::mutex g_mutex;
 std::vector<ConsoleNote> g_notes;
 
-void keep(bool error, const std::string& text) {
+void keep(ConsoleNote::Kind kind, const std::string& text) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_notes.push_back({std::chrono::system_clock::now(), error, text});
+    g_notes.push_back({std::chrono::system_clock::now(), kind, text});
 }
 
 }  // namespace
 
+void say_out(const std::string& line) {
+    keep(ConsoleNote::Out, line);
+    std::cout << line << "\n";
+}
+
 void say_warning(const std::string& text) {
-    keep(false, text);
+    keep(ConsoleNote::Warning, text);
     warning_out() << "msmemscope: warning: " << text << "\n";
 }
 
 void say_error(const std::string& text) {
-    keep(true, text);
+    keep(ConsoleNote::Error, text);
     std::cerr << "msmemscope: error: " << text << "\n";
 }
 

@@ -50,6 +50,18 @@ std::string fs_timestamp() {
     return timestamp_string(static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec));
 }
 
+// --analyze left with no analyzer stops before its options are validated:
+// what was said (the refusal, the plugins refused before it) goes into the logs
+// the analysis of its input would have appended to, at the log's level.
+void log_said_before_refused_analysis(const RawConfig& raw) {
+    auto input = raw.values.find("input");
+    if (input == raw.values.end()) return;
+    Config levels;
+    if (auto level = raw.values.find("log-level"); level != raw.values.end())
+        levels.log_level = trim(level->second.value);
+    for (auto& in : split_list(input->second.value)) log_said_before_analysis(in, levels);
+}
+
 int fail(const std::vector<std::string>& errors) {
     for (auto& e : errors) std::cerr << "msmemscope: error: " << e << "\n";
     return 2;
@@ -120,7 +132,10 @@ int run_main(int argc, char** argv) {
     // itself: the run goes on without it and ends with status 71.
     bool plugin_dropped = drop_unloadable_selections(raw, registry) > 0;
     // (not "--analyze: empty value" after it: the user gave a value)
-    if (plugin_dropped && analyzes_nothing(raw)) return 2;
+    if (plugin_dropped && analyzes_nothing(raw)) {
+        log_said_before_refused_analysis(raw);
+        return 2;
+    }
 
     Config cfg;
     if (!validate(raw, registry.catalog(), cfg, errors)) return fail(errors);
@@ -192,7 +207,8 @@ int run_main(int argc, char** argv) {
     } else if (cfg.replays.size() > 1) {
         // A pattern that matched several captures (one per process of a
         // run): each is replayed into its own process folder, in name order.
-        std::cout << "msmemscope: --replay: " << cfg.replays.size() << " captures match '" << cfg.replay << "'\n";
+        // (in each process's log too: said before any of them opened)
+        say_out("msmemscope: --replay: " + std::to_string(cfg.replays.size()) + " captures match '" + cfg.replay + "'");
         code = 0;
         for (auto& capture : cfg.replays)
             if (int rc = session.replay(capture); rc && !code) code = rc;

@@ -69,6 +69,20 @@ std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg) {
     return log;
 }
 
+void log_console_notes(spdlog::logger& log) {
+    const spdlog::level::level_enum threshold = log.level();
+    for (auto& note : console_notes()) {
+        if (note.kind == ConsoleNote::Out) {
+            log.set_level(std::min(threshold, spdlog::level::info));
+            log.log(note.when, spdlog::source_loc{}, spdlog::level::info, note.text);
+            log.set_level(threshold);
+            continue;
+        }
+        log.log(note.when, spdlog::source_loc{},
+                note.kind == ConsoleNote::Error ? spdlog::level::err : spdlog::level::warn, note.text);
+    }
+}
+
 std::string timestamp_string(uint64_t wall_ns) {
     time_t secs = static_cast<time_t>(wall_ns / 1000000000ull);
     struct tm tm;
@@ -303,11 +317,9 @@ void ProcessRun::run_stream() {
         return;
     }
     // What the console said before this log existed (the configuration's
-    // warnings, refused plugins, the run as root: console_notes.h; in
-    // config()'s words for a Python API session), at the times it said them.
-    for (auto& note : console_notes())
-        run.log->log(note.when, spdlog::source_loc{}, note.error ? spdlog::level::err : spdlog::level::warn,
-                     note.text);
+    // warnings, refused plugins, the run as root, --replay's matches:
+    // console_notes.h; in config()'s words for a Python API session).
+    log_console_notes(*run.log);
     // What this process's summary warned of before its log existed (RANK).
     for (auto& w : summary_.warnings) run.log->warn(said(cfg_, w));
     run.log->info("profiling pid {} ({}), capture {}", run.pid, run.command_line, capture_path_);

@@ -193,6 +193,11 @@ extern const char kEndStatusUnknown[];
 // A process's log (msmemscope_logs/*.log) written to `fd`, which it owns,
 // at the level --log-level asks of the log file.
 std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg);
+// Writes into `log` what the console said before it was opened
+// (console_notes.h), at the times said: stdout's lines at every level, as
+// the report (the console printed them whatever the level), warnings and
+// errors through the log's level, as warning_out() let them through.
+void log_console_notes(spdlog::logger& log);
 // Local time as YYYYmmddHHMMSS.
 std::string timestamp_string(uint64_t wall_ns);
 // Creates a folder and its parents; "" on success, else the reason.

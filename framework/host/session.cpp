@@ -25,6 +25,7 @@
 #include <spdlog/logger.h>
 
 #include "api_words.h"
+#include "console_notes.h"
 #include "device_check.h"
 #include "launcher.h"
 #include "process_summary_json.h"
@@ -507,7 +508,8 @@ std::string Session::agent_library_paths(std::vector<std::string>& out, std::str
         }
         if (!found) why = "its target library " + lib + " was not found next to " + p->path;
         if (!why.empty()) {
-            std::cerr << "msmemscope: error: collector '" << name << "': " << why << "; running without it\n";
+            // (said before any process's log opens: each of them repeats it)
+            say_error("collector '" + name + "': " + why + "; running without it");
             collector_dropped_ = true;
         }
     }
@@ -647,12 +649,16 @@ int Session::run_program() {
                 std::string left = left_behind();
                 if (!left.empty()) {
                     said_waiting = true;
+                    std::string waiting = "msmemscope: the program has ended; waiting for what it left running "
+                                          "(profiled, --follow-fork): " + left +
+                                          "; end them, or press Ctrl-C (SIGINT/SIGTERM to pid " +
+                                          std::to_string(getpid()) +
+                                          ") to stop waiting (they go on unrecorded; their outputs are left incomplete)";
                     // One write: the workers' threads print their own lines meanwhile.
-                    supervisor::host_stderr("msmemscope: the program has ended; waiting for what it left running "
-                                            "(profiled, --follow-fork): " + left +
-                                            "; end them, or press Ctrl-C (SIGINT/SIGTERM to pid " +
-                                            std::to_string(getpid()) +
-                                            ") to stop waiting (they go on unrecorded; their outputs are left incomplete)\n");
+                    supervisor::host_stderr(waiting + "\n");
+                    // (shown with -q too: so kept at every level)
+                    said_during_run_.push_back(
+                        {ReportLine::Out, waiting, true, std::chrono::system_clock::now()});
                 }
             }
             // Ctrl-C once the program has ended: stop waiting for them.
@@ -805,7 +811,9 @@ void append_to_log(const ProcessSummary& s, const Config& cfg, const std::vector
         auto level = line.kind == ReportLine::Out       ? spdlog::level::info
                      : line.kind == ReportLine::Warning ? spdlog::level::warn
                                                         : spdlog::level::err;
-        log->log(level, line.text);
+        auto when = line.when == std::chrono::system_clock::time_point{} ? std::chrono::system_clock::now()
+                                                                          : line.when;
+        log->log(when, spdlog::source_loc{}, level, line.text);
     }
     log->flush();
 }
@@ -901,6 +909,8 @@ int Session::print_summary(std::ostream& out) const {
         lines.erase(std::remove_if(lines.begin(), lines.end(),
                                    [](const ReportLine& l) { return l.kind == ReportLine::Warning; }),
                     lines.end());
+        // Before it, what the console said while the run went on (printed then).
+        lines.insert(lines.begin(), said_during_run_.begin(), said_during_run_.end());
         append_to_log(s, cfg_, lines);
     }
     // A collector left out for its missing target library (agent_library_paths).

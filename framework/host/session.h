@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,9 @@ struct ReportLine {
     // A warning that says why the run failed (the missing driver when
     // nothing was collected): on stderr with -q too, and so in the log.
     bool shown_always = false;
+    // When it was said, for a line said before the log is written to (the
+    // epoch: now).
+    std::chrono::system_clock::time_point when{};
 };
 
 class Session {
@@ -101,6 +105,10 @@ private:
     pid_t root_pid_ = -1;
     pid_t ready_pid_ = -1;  // --serve-session: the process whose lines go on cfg.ready_fd
     std::string root_status_;
+    // What the console was told while the run went on, of the run as a whole
+    // (the wait for what the program left running): each process's log gets
+    // it, at the time said, before its report.
+    std::vector<ReportLine> said_during_run_;
 };
 
 }  // namespace msms

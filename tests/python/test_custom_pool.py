@@ -6,7 +6,7 @@ kernel_0"), decompose's owners -- and counted in process_used.
 Fixture: tests/fixtures/custom_pool."""
 import re
 
-from conftest import BUILD, dump_files, process_dirs, read_dump
+from conftest import BUILD, dump_files, log_messages, process_dirs, read_dump
 
 FIXTURE = BUILD / "tests" / "lib" / "custom_pool"
 
@@ -57,9 +57,15 @@ def test_a_collector_without_its_target_library_costs_only_itself(cli, tmp_path)
     p = cli(["--plugin-path", str(lonely), "--device=cpu", "--events=alloc,free", "--analysis=leaks",
              "--output", str(out), "--", FIXTURE / "custom_pool_program"], cwd=tmp_path)
     assert p.returncode == 71, p.stdout + p.stderr
-    assert (f"msmemscope: error: collector 'custom_pool': its target library libmsms_custom_pool_hook.so was not "
-            f"found next to {lonely / 'libmsmemscope_plugin_custom_pool.so'}; running without it") \
-        in p.stderr.splitlines(), p.stderr
+    dropped = (f"collector 'custom_pool': its target library libmsms_custom_pool_hook.so was not found next to "
+               f"{lonely / 'libmsmemscope_plugin_custom_pool.so'}; running without it")
+    assert p.stderr.splitlines().count(f"msmemscope: error: {dropped}") == 1, p.stderr
+    # Said before the process's log existed: the log has it too, before its
+    # first line of its own.
+    said = [m for _, m in log_messages(process_dirs(out)[0])]
+    assert said.count(f"[error] {dropped}") == 1, said
+    first_own = next(i for i, m in enumerate(said) if m.startswith("[info] profiling pid "))
+    assert said.index(f"[error] {dropped}") < first_own, said
     assert "custom_pool_program: done 1" in p.stdout.splitlines(), p.stdout
     assert re.search(r"^  cpu/HOST: peak ", p.stdout, re.M), p.stdout
     assert "MYPOOL" not in p.stdout, p.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_BIN, dump_files, log_messages, no_ascend, process_dirs, read_dump, run_cli
+from conftest import BUILD, TEST_BIN, dump_files, log_messages, no_ascend, process_dirs, read_dump, run_cli
 
 KNOWN_SIZES = [1001, 3006, 1003, 1004, 1005, 1024, 1006, 1007, 4032, 1009, 1010]
 
@@ -266,8 +266,10 @@ def test_analyze_of_a_runs_dump_is_in_that_runs_log(tmp_path):
     said = a.stdout.splitlines()
     assert said[0] == f"msmemscope: analysed {dump} ({len(read_dump(dump))} rows) with leaks", a.stdout
     log = [m for _, m in log_messages(d)]
-    assert log[-len(said) - len(p.stdout.splitlines()):] == \
-        [f"[info] {l}" for l in p.stdout.splitlines()] + [f"[info] {l}" for l in said], log
+    # (with the warnings it gave before reading the dump: the run as root)
+    notes = said_in_log_words(a.stderr)
+    assert log[-len(said) - len(notes) - len(p.stdout.splitlines()):] == \
+        [f"[info] {l}" for l in p.stdout.splitlines()] + notes + [f"[info] {l}" for l in said], log
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -278,3 +280,98 @@ def test_analyze_of_a_runs_dump_is_in_that_runs_log(tmp_path):
     assert first == f"msmemscope: analysed {copy} ({len(read_dump(copy))} rows) with leaks", a.stdout
     assert sorted(x.name for x in elsewhere.iterdir()) == [dump.name]
     assert [m for _, m in log_messages(d)] == log  # the run's log is left alone
+
+
+def said_in_log_words(stderr):
+    """The warnings and errors on stderr as a process's log writes them
+    ("[warning] text", "[error] text"), in the console's order."""
+    prefixes = {"msmemscope: warning: ": "[warning] ", "msmemscope: error: ": "[error] "}
+    return [prefixes[m.group(1)] + m.group(2)
+            for m in re.finditer(r"^(msmemscope: (?:warning|error): )(.*)$", stderr, re.M)]
+
+
+@pytest.mark.parametrize("level", ["info", "warn"])
+def test_each_replayed_process_log_says_which_captures_the_pattern_matched(tmp_path, level):
+    """--replay=PATTERN prints the captures it matched before any replayed
+    process's log exists: each of those logs carries the line too, at every
+    level (it is on stdout, as the report), and stdout has it once."""
+    for _ in range(2):
+        run_cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--save-capture=true", "--output=run1", "--",
+                 TEST_BIN / "known_allocs", "0"], cwd=tmp_path, check_rc=0)
+    p = run_cli(["--replay=run1/msmemscope_*/capture_*.msmcap", "--output=again", f"--log-level={level}"],
+                cwd=tmp_path, check_rc=0)
+    line = "msmemscope: --replay: 2 captures match 'run1/msmemscope_*/capture_*.msmcap'"
+    assert p.stdout.splitlines().count(line) == 1, p.stdout
+    dirs = process_dirs(tmp_path / "again")
+    assert len(dirs) == 2, dirs
+    warned = said_in_log_words(p.stderr)
+    for d in dirs:
+        said = [m for _, m in log_messages(d)]
+        assert said.count(f"[info] {line}") == 1, (d, said)
+        # with what the console said before it (the run as root), first
+        i = said.index(f"[info] {line}")
+        assert all(m in warned for m in said[:i]), (d, said)
+        if level == "info":
+            assert said[i + 1].startswith("[info] profiling pid "), (d, said)
+
+
+BAD_PLUGINS = BUILD / "tests" / "lib" / "bad_plugins"
+WRONG_ABI = f"{BAD_PLUGINS}/libmsmemscope_plugin_wrong_abi.so: wrong ABI version: got 2.0, supported 1.3"
+
+
+class RecordedRun:
+    """A run's process folder and its dump, for --analyze with the
+    bad_plugins folder's plugins: `analyze` returns the CompletedProcess and
+    the lines it added to the run's log."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        _, out = profile(tmp_path, [TEST_BIN / "known_allocs", "7"], rc=7)
+        self.dir = process_dirs(out)[0]
+        (self.dump,) = dump_files(self.dir)
+
+    def analyze(self, *args, rc):
+        before = [m for _, m in log_messages(self.dir)]
+        a = run_cli(["--plugin-path", BAD_PLUGINS, *args], cwd=self.tmp_path, check_rc=rc)
+        return a, [m for _, m in log_messages(self.dir)][len(before):]
+
+
+# A live run's log starts with what the console said before it opened (the
+# run as root, the plugin folder's refusals); --analyze appends to the log of
+# the run that recorded its dump, and carries the same lines there, and the
+# errors that stop it before a dump is read.
+
+def test_analyze_puts_the_warnings_said_before_reading_the_dump_in_the_runs_log(tmp_path):
+    run = RecordedRun(tmp_path)
+    a, added = run.analyze("-v", "--analyze=leaks", f"--input={run.dump}", rc=0)  # -v: the refusals are warned of
+    warned = said_in_log_words(a.stderr)
+    assert f"[warning] plugin {WRONG_ABI.replace(': wrong', ' refused: wrong', 1)}" in warned, a.stderr
+    assert len(set(warned)) == len(warned), a.stderr  # each said once on the console
+    assert added == warned + [f"[info] {l}" for l in a.stdout.splitlines()], added
+
+
+def test_analyze_of_only_a_refused_analyzer_says_so_in_the_runs_log(tmp_path):
+    run = RecordedRun(tmp_path)
+    a, added = run.analyze("--analyze=wrong_abi", f"--input={run.dump}", rc=2)
+    refused = f"plugin 'wrong_abi' (selected by --analyze) cannot be loaded: {WRONG_ABI}; no analyzer is left to run"
+    assert a.stderr.splitlines() == [f"msmemscope: error: {refused}"], a.stderr
+    assert added == [f"[error] {refused}"], added
+
+
+def test_analyze_of_a_file_in_the_dump_folder_that_is_no_dump_says_so_in_the_runs_log(tmp_path):
+    run = RecordedRun(tmp_path)
+    junk = run.dump.parent / "notes.txt"
+    junk.write_text("not a dump\n")
+    a, added = run.analyze("-v", "--analyze=leaks", f"--input={junk}", rc=2)
+    warned = said_in_log_words(a.stderr)
+    assert warned[-1].startswith(f"[error] --input: {junk}"), a.stderr
+    assert len(warned) > 1 and added == warned, added
+
+
+def test_analyze_of_a_run_folder_without_its_dump_says_so_in_its_log(tmp_path):
+    run = RecordedRun(tmp_path)
+    run.dump.unlink()
+    a, added = run.analyze("-v", "--analyze=leaks", f"--input={run.dir}", rc=2)
+    warned = said_in_log_words(a.stderr)
+    assert warned[-1] == f"[error] --input: {run.dir}: no memscope_dump_*.csv or .db file in this folder", a.stderr
+    assert added == warned, added

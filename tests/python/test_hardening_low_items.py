@@ -236,6 +236,42 @@ def test_a_daemon_left_by_the_program_is_named_and_not_waited_for_without_follow
             pass
 
 
+def test_the_wait_for_what_the_program_left_running_is_in_every_process_log(tmp_path):
+    """The line that says the tool waits for a daemon the program left was on
+    stderr only: a reader of the run's logs (a cluster's, never its console)
+    did not learn why the run lasted. Each process's log has it, once, in
+    the console's words, before its report; stderr has it once."""
+    import signal
+    from conftest import log_messages, process_dirs
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    daemon = "sleep 600 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid"  # not holding our pipes
+    proc = subprocess.Popen([str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--analysis=", "--output=out", "--",
+                             "sh", "-c", daemon], cwd=str(tmp_path), env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        waiting = ""
+        for waiting in proc.stderr:  # the barrier: the tool's own line
+            if "waiting for" in waiting:
+                break
+        assert waiting.startswith("msmemscope: the program has ended; waiting for what it left running "), waiting
+        os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)  # "end them"
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "waiting for" not in err, err
+    waiting = waiting.rstrip("\n")
+    dirs = process_dirs(tmp_path / "out")
+    assert len(dirs) >= 2, dirs  # sh, and the daemon it left
+    report_starts = [l for l in out.splitlines() if l.startswith("msmemscope: pid ")]
+    for d in dirs:
+        said = [m for _, m in log_messages(d)]
+        assert said.count(f"[info] {waiting}") == 1, (d, said)
+        first_report_line = next(i for i, m in enumerate(said) if m[len("[info] "):] in report_starts)
+        assert said.index(f"[info] {waiting}") < first_report_line, (d, said)
+
+
 DAEMON = r"""
 import os, sys
 n = 0

@@ -1,8 +1,13 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <sstream>
+
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include "console_notes.h"
+#include "process_run.h"
 #include "warning_out.h"
 
 using namespace msms;
@@ -20,10 +25,26 @@ TEST_CASE("console notes keep what was said, in order, with the time it was said
     auto notes = console_notes();
     REQUIRE(notes.size() == before + 2);
     CHECK(notes[before].text == "plugin /p/libx.so refused: cannot load");
-    CHECK_FALSE(notes[before].error);
+    CHECK(notes[before].kind == ConsoleNote::Warning);
     CHECK(notes[before + 1].text == "plugin 'x' (selected by --analysis) cannot be loaded; running without it");
-    CHECK(notes[before + 1].error);
+    CHECK(notes[before + 1].kind == ConsoleNote::Error);
     CHECK(start <= notes[before].when);
     CHECK(notes[before].when <= notes[before + 1].when);
     CHECK(notes[before + 1].when <= end);
+}
+
+// A line said on stdout before the logs existed (--replay's matches) is
+// printed whatever the level: a log keeps it at every level, as it keeps the
+// report; the level still filters the warnings.
+TEST_CASE("a log keeps the console's stdout lines at every level, its warnings through its level") {
+    say_warning("a warning the error level drops");
+    say_out("msmemscope: --replay: 2 captures match 'r/*.msmcap'");
+    std::ostringstream written;
+    spdlog::logger log("msmemscope", std::make_shared<spdlog::sinks::ostream_sink_st>(written));
+    log.set_pattern("[%l] %v");
+    log.set_level(spdlog::level::err);
+    log_console_notes(log);
+    CHECK(written.str().find("[info] msmemscope: --replay: 2 captures match 'r/*.msmcap'\n") != std::string::npos);
+    CHECK(written.str().find("a warning the error level drops") == std::string::npos);
+    CHECK(log.level() == spdlog::level::err);  // left at its level
 }

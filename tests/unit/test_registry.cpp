@@ -277,7 +277,7 @@ std::pair<std::string, std::string> dropped(RawConfig& raw, const std::string& k
     CHECK(drop_unloadable_selections(raw, reg) == 1);
     auto notes = console_notes();
     REQUIRE(notes.size() == before + 1);
-    CHECK(notes.back().error);
+    CHECK(notes.back().kind == ConsoleNote::Error);
     return {notes.back().text, raw.values[key].value};
 }
 std::pair<std::string, std::string> dropped(RawConfig&& raw, const std::string& key) { return dropped(raw, key); }

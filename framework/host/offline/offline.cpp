@@ -14,12 +14,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <unordered_map>
 #include <vector>
 
 #include <spdlog/logger.h>
 
 #include "api_words.h"
+#include "console_notes.h"
 #include "offline/dump_reader.h"
 #include "offline/memory_budget.h"
 #include "pipeline.h"
@@ -115,24 +117,21 @@ std::string shell_word(const std::string& w) {
     return out + "'";
 }
 
-// The log of the run that recorded `dump` (<run>/device_<d>/dump/<file> ->
-// <run>/msmemscope_logs/msmemscope_<ts>.log, the one log there), opened to
-// append without following links; -1 when the dump is not in such a folder
-// (an upstream dump, or one copied elsewhere).
-int recording_log(const std::string& dump) {
-    fs::path dir = fs::path(dump).parent_path();
-    if (dir.filename() != "dump" || dir.parent_path().filename().string().rfind("device_", 0) != 0) return -1;
+// The log of the process folder `run` (<run>/msmemscope_logs/msmemscope_<ts>.log,
+// the one log there), opened to append without following links; -1 when
+// `run` is no process folder of ours (whose log it would be is not known).
+int run_log(const fs::path& run_dir) {
     std::string why;
-    Fd run = open_output_root(dir.parent_path().parent_path().string(), why);
+    Fd run = open_output_root(run_dir.string(), why);
     Fd logs(run ? files::open_dir(run.get(), "msmemscope_logs", false, why) : -1);
     if (!logs) return -1;
     std::vector<std::string> names;
     std::error_code ec;
-    for (auto& e : fs::directory_iterator(dir.parent_path().parent_path() / "msmemscope_logs", ec)) {
+    for (auto& e : fs::directory_iterator(run_dir / "msmemscope_logs", ec)) {
         std::string name = e.path().filename().string();
         if (name.rfind("msmemscope_", 0) == 0 && ends_with(name, ".log")) names.push_back(name);
     }
-    if (names.size() != 1) return -1;  // not a run folder of ours: whose log it would be is not known
+    if (names.size() != 1) return -1;
     int fd = openat(logs.get(), names[0].c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
@@ -140,6 +139,44 @@ int recording_log(const std::string& dump) {
         return -1;
     }
     return fd;
+}
+
+// The log of the run that recorded `dump` (<run>/device_<d>/dump/<file> ->
+// run_log(<run>)); -1 when the dump is not in such a folder (an upstream
+// dump, or one copied elsewhere).
+int recording_log(const std::string& dump) {
+    fs::path dir = fs::path(dump).parent_path();
+    if (dir.filename() != "dump" || dir.parent_path().filename().string().rfind("device_", 0) != 0) return -1;
+    return run_log(dir.parent_path().parent_path());
+}
+
+// The logs an analysis of `input` appends to (AnalysisSay): those of the
+// runs that recorded its dumps, each once; for a process folder that holds
+// no dump (the analysis stops at it), the folder's own log.
+std::vector<int> input_logs(const std::string& input) {
+    std::string err;
+    std::vector<std::string> dumps = dump_files(input, err);
+    std::vector<int> fds;
+    if (dumps.empty()) {
+        std::error_code ec;
+        if (fs::is_directory(input, ec))
+            if (int fd = run_log(input); fd >= 0) fds.push_back(fd);
+        return fds;
+    }
+    std::vector<std::pair<dev_t, ino_t>> seen;
+    for (auto& dump : dumps) {
+        int fd = recording_log(dump);
+        if (fd < 0) continue;
+        struct stat st;
+        fstat(fd, &st);
+        if (std::find(seen.begin(), seen.end(), std::make_pair(st.st_dev, st.st_ino)) != seen.end()) {
+            ::close(fd);  // a run of several devices: one log
+            continue;
+        }
+        seen.emplace_back(st.st_dev, st.st_ino);
+        fds.push_back(fd);
+    }
+    return fds;
 }
 
 // What an analysis of one dump tells the user: printed, and appended to the
@@ -412,6 +449,15 @@ std::string budget_setter(const Config& cfg, const std::string& path) {
            " runs the analysis with one";
 }
 
+void log_said_before_analysis(const std::string& input, const Config& cfg) {
+    for (int fd : input_logs(input)) {
+        auto log = make_process_log(fd, cfg);
+        log->set_error_handler([](const std::string&) {});  // the log is the run's: its errors are not this one's
+        log_console_notes(*log);
+        log->flush();
+    }
+}
+
 int offline_main(const Config& cfg, const Registry& registry) {
     const std::string& input = cfg.inputs.front();
     if (ends_with(input, ".msmcap")) {
@@ -422,11 +468,19 @@ int offline_main(const Config& cfg, const Registry& registry) {
         int status = session.print_summary(std::cout);
         return code ? code : status;
     }
+    // Each return before the dumps are read carries what the console said
+    // so far (the run as root, a refused analyzer, the error that stops it)
+    // into the logs the analysis would have appended to, as a live run's
+    // log starts with them.
+    auto stop = [&](int code) {
+        log_said_before_analysis(input, cfg);
+        return code;
+    };
     std::string err;
     auto files = dump_files(input, err);
     if (files.empty()) {
-        std::cerr << "msmemscope: error: --input: " << err << "\n";
-        return 2;
+        say_error("--input: " + err);
+        return stop(2);
     }
     // The write-back results go through a private folder of our own (a
     // fixed name in the shared temp folder could be a planted link), made
@@ -435,9 +489,10 @@ int offline_main(const Config& cfg, const Registry& registry) {
     if (registry.find("offline_writeback", MSMS_KIND_SINK)) {
         std::string tmpl = (fs::temp_directory_path() / "msmemscope_offline_XXXXXX").string();
         if (!mkdtemp(tmpl.data())) {
-            std::cerr << "msmemscope: error: cannot create a temporary folder in " << fs::temp_directory_path()
-                      << ": " << strerror(errno) << "\n";
-            return 70;
+            std::ostringstream folder;  // quoted, as a path prints
+            folder << fs::temp_directory_path();
+            say_error("cannot create a temporary folder in " + folder.str() + ": " + strerror(errno));
+            return stop(70);
         }
         side_dir = tmpl;
     }
@@ -448,11 +503,12 @@ int offline_main(const Config& cfg, const Registry& registry) {
     std::string why;
     Fd output_fd = open_output_root(cfg.output, why);
     if (!output_fd) {
-        std::cerr << "msmemscope: error: --output: " << why << "\n";
+        say_error("--output: " + why);
         std::error_code ec;
         if (!side_dir.empty()) fs::remove_all(side_dir, ec);
-        return 70;
+        return stop(70);
     }
+    log_said_before_analysis(input, cfg);
     int code = 0;
     for (auto& f : files) {
         // Supervised: a plugin that crashes costs only itself (issue #17).

@@ -15,6 +15,13 @@ namespace msms {
 
 int offline_main(const Config& cfg, const Registry& registry);
 
+// Appends what the console said before the analysis read a dump
+// (console_notes.h: the run as root, a refused analyzer, an error that
+// stopped it) to the logs the analysis of `input` appends to: those of the
+// runs that recorded its dumps, or the process folder's own. A live run's
+// log starts with the same lines.
+void log_said_before_analysis(const std::string& input, const Config& cfg);
+
 // What sets the memory budget of an analysis of `path`, in the words of the
 // run's user: the command line's option ("--offline-memory"), or, to a
 // caller of the Python API's analyze() or check_inefficient() (--python-api),
