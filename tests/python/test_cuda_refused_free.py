@@ -13,7 +13,7 @@ these calls as the real one does), device 0:
                      cuMemFreeHost(r)         (registered, not cuMemAllocHost'ed)
                      cuMemHostUnregister(r + 4 KiB)  (inside r: CUresult 713)
                      cuMemUnmap(m1, 1 MiB)    (cuts m1)
-  off       refused: cuMemFree_v2(m1), cuMemRelease(a)
+  off       refused: cuMemFree_v2(m1), cuMemRelease(a)   (not told: collection is off)
             b = cuMemAlloc 1 MiB                                          4 MiB
   range 2   refused: cuMemRelease(b)
             h2 = cuMemCreate 2 MiB, mapped in 100 pieces of 64 KiB,
@@ -156,9 +156,21 @@ def test_each_refused_free_is_told_on_stderr(refused_run):
         (f"cuMemFree_v2(0x{addr['a'] + 256:016x})", 1), (f"cuMemFree_v2(0x{addr['m1']:016x})", 1),
         (f"cuMemFreeAsync(0x{h1:016x})", 1), (f"cuMemRelease(0x{addr['a']:016x})", 1),
         (f"cuMemFreeHost(0x{addr['r']:016x})", 1), (f"cuMemHostUnregister(0x{addr['r'] + 4096:016x})", 713),
-        (f"cuMemUnmap(0x{addr['m1']:016x}, {MiB})", 1), (f"cuMemFree_v2(0x{addr['m1']:016x})", 1),
-        (f"cuMemRelease(0x{addr['a']:016x})", 1), (f"cuMemRelease(0x{addr['b']:016x})", 1),
+        (f"cuMemUnmap(0x{addr['m1']:016x}, {MiB})", 1), (f"cuMemRelease(0x{addr['b']:016x})", 1),
         (f"cuMemHostUnregister(0x{addr['r']:016x})", 713))], p.stderr
+
+
+def test_refused_frees_are_not_told_while_collection_is_off(refused_run):
+    # Before: cuMemFree_v2(m1) and cuMemRelease(a), refused between stop()
+    # and start(), were told: "so no FREE row is written", though none
+    # would have been written while collection was off.
+    p, procdir, names = refused_run
+    addr = {n: a for a, n in names.items()}
+    told = [line for line in p.stderr.splitlines() if "failed with CUresult" in line]
+    assert [line for line in told if f"cuMemRelease(0x{addr['a']:016x})" in line] == [
+        f"[msmemscope] warning: cuMemRelease(0x{addr['a']:016x}) failed with CUresult 1: the driver gave nothing "
+        "back, so no FREE row is written and the profile keeps the memory as held"], p.stderr
+    assert len([line for line in told if f"cuMemFree_v2(0x{addr['m1']:016x})" in line]) == 1, p.stderr
 
 
 def test_leaks_peak_and_final_are_what_the_program_held(refused_run):
