@@ -11,13 +11,15 @@ these calls as the real one does), device 0:
                      cuMemFreeAsync(h1)       (a VMM handle)
                      cuMemRelease(a)          (a cuMemAlloc block)
                      cuMemFreeHost(r)         (registered, not cuMemAllocHost'ed)
+                     cuMemHostUnregister(r + 4 KiB)  (inside r: CUresult 713)
                      cuMemUnmap(m1, 1 MiB)    (cuts m1)
-  off       refused: cuMemFree_v2(m1), cuMemRelease(a)
+  off       refused: cuMemFree_v2(m1), cuMemRelease(a)   (not told: collection is off)
             b = cuMemAlloc 1 MiB                                          4 MiB
   range 2   refused: cuMemRelease(b)
             h2 = cuMemCreate 2 MiB, mapped in 100 pieces of 64 KiB,
             released, then unmapped with one cuMemUnmap: h2 goes back     6 MiB -> 4 MiB
             cuMemHostUnregister(r), cuMemFree_v2(a)                       3 MiB
+            refused: cuMemHostUnregister(r)  (again: CUresult 713)
   held at stop(): h1 and b, 3 MiB: h1 a leak, b "not judged" (made while
   collection was off)
 """
@@ -70,6 +72,7 @@ refused(cu.cuMemFree_v2(u64(va)))
 refused(cu.cuMemFreeAsync(u64(h1.value), ctypes.c_void_p(0)))
 refused(cu.cuMemRelease(u64(a)))
 refused(cu.cuMemFreeHost(ctypes.c_void_p(rp)))
+assert cu.cuMemHostUnregister(ctypes.c_void_p(rp + 4096)) == 713   # CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
 refused(cu.cuMemUnmap(u64(va), size(MB2 // 2)))
 assert used() == 3 << 20
 msmemscope.stop()
@@ -90,6 +93,7 @@ assert used() == 4 << 20
 assert cu.cuMemHostUnregister(ctypes.c_void_p(rp)) == 0
 assert cu.cuMemFree_v2(u64(a)) == 0
 assert used() == 3 << 20
+assert cu.cuMemHostUnregister(ctypes.c_void_p(rp)) == 713         # already unregistered
 msmemscope.stop()
 """
 
@@ -131,7 +135,9 @@ def test_refused_frees_write_no_row_and_keep_the_block(refused_run):
 
 def test_the_registered_buffer_is_held_until_it_is_unregistered(refused_run):
     # Before: cuMemFreeHost(r), refused (r was registered, not allocated by
-    # cuMemFreeHost's driver), wrote r's FREE in range 1.
+    # cuMemFreeHost's driver), wrote r's FREE in range 1. The refused
+    # cuMemHostUnregister calls (inside r in range 1, r again after its
+    # unregister in range 2) write no row either.
     p, procdir, names = refused_run
     rows, marks = two_ranges(procdir, "cpu")
     pinned = [(i, r["Event"]) for i, r in enumerate(rows)
@@ -146,11 +152,25 @@ def test_each_refused_free_is_told_on_stderr(refused_run):
     told = [line for line in p.stderr.splitlines() if "failed with CUresult" in line]
     tail = ": the driver gave nothing back, so no FREE row is written and the profile keeps the memory as held"
     h1 = addr["h1"]
-    assert told == [f"[msmemscope] warning: {call} failed with CUresult 1{tail}" for call in (
-        f"cuMemFree_v2(0x{addr['a'] + 256:016x})", f"cuMemFree_v2(0x{addr['m1']:016x})",
-        f"cuMemFreeAsync(0x{h1:016x})", f"cuMemRelease(0x{addr['a']:016x})", f"cuMemFreeHost(0x{addr['r']:016x})",
-        f"cuMemUnmap(0x{addr['m1']:016x}, {MiB})", f"cuMemFree_v2(0x{addr['m1']:016x})",
-        f"cuMemRelease(0x{addr['a']:016x})", f"cuMemRelease(0x{addr['b']:016x})")], p.stderr
+    assert told == [f"[msmemscope] warning: {call} failed with CUresult {rc}{tail}" for call, rc in (
+        (f"cuMemFree_v2(0x{addr['a'] + 256:016x})", 1), (f"cuMemFree_v2(0x{addr['m1']:016x})", 1),
+        (f"cuMemFreeAsync(0x{h1:016x})", 1), (f"cuMemRelease(0x{addr['a']:016x})", 1),
+        (f"cuMemFreeHost(0x{addr['r']:016x})", 1), (f"cuMemHostUnregister(0x{addr['r'] + 4096:016x})", 713),
+        (f"cuMemUnmap(0x{addr['m1']:016x}, {MiB})", 1), (f"cuMemRelease(0x{addr['b']:016x})", 1),
+        (f"cuMemHostUnregister(0x{addr['r']:016x})", 713))], p.stderr
+
+
+def test_refused_frees_are_not_told_while_collection_is_off(refused_run):
+    # Before: cuMemFree_v2(m1) and cuMemRelease(a), refused between stop()
+    # and start(), were told: "so no FREE row is written", though none
+    # would have been written while collection was off.
+    p, procdir, names = refused_run
+    addr = {n: a for a, n in names.items()}
+    told = [line for line in p.stderr.splitlines() if "failed with CUresult" in line]
+    assert [line for line in told if f"cuMemRelease(0x{addr['a']:016x})" in line] == [
+        f"[msmemscope] warning: cuMemRelease(0x{addr['a']:016x}) failed with CUresult 1: the driver gave nothing "
+        "back, so no FREE row is written and the profile keeps the memory as held"], p.stderr
+    assert len([line for line in told if f"cuMemFree_v2(0x{addr['m1']:016x})" in line]) == 1, p.stderr
 
 
 def test_leaks_peak_and_final_are_what_the_program_held(refused_run):

@@ -21,6 +21,8 @@
 //                                   back since (after_free)
 // With details=false (what the host loads when `oom` is not selected: the
 // rows upstream writes without its oom analysis) only OOM_Snapshot.
+// `msmemscope --analyze=oom` of such a dump tells each failure from its
+// OOM_Snapshot row alone (follow_failure_snapshots).
 // (upstream's row names: the sinks write OOM_DETAIL rows as OOM_Trigger,
 // OOM_RecentAlloc, OOM_TopAlloc; SNAPSHOT keys as upstream's dump.cpp.)
 // OOM_RECENT/TOP_ALLOC carry Attr pool, ptr, size, timestamp, step, kernel,
@@ -45,6 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -88,6 +91,7 @@ public:
     void begin(const msmemscope::RunInfo& run) override { offline_ = offline_analysis(run.config_json); }
 
     void on_event(const msms_event& ev) override {
+        if (offline_) follow_failure_snapshots(&ev);
         if (!details_) {
             if (ev.kind == MSMS_EV_MALLOC || ev.kind == MSMS_EV_FREE)
                 light(devices_[dev_key(ev)], ev, !driver_pool(ev.type));
@@ -118,6 +122,7 @@ public:
     }
 
     void finish() override {
+        if (offline_) follow_failure_snapshots(nullptr);
         for (auto& [dk, d] : devices_)
             if (d.after_pending) {
                 d.after_pending = false;
@@ -126,7 +131,12 @@ public:
         if (!triggers_) return;
         // `msmemscope --analyze` writes no row (the dump already has the
         // run's): the failures are all there is to say
-        if (offline_)
+        if (offline_ && snapshot_only_)
+            host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
+                         std::to_string(snapshot_only_) +
+                         " of them known from an OOM_Snapshot row alone: the dump was recorded without "
+                         "--analysis=oom, so it does not say which call failed nor for how many bytes");
+        else if (offline_)
             host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s)");
         else if (details_)
             host_.report("oom: " + std::to_string(triggers_) + " out-of-memory failure(s), " +
@@ -174,6 +184,13 @@ private:
         uint32_t trigger_pid = 0, trigger_tid = 0;  // the failing thread: the rows it causes carry it
         bool dumped = false;
         uint64_t last_dump_ts = 0;
+    };
+
+    // An OOM_Snapshot row read back from a dump (follow_failure_snapshots).
+    struct FailureSnapshot {
+        DevKey dk;
+        uint64_t ts;
+        std::string allocated;  // the row's Attr allocated, as the run computed it
     };
 
     static bool has_true(const msms_event& ev, std::string_view key) {
@@ -415,15 +432,50 @@ private:
         host_.emit(e);
     }
 
+    // A failing loop is told (and dumped) once per interval per device.
+    bool first_in_interval(Device& d, uint64_t ts) const {
+        if (d.dumped && ts - d.last_dump_ts < interval_ns_) return false;
+        d.dumped = true;
+        d.last_dump_ts = ts;
+        return true;
+    }
+
+    // A failure as a dump read back holds it. Recorded with --analysis=oom:
+    // its OOM_Snapshot row, then its OOM_Trigger row (same device, same
+    // time), which tells it (on_trigger). Recorded without (the default
+    // analysis is leaks): the OOM_Snapshot row alone, as upstream writes a
+    // failure without its oom analysis; then the snapshot is all there is
+    // to tell, or `--analyze=oom` would be silent about a failure the run
+    // hit. `next` is the row after the snapshot, nullptr at the end.
+    void follow_failure_snapshots(const msms_event* next) {
+        if (failure_snapshot_) {
+            const FailureSnapshot& f = *failure_snapshot_;
+            bool told_by_trigger = next && next->kind == MSMS_EV_OOM_DETAIL && next->type == MSMS_T_OOM_TRIGGER &&
+                                   dev_key(*next) == f.dk && next->timestamp_ns == f.ts;
+            if (!told_by_trigger) on_snapshot_alone(f);
+            failure_snapshot_.reset();
+        }
+        if (next && next->kind == MSMS_EV_SNAPSHOT && view(next->name) == "OOM_Snapshot")
+            failure_snapshot_ = FailureSnapshot{dev_key(*next), next->timestamp_ns,
+                                                std::string(msmemscope::attr(*next, "allocated"))};
+    }
+
+    // The snapshot names neither the failing call nor its size: the warning
+    // says what it can, with the allocated bytes the run said (the row's).
+    // No finding: an offline analysis writes nothing it could go into.
+    void on_snapshot_alone(const FailureSnapshot& f) {
+        ++triggers_;
+        ++snapshot_only_;
+        if (first_in_interval(devices_[f.dk], f.ts))
+            host_.warn("oom: an allocation failed on device " + dev_name(f.dk) + " with " +
+                       (f.allocated.empty() ? std::string("0") : f.allocated) + " bytes allocated");
+    }
+
     void on_trigger(const msms_event& ev) {
         ++triggers_;
         DevKey dk = dev_key(ev);
         Device& d = devices_[dk];
-        bool dump = !(d.dumped && ev.timestamp_ns - d.last_dump_ts < interval_ns_);
-        if (dump) {
-            d.dumped = true;
-            d.last_dump_ts = ev.timestamp_ns;
-        }
+        bool dump = first_in_interval(d, ev.timestamp_ns);
         if (d.peak_pending) d.peak = std::max(d.peak, d.allocated);
         d.peak_pending = false;
         remember_memory_bound(d, ev);
@@ -504,6 +556,8 @@ private:
     bool details_ = true, write_trigger_ = false;
     bool offline_ = false;  // `msmemscope --analyze`: the rows emitted go nowhere
     uint64_t triggers_ = 0, dumps_ = 0;
+    uint64_t snapshot_only_ = 0;  // offline: failures known from their OOM_Snapshot row alone
+    std::optional<FailureSnapshot> failure_snapshot_;  // offline: read, its OOM_Trigger row not yet
     StepTracker steps_;
     std::map<DevKey, uint64_t> launches_;
     std::map<DevKey, Device> devices_;

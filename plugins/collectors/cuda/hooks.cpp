@@ -346,8 +346,11 @@ std::atomic<int> g_refused_told{0};
 // warnings are: no row kind of the dump says that a free failed (OOM_DETAIL
 // is a failed allocation for lack of memory, and the oom analysis reads
 // it). `what` is the call as the program made it, e.g. "cuMemFree_v2(0x...)".
+// Silent while collection is off (before start(), between two ranges,
+// before --steps' step): no row would have been written then either, and
+// the block stays as it was, as in the driver.
 void refused_free(CUresult rc, const char* what) {
-    if (!want_memory() || !msms_agent_attached()) return;
+    if (!want_memory() || !msms_agent_attached() || !msms_agent_collecting()) return;
     int told = g_refused_told.fetch_add(1, std::memory_order_relaxed);
     char msg[320];
     if (told < kRefusedToldOneByOne)

@@ -148,9 +148,11 @@ std::atomic<int> g_refused_told{0};
 // A free the driver refused gave nothing back: no FREE row is written and
 // the table keeps the block; the user is told on stderr, as the agent's
 // warnings are (no row kind of the dump says that a free failed;
-// OOM_DETAIL is a failed allocation for lack of memory).
+// OOM_DETAIL is a failed allocation for lack of memory). Silent while
+// collection is off (before start(), between two ranges, before --steps'
+// step): no row would have been written then either.
 void refused_free(const char* func, const void* ptr, int ret) {
-    if (!ptr || !wants_memory() || !msms_agent_attached()) return;
+    if (!ptr || !wants_memory() || !msms_agent_attached() || !msms_agent_collecting()) return;
     int told = g_refused_told.fetch_add(1, std::memory_order_relaxed);
     char msg[320];
     if (told < kRefusedToldOneByOne)

@@ -6,23 +6,12 @@
  * after the failing call, and the limit (test_oom_memory_bound.py: the
  * OOM_Snapshot's free is the limit less the VmSize at the failure). */
 #include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
-/* VmSize in bytes, read without allocating (no heap growth of its own). */
-static unsigned long long vm_size(void) {
-    char text[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof(text) - 1);
-    if (fd >= 0) close(fd);
-    if (n <= 0) return 0;
-    text[n] = '\0';
-    return strtoull(text, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
-}
+#include "vm_size.h"
 
 __attribute__((noinline)) void* big_block(size_t n) { return malloc(n); }
 

@@ -5,23 +5,12 @@
  * OOM_Snapshot_After row, written at the free, says the memory it gave
  * back). Exit code 0 when the failure happened as expected. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
-/* VmSize in bytes, read without allocating (no heap growth of its own). */
-static unsigned long long vm_size(void) {
-    char text[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof(text) - 1);
-    if (fd >= 0) close(fd);
-    if (n <= 0) return 0;
-    text[n] = '\0';
-    return strtoull(text, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
-}
+#include "vm_size.h"
 
 int main(void) {
     char* keep = malloc((size_t)8 << 20);
