@@ -433,8 +433,8 @@ if os.environ.get("TEST_CONFIG_PLUGIN_OPTIONS"):  # options set as an online ses
 name, path = sys.argv[1], sys.argv[2]
 kw = dict(a.split("=", 1) for a in sys.argv[3:])
 try:
-    if name == "check_inefficient":
-        msmemscope.check_inefficient(path, **{k: int(v) for k, v in kw.items()})
+    if name == "check_inefficient":  # (values as JSON: 0, ["early_allocation"])
+        msmemscope.check_inefficient(path, **{k: json.loads(v) for k, v in kw.items()})
     else:
         print(msmemscope.analyze(name, input_path=path, **kw))
 except Exception as e:
@@ -608,6 +608,72 @@ def test_check_inefficient_takes_the_options_config_set_for_the_analyzer(recorde
     assert marked() == {}
     # an argument the call gives is the user's latest word
     assert marked("mem_size=4096") == {"1": "early_allocation"}
+
+
+def marked_by_check_inefficient(tmp, make_dump, configured, *args):
+    """The marks check_inefficient(FILE, *args) writes back after
+    config(plugin_options={"inefficient": configured})."""
+    f = make_dump(tmp / "ineff.csv")
+    p = offline(tmp, "check_inefficient", f.name, *args,
+                TEST_CONFIG_PLUGIN_OPTIONS=json.dumps({"inefficient": configured}))
+    assert "raised" not in p.stdout, p.stdout
+    return {r["ID"]: r["attr"]["inefficient_type"] for r in read_dump(f) if "inefficient_type" in r["attr"]}
+
+
+def idle_block_csv(path):
+    """A block read by the first and the fourth of four operators: idle for
+    two operators between its accesses."""
+    from test_analyzers_cli import row, write_csv
+    read = "{dtype:torch.float32,shape:[32, 32],size:4096,format:NCHW,type:READ,allocation_id:1}"
+    rows = [row(1, "MALLOC", "PTA", "N/A", 100, ptr="0x10",
+                attr="{allocation_id:1,addr:0x10,size:4096,total:8192,used:4096}")]
+    for op in range(4):
+        rows.append(row(len(rows) + 1, "OP_LAUNCH", "ATEN_START", f"aten::op{op}", 100 * len(rows), dev="N/A"))
+        if op in (0, 3):
+            rows.append(row(len(rows) + 1, "ACCESS", "READ", f"aten::op{op}", 100 * len(rows), ptr="0x10", attr=read))
+        rows.append(row(len(rows) + 1, "OP_LAUNCH", "ATEN_END", f"aten::op{op}", 100 * len(rows), dev="N/A"))
+    rows.append(row(len(rows) + 1, "FREE", "PTA", "N/A", 100 * len(rows), ptr="0x10",
+                    attr="{allocation_id:1,addr:0x10,size:-4096,total:8192,used:0}"))
+    return write_csv(path, rows)
+
+
+# Before: an argument given at its default's value (mem_size=0,
+# inefficient_type=[all three], idle_threshold=3000) was taken as not
+# given, and config(plugin_options=...)'s value was used instead.
+def test_check_inefficient_arguments_given_at_their_default_are_the_users_word(recorded):
+    from test_analyzers_cli import upstream_inefficient_csv
+    tmp = recorded[0]
+    early = {"1": "early_allocation"}
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"mem_size": 8192}) == {}
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"mem_size": 8192}, "mem_size=0") == early
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"inefficient_type": "late_deallocation"}) == {}
+    all_kinds = json.dumps(["early_allocation", "late_deallocation", "temporary_idleness"])
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"inefficient_type": "late_deallocation"},
+                                       f"inefficient_type={all_kinds}") == early
+    # (None, upstream's way of saying all three, given too)
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"inefficient_type": "late_deallocation"},
+                                       "inefficient_type=null") == early
+    idle = {"inefficient_type": "temporary_idleness", "idle_threshold": 1}
+    assert marked_by_check_inefficient(tmp, idle_block_csv, idle) == {"1": "temporary_idleness"}
+    assert marked_by_check_inefficient(tmp, idle_block_csv, idle, "idle_threshold=3000") == {}
+
+
+def test_the_upstream_config_class_tells_given_parameters_from_defaults(recorded):
+    # msmemscope.analyzer.InefficientConfig, which check_inefficient builds,
+    # keeps which parameters its caller gave; its signature still shows
+    # upstream's defaults
+    import inspect
+    from msmemscope.analyzer import InefficientConfig, check_inefficient
+    from test_analyzers_cli import upstream_inefficient_csv
+    f = upstream_inefficient_csv(recorded[0] / "config_class.csv")
+    assert InefficientConfig(str(f)).parameters_given == set()
+    given = InefficientConfig(str(f), mem_size=0, idle_threshold=3000).parameters_given
+    assert given == {"mem_size", "idle_threshold"}
+    assert InefficientConfig(str(f), mem_size=0).mem_size == 0
+    for function in (check_inefficient, InefficientConfig.__init__):
+        defaults = [f"{name}={p.default!r}" for name, p in inspect.signature(function).parameters.items()
+                    if p.default is not p.empty]
+        assert defaults == ["mem_size=0", "inefficient_type=None", "idle_threshold=3000"]
 
 
 # A plugin of the user's own folder that was refused: why (a ValueError, as
