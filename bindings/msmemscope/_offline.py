@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import warnings
 from typing import Any, Dict, List, Optional
 
@@ -163,11 +165,15 @@ def _output_folder() -> str:
     return os.path.join(base, out)
 
 
-def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
+def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None,
+        writes_files: bool = True) -> str:
     """Runs the CLI's offline analysis; returns its standard output. The
     analyzers' own files go into config()'s output folder, as the command
     line's go into --output: the CLI makes it only to write one, so the
-    files its lines name are there to open. What
+    files its lines name are there to open. An analysis that writes none
+    (`writes_files` False: its results go back into the input) is given a
+    private temporary folder instead, so that an output folder it cannot
+    make (a read-only current folder) does not stop it. What
     the CLI and the analyzer plugins warn of (a dump without the rows an
     analysis needs, what a plugin found odd in it) becomes a Python
     warning, naming the input as `shown_as` (the user's file, where
@@ -179,10 +185,11 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
                            f"{_session.CLI} does not have ('msmemscope --help' lists no --analyze option)")
+    unused_dir = None if writes_files else tempfile.mkdtemp(prefix="msmemscope_offline_")
     # --python-api: what the CLI says names config()'s keys (call_stack="c",
     # 'events'), not its options, as it does to a session's program
-    args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}", f"--output={_output_folder()}",
-            "--python-api"]
+    args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}",
+            f"--output={_output_folder() if unused_dir is None else unused_dir}", "--python-api"]
     # the plugin folders config(plugin_path=...) added (and the command
     # line's, under it): the analyzers list_analyzers() and
     # plugin_schema() found there
@@ -191,7 +198,11 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
     # (--plugin-option=NAME.KEY=VALUE), then the call's own
     args += [f"--plugin-option={analyzer}.{k}={v}"
              for k, v in list(_configured_options(analyzer, options).items()) + list(options.items())]
-    p = subprocess.run(args, capture_output=True, text=True)
+    try:
+        p = subprocess.run(args, capture_output=True, text=True)
+    finally:
+        if unused_dir is not None:
+            shutil.rmtree(unused_dir, ignore_errors=True)
 
     def said(text: str) -> str:
         # the user's file, not the temporary copy the CLI read

@@ -17,7 +17,8 @@ import subprocess
 
 import pytest
 
-from conftest import SOURCE, clean_env, dump_files, process_dirs, run_cli
+from conftest import SOURCE, clean_env, dump_files, process_dirs, read_dump, run_cli
+from test_analyzers_cli import upstream_inefficient_csv
 
 pytest.importorskip("torch")
 PY = "/usr/bin/python3"
@@ -33,7 +34,10 @@ kw = dict(a.split("=", 1) for a in sys.argv[5:])
 if output != "-":
     msmemscope.config(output=output)
 os.chdir(cwd)  # (where the call is made, after config())
-print(msmemscope.analyze(name, input_path=path, **kw))
+try:
+    print(msmemscope.analyze(name, input_path=path, **kw))
+except Exception as e:
+    print(f"raised {type(e).__name__}: {e}")
 """
 
 
@@ -111,3 +115,16 @@ def test_an_analysis_that_writes_no_file_makes_no_folder(dumps, tmp_path):
     assert [line for line in lines if line.startswith("====== SUMMARY: ")], lines  # leaks found, all listed
     assert not [line for line in lines if line.startswith("... ")], lines
     assert not (tmp_path / "memscopeDumpResults").exists()
+
+
+def test_an_output_folder_that_cannot_be_made(dumps, tmp_path):
+    (tmp_path / "file").write_text("")
+    # an analysis that writes its files there fails, naming config()'s key
+    lines = analyze(tmp_path, "leaks", dumps["leaks"], "max_lines=1", output="file/res")
+    assert lines == ["raised RuntimeError: msmemscope.analyze: output: file/res: Not a directory"], lines
+    # the inefficient analysis writes none (its results go back into the
+    # input): it is not stopped
+    dump = upstream_inefficient_csv(tmp_path / "ineff.csv")
+    lines = analyze(tmp_path, "inefficient", dump, output="file/res")
+    assert not [line for line in lines if line.startswith("raised")], lines
+    assert [r["ID"] for r in read_dump(dump) if "inefficient_type" in r["attr"]] == ["1"]

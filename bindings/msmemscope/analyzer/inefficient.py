@@ -134,7 +134,10 @@ class InefficientAnalyzer(BaseAnalyzer):
                 shutil.copyfileobj(src, dst, 1 << 20)
             print("INFO: CSV file read successfully" if fmt == "csv" else "INFO: DB file read successfully")
             before = _stamp(tmp)
-            _offline.run("check_inefficient", "inefficient", tmp, _options_of(config), shown_as=str(path))
+            # (the inefficient analyzer writes no file of its own: its
+            # results come back into the copy)
+            _offline.run("check_inefficient", "inefficient", tmp, _options_of(config), shown_as=str(path),
+                         writes_files=False)
             if fmt == "csv":
                 print(f"INFO: Connecting to csv {path.name} to write results")
             else:
