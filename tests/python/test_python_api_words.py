@@ -779,6 +779,24 @@ def test_an_analysis_out_of_memory_names_the_command_line_that_sets_the_budget(r
     assert re.fullmatch(out_of_memory("many.csv", f" --plugin-path={BAD_PLUGINS}"), p.stdout.strip()), p.stdout
 
 
+def test_the_out_of_memory_command_line_gives_the_analyzer_its_options(recorded):
+    # Before: "... msmemscope --analyze=bad_alloc_in_event --input=many.csv
+    # --offline-memory=<MiB> runs the analysis with one": without the options
+    # config() and the call gave, that command runs another analysis
+    tmp = recorded[0]
+    (tmp / "many.csv").write_text(MANY_BLOCKS)
+    configured = json.dumps({"bad_alloc_in_event": {"fail_at": 30}})
+    p = offline(tmp, "bad_alloc_in_event", "many.csv", MSMEMSCOPE_PLUGIN_PATH=str(BAD_PLUGINS),
+                TEST_CONFIG_PLUGIN_OPTIONS=configured)
+    assert re.fullmatch(out_of_memory("many.csv", " --plugin-option=bad_alloc_in_event.fail_at=30"),
+                        p.stdout.strip()), p.stdout
+    # the call's keyword, its latest word
+    p = offline(tmp, "bad_alloc_in_event", "many.csv", "fail_at=50", MSMEMSCOPE_PLUGIN_PATH=str(BAD_PLUGINS),
+                TEST_CONFIG_PLUGIN_OPTIONS=configured)
+    assert re.fullmatch(out_of_memory("many.csv", " --plugin-option=bad_alloc_in_event.fail_at=50"),
+                        p.stdout.strip()), p.stdout
+
+
 def two_processes_inefficient(path):
     """Two processes in one file, each numbering its rows from 1 (as
     upstream's dumps can): block 0x10, allocated long before the operator
