@@ -826,7 +826,7 @@ def test_results_not_written_back_are_a_warning_to_the_user(recorded):
     tmp = recorded[0]
     two_processes_inefficient(tmp / "two.csv")
     p = offline(tmp, "check_inefficient", "two.csv")
-    call = "        msmemscope.check_inefficient(path, **{k: int(v) for k, v in kw.items()})"
+    call = "        msmemscope.check_inefficient(path, **{k: json.loads(v) for k, v in kw.items()})"
     line = 1 + OFFLINE.splitlines().index(call)
     assert (f"{tmp / 'offline.py'}:{line}: UserWarning: msmemscope.check_inefficient: 1 result(s) not written back "
             "into two.csv: the ID of their row is also the ID of another process's row in the file") in \
