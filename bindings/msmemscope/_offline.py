@@ -72,8 +72,9 @@ def _caller_level() -> int:
 # analyze()'s and check_inefficient()'s caller, who gave no options:
 # --input is their input_path, --analyze what they called, --plugin-option
 # the options config(plugin_options=...) set (the call's own keywords are
-# named as keywords: _error_of).
-_API_PREFIXES = (("--input: ", "input_path: "), ("--analyze: ", ""), ("--plugin-option: ", "plugin_options: "))
+# named as keywords: _error_of), --output the folder config(output=...) named.
+_API_PREFIXES = (("--input: ", "input_path: "), ("--analyze: ", ""), ("--plugin-option: ", "plugin_options: "),
+                 ("--output: ", "output: "))
 _ERROR = "msmemscope: error: "
 
 
@@ -144,9 +145,35 @@ def _configured_options(analyzer: str, given: Dict[str, str]) -> Dict[str, str]:
     return {k: v for k, v in configured.items() if k not in given}
 
 
-def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None) -> str:
-    """Runs the CLI's offline analysis; returns its standard output. Its
-    run folder (reports) goes to a temporary folder that is removed. What
+def _output_folder() -> str:
+    """Where the analyzers' own files go (the leak list past max_lines,
+    watch's checkpoint hashes), which their lines name: the folder
+    msmemscope.config(output=...) names (memscopeDumpResults unless set),
+    as the command line's --output, resolved from the folder config() was
+    called in, as a session's. Said as config() was given it when that is
+    the current folder (the CLI names the folder as it was given)."""
+    out = _session.current_config()["output"]
+    with _session._lock:
+        base = _session._output_base if _session._output_base is not None and "output" in _session._values else None
+    if base is None or os.path.isabs(out):
+        return out
+    try:
+        if os.path.samefile(base, os.getcwd()):
+            return out
+    except OSError:
+        pass
+    return os.path.join(base, out)
+
+
+def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], shown_as: Optional[str] = None,
+        writes_files: bool = True) -> str:
+    """Runs the CLI's offline analysis; returns its standard output. The
+    analyzers' own files go into config()'s output folder, as the command
+    line's go into --output: the CLI makes it only to write one, so the
+    files its lines name are there to open. An analysis that writes none
+    (`writes_files` False: its results go back into the input) is given a
+    private temporary folder instead, so that an output folder it cannot
+    make (a read-only current folder) does not stop it. What
     the CLI and the analyzer plugins warn of (a dump without the rows an
     analysis needs, what a plugin found odd in it) becomes a Python
     warning, naming the input as `shown_as` (the user's file, where
@@ -158,22 +185,24 @@ def run(func: str, analyzer: str, input_path: str, options: Dict[str, str], show
     if opt is None:
         raise RuntimeError(f"msmemscope.{func}: needs the command line's offline analysis mode, which "
                            f"{_session.CLI} does not have ('msmemscope --help' lists no --analyze option)")
-    out_dir = tempfile.mkdtemp(prefix="msmemscope_offline_")
+    unused_dir = None if writes_files else tempfile.mkdtemp(prefix="msmemscope_offline_")
+    # --python-api: what the CLI says names config()'s keys (call_stack="c",
+    # 'events'), not its options, as it does to a session's program
+    args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}",
+            f"--output={_output_folder() if unused_dir is None else unused_dir}", "--python-api"]
+    # the plugin folders config(plugin_path=...) added (and the command
+    # line's, under it): the analyzers list_analyzers() and
+    # plugin_schema() found there
+    args += [f"--plugin-path={p}" for p in _session._plugin_paths]
+    # config()'s options of the analyzer, as an online session passes them
+    # (--plugin-option=NAME.KEY=VALUE), then the call's own
+    args += [f"--plugin-option={analyzer}.{k}={v}"
+             for k, v in list(_configured_options(analyzer, options).items()) + list(options.items())]
     try:
-        # --python-api: what the CLI says names config()'s keys (call_stack="c",
-        # 'events'), not its options, as it does to a session's program
-        args = [_session.CLI, f"{opt}={analyzer}", f"--input={input_path}", f"--output={out_dir}", "--python-api"]
-        # the plugin folders config(plugin_path=...) added (and the command
-        # line's, under it): the analyzers list_analyzers() and
-        # plugin_schema() found there
-        args += [f"--plugin-path={p}" for p in _session._plugin_paths]
-        # config()'s options of the analyzer, as an online session passes them
-        # (--plugin-option=NAME.KEY=VALUE), then the call's own
-        args += [f"--plugin-option={analyzer}.{k}={v}"
-                 for k, v in list(_configured_options(analyzer, options).items()) + list(options.items())]
         p = subprocess.run(args, capture_output=True, text=True)
     finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        if unused_dir is not None:
+            shutil.rmtree(unused_dir, ignore_errors=True)
 
     def said(text: str) -> str:
         # the user's file, not the temporary copy the CLI read

@@ -83,6 +83,10 @@ struct Config {
     int ready_fd = -1;               // ... and say on it when a capture is served
     std::vector<std::string> plugin_search_paths;
     std::map<std::string, std::map<std::string, std::string>> plugin_options;
+    // The options each analyzer was given (--plugin-option, YAML, config()'s
+    // plugin_options, "name:value" in --analysis): plugin_options also holds
+    // every default. A command line that repeats the analysis passes these.
+    std::map<std::string, std::set<std::string>> analyzer_options_given;
     std::vector<std::string> collectors;  // resolved at validation
     std::vector<std::string> program;
     std::vector<std::string> warnings;  // to print as "msmemscope: warning: ..." before the run

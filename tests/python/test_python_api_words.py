@@ -433,8 +433,8 @@ if os.environ.get("TEST_CONFIG_PLUGIN_OPTIONS"):  # options set as an online ses
 name, path = sys.argv[1], sys.argv[2]
 kw = dict(a.split("=", 1) for a in sys.argv[3:])
 try:
-    if name == "check_inefficient":
-        msmemscope.check_inefficient(path, **{k: int(v) for k, v in kw.items()})
+    if name == "check_inefficient":  # (values as JSON: 0, ["early_allocation"])
+        msmemscope.check_inefficient(path, **{k: json.loads(v) for k, v in kw.items()})
     else:
         print(msmemscope.analyze(name, input_path=path, **kw))
 except Exception as e:
@@ -610,6 +610,72 @@ def test_check_inefficient_takes_the_options_config_set_for_the_analyzer(recorde
     assert marked("mem_size=4096") == {"1": "early_allocation"}
 
 
+def marked_by_check_inefficient(tmp, make_dump, configured, *args):
+    """The marks check_inefficient(FILE, *args) writes back after
+    config(plugin_options={"inefficient": configured})."""
+    f = make_dump(tmp / "ineff.csv")
+    p = offline(tmp, "check_inefficient", f.name, *args,
+                TEST_CONFIG_PLUGIN_OPTIONS=json.dumps({"inefficient": configured}))
+    assert "raised" not in p.stdout, p.stdout
+    return {r["ID"]: r["attr"]["inefficient_type"] for r in read_dump(f) if "inefficient_type" in r["attr"]}
+
+
+def idle_block_csv(path):
+    """A block read by the first and the fourth of four operators: idle for
+    two operators between its accesses."""
+    from test_analyzers_cli import row, write_csv
+    read = "{dtype:torch.float32,shape:[32, 32],size:4096,format:NCHW,type:READ,allocation_id:1}"
+    rows = [row(1, "MALLOC", "PTA", "N/A", 100, ptr="0x10",
+                attr="{allocation_id:1,addr:0x10,size:4096,total:8192,used:4096}")]
+    for op in range(4):
+        rows.append(row(len(rows) + 1, "OP_LAUNCH", "ATEN_START", f"aten::op{op}", 100 * len(rows), dev="N/A"))
+        if op in (0, 3):
+            rows.append(row(len(rows) + 1, "ACCESS", "READ", f"aten::op{op}", 100 * len(rows), ptr="0x10", attr=read))
+        rows.append(row(len(rows) + 1, "OP_LAUNCH", "ATEN_END", f"aten::op{op}", 100 * len(rows), dev="N/A"))
+    rows.append(row(len(rows) + 1, "FREE", "PTA", "N/A", 100 * len(rows), ptr="0x10",
+                    attr="{allocation_id:1,addr:0x10,size:-4096,total:8192,used:0}"))
+    return write_csv(path, rows)
+
+
+# Before: an argument given at its default's value (mem_size=0,
+# inefficient_type=[all three], idle_threshold=3000) was taken as not
+# given, and config(plugin_options=...)'s value was used instead.
+def test_check_inefficient_arguments_given_at_their_default_are_the_users_word(recorded):
+    from test_analyzers_cli import upstream_inefficient_csv
+    tmp = recorded[0]
+    early = {"1": "early_allocation"}
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"mem_size": 8192}) == {}
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"mem_size": 8192}, "mem_size=0") == early
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"inefficient_type": "late_deallocation"}) == {}
+    all_kinds = json.dumps(["early_allocation", "late_deallocation", "temporary_idleness"])
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"inefficient_type": "late_deallocation"},
+                                       f"inefficient_type={all_kinds}") == early
+    # (None, upstream's way of saying all three, given too)
+    assert marked_by_check_inefficient(tmp, upstream_inefficient_csv, {"inefficient_type": "late_deallocation"},
+                                       "inefficient_type=null") == early
+    idle = {"inefficient_type": "temporary_idleness", "idle_threshold": 1}
+    assert marked_by_check_inefficient(tmp, idle_block_csv, idle) == {"1": "temporary_idleness"}
+    assert marked_by_check_inefficient(tmp, idle_block_csv, idle, "idle_threshold=3000") == {}
+
+
+def test_the_upstream_config_class_tells_given_parameters_from_defaults(recorded):
+    # msmemscope.analyzer.InefficientConfig, which check_inefficient builds,
+    # keeps which parameters its caller gave; its signature still shows
+    # upstream's defaults
+    import inspect
+    from msmemscope.analyzer import InefficientConfig, check_inefficient
+    from test_analyzers_cli import upstream_inefficient_csv
+    f = upstream_inefficient_csv(recorded[0] / "config_class.csv")
+    assert InefficientConfig(str(f)).parameters_given == set()
+    given = InefficientConfig(str(f), mem_size=0, idle_threshold=3000).parameters_given
+    assert given == {"mem_size", "idle_threshold"}
+    assert InefficientConfig(str(f), mem_size=0).mem_size == 0
+    for function in (check_inefficient, InefficientConfig.__init__):
+        defaults = [f"{name}={p.default!r}" for name, p in inspect.signature(function).parameters.items()
+                    if p.default is not p.empty]
+        assert defaults == ["mem_size=0", "inefficient_type=None", "idle_threshold=3000"]
+
+
 # A plugin of the user's own folder that was refused: why (a ValueError, as
 # for an analyzer not found), not "unknown analyzer".
 @pytest.mark.parametrize("name,reason", [
@@ -713,6 +779,24 @@ def test_an_analysis_out_of_memory_names_the_command_line_that_sets_the_budget(r
     assert re.fullmatch(out_of_memory("many.csv", f" --plugin-path={BAD_PLUGINS}"), p.stdout.strip()), p.stdout
 
 
+def test_the_out_of_memory_command_line_gives_the_analyzer_its_options(recorded):
+    # Before: "... msmemscope --analyze=bad_alloc_in_event --input=many.csv
+    # --offline-memory=<MiB> runs the analysis with one": without the options
+    # config() and the call gave, that command runs another analysis
+    tmp = recorded[0]
+    (tmp / "many.csv").write_text(MANY_BLOCKS)
+    configured = json.dumps({"bad_alloc_in_event": {"fail_at": 30}})
+    p = offline(tmp, "bad_alloc_in_event", "many.csv", MSMEMSCOPE_PLUGIN_PATH=str(BAD_PLUGINS),
+                TEST_CONFIG_PLUGIN_OPTIONS=configured)
+    assert re.fullmatch(out_of_memory("many.csv", " --plugin-option=bad_alloc_in_event.fail_at=30"),
+                        p.stdout.strip()), p.stdout
+    # the call's keyword, its latest word
+    p = offline(tmp, "bad_alloc_in_event", "many.csv", "fail_at=50", MSMEMSCOPE_PLUGIN_PATH=str(BAD_PLUGINS),
+                TEST_CONFIG_PLUGIN_OPTIONS=configured)
+    assert re.fullmatch(out_of_memory("many.csv", " --plugin-option=bad_alloc_in_event.fail_at=50"),
+                        p.stdout.strip()), p.stdout
+
+
 def two_processes_inefficient(path):
     """Two processes in one file, each numbering its rows from 1 (as
     upstream's dumps can): block 0x10, allocated long before the operator
@@ -742,7 +826,7 @@ def test_results_not_written_back_are_a_warning_to_the_user(recorded):
     tmp = recorded[0]
     two_processes_inefficient(tmp / "two.csv")
     p = offline(tmp, "check_inefficient", "two.csv")
-    call = "        msmemscope.check_inefficient(path, **{k: int(v) for k, v in kw.items()})"
+    call = "        msmemscope.check_inefficient(path, **{k: json.loads(v) for k, v in kw.items()})"
     line = 1 + OFFLINE.splitlines().index(call)
     assert (f"{tmp / 'offline.py'}:{line}: UserWarning: msmemscope.check_inefficient: 1 result(s) not written back "
             "into two.csv: the ID of their row is also the ID of another process's row in the file") in \

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "config.h"
+#include "config_fixture.h"
 #include "offline/memory_budget.h"
 #include "offline/offline.h"
 
@@ -60,6 +61,37 @@ TEST_CASE("the command line given to the Python API names its plugin folders, qu
     CHECK(budget_setter(cfg, "it's.csv") ==
           "the Python API has no keyword for the memory budget; msmemscope --analyze=mine '--input=it'\\''s.csv' "
           "'--plugin-path=/opt/my plugins' --offline-memory=<MiB> runs the analysis with one");
+}
+
+// Before: the command named the analyzers and the input only, so running it
+// gave the analysis with the options' defaults, another answer than the
+// run's (config(plugin_options=...) and the call's keywords reach the
+// command line as --plugin-option).
+TEST_CASE("the command line given to the Python API gives the analyzers the options the run was given") {
+    auto r = msms_test::run({"--analyze=inefficient,oom:25", "--input=d.csv", "--python-api",
+                             "--plugin-option=inefficient.idle_threshold=3000"});
+    REQUIRE(r.ok);
+    CHECK(budget_setter(r.cfg, "d.csv") ==
+          "the Python API has no keyword for the memory budget; msmemscope --analyze=inefficient,oom --input=d.csv "
+          "--plugin-option=inefficient.idle_threshold=3000 --plugin-option=oom.k=25 --offline-memory=<MiB> runs "
+          "the analysis with one");
+    // (the defaults, which the command line applies anyway, are not named)
+    auto plain = msms_test::run({"--analyze=inefficient", "--input=d.csv", "--python-api"});
+    REQUIRE(plain.ok);
+    CHECK(budget_setter(plain.cfg, "d.csv") ==
+          "the Python API has no keyword for the memory budget; msmemscope --analyze=inefficient --input=d.csv "
+          "--offline-memory=<MiB> runs the analysis with one");
+}
+
+TEST_CASE("the options in the Python API's command line are quoted for a shell") {
+    Config cfg;
+    cfg.offline_api = true;
+    cfg.analyzers = {"mine"};
+    cfg.plugin_options["mine"] = {{"label", "my label"}, {"unset", "default"}};
+    cfg.analyzer_options_given["mine"] = {"label"};
+    CHECK(budget_setter(cfg, "d.csv") ==
+          "the Python API has no keyword for the memory budget; msmemscope --analyze=mine --input=d.csv "
+          "'--plugin-option=mine.label=my label' --offline-memory=<MiB> runs the analysis with one");
 }
 
 namespace {

@@ -62,7 +62,11 @@ def analyze(name: str, input_path=None, **kwargs):
     the folders config(plugin_path=...) and MSMEMSCOPE_PLUGIN_PATH name)
     runs through the command line's offline mode with its options as
     keywords (over those msmemscope.config(plugin_options=...) set for it);
-    its report is returned. Its memory budget is the command
+    its report is returned. The files an analyzer writes and its report
+    names (leaks' full list past max_lines, watch's checkpoint hashes) go
+    into the folder msmemscope.config(output=...) names, memscopeDumpResults
+    unless set, as ``msmemscope --analyze``'s go into --output; nothing is
+    made there for an analysis that writes no file. Its memory budget is the command
     line's default (half the machine's memory or of the cgroup's limit):
     there is no keyword for it; ``msmemscope --analyze=NAME --input=FILE
     --offline-memory=MIB`` runs the analysis with one.

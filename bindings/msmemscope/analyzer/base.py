@@ -40,6 +40,24 @@ class AnalysisConfig:
             raise ValueError(f"Unsupported file type: {ext}.Only files ending with .csv or .db are supported.")
 
 
+class Default:
+    """A parameter's default, told apart from the same value given by the
+    caller: a value given is the user's latest word over what
+    msmemscope.config(plugin_options=...) set, a default is not. Shown as
+    the value itself (help(), inspect.signature)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def value_of(v: Any) -> Any:
+    """The value a parameter has: its default's when it was not given."""
+    return v.value if isinstance(v, Default) else v
+
+
 def is_int(v: Any) -> bool:
     """An int that is not a bool (True is not a size or an index)."""
     return isinstance(v, int) and not isinstance(v, bool)

@@ -23,11 +23,15 @@ from pathlib import Path
 from typing import List, Optional, Union
 
 from .. import _offline
-from .base import AnalysisConfig, BaseAnalyzer, is_int
+from .base import AnalysisConfig, BaseAnalyzer, Default, is_int, value_of
 
 INEFFICIENT_TYPES = ["early_allocation", "late_deallocation", "temporary_idleness"]
 HEADERS = ["ID", "Event", "Event Type", "Name", "Timestamp(ns)", "Process Id", "Thread Id", "Device Id", "Ptr",
            "Attr", "Call Stack(Python)", "Call Stack(C)"]
+
+# upstream's defaults (the inefficient plugin's are the same), as defaults:
+# a parameter left at one takes what config(plugin_options=...) set
+MEM_SIZE, KINDS, IDLE_THRESHOLD = Default(0), Default(None), Default(3000)
 
 __all__ = ["InefficientConfig", "InefficientAnalyzer", "check_inefficient", "INEFFICIENT_TYPES"]
 
@@ -38,12 +42,18 @@ class InefficientConfig(AnalysisConfig):
     (a list, or one kind as a string), ``idle_threshold`` (APIs between two
     accesses for temporary idleness)."""
 
-    def __init__(self, input_path: str, mem_size: int = 0, inefficient_type: Union[None, str, List[str]] = None,
-                 idle_threshold: int = 3000) -> None:
+    def __init__(self, input_path: str, mem_size: int = MEM_SIZE,
+                 inefficient_type: Union[None, str, List[str]] = KINDS, idle_threshold: int = IDLE_THRESHOLD) -> None:
         super().__init__(input_path=input_path)
-        self.mem_size = mem_size
+        # The parameters the caller gave, whatever their value (mem_size=0
+        # too): those are the user's latest word over what
+        # msmemscope.config(plugin_options={"inefficient": ...}) set.
+        given = {"mem_size": mem_size, "inefficient_type": inefficient_type, "idle_threshold": idle_threshold}
+        self.parameters_given = {k for k, v in given.items() if not isinstance(v, Default)}
+        self.mem_size = value_of(mem_size)
+        inefficient_type = value_of(inefficient_type)
         self.inefficient_type = list(INEFFICIENT_TYPES) if inefficient_type is None else inefficient_type
-        self.idle_threshold = idle_threshold
+        self.idle_threshold = value_of(idle_threshold)
         self.__post_init__()
 
     def __post_init__(self) -> None:
@@ -91,19 +101,17 @@ def _stamp(path: str):
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-# upstream's defaults of InefficientConfig's parameters, as the analyzer's
-# options take them (the inefficient plugin's defaults are the same)
-_UPSTREAM_DEFAULTS = {"mem_size": "0", "inefficient_type": ",".join(INEFFICIENT_TYPES), "idle_threshold": "3000"}
-
-
 def _options_of(config: InefficientConfig) -> dict:
-    """The analyzer's options the config gives. A parameter left at
-    upstream's default is not one: InefficientConfig always has a value,
-    and check_inefficient(path) would otherwise undo what
-    msmemscope.config(plugin_options={"inefficient": ...}) set."""
+    """The analyzer's options the config gives: the parameters its caller
+    gave (a value set on it afterwards too). One left at its default is
+    not: InefficientConfig always has a value, and check_inefficient(path)
+    would otherwise undo what msmemscope.config(plugin_options={"inefficient":
+    ...}) set."""
     values = {"mem_size": str(config.mem_size), "inefficient_type": ",".join(config.inefficient_type),
               "idle_threshold": str(config.idle_threshold)}
-    return {k: v for k, v in values.items() if v != _UPSTREAM_DEFAULTS[k]}
+    defaults = {"mem_size": str(MEM_SIZE.value), "inefficient_type": ",".join(INEFFICIENT_TYPES),
+                "idle_threshold": str(IDLE_THRESHOLD.value)}
+    return {k: v for k, v in values.items() if k in config.parameters_given or v != defaults[k]}
 
 
 class InefficientAnalyzer(BaseAnalyzer):
@@ -126,7 +134,10 @@ class InefficientAnalyzer(BaseAnalyzer):
                 shutil.copyfileobj(src, dst, 1 << 20)
             print("INFO: CSV file read successfully" if fmt == "csv" else "INFO: DB file read successfully")
             before = _stamp(tmp)
-            _offline.run("check_inefficient", "inefficient", tmp, _options_of(config), shown_as=str(path))
+            # (the inefficient analyzer writes no file of its own: its
+            # results come back into the copy)
+            _offline.run("check_inefficient", "inefficient", tmp, _options_of(config), shown_as=str(path),
+                         writes_files=False)
             if fmt == "csv":
                 print(f"INFO: Connecting to csv {path.name} to write results")
             else:
@@ -147,13 +158,13 @@ class InefficientAnalyzer(BaseAnalyzer):
             print(f"INFO: All results have been successfully written to database {path.name}")
 
 
-def check_inefficient(input_path: str, mem_size: int = 0, inefficient_type: Optional[List[str]] = None,
-                      idle_threshold: int = 3000) -> None:
+def check_inefficient(input_path: str, mem_size: int = MEM_SIZE, inefficient_type: Optional[List[str]] = KINDS,
+                      idle_threshold: int = IDLE_THRESHOLD) -> None:
     """Offline inefficient-memory check of a dump (see the module's text):
     prints upstream's progress lines and writes ``inefficient_type:<kinds>``
-    into the MALLOC rows of the blocks found. An argument left at its
-    default takes the value msmemscope.config(plugin_options={"inefficient":
-    {...}}) set, if any.
+    into the MALLOC rows of the blocks found. An argument left out takes
+    the value msmemscope.config(plugin_options={"inefficient": {...}}) set,
+    if any; one given (its default's value too) is used.
 
     What the analysis warns of (a dump recorded without accesses) comes as
     a Python warning. Raises FileNotFoundError for an input_path that is

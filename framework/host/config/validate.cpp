@@ -737,6 +737,8 @@ bool validate(const RawConfig& raw_given, const Catalog& catalog, Config& cfg, s
             continue;
         }
         validate_plugin_options(*p, opts, origin, cfg.plugin_options[pname], errors);
+        if (p->kind == MSMS_KIND_ANALYZER)
+            for (auto& [key, value] : opts) cfg.analyzer_options_given[pname].insert(key);
     }
     for (auto& p : catalog) {
         if (cfg.plugin_options.count(p.name)) continue;

@@ -212,14 +212,32 @@ private:
     std::shared_ptr<spdlog::logger> log_;
 };
 
-// The command line that runs this analysis with a memory budget of its own
-// (the plugin folders it found its analyzers in; not their options:
-// Config holds every plugin's, defaults included, not only those given).
+// The --plugin-option words that give the analyzers the options this run
+// was given (config()'s plugin_options and the call's keywords, for the
+// Python API), as validated: without them the command below would run the
+// analysis with the defaults and give another answer.
+std::string given_options_words(const Config& cfg) {
+    std::string words;
+    for (auto& name : cfg.analyzers) {
+        auto given = cfg.analyzer_options_given.find(name);
+        auto values = cfg.plugin_options.find(name);
+        if (given == cfg.analyzer_options_given.end() || values == cfg.plugin_options.end()) continue;
+        for (auto& key : given->second) {
+            auto value = values->second.find(key);
+            if (value != values->second.end())
+                words += " " + shell_word("--plugin-option=" + name + "." + key + "=" + value->second);
+        }
+    }
+    return words;
+}
+
+// The command line that runs this analysis with a memory budget of its own:
+// the plugin folders it found its analyzers in and the options it gave them.
 std::string budget_command(const Config& cfg, const std::string& path) {
     std::string cmd = "msmemscope " + shell_word("--analyze=" + join(cfg.analyzers, ",")) + " " +
                       shell_word("--input=" + path);
     for (auto& p : cfg.plugin_search_paths) cmd += " " + shell_word("--plugin-path=" + p);
-    return cmd + " --offline-memory=<MiB>";
+    return cmd + given_options_words(cfg) + " --offline-memory=<MiB>";
 }
 
 // side_dir: a private folder the caller made (and removes, also when a
