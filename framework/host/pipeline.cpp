@@ -123,7 +123,7 @@ void Pipeline::log(int level, const std::string& text) {
                                 msg + "\n");
 }
 
-void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
+void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc, bool sink_in_finish) {
     inst.alive = false;
     std::lock_guard<std::mutex> lk(api_mu_);
     // (plugins built before MSMS_ERR_OUT_OF_MEMORY said it as an exception)
@@ -134,7 +134,8 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
         oom_pending_ = true;  // thrown once the plugin's call has returned (throw_if_out_of_memory)
         return;
     }
-    std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") + "; continuing without it";
+    std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") +
+                      (sink_in_finish ? kOwnOutputIncomplete : "; continuing without it");
     plugin_errors_.push_back(msg);
     failures_.push_back({inst.name, plugin_kind_name(inst.d ? inst.d->kind : 0), what + (oom ? " (out of memory)" : "")});
     if (run_.log) run_.log->error(said(cfg_, msg));
@@ -324,11 +325,12 @@ void Pipeline::sink_finish(size_t i) {
     t_sink = static_cast<long>(i);
     Instance& s = sinks_[i];
     if (!s.alive || !s.d->finish) return;
+    tell_sink_of_later_failures(i);
+    if (!s.alive) return;  // it failed on being told
     msms_error err{};
     {
         supervisor::CallScope in(s.slot, PluginCall::Finish);
-        if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK)
-            plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
+        if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK) sink_finish_failed(s, err, rc);
     }
     if (progress_) {
         Progress p;
@@ -798,13 +800,15 @@ void Pipeline::finish() {
         throw_if_out_of_memory();
         return;
     }
-    for (auto& s : sinks_) {
+    for (size_t i = 0; i < sinks_.size(); ++i) {
+        Instance& s = sinks_[i];
         if (!s.alive || !s.d->finish) continue;
+        tell_sink_of_later_failures(i);  // a sink before it failed in its finish
+        if (!s.alive) continue;
         msms_error err{};
         {
             supervisor::CallScope in(s.slot, PluginCall::Finish);
-            if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK)
-                plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
+            if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK) sink_finish_failed(s, err, rc);
         }
         throw_if_out_of_memory();
         if (progress_) {
@@ -833,6 +837,7 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
     if (t_sink < 0 && self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
     self->log(level, msg);
 }
+
 
 std::vector<std::string> Pipeline::reported_errors() const {
     std::vector<std::string> out;
@@ -958,12 +963,16 @@ void Pipeline::finding_to_sinks(msms_str table, const msms_kv* cols, uint32_t n)
 // One row of table "plugin_failure" per plugin that failed (or was left
 // out after a crash), after the analyzers' last findings: columns plugin,
 // kind (analyzer, sink) and what (the console's words). A sink that failed
-// itself is not told; one failing later, in its finish, is in no view.
+// itself is not told. One failing later (on a sink's thread, or in a sink's
+// finish) is told to each sink not finished yet (tell_sink_of_later_failures);
+// sinks that finish at the same time on their threads may not hear of it:
+// the log, the console and summary.json name it whatever the timing.
 void Pipeline::tell_sinks_of_failures() {
     std::vector<Failure> failures;
     {
         std::lock_guard<std::mutex> lk(api_mu_);  // sinks' threads add theirs
         failures = failures_;
+        failures_told_.assign(sinks_.size(), failures.size());
     }
     for (const Failure& f : failures) {
         const std::string what = said(cfg_, f.what);
@@ -972,6 +981,42 @@ void Pipeline::tell_sinks_of_failures() {
                                 {msms_str{"what", 4}, {what.data(), static_cast<uint32_t>(what.size())}}};
         finding_to_sinks({kFailureTable.data(), static_cast<uint32_t>(kFailureTable.size())}, cols, 3);
     }
+}
+
+void Pipeline::tell_sink_of_later_failures(size_t i) {
+    std::vector<Failure> later;
+    {
+        std::lock_guard<std::mutex> lk(api_mu_);
+        if (i >= failures_told_.size()) return;  // finish() was not reached (an exception)
+        later.assign(failures_.begin() + static_cast<std::ptrdiff_t>(failures_told_[i]), failures_.end());
+        failures_told_[i] = failures_.size();
+    }
+    for (const Failure& f : later)
+        if (sinks_[i].alive) failure_to_sink(sinks_[i], f);
+}
+
+// On the sink's own thread (or the pipeline's without sink threads).
+void Pipeline::failure_to_sink(Instance& s, const Failure& f) {
+    if (!s.d->on_finding) return;
+    const std::string what = said(cfg_, f.what);
+    const msms_kv cols[] = {{msms_str{"plugin", 6}, {f.plugin.data(), static_cast<uint32_t>(f.plugin.size())}},
+                            {msms_str{"kind", 4}, {f.kind.data(), static_cast<uint32_t>(f.kind.size())}},
+                            {msms_str{"what", 4}, {what.data(), static_cast<uint32_t>(what.size())}}};
+    int rc;
+    {
+        supervisor::CallScope in(s.slot, PluginCall::OnFinding);
+        rc = s.d->on_finding(s.obj, {kFailureTable.data(), static_cast<uint32_t>(kFailureTable.size())}, cols, 3);
+    }
+    if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on a finding"), rc);
+}
+
+void Pipeline::sink_finish_failed(Instance& s, const msms_error& err, int rc) {
+    plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc, true);
+}
+
+std::vector<Pipeline::Failure> Pipeline::failures() const {
+    std::lock_guard<std::mutex> lk(api_mu_);
+    return failures_;
 }
 
 void Pipeline::api_report(void* h, msms_str line) {

@@ -79,6 +79,16 @@ public:
     const std::map<std::string, DeviceTotals>& device_totals() const { return device_totals_; }
     const std::vector<std::string>& report_lines() const { return report_; }
     const std::vector<std::string>& plugin_errors() const { return plugin_errors_; }
+    // Every plugin of this run that failed or was left out, in the order
+    // they failed, those failing in a sink's finish() included: what the
+    // host's own files written after the sinks (summary.json) name.
+    struct Failure {
+        std::string plugin, kind, what;
+    };
+    std::vector<Failure> failures() const;
+    // The end of a sink's failure message when it failed in its finish():
+    // what it wrote cannot name its own failure (the console and the log do).
+    static constexpr const char* kOwnOutputIncomplete = "; its output is incomplete and does not say so";
     // Errors plugins reported through the host API (host.error, log level 2):
     // one line per plugin, its first message and how many more (the run's
     // output is not what the plugin meant to write: the CLI exits with 70).
@@ -163,8 +173,12 @@ private:
     // To the analyzers [first_analyzer, end_analyzer), then (to_sinks) every sink.
     void dispatch(Record& r, size_t first_analyzer, size_t end_analyzer = SIZE_MAX, bool to_sinks = true);
     void build_views(Record& r);
-    // rc: the plugin's status (MSMS_ERR_OUT_OF_MEMORY: see set_out_of_memory_fatal)
-    void plugin_failed(Instance& inst, const std::string& what, int rc);
+    // rc: the plugin's status (MSMS_ERR_OUT_OF_MEMORY: see set_out_of_memory_fatal);
+    // in_finish: a sink failed in its finish(), past the point where it could
+    // be told of failures, so its own output is incomplete without saying so.
+    void plugin_failed(Instance& inst, const std::string& what, int rc, bool sink_in_finish = false);
+    // A sink's finish() returned an error.
+    void sink_finish_failed(Instance& s, const msms_error& err, int rc);
     void throw_if_out_of_memory();
     // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
     std::string with_reason(const Instance& inst, const std::string& what) const;
@@ -206,18 +220,22 @@ private:
     std::unique_ptr<SinkLanes> lanes_;
     // What the sinks' threads share with the pipeline's: plugin errors, the
     // log's error counts, progress, report lines.
-    std::mutex api_mu_;
+    mutable std::mutex api_mu_;
     std::vector<std::vector<std::string>> sink_reports_;  // per sink, in the report after the analyzers' in sink order
     // Plugins of this run that failed, or that the supervisor left out after
     // they crashed in an earlier pass: told to the sinks at the end
     // (tell_sinks_of_failures), so that a view does not present a stopped
     // analysis's results as whole.
     static constexpr std::string_view kFailureTable = "plugin_failure";
-    struct Failure {
-        std::string plugin, kind, what;
-    };
     std::vector<Failure> failures_;
     void tell_sinks_of_failures();
+    // Failures that came after tell_sinks_of_failures (a sink failing on its
+    // own thread, or in its finish()): sink i hears of them just before its
+    // own finish(), so a sink finishing after another one failed still names
+    // it. failures_told_[i]: how many of failures_ sink i was told of.
+    std::vector<size_t> failures_told_;
+    void tell_sink_of_later_failures(size_t i);
+    void failure_to_sink(Instance& s, const Failure& f);
     bool accounting_ = true;
     bool oom_fatal_ = false;
     std::atomic<bool> oom_pending_{false};

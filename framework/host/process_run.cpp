@@ -582,6 +582,7 @@ void ProcessRun::run_stream() {
         run.log->warn(said(cfg_, rank_.warning()));
     }
     facts.steps = step_count.steps();
+    for (auto& pf : pipeline.failures()) facts.plugin_failures.push_back({pf.plugin, pf.kind, said(cfg_, pf.what)});
     facts.wall_start_ns = reader_.wall_start();
     facts.exec_replaced = exec_replaced;
     // No end record (SIGKILL): the program the CLI started has its wait
@@ -714,7 +715,11 @@ std::string ProcessRun::rewrite_config_json() {
         add(msg.substr(8, q - 8), why);
     };
     for (auto& n : supervisor::exclusion_notes()) parse(n, " ", "; the outputs were re-run without it");
-    for (auto& e : summary_.plugin_errors) parse(e, ": ", "; continuing without it");
+    for (auto& e : summary_.plugin_errors) {
+        const std::string own = Pipeline::kOwnOutputIncomplete;  // a sink that failed in its finish()
+        bool in_finish = e.size() >= own.size() && e.compare(e.size() - own.size(), own.size(), own) == 0;
+        parse(e, ": ", in_finish ? Pipeline::kOwnOutputIncomplete : "; continuing without it");
+    }
     if (dropped.empty() && cfg_.replay.empty()) return "";
     std::string text = config_json() + "\n";
     if (!dropped.empty()) {

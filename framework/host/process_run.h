@@ -33,6 +33,13 @@ struct SummaryFacts {
     // The program the CLI started ended without an end record (SIGKILL):
     // its wait status as the CLI reaped it (program_status.h), else -1.
     int wait_status = -1;
+    // The plugins that failed or were left out (Pipeline::failures), those
+    // failing in a sink's finish() included: summary.json is written after
+    // every sink has finished, so it names what the sinks' own files cannot.
+    struct PluginFailure {
+        std::string plugin, kind, what;
+    };
+    std::vector<PluginFailure> plugin_failures;
 };
 
 struct ProcessSummary {
