@@ -138,6 +138,7 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc, bo
                       (sink_in_finish ? kOwnOutputIncomplete : "; continuing without it");
     plugin_errors_.push_back(msg);
     failures_.push_back({inst.name, plugin_kind_name(inst.d ? inst.d->kind : 0), what + (oom ? " (out of memory)" : "")});
+    failure_count_ = failures_.size();
     if (run_.log) run_.log->error(said(cfg_, msg));
     supervisor::host_stderr("msmemscope: error: " + said(cfg_, msg) + "\n");
 }
@@ -160,6 +161,7 @@ void Pipeline::start(const RunContext& run) {
         if (!p) return;
         if (supervisor::excluded(name)) {
             failures_.push_back({name, plugin_kind_name(kind), supervisor::exclusion_reason(name)});
+            failure_count_ = failures_.size();
             return;
         }
         Instance inst;
@@ -282,6 +284,7 @@ void Pipeline::start(const RunContext& run) {
 }
 
 void Pipeline::idle() {
+    tell_live_of_failures();
     if (lanes_) lanes_->publish();
 }
 
@@ -752,6 +755,7 @@ void Pipeline::feed(Record& r) {
         ++events_;
         dispatch(item.first, item.second);
     }
+    tell_live_of_failures();
     throw_if_out_of_memory();
 }
 
@@ -788,6 +792,7 @@ void Pipeline::finish() {
             dispatch(item.first, item.second);
         }
     }
+    tell_live_of_failures();
     live_view_ = nullptr;  // the live view ends with what the analyses found, before the end's shadow FREEs
     if (accounting_) shadow_frees_at_end();
     tell_sinks_of_failures();
@@ -1017,6 +1022,17 @@ void Pipeline::sink_finish_failed(Instance& s, const msms_error& err, int rc) {
 std::vector<Pipeline::Failure> Pipeline::failures() const {
     std::lock_guard<std::mutex> lk(api_mu_);
     return failures_;
+}
+
+void Pipeline::tell_live_of_failures() {
+    if (!live_view_ || failure_count_.load(std::memory_order_relaxed) == live_told_) return;
+    std::vector<Failure> fresh;
+    {
+        std::lock_guard<std::mutex> lk(api_mu_);
+        fresh.assign(failures_.begin() + static_cast<std::ptrdiff_t>(live_told_), failures_.end());
+        live_told_ = failures_.size();
+    }
+    for (const Failure& f : fresh) live_view_->on_plugin_failure(f.plugin, f.kind, said(cfg_, f.what));
 }
 
 void Pipeline::api_report(void* h, msms_str line) {

@@ -225,7 +225,7 @@ private:
     // Plugins of this run that failed, or that the supervisor left out after
     // they crashed in an earlier pass: told to the sinks at the end
     // (tell_sinks_of_failures), so that a view does not present a stopped
-    // analysis's results as whole.
+    // analysis's results as whole; told to the live view as they happen.
     static constexpr std::string_view kFailureTable = "plugin_failure";
     std::vector<Failure> failures_;
     void tell_sinks_of_failures();
@@ -236,6 +236,11 @@ private:
     std::vector<size_t> failures_told_;
     void tell_sink_of_later_failures(size_t i);
     void failure_to_sink(Instance& s, const Failure& f);
+    // The live view hears of failures on the pipeline's thread (it is not
+    // thread-safe), at the next event or wait: live_told_ of failures_ so far.
+    std::atomic<size_t> failure_count_{0};
+    size_t live_told_ = 0;
+    void tell_live_of_failures();
     bool accounting_ = true;
     bool oom_fatal_ = false;
     std::atomic<bool> oom_pending_{false};
