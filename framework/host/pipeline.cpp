@@ -254,6 +254,7 @@ void Pipeline::start(const RunContext& run) {
         }
     }
     supervisor::pipeline_started();
+    events_flowing_ = true;
     throw_if_out_of_memory();
     // Lanes pay off when the pipeline's thread has more to do than feed one
     // sink: several sinks, or analyses beside a lone sink when there is a
@@ -766,6 +767,7 @@ void Pipeline::finish() {
         host_peak_pending_ = nullptr;
     }
     if (finished_) return;
+    events_flowing_ = false;
     for (size_t i = 0; i < analyzers_.size(); ++i) {
         Instance& a = analyzers_[i];
         if (!a.alive || !a.d->finish) continue;
@@ -840,9 +842,21 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
     }
     // (the live view is the pipeline thread's: a sink's thread does not reach it)
     if (t_sink < 0 && self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
+    if (level == 1 && self->group_setup_warnings_ && !self->events_flowing_) {
+        // the log keeps this process's copy; the console's is the session's
+        const std::string text = said(self->cfg_, msg);
+        if (self->run_.log) self->run_.log->warn(text);
+        if (std::find(self->setup_warnings_.begin(), self->setup_warnings_.end(), text) == self->setup_warnings_.end())
+            self->setup_warnings_.push_back(text);
+        return;
+    }
     self->log(level, msg);
 }
 
+std::vector<std::string> Pipeline::setup_warnings() const {
+    std::lock_guard<std::mutex> lk(api_mu_);
+    return setup_warnings_;
+}
 
 std::vector<std::string> Pipeline::reported_errors() const {
     std::vector<std::string> out;

@@ -118,6 +118,15 @@ public:
     // event after accounting, the findings and the plugins' log lines, until
     // the analyzers have finished (not the end's shadow FREEs).
     void set_live(live::LiveState* l) { live_view_ = l; }
+    // A run of several processes (a DataLoader's workers) heard each
+    // plugin's warnings about its setup once per process. With this on, the
+    // plugins' warnings said while no event flows (in create, begin and
+    // finish: the same words in every process) go to the log but not to the
+    // console: setup_warnings() hands them to the session, which says each
+    // text once for the whole run with the processes that said it.
+    // Warnings about the events stay said as found.
+    void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
+    std::vector<std::string> setup_warnings() const;
     // Each sink on a thread of its own (sink_lanes.h; on unless set off
     // before start()). Off: every sink is called on the pipeline's thread.
     void set_sink_threads(bool on) { sink_threads_ = on; }
@@ -241,6 +250,9 @@ private:
     std::atomic<size_t> failure_count_{0};
     size_t live_told_ = 0;
     void tell_live_of_failures();
+    bool group_setup_warnings_ = false;
+    std::atomic<bool> events_flowing_{false};  // from the end of start() to finish()
+    std::vector<std::string> setup_warnings_;  // in the order said, each text once
     bool accounting_ = true;
     bool oom_fatal_ = false;
     std::atomic<bool> oom_pending_{false};

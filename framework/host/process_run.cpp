@@ -335,6 +335,7 @@ void ProcessRun::run_stream() {
             progress::task(progress_, t);
         });
     }
+    pipeline.set_group_setup_warnings(true);  // said once per run by the session (Session::print_summary)
     pipeline.start(run);
     notify_started("");
     // --live / --live-http: the view's snapshot every second (live/live_state.h).
@@ -542,6 +543,7 @@ void ProcessRun::run_stream() {
     summary_.totals = pipeline.device_totals();
     summary_.report = pipeline.report_lines();
     summary_.plugin_errors = pipeline.plugin_errors();
+    summary_.setup_warnings = pipeline.setup_warnings();
     if (summary_.dropped) run.log->error("{} events could not be recorded (dropped)", summary_.dropped);
     if (summary_.stragglers) run.log->warn("{} events arrived later than the reorder window", summary_.stragglers);
     if (summary_.corrupt) run.log->error("{} corrupt records skipped", summary_.corrupt);

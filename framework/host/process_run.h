@@ -87,6 +87,9 @@ struct ProcessSummary {
     // An analyzer was dropped (crashed, threw): the CLI exits with 71.
     bool plugin_dropped = false;
     std::vector<std::string> warnings;  // printed once on stderr
+    // Its plugins' warnings about their setup (Pipeline::setup_warnings),
+    // not yet said: the session says each text once for all processes.
+    std::vector<std::string> setup_warnings;
     // Its rank (process_rank.h: the environment's, else torch.distributed's),
     // "" when none.
     std::string rank;

@@ -303,7 +303,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 616,
+static_assert(sizeof(ProcessSummary) == 640,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -352,6 +352,8 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.plugin_dropped);
     w.u(s.warnings.size());
     for (auto& l : s.warnings) w.s(l);
+    w.u(s.setup_warnings.size());
+    for (auto& l : s.setup_warnings) w.s(l);
     w.s(s.rank);
     w.s(s.renamed_from);
     w.s(s.log_file);
@@ -422,6 +424,8 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.plugin_dropped = r.u() != 0;
     s.warnings.clear();
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.warnings.push_back(r.s());
+    s.setup_warnings.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) s.setup_warnings.push_back(r.s());
     s.rank = r.s();
     s.renamed_from = r.s();
     s.log_file = r.s();
