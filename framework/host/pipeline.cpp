@@ -123,7 +123,7 @@ void Pipeline::log(int level, const std::string& text) {
                                 msg + "\n");
 }
 
-void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
+void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc, bool sink_in_finish) {
     inst.alive = false;
     std::lock_guard<std::mutex> lk(api_mu_);
     // (plugins built before MSMS_ERR_OUT_OF_MEMORY said it as an exception)
@@ -134,9 +134,11 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc) {
         oom_pending_ = true;  // thrown once the plugin's call has returned (throw_if_out_of_memory)
         return;
     }
-    std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") + "; continuing without it";
+    std::string msg = "plugin '" + inst.name + "': " + what + (oom ? " (out of memory)" : "") +
+                      (sink_in_finish ? kOwnOutputIncomplete : "; continuing without it");
     plugin_errors_.push_back(msg);
     failures_.push_back({inst.name, plugin_kind_name(inst.d ? inst.d->kind : 0), what + (oom ? " (out of memory)" : "")});
+    failure_count_ = failures_.size();
     if (run_.log) run_.log->error(said(cfg_, msg));
     supervisor::host_stderr("msmemscope: error: " + said(cfg_, msg) + "\n");
 }
@@ -159,6 +161,7 @@ void Pipeline::start(const RunContext& run) {
         if (!p) return;
         if (supervisor::excluded(name)) {
             failures_.push_back({name, plugin_kind_name(kind), supervisor::exclusion_reason(name)});
+            failure_count_ = failures_.size();
             return;
         }
         Instance inst;
@@ -251,6 +254,7 @@ void Pipeline::start(const RunContext& run) {
         }
     }
     supervisor::pipeline_started();
+    events_flowing_ = true;
     throw_if_out_of_memory();
     // Lanes pay off when the pipeline's thread has more to do than feed one
     // sink: several sinks, or analyses beside a lone sink when there is a
@@ -281,6 +285,7 @@ void Pipeline::start(const RunContext& run) {
 }
 
 void Pipeline::idle() {
+    tell_live_of_failures();
     if (lanes_) lanes_->publish();
 }
 
@@ -324,11 +329,12 @@ void Pipeline::sink_finish(size_t i) {
     t_sink = static_cast<long>(i);
     Instance& s = sinks_[i];
     if (!s.alive || !s.d->finish) return;
+    tell_sink_of_later_failures(i);
+    if (!s.alive) return;  // it failed on being told
     msms_error err{};
     {
         supervisor::CallScope in(s.slot, PluginCall::Finish);
-        if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK)
-            plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
+        if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK) sink_finish_failed(s, err, rc);
     }
     if (progress_) {
         Progress p;
@@ -750,6 +756,7 @@ void Pipeline::feed(Record& r) {
         ++events_;
         dispatch(item.first, item.second);
     }
+    tell_live_of_failures();
     throw_if_out_of_memory();
 }
 
@@ -760,6 +767,7 @@ void Pipeline::finish() {
         host_peak_pending_ = nullptr;
     }
     if (finished_) return;
+    events_flowing_ = false;
     for (size_t i = 0; i < analyzers_.size(); ++i) {
         Instance& a = analyzers_[i];
         if (!a.alive || !a.d->finish) continue;
@@ -786,6 +794,7 @@ void Pipeline::finish() {
             dispatch(item.first, item.second);
         }
     }
+    tell_live_of_failures();
     live_view_ = nullptr;  // the live view ends with what the analyses found, before the end's shadow FREEs
     if (accounting_) shadow_frees_at_end();
     tell_sinks_of_failures();
@@ -798,13 +807,15 @@ void Pipeline::finish() {
         throw_if_out_of_memory();
         return;
     }
-    for (auto& s : sinks_) {
+    for (size_t i = 0; i < sinks_.size(); ++i) {
+        Instance& s = sinks_[i];
         if (!s.alive || !s.d->finish) continue;
+        tell_sink_of_later_failures(i);  // a sink before it failed in its finish
+        if (!s.alive) continue;
         msms_error err{};
         {
             supervisor::CallScope in(s.slot, PluginCall::Finish);
-            if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK)
-                plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc);
+            if (int rc = s.d->finish(s.obj, &err); rc != MSMS_OK) sink_finish_failed(s, err, rc);
         }
         throw_if_out_of_memory();
         if (progress_) {
@@ -831,7 +842,20 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
     }
     // (the live view is the pipeline thread's: a sink's thread does not reach it)
     if (t_sink < 0 && self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
+    if (level == 1 && self->group_setup_warnings_ && !self->events_flowing_) {
+        // the log keeps this process's copy; the console's is the session's
+        const std::string text = said(self->cfg_, msg);
+        if (self->run_.log) self->run_.log->warn(text);
+        if (std::find(self->setup_warnings_.begin(), self->setup_warnings_.end(), text) == self->setup_warnings_.end())
+            self->setup_warnings_.push_back(text);
+        return;
+    }
     self->log(level, msg);
+}
+
+std::vector<std::string> Pipeline::setup_warnings() const {
+    std::lock_guard<std::mutex> lk(api_mu_);
+    return setup_warnings_;
 }
 
 std::vector<std::string> Pipeline::reported_errors() const {
@@ -958,12 +982,16 @@ void Pipeline::finding_to_sinks(msms_str table, const msms_kv* cols, uint32_t n)
 // One row of table "plugin_failure" per plugin that failed (or was left
 // out after a crash), after the analyzers' last findings: columns plugin,
 // kind (analyzer, sink) and what (the console's words). A sink that failed
-// itself is not told; one failing later, in its finish, is in no view.
+// itself is not told. One failing later (on a sink's thread, or in a sink's
+// finish) is told to each sink not finished yet (tell_sink_of_later_failures);
+// sinks that finish at the same time on their threads may not hear of it:
+// the log, the console and summary.json name it whatever the timing.
 void Pipeline::tell_sinks_of_failures() {
     std::vector<Failure> failures;
     {
         std::lock_guard<std::mutex> lk(api_mu_);  // sinks' threads add theirs
         failures = failures_;
+        failures_told_.assign(sinks_.size(), failures.size());
     }
     for (const Failure& f : failures) {
         const std::string what = said(cfg_, f.what);
@@ -972,6 +1000,53 @@ void Pipeline::tell_sinks_of_failures() {
                                 {msms_str{"what", 4}, {what.data(), static_cast<uint32_t>(what.size())}}};
         finding_to_sinks({kFailureTable.data(), static_cast<uint32_t>(kFailureTable.size())}, cols, 3);
     }
+}
+
+void Pipeline::tell_sink_of_later_failures(size_t i) {
+    std::vector<Failure> later;
+    {
+        std::lock_guard<std::mutex> lk(api_mu_);
+        if (i >= failures_told_.size()) return;  // finish() was not reached (an exception)
+        later.assign(failures_.begin() + static_cast<std::ptrdiff_t>(failures_told_[i]), failures_.end());
+        failures_told_[i] = failures_.size();
+    }
+    for (const Failure& f : later)
+        if (sinks_[i].alive) failure_to_sink(sinks_[i], f);
+}
+
+// On the sink's own thread (or the pipeline's without sink threads).
+void Pipeline::failure_to_sink(Instance& s, const Failure& f) {
+    if (!s.d->on_finding) return;
+    const std::string what = said(cfg_, f.what);
+    const msms_kv cols[] = {{msms_str{"plugin", 6}, {f.plugin.data(), static_cast<uint32_t>(f.plugin.size())}},
+                            {msms_str{"kind", 4}, {f.kind.data(), static_cast<uint32_t>(f.kind.size())}},
+                            {msms_str{"what", 4}, {what.data(), static_cast<uint32_t>(what.size())}}};
+    int rc;
+    {
+        supervisor::CallScope in(s.slot, PluginCall::OnFinding);
+        rc = s.d->on_finding(s.obj, {kFailureTable.data(), static_cast<uint32_t>(kFailureTable.size())}, cols, 3);
+    }
+    if (rc != MSMS_OK) plugin_failed(s, with_reason(s, "failed on a finding"), rc);
+}
+
+void Pipeline::sink_finish_failed(Instance& s, const msms_error& err, int rc) {
+    plugin_failed(s, std::string("finish failed: ") + (err.message[0] ? err.message : "no reason given"), rc, true);
+}
+
+std::vector<Pipeline::Failure> Pipeline::failures() const {
+    std::lock_guard<std::mutex> lk(api_mu_);
+    return failures_;
+}
+
+void Pipeline::tell_live_of_failures() {
+    if (!live_view_ || failure_count_.load(std::memory_order_relaxed) == live_told_) return;
+    std::vector<Failure> fresh;
+    {
+        std::lock_guard<std::mutex> lk(api_mu_);
+        fresh.assign(failures_.begin() + static_cast<std::ptrdiff_t>(live_told_), failures_.end());
+        live_told_ = failures_.size();
+    }
+    for (const Failure& f : fresh) live_view_->on_plugin_failure(f.plugin, f.kind, said(cfg_, f.what));
 }
 
 void Pipeline::api_report(void* h, msms_str line) {

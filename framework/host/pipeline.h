@@ -79,6 +79,16 @@ public:
     const std::map<std::string, DeviceTotals>& device_totals() const { return device_totals_; }
     const std::vector<std::string>& report_lines() const { return report_; }
     const std::vector<std::string>& plugin_errors() const { return plugin_errors_; }
+    // Every plugin of this run that failed or was left out, in the order
+    // they failed, those failing in a sink's finish() included: what the
+    // host's own files written after the sinks (summary.json) name.
+    struct Failure {
+        std::string plugin, kind, what;
+    };
+    std::vector<Failure> failures() const;
+    // The end of a sink's failure message when it failed in its finish():
+    // what it wrote cannot name its own failure (the console and the log do).
+    static constexpr const char* kOwnOutputIncomplete = "; its output is incomplete and does not say so";
     // Errors plugins reported through the host API (host.error, log level 2):
     // one line per plugin, its first message and how many more (the run's
     // output is not what the plugin meant to write: the CLI exits with 70).
@@ -108,6 +118,15 @@ public:
     // event after accounting, the findings and the plugins' log lines, until
     // the analyzers have finished (not the end's shadow FREEs).
     void set_live(live::LiveState* l) { live_view_ = l; }
+    // A run of several processes (a DataLoader's workers) heard each
+    // plugin's warnings about its setup once per process. With this on, the
+    // plugins' warnings said while no event flows (in create, begin and
+    // finish: the same words in every process) go to the log but not to the
+    // console: setup_warnings() hands them to the session, which says each
+    // text once for the whole run with the processes that said it.
+    // Warnings about the events stay said as found.
+    void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
+    std::vector<std::string> setup_warnings() const;
     // Each sink on a thread of its own (sink_lanes.h; on unless set off
     // before start()). Off: every sink is called on the pipeline's thread.
     void set_sink_threads(bool on) { sink_threads_ = on; }
@@ -163,8 +182,12 @@ private:
     // To the analyzers [first_analyzer, end_analyzer), then (to_sinks) every sink.
     void dispatch(Record& r, size_t first_analyzer, size_t end_analyzer = SIZE_MAX, bool to_sinks = true);
     void build_views(Record& r);
-    // rc: the plugin's status (MSMS_ERR_OUT_OF_MEMORY: see set_out_of_memory_fatal)
-    void plugin_failed(Instance& inst, const std::string& what, int rc);
+    // rc: the plugin's status (MSMS_ERR_OUT_OF_MEMORY: see set_out_of_memory_fatal);
+    // in_finish: a sink failed in its finish(), past the point where it could
+    // be told of failures, so its own output is incomplete without saying so.
+    void plugin_failed(Instance& inst, const std::string& what, int rc, bool sink_in_finish = false);
+    // A sink's finish() returned an error.
+    void sink_finish_failed(Instance& s, const msms_error& err, int rc);
     void throw_if_out_of_memory();
     // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
     std::string with_reason(const Instance& inst, const std::string& what) const;
@@ -206,18 +229,30 @@ private:
     std::unique_ptr<SinkLanes> lanes_;
     // What the sinks' threads share with the pipeline's: plugin errors, the
     // log's error counts, progress, report lines.
-    std::mutex api_mu_;
+    mutable std::mutex api_mu_;
     std::vector<std::vector<std::string>> sink_reports_;  // per sink, in the report after the analyzers' in sink order
     // Plugins of this run that failed, or that the supervisor left out after
     // they crashed in an earlier pass: told to the sinks at the end
     // (tell_sinks_of_failures), so that a view does not present a stopped
-    // analysis's results as whole.
+    // analysis's results as whole; told to the live view as they happen.
     static constexpr std::string_view kFailureTable = "plugin_failure";
-    struct Failure {
-        std::string plugin, kind, what;
-    };
     std::vector<Failure> failures_;
     void tell_sinks_of_failures();
+    // Failures that came after tell_sinks_of_failures (a sink failing on its
+    // own thread, or in its finish()): sink i hears of them just before its
+    // own finish(), so a sink finishing after another one failed still names
+    // it. failures_told_[i]: how many of failures_ sink i was told of.
+    std::vector<size_t> failures_told_;
+    void tell_sink_of_later_failures(size_t i);
+    void failure_to_sink(Instance& s, const Failure& f);
+    // The live view hears of failures on the pipeline's thread (it is not
+    // thread-safe), at the next event or wait: live_told_ of failures_ so far.
+    std::atomic<size_t> failure_count_{0};
+    size_t live_told_ = 0;
+    void tell_live_of_failures();
+    bool group_setup_warnings_ = false;
+    std::atomic<bool> events_flowing_{false};  // from the end of start() to finish()
+    std::vector<std::string> setup_warnings_;  // in the order said, each text once
     bool accounting_ = true;
     bool oom_fatal_ = false;
     std::atomic<bool> oom_pending_{false};

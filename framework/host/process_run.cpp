@@ -347,6 +347,7 @@ void ProcessRun::run_stream() {
             progress::task(progress_, t);
         });
     }
+    pipeline.set_group_setup_warnings(true);  // said once per run by the session (Session::print_summary)
     pipeline.start(run);
     notify_started("");
     // --live / --live-http: the view's snapshot every second (live/live_state.h).
@@ -554,6 +555,7 @@ void ProcessRun::run_stream() {
     summary_.totals = pipeline.device_totals();
     summary_.report = pipeline.report_lines();
     summary_.plugin_errors = pipeline.plugin_errors();
+    summary_.setup_warnings = pipeline.setup_warnings();
     if (summary_.dropped) run.log->error("{} events could not be recorded (dropped)", summary_.dropped);
     if (summary_.stragglers) run.log->warn("{} events arrived later than the reorder window", summary_.stragglers);
     if (summary_.corrupt) run.log->error("{} corrupt records skipped", summary_.corrupt);
@@ -594,6 +596,7 @@ void ProcessRun::run_stream() {
         run.log->warn(said(cfg_, rank_.warning()));
     }
     facts.steps = step_count.steps();
+    for (auto& pf : pipeline.failures()) facts.plugin_failures.push_back({pf.plugin, pf.kind, said(cfg_, pf.what)});
     facts.wall_start_ns = reader_.wall_start();
     facts.exec_replaced = exec_replaced;
     // No end record (SIGKILL): the program the CLI started has its wait
@@ -726,7 +729,11 @@ std::string ProcessRun::rewrite_config_json() {
         add(msg.substr(8, q - 8), why);
     };
     for (auto& n : supervisor::exclusion_notes()) parse(n, " ", "; the outputs were re-run without it");
-    for (auto& e : summary_.plugin_errors) parse(e, ": ", "; continuing without it");
+    for (auto& e : summary_.plugin_errors) {
+        const std::string own = Pipeline::kOwnOutputIncomplete;  // a sink that failed in its finish()
+        bool in_finish = e.size() >= own.size() && e.compare(e.size() - own.size(), own.size(), own) == 0;
+        parse(e, ": ", in_finish ? Pipeline::kOwnOutputIncomplete : "; continuing without it");
+    }
     if (dropped.empty() && cfg_.replay.empty()) return "";
     std::string text = config_json() + "\n";
     if (!dropped.empty()) {

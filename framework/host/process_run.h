@@ -33,6 +33,13 @@ struct SummaryFacts {
     // The program the CLI started ended without an end record (SIGKILL):
     // its wait status as the CLI reaped it (program_status.h), else -1.
     int wait_status = -1;
+    // The plugins that failed or were left out (Pipeline::failures), those
+    // failing in a sink's finish() included: summary.json is written after
+    // every sink has finished, so it names what the sinks' own files cannot.
+    struct PluginFailure {
+        std::string plugin, kind, what;
+    };
+    std::vector<PluginFailure> plugin_failures;
 };
 
 struct ProcessSummary {
@@ -80,6 +87,9 @@ struct ProcessSummary {
     // An analyzer was dropped (crashed, threw): the CLI exits with 71.
     bool plugin_dropped = false;
     std::vector<std::string> warnings;  // printed once on stderr
+    // Its plugins' warnings about their setup (Pipeline::setup_warnings),
+    // not yet said: the session says each text once for all processes.
+    std::vector<std::string> setup_warnings;
     // Its rank (process_rank.h: the environment's, else torch.distributed's),
     // "" when none.
     std::string rank;

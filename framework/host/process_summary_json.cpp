@@ -300,6 +300,18 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     j.set("dropped", Json(s.dropped));
     j.set("complete", Json(s.incomplete.empty()));
     j.set("incomplete", Json::from_list(s.incomplete));
+    // The plugins that failed or were left out, as the HTML report's banner
+    // and the db's plugin_failure rows name them: here also a sink that
+    // failed in its own finish(), which no sink's file can say.
+    Json failures = Json::array();
+    for (auto& pf : f.plugin_failures) {
+        Json e = Json::object();
+        e.set("plugin", Json(pf.plugin));
+        e.set("kind", Json(pf.kind));
+        e.set("what", Json(pf.what));
+        failures.push(std::move(e));
+    }
+    j.set("plugin_failures", std::move(failures));
     Json pools = Json::object();
     for (auto& [pool, t] : s.totals) {
         Json p = Json::object();

@@ -767,6 +767,17 @@ int Session::replay(const std::string& capture) {
 
 namespace {
 
+// "" for one process; " (said by 5 processes: pids 11, 12, 13, 14, 15)",
+// the pids listed up to kListed.
+std::string processes_that_said(const std::vector<uint32_t>& pids) {
+    if (pids.size() < 2) return "";
+    constexpr size_t kListed = 10;
+    std::string list;
+    for (size_t i = 0; i < pids.size() && i < kListed; ++i) list += (i ? ", " : "") + std::to_string(pids[i]);
+    if (pids.size() > kListed) list += " and " + std::to_string(pids.size() - kListed) + " more";
+    return " (said by " + std::to_string(pids.size()) + " processes: pids " + list + ")";
+}
+
 void print_line(const ReportLine& line, std::ostream& out) {
     if (line.kind == ReportLine::Out)
         out << line.text << "\n";
@@ -902,6 +913,7 @@ int Session::print_summary(std::ostream& out) const {
     // A Python API session's user is told in config()'s words (api_words.h).
     const bool api = !cfg_.serve_session.empty();
     auto said = [api](const std::string& text) { return api ? api_words(text) : text; };
+    say_setup_warnings();
     for (auto& s : summaries_) {
         std::vector<ReportLine> lines = report_lines(s, said, status);
         for (auto& line : lines) print_line(line, out);
@@ -916,6 +928,22 @@ int Session::print_summary(std::ostream& out) const {
     // A collector left out for its missing target library (agent_library_paths).
     if (collector_dropped_ && status == 0 && !summaries_.empty()) status = 71;
     return status;
+}
+
+// The plugins' warnings about their setup, each text once for the run:
+// a DataLoader with 4 workers made the leak analysis say that --steps turns
+// it off 5 times. A text said by several processes names how many and which
+// (each process's log has its own copy, said when it was).
+void Session::say_setup_warnings() const {
+    std::vector<std::pair<std::string, std::vector<uint32_t>>> texts;  // in the order first said
+    for (auto& s : summaries_)
+        for (auto& w : s.setup_warnings) {
+            auto it = std::find_if(texts.begin(), texts.end(), [&](const auto& t) { return t.first == w; });
+            if (it == texts.end()) texts.push_back({w, {s.pid}});
+            else it->second.push_back(s.pid);
+        }
+    for (auto& [text, pids] : texts)
+        warning_out() << "[msmemscope] warning: " << text << processes_that_said(pids) << "\n";
 }
 
 void Session::say_about_the_run(const std::vector<ReportLine>& lines, std::ostream& out) const {

@@ -102,6 +102,7 @@ private:
     };
     std::vector<Running> running_;
     std::vector<ProcessSummary> summaries_;
+    void say_setup_warnings() const;
     pid_t root_pid_ = -1;
     pid_t ready_pid_ = -1;  // --serve-session: the process whose lines go on cfg.ready_fd
     std::string root_status_;

@@ -303,7 +303,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 592,
+static_assert(sizeof(ProcessSummary) == 640,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -352,6 +352,8 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.plugin_dropped);
     w.u(s.warnings.size());
     for (auto& l : s.warnings) w.s(l);
+    w.u(s.setup_warnings.size());
+    for (auto& l : s.setup_warnings) w.s(l);
     w.s(s.rank);
     w.s(s.renamed_from);
     w.s(s.log_file);
@@ -364,6 +366,12 @@ std::string encode(const ProcessSummary& s) {
     w.u(f.leaks_ran);
     w.u(f.inefficient_ran);
     w.u(static_cast<uint32_t>(f.wait_status));
+    w.u(f.plugin_failures.size());
+    for (auto& pf : f.plugin_failures) {
+        w.s(pf.plugin);
+        w.s(pf.kind);
+        w.s(pf.what);
+    }
     w.s("end");
     return w.out;
 }
@@ -416,6 +424,8 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.plugin_dropped = r.u() != 0;
     s.warnings.clear();
     for (uint64_t n = r.u(); r.ok && n > 0; --n) s.warnings.push_back(r.s());
+    s.setup_warnings.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) s.setup_warnings.push_back(r.s());
     s.rank = r.s();
     s.renamed_from = r.s();
     s.log_file = r.s();
@@ -428,6 +438,14 @@ bool decode(const std::string& in, ProcessSummary& s) {
     f.leaks_ran = r.u() != 0;
     f.inefficient_ran = r.u() != 0;
     f.wait_status = static_cast<int32_t>(static_cast<uint32_t>(r.u()));
+    f.plugin_failures.clear();
+    for (uint64_t n = r.u(); r.ok && n > 0; --n) {
+        SummaryFacts::PluginFailure pf;
+        pf.plugin = r.s();
+        pf.kind = r.s();
+        pf.what = r.s();
+        f.plugin_failures.push_back(std::move(pf));
+    }
     return r.s() == "end" && r.ok && r.pos == in.size();
 }
 

@@ -254,6 +254,37 @@ def test_live_interrupted_after_the_program_ended_says_not_finished(tmp_path):
     assert last.split("\n", 1)[0] == first[len("msmemscope live: pid "):], stdout
 
 
+def test_live_view_names_a_plugin_failure_while_the_program_runs(tmp_path):
+    """An analyzer that fails while the program runs is left out: its figures
+    stop changing. The live view says so when it happens (not only the
+    report at the end), in the HTML report's words, in live.json (the
+    --live-http page) and on the screen (live.txt, the terminal's view)."""
+    fixtures = CLI.parent.parent / "tests" / "lib" / "bad_plugins"
+    fifo = Barrier(tmp_path / "barrier")
+    out = tmp_path / "out"
+    with open(tmp_path / "stdout.txt", "w") as so, open(tmp_path / "stderr.txt", "w") as se:
+        p = subprocess.Popen([str(CLI), "--live", *BASE, "--plugin-path", str(fixtures),
+                              "--analysis=leaks,throws_in_event", "-o", str(out), "--", str(PROG), str(fifo.path),
+                              "3"], cwd=tmp_path, env=env(), stdout=so, stderr=se)
+        try:
+            fifo.wait_reached(lambda: p.poll() is None)
+            live = until(lambda: live_json_at_barrier(out), "live.json at the barrier")
+            banner = ("Plugin 'throws_in_event' (analyzer) failed: failed on event 1: throws_in_event: on purpose. "
+                      "This page is without what it would have added.")
+            assert live["finished"] is False
+            assert live["plugin_failures"] == [{"plugin": "throws_in_event", "kind": "analyzer",
+                                                "what": "failed on event 1: throws_in_event: on purpose",
+                                                "text": banner}], live
+            screen = until(lambda: (lambda t: t if t and "[running]" in t and "  step 3  " in t else None)(
+                (folder(out) / "live.txt").read_text()), "live.txt at the barrier")
+            assert screen.split("\n")[2] == banner, screen  # under the header, above the figures
+        finally:
+            fifo.release()
+        assert p.wait(timeout=300) == 71, (tmp_path / "stderr.txt").read_text()
+    final = read_json(folder(out) / "live.json")
+    assert final["finished"] is True and [f["plugin"] for f in final["plugin_failures"]] == ["throws_in_event"]
+
+
 @pytest.mark.parametrize("sig", ["SIGSEGV", "SIGKILL"])
 def test_live_last_screen_says_how_the_program_ended(tmp_path, sig):
     """A program that dies: the view's last screen said only "[finished]", as

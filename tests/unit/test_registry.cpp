@@ -92,7 +92,7 @@ TEST_CASE("discover refuses every bad fixture and loads the others, in file name
                                              "hang_in_finish", "hang_in_sink_event", "hog_in_event", "kill_in_event",
                                              "old_minor", "segv_in_create", "segv_in_event", "segv_in_finish",
                                              "segv_in_sink_event", "throws_in_create",
-                                             "throws_in_event"});
+                                             "throws_in_event", "throws_in_finish"});
     std::vector<std::string> refused;
     for (auto& r : reg.refused()) refused.push_back(std::filesystem::path(r.path).filename().string());
     std::vector<std::string> want{"libmsmemscope_plugin_abort_in_load.so", "libmsmemscope_plugin_bad_name.so",

@@ -14,7 +14,7 @@ h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.05em;margin:1.1em 0 .3em}
 table{border-collapse:collapse;margin:.2em 0} td,th{padding:.15em .7em;border-bottom:1px solid #ddd;text-align:left}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#777} .state{font-weight:bold}
 .grow{color:#b00} .shrink{color:#070} section.proc{border-top:2px solid #888;margin-top:1em}
-code{font-size:.9em}
+code{font-size:.9em} p.failed{color:#b00;font-weight:bold}
 </style></head><body>
 <h1>msmemscope live</h1>
 <div id="status" class="muted">waiting for the first snapshot&hellip;</div>
@@ -34,6 +34,7 @@ function render(d){
  d.processes.forEach(function(p){
   var s=el("section",{"class":"proc","data-pid":String(p.pid)});
   s.appendChild(el("h2",null,"pid "+p.pid+" ("+p.command+") \u2014 step "+p.step+", "+p.events+" events"+(p.finished?(p.ended?" [finished: "+p.ended+"]":" [finished]"):p.interrupted?" [not finished: msmemscope was interrupted]":" [running]")));
+  (p.plugin_failures||[]).forEach(function(f){s.appendChild(el("p",{"class":"failed"},f.text));});
   s.appendChild(el("h2",null,"Memory per device and pool"));
   s.appendChild(table([["pool"],["live",1],["peak",1]],p.pools.map(function(x){var tr=el("tr",{"class":"pool","data-pool":x.pool});
    tr.appendChild(el("td",{"class":"name"},x.pool));tr.appendChild(bytesCell("live",x.live_bytes));tr.appendChild(bytesCell("peak",x.peak_bytes));return tr;})));

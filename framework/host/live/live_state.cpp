@@ -276,6 +276,15 @@ void LiveState::on_log(const std::string& plugin, int level, const std::string& 
     while (warnings_.size() > kWarnings) warnings_.pop_front();
 }
 
+void LiveState::on_plugin_failure(const std::string& plugin, const std::string& kind, const std::string& what) {
+    // (bounded: one per plugin instance of the run)
+    failures_.push_back({escape_controls(plugin), escape_controls(kind), escape_controls(what)});
+}
+
+std::string failure_banner(const std::string& plugin, const std::string& kind, const std::string& what) {
+    return "Plugin '" + plugin + "' (" + kind + ") failed: " + what + ". This page is without what it would have added.";
+}
+
 std::vector<SiteRow> LiveState::top_sites(size_t n) const {
     std::vector<uint32_t> idx;
     for (uint32_t i = 0; i < sites_.size(); ++i)
@@ -310,6 +319,16 @@ std::string LiveState::snapshot(uint64_t wall_ns, bool finished) const {
     j.set("step", Json(step_));
     // how the program ended (summary.json's "ended"."text"); null while it runs
     j.set("ended", finished && !ended_.empty() ? Json(ended_) : Json());
+    Json failures = Json::array();
+    for (auto& f : failures_) {
+        Json e = Json::object();
+        e.set("plugin", Json(f.plugin));
+        e.set("kind", Json(f.kind));
+        e.set("what", Json(f.what));
+        e.set("text", Json(failure_banner(f.plugin, f.kind, f.what)));
+        failures.push(std::move(e));
+    }
+    j.set("plugin_failures", std::move(failures));
     Json pools = Json::array();
     Totals t = totals_ ? totals_() : Totals{};
     for (auto& [name, f] : t) {
@@ -392,6 +411,9 @@ std::string LiveState::screen(uint64_t wall_ns, bool finished) const {
          "  step " + std::to_string(step_) + "  events " + std::to_string(events_) +
          (!finished ? std::string(kRunningMark) : ended_.empty() ? "  [finished]" : "  [finished: " + ended_ + "]") +
          "\n\n";
+    // Above the figures: they include what a failed plugin no longer adds.
+    for (auto& f : failures_) o += failure_banner(f.plugin, f.kind, f.what) + "\n";
+    if (!failures_.empty()) o += "\n";
     o += "MEMORY (pool: live, peak)\n";
     Totals t = totals_ ? totals_() : Totals{};
     if (t.empty()) o += "  (no memory recorded yet)\n";

@@ -62,6 +62,10 @@ public:
     // A plugin's log line: the leak analysis's step warnings are its suspects
     // as it finds them.
     void on_log(const std::string& plugin, int level, const std::string& msg);
+    // A plugin failed (or was left out) while the program runs: its figures
+    // stop changing, and the view says why, in the HTML report's words
+    // (failure_banner). Kept in the order they came.
+    void on_plugin_failure(const std::string& plugin, const std::string& kind, const std::string& what);
     // The leak analysis does not run in this session, and why ("--analysis
     // does not list leaks"): the view says so instead of "none found".
     void set_leaks_off(std::string why) { leaks_off_ = std::move(why); }
@@ -143,9 +147,18 @@ private:
     std::vector<const LeakRow*> largest_leak_rows() const;
     uint64_t leak_findings_ = 0, leak_bytes_ = 0, leak_blocks_ = 0;
     bool leaks_done_ = false;
+    struct PluginFailure {
+        std::string plugin, kind, what;
+    };
+    std::vector<PluginFailure> failures_;
     std::string leaks_off_;
     std::string ended_;
 };
+
+// "Plugin 'x' (analyzer) failed: WHAT. This page is without what it would
+// have added." -- the HTML report's banner (plugins/sinks/html), word for
+// word, so the live view and the report name a failure alike.
+std::string failure_banner(const std::string& plugin, const std::string& kind, const std::string& what);
 
 // Writes text as dir_fd/name through a temporary file and a rename (the
 // temporary O_EXCL|O_NOFOLLOW, 0600); "" or why not.

@@ -289,6 +289,28 @@ TEST_CASE("the last screen says how the program ended; while it runs, nothing is
     CHECK(st.screen(5, true).find("(none found by the step analysis)\n") != std::string::npos);
 }
 
+TEST_CASE("a plugin failure is on the screen under the header and in live.json, in the HTML banner's words") {
+    Totals totals{{"cpu/HOST", {1536, 2048}}};
+    LiveState st("tok", 42, "prog", [&] { return totals; });
+    CHECK(st.snapshot(5, false).find("\n  \"plugin_failures\": [],\n") != std::string::npos);
+    st.on_plugin_failure("x", "analyzer", "failed on event 3: x: on\x1b[2Jpurpose");
+    const std::string banner =
+        "Plugin 'x' (analyzer) failed: failed on event 3: x: on\\x1b[2Jpurpose. This page is without what it would have "
+        "added.";
+    std::string screen = st.screen(5, false);
+    std::vector<std::string> lines;
+    for (std::istringstream in(screen); std::getline(in, lines.emplace_back());) {}
+    REQUIRE(lines.size() > 4);
+    CHECK(lines[2] == banner);  // a plugin's text never drives the terminal
+    CHECK(lines[3] == "");
+    CHECK(lines[4] == "MEMORY (pool: live, peak)");
+    std::string json = st.snapshot(5, false);
+    CHECK(json.find("\"plugin\": \"x\"") != std::string::npos);
+    CHECK(json.find("\"kind\": \"analyzer\"") != std::string::npos);
+    CHECK(json.find("\"text\": \"Plugin 'x' (analyzer) failed: failed on event 3: x: on\\\\x1b[2Jpurpose. This page is "
+                    "without what it would have added.\"") != std::string::npos);
+}
+
 TEST_CASE("live files marked interrupted: only a view that said running, once, never through a link") {
     char tmpl[] = "/tmp/msms_live_XXXXXX";
     REQUIRE(mkdtemp(tmpl));
