@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "config/options.h"
+#include "console_notes.h"
 #include "launcher.h"
 #include "process_run.h"
 #include "registry.h"
@@ -655,21 +656,23 @@ int Session::attach(pid_t pid) {
         std::string line = escape_controls(installed.substr(b, e == std::string::npos ? std::string::npos : e - b));
         b = e == std::string::npos ? installed.size() : e + 1;
         if (line.rfind("failed ", 0) == 0)
-            warning_out() << "msmemscope: warning: --attach: " << line.substr(7) << "; collecting without it\n";
+            say_warning("--attach: " + line.substr(7) + "; collecting without it");
         else if (line.rfind("hooks ", 0) == 0)
             hooked.push_back(line.substr(6, line.find(':') - 6));
     }
     if (std::find_if(hooked.begin(), hooked.end(), [](const std::string& n) { return n.find("cuda") != std::string::npos; }) !=
         hooked.end())
-        warning_out() << "msmemscope: warning: --attach: a CUDA runtime that started before the attach found its "
-                         "driver functions then (cuGetProcAddress): its allocations are not seen; calls a program "
-                         "makes to libcuda itself are\n";
+        say_warning("--attach: a CUDA runtime that started before the attach found its driver functions then "
+                    "(cuGetProcAddress): its allocations are not seen; calls a program makes to libcuda itself are");
     root_pid_ = pid;
-    std::cerr << "msmemscope: attached to pid " << pid << "; "
-              << (cfg_.attach_steps ? "detaching after " + std::to_string(cfg_.attach_steps) + " step(s)"
-                  : cfg_.attach_for_s ? "detaching after " + std::to_string(cfg_.attach_for_s) + " s"
-                                      : std::string("Ctrl-C detaches"))
-              << " (the process goes on running)\n";
+    // This line and the warnings above come before the process's log opens
+    // (at the first scan): kept as console notes, the log repeats them
+    // (console_notes.h).
+    say_status("msmemscope: attached to pid " + std::to_string(pid) + "; " +
+               (cfg_.attach_steps ? "detaching after " + std::to_string(cfg_.attach_steps) + " step(s)"
+                : cfg_.attach_for_s ? "detaching after " + std::to_string(cfg_.attach_for_s) + " s"
+                                    : std::string("Ctrl-C detaches")) +
+               " (the process goes on running)");
 
     using clock = std::chrono::steady_clock;
     auto start = clock::now();

@@ -149,6 +149,14 @@ bool load_yaml(const std::string& path, RawConfig& raw, std::vector<std::string>
 // Validates everything. Catalog: the plugins found (for analyzer/sink names,
 // implied events and plugin options).
 bool validate(const RawConfig& raw, const Catalog& catalog, Config& out, std::vector<std::string>& errors);
+// A path value that is a shell pattern (bash does not expand globs inside an
+// "--opt=value" word, so `--replay=run1/msmemscope_*/capture_*.msmcap` arrives
+// as typed): expanded here with glob(3), sorted. A value without pattern
+// characters, or one naming an existing file, is kept as it is. No match is
+// an error naming the pattern (after `origin`); the caller decides what
+// several matches mean.
+std::vector<std::string> expand_path_pattern(const std::string& value, const std::string& origin,
+                                             std::vector<std::string>& errors);
 
 // The collectors a configuration uses: every one that serves one of its
 // devices' kinds and produces one of its events (validate calls it; so does

@@ -24,6 +24,11 @@ void say_out(const std::string& line) {
     std::cout << line << "\n";
 }
 
+void say_status(const std::string& line) {
+    keep(ConsoleNote::Out, line);
+    std::cerr << line << "\n";
+}
+
 void say_warning(const std::string& text) {
     keep(ConsoleNote::Warning, text);
     warning_out() << "msmemscope: warning: " << text << "\n";

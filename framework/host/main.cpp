@@ -52,14 +52,21 @@ std::string fs_timestamp() {
 
 // --analyze left with no analyzer stops before its options are validated:
 // what was said (the refusal, the plugins refused before it) goes into the logs
-// the analysis of its input would have appended to, at the log's level.
+// the analysis of its input would have appended to, at the log's level. An
+// input given as a pattern names them once expanded, as validate() would:
+// one match is the input; none, or several (which the analysis refuses
+// without reading any run), name no run whose log it is.
 void log_said_before_refused_analysis(const RawConfig& raw) {
     auto input = raw.values.find("input");
     if (input == raw.values.end()) return;
     Config levels;
     if (auto level = raw.values.find("log-level"); level != raw.values.end())
         levels.log_level = trim(level->second.value);
-    for (auto& in : split_list(input->second.value)) log_said_before_analysis(in, levels);
+    for (auto& in : split_list(input->second.value)) {
+        std::vector<std::string> unsaid;  // (validate's errors: not reached, not said)
+        auto found = expand_path_pattern(in, input->second.origin, unsaid);
+        if (found.size() == 1) log_said_before_analysis(found[0], levels);
+    }
 }
 
 int fail(const std::vector<std::string>& errors) {

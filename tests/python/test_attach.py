@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, CLI, SOURCE, TEST_BIN, dump_files, process_dirs, read_dump
+from conftest import BUILD, CLI, SOURCE, TEST_BIN, dump_files, log_messages, process_dirs, read_dump
 
 pytestmark = pytest.mark.skipif(shutil.which("gdb") is None, reason="msmemscope --attach needs gdb")
 
@@ -259,6 +259,15 @@ def test_attach_cuda_program_collects_driver_calls_and_dlsym_lookups(tmp_path):
         rc, out, err = finish(host)
         assert rc == 0, err + out
         (procdir,) = process_dirs(tmp_path / "out")
+        # The warning and the status line came before the process's log
+        # opened: the log has each once, in the console's words.
+        said = [l.strip() for l in seen] + err.splitlines()
+        assert len([l for l in said if "a CUDA runtime" in l]) == 1, said
+        log = [m for _, m in log_messages(procdir)]
+        assert [m for m in log if "--attach: " in m or "attached to pid" in m] == [
+            "[warning] --attach: a CUDA runtime that started before the attach found its driver functions then "
+            "(cuGetProcAddress): its allocations are not seen; calls a program makes to libcuda itself are",
+            f"[info] msmemscope: attached to pid {pid}; Ctrl-C detaches (the process goes on running)"], log
         rows = read_dump(dump_files(procdir, device="0")[0])
         dev = [r for r in rows if r["Event Type"] == "HAL" and not r["attr"].get("shadow")]
         mallocs = [r for r in dev if r["Event"] == "MALLOC"]
@@ -269,6 +278,55 @@ def test_attach_cuda_program_collects_driver_calls_and_dlsym_lookups(tmp_path):
         say(prog, "quit")
         rest, _ = prog.communicate(timeout=60)
         assert prog.returncode == 0 and rest == "done\n"
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+CUSTOM_POOL = BUILD / "tests" / "lib" / "custom_pool"
+
+
+def collector_whose_library_cannot_load(folder):
+    """The custom_pool fixture collector in `folder` (a --plugin-path of its
+    own), its target library needing a libgcc_q.so.1 that no process has:
+    the attached process cannot load it. Returns the library's path."""
+    folder.mkdir()
+    shutil.copy(CUSTOM_POOL / "libmsmemscope_plugin_custom_pool.so", folder)
+    hook = folder / "libmsms_custom_pool_hook.so"
+    elf = (CUSTOM_POOL / hook.name).read_bytes()
+    assert b"libgcc_s.so.1\0" in elf  # its DT_NEEDED, renamed in place (same length)
+    hook.write_bytes(elf.replace(b"libgcc_s.so.1\0", b"libgcc_q.so.1\0"))
+    return hook
+
+
+def test_attach_collector_whose_library_cannot_load_is_warned_of_in_the_log_too(tmp_path):
+    # The warning and the "attached" line are said before the attached
+    # process's log opens: a reader of the log alone (a cluster's job) saw
+    # neither. The log has each once, in the console's words; the console
+    # says each once.
+    hook = collector_whose_library_cannot_load(tmp_path / "pool")
+    prog, pid = start_loop(tmp_path)
+    try:
+        host = attach(pid, tmp_path / "out", f"--plugin-path={hook.parent}", "--events=alloc,free")
+        seen = wait_attached(host, pid)
+        say(prog, "leak 1")
+        assert prog.stdout.readline() == "leaked 1\n"
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        warning = (f"--attach: {hook.name}: cannot load {hook}: libgcc_q.so.1: cannot open shared object file: "
+                   "No such file or directory; collecting without it")
+        attached = f"msmemscope: attached to pid {pid}; Ctrl-C detaches (the process goes on running)"
+        said = [l.rstrip("\n") for l in seen] + err.splitlines()
+        assert said.count(f"msmemscope: warning: {warning}") == 1, said
+        assert said.count(attached) == 1 and attached not in out, said
+        (procdir,) = process_dirs(tmp_path / "out")
+        log = [m for _, m in log_messages(procdir)]
+        assert [m for m in log if "--attach: " in m or "attached to pid" in m] == \
+            [f"[warning] {warning}", f"[info] {attached}"], log
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "done\n")
     finally:
         if prog.poll() is None:
             prog.kill()

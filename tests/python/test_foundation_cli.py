@@ -1,5 +1,6 @@
 """Foundation: the CLI runs real programs on the cpu device and writes the
 memscope_dump CSV of COMPAT §4 in the layout of §3."""
+import glob
 import json
 import os
 import re
@@ -353,6 +354,21 @@ def test_analyze_puts_the_warnings_said_before_reading_the_dump_in_the_runs_log(
 def test_analyze_of_only_a_refused_analyzer_says_so_in_the_runs_log(tmp_path):
     run = RecordedRun(tmp_path)
     a, added = run.analyze("--analyze=wrong_abi", f"--input={run.dump}", rc=2)
+    refused = f"plugin 'wrong_abi' (selected by --analyze) cannot be loaded: {WRONG_ABI}; no analyzer is left to run"
+    assert a.stderr.splitlines() == [f"msmemscope: error: {refused}"], a.stderr
+    assert added == [f"[error] {refused}"], added
+
+
+@pytest.mark.parametrize("pattern", ["dump", "process folder"])
+def test_analyze_of_only_a_refused_analyzer_with_an_input_pattern_says_so_in_the_runs_log(tmp_path, pattern):
+    # The refusal stops before validate() expands --input's pattern: the
+    # pattern, as typed, named no run and the log had nothing. It names the
+    # run it matches (exactly one, as --analyze takes).
+    run = RecordedRun(tmp_path)
+    given = (f"{run.dump.parent}/memscope_dump_*.csv" if pattern == "dump"
+             else f"{run.dir.parent}/{run.dir.name[:-4]}*")
+    assert len(glob.glob(given)) == 1, given
+    a, added = run.analyze("--analyze=wrong_abi", f"--input={given}", rc=2)
     refused = f"plugin 'wrong_abi' (selected by --analyze) cannot be loaded: {WRONG_ABI}; no analyzer is left to run"
     assert a.stderr.splitlines() == [f"msmemscope: error: {refused}"], a.stderr
     assert added == [f"[error] {refused}"], added

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import BUILD, dump_files, process_dirs, read_dump
+from conftest import BUILD, dump_files, log_messages, process_dirs, read_dump
 
 FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
 CONFORMANCE_FIXTURES = BUILD / "tests" / "lib" / "conformance_fixtures"
@@ -151,8 +151,10 @@ def test_analyzer_out_of_memory_is_dropped_in_a_run_and_ends_an_offline_analysis
     lines = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:")]
     assert len(lines) == 1 and re.fullmatch(r"msmemscope: error: plugin 'bad_alloc_in_event': failed on event \d+: "
                                             r"std::bad_alloc \(out of memory\); continuing without it", lines[0]), p.stderr
-    csv_file = dump_files(process_dirs(out)[0])[0]
+    procdir = process_dirs(out)[0]
+    csv_file = dump_files(procdir)[0]
     before = csv_file.read_bytes()
+    logged_before = len(log_messages(procdir))
     assert len(read_dump(csv_file)) > 100
     p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks,bad_alloc_in_event", f"--input={csv_file}",
              f"--output={tmp_path / 'analysed'}"], cwd=tmp_path, check_rc=70)
@@ -160,6 +162,12 @@ def test_analyzer_out_of_memory_is_dropped_in_a_run_and_ends_an_offline_analysis
     assert len(lines) == 1 and re.fullmatch(
         rf"msmemscope: error: --analyze: {re.escape(str(csv_file))}: out of memory \(an allocation failed after \d+ "
         r"MiB in use; --offline-memory sets the budget\); nothing was written back", lines[0]), p.stderr
+    # As the analysis's other errors, the line is in the log of the run that
+    # recorded the dump (a reader of the run's log learns why nothing was
+    # written back), once.
+    added = [m for _, m in log_messages(procdir)[logged_before:]]
+    said = "[error] " + lines[0][len("msmemscope: error: "):]
+    assert [m for m in added if m.startswith("[error]")] == [said], added
     assert csv_file.read_bytes() == before
     # A control: without it the same analysis ends well.
     cli(["--analyze=leaks", f"--input={csv_file}", f"--output={tmp_path / 'analysed2'}"], cwd=tmp_path, check_rc=0)

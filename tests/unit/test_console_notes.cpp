@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <iostream>
 #include <sstream>
 
 #include <spdlog/logger.h>
@@ -47,4 +48,25 @@ TEST_CASE("a log keeps the console's stdout lines at every level, its warnings t
     CHECK(written.str().find("[info] msmemscope: --replay: 2 captures match 'r/*.msmcap'\n") != std::string::npos);
     CHECK(written.str().find("a warning the error level drops") == std::string::npos);
     CHECK(log.level() == spdlog::level::err);  // left at its level
+}
+
+// --attach's "attached to pid N" line is a status line on stderr (stdout is
+// the report's): printed there alone, and kept by a log as the console's
+// stdout lines are, at every level.
+TEST_CASE("a status line is said on stderr only and kept by a log at every level") {
+    const std::string line = "msmemscope: attached to pid 42; Ctrl-C detaches (the process goes on running)";
+    std::ostringstream out, err;
+    auto* old_out = std::cout.rdbuf(out.rdbuf());
+    auto* old_err = std::cerr.rdbuf(err.rdbuf());
+    say_status(line);
+    std::cout.rdbuf(old_out);
+    std::cerr.rdbuf(old_err);
+    CHECK(out.str().empty());
+    CHECK(err.str() == line + "\n");
+    std::ostringstream written;
+    spdlog::logger log("msmemscope", std::make_shared<spdlog::sinks::ostream_sink_st>(written));
+    log.set_pattern("[%l] %v");
+    log.set_level(spdlog::level::err);
+    log_console_notes(log);
+    CHECK(written.str().find("[info] " + line + "\n") != std::string::npos);
 }

@@ -160,11 +160,9 @@ std::string check_output_path(const std::string& p) {
     return "";
 }
 
-// A path value that is a shell pattern (bash does not expand globs inside an
-// "--opt=value" word, so `--replay=run1/msmemscope_*/capture_*.msmcap` arrives
-// as typed): expanded here with glob(3), sorted. A value without pattern
-// characters, or one naming an existing file, is kept as it is. No match is
-// an error naming the pattern; the caller decides what several matches mean.
+}  // namespace
+
+// (config.h)
 std::vector<std::string> expand_path_pattern(const std::string& value, const std::string& origin,
                                              std::vector<std::string>& errors) {
     struct stat st;
@@ -179,6 +177,8 @@ std::vector<std::string> expand_path_pattern(const std::string& value, const std
         errors.push_back(origin + ": no file matches the pattern '" + shown(value) + "'");
     return out;
 }
+
+namespace {
 
 // An input that exists but is not a regular file (a FIFO, a pipe from
 // "<(...)", a socket, a device; a folder unless folders are allowed): one

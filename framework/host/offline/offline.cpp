@@ -442,6 +442,19 @@ int analyze_stream(const Config& cfg, const Registry& registry, const std::strin
     return code;
 }
 
+// The out-of-memory line, said as the analysis's other errors are: also into
+// the log of the run that recorded the dump. The analysis's memory went with
+// the unwinding, so the log can be opened; should that fail all the same,
+// the console still gets the line (AnalysisSay prints before it logs, and
+// throws, if at all, only while opening the log).
+void say_out_of_memory(const Config& cfg, const std::string& path, const std::string& line) {
+    try {
+        AnalysisSay(cfg, path).error(line);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "msmemscope: error: %s\n", line.c_str());
+    }
+}
+
 // Out of memory (an allocation failed: a cgroup or `ulimit -v`) is said in
 // one line, not left to a kill without a word.
 int analyze_file(const Config& cfg, const Registry& registry, const std::string& path, const std::string& side_dir,
@@ -453,9 +466,9 @@ int analyze_file(const Config& cfg, const Registry& registry, const std::string&
         // text is a sentence of its own)
         std::string setter = budget_setter(cfg, path);
         std::string hint = cfg.offline_api ? setter : setter + " sets the budget";
-        std::fprintf(stderr, "msmemscope: error: --analyze: %s: out of memory (an allocation failed after %s in use; "
-                     "%s); nothing was written back\n",
-                     path.c_str(), mib_text(resident_bytes()).c_str(), hint.c_str());
+        std::string line = "--analyze: " + path + ": out of memory (an allocation failed after " +
+                           mib_text(resident_bytes()) + " in use; " + hint + "); nothing was written back";
+        say_out_of_memory(cfg, path, line);
         return 70;
     }
 }
