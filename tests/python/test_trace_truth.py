@@ -75,13 +75,16 @@ def host_and_pta_once(rows):
     PTA's running `used`; HOST's less the bytes of its live blocks that a
     PTA block took (same address). A host block that the very next memory
     row takes was never the host heap's: no point for it. Unchanged values
-    are not drawn again."""
+    are not drawn again. The imports' heap (rows without `used`, Attr
+    import:true) is written again as a FREE then a MALLOC: its change is
+    one point, at the MALLOC (at exit no row with `used` follows it)."""
     want = {"HOST": {}, "PTA": {}}
     last = {"HOST": None, "PTA": None}
     live, taken = {}, {}
     host_used = None
     pending = None  # (timestamp, address) of a host block's point not drawn yet
     takes = 0
+    imports_change = 0  # the imports' heap FREE awaiting its MALLOC
 
     def draw(pool, t, v):
         if v != last[pool]:
@@ -89,13 +92,21 @@ def host_and_pta_once(rows):
         last[pool] = v
 
     mem = [r for r in rows if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] in ("HOST", "PTA")
-           and "used" in r["attr"]]
+           and ("used" in r["attr"] or r["attr"].get("import") == "true")]
     for r in mem:
         t, addr, pool = int(r["Timestamp(ns)"]), int(r["Ptr"], 16), r["Event Type"]
         take = r["Event"] == "MALLOC" and pool == "PTA"
         if pending and not (take and addr == pending[1]):
             draw("HOST", pending[0], host_used - sum(taken.values()))
         pending = None
+        if "used" not in r["attr"]:  # the imports' heap
+            imports_change += int(r["attr"]["size"]) * (1 if r["Event"] == "MALLOC" else -1)
+            if r["Event"] == "MALLOC":
+                if host_used is not None:
+                    host_used += imports_change
+                    draw("HOST", t, host_used - sum(taken.values()))
+                imports_change = 0
+            continue
         if take:
             if addr in live and addr not in taken:
                 taken[addr] = live[addr]

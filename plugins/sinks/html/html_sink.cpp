@@ -240,10 +240,13 @@ public:
 
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
-        leaks_ran_ = analysis_listed(run.config_json, "leaks");
+        // The leaks analyzer turns itself off under --steps (only those
+        // steps' events come): the page must not call that "no leak".
+        leaks_off_for_steps_ = analysis_listed(run.config_json, "leaks") && steps_listed(run.config_json);
+        leaks_ran_ = analysis_listed(run.config_json, "leaks") && !leaks_off_for_steps_;
         ineff_listed_ = analysis_listed(run.config_json, "inefficient");
         oom_listed_ = analysis_listed(run.config_json, "oom") || analysis_listed(run.config_json, "oom:", true);
-        keep_gone_ = leaks_ran_ || run.config_json.find("\"analysis\"") == std::string::npos;
+        keep_gone_ = leaks_ran_ || leaks_off_for_steps_ || run.config_json.find("\"analysis\"") == std::string::npos;
         // A Python API session (config.json "python_api": true): the page
         // names config()'s keys where it names an option (D.api).
         api_ = run.config_json.find("\"python_api\": true") != std::string::npos;
@@ -385,6 +388,15 @@ private:
         if (a == std::string_view::npos || b == std::string_view::npos || a > b) return false;
         std::string quoted = "\"" + std::string(name) + (prefix ? "" : "\"");
         return config.substr(a, b - a).find(quoted) != std::string_view::npos;
+    }
+    // True when the run's configuration selects steps (config.json "steps":
+    // a non-empty list).
+    static bool steps_listed(std::string_view config) {
+        size_t k = config.find("\"steps\"");
+        if (k == std::string_view::npos) return false;
+        size_t a = config.find('[', k), b = config.find(']', k);
+        if (a == std::string_view::npos || b == std::string_view::npos || a > b) return false;
+        return config.substr(a + 1, b - a - 1).find_first_not_of(" \t\r\n") != std::string_view::npos;
     }
     bool leaks_ran() const { return (leaks_ran_ || !leak_rows_.empty()) && !failed("leaks"); }
 
@@ -1293,6 +1305,7 @@ private:
         o += api_ ? "true" : "false";
         o += ",\"leaks_ran\":";
         o += leaks_ran() ? "true" : "false";
+        if (leaks_off_for_steps_) o += ",\"leaks_off\":\"steps\"";
         failures_json(o);
         o += ",\"image_ended\":[" + std::to_string(image_ended_.first) + ',' + std::to_string(image_ended_.second) + ']';
         o += ",\"leak_total\":[" + std::to_string(leak_total_.first) + ',' + std::to_string(leak_total_.second) +
@@ -1442,6 +1455,7 @@ private:
     std::vector<msms_event> shadow_frees_;             // not yet known to be real frees
     uint32_t bounds_ = 0;                              // step and mark events seen
     bool api_ = false;                                 // a Python API session: config()'s words
+    bool leaks_off_for_steps_ = false;                 // listed, but off: --steps selects steps
     bool leaks_ran_ = false;                           // the configuration lists the leaks analysis
     struct Failure {
         std::string plugin, kind, what;

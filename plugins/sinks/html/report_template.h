@@ -120,8 +120,10 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // "The leaks analysis failed (WHAT): ..." in a view that would show its answer.
   function notRun(name) {
     var why = failure(name);
-    return why ? "The " + name + " analysis failed (" + why + "), so it gave no answer" :
-      "The " + name + " analysis did not run (" + opt("analysis", name) + ")";
+    if (why) return "The " + name + " analysis failed (" + why + "), so it gave no answer";
+    // listed, but the leaks analyzer is off when steps are selected
+    if (name === "leaks" && D.leaks_off === "steps") return "The leaks analysis did not run (it is off with " + opt("steps") + ")";
+    return "The " + name + " analysis did not run (" + opt("analysis", name) + ")";
   }
   function card(k, v, id) {
     var c = el("div", id ? { "class": "card", id: id } : { "class": "card" });
@@ -521,8 +523,9 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   // the leak analysis's own count: blocks (a row of host blocks reported
   // by site counts its blocks), never rows
   if (D.leaks_ran) card("leaked blocks (leaks analysis)", num(D.leak_total[0]) + " \u00b7 " + human(D.leak_total[1]), "card-leaks");
-  else card("leaks", failure("leaks") ? "not judged: the analysis failed" : "not analysed (" + opt("analysis", "leaks") + ")",
-            "card-leaks");
+  else card("leaks", failure("leaks") ? "not judged: the analysis failed" :
+            D.leaks_off === "steps" ? "not analysed (off with " + opt("steps") + ")" :
+            "not analysed (" + opt("analysis", "leaks") + ")", "card-leaks");
   if (OOM.failures) {
     card("out-of-memory failures", num(OOM.failures) + " \u00b7 " + OOM.devices.map(function (d) {
       return d.device + " " + num(d.count); }).join(", "), "card-oom");

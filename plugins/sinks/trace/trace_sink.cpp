@@ -453,7 +453,10 @@ private:
         }
         if (ev.kind == MSMS_EV_MALLOC) host_live_[k] = ev.size;
         else host_live_.erase(k);
-        if (ev.pool_used < 0) return;
+        if (ev.pool_used < 0) {
+            if (msmemscope::attr(ev, "import") == "true") imports_heap_changed(ev, dev);
+            return;
+        }
         host_used_[dev] = ev.pool_used;
         if (ev.kind == MSMS_EV_MALLOC) {
             track(dev | ev.type, ev);  // before the device's track, as for every pool
@@ -461,6 +464,26 @@ private:
             return;
         }
         counter(dev | ev.type, ev, ev.pool_used - taken);
+    }
+    // The imports' heap of a Python program (one shadow block for what the
+    // interpreter's imports allocated) is written again, a FREE then a
+    // MALLOC, when an import ends and once more at exit, and its rows carry
+    // no `used`. Later rows' `used` hold its new size, but after the exit's
+    // rewrite no row with `used` comes: without this the host track and
+    // "in use" would end at its size from before the shutdown, not at the
+    // run's final bytes. Its FREE waits for its MALLOC, so that the tracks
+    // get one point for the change and no dip between the two rows.
+    void imports_heap_changed(const msms_event& ev, uint64_t dev) {
+        int64_t& change = imports_change_[dev];
+        change += ev.kind == MSMS_EV_MALLOC ? static_cast<int64_t>(ev.size) : -static_cast<int64_t>(ev.size);
+        if (ev.kind != MSMS_EV_MALLOC) return;
+        int64_t by = change;
+        change = 0;
+        if (auto u = host_used_.find(dev); u != host_used_.end()) {
+            u->second += by;
+            counter(dev | MSMS_T_HOST, ev, u->second - host_taken_bytes_[dev]);
+        }
+        if (auto d = counters_.find(dev | 0x10000); d != counters_.end()) counter(dev | 0x10000, ev, d->second.value + by);
     }
     void take_host_block(const msms_event& ev, uint64_t dev) {
         auto h = host_live_.find(hkey(ev));
@@ -621,6 +644,7 @@ private:
     Pending pending_;
     std::unordered_map<uint64_t, uint64_t> host_live_, host_taken_;
     std::unordered_map<uint64_t, int64_t> host_taken_bytes_, host_used_;  // by device key
+    std::unordered_map<uint64_t, int64_t> imports_change_;  // by device key: an imports' heap FREE awaiting its MALLOC
 };
 
 }  // namespace
