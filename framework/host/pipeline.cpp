@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include "api_words.h"
+#include "said_once.h"
 #include "sink_lanes.h"
 
 #include <sched.h>
@@ -843,12 +844,15 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
     // (the live view is the pipeline thread's: a sink's thread does not reach it)
     if (t_sink < 0 && self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
     if (level == 1 && self->group_setup_warnings_ && !self->events_flowing_) {
-        // the log keeps this process's copy; the console's is the session's
+        // The first process of the run to say it says it at once; the others
+        // keep it in their log (the session names them all at the end).
         const std::string text = said(self->cfg_, msg);
-        if (self->run_.log) self->run_.log->warn(text);
         if (std::find(self->setup_warnings_.begin(), self->setup_warnings_.end(), text) == self->setup_warnings_.end())
             self->setup_warnings_.push_back(text);
-        return;
+        if (!said_once::first_to_say(text)) {
+            if (self->run_.log) self->run_.log->warn(text);
+            return;
+        }
     }
     self->log(level, msg);
 }

@@ -121,9 +121,10 @@ public:
     // A run of several processes (a DataLoader's workers) heard each
     // plugin's warnings about its setup once per process. With this on, the
     // plugins' warnings said while no event flows (in create, begin and
-    // finish: the same words in every process) go to the log but not to the
-    // console: setup_warnings() hands them to the session, which says each
-    // text once for the whole run with the processes that said it.
+    // finish: the same words in every process) reach the console at once
+    // from the first process of the run to say them (said_once.h), and only
+    // the log from the others; setup_warnings() hands them to the session,
+    // which names at the end the processes that said each text.
     // Warnings about the events stay said as found.
     void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
     std::vector<std::string> setup_warnings() const;

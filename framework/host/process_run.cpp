@@ -347,7 +347,7 @@ void ProcessRun::run_stream() {
             progress::task(progress_, t);
         });
     }
-    pipeline.set_group_setup_warnings(true);  // said once per run by the session (Session::print_summary)
+    pipeline.set_group_setup_warnings(true);  // said once per run (said_once.h, Session::print_summary)
     pipeline.start(run);
     notify_started("");
     // --live / --live-http: the view's snapshot every second (live/live_state.h).

@@ -30,6 +30,7 @@
 #include "launcher.h"
 #include "process_summary_json.h"
 #include "program_status.h"
+#include "said_once.h"
 #include "stale_sessions.h"
 #include "supervisor.h"
 #include "util/file_trust.h"
@@ -207,7 +208,9 @@ void publish_watch_staging(const std::string& dir, const std::string& token) {
 
 }  // namespace
 
-Session::Session(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {}
+Session::Session(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {
+    said_once::begin_run();  // before the first worker is forked: the page is shared
+}
 
 Session::~Session() {
     join_all();
@@ -767,15 +770,18 @@ int Session::replay(const std::string& capture) {
 
 namespace {
 
-// "" for one process; " (said by 5 processes: pids 11, 12, 13, 14, 15)",
-// the pids listed up to kListed.
-std::string processes_that_said(const std::vector<uint32_t>& pids) {
+// The end's line for a setup warning said by several processes (the first
+// of them said it on the console at once): '(the warning above, "TEXT", was
+// said by 5 processes: pids 11, 12, 13, 14, 15)', the pids listed up to
+// kListed. "" for one process: its warning said it all.
+std::string processes_that_said(const std::string& text, const std::vector<uint32_t>& pids) {
     if (pids.size() < 2) return "";
     constexpr size_t kListed = 10;
     std::string list;
     for (size_t i = 0; i < pids.size() && i < kListed; ++i) list += (i ? ", " : "") + std::to_string(pids[i]);
     if (pids.size() > kListed) list += " and " + std::to_string(pids.size() - kListed) + " more";
-    return " (said by " + std::to_string(pids.size()) + " processes: pids " + list + ")";
+    return "(the warning above, \"" + text + "\", was said by " + std::to_string(pids.size()) +
+           " processes: pids " + list + ")";
 }
 
 void print_line(const ReportLine& line, std::ostream& out) {
@@ -930,9 +936,10 @@ int Session::print_summary(std::ostream& out) const {
     return status;
 }
 
-// The plugins' warnings about their setup, each text once for the run:
-// a DataLoader with 4 workers made the leak analysis say that --steps turns
-// it off 5 times. A text said by several processes names how many and which
+// The plugins' warnings about their setup were said once for the run, when
+// the first process said them (said_once.h): a DataLoader with 4 workers made
+// the leak analysis say that --steps turns it off 5 times. A text said by
+// several processes is named once more at the end with how many and which
 // (each process's log has its own copy, said when it was).
 void Session::say_setup_warnings() const {
     std::vector<std::pair<std::string, std::vector<uint32_t>>> texts;  // in the order first said
@@ -940,10 +947,13 @@ void Session::say_setup_warnings() const {
         for (auto& w : s.setup_warnings) {
             auto it = std::find_if(texts.begin(), texts.end(), [&](const auto& t) { return t.first == w; });
             if (it == texts.end()) texts.push_back({w, {s.pid}});
-            else it->second.push_back(s.pid);
+            // (a Python program's runs one after another are one process)
+            else if (std::find(it->second.begin(), it->second.end(), s.pid) == it->second.end())
+                it->second.push_back(s.pid);
         }
     for (auto& [text, pids] : texts)
-        warning_out() << "[msmemscope] warning: " << text << processes_that_said(pids) << "\n";
+        if (std::string line = processes_that_said(text, pids); !line.empty())
+            warning_out() << "[msmemscope] warning: " << line << "\n";
 }
 
 void Session::say_about_the_run(const std::vector<ReportLine>& lines, std::ostream& out) const {
