@@ -174,6 +174,29 @@ void report_not_judged(const std::vector<std::string>& report, uint64_t& blocks,
     }
 }
 
+// A shell's own heap still allocated at exit, which the leak analysis
+// reports apart and counts in no leak total (plugins/analyzers/leaks):
+//   "  Host memory of the shell still allocated at exit on device D: N
+//    block(s), B bytes (bash's own heap: ...; not counted as leaked)"
+// False when the report has no such line.
+bool report_shell_heap(const std::vector<std::string>& report, uint64_t& blocks, uint64_t& bytes) {
+    const char kLine[] = "Host memory of the shell still allocated ";
+    bool any = false;
+    blocks = bytes = 0;
+    for (auto& raw : report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos || raw.compare(first, strlen(kLine), kLine) != 0) continue;
+        size_t colon = raw.find(": ", first);
+        if (colon == std::string::npos) continue;
+        uint64_t n = 0, b = 0;
+        if (!blocks_and_bytes(raw.c_str() + colon + 2, n, b)) continue;
+        blocks += n;
+        bytes += b;
+        any = true;
+    }
+    return any;
+}
+
 // What the inefficient analysis marked, from its report lines
 // (plugins/analyzers/inefficient), summed over the devices:
 //   "inefficient: N block(s), B bytes marked on device D, of J block(s)
@@ -340,6 +363,13 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
         before.set("blocks", Json(before_n));
         before.set("bytes", Json(before_bytes));
         l.set("not_judged_before_start", std::move(before));
+        // (only for a shell: its heap at exit, said apart and not counted)
+        if (uint64_t shell_n = 0, shell_bytes = 0; report_shell_heap(s.report, shell_n, shell_bytes)) {
+            Json shell = Json::object();
+            shell.set("blocks", Json(shell_n));
+            shell.set("bytes", Json(shell_bytes));
+            l.set("shell_heap_at_exit", std::move(shell));
+        }
         j.set("leaks", std::move(l));
     } else {
         j.set("leaks", Json());

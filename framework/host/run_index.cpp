@@ -135,6 +135,15 @@ std::vector<std::pair<std::string, size_t>> other_runs(const fs::path& root, con
 // stand: "(steps)" after them.)
 bool no_leaks(const ProcessSummary& s) { return replaced_by_exec(s); }
 
+// The leak analysis found a shell's own heap live at exit ("Host memory of
+// the shell still allocated at exit ...", plugins/analyzers/leaks): in no
+// leak total, and the row says why its figure leaves it out.
+bool shell_heap_left_out(const ProcessSummary& s) {
+    for (auto& line : s.report)
+        if (line.find("Host memory of the shell still allocated ") != std::string::npos) return true;
+    return false;
+}
+
 }  // namespace
 
 long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations) {
@@ -142,7 +151,8 @@ long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations) {
     // N allocation(s) ======" (step leaks), then ours for what is live at
     // exit: "Driver memory still allocated at exit on device D: N block(s), X
     // Mb(s):" and "Host memory still allocated at exit on device D: N
-    // block(s), B bytes, ...".
+    // block(s), B bytes, ...". (A shell's own heap has a line of its own,
+    // "Host memory of the shell still allocated ...": in no total.)
     long double total = -1;
     allocations = 0;
     auto add = [&](long double b, uint64_t n) {
@@ -214,6 +224,7 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
         if (leaked < 0 && s.leaks_ran) leaked = 0;  // judged, none found
         std::string leak_text = no_leaks(s) || leaked < 0 ? "-" : human_bytes(leaked);
         if (leak_text != "-" && s.exit_after_fork) leak_text += " (steps)";
+        if (leak_text != "-" && shell_heap_left_out(s)) leak_text += " (shell)";
         std::string rank = rank_of(s);
         const std::string& cmd = s.command;  // the last column: never cut
         std::string pk = peaks(s);
@@ -265,7 +276,9 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
           << (no_leaks(s) || leaked < 0 ? std::string("-")
                                         : html_escape(human_bytes(leaked)) + " in " + std::to_string(n) + " allocation(s)" +
                                               (s.exit_after_fork ? " (step leaks: what it held at its _exit went with it)"
-                                                                 : ""))
+                                                                 : "") +
+                                              (shell_heap_left_out(s) ? " (a shell: its own heap at exit is not counted)"
+                                                                      : ""))
           << "</td><td>" << link << "</td></tr>\n";
     }
     h << "</table>\n" << kRunEnd << "\n";
@@ -298,7 +311,8 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
     for (auto& sec : sections) page << sec;
     page << "<p>A process that exec'ed continues in the next row of the same pid; its pre-exec image "
             "holds no leaks. Nor does a child forked without exec that ended with _exit(): its memory went with "
-            "it.</p>\n</body></html>\n";
+            "it. A shell's heap at exit is its own (a shell does not free it before it exits): its report lists "
+            "it, its leaked figure leaves it out.</p>\n</body></html>\n";
     std::string text = page.str();
     std::string tmp_name = ".index.html." + std::to_string(getpid());
     std::string tmp = (root / tmp_name).string(), why;

@@ -120,6 +120,25 @@ const char* shadow_origin(const msms_event& ev) {
     return has_true(ev, "import") ? kImport : kBeforeStart;
 }
 
+// The shell a process is, by its command's first word ("bash", "/bin/sh",
+// "-bash" for a login shell, "busybox sh"), else "". A shell frees none of
+// its heap before it exits (bash, dash, zsh...): what it holds then is the
+// shell's own, never a leak of the program it launched (`msmemscope bash
+// user.sh`, a `#!/bin/sh` script, Python's subprocess with shell=True). By
+// the command's words: the host hands plugins the command line, not the
+// image's path; a #! script's first word is its interpreter's path.
+std::string shell_of(const std::string& command_line) {
+    std::istringstream words(command_line);
+    std::string first, second;
+    words >> first >> second;
+    std::string name = first.substr(first.rfind('/') + 1);
+    if (!name.empty() && name[0] == '-') name.erase(0, 1);
+    if (name == "busybox" && (second == "sh" || second == "ash")) return "busybox " + second;
+    for (const char* shell : {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
+        if (name == shell) return name;
+    return "";
+}
+
 // The first frame of a C stack outside the allocator and libc's wrappers
 // (the caller that asked for the memory); the inner ones stay in the stack.
 // The live view names sites by the same rule (util/stack_site.h).
@@ -218,6 +237,7 @@ public:
             if (dir_fd_ < 0) dir_error_ = errno ? std::strerror(errno) : why;
         }
         for (auto& e : load_errors_) host_.error("leaks: " + e);
+        shell_ = shell_of(run.command_line);
         // --attach: the range ends when msmemscope detaches, not at a stop()
         attached_ = run.config_json.find("\"attach\":") != std::string::npos;
         if (steps_selected(run.config_json)) {
@@ -1003,8 +1023,10 @@ private:
         if (rest_n)
             lines.push_back("    ... and " + std::to_string(rest_n) + " more driver block(s), " +
                             std::to_string(rest_bytes) + " bytes");
-        // 2. host heap blocks live at exit, grouped by allocation site
-        host_details(dk, host, lines);
+        // 2. host heap blocks live at exit, grouped by allocation site (a
+        // shell's: one line that says whose they are)
+        if (shell_.empty()) host_details(dk, host, lines);
+        else shell_heap(dk, host, lines);
         // 3. the blocks from before the start, not judged
         if (before_n) {
             const char* made = starts_ > 1 ? kMadeWhileOff : kMadeBeforeStart;
@@ -1018,6 +1040,28 @@ private:
                                                    {"why", std::string(made) + " (no stack), still allocated " +
                                                                live_when() + "; in no leak total"}});
         }
+    }
+
+    // A shell's heap blocks live at exit: its own (shell_of), said on one
+    // line of their own that no leak total counts (its words differ from
+    // "Host memory still allocated ...", which the host's index and
+    // summary.json add up), and in the findings as not judged.
+    void shell_heap(const DevKey& dk, const std::vector<std::pair<const BlockKey*, const ExitBlock*>>& host,
+                    std::vector<std::string>& lines) {
+        if (host.empty()) return;
+        uint64_t blocks = 0, bytes = 0;
+        for (auto& [k, b] : host) {
+            blocks += b->blocks;
+            bytes += b->size;
+        }
+        std::string why = shell_ + "'s own heap: a shell does not free it before it exits";
+        lines.push_back("  Host memory of the shell still allocated " + live_when() + " on device " + dev_name(dk) +
+                        ": " + std::to_string(blocks) + " block(s), " + std::to_string(bytes) + " bytes (" + why +
+                        "; not counted as leaked)");
+        host_.add_finding("leaks_not_judged", {{"device", dev_name(dk)},
+                                               {"blocks", std::to_string(blocks)},
+                                               {"bytes", std::to_string(bytes)},
+                                               {"why", why + ", still allocated " + live_when() + "; in no leak total"}});
     }
 
     // The host heap blocks of one device live at exit, grouped by allocation site.
@@ -1213,6 +1257,7 @@ private:
     bool at_stop_ = false;  // the last trace control was STOP_TRACE
     uint64_t starts_ = 0;   // START_TRACEs seen: more than one, blocks made between ranges are shadows too
     bool attached_ = false;  // an --attach run (config.json "attach")
+    std::string shell_;      // the process is this shell (shell_of): its heap at exit is its own
     std::string live_when() const {
         return !at_stop_ ? "at exit" : attached_ ? "when msmemscope detached" : "at stop()";
     }

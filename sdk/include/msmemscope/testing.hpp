@@ -208,6 +208,7 @@ public:
         r.output_dir = str(output_dir);
         r.timestamp = str(ts);
         r.config_json = str(config_json);
+        r.command_line = str(command_line);
         // As the host does (ABI 1.3): the folder exists (made here, with its
         // parents) and the plugin gets its descriptor, opened without
         // following links; the harness keeps it open until it is destroyed.
@@ -263,6 +264,9 @@ public:
     // The run's configuration as begin() gives it (the host's config.json
     // text); empty unless a test sets it before begin().
     std::string config_json;
+    // The process's command line as begin() gives it ("prog arg ..."); empty
+    // unless a test sets it before begin().
+    std::string command_line;
 
 private:
     static PluginHarness* self(void* h) { return static_cast<PluginHarness*>(h); }

@@ -180,6 +180,54 @@ TEST_CASE("host blocks live at exit are grouped by allocation site and all count
     CHECK(h.findings["leaks"][0]["count"] == "100");
 }
 
+TEST_CASE("a shell's heap live at exit is its own: said on a line of its own that no leak total reads") {
+    // The command's first word names the shell (a path, a login shell's
+    // "-bash", busybox's applet); its driver blocks stay reported as leaks.
+    const std::vector<std::pair<std::string, std::string>> shells{{"/usr/bin/bash user.sh", "bash"},
+                                                                  {"/bin/sh -c echo start; python3 train.py", "sh"},
+                                                                  {"-bash", "bash"},
+                                                                  {"dash script.sh", "dash"},
+                                                                  {"/bin/busybox sh -c true", "busybox sh"}};
+    for (auto& [command, shell] : shells) {
+        PluginHarness h(plugin());
+        REQUIRE(h.create() == MSMS_OK);
+        h.command_line = command;
+        REQUIRE(h.begin() == MSMS_OK);
+        for (int i = 0; i < 3; ++i) h.feed(EventBuilder::malloc(0x1000 + i * 64, 64).c_stack("xmalloc (bash+0x10)\nmain"));
+        h.feed(EventBuilder::malloc(0x10000, 2097152, MSMS_T_HAL).device(MSMS_DEV_NPU, 1));
+        REQUIRE(h.finish() == MSMS_OK);
+        CHECK(h.reports == std::vector<std::string>{
+                               "leaks: msmemscope's details (not in upstream's report):",
+                               "  Host memory of the shell still allocated at exit on device cpu: 3 block(s), 192 bytes (" +
+                                   shell + "'s own heap: a shell does not free it before it exits; not counted as leaked)",
+                               "  Driver memory still allocated at exit on device 1: 1 block(s), 2.000000 Mb(s):",
+                               "    HAL block of 2.000000 Mb(s) at 0x10000 in kernel_0 at step 0"});
+        // the driver block is a leak finding; the heap is not judged
+        REQUIRE(h.findings["leaks"].size() == 1);
+        CHECK(h.findings["leaks"][0]["pool"] == "HAL");
+        REQUIRE(h.findings["leaks_not_judged"].size() == 1);
+        CHECK(h.findings["leaks_not_judged"][0]["blocks"] == "3");
+        CHECK(h.findings["leaks_not_judged"][0]["bytes"] == "192");
+        CHECK(h.findings["leaks_not_judged"][0]["why"] ==
+              shell + "'s own heap: a shell does not free it before it exits, still allocated at exit; in no leak total");
+    }
+    // A program whose name only looks like one, or that a shell's name is an
+    // argument of, is judged as any program.
+    for (std::string command : {"/usr/bin/bashful x", "python3 bash", "/opt/sh/prog"}) {
+        PluginHarness h(plugin());
+        REQUIRE(h.create() == MSMS_OK);
+        h.command_line = command;
+        REQUIRE(h.begin() == MSMS_OK);
+        h.feed(EventBuilder::malloc(0x1000, 64).c_stack("leaky_a (prog+0x10)\nmain"));
+        REQUIRE(h.finish() == MSMS_OK);
+        CHECK(h.reports == std::vector<std::string>{
+                               "leaks: msmemscope's details (not in upstream's report):",
+                               "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 "
+                               "allocation site(s):",
+                               "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
+    }
+}
+
 TEST_CASE("blocks live when collection ended at stop() are said to be so, not at exit") {
     // The Python API's run ends with STOP_TRACE (stop()); a CLI run has no
     // STOP_TRACE at its end, nor one that started again after stop().
