@@ -13,8 +13,13 @@ written as shadow rows, as ``collect-mode=deferred`` does at ``start()``.
 (operator tracking, trace, wrappers' work), so that the program runs on at
 its own speed.
 
-Nothing here may disturb the program: every failure is one warning on
-stderr, never an exception into the program's code.
+Nothing here may disturb the program: every failure is one warning, never
+an exception into the program's code. The warning goes to the user who
+attached, not to the program's stderr (which is the program's own, often
+not where that user looks): it is a SYSTEM row named "msmemscope.warning" in
+the capture (framework/host/process_run.h kProgramWarningEventName), which
+the host logs and warns of in its summary. Only when no row can be written
+(the agent cannot be reached) is it written on stderr.
 
 Both run with the agent's hooks off on the main thread (the agent's py_start
 and py_stop, framework/agent/attach.cpp), as ``start()``'s own work does
@@ -29,8 +34,29 @@ import sys
 _started = False
 
 
+WARNING = "msmemscope.warning"  # framework/host/process_run.h kProgramWarningEventName
+
+
 def _warn(what: str, e: BaseException) -> None:
-    sys.stderr.write(f"msmemscope: warning: {what}: {e}\n")
+    text = f"{what}: {e}"
+    if not _to_host(text):
+        sys.stderr.write(f"msmemscope: warning: {text}\n")
+
+
+def _to_host(text: str) -> bool:
+    """Writes text as a warning row of the capture; False when it cannot
+    (the package or the agent is what failed)."""
+    try:
+        from . import _session, _shared
+        ext = _shared.ext
+        if not ext.agent_loaded():
+            _session._load_agent()  # the agent the attach injected (run() failed before it found it)
+        if not ext.attached():
+            return False
+        ext.event(ext.EV["SYSTEM"], ext.T["NONE"], ext.DEV["NA"], -1, 0, 0, 0, 0, WARNING, text)
+        return True
+    except Exception:
+        return False
 
 
 def _torch_imported() -> None:

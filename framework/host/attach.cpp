@@ -567,6 +567,16 @@ static unsigned attach_timeout_s() {
     return 60;
 }
 
+// How long the agent's thread has to answer a detach request before the
+// host detaches through gdb (seconds): MSMEMSCOPE_DETACH_TIMEOUT_S, default
+// 30 (a test makes it short instead of waiting 30 s for each step).
+static unsigned detach_timeout_s() {
+    const char* t = getenv("MSMEMSCOPE_DETACH_TIMEOUT_S");
+    unsigned long long n = 0;
+    if (t && parse_uint(t, n) && n > 0 && n < 86400) return static_cast<unsigned>(n);
+    return 30;
+}
+
 int Session::attach(pid_t pid) {
     if (std::string why = attach::check_target(pid); !why.empty()) {
         std::cerr << "msmemscope: error: " << why << "\n";
@@ -698,17 +708,22 @@ int Session::attach(pid_t pid) {
             requested = true;
             requested_at = now;
         }
-        if (requested && !forced && now - requested_at > std::chrono::seconds(30)) {
+        // These lines come while the process's log is written by its worker:
+        // said_during_run_ takes them to the log (a reader of the log alone
+        // learns why the detach took long, or why the outputs are incomplete).
+        const unsigned answer_s = detach_timeout_s();
+        if (requested && !forced && now - requested_at > std::chrono::seconds(answer_s)) {
             // The agent's thread did not answer: detach from a malloc entry.
             forced = true;
-            warning_out() << "msmemscope: warning: pid " << pid
-                          << " did not answer the detach request within 30 s; detaching through gdb\n";
+            say_during_run(ReportLine::Warning, "pid " + std::to_string(pid) +
+                                                    " did not answer the detach request within " +
+                                                    std::to_string(answer_s) + " s; detaching through gdb");
             if (std::string why = attach::force_detach(pid, what.agent, attach_timeout_s()); !why.empty())
-                warning_out() << "msmemscope: warning: " << why << "\n";
+                say_during_run(ReportLine::Warning, why);
         }
-        if (forced && now - requested_at > std::chrono::seconds(30 + 2 * attach_timeout_s() + 30)) {
-            std::cerr << "msmemscope: error: pid " << pid << " still holds its capture; giving up (the outputs "
-                      << "are incomplete)\n";
+        if (forced && now - requested_at > std::chrono::seconds(answer_s + 2 * attach_timeout_s() + 30)) {
+            say_during_run(ReportLine::Error, "pid " + std::to_string(pid) +
+                                                  " still holds its capture; giving up (the outputs are incomplete)");
             supervisor::abandon(SIGTERM);
             break;
         }

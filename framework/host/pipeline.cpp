@@ -987,9 +987,10 @@ void Pipeline::finding_to_sinks(msms_str table, const msms_kv* cols, uint32_t n)
 // out after a crash), after the analyzers' last findings: columns plugin,
 // kind (analyzer, sink) and what (the console's words). A sink that failed
 // itself is not told. One failing later (on a sink's thread, or in a sink's
-// finish) is told to each sink not finished yet (tell_sink_of_later_failures);
-// sinks that finish at the same time on their threads may not hear of it:
-// the log, the console and summary.json name it whatever the timing.
+// finish) is told to each sink not finished yet (tell_sink_of_later_failures):
+// the sinks finish one after another in --sinks order, on their threads too
+// (SinkLanes::finish), so each names the failures of the sinks before it; the
+// log, the console and summary.json name every one.
 void Pipeline::tell_sinks_of_failures() {
     std::vector<Failure> failures;
     {

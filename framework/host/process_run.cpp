@@ -165,6 +165,18 @@ bool ProcessRun::take_rank(const RawEvent& e) {
     return true;
 }
 
+bool ProcessRun::take_program_warning(const RawEvent& e, spdlog::logger& log) {
+    if (e.kind != MSMS_EV_SYSTEM || e.type != MSMS_T_NONE || !e.name_id) return false;
+    const std::string* name = reader_.string(e.name_id);
+    if (!name || *name != kProgramWarningEventName) return false;
+    const std::string* text = e.attrs_id ? reader_.string(e.attrs_id) : nullptr;
+    if (!text || text->empty()) return true;
+    // The program's text never drives the terminal (escape_controls).
+    summary_.warnings.push_back("pid " + std::to_string(reader_.pid()) + ": " + escape_controls(*text));
+    log.warn(said(cfg_, summary_.warnings.back()));  // (the console's words: Session::print_summary)
+    return true;
+}
+
 bool ProcessRun::keep(const RawEvent& e) const {
     if (e.dev_kind == MSMS_DEV_CPU) return cfg_.wants_device_kind("cpu");
     if (e.dev_kind == MSMS_DEV_NPU || e.dev_kind == MSMS_DEV_CUDA) {
@@ -437,6 +449,7 @@ void ProcessRun::run_stream() {
         while (reader_.pop(raw, watermark)) {
             ++delivered;
             if (take_rank(raw)) continue;  // the host's own row (process_rank.h)
+            if (take_program_warning(raw, *run.log)) continue;
             if (!keep(raw)) continue;
             if (!live) note_stacks(raw);
             r.reset();

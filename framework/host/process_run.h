@@ -19,6 +19,14 @@
 
 namespace msms {
 
+// A SYSTEM row of this name is a warning of the msmemscope package inside
+// the profiled process, its text the row's Attr as it is: the package inside
+// a process msmemscope --attach joined (bindings/msmemscope/_attach.py) says
+// its failures this way, since that process's stderr is the program's, not
+// the console of the user who attached. The host takes the row (it is no
+// row of the outputs), logs the text and warns of it in the summary.
+constexpr const char* kProgramWarningEventName = "msmemscope.warning";
+
 // What the worker knew beside the rest of ProcessSummary when it wrote
 // summary.json (process_summary_json.h); the session writes it again from
 // them when it learns more at its end (an exec's next image came late).
@@ -147,6 +155,9 @@ private:
     std::string named_for_user(const std::string& output_dir) const;
     // A rank row of the Python collector (process_rank.h): noted, not delivered.
     bool take_rank(const RawEvent& e);
+    // A kProgramWarningEventName row: said in the log now and in the
+    // summary's warnings, not delivered.
+    bool take_program_warning(const RawEvent& e, spdlog::logger& log);
     bool keep(const RawEvent& e) const;
     void convert(const RawEvent& e, Record& r, class Symbolizer& sym);
     // msmemscope_{pid}_{ts}_{backend}[_rank{rank}][_exec{n}]

@@ -13,6 +13,7 @@
 
 #include "common/capture_format.h"
 #include "launcher.h"
+#include "plugin_failure_json.h"
 #include "util/json.h"
 #include <msmemscope/output_files.hpp>
 
@@ -327,13 +328,7 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     // and the db's plugin_failure rows name them: here also a sink that
     // failed in its own finish(), which no sink's file can say.
     Json failures = Json::array();
-    for (auto& pf : f.plugin_failures) {
-        Json e = Json::object();
-        e.set("plugin", Json(pf.plugin));
-        e.set("kind", Json(pf.kind));
-        e.set("what", Json(pf.what));
-        failures.push(std::move(e));
-    }
+    for (auto& pf : f.plugin_failures) failures.push(plugin_failure_json(pf.plugin, pf.kind, pf.what));
     j.set("plugin_failures", std::move(failures));
     Json pools = Json::object();
     for (auto& [pool, t] : s.totals) {

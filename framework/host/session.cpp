@@ -912,6 +912,12 @@ std::vector<ReportLine> Session::report_lines(const ProcessSummary& s,
     return lines;
 }
 
+void Session::say_during_run(ReportLine::Kind kind, const std::string& text) {
+    if (kind == ReportLine::Error) supervisor::host_stderr("msmemscope: error: " + text + "\n");
+    else if (warnings_shown()) supervisor::host_stderr("msmemscope: warning: " + text + "\n");
+    said_during_run_.push_back({kind, text, false, std::chrono::system_clock::now()});
+}
+
 int Session::print_summary(std::ostream& out) const {
     // The tool's own failures go to stderr, one line each; the status says
     // whether every output is complete (70: no; 71: a plugin was dropped).

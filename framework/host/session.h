@@ -87,6 +87,11 @@ private:
     // The agent and the selected collectors' target libraries; a collector
     // whose library is missing or refused is left out (collector_dropped_).
     std::string agent_library_paths(std::vector<std::string>& out, std::string& error);
+    // A line of the run as a whole said on the console while the run goes on
+    // (a process's log is written by its worker, not by this thread): printed
+    // now ("msmemscope: warning: TEXT" on warning_out(), "msmemscope: error:
+    // TEXT" on stderr) and kept in said_during_run_ for every process's log.
+    void say_during_run(ReportLine::Kind kind, const std::string& text);
 
     const Config& cfg_;
     const Registry& registry_;

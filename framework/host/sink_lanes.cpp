@@ -191,6 +191,14 @@ void SinkLanes::finish() {
 
 void SinkLanes::run(State& s, unsigned supervisor_lane) {
     supervisor::enter_lane(supervisor_lane);
+    // (under mu_) Whether every lane before this one has ended.
+    auto earlier_lanes_done = [&] {
+        for (auto& other : lanes_) {
+            if (other.get() == &s) return true;
+            if (!other->done) return false;
+        }
+        return true;
+    };
     for (;;) {
         std::shared_ptr<const SinkBatch> b;
         {
@@ -198,6 +206,15 @@ void SinkLanes::run(State& s, unsigned supervisor_lane) {
             work_.wait(lk, [&] { return s.stopping || s.finishing || !s.queue.empty(); });
             if (s.stopping) break;
             if (s.queue.empty()) {  // finishing, all handled
+                // The lanes finish one after another, in their order (the
+                // sinks' --sinks order), as on the pipeline's thread: a sink
+                // failing in its finish() is then told to every sink after
+                // it (Pipeline::tell_sink_of_later_failures) before that one
+                // finishes. Side by side, the html page or the db finishing
+                // at the same time did not name it. The items were handled
+                // side by side; only the finishes wait.
+                room_.wait(lk, [&] { return s.stopping || earlier_lanes_done(); });
+                if (s.stopping) break;
                 lk.unlock();
                 if (s.lane.finish) s.lane.finish();
                 break;

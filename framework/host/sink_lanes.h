@@ -101,8 +101,9 @@ public:
     // Hands the batch being filled to the lanes (it is also handed once
     // full): the pipeline's thread calls it when it waits for more events.
     void publish();
-    // publish(), then each lane handles what it was handed and finishes;
-    // returns when every lane has.
+    // publish(), then each lane handles what it was handed and finishes,
+    // the finishes one after another in lane order (a sink failing in its
+    // finish is told to the sinks after it); returns when every lane has.
     void finish();
 
     static constexpr size_t kBatchItems = 4096;

@@ -22,6 +22,7 @@ from conftest import BUILD, CLI, SOURCE, TEST_BIN, dump_files, log_messages, pro
 pytestmark = pytest.mark.skipif(shutil.which("gdb") is None, reason="msmemscope --attach needs gdb")
 
 TRAIN = SOURCE / "tests" / "programs" / "attach" / "attach_train.py"
+UNTAKEABLE = SOURCE / "tests" / "programs" / "attach" / "attach_py_untakeable.py"
 IS_ROOT = os.geteuid() == 0
 
 
@@ -327,6 +328,74 @@ def test_attach_collector_whose_library_cannot_load_is_warned_of_in_the_log_too(
         say(prog, "quit")
         rest, _ = prog.communicate(timeout=60)
         assert (prog.returncode, rest) == (0, "done\n")
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+def warnings_and_errors(text):
+    return [l for l in text.splitlines() if l.startswith(("msmemscope: warning: ", "msmemscope: error: "))]
+
+
+def test_a_detach_the_agent_does_not_answer_is_said_in_the_log_too(tmp_path):
+    # The program is stopped (SIGSTOP) once attached: the agent's thread,
+    # which answers the detach request, is stopped with it, and the host
+    # detaches through gdb after MSMEMSCOPE_DETACH_TIMEOUT_S. Those lines
+    # were on the console only: a reader of the log alone did not learn why
+    # the detach took long (or failed). Each is said once on the console,
+    # and the log has each, in the console's words.
+    prog, pid = start_loop(tmp_path)
+    try:
+        env = {**clean_env(), "MSMEMSCOPE_DETACH_TIMEOUT_S": "1", "MSMEMSCOPE_ATTACH_TIMEOUT_S": "5"}
+        host = subprocess.Popen([str(CLI), f"--attach={pid}", "--device=cpu", f"--output={tmp_path / 'out'}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+        wait_attached(host, pid)
+        os.kill(pid, signal.SIGSTOP)
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        said = warnings_and_errors(err)  # (after the "attached" line)
+        unanswered = f"pid {pid} did not answer the detach request within 1 s; detaching through gdb"
+        assert said[0] == f"msmemscope: warning: {unanswered}", err + out
+        assert said.count(said[0]) == 1, said
+        (procdir,) = process_dirs(tmp_path / "out")
+        log = [m for _, m in log_messages(procdir)]
+        # every line the detach said (the first, and what gdb's detach said
+        # after it, if anything) is in the log once
+        for line in said:
+            level, text = line[len("msmemscope: "):].split(": ", 1)
+            assert log.count(f"[{level}] {text}") == 1, (line, log)
+        assert f"[warning] {unanswered}" in log, log
+    finally:
+        if prog.poll() is None:
+            os.kill(pid, signal.SIGCONT)
+            prog.kill()
+
+
+def test_a_warning_of_the_attached_pythons_package_reaches_the_console_and_the_log(tmp_path):
+    # The package inside the attached interpreter said its failures on the
+    # program's stderr, which the user who ran msmemscope --attach does not
+    # see: now it goes through the capture to the host, which warns of it in
+    # the summary and the log, and the program's stderr has nothing of it.
+    ready, patched, stop = tmp_path / "ready", tmp_path / "patched", tmp_path / "stop"
+    prog = subprocess.Popen(["/usr/bin/python3", str(UNTAKEABLE), str(ready), str(patched), str(stop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+                            cwd=str(tmp_path))
+    try:
+        pid = wait_for_file(ready, prog, "the Python loop")
+        host = attach(pid, tmp_path / "out")
+        wait_attached(host, pid)
+        wait_for_file(patched, prog, "the Python loop")  # the collectors are in, their removal will fail
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        warning = f"pid {pid}: the Python-side collectors were not all taken out at the detach: on purpose"
+        assert warnings_and_errors(err) == [f"msmemscope: warning: {warning}"], err  # (after "attached")
+        (procdir,) = process_dirs(tmp_path / "out")
+        log = [m for _, m in log_messages(procdir)]
+        assert log.count(f"[warning] {warning}") == 1, log
+        stop.write_text("")
+        rest, prog_err = prog.communicate(timeout=60)
+        assert (prog.returncode, rest, prog_err) == (0, "done\n", "")
     finally:
         if prog.poll() is None:
             prog.kill()

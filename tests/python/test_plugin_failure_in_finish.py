@@ -47,9 +47,25 @@ def test_a_sink_failing_in_finish_is_named_by_the_sinks_that_finish_after_it(cli
     assert db_failures(d) == [WANT]
 
 
+def test_sinks_on_threads_of_their_own_name_a_sink_that_failed_in_finish_before_them(cli, tmp_path):
+    # Three sinks: each on a thread of its own. Their finishes went side by
+    # side, so html and db, finishing at the same time as throws_in_finish,
+    # often did not name it; now they finish in --sinks order, as on the
+    # pipeline's thread, and both name it every time.
+    p, d = run(cli, tmp_path, "throws_in_finish,html,db", rc=70)
+    assert "sinks: csv, throws_in_finish, html, db each on a thread of its own" in log_text(d)
+    assert "msmemscope: error: " + SAID in p.stderr.splitlines(), p.stderr
+    page = page_of(d)
+    assert page_data(page)["plugin_failures"] == [WANT]
+    assert banner(render(page, tmp_path)) == [
+        "Plugin 'throws_in_finish' (sink) failed: finish failed: throws_in_finish: on purpose. "
+        "This page is without what it would have added."]
+    assert db_failures(d) == [WANT]
+
+
 def test_the_failed_sinks_own_output_is_named_incomplete_on_the_console_and_in_the_log(cli, tmp_path):
-    # Sinks on threads of their own finish side by side: whatever the timing,
-    # the console, the log and summary.json name the failure.
+    # The console, the log and summary.json name the failure, whichever
+    # sinks come after it.
     p, d = run(cli, tmp_path, "csv,throws_in_finish,html", rc=70)
     errors = [l for l in p.stderr.splitlines() if l.startswith("msmemscope: error:") and "throws_in_finish" in l]
     pid = re.search(r"^msmemscope: pid (\d+) ", p.stdout, re.M)[1]

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -160,4 +161,36 @@ TEST_CASE("sink lanes: a stack text the owner keeps is handed as it is, the rest
     CHECK(py_seen[1] != py.data());
     CHECK(c_seen[1] == c.data());
     CHECK(name_seen[0] != name.data());  // never kept
+}
+
+// A sink failing in its finish() is told to the sinks after it just before
+// they finish (Pipeline::tell_sink_of_later_failures): side by side, the
+// html page finishing at the same time as the failing sink did not name it.
+// Here lane 0's finish waits a while for lane 1's: lane 1 finishing first
+// (without waiting for lane 0) is what this catches; in order, lane 0 gives
+// up waiting and finishes first.
+TEST_CASE("sink lanes: the lanes finish one after another, in their order") {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int> order;
+    std::vector<SinkLanes::Lane> lanes;
+    lanes.push_back({[](const SinkItem&) {},
+                     [&] {
+                         std::unique_lock<std::mutex> lk(mu);
+                         cv.wait_for(lk, std::chrono::milliseconds(300), [&] { return !order.empty(); });
+                         order.push_back(0);
+                     }});
+    for (int i = 1; i <= 2; ++i)
+        lanes.push_back({[](const SinkItem&) {}, [&, i] {
+                             std::lock_guard<std::mutex> lk(mu);
+                             order.push_back(i);
+                             cv.notify_all();
+                         }});
+    SinkLanes sl(std::move(lanes), 1);
+    msms_event ev{};
+    ev.struct_size = sizeof ev;
+    ev.id = 1;
+    sl.event(ev);
+    sl.finish();
+    CHECK(order == std::vector<int>{0, 1, 2});
 }

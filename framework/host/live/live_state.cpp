@@ -12,6 +12,7 @@
 
 #include <msmemscope/plugin.hpp>
 
+#include "plugin_failure_json.h"
 #include "util/json.h"
 #include "util/stack_site.h"
 #include "util/text.h"
@@ -321,10 +322,8 @@ std::string LiveState::snapshot(uint64_t wall_ns, bool finished) const {
     j.set("ended", finished && !ended_.empty() ? Json(ended_) : Json());
     Json failures = Json::array();
     for (auto& f : failures_) {
-        Json e = Json::object();
-        e.set("plugin", Json(f.plugin));
-        e.set("kind", Json(f.kind));
-        e.set("what", Json(f.what));
+        Json e = plugin_failure_json(f.plugin, f.kind, f.what);
+        // the HTML report's banner, word for word, for the page to show as is
         e.set("text", Json(failure_banner(f.plugin, f.kind, f.what)));
         failures.push(std::move(e));
     }
