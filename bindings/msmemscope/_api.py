@@ -73,10 +73,17 @@ def config(**kwargs: Any) -> None:
 
     Under the command line (``msmemscope ... python3 train.py``) the CLI's
     plugin folders and plugin options are known here already, so values
-    naming its plugins check out as they would on the command line.
+    naming its plugins check out as they would on the command line. Its
+    options apply: the values given here are checked, not used, so a
+    config() call resets none of them (upstream's resets all but output,
+    data_format and watch to the defaults).
 
-    ``output``, ``data_format`` and ``watch`` take effect only the first time
-    they are set (later values are ignored with a warning). The first
+    Each call starts from the defaults, as upstream's config() does: a key
+    set by an earlier call and not named in this one goes back to its
+    default, with a warning naming it (name it again to keep it). Kept from
+    earlier calls: ``output``, ``data_format`` and ``watch``, which take
+    effect only the first time they are set (later values are ignored with
+    a warning), and ``plugin_path`` and ``plugin_options`` (ours). The first
     start(), step(), take_snapshot() or tracer.start() opens the session
     with the values set so far (defaults for the others). After that,
     ``events``, ``call_stack`` and ``level`` may still change, as
@@ -87,7 +94,8 @@ def config(**kwargs: Any) -> None:
     RuntimeError says which). Any other key is fixed by then (the host's
     analyses, devices, sinks, steps and files run over the whole session):
     a change, also a first ``output`` then, is a RuntimeError naming the
-    key, why, and the call that opened the session.
+    key, why, and the call that opened the session; not named, it keeps the
+    session's value.
 
     Raises TypeError for an unknown key or a value that is not a string,
     ValueError (with the command line's message, naming the key and the

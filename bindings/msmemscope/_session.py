@@ -272,7 +272,7 @@ def configure(kwargs: Dict[str, object]) -> None:
             for n, kv in _check_plugin_options(kwargs.pop("plugin_options")).items():
                 new_options.setdefault(n, {}).update(kv)
         plugins_changed = new_paths != _plugin_paths or new_options != _plugin_options
-        new = dict(_values)
+        new = _values_kept_by_a_new_call()
         origins = {}
         for key, value in kwargs.items():
             canon = KEYS.get(key)
@@ -313,6 +313,7 @@ def configure(kwargs: Dict[str, object]) -> None:
                 continue
             new[canon] = value
             origins[canon] = key
+        reset = [k for k in _values if k not in new]
         saved = dict(_origins)
         _origins.update(origins)
         try:
@@ -325,11 +326,11 @@ def configure(kwargs: Dict[str, object]) -> None:
             # (output, data_format and watch set again were ignored above with
             # a warning; set for the first time now, the session has used
             # their defaults already: refused as any other change)
-            changed = [k for k in new if _values.get(k) != new[k]]
+            changed = [k for k in new if _values.get(k) != new[k]] + reset
             if plugins_changed:
                 changed.append("plugin_path" if new_paths != _plugin_paths else "plugin_options")
             fixed = [k for k in changed if k not in RANGE_KEYS]
-            why = "" if fixed else _why_not_between_ranges(changed, checked, origins, new)
+            why = "" if fixed else _why_not_between_ranges(changed, checked, origins, new, reset)
             if fixed or why:
                 _origins.clear()
                 _origins.update(saved)
@@ -367,6 +368,10 @@ def configure(kwargs: Dict[str, object]) -> None:
                 _output_base = os.getcwd()
             except OSError:  # a folder removed under the program: start() says so
                 pass
+        if reset and not under_cli():
+            _warn_reset(reset)
+        for k in reset:
+            _origins.pop(k, None)
         _values.clear()
         _values.update(new)
         _plugin_paths = new_paths
@@ -375,6 +380,33 @@ def configure(kwargs: Dict[str, object]) -> None:
             _warned_cli = True
             warnings.warn("msmemscope.config: running under the msmemscope command line, whose options apply; "
                           "the values given here were checked but are not used", stacklevel=3)
+
+
+def _values_kept_by_a_new_call() -> Dict[str, str]:
+    """What a config() call starts from: the defaults, as upstream's does
+    (ConfigManager::GetConfigAfterInit starts from ClientParser::
+    InitialConfig), keeping only output, data_format and watch, which take
+    effect the first time they are set. Once the session has opened, the
+    keys it fixed (all but RANGE_KEYS) keep its values too: a reset would be
+    a change it cannot make (WHY_FIXED), and they stay what the session
+    runs with, so nothing the user can see is lost. plugin_path and
+    plugin_options (ours; upstream has no plugins) add up across calls."""
+    kept = {k: v for k, v in _values.items() if k in ONCE}
+    if _session is not None and not _session.cli:
+        kept.update({k: v for k, v in _values.items() if k not in RANGE_KEYS})
+    return kept
+
+
+def _warn_reset(reset: List[str]) -> None:
+    """Says which values of earlier config() calls this call set back to
+    their defaults (it did not name them): a program written for a
+    config() that keeps them would lose them without a word."""
+    named = ", ".join(f"{_origins.get(k, k.replace('-', '_'))}='{_values[k]}'" for k in reset)
+    one = len(reset) == 1
+    warnings.warn(f"msmemscope.config: {named} from an earlier config() call {'is' if one else 'are'} reset to "
+                  f"{'its default' if one else 'their defaults'}: each config() call starts from the defaults, "
+                  "keeping only output, data_format and watch, as upstream's config() does; name "
+                  f"{'it' if one else 'them'} again in this call to keep {'it' if one else 'them'}", stacklevel=4)
 
 
 # What config() may change between two ranges (after stop(), before the next
@@ -398,7 +430,7 @@ WHY_FIXED: Dict[str, str] = {
 
 
 def _why_not_between_ranges(changed: List[str], checked: dict, origins: Dict[str, str],
-                            new: Dict[str, str]) -> str:
+                            new: Dict[str, str], reset: List[str]) -> str:
     """Why a change of the range keys cannot apply to the next range ("" when
     it can): it would need other collectors than those installed when the
     session opened (events="launch" alone leaves the host heap's out)."""
@@ -410,9 +442,30 @@ def _why_not_between_ranges(changed: List[str], checked: dict, origins: Dict[str
     opened = f"{_opened_by} opened it" if _opened_by else "it opened"
     was = ", ".join(old.get("collectors") or []) or "none"
     now = ", ".join(checked.get("collectors") or []) or "none"
+    if reset and _fits_the_session(dict(new, **{r: _values[r] for r in reset}), old):
+        # The keys named are fine: the defaults of those this call left out
+        # are what the session cannot run.
+        names = ", ".join(f"'{_origins.get(r, r.replace('-', '_'))}'" for r in reset)
+        kept = ", ".join(f"{_origins.get(r, r.replace('-', '_'))}='{_values[r]}'" for r in reset)
+        its, it = ("its", "it") if len(reset) == 1 else ("their", "them")
+        return (f"msmemscope.config: {names} cannot go back to {its} default{'s' * (its == 'their')} between "
+                f"ranges (this call does not name {it}, and each config() call starts from the defaults, keeping "
+                f"only output, data_format and watch, as upstream's config() does): {its} default"
+                f"{' needs' if its == 'its' else 's need'} the collectors {now}, and the session runs {was}, "
+                f"installed when {opened} (name {kept} again in this call to keep {it})")
     return (f"msmemscope.config: '{name}' cannot change to '{new.get(k, '')}' between ranges: it needs the "
             f"collectors {now}, and the session runs {was}, installed when {opened} (a process has one session: "
             f"set '{name}' before the first start())")
+
+
+def _fits_the_session(values: Dict[str, str], opened_with: dict) -> bool:
+    """Whether these values need the collectors the session installed."""
+    try:
+        checked = validate(values)
+    except ValueError:
+        return False
+    return (checked.get("collectors") == opened_with.get("collectors") and
+            checked.get("backend") == opened_with.get("backend"))
 
 
 def current_config() -> dict:

@@ -170,9 +170,11 @@ def test_output_format_watch_take_effect_only_once(tmp_path):
         msmemscope.config(device="cpu", analysis="", output="first")
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            msmemscope.config(output="second")
+            # (device and analysis named again: each config() call starts from the defaults)
+            msmemscope.config(device="cpu", analysis="", output="second")
         assert str(w[0].message) == ("msmemscope.config: 'output' was already set to 'first'; it takes effect "
                                      "only the first time it is set (ignored: 'second')"), w[0].message
+        assert len(w) == 1, [str(x.message) for x in w]
         msmemscope.start(); msmemscope.stop()
         try:
             msmemscope.config(events="alloc")
