@@ -433,6 +433,11 @@ bool Pipeline::account(Record& r) {
     return true;
 }
 
+bool Pipeline::holds_block(uint16_t dev_kind, int16_t dev_id, uint16_t type, bool virt, uint64_t ptr) const {
+    auto it = live_.find(PoolKey{dev_kind, dev_id, type, virt});
+    return it != live_.end() && it->second.count(ptr);
+}
+
 // The console's per-pool figures. A host heap block that a framework block
 // took over (same address, e.g. a CPU tensor's storage from malloc) counts
 // under the framework only; the HOST peak of a new host block waits for the

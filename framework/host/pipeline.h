@@ -118,6 +118,10 @@ public:
     // event after accounting, the findings and the plugins' log lines, until
     // the analyzers have finished (not the end's shadow FREEs).
     void set_live(live::LiveState* l) { live_view_ = l; }
+    // Whether a block is live at ptr in the pool, as the pipeline counts it
+    // (virt: the pool of mappings, collector Attr virtual:true): --steps asks
+    // about the blocks the events it drops free (step_gap.h).
+    bool holds_block(uint16_t dev_kind, int16_t dev_id, uint16_t type, bool virt, uint64_t ptr) const;
     // A run of several processes (a DataLoader's workers) heard each
     // plugin's warnings about its setup once per process. With this on, the
     // plugins' warnings said while no event flows (in create, begin and

@@ -31,6 +31,7 @@
 #include "process_summary_json.h"
 #include "program_status.h"
 #include "step_filter.h"
+#include "step_gap.h"
 #include "util/json.h"
 #include "supervisor.h"
 #include "symbolizer.h"
@@ -140,6 +141,23 @@ std::string output_limit_reached(const std::string& dir) {
     if (statvfs(dir.c_str(), &sv) == 0 && static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize < (1u << 20))
         return " (the disk is full)";
     return "";
+}
+
+// --steps kept failures outside the selected steps (step_filter.h): the
+// user asked for other steps, so the output says why it holds them, and
+// that the figures count the memory live at each failure (step_gap.h).
+std::string failures_outside_text(uint32_t pid, const std::vector<std::string>& where) {
+    std::vector<std::string> places;
+    for (auto& w : where)
+        if (std::find(places.begin(), places.end(), w) == places.end()) places.push_back(w);
+    std::string in;
+    for (size_t i = 0; i < places.size(); ++i) in += (i ? ", " : "") + places[i];
+    const bool one = where.size() == 1;
+    return "pid " + std::to_string(pid) + ": --steps: " +
+           (one ? std::string("an allocation") : std::to_string(where.size()) + " allocations") +
+           " failed for lack of memory outside the selected steps (in " + in + "); " +
+           (one ? "its failure is" : "their failures are") + " kept, with the memory live at " +
+           (one ? "that moment" : "those moments") + ", which the pools' figures count too";
 }
 
 }  // namespace
@@ -406,6 +424,14 @@ void ProcessRun::run_stream() {
         ~StopSinks() { p.stop_sinks(); }
     } stop_sinks{pipeline};
     StepFilter steps(cfg_.steps);
+    StepGap gap([&pipeline](uint16_t dev_kind, int16_t dev_id, uint16_t type, bool virt, uint64_t ptr) {
+        return pipeline.holds_block(dev_kind, dev_id, type, virt, ptr);
+    });
+    // The pipeline's picture of memory made true again after dropped steps
+    // (step_gap.h): shadow rows at time ts.
+    auto catch_up = [&](uint64_t ts) {
+        for (Record& s : gap.catch_up(ts, reader_.pid())) pipeline.feed(s);
+    };
     StepCounter step_count;  // for summary.json
     RawEvent raw;
     Record r;  // reused: its strings keep their storage from event to event
@@ -455,12 +481,24 @@ void ProcessRun::run_stream() {
             r.reset();
             convert(raw, r, sym);
             step_count.feed(r.ev, r.name);
-            if (!steps.keep(r.ev, r.name)) continue;  // --steps
+            if (!steps.keep(r.ev, r.name)) {  // --steps
+                gap.dropped(r);
+                continue;
+            }
+            // a failure kept outside the selected steps (step_filter.h) is
+            // seen with the memory live when it happened
+            if (r.ev.kind == MSMS_EV_OOM_DETAIL && r.ev.type == MSMS_T_OOM_TRIGGER && !steps.in_selected_step() &&
+                gap.pending())
+                catch_up(r.ev.timestamp_ns);
             // ... and a dump of it says so itself (START_TRACE's Attr
             // steps:[3, 4]): --analyze of a copy anywhere knows what it holds
             if (steps.active() && r.ev.kind == MSMS_EV_SYSTEM && r.ev.type == MSMS_T_START_TRACE)
                 r.attrs.emplace_back("steps", steps.list_text());
             pipeline.feed(r);
+            // a selected step begins (the STEP row that ends the step
+            // before, or its mstx range's start) after dropped events: the
+            // blocks live now, from then, and the frees of its own blocks
+            if (steps.active() && steps.in_selected_step() && gap.pending()) catch_up(r.ev.timestamp_ns);
             // a host that is behind still shows the view every second
             if (live_view && (delivered & 4095) == 0 && std::chrono::steady_clock::now() - live_last >= std::chrono::seconds(1)) {
                 live_write(false);
@@ -546,6 +584,10 @@ void ProcessRun::run_stream() {
                                     " never reached (its last step was " + std::to_string(steps.current_step()) +
                                     "); nothing was collected for " + (missed.size() == 1 ? "it" : "them"));
         run.log->warn(said(cfg_, summary_.warnings.back()));  // (the console's words: Session::print_summary)
+    }
+    if (!steps.failures_outside().empty()) {
+        summary_.warnings.push_back(failures_outside_text(reader_.pid(), steps.failures_outside()));
+        run.log->warn(said(cfg_, summary_.warnings.back()));
     }
     report_progress(progress::Phase::Writing);
     pipeline.finish();

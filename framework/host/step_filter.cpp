@@ -51,7 +51,12 @@ bool StepFilter::keep(const msms_event& ev, const std::string& name) {
         if (!k) ++dropped_;
         return k;
     }
-    bool k = selected() && (!mstx_ || in_range_);
+    if (ev.kind == MSMS_EV_OOM_DETAIL && ev.type == MSMS_T_OOM_TRIGGER) {
+        if (!in_selected_step())
+            failures_outside_.push_back((!mstx_ || in_range_ ? "step " : "after step ") + std::to_string(current_));
+        return true;
+    }
+    bool k = in_selected_step();
     if (!k) ++dropped_;
     return k;
 }

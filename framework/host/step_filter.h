@@ -8,6 +8,9 @@
 // N+1. SYSTEM events (START/STOP_TRACE, STEP, ACL_INIT...) are always kept so
 // that the output still shows the boundaries. Upstream turns the leak and
 // driver analyses off when --steps is given (the leaks analyzer does too).
+// An allocation that failed for lack of memory (OOM_TRIGGER) is kept in any
+// step: a run that ran out of memory outside the selected steps must not
+// look like one that did not; failures_outside() names where.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,12 @@ public:
     // True when the event is to be kept; call for every event in time order.
     bool keep(const msms_event& ev, const std::string& name);
     uint64_t current_step() const { return current_; }
+    // Whether the events now belong to a selected step (inside its mstx
+    // range, when steps are mstx ranges).
+    bool in_selected_step() const { return steps_.empty() || (selected() && (!mstx_ || in_range_)); }
+    // Where the failures kept outside the selected steps happened: "step 1",
+    // or between mstx ranges "after step 2", one per failure.
+    const std::vector<std::string>& failures_outside() const { return failures_outside_; }
     uint64_t dropped() const { return dropped_; }
     // Whether the stream had a step boundary (a STEP row or an mstx "step
     // start" range): without one, every event is step 1.
@@ -42,6 +51,7 @@ private:
     uint64_t mstx_count_ = 0, range_id_ = 0;
     uint64_t dropped_ = 0;
     bool saw_steps_ = false;
+    std::vector<std::string> failures_outside_;
 };
 
 }  // namespace msms

@@ -68,8 +68,11 @@ def marks(rows):
 
 def step_blocks(rows):
     """The steps whose block (marks.py: bytearray(STEP_BYTES + i) in step
-    i + 1, a malloc of one byte more) was recorded."""
-    sizes = [int(r["attr"].get("size", 0)) for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "HOST"]
+    i + 1, a malloc of one byte more) was recorded. Not a shadow row: with
+    --steps a selected step starts with those of the blocks live then, an
+    earlier step's among them (framework/host/step_gap.h)."""
+    sizes = [int(r["attr"].get("size", 0)) for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "HOST"
+             and r["attr"].get("shadow") != "true"]
     return sorted(s - STEP_BYTES for s in sizes if STEP_BYTES < s <= STEP_BYTES + 4)
 
 

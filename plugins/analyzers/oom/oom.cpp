@@ -219,9 +219,15 @@ private:
     // the numbers come from the host's running totals (the framework pools'
     // live bytes, the device's driver bytes without mappings of them).
     void light(Device& d, const msms_event& ev, bool fw) {
-        if (fw && ev.pool_used >= 0) {
+        if (fw && (ev.pool_used >= 0 || has_true(ev, "shadow"))) {
             d.fw_seen = true;
-            d.fw_used[ev.type] = ev.pool_used;
+            // Shadow rows carry no `used` (framework/host/shadow.h): they
+            // move the pool by their size. --steps starts a selected step,
+            // and a failure kept outside them, with such rows for the blocks
+            // live then: the failure's numbers are the program's.
+            int64_t& used = d.fw_used[ev.type];
+            if (ev.pool_used >= 0) used = ev.pool_used;
+            else used += ev.kind == MSMS_EV_MALLOC ? static_cast<int64_t>(ev.size) : -static_cast<int64_t>(ev.size);
             d.fw_allocated = 0;
             for (auto& [t, u] : d.fw_used) d.fw_allocated += u;
             d.fw_peak = std::max(d.fw_peak, d.fw_allocated);
@@ -229,6 +235,12 @@ private:
         if (ev.device_used >= 0) {
             d.device_used = ev.device_used;
             d.device_peak = std::max(d.device_peak, ev.device_used);
+        } else if (!fw && has_true(ev, "shadow") && !has_true(ev, "virtual")) {
+            // a driver pool's shadow row moves the device's bytes (not a
+            // mapping's: its memory is another block's)
+            int64_t by = ev.kind == MSMS_EV_MALLOC ? static_cast<int64_t>(ev.size) : -static_cast<int64_t>(ev.size);
+            d.device_used = std::max<int64_t>(d.device_used, 0) + by;
+            d.device_peak = std::max(d.device_peak, d.device_used);
         }
         remember_reserved(d, ev, fw);
     }

@@ -427,13 +427,41 @@ private:
         if (pending_.set && !(takes && hkey(ev) == pending_.hkey)) settle_pending();
         if (takes) take_host_block(ev, dev);
         if (ev.type == MSMS_T_HOST) host_heap(ev, dev);
-        else if (ev.pool_used >= 0) counter(dev | ev.type, ev, ev.pool_used);
+        else if (ev.pool_used >= 0) pool_level(dev | ev.type, ev, ev.pool_used);
+        else shadow_row(dev | ev.type, ev);
         if (ev.device_used >= 0) counter(dev | 0x10000, ev, ev.device_used);
         if (ev.kind == MSMS_EV_MALLOC) {
             if (ev.allocation_id) live_[ev.allocation_id] = Block{ev.timestamp_ns, ev.size, ev.tid};
         } else if (ev.allocation_id) {
             live_.erase(ev.allocation_id);
         }
+    }
+
+    // A pool's row with `used`: its level, which holds every shadow row before it.
+    void pool_level(uint64_t key, const msms_event& ev, int64_t used) {
+        shadow_frees_.erase(key);
+        counter(key, ev, used);
+    }
+    // Shadow rows (framework/host/shadow.h) carry no `used`. Their MALLOCs
+    // (blocks there when collection started, or when a --steps step
+    // started) move the track at once: the peak may be the moment they make.
+    // Their FREEs wait, as the html report's do: at the end they close the
+    // blocks still live (the track ends at the final bytes); a later MALLOC
+    // shows they were real (--steps: the blocks freed in the dropped steps,
+    // just before the shadow MALLOCs of those live then).
+    void shadow_row(uint64_t key, const msms_event& ev) {
+        if (ev.kind == MSMS_EV_FREE) {
+            shadow_frees_[key] += static_cast<int64_t>(ev.size);
+            return;
+        }
+        int64_t freed = 0;
+        if (auto f = shadow_frees_.find(key); f != shadow_frees_.end()) {
+            freed = f->second;
+            shadow_frees_.erase(f);
+        }
+        auto c = counters_.find(key);
+        int64_t level = c != counters_.end() && c->second.value >= 0 ? c->second.value : 0;
+        counter(key, ev, level - freed + static_cast<int64_t>(ev.size));
     }
 
     // The host heap's track, each byte once: its rows' `used` less the
@@ -644,6 +672,7 @@ private:
     Pending pending_;
     std::unordered_map<uint64_t, uint64_t> host_live_, host_taken_;
     std::unordered_map<uint64_t, int64_t> host_taken_bytes_, host_used_;  // by device key
+    std::unordered_map<uint64_t, int64_t> shadow_frees_;  // pool key -> bytes of shadow FREEs not yet applied
     std::unordered_map<uint64_t, int64_t> imports_change_;  // by device key: an imports' heap FREE awaiting its MALLOC
 };
 

@@ -1,0 +1,202 @@
+"""--steps=2,3 on a real PyTorch loop: the pools' figures are those of the
+program during the selected steps, not of the blocks allocated within them.
+
+The host drops the events of the other steps (framework/host/step_filter.h);
+when a selected step starts, the blocks then live that the output never saw
+allocated (the weights, the optimizer's state, a tensor kept from step 1) get
+a shadow MALLOC, and the blocks it holds that were freed in the dropped steps
+a shadow FREE (framework/host/step_gap.h). Before, `cpu/PTA: peak 4.0 MiB,
+final 1.0 MiB` was said of a loop whose pool held 12 MiB in those steps.
+
+The truth is the same script's run without --steps: the running total of its
+PTA rows, restricted to the selected steps (the total when a step starts, and
+after each of its rows). The console, summary.json, the html page, the
+trace's counter track, the memory_viz snapshot's segments and the db say it,
+and the --steps dump keeps upstream's rules (test_upstream_dump_check.py:
+every allocation_id one MALLOC and one FREE, `used` adds up).
+
+An allocation that fails for lack of memory in a step not selected is kept,
+with the memory live then, and the console says where it happened.
+"""
+import json
+import re
+import sqlite3
+from collections import defaultdict
+
+import pytest
+
+from conftest import BUILD, dump_files, process_dirs, read_dump, run_cli
+from sinks_common import load_trace, only
+from test_html_truth import device, page_data
+from test_sinks_memory_viz import load as load_snapshot, totals as snapshot_totals
+from test_upstream_dump_check import check_dump
+
+pytest.importorskip("torch")
+
+PY = "/usr/bin/python3"
+ENV = {"PYTHONPATH": str(BUILD / "python"), "LD_PRELOAD": ""}
+
+SCRIPT = """\
+import torch
+import msmemscope
+
+msmemscope.start()
+torch.manual_seed(0)
+model = torch.nn.Linear(512, 1024)       # step 1: 2 MiB of weight, kept
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+big = torch.zeros(1 << 20)               # step 1: 4 MiB, freed in step 2
+x = torch.randn(64, 512)
+for i in range(1, 7):                    # steps 1..6: msmemscope.step() ends each
+    opt.zero_grad()
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+    if i == 2:
+        del big
+    if i == 3:
+        mid = torch.ones(1 << 18)        # step 3: 1 MiB, freed in step 4
+    if i == 4:
+        del mid
+        late = torch.ones(3 << 18)       # step 4: 3 MiB, live in step 5
+    msmemscope.step()
+msmemscope.stop()
+"""
+
+
+def human(n):
+    """framework/util/text.cpp human_bytes."""
+    v, u = float(n), 0
+    while abs(v) >= 1024 and u < 4:
+        v /= 1024
+        u += 1
+    return f"{n} B" if u == 0 else f"{v:.1f} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][u]}"
+
+
+def run(tmp_path, name, *opts):
+    script = tmp_path / "steps_peak.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / name
+    p = run_cli(["--device=cpu", "--collect-mode=deferred", *opts, f"--output={out}", "--", PY, script], tmp_path,
+                env=ENV, check_rc=0)
+    return p, only(process_dirs(out))
+
+
+def truth(rows, selected):
+    """(peak, final) of the PTA pool over the selected steps of a run without
+    --steps: its live bytes when each step starts and after each of its rows;
+    final, when the last selected step ends. Step k: the rows after the
+    (k-1)-th STEP row (msmemscope.step() ends a step)."""
+    live, step, peak, final = 0, 1, 0, None
+    for r in rows:
+        if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP":
+            if step == max(selected):
+                final = live
+            step += 1
+            if step in selected:
+                peak = max(peak, live)
+        elif r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == "PTA":
+            live += int(r["attr"]["size"]) * (1 if r["Event"] == "MALLOC" else -1)
+            if step in selected:
+                peak = max(peak, live)
+    return peak, final
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("full")
+    p, d = run(tmp, "out", "--analysis=", "--sinks=csv")
+    return read_dump(only(dump_files(d)))
+
+
+def pta_line(stdout):
+    (line,) = [l for l in stdout.splitlines() if l.startswith("  cpu/PTA: ")]
+    return line
+
+
+@pytest.mark.parametrize("selected", [(2, 3), (2, 5)])
+def test_the_pools_figures_are_the_programs_during_the_selected_steps(full, tmp_path, selected):
+    peak, final = truth(full, set(selected))
+    steps = ",".join(map(str, selected))
+    p, d = run(tmp_path, "out", f"--steps={steps}", "--analysis=", "--sinks=csv,html,trace,memory_viz,db")
+    assert pta_line(p.stdout) == f"  cpu/PTA: peak {human(peak)}, final {human(final)}", p.stdout
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["pools"]["cpu/PTA"] == {"peak_bytes": peak, "final_bytes": final}
+    # the html page's framework pools (PTA alone on this cpu)
+    assert device(page_data(only(d.glob("report_*.html"))), "cpu framework pools")["peak"] == peak
+    # the trace's track of the pool
+    doc = load_trace(only(d.glob("trace_*.json")))
+    assert max(e["args"]["bytes"] for e in doc["traceEvents"]
+               if e["ph"] == "C" and e["name"] == "cpu PTA allocated") == peak
+    # the memory_viz snapshot: the pool's blocks live at the end (of step 3 / 5)
+    snap = load_snapshot(only(d.glob("memory_viz_*.pickle")))
+    assert snapshot_totals(snap)["cpu framework pools (PTA)"][1] == final
+    # upstream's dump rules hold on the --steps dump (shadow rows included)
+    rows = check_dump(only(dump_files(d)))
+    # its running total is the truth: the peak over the rows, and the total
+    # when the last selected step ends
+    live, seen_peak, at_end = 0, 0, None
+    for r in rows:
+        if r["Event"] in ("MALLOC", "FREE") and r["Event Type"] == "PTA":
+            live += int(r["attr"]["size"]) * (1 if r["Event"] == "MALLOC" else -1)
+            seen_peak = max(seen_peak, live)
+        elif r["Event"] == "SYSTEM" and r["Event Type"] == "STEP" and r["Name"] == str(max(selected)):
+            at_end = live
+    assert (seen_peak, at_end) == (peak, final)
+    # the db holds the same rows
+    db = only(d.rglob("memscope_dump_*.db"))
+    with sqlite3.connect(db) as con:
+        n = con.execute("SELECT COUNT(*) FROM memscope_dump WHERE Event IN ('MALLOC', 'FREE')").fetchone()[0]
+    assert n == len([r for r in rows if r["Event"] in ("MALLOC", "FREE")])
+
+
+# ---------------------------------------------------------------- a failure in a step not selected
+OOM_SCRIPT = """\
+import ctypes
+import msmemscope
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+msmemscope.start()
+for i in range(1, 4):
+    if i == 1:
+        print("failed", libc.malloc(1 << 60) is None)   # no memory for 1 EiB
+    msmemscope.step()
+msmemscope.stop()
+"""
+FAILED = r"^\[msmemscope\] warning: oom: malloc of 1152921504606846976 bytes failed on device cpu with (\d+) bytes allocated$"
+
+
+def run_oom(tmp_path, name, *opts):
+    script = tmp_path / "oom_step1.py"
+    script.write_text(OOM_SCRIPT)
+    p = run_cli(["--device=cpu", "--collect-mode=deferred", *opts, f"--output={tmp_path / name}", "--", PY, script],
+                tmp_path, env=ENV, check_rc=0)
+    assert "failed True" in p.stdout
+    return p, only(process_dirs(tmp_path / name))
+
+
+@pytest.mark.parametrize("analysis, report", [
+    ([], "oom: 1 out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds the failing call and the "
+         "most recent and largest live blocks (OOM_DETAIL rows)"),
+    (["--analysis=oom"], "oom: 1 out-of-memory failure(s), 1 detail dump(s) written (OOM_DETAIL rows)")])
+def test_a_failure_in_a_step_not_selected_is_kept_and_said(tmp_path, analysis, report):
+    # Before: with --steps=2 the run said nothing of it, its dump had no row of it.
+    whole, _ = run_oom(tmp_path, "whole", *analysis)
+    p, d = run_oom(tmp_path, "out", "--steps=2", *analysis)
+    text = p.stdout + p.stderr
+    # the analysis saw the memory live when it failed, as without --steps
+    # (within a few bytes: the interpreter's heap differs a little between runs)
+    (allocated,) = re.findall(FAILED, text, re.M)
+    (without,) = re.findall(FAILED, whole.stdout + whole.stderr, re.M)
+    assert abs(int(allocated) - int(without)) < 4096 and int(without) > 1 << 20, (allocated, without)
+    assert report in p.stdout.splitlines()
+    pid = re.search(r"^msmemscope: pid (\d+) ", p.stdout, re.M).group(1)
+    assert (f"msmemscope: warning: pid {pid}: --steps: an allocation failed for lack of memory outside the selected "
+            "steps (in step 1); its failure is kept, with the memory live at that moment, which the pools' figures "
+            "count too") in p.stderr.splitlines()
+    rows = check_dump(only(dump_files(d)), pools_list=(("HOST",),))
+    # its OOM_Snapshot row, in step 1 (before the STEP row that ends it), says the same bytes
+    (at,) = [i for i, r in enumerate(rows) if r["Name"] == "OOM_Snapshot"]
+    assert rows[at]["attr"]["allocated"] == allocated
+    assert at < min(i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP")

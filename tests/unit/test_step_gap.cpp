@@ -1,0 +1,88 @@
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "step_gap.h"
+
+using namespace msms;
+
+namespace {
+// What the pipeline holds live: (type, ptr); device cpu.
+std::set<std::pair<uint16_t, uint64_t>> held;
+
+StepGap gap() {
+    return StepGap([](uint16_t, int16_t, uint16_t type, bool virt, uint64_t ptr) {
+        return !virt && held.count({type, ptr}) > 0;
+    });
+}
+
+Record event(uint16_t kind, uint16_t type, uint64_t ptr, uint64_t size = 0) {
+    Record r;
+    r.ev.kind = kind;
+    r.ev.type = type;
+    r.ev.device_kind = MSMS_DEV_CPU;
+    r.ev.ptr = ptr;
+    r.ev.size = size;
+    return r;
+}
+
+std::string attr(const Record& r, const std::string& key) {
+    for (auto& a : r.attrs)
+        if (a.first == key) return a.second;
+    return "";
+}
+}  // namespace
+
+// --steps=2,3: what steps 1 (and 4) did to memory reaches the pipeline as
+// shadow rows when the selected step starts (step_gap.h).
+TEST_CASE("a selected step starts with the frees of the pipeline's blocks, then the blocks made unseen") {
+    held = {{MSMS_T_PTA, 0x100}, {MSMS_T_PTA, 0x200}, {MSMS_T_PTA, 0x300}};
+    StepGap g = gap();
+    CHECK_FALSE(g.pending());
+    Record m = event(MSMS_EV_MALLOC, MSMS_T_PTA, 0x900, 64);
+    m.attrs = {{"owner", "PTA@weight"}};
+    g.dropped(m);                                           // made unseen, live at the step's start
+    g.dropped(event(MSMS_EV_FREE, MSMS_T_PTA, 0x200));       // the pipeline's block, freed unseen
+    g.dropped(event(MSMS_EV_MALLOC, MSMS_T_PTA, 0xa00, 8));  // made and freed unseen: nothing
+    g.dropped(event(MSMS_EV_FREE, MSMS_T_PTA, 0xa00));
+    g.dropped(event(MSMS_EV_MALLOC, MSMS_T_PTA, 0x100, 32));  // the pipeline's 0x100 released unseen, a new block there
+    g.dropped(event(MSMS_EV_FREE, MSMS_T_PTA, 0x777));       // a block from before collection: nothing to pair
+    g.dropped(event(MSMS_EV_ACCESS, MSMS_T_PTA, 0x300));     // not memory: nothing
+    REQUIRE(g.pending());
+    auto rows = g.catch_up(5000, 42);
+    CHECK_FALSE(g.pending());
+    std::vector<std::tuple<uint16_t, uint64_t, uint64_t>> got;
+    for (auto& r : rows) {
+        got.emplace_back(r.ev.kind, r.ev.ptr, r.ev.size);
+        CHECK(attr(r, "shadow") == "true");
+        CHECK(r.ev.timestamp_ns == 5000);
+        CHECK(r.ev.pid == 42);
+        CHECK(r.ev.type == MSMS_T_PTA);
+    }
+    // FREEs first, in the order they happened (the pipeline fills in their
+    // allocation_id and size), then the MALLOCs in theirs
+    CHECK(got == std::vector<std::tuple<uint16_t, uint64_t, uint64_t>>{{MSMS_EV_FREE, 0x200, 0},
+                                                                      {MSMS_EV_FREE, 0x100, 0},
+                                                                      {MSMS_EV_MALLOC, 0x900, 64},
+                                                                      {MSMS_EV_MALLOC, 0x100, 32}});
+    CHECK(attr(rows[2], "owner") == "PTA@weight");  // with the extras its MALLOC carried
+    CHECK(g.catch_up(6000, 42).empty());
+}
+
+TEST_CASE("a block freed twice unseen is freed once; a mapping keeps its pool") {
+    held = {{MSMS_T_PTA, 0x100}};
+    StepGap g = gap();
+    g.dropped(event(MSMS_EV_FREE, MSMS_T_PTA, 0x100));
+    g.dropped(event(MSMS_EV_MALLOC, MSMS_T_PTA, 0x100, 16));  // the same address again: not a second FREE
+    Record v = event(MSMS_EV_MALLOC, MSMS_T_PTA, 0x5000, 4096);
+    v.attrs = {{"virtual", "true"}};
+    g.dropped(v);
+    auto rows = g.catch_up(1, 1);
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0].ev.kind == MSMS_EV_FREE);
+    CHECK(rows[1].ev.ptr == 0x100);
+    CHECK(rows[2].ev.ptr == 0x5000);
+    CHECK(attr(rows[2], "virtual") == "true");
+}
