@@ -26,7 +26,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import BUILD, dump_files, process_dirs, read_dump, run_cli
-from sinks_common import load_trace, only
+from sinks_common import load_trace, only, render
 from test_html_truth import device, page_data
 from test_sinks_memory_viz import load as load_snapshot, totals as snapshot_totals
 from test_upstream_dump_check import check_dump
@@ -122,7 +122,26 @@ def test_the_pools_figures_are_the_programs_during_the_selected_steps(full, tmp_
     summary = json.loads((d / "summary.json").read_text())
     assert summary["pools"]["cpu/PTA"] == {"peak_bytes": peak, "final_bytes": final}
     # the html page's framework pools (PTA alone on this cpu)
-    assert device(page_data(only(d.glob("report_*.html"))), "cpu framework pools")["peak"] == peak
+    page = page_data(only(d.glob("report_*.html")))
+    assert device(page, "cpu framework pools")["peak"] == peak
+    # ... and its charts shade what was not collected: before the first
+    # selected step, between two apart (2,5), after the last (it said 0 B
+    # before step 2 and drew a flat level after step 3, where the program
+    # went on unseen)
+    ends = {int(m[1].split()[1]): m[0] for m in page["marks"]}  # "step N": the row that ends step N
+    spans, at = [], 0
+    for k in sorted(selected):
+        if ends[k - 1] > at:
+            spans.append([at, ends[k - 1]])
+        at = ends[k]
+    spans.append([at, page["end_ns"] - page["start_ns"]])
+    assert page["uncollected"] == spans
+    assert page["steps_selected"] == list(selected)
+    dom = render(only(d.glob("report_*.html")), tmp_path)
+    assert (f'<p class="note" id="steps-uncollected">Shaded: not collected (--steps={steps} keeps the events of those '
+            "steps only): nothing was recorded there, and the level drawn through it is the one before. A selected "
+            "step starts from the blocks live at its start (shadow rows: allocated earlier, no stack), so its peak "
+            "and final are the program's.</p>") in dom
     # the trace's track of the pool
     doc = load_trace(only(d.glob("trace_*.json")))
     assert max(e["args"]["bytes"] for e in doc["traceEvents"]

@@ -313,17 +313,22 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
         g.fillStyle = COLORS[c2 % COLORS.length];
         g.globalAlpha = 0.85; g.fill(); g.globalAlpha = 1;
       }
-      // collection off (stop() .. the next start()): nothing was recorded
-      // there, the level drawn through it is the last one before stop()
-      (D.off || []).forEach(function (o) {
-        if (o[1] < V.t0 || o[0] > V.t1) return;
-        var ox0 = X(Math.max(o[0], V.t0)), ox1 = X(Math.min(o[1], V.t1));
-        g.fillStyle = "rgba(240,242,245,.82)";
-        g.fillRect(ox0, T, Math.max(1, ox1 - ox0), H - B - T);
-        g.font = "11px system-ui, sans-serif"; g.fillStyle = "#5f6b7a";
-        g.textAlign = "center"; g.textBaseline = "top";
-        if (ox1 - ox0 > g.measureText("collection off").width + 8) g.fillText("collection off", (ox0 + ox1) / 2, T + 4);
-      });
+      // collection off (stop() .. the next start()), and under --steps the
+      // spans outside the selected steps: nothing was recorded there, the
+      // level drawn through it is the last one before
+      function shade(spans, label) {
+        (spans || []).forEach(function (o) {
+          if (o[1] < V.t0 || o[0] > V.t1) return;
+          var ox0 = X(Math.max(o[0], V.t0)), ox1 = X(Math.min(o[1], V.t1));
+          g.fillStyle = "rgba(240,242,245,.82)";
+          g.fillRect(ox0, T, Math.max(1, ox1 - ox0), H - B - T);
+          g.font = "11px system-ui, sans-serif"; g.fillStyle = "#5f6b7a";
+          g.textAlign = "center"; g.textBaseline = "top";
+          if (ox1 - ox0 > g.measureText(label).width + 8) g.fillText(label, (ox0 + ox1) / 2, T + 4);
+        });
+      }
+      shade(D.off, "collection off");
+      shade(D.uncollected, "not collected (--steps)");
       // peak marker and its label (placed first: step labels keep clear of it)
       var boxes = [];
       if (dev.peak > 0 && dev.peak_t >= V.t0 && dev.peak_t <= V.t1) {
@@ -624,6 +629,11 @@ table[id^="table-finding-"] td.lines { white-space:pre-line; }
   if ((D.off || []).length)
     main.appendChild(el("p", { "class": "note", id: "collection-off" }, "Shaded: collection was off (" +
       D.off.length + " span(s) between msmemscope.stop() and the next start()): nothing was recorded there."));
+  if ((D.uncollected || []).length)
+    main.appendChild(el("p", { "class": "note", id: "steps-uncollected" }, "Shaded: not collected (--steps=" +
+      D.steps_selected.join(",") + " keeps the events of those steps only): nothing was recorded there, and the level " +
+      "drawn through it is the one before. A selected step starts from the blocks live at its start (shadow rows: " +
+      "allocated earlier, no stack), so its peak and final are the program's."));
   if (!D.devices.length) main.appendChild(el("p", { "class": "empty", id: "no-memory" }, "No allocations were recorded."));
   var bar = el("div", { "class": "viewbar", id: "viewbar" });
   var viewLabel = el("span", { id: "view-label" });
