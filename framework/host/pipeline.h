@@ -19,6 +19,7 @@
 #include <msmemscope/abi.h>
 
 #include "config.h"
+#include "pool_key.h"
 #include "record.h"
 #include "util/addr_map.h"
 #include "registry.h"
@@ -161,18 +162,7 @@ private:
         uint64_t allocation_id;
         uint64_t size;
     };
-    struct PoolKey {
-        uint16_t dev_kind;
-        int16_t dev_id;
-        uint16_t type;
-        // Mappings of memory another block already accounts for (collector
-        // Attr "virtual:true", e.g. cuMemMap of a cuMemCreate handle): kept
-        // in a pool of their own and not added to device/process totals.
-        bool virt;
-        bool operator<(const PoolKey& o) const {
-            return std::tie(dev_kind, dev_id, type, virt) < std::tie(o.dev_kind, o.dev_id, o.type, o.virt);
-        }
-    };
+    using PoolKey = msms::PoolKey;  // pool_key.h
 
     // false: a FREE of a block never seen allocated (not written; shadow.h)
     bool account(Record& r);

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "pool_key.h"
 #include "record.h"
 
 namespace msms {
@@ -46,15 +47,7 @@ public:
     std::vector<Record> catch_up(uint64_t ts, uint32_t pid);
 
 private:
-    struct Pool {
-        uint16_t dev_kind;
-        int16_t dev_id;
-        uint16_t type;
-        bool virt;
-        bool operator<(const Pool& o) const {
-            return std::tie(dev_kind, dev_id, type, virt) < std::tie(o.dev_kind, o.dev_id, o.type, o.virt);
-        }
-    };
+    using Pool = PoolKey;  // pool_key.h
     struct Made {  // a block allocated in a dropped step, still live
         uint64_t size;
         uint64_t order;   // when its MALLOC came among the dropped events

@@ -9,6 +9,8 @@ Fixture: tests/fixtures/bad_plugins/throws_in_finish.cpp."""
 import json
 import re
 
+import pytest
+
 from conftest import process_dirs
 from sinks_common import only, render
 from test_html_plugin_failure import FIXTURES, banner, db_failures, page_data, page_of
@@ -34,26 +36,17 @@ def log_text(d):
     return only((d / "msmemscope_logs").glob("*.log")).read_text()
 
 
-def test_a_sink_failing_in_finish_is_named_by_the_sinks_that_finish_after_it(cli, tmp_path):
-    # Sinks on the pipeline's thread finish one after another, in --sinks
-    # order: html and db finish after throws_in_finish failed.
-    p, d = run(cli, tmp_path, "throws_in_finish,html,db", rc=70, env={"MSMEMSCOPE_SINK_THREADS": "0"})
-    assert "msmemscope: error: " + SAID in p.stderr.splitlines(), p.stderr
-    page = page_of(d)
-    assert page_data(page)["plugin_failures"] == [WANT]
-    assert banner(render(page, tmp_path)) == [
-        "Plugin 'throws_in_finish' (sink) failed: finish failed: throws_in_finish: on purpose. "
-        "This page is without what it would have added."]
-    assert db_failures(d) == [WANT]
-
-
-def test_sinks_on_threads_of_their_own_name_a_sink_that_failed_in_finish_before_them(cli, tmp_path):
-    # Three sinks: each on a thread of its own. Their finishes went side by
-    # side, so html and db, finishing at the same time as throws_in_finish,
-    # often did not name it; now they finish in --sinks order, as on the
-    # pipeline's thread, and both name it every time.
-    p, d = run(cli, tmp_path, "throws_in_finish,html,db", rc=70)
-    assert "sinks: csv, throws_in_finish, html, db each on a thread of its own" in log_text(d)
+@pytest.mark.parametrize("threads", ["pipeline", "own"])
+def test_a_sink_failing_in_finish_is_named_by_the_sinks_that_finish_after_it(cli, tmp_path, threads):
+    # Sinks finish one after another, in --sinks order, whether on the
+    # pipeline's thread (MSMEMSCOPE_SINK_THREADS=0) or each on a thread of
+    # its own: html and db finish after throws_in_finish failed and name it.
+    # On threads of their own the finishes went side by side, so html and
+    # db, finishing at the same time as throws_in_finish, often did not.
+    env = {"MSMEMSCOPE_SINK_THREADS": "0"} if threads == "pipeline" else {}
+    p, d = run(cli, tmp_path, "throws_in_finish,html,db", rc=70, env=env)
+    if threads == "own":
+        assert "sinks: csv, throws_in_finish, html, db each on a thread of its own" in log_text(d)
     assert "msmemscope: error: " + SAID in p.stderr.splitlines(), p.stderr
     page = page_of(d)
     assert page_data(page)["plugin_failures"] == [WANT]

@@ -28,6 +28,14 @@ bool has_line(const std::vector<std::string>& lines, const std::string& l) {
     return std::find(lines.begin(), lines.end(), l) != lines.end();
 }
 
+// The report of one host block of 64 bytes from leaky_a live `when` ("at
+// exit", "at stop()").
+std::vector<std::string> one_block_live(const std::string& when) {
+    return {"leaks: msmemscope's details (not in upstream's report):",
+            "  Host memory still allocated " + when + " on device cpu: 1 block(s), 64 bytes, from 1 allocation site(s):",
+            "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"};
+}
+
 }  // namespace
 
 TEST_CASE("a training loop that keeps one tensor per step is reported with its steps and sizes") {
@@ -220,11 +228,7 @@ TEST_CASE("a shell's heap live at exit is its own: said on a line of its own tha
         REQUIRE(h.begin() == MSMS_OK);
         h.feed(EventBuilder::malloc(0x1000, 64).c_stack("leaky_a (prog+0x10)\nmain"));
         REQUIRE(h.finish() == MSMS_OK);
-        CHECK(h.reports == std::vector<std::string>{
-                               "leaks: msmemscope's details (not in upstream's report):",
-                               "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 "
-                               "allocation site(s):",
-                               "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
+        CHECK(h.reports == one_block_live("at exit"));
     }
 }
 
@@ -241,11 +245,7 @@ TEST_CASE("blocks live when collection ended at stop() are said to be so, not at
         if (restarted) h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_START_TRACE));
         REQUIRE(h.finish() == MSMS_OK);
         std::string when = restarted ? "at exit" : "at stop()";
-        CHECK(h.reports == std::vector<std::string>{
-                               "leaks: msmemscope's details (not in upstream's report):",
-                               "  Host memory still allocated " + when +
-                                   " on device cpu: 1 block(s), 64 bytes, from 1 allocation site(s):",
-                               "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
+        CHECK(h.reports == one_block_live(when));
     }
 }
 
@@ -257,11 +257,7 @@ TEST_CASE("the Python API's STOP_TRACE at the interpreter's exit (no stop() call
     h.feed(EventBuilder::malloc(0x1000, 64).c_stack("leaky_a (prog+0x10)\nmain"));
     h.feed(EventBuilder(MSMS_EV_SYSTEM, MSMS_T_STOP_TRACE).attr("at_exit", "true"));
     REQUIRE(h.finish() == MSMS_OK);
-    CHECK(h.reports == std::vector<std::string>{
-                           "leaks: msmemscope's details (not in upstream's report):",
-                           "  Host memory still allocated at exit on device cpu: 1 block(s), 64 bytes, from 1 "
-                           "allocation site(s):",
-                           "    1 block(s), 64 bytes, allocated at: leaky_a (prog+0x10)"});
+    CHECK(h.reports == one_block_live("at exit"));
 }
 
 TEST_CASE("memory fluctuation: a new extreme of min/max within a step is warned about") {
