@@ -124,7 +124,7 @@ def test_html_shades_the_span_between_stop_and_the_next_start(tmp_path):
     data = json.loads(page.split('id="msms-data">')[1].split("</script>")[0])
     base = data["start_ns"]
     assert data["off"] == [[marks[1] - base, marks[2] - base]]
-    assert "(D.off || []).forEach" in page
+    assert 'shade(D.off, "collection off");' in page
     assert ('"Shaded: collection was off (" +\n      D.off.length + " span(s) between msmemscope.stop() and the next '
             'start()): nothing was recorded there."') in page
 

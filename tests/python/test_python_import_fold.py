@@ -297,3 +297,40 @@ def test_a_script_that_only_imports_torch_leaks_nothing(cli, tmp_path):
     site = re.search(r"^    (\d+) block\(s\), (\d+) bytes, allocated at: while importing Python modules \(no stack: "
                      r"host_heap.python_imports=fold; =record keeps the stacks\)$", p.stdout, re.M)
     assert site and int(site.group(2)) > 5 << 20 and leaks["bytes"] >= int(site.group(2)), (leaks, p.stdout)
+
+
+def test_a_deferred_start_writes_the_imports_heap_as_one_block(cli, tmp_path):
+    # --collect-mode=deferred: `import torch` runs with collection off, and
+    # each host block it left live was its own shadow MALLOC at start() (and
+    # its own shadow FREE at the end): ~327 k rows each, a 93 MB CSV for this
+    # script of 4 steps. They join the imports' heap while collection is off
+    # too, so start() writes the one block a run collecting from its first
+    # line writes, and the pool's figures stay the same.
+    import json
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""\
+        import torch
+        import msmemscope
+        msmemscope.start()
+        x = torch.ones(1000)
+        for i in range(4):
+            y = x * 2
+            msmemscope.step()
+        msmemscope.stop()
+    """))
+    p = cli(["--device=cpu", "--collect-mode=deferred", "--output=out", "--", PY, "prog.py"], tmp_path,
+            env={"PYTHONPATH": ""}, check_rc=0)
+    (folder,) = process_dirs(tmp_path / "out")
+    rows = read_rows(folder)
+    heap = [r for r in rows if r["Event"] == "MALLOC" and r["attr"].get("import") == "true"]
+    assert len(heap) == 1 and heap[0]["attr"]["shadow"] == "true", heap
+    blocks, size = int(heap[0]["attr"]["blocks"]), int(heap[0]["attr"]["size"])
+    assert blocks > 100_000 and size > 20 << 20, heap
+    shadows = [r for r in rows if r["attr"].get("shadow") == "true"]
+    assert len(shadows) < 10_000, len(shadows)
+    m = re.search(r"^  cpu/HOST: Python imports left up to (\d+) block\(s\), [0-9.]+ MiB, live: written as one block, "
+                  r"the imports' heap \(1 MALLOC row\(s\) as it changed, Attr shadow:true,import:true,blocks\), no row "
+                  r"of their own \(host_heap.python_imports=fold\)$", p.stdout, re.M)
+    assert m and int(m.group(1)) == blocks, p.stdout
+    # the pool's peak counts the imports' heap, as before
+    peak = json.loads((folder / "summary.json").read_text())["pools"]["cpu/HOST"]["peak_bytes"]
+    assert peak >= size, (peak, size)
