@@ -80,11 +80,14 @@ def config(**kwargs: Any) -> None:
 
     Each call starts from the defaults, as upstream's config() does: a key
     set by an earlier call and not named in this one goes back to its
-    default, with a warning naming it (name it again to keep it). Kept from
-    earlier calls: ``output``, ``data_format`` and ``watch``, which take
-    effect only the first time they are set (later values are ignored with
-    a warning), and ``plugin_path`` and ``plugin_options`` (ours). The first
-    start(), step(), take_snapshot() or tracer.start() opens the session
+    default, with a warning naming it (name it again to keep it; none for
+    an ``events``, ``call_stack`` or ``level`` that did what its default
+    does). Kept from earlier calls: ``output``, ``data_format`` and
+    ``watch``, which are taken from the first call only (one that raised
+    does not count), as upstream's: named with another value in a later
+    call, also one the first did not set, they are ignored with a warning;
+    and ``plugin_path`` and ``plugin_options`` (ours). The first start(),
+    step(), take_snapshot() or tracer.start() opens the session
     with the values set so far (defaults for the others). After that,
     ``events``, ``call_stack`` and ``level`` may still change, as
     upstream's config() allows: the change applies from the next start() on
@@ -93,9 +96,9 @@ def config(**kwargs: Any) -> None:
     unless it needs other collectors than the session installed (a
     RuntimeError says which). Any other key is fixed by then (the host's
     analyses, devices, sinks, steps and files run over the whole session):
-    a change, also a first ``output`` then, is a RuntimeError naming the
-    key, why, and the call that opened the session; not named, it keeps the
-    session's value.
+    a change, also a first ``output`` when no config() call came before
+    the session opened, is a RuntimeError naming the key, why, and the call
+    that opened the session; not named, it keeps the session's value.
 
     Raises TypeError for an unknown key or a value that is not a string,
     ValueError (with the command line's message, naming the key and the

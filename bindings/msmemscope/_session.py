@@ -120,6 +120,10 @@ _plugin_options: Dict[str, Dict[str, str]]
 _plugin_paths, _plugin_options = _cli_plugin_settings()
 _session: Optional["Session"] = None
 _warned_cli = False
+# Whether a config() call has taken effect: from then on output, data_format
+# and watch are set (to a value or their default) and later calls ignore
+# them, as upstream's config() does (isEffective, configPolicyTable).
+_configured = False
 # The folder current when config() first set output: a relative output names
 # a folder there (upstream resolves it at config(), ParseOutputPath), also
 # when the program changes its folder before start() (Hydra's @hydra.main).
@@ -261,7 +265,7 @@ def _check_plugin_options(value: object) -> Dict[str, Dict[str, str]]:
 
 
 def configure(kwargs: Dict[str, object]) -> None:
-    global _warned_cli, _plugin_paths, _plugin_options, _output_base
+    global _warned_cli, _plugin_paths, _plugin_options, _output_base, _configured
     with _lock:
         kwargs = dict(kwargs)
         new_paths = list(_plugin_paths)
@@ -274,6 +278,7 @@ def configure(kwargs: Dict[str, object]) -> None:
         plugins_changed = new_paths != _plugin_paths or new_options != _plugin_options
         new = _values_kept_by_a_new_call()
         origins = {}
+        ignored = []  # (key as named, canonical key, value) of set-once keys given too late
         for key, value in kwargs.items():
             canon = KEYS.get(key)
             if canon is None:
@@ -306,14 +311,17 @@ def configure(kwargs: Dict[str, object]) -> None:
                 what = "a string or a list of strings" if canon in LISTS else "a string"
                 raise TypeError(f"msmemscope.config: '{key}' must be {what}, got {type(value).__name__} "
                                 f"(allowed: {ALLOWED[canon]})")
-            if canon in ONCE and canon in _values:
-                if _values[canon] != value:
-                    warnings.warn(f"msmemscope.config: '{key}' was already set to '{_values[canon]}'; it takes "
-                                  f"effect only the first time it is set (ignored: '{value}')", stacklevel=3)
+            if canon in ONCE and _configured:
+                # Set once, by the first config() call, as upstream's (its
+                # configPolicyTable once isEffective): the same value again
+                # changes nothing, so nothing is said of it.
+                if _values.get(canon) != value:
+                    ignored.append((key, canon, value))
                 continue
             new[canon] = value
             origins[canon] = key
-        reset = [k for k in _values if k not in new]
+        dropped = [k for k in _values if k not in new]
+        reset = [k for k in dropped if not _changes_nothing(k, new, new_paths, new_options)]
         saved = dict(_origins)
         _origins.update(origins)
         try:
@@ -323,10 +331,12 @@ def configure(kwargs: Dict[str, object]) -> None:
             _origins.update(saved)
             raise
         if _session is not None and not _session.cli:
-            # (output, data_format and watch set again were ignored above with
-            # a warning; set for the first time now, the session has used
-            # their defaults already: refused as any other change)
-            changed = [k for k in new if _values.get(k) != new[k]] + reset
+            # (output, data_format and watch after a config() call that took
+            # effect were ignored above; set now by the first call, after a
+            # start() that opened the session with their defaults: refused as
+            # any other change)
+            changed = [k for k in new if _values.get(k) != new[k] and
+                       not _changes_nothing(k, new, new_paths, new_options)] + reset
             if plugins_changed:
                 changed.append("plugin_path" if new_paths != _plugin_paths else "plugin_options")
             fixed = [k for k in changed if k not in RANGE_KEYS]
@@ -368,14 +378,17 @@ def configure(kwargs: Dict[str, object]) -> None:
                 _output_base = os.getcwd()
             except OSError:  # a folder removed under the program: start() says so
                 pass
+        if ignored and not under_cli():
+            _warn_set_once_ignored(ignored)
         if reset and not under_cli():
             _warn_reset(reset)
-        for k in reset:
+        for k in dropped:
             _origins.pop(k, None)
         _values.clear()
         _values.update(new)
         _plugin_paths = new_paths
         _plugin_options = new_options
+        _configured = True
         if under_cli() and not _warned_cli and (kwargs or plugins_changed):
             _warned_cli = True
             warnings.warn("msmemscope.config: running under the msmemscope command line, whose options apply; "
@@ -395,6 +408,40 @@ def _values_kept_by_a_new_call() -> Dict[str, str]:
     if _session is not None and not _session.cli:
         kept.update({k: v for k, v in _values.items() if k not in RANGE_KEYS})
     return kept
+
+
+def _changes_nothing(key: str, new: Dict[str, str], paths: List[str],
+                     options: Dict[str, Dict[str, str]]) -> bool:
+    """Whether this call's value of a range key (its default, when the call
+    does not name it) does what the value before it did: events=
+    'alloc,free,launch' going back to its default, call_stack='' named where
+    none was set. Then it is no change for the next range (no START_TRACE
+    Attr) and nothing to warn of. Only the range keys: what the others do is
+    not all in the validator's answer (suppress files, plugin budgets), so a
+    change of theirs is always taken as one."""
+    if key not in RANGE_KEYS:
+        return False
+    before = {k: v for k, v in new.items() if k != key}
+    if key in _values:
+        before[key] = _values[key]
+    try:
+        was, now = validate(before, paths, options), validate(new, paths, options)
+    except ValueError:  # the call's own error is raised where it is checked
+        return False
+    return all(was.get(f) == now.get(f) for f in ("agent_options", "written_events"))
+
+
+def _warn_set_once_ignored(ignored: List[tuple]) -> None:
+    """Says which output, data_format and watch values this call ignored
+    (a config() call before it took effect, and they are set once), what
+    each stays, and where to give them: a program that set output in a
+    later call would otherwise look for its files in the wrong folder."""
+    named = ", ".join(f"{key}='{value}'" for key, _, value in ignored)
+    stays = ", ".join(f"{key} keeps '{_values[canon]}'" if canon in _values else f"{key} keeps its default"
+                      for key, canon, _ in ignored)
+    warnings.warn(f"msmemscope.config: {named} {'is' if len(ignored) == 1 else 'are'} ignored: output, data_format "
+                  f"and watch are taken only from the first config() call, as upstream's config() does ({stays}); "
+                  f"give {'it' if len(ignored) == 1 else 'them'} in the first config() call", stacklevel=4)
 
 
 def _warn_reset(reset: List[str]) -> None:

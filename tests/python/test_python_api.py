@@ -172,8 +172,9 @@ def test_output_format_watch_take_effect_only_once(tmp_path):
             warnings.simplefilter("always")
             # (device and analysis named again: each config() call starts from the defaults)
             msmemscope.config(device="cpu", analysis="", output="second")
-        assert str(w[0].message) == ("msmemscope.config: 'output' was already set to 'first'; it takes effect "
-                                     "only the first time it is set (ignored: 'second')"), w[0].message
+        assert str(w[0].message) == ("msmemscope.config: output='second' is ignored: output, data_format and watch "
+                                     "are taken only from the first config() call, as upstream's config() does "
+                                     "(output keeps 'first'); give it in the first config() call"), w[0].message
         assert len(w) == 1, [str(x.message) for x in w]
         msmemscope.start(); msmemscope.stop()
         try:

@@ -6,11 +6,15 @@ every earlier call.
 
 1. A key an earlier call set and this call does not name goes back to its
    default, and a warning names it with the value it had.
-2. output, data_format and watch are kept (set once).
+2. output, data_format and watch are kept, and taken from the first call
+   only: named in any later call (also when the first did not set them),
+   they are ignored with a warning, as upstream's config() ignores them.
 3. Between two ranges the keys the session fixed keep its values (the reset
    does not trip the rule that refuses a change of analysis or device); a
    range key whose default needs other collectors than the session runs is
-   refused, naming that key as the one left out.
+   refused, naming that key as the one left out. A range key going back
+   to a value that does what the one before did is no change (no warning,
+   no START_TRACE Attr).
 4. Under the CLI the command line's options apply: a config() call resets
    none of them (ours differs from upstream's here: config()'s values are
    checked, not used)."""
@@ -20,6 +24,7 @@ import textwrap
 from conftest import CLI, clean_env, dump_files, parse_attr, process_dirs, read_dump
 
 PY = "/usr/bin/python3"
+ONCE_WHY = "output, data_format and watch are taken only from the first config() call, as upstream's config() does"
 WHY = ("each config() call starts from the defaults, keeping only output, data_format and watch, as upstream's "
        "config() does")
 
@@ -100,12 +105,68 @@ with recorded():
 """)
     assert p.stdout.split("--\n")[0] == "", p.stdout
     assert warned(p) == [
-        "msmemscope.config: 'output' was already set to 'out'; it takes effect only the first time it is set "
-        "(ignored: 'other')",
-        "msmemscope.config: 'data_format' was already set to 'db'; it takes effect only the first time it is set "
-        "(ignored: 'csv')",
-        "msmemscope.config: 'watch' was already set to 'op1,op2'; it takes effect only the first time it is set "
-        "(ignored: 'op3')"], p.stdout
+        f"msmemscope.config: output='other', data_format='csv', watch='op3' are ignored: {ONCE_WHY} (output keeps "
+        "'out', data_format keeps 'db', watch keeps 'op1,op2'); give them in the first config() call"], p.stdout
+
+
+def test_set_once_keys_first_given_in_a_later_call_are_ignored(tmp_path):
+    # Upstream's config() takes output, data_format and watch from its first
+    # call only (configPolicyTable once isEffective), also when that call did
+    # not set them. Before: the later call's output was taken, without a word,
+    # and the files went to "late" where upstream writes memscopeDumpResults.
+    p, script = run(tmp_path, RECORD + """\
+msmemscope.config(device="cpu", events="alloc,free", analysis="")
+with recorded():
+    msmemscope.config(device="cpu", events="alloc,free", analysis="", output="late", data_format="db")
+print("--")
+with recorded():
+    msmemscope.config(device="cpu", events="alloc,free", analysis="", output_path="late")
+msmemscope.start()
+a = bytearray(300000); del a
+msmemscope.stop()
+""")
+    assert warned(p) == [
+        f"msmemscope.config: output='late', data_format='db' are ignored: {ONCE_WHY} (output keeps its default, "
+        "data_format keeps its default); give them in the first config() call",
+        f"msmemscope.config: output_path='late' is ignored: {ONCE_WHY} (output_path keeps its default); give it "
+        "in the first config() call"], p.stdout
+    assert not (tmp_path / "late").exists()
+    (procdir,) = process_dirs(tmp_path / "memscopeDumpResults")
+    assert len(dump_files(procdir)) == 1  # csv, the default data_format
+
+
+def test_a_set_once_key_after_the_session_opened_is_ignored_not_refused(tmp_path):
+    # Before: a RuntimeError ("'output' cannot change once the collection
+    # session has started"), where upstream's config() ignores it with a
+    # warning since its first call took effect.
+    p, script = run(tmp_path, RECORD + """\
+msmemscope.config(device="cpu", events="alloc,free", analysis="")
+msmemscope.start(); msmemscope.stop()
+with recorded():
+    msmemscope.config(events="alloc,free", watch="op1")
+""")
+    assert warned(p) == [f"msmemscope.config: watch='op1' is ignored: {ONCE_WHY} (watch keeps its default); give "
+                         "it in the first config() call"], p.stdout + p.stderr
+
+
+def test_a_range_key_back_to_the_value_it_had_is_no_change(tmp_path):
+    # events and level were set to what their defaults do: the second call
+    # leaving them out changes nothing. Before: a warning that they were
+    # reset, and the second range's START_TRACE carried Attr
+    # events:alloc|free|launch as if they had changed.
+    p, script = run(tmp_path, RECORD + """\
+msmemscope.config(device="cpu", events="alloc,free,launch", level="op", analysis="", output="out")
+msmemscope.start(); msmemscope.stop()
+with recorded():
+    msmemscope.config(device="cpu", analysis="")
+    msmemscope.config(device="cpu", analysis="", call_stack="")
+msmemscope.start(); msmemscope.stop()
+""")
+    assert warned(p) == [], p.stdout
+    (procdir,) = process_dirs(tmp_path / "out")
+    starts = [r for r in read_dump(dump_files(procdir)[0]) if r["Event"] == "SYSTEM" and
+              r["Event Type"] == "START_TRACE"]
+    assert [r["Attr"] for r in starts] == ["", ""]
 
 
 def test_between_ranges_the_keys_the_session_fixed_keep_its_values(tmp_path):

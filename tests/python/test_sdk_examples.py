@@ -264,14 +264,15 @@ def test_installed_python_package_finds_its_prefix_and_plugins(sdk, tmp_path):
             msmemscope.config(plugin_path={str(tmp_path / 'no_such_folder')!r})
         except ValueError as e:
             print("refused:", e)
+        # (output in the first call that takes effect: as upstream's
+        # config(), a later call's output is ignored)
         msmemscope.config(plugin_path=[{str(sdk.build['peak_analyzer'])!r}, {str(sdk.build['ndjson_sink'])!r}],
-                          plugin_options={{"my_peak": {{"unit": "B", "top": 2}}}})
+                          plugin_options={{"my_peak": {{"unit": "B", "top": 2}}}}, output={str(out)!r})
         try:
             msmemscope.config(plugin_options={{"my_peak.unit": "GiB"}})
         except ValueError as e:
             print("refused:", e)
-        msmemscope.config(device="cpu", events="alloc,free", analysis="my_peak", sinks="ndjson",
-                          output={str(out)!r})
+        msmemscope.config(device="cpu", events="alloc,free", analysis="my_peak", sinks="ndjson")
         msmemscope.start()
         blocks = [bytearray(4096) for _ in range(8)]
         msmemscope.step()
