@@ -61,6 +61,11 @@ std::string unrecorded_exec_words(const ProcessSummary& s) {
     return words + "(the new program's environment does not preload it, e.g. env -i)";
 }
 
+std::string awaited_exec_words(const ProcessSummary& s) {
+    return "replaced by exec of " + escape_controls(s.exec_path) +
+           ", waiting for the new program's agent (whether it loads it is known when the run ends)";
+}
+
 std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg) {
     auto log = std::make_shared<spdlog::logger>("msmemscope", std::make_shared<FdLogSink>(fd));
     static const spdlog::level::level_enum kLevels[] = {spdlog::level::debug, spdlog::level::info,
@@ -556,6 +561,7 @@ void ProcessRun::run_stream() {
     const uint32_t end = reader_.end_kind();
     const bool exec_noted = end == static_cast<uint32_t>(capture::EndKind::Exec);
     bool exec_replaced = false;
+    bool next_image_late = false;  // an exec that kept the agent; no capture of its next image yet
     if (live && cfg_.attach_pid != 0) {
         // An attach does not follow an exec: the new image has no agent.
         summary_.attach_exec = end == static_cast<uint32_t>(capture::EndKind::Unknown) && replaced_by_exec(false);
@@ -563,6 +569,7 @@ void ProcessRun::run_stream() {
         exec_replaced = replaced_by_exec(false);
     } else if (live && exec_noted && reader_.end_code() == capture::kExecKeepsAgent) {
         exec_replaced = replaced_by_exec(true);  // not when the new image did not load the agent (static)
+        next_image_late = !exec_replaced;
     }
     // Any exec takes the image's memory with it: nothing is left to leak.
     if (exec_replaced || exec_noted || summary_.attach_exec) pipeline.release_all_by_exec();
@@ -696,7 +703,10 @@ void ProcessRun::run_stream() {
     }
     // The live view's last screen: what the analyses found, and how the
     // program ended (summary.json's words: a crash reads as one).
-    if (live_view) live_view->set_ended(ended_text(summary_, facts));
+    if (live_view) {
+        summary_.live_ended = next_image_late ? awaited_exec_words(summary_) : ended_text(summary_, facts);
+        live_view->set_ended(summary_.live_ended);
+    }
     live_write(true);
     if (live_fd >= 0) close(live_fd);
     // No plugin writes into the folder, nor runs, from here on: a rank that

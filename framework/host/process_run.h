@@ -63,6 +63,10 @@ struct ProcessSummary {
     int32_t end_code = 0;     // status or signal number
     bool end_corrupt = false; // the header's end record fails its checksum (format 4.2): not trusted
     std::string exec_path;    // EndKind::Exec: the program it exec'ed without the agent
+    // --live: how it ended in the words of the live view's last screen and
+    // snapshot as the worker wrote them ("" when it wrote none). The session
+    // puts them right once it knows more (Session::settle_live_ended).
+    std::string live_ended;
     // The oom_kill count of a memory cgroup the process was seen in grew
     // while it ran (read from /proc/<pid>/cgroup while it lives).
     bool oom_kill_seen = false;
@@ -206,6 +210,12 @@ bool replaced_by_exec(const ProcessSummary& s);
 // EndKind::Exec (the agent saw the exec) when no capture of the new image
 // followed. "" for any other end.
 std::string unrecorded_exec_words(const ProcessSummary& s);
+// --live: an image whose exec kept the agent, and whose next image had not
+// made its capture when its worker stopped waiting for it. Whether that
+// image loads the agent (late, on a loaded machine) or not (a static
+// program) is known only when the session ends: until then the live view
+// says it is waited for, not that it runs without the agent.
+std::string awaited_exec_words(const ProcessSummary& s);
 // EndKind::Returned in the words of the summary line and summary.json: the
 // stream ended before the process had an exit status (the Python API's
 // session closes in the interpreter's atexit, which must wait for the host).

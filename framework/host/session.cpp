@@ -433,7 +433,10 @@ void Session::join_all() {
                 a.replaced_by_exec = true;
                 rewrite_continued_exec(a);
             }
-    for (auto& s : summaries_) s.ended = how_ended(s);
+    for (auto& s : summaries_) {
+        s.ended = how_ended(s);
+        settle_live_ended(s);
+    }
     std::stable_sort(summaries_.begin(), summaries_.end(), [&](const ProcessSummary& a, const ProcessSummary& b) {
         if ((a.pid == static_cast<uint32_t>(root_pid_)) != (b.pid == static_cast<uint32_t>(root_pid_)))
             return a.pid == static_cast<uint32_t>(root_pid_);
@@ -449,9 +452,6 @@ void Session::rewrite_continued_exec(ProcessSummary& s) const {
     std::string file = s.output_dir + "/summary.json";
     for (auto& line : s.incomplete)
         if (line.rfind(file + ":", 0) == 0) return;
-    ProcessSummary as_written = s;  // before the session marked it replaced
-    as_written.replaced_by_exec = false;
-    std::string said = ended_text(as_written, s.facts);
     s.facts.exec_replaced = true;
     std::string why;
     Fd root = open_output_root(cfg_.output, why);
@@ -459,12 +459,19 @@ void Session::rewrite_continued_exec(ProcessSummary& s) const {
     if (!dir || !files::replace(dir.get(), "summary.json", process_summary_json(s, s.facts), why)) {
         s.incomplete.push_back(file + ": cannot write it again (its next image's capture came late): " + why +
                                "; it says the exec went on without the agent");
-        return;
     }
-    // --live: the view's last screen and snapshot said it too.
+}
+
+void Session::settle_live_ended(const ProcessSummary& s) const {
+    if (s.live_ended.empty() || s.output_dir.empty()) return;
     std::string now = ended_text(s, s.facts);
-    for (auto [name, from, to] : {std::tuple<const char*, std::string, std::string>{"live.txt", said, now},
-                                  {"live.json", Json(said).dump(), Json(now).dump()}}) {
+    if (now == s.live_ended) return;
+    std::string why;
+    Fd root = open_output_root(cfg_.output, why);
+    Fd dir(root ? files::open_dir(root.get(), fs::path(s.output_dir).filename().string(), false, why) : -1);
+    if (!dir) return;  // a view's words: summary.json is what counts
+    for (auto [name, from, to] : {std::tuple<const char*, std::string, std::string>{"live.txt", s.live_ended, now},
+                                  {"live.json", Json(s.live_ended).dump(), Json(now).dump()}}) {
         int fd = openat(dir.get(), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) continue;
         std::string text;

@@ -82,6 +82,10 @@ private:
     // machine): the worker's summary.json said "without the agent". Written
     // again once the session has seen the next capture.
     void rewrite_continued_exec(ProcessSummary& s) const;
+    // --live: the view's last screen and snapshot (live.txt, live.json) of
+    // an image say how it ended as the session knows it now, not as its
+    // worker knew it (an exec's next image waited for, or come late).
+    void settle_live_ended(const ProcessSummary& s) const;
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
     // The agent and the selected collectors' target libraries; a collector

@@ -96,6 +96,7 @@ SinkLanes::SinkLanes(std::vector<Lane> lanes, unsigned first_lane) {
     for (auto& l : lanes) {
         lanes_.push_back(std::make_unique<State>());
         lanes_.back()->lane = std::move(l);
+        lanes_.back()->index = lanes_.size() - 1;
     }
     // The lanes take no signal meant for the process (the host's SIGTERM,
     // a child's SIGCHLD): those stay with the threads that wait for them.
@@ -189,6 +190,11 @@ void SinkLanes::finish() {
         if (s->thread.joinable()) s->thread.join();
 }
 
+void SinkLanes::watch_finish_turns(std::function<void(size_t lane)> waits) {
+    std::lock_guard<std::mutex> lk(mu_);
+    finish_turn_waits_ = std::move(waits);
+}
+
 void SinkLanes::run(State& s, unsigned supervisor_lane) {
     supervisor::enter_lane(supervisor_lane);
     // (under mu_) Whether every lane before this one has ended.
@@ -213,7 +219,11 @@ void SinkLanes::run(State& s, unsigned supervisor_lane) {
                 // finishes. Side by side, the html page or the db finishing
                 // at the same time did not name it. The items were handled
                 // side by side; only the finishes wait.
-                room_.wait(lk, [&] { return s.stopping || earlier_lanes_done(); });
+                room_.wait(lk, [&] {
+                    if (s.stopping || earlier_lanes_done()) return true;
+                    if (finish_turn_waits_) finish_turn_waits_(s.index);
+                    return false;
+                });
                 if (s.stopping) break;
                 lk.unlock();
                 if (s.lane.finish) s.lane.finish();

@@ -105,6 +105,11 @@ public:
     // the finishes one after another in lane order (a sink failing in its
     // finish is told to the sinks after it); returns when every lane has.
     void finish();
+    // For tests, which must see the order of the finishes without timing:
+    // `waits` is called on a lane's thread (under the lanes' lock, so it may
+    // not call into this object) each time the lane is about to wait for
+    // the lanes before it to finish, with its index.
+    void watch_finish_turns(std::function<void(size_t lane)> waits);
 
     static constexpr size_t kBatchItems = 4096;
     static constexpr size_t kBatchBytes = 1 << 20;
@@ -114,6 +119,7 @@ private:
     struct State {
         Lane lane;
         std::deque<std::shared_ptr<const SinkBatch>> queue;
+        size_t index = 0;  // in lanes_
         bool finishing = false, stopping = false, done = false;
         std::thread thread;
     };
@@ -125,6 +131,7 @@ private:
     std::unique_ptr<SinkBatch> filling_;
     std::mutex mu_;
     std::condition_variable work_, room_;
+    std::function<void(size_t)> finish_turn_waits_;  // (under mu_) watch_finish_turns
 };
 
 }  // namespace msms

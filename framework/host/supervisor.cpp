@@ -303,7 +303,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 640,
+static_assert(sizeof(ProcessSummary) == 672,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -327,6 +327,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.capture_index);
     w.u(s.exact_order);
     w.u(s.replaced_by_exec);
+    w.s(s.live_ended);
     w.u(s.attach_exec);
     w.u(s.exit_after_fork);
     w.u(s.leaks_ran);
@@ -397,6 +398,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.capture_index = static_cast<uint32_t>(r.u());
     s.exact_order = r.u() != 0;
     s.replaced_by_exec = r.u() != 0;
+    s.live_ended = r.s();
     s.attach_exec = r.u() != 0;
     s.exit_after_fork = r.u() != 0;
     s.leaks_ran = r.u() != 0;

@@ -545,7 +545,7 @@ def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, 
     # read as "killed by SIGKILL or the OOM killer" in summary.json, and what
     # it held at the exec as leaked.
     prog = test_bin / "attach_static"
-    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "bash", "-c",
+    p = cli(["--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash", "-c",
              f"echo start; exec {prog} {tmp_path / 'ready'} < /dev/null"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "start\nstatic done\n" in p.stdout, p.stdout
@@ -559,36 +559,62 @@ def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, 
     assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
     assert summary["leaks"] == {"bytes": 0, "allocations": 0, "exit_judged": False,
                                 "not_judged_before_start": {"blocks": 0, "bytes": 0}}, summary  # (went with the exec)
+    # --live: the worker's last screen said the new program's agent was
+    # waited for (known only at the run's end); once the run has ended, the
+    # last screen and snapshot say what summary.json says.
+    (folder,) = [f.parent for f in (tmp_path / "out").glob("msmemscope_*/summary.json")]
+    assert json.loads((folder / "live.json").read_text())["ended"] == words
+    live = (folder / "live.txt").read_text()
+    assert f"  [finished: {words}]\n" in live and "waiting for the new program's agent" not in live, live
 
 
 def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_path):
     # On a loaded machine the new image of an exec made its capture more
     # than the 2 s the worker waits for it: the table said "replaced by exec"
     # while summary.json said the new program did not load the agent (a
-    # static or set-user-ID program), as did its --live view's files.
+    # static or set-user-ID program), as did its --live view's files, and a
+    # --live screen drawn before the run ended said so to whoever watched.
     # late_start's start-up is held (before the agent's constructor) until
-    # the first image's summary.json exists.
+    # the live view has drawn the first image's last screen: the screen of
+    # that in-between time is always drawn, and it must say the new image is
+    # waited for.
     from conftest import CLI
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     env = dict(os.environ, MSMS_TEST_START_GATE=str(gate))
     env.pop("LD_PRELOAD", None)
     prog = test_bin / "late_start"
-    p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash", "-c",
-                          f"echo start; exec {prog}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    with open(tmp_path / "stderr", "w") as err_file:
+        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash",
+                              "-c", f"echo start; exec {prog}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=err_file, text=True)
+    gate_open = False
     try:
-        first = None
-        while first is None and p.poll() is None:  # the worker's summary.json: a barrier, not a delay
-            found = list((tmp_path / "out").glob("msmemscope_*_cpu/summary.json"))
-            first = found[0] if found else None
-        assert first is not None, p.communicate()
+        lines, line = [], ""
+        # The first image's last screen (its worker is done with it): a
+        # barrier, not a delay; the new image cannot have started.
+        while "[finished" not in line:
+            line = p.stdout.readline()
+            assert line, "".join(lines) + (tmp_path / "stderr").read_text()
+            lines.append(line)
+        waiting = (f"  [finished: replaced by exec of {prog}, waiting for the new program's agent (whether it loads "
+                   "it is known when the run ends)]\n")
+        assert line.endswith(waiting), line
         with open(gate, "w") as g:  # lets the new image start
+            gate_open = True
             g.write("go")
-        out, err = p.communicate(timeout=120)
+        out = "".join(lines) + p.stdout.read()
+        p.wait(timeout=120)
     finally:
+        if not gate_open:  # a failed check: late_start must not stay held (no reader yet: nothing to let go)
+            try:
+                os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
         if p.poll() is None:
             p.kill()
+        p.stdout.close()
+    err = (tmp_path / "stderr").read_text()
     assert p.returncode == 0, err
     assert "start\n" in out and "late image done\n" in out, out
     assert re.search(r"^msmemscope: pid \d+ \(/usr/bin/bash -c echo start; exec .*\) replaced by exec \(continued "

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,18 +167,20 @@ TEST_CASE("sink lanes: a stack text the owner keeps is handed as it is, the rest
 // A sink failing in its finish() is told to the sinks after it just before
 // they finish (Pipeline::tell_sink_of_later_failures): side by side, the
 // html page finishing at the same time as the failing sink did not name it.
-// Here lane 0's finish waits a while for lane 1's: lane 1 finishing first
-// (without waiting for lane 0) is what this catches; in order, lane 0 gives
-// up waiting and finishes first.
+// Lane 0's finish is held until lanes 1 and 2 each wait for their turn
+// (SinkLanes::watch_finish_turns), or one of them has finished: in order,
+// both wait and lane 0 finishes first; side by side, lane 1 or 2 finishes
+// while lane 0's finish is held. Barriers both ways, no timing.
 TEST_CASE("sink lanes: the lanes finish one after another, in their order") {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<int> order;
+    std::set<size_t> waiting;  // the lanes seen waiting for their turn
     std::vector<SinkLanes::Lane> lanes;
     lanes.push_back({[](const SinkItem&) {},
                      [&] {
                          std::unique_lock<std::mutex> lk(mu);
-                         cv.wait_for(lk, std::chrono::milliseconds(300), [&] { return !order.empty(); });
+                         cv.wait(lk, [&] { return waiting.size() == 2 || !order.empty(); });
                          order.push_back(0);
                      }});
     for (int i = 1; i <= 2; ++i)
@@ -187,10 +190,16 @@ TEST_CASE("sink lanes: the lanes finish one after another, in their order") {
                              cv.notify_all();
                          }});
     SinkLanes sl(std::move(lanes), 1);
+    sl.watch_finish_turns([&](size_t lane) {
+        std::lock_guard<std::mutex> lk(mu);
+        waiting.insert(lane);
+        cv.notify_all();
+    });
     msms_event ev{};
     ev.struct_size = sizeof ev;
     ev.id = 1;
     sl.event(ev);
     sl.finish();
     CHECK(order == std::vector<int>{0, 1, 2});
+    CHECK(waiting == std::set<size_t>{1, 2});
 }
