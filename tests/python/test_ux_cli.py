@@ -1,13 +1,14 @@
-"""Issue #19 item 6: the default device on a machine without its driver, the
-README's replay/analyze commands with patterns in --opt= words (bash does not
-expand them there), the line that says which events --events got added, and
---save-capture files that grow as needed."""
+"""Issue #19 item 6: the default device on a machine without its driver,
+patterns in --opt= words (bash does not expand them there; the README's
+replay/analyze commands are run as written by test_readme_tour.py), the line
+that says which events --events got added, and --save-capture files that
+grow as needed."""
 import os
 import re
 import subprocess
 
 
-from conftest import BUILD, CLI, SOURCE, TEST_BIN, no_ascend, process_dirs
+from conftest import CLI, TEST_BIN, no_ascend, process_dirs
 
 DEMO = TEST_BIN / "demo_train"
 NPU_HINT = ("msmemscope: warning: the default device is npu, but no Ascend NPU driver (libascend_hal.so) was "
@@ -58,46 +59,6 @@ def test_npu_memory_recorded_means_no_hint(tmp_path):
     p = _run(["--device=npu", "--output=out", "--", TEST_BIN / "npu_train"], tmp_path)
     assert p.returncode == 0, p.stderr
     assert "driver" not in p.stderr
-
-
-def _readme_commands():
-    text = (SOURCE / "README.md").read_text()
-    want = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("build/bin/msmemscope --device=cpu --save-capture=true --output=run1"):
-            want["save"] = line
-        elif line.startswith("build/bin/msmemscope --replay=run1/"):
-            want["replay"] = line
-        elif line.startswith("build/bin/msmemscope --analyze=inefficient --input=run1/"):
-            want["analyze"] = line
-    assert set(want) == {"save", "replay", "analyze"}, want
-    return want
-
-
-def test_readme_capture_replay_and_analyze_commands_work_as_written(tmp_path):
-    cmds = _readme_commands()
-    assert "--replay=run1/msmemscope_*/capture_*.msmcap" in cmds["replay"]
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "bin").symlink_to(BUILD / "bin")
-    (tmp_path / "my_program").symlink_to(DEMO)
-
-    def sh(cmd):
-        # bash, as a user types it: the pattern stays inside the --opt= word.
-        return subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                              timeout=300)
-
-    p = sh(cmds["save"])
-    assert p.returncode == 0, p.stderr
-    p = sh(cmds["replay"])
-    assert p.returncode == 0, p.stderr
-    assert "events: 60, dropped: 0" in p.stdout
-    [replayed] = process_dirs(tmp_path / "run1b")
-    assert replayed.name.endswith("_cpu")
-    p = sh(cmds["analyze"])
-    assert p.returncode == 0, p.stderr
-    assert re.search(r"^msmemscope: analysed run1/msmemscope_\d+_\d+_cpu/device_cpu/dump/memscope_dump_\d+\.csv "
-                     r"\(\d+ rows\) with inefficient$", p.stdout, re.M), p.stdout
 
 
 def test_patterns_without_match_or_with_several_matches(tmp_path):
