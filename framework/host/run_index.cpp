@@ -213,11 +213,17 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
     // forked without exec runs its parent's command: the parent pid says
     // which process it came from).
     out << "msmemscope: " << runs.size() << " processes\n";
-    size_t ended_w = 6;
-    for (auto& s : runs) ended_w = std::max(ended_w, end_of(s).size() + 2);
+    // The columns of variable width fit their longest text, so that the
+    // command column starts at one place (a Python process's two pools,
+    // "cpu/HOST 64.8 MiB; cpu/PTA 14.4 MiB", are wider than one pool's).
+    size_t ended_w = 6, peak_w = 34;
+    for (auto& s : runs) {
+        ended_w = std::max(ended_w, end_of(s).size() + 2);
+        peak_w = std::max(peak_w, peaks(s).size() + 2);
+    }
     out << "  " << std::left << std::setw(8) << "pid" << std::setw(8) << "ppid" << std::setw(6) << "rank"
-        << std::setw(static_cast<int>(ended_w)) << "ended" << std::setw(18) << "leaked" << std::setw(34) << "peak"
-        << "command\n";
+        << std::setw(static_cast<int>(ended_w)) << "ended" << std::setw(18) << "leaked"
+        << std::setw(static_cast<int>(peak_w)) << "peak" << "command\n";
     for (auto& s : runs) {
         uint64_t n = 0;
         long double leaked = no_leaks(s) ? 0 : leaked_bytes(s, n);
@@ -230,8 +236,8 @@ std::string write_run_index(const std::vector<ProcessSummary>& runs, const std::
         std::string pk = peaks(s);
         out << "  " << std::left << std::setw(8) << s.pid << std::setw(8)
             << (s.ppid ? std::to_string(s.ppid) : std::string("-")) << std::setw(6) << (rank.empty() ? "-" : rank)
-            << std::setw(static_cast<int>(ended_w)) << end_of(s) << std::setw(18) << leak_text << std::setw(34) << pk
-            << " " << cmd << "\n";
+            << std::setw(static_cast<int>(ended_w)) << end_of(s) << std::setw(18) << leak_text
+            << std::setw(static_cast<int>(peak_w)) << pk << cmd << "\n";
     }
 
     // index.html: this run's section, next to the sections of the other runs

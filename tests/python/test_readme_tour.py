@@ -51,9 +51,13 @@ def check_events(p, root):
 
 def check_shell(p, root, out="memscopeDumpResults"):
     # bash, then the Python it started, profiled as Python (its PTA pool), and one table of all.
-    table = re.search(r"^msmemscope: (\d+) processes\n  pid +ppid.*\n((?:  \d+ .*\n)+)", p.stdout, re.M)
+    table = re.search(r"^msmemscope: (\d+) processes\n(  pid +ppid.*)\n((?:  \d+ .*\n)+)", p.stdout, re.M)
     assert table, p.stdout
-    rows = table[2].splitlines()
+    rows = table[3].splitlines()
+    # Every command starts under the header's "command", the Python row's two pools' peaks too.
+    col = table[2].index("command")
+    assert [r[col:] for r in rows] == [r[col:].strip() for r in rows] and all(r[col - 1] == " " for r in rows), \
+        table[0]
     assert any(r.endswith("/usr/bin/bash bench/views/train.sh") and "(shell)" in r for r in rows), rows
     [py] = [r for r in rows if r.endswith("python3 bench/views/gpt_keep_loss.py")]
     assert "exited with code 0" in py and "cpu/PTA" in py, py
