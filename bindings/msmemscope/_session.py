@@ -412,14 +412,16 @@ def _values_kept_by_a_new_call() -> Dict[str, str]:
 
 def _changes_nothing(key: str, new: Dict[str, str], paths: List[str],
                      options: Dict[str, Dict[str, str]]) -> bool:
-    """Whether this call's value of a range key (its default, when the call
-    does not name it) does what the value before it did: events=
+    """Whether this call's value of a key (its default, when the call does
+    not name it) does what the value before it did: events=
     'alloc,free,launch' going back to its default, call_stack='' named where
-    none was set. Then it is no change for the next range (no START_TRACE
-    Attr) and nothing to warn of. Only the range keys: what the others do is
-    not all in the validator's answer (suppress files, plugin budgets), so a
-    change of theirs is always taken as one."""
-    if key not in RANGE_KEYS:
+    none was set, analysis='leaks' (the default) left out of a later call.
+    Then it is no change (for a range key, no START_TRACE Attr for the next
+    range) and nothing to warn of. A range key is judged by what the agent
+    and the written rows get; any other key by the validator's whole answer
+    (its "json" is the resolved configuration), except the keys whose effect
+    is not in it (ANSWER_BLIND), whose every change is taken as one."""
+    if key in ANSWER_BLIND:
         return False
     before = {k: v for k, v in new.items() if k != key}
     if key in _values:
@@ -428,7 +430,8 @@ def _changes_nothing(key: str, new: Dict[str, str], paths: List[str],
         was, now = validate(before, paths, options), validate(new, paths, options)
     except ValueError:  # the call's own error is raised where it is checked
         return False
-    return all(was.get(f) == now.get(f) for f in ("agent_options", "written_events"))
+    fields = ("agent_options", "written_events") if key in RANGE_KEYS else [f for f in was if f != "warnings"]
+    return all(was.get(f) == now.get(f) for f in fields)
 
 
 def _warn_set_once_ignored(ignored: List[tuple]) -> None:
@@ -463,6 +466,9 @@ def _warn_reset(reset: List[str]) -> None:
 # written from the next range's START_TRACE on. The others are the host's,
 # fixed when the session opens (its analyzers, devices, sinks, steps, files).
 RANGE_KEYS = ("events", "call-stack", "level")
+# The keys whose effect the validator's answer does not show (the host reads
+# plugin_time_budget itself): a change of theirs is always one.
+ANSWER_BLIND = ("plugin-time-budget",)
 _RANGE_KEYS_TEXT = "events, call_stack and level"
 WHY_FIXED: Dict[str, str] = {
     "device": "; the host keeps the devices' events it opened with for the whole session (a block freed in a later "

@@ -223,3 +223,25 @@ a = bytearray(300000); del a
     assert warned(p) == ["msmemscope.config: running under the msmemscope command line, whose options apply; "
                          "the values given here were checked but are not used"], p.stdout
     assert [r["Call Stack(Python)"] for r in mallocs_of(tmp_path, 300001)] == [f"{script}(14): <module>"]
+
+
+def test_a_key_left_at_what_its_default_does_is_not_said_to_be_reset(tmp_path):
+    # Before: analysis='leaks' (the default) left out of the next call was
+    # "reset to its default", and the user told to name it again to keep it:
+    # nothing changes. A value that does differ from its default is still
+    # named; plugin_time_budget, whose effect the validator's answer does
+    # not show, is always named.
+    p, script = run(tmp_path, RECORD + """\
+msmemscope.config(device="cpu", analysis="leaks", log_level="info", default_suppressions=True)
+with recorded():
+    msmemscope.config(device="cpu")
+print("--")
+msmemscope.config(device="cpu", analysis="leaks,decompose", plugin_time_budget="60")
+with recorded():
+    msmemscope.config(device="cpu")
+""")
+    first, second = p.stdout.split("--\n")
+    assert warned(p) == [f"msmemscope.config: analysis='leaks,decompose', plugin_time_budget='60' from an earlier "
+                         f"config() call are reset to their defaults: {WHY}; name them again in this call to keep "
+                         "them"], p.stdout
+    assert "WARN" not in first, p.stdout
