@@ -48,6 +48,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "counter_series.h"
@@ -520,20 +521,25 @@ private:
     // start(): the storages of tensors made before it (a model built first)
     // come as shadow framework MALLOCs with no host block behind them, and
     // "in use" (HOST + the pools, each byte once) ended below the PTA track
-    // by their bytes. They are added until a real FREE; shadow FREEs wait,
-    // as on the pool's track. Under the CLI the agent knows every host block
-    // (a deferred start writes them first; an import's are in its heap).
+    // by their bytes. They are added until their FREE; a shadow FREE (freed
+    // while collection was off, or still live at the end) waits, as on the
+    // pool's track, until a later MALLOC shows it was real. Under the CLI the
+    // agent knows every host block (a deferred start writes them first; an
+    // import's are in its heap).
     void count_unbacked(const msms_event& ev, uint64_t dev) {
         if (!python_api_) return;
         uint64_t k = hkey(ev);
+        bool shadow = msmemscope::attr(ev, "shadow") == "true";
         int64_t by = 0;
-        if (ev.kind == MSMS_EV_MALLOC && msmemscope::attr(ev, "shadow") == "true" && !host_live_.count(k)) {
-            unbacked_[k] = ev.size;
-            by = static_cast<int64_t>(ev.size);
-        } else if (ev.kind == MSMS_EV_FREE && msmemscope::attr(ev, "shadow") != "true") {
-            auto u = unbacked_.find(k);
-            if (u == unbacked_.end()) return;
-            by = -static_cast<int64_t>(u->second);
+        if (ev.kind == MSMS_EV_MALLOC) {
+            by = -std::exchange(unbacked_waiting_[dev], 0);
+            if (shadow && !host_live_.count(k)) {
+                unbacked_[k] = ev.size;
+                by += static_cast<int64_t>(ev.size);
+            }
+        } else if (auto u = unbacked_.find(k); u != unbacked_.end()) {
+            if (shadow) unbacked_waiting_[dev] += static_cast<int64_t>(u->second);
+            else by = -static_cast<int64_t>(u->second);
             unbacked_.erase(u);
         }
         if (!by) return;
@@ -704,7 +710,7 @@ private:
     // count_unbacked(): framework blocks with no host block behind them (by hkey), their bytes by device key
     bool python_api_ = false;
     std::unordered_map<uint64_t, uint64_t> unbacked_;
-    std::unordered_map<uint64_t, int64_t> unbacked_bytes_;
+    std::unordered_map<uint64_t, int64_t> unbacked_bytes_, unbacked_waiting_;  // waiting: their shadow FREEs
 };
 
 }  // namespace
