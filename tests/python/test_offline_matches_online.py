@@ -101,6 +101,13 @@ def test_inefficient_on_a_dump_without_accesses_says_it_had_nothing_to_judge(tmp
     off = run_cli(["--analyze=inefficient", f"--input={rel}"], tmp_path, check_rc=0)
     assert (f"msmemscope: warning: --analyze: {rel} has no ACCESS rows (it was recorded without access in --events): "
             "the inefficient analysis, which judges accesses, had nothing to judge") in off.stderr.splitlines()
+    # and its report agrees: it said "no block marked on device cpu, of N
+    # block(s) judged" under that warning, when no block could earn a kind
+    judged = sum(1 for line in dump.read_text().splitlines()
+                 if ",MALLOC,PTA," in line and "shadow:true" not in line)  # the blocks it would judge
+    assert judged > 0
+    assert [line for line in off.stdout.splitlines() if line.startswith("inefficient: ")] == \
+        [f"inefficient: no block judged on device cpu: none of its {judged} block(s) had an access (no ACCESS rows)"]
     # the Python function says it as a warning about the user's file, at the user's line, in config()'s words
     (tmp_path / "check.py").write_text("import sys, warnings, msmemscope\n"
                                        "warnings.simplefilter('always')\n"

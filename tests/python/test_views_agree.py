@@ -10,9 +10,12 @@ before the shutdown (tens of MiB more than the run's final bytes for
 PyTorch)."""
 import json
 import re
+import subprocess
 import textwrap
 
-from conftest import process_dirs, run_cli
+import pytest
+
+from conftest import BUILD, process_dirs, run_cli
 from sinks_common import load_trace, only, render
 
 # Modules of the Python installation: their imports are folded into the
@@ -86,3 +89,47 @@ def test_html_leak_analysis_without_steps_still_judges(tmp_path):
     page = only(only(process_dirs(tmp_path / "out")).glob("report_*.html"))
     data = json.loads(page.read_text().split('id="msms-data">')[1].split("</script>")[0])
     assert data["leaks_ran"] is True and "leaks_off" not in data
+
+
+# The Python API without the CLI: the heap hooks go in at start(), after the
+# model was built; its weights come as shadow PTA rows with no host block.
+API_PROGRAM = textwrap.dedent("""
+    import sys, torch, msmemscope
+    msmemscope.config(device="cpu", analysis="none", output=sys.argv[1], sinks="trace")
+    model = torch.nn.Linear(256, 512)            # before start(): 526336 bytes of weights
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    def train():
+        msmemscope.start()
+        for i in range(3):
+            opt.zero_grad()
+            model(torch.randn(8, 256)).sum().backward()
+            opt.step()
+        msmemscope.stop()
+    train()
+    print("weights", sum(p.numel() * p.element_size() for p in model.parameters()), flush=True)
+    if sys.argv[2] == "new_model":  # the first model's weights freed while collection is off
+        model = torch.nn.Linear(256, 512)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        train()
+""")
+
+
+@pytest.mark.parametrize("then", ["end", "new_model"])
+def test_trace_in_use_holds_the_weights_made_before_a_python_api_start(tmp_path, then):
+    """"cpu in use" is HOST + the pools (each byte once). It followed the
+    rows' device_used, which holds no host block of a tensor made before the
+    API's first start(): it ended at 1,076,040 B, under "cpu PTA allocated"'s
+    1,579,008 B, short by the weights' 526,336 B. Weights freed while collection
+    is off leave it at the next start(), as they leave the PTA track."""
+    (tmp_path / "prog.py").write_text(API_PROGRAM)
+    p = subprocess.run(["/usr/bin/python3", "prog.py", str(tmp_path / "out"), then], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600, env={"PYTHONPATH": str(BUILD / "python"), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    assert "weights 526336" in p.stdout
+    proc = only(process_dirs(tmp_path / "out"))
+    pools = json.loads((proc / "summary.json").read_text())["pools"]
+    doc = load_trace(only(proc.glob("trace_*.json")))
+    final = {name: track(doc, name)[-1][1] for name in ("cpu HOST allocated", "cpu PTA allocated", "cpu in use")}
+    assert (final["cpu HOST allocated"], final["cpu PTA allocated"]) == \
+        (pools["cpu/HOST"]["final_bytes"], pools["cpu/PTA"]["final_bytes"]), final
+    assert final["cpu in use"] == pools["cpu/HOST"]["final_bytes"] + pools["cpu/PTA"]["final_bytes"], (final, pools)

@@ -100,6 +100,7 @@ public:
             return on_memory(ev, group_key(ev.pid, ev.type == MSMS_T_ATB));
         }
         case MSMS_EV_ACCESS: {
+            ++accesses_[dev_key(ev)];
             Block* b = find_block(ev);
             if (!b) return;
             return on_memory(ev, group_key(ev.pid, b->atb));
@@ -316,6 +317,14 @@ private:
             return;
         }
         for (auto& [dk, t] : tally_) {
+            if (t.judged && !accesses_.count(dk)) {
+                // Not "of N block(s) judged": with no access to compare its
+                // allocation and free with, no block could earn any kind (a
+                // dump recorded without access in --events).
+                host_.report("inefficient: no block judged on device " + dev_name(dk) + ": none of its " +
+                             std::to_string(t.judged) + " block(s) had an access (no ACCESS rows)");
+                continue;
+            }
             std::string of = ", of " + std::to_string(t.judged) + " block(s) judged";
             if (!t.blocks) {
                 host_.report("inefficient: no block marked on device " + dev_name(dk) + of);
@@ -346,6 +355,9 @@ private:
     std::set<std::string> kinds_;
     std::set<uint16_t> pools_;
     std::map<GroupKey, Group> groups_;
+    // ACCESS rows seen per device: every kind compares a block's accesses
+    // with its allocation or free, so a device without any had nothing judged.
+    std::map<DevKey, uint64_t> accesses_;
     std::unordered_map<uint64_t, Block> blocks_;
     std::map<DevKey, std::map<uint64_t, uint64_t>> by_addr_;  // start address -> block key
     std::unordered_map<uint64_t, uint64_t> by_alloc_id_, alloc_id_of_;

@@ -48,6 +48,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "counter_series.h"
@@ -89,6 +90,7 @@ public:
 
     void begin(const msmemscope::RunInfo& run) override {
         run_ = run;
+        python_api_ = run.config_json.find("\"python_api\": true") != std::string::npos;
         name_ = "trace_" + run.timestamp + ".json";
         path_ = run.output_dir + "/" + name_;
         // Created O_EXCL|O_NOFOLLOW in the run folder's descriptor (issue #29 item 4).
@@ -426,10 +428,11 @@ private:
         bool takes = ev.kind == MSMS_EV_MALLOC && msms_is_framework_pool(ev.type);
         if (pending_.set && !(takes && hkey(ev) == pending_.hkey)) settle_pending();
         if (takes) take_host_block(ev, dev);
+        if (msms_is_framework_pool(ev.type)) count_unbacked(ev, dev);
         if (ev.type == MSMS_T_HOST) host_heap(ev, dev);
         else if (ev.pool_used >= 0) pool_level(dev | ev.type, ev, ev.pool_used);
         else shadow_row(dev | ev.type, ev);
-        if (ev.device_used >= 0) counter(dev | 0x10000, ev, ev.device_used);
+        if (ev.device_used >= 0) counter(dev | 0x10000, ev, ev.device_used + unbacked_bytes_[dev]);
         if (ev.kind == MSMS_EV_MALLOC) {
             if (ev.allocation_id) live_[ev.allocation_id] = Block{ev.timestamp_ns, ev.size, ev.tid};
         } else if (ev.allocation_id) {
@@ -511,6 +514,36 @@ private:
             u->second += by;
             counter(dev | MSMS_T_HOST, ev, u->second - host_taken_bytes_[dev]);
         }
+        if (auto d = counters_.find(dev | 0x10000); d != counters_.end()) counter(dev | 0x10000, ev, d->second.value + by);
+    }
+    // The rows' `device_used` counts the host heap the agent saw. A Python
+    // API session without the CLI puts the heap hooks in at its first
+    // start(): the storages of tensors made before it (a model built first)
+    // come as shadow framework MALLOCs with no host block behind them, and
+    // "in use" (HOST + the pools, each byte once) ended below the PTA track
+    // by their bytes. They are added until their FREE; a shadow FREE (freed
+    // while collection was off, or still live at the end) waits, as on the
+    // pool's track, until a later MALLOC shows it was real. Under the CLI the
+    // agent knows every host block (a deferred start writes them first; an
+    // import's are in its heap).
+    void count_unbacked(const msms_event& ev, uint64_t dev) {
+        if (!python_api_) return;
+        uint64_t k = hkey(ev);
+        bool shadow = msmemscope::attr(ev, "shadow") == "true";
+        int64_t by = 0;
+        if (ev.kind == MSMS_EV_MALLOC) {
+            by = -std::exchange(unbacked_waiting_[dev], 0);
+            if (shadow && !host_live_.count(k)) {
+                unbacked_[k] = ev.size;
+                by += static_cast<int64_t>(ev.size);
+            }
+        } else if (auto u = unbacked_.find(k); u != unbacked_.end()) {
+            if (shadow) unbacked_waiting_[dev] += static_cast<int64_t>(u->second);
+            else by = -static_cast<int64_t>(u->second);
+            unbacked_.erase(u);
+        }
+        if (!by) return;
+        unbacked_bytes_[dev] += by;
         if (auto d = counters_.find(dev | 0x10000); d != counters_.end()) counter(dev | 0x10000, ev, d->second.value + by);
     }
     void take_host_block(const msms_event& ev, uint64_t dev) {
@@ -674,6 +707,10 @@ private:
     std::unordered_map<uint64_t, int64_t> host_taken_bytes_, host_used_;  // by device key
     std::unordered_map<uint64_t, int64_t> shadow_frees_;  // pool key -> bytes of shadow FREEs not yet applied
     std::unordered_map<uint64_t, int64_t> imports_change_;  // by device key: an imports' heap FREE awaiting its MALLOC
+    // count_unbacked(): framework blocks with no host block behind them (by hkey), their bytes by device key
+    bool python_api_ = false;
+    std::unordered_map<uint64_t, uint64_t> unbacked_;
+    std::unordered_map<uint64_t, int64_t> unbacked_bytes_, unbacked_waiting_;  // waiting: their shadow FREEs
 };
 
 }  // namespace

@@ -255,9 +255,21 @@ TEST_CASE("the report counts each marked block once, and once in each of its kin
 TEST_CASE("the report says when nothing was marked, or nothing was judged") {
     Run r;
     r.h.feed(m(0x1000, 256).id(1));
-    r.h.feed(f(0x1000).id(2));
+    r.h.feed(a(0x1000).id(2));
+    r.h.feed(f(0x1000).id(3));
     r.h.finish();
     CHECK(r.h.reports == std::vector<std::string>{"inefficient: no block marked on device 0, of 1 block(s) judged"});
+    // Without a single access (a dump recorded without access in --events)
+    // no block could earn a kind: "of 2 block(s) judged" contradicted the
+    // offline warning that the analysis had nothing to judge.
+    Run unseen;
+    unseen.h.feed(m(0x1000, 256).id(1));
+    unseen.h.feed(m(0x2000, 64).id(2));
+    unseen.h.feed(f(0x1000).id(3));
+    unseen.h.finish();
+    CHECK(unseen.h.reports == std::vector<std::string>{
+                                  "inefficient: no block judged on device 0: none of its 2 block(s) had an access "
+                                  "(no ACCESS rows)"});
     Run none;
     none.h.feed(EventBuilder::malloc(0x100, 64, MSMS_T_HOST).device(MSMS_DEV_CPU, -1).id(1));
     none.h.finish();
