@@ -46,7 +46,8 @@ uint64_t g_steps_limit = 0;
 int g_host_pid = 0;  // msmemscope: when it is gone (killed), nobody reads the capture: detach
 std::atomic<bool> g_attached{false};
 std::atomic<bool> g_detach_wanted{false};
-std::atomic<bool> g_detached{false};
+std::atomic<bool> g_detached{false};  // a detach has begun
+std::atomic<bool> g_released{false};  // ... and the capture is let go
 // The Python side: 0 none, 1 queued, 2 running its start, 3 started,
 // 4 stopped (or never to start).
 std::atomic<int> g_py_state{0};
@@ -188,8 +189,23 @@ void release_capture() {
     close(dfd);
 }
 
+// Whoever did not begin the detach waits until the one who did has let
+// the capture go. The host's gdb call (msms_agent_attach_detach_now) must
+// not return early: the agent's thread may be half-way through its own
+// detach of a process that was stopped (SIGSTOP), and gdb's detach stops
+// the process again, that thread with it, the capture still locked: the
+// host then gave up on the outputs after 41 s (test_attach.py's detach
+// test, under load). The wait ends: the other detach waits at most ~10 s
+// for Python, and every thread runs while gdb's call does.
+void wait_until_released() {
+    while (!g_released.load()) sleep_ms(1);
+}
+
 void detach() {
-    if (g_detached.exchange(true)) return;
+    if (g_detached.exchange(true)) {
+        wait_until_released();
+        return;
+    }
     // The Python collectors first (their last rows still go in).
     int queued = 1;
     if (!g_py_state.compare_exchange_strong(queued, 4)) {
@@ -199,6 +215,7 @@ void detach() {
     }
     msms::agent::end_stream_detached();
     release_capture();
+    g_released.store(true);
 }
 
 void* watcher(void*) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -294,6 +295,7 @@ void Session::scan() {
             break;
         }
         seen_.insert(p);
+        next_capture_seen(p);
         Running r;
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
@@ -328,6 +330,7 @@ void Session::scan() {
             // In a supervised worker: a plugin that crashes is re-run
             // without (supervisor.h); the capture is disposed of after.
             run_supervised(*raw);
+            image_done(raw->summary());
             // "finished NAME\tFOLDER": every file written, the folder as it is
             // named at the end (a rank learned late renames it), which
             // msmemscope.finish() returns
@@ -433,8 +436,10 @@ void Session::join_all() {
                 a.replaced_by_exec = true;
                 rewrite_continued_exec(a);
             }
+    std::lock_guard<std::mutex> l(awaited_mu_);  // (no worker's thread is left; live_shown_ is read under it all the same)
     for (auto& s : summaries_) {
         s.ended = how_ended(s);
+        if (auto shown = live_shown_.find(s.output_dir); shown != live_shown_.end()) s.live_ended = shown->second;
         settle_live_ended(s);
     }
     std::stable_sort(summaries_.begin(), summaries_.end(), [&](const ProcessSummary& a, const ProcessSummary& b) {
@@ -462,16 +467,17 @@ void Session::rewrite_continued_exec(ProcessSummary& s) const {
     }
 }
 
-void Session::settle_live_ended(const ProcessSummary& s) const {
-    if (s.live_ended.empty() || s.output_dir.empty()) return;
-    std::string now = ended_text(s, s.facts);
-    if (now == s.live_ended) return;
+// The end a process folder's live view says (its last screen, live.txt, and
+// snapshot, live.json) put in other words; the CLI's view shows them at its
+// next read.
+static void replace_live_ended(const std::string& output, const std::string& output_dir, const std::string& was,
+                               const std::string& now) {
     std::string why;
-    Fd root = open_output_root(cfg_.output, why);
-    Fd dir(root ? files::open_dir(root.get(), fs::path(s.output_dir).filename().string(), false, why) : -1);
+    Fd root = open_output_root(output, why);
+    Fd dir(root ? files::open_dir(root.get(), fs::path(output_dir).filename().string(), false, why) : -1);
     if (!dir) return;  // a view's words: summary.json is what counts
-    for (auto [name, from, to] : {std::tuple<const char*, std::string, std::string>{"live.txt", s.live_ended, now},
-                                  {"live.json", Json(s.live_ended).dump(), Json(now).dump()}}) {
+    for (auto [name, from, to] : {std::tuple<const char*, std::string, std::string>{"live.txt", was, now},
+                                  {"live.json", Json(was).dump(), Json(now).dump()}}) {
         int fd = openat(dir.get(), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) continue;
         std::string text;
@@ -483,6 +489,43 @@ void Session::settle_live_ended(const ProcessSummary& s) const {
             files::replace(dir.get(), name, text, why);  // a view's words: summary.json is what counts
         }
     }
+}
+
+void Session::settle_live_ended(const ProcessSummary& s) const {
+    if (s.live_ended.empty() || s.output_dir.empty()) return;
+    std::string now = ended_text(s, s.facts);
+    if (now != s.live_ended) replace_live_ended(cfg_.output, s.output_dir, s.live_ended, now);
+}
+
+void Session::image_done(const ProcessSummary& s) {
+    if (s.live_ended.empty() || s.output_dir.empty() || s.live_ended != awaited_exec_words(s)) return;
+    std::lock_guard<std::mutex> l(awaited_mu_);
+    if (captures_seen_.count({s.pid, s.capture_index + 1})) show_continued(s);
+    else awaited_images_[{s.pid, s.capture_index}] = s;
+}
+
+void Session::next_capture_seen(const std::string& capture) {
+    // <dir>/<pid>.<n>.msmcap
+    std::string base = fs::path(capture).filename().string();
+    unsigned long pid = 0, index = 0;
+    if (std::sscanf(base.c_str(), "%lu.%lu.msmcap", &pid, &index) != 2 || index == 0) return;
+    std::lock_guard<std::mutex> l(awaited_mu_);
+    captures_seen_.insert({static_cast<uint32_t>(pid), static_cast<uint32_t>(index)});
+    auto earlier = awaited_images_.find({static_cast<uint32_t>(pid), static_cast<uint32_t>(index - 1)});
+    if (earlier == awaited_images_.end()) return;
+    show_continued(earlier->second);
+    awaited_images_.erase(earlier);
+}
+
+void Session::show_continued(const ProcessSummary& s) {
+    // As the run's end will say it (join_all: replaced_by_exec, then
+    // rewrite_continued_exec's exec_replaced).
+    ProcessSummary continued = s;
+    continued.replaced_by_exec = true;
+    continued.facts.exec_replaced = true;
+    std::string now = ended_text(continued, continued.facts);
+    replace_live_ended(cfg_.output, s.output_dir, s.live_ended, now);
+    live_shown_[s.output_dir] = now;
 }
 
 std::string Session::agent_library_paths(std::vector<std::string>& out, std::string& error) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <ostream>
@@ -86,6 +87,15 @@ private:
     // an image say how it ended as the session knows it now, not as its
     // worker knew it (an exec's next image waited for, or come late).
     void settle_live_ended(const ProcessSummary& s) const;
+    // --live, an exec whose next image came after its worker stopped waiting
+    // for it: the image's view said "waiting for the new program's agent"
+    // until the run ended, while the new image recorded. Its view now says
+    // what any exec continued in a next capture says, as soon as both are
+    // known, whichever comes first: its worker's end (image_done, on that
+    // worker's thread) or the next capture seen (next_capture_seen, scan()).
+    void image_done(const ProcessSummary& s);
+    void next_capture_seen(const std::string& capture);
+    void show_continued(const ProcessSummary& s);  // under awaited_mu_
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
     // The agent and the selected collectors' target libraries; a collector
@@ -119,6 +129,11 @@ private:
     // (the wait for what the program left running): each process's log gets
     // it, at the time said, before its report.
     std::vector<ReportLine> said_during_run_;
+    // (image_done, next_capture_seen) Keyed by (pid, capture index).
+    std::mutex awaited_mu_;
+    std::map<std::pair<uint32_t, uint32_t>, ProcessSummary> awaited_images_;  // views that say "waiting"
+    std::set<std::pair<uint32_t, uint32_t>> captures_seen_;
+    std::map<std::string, std::string> live_shown_;  // process folder -> the end its view says now
 };
 
 }  // namespace msms

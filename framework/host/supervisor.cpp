@@ -652,6 +652,27 @@ bool can_exclude(const WorkerEnd& end, const std::vector<std::string>& excluded,
            attempt < 64;
 }
 
+// The log a worker that did not finish had made in its process folder
+// ("msmemscope_logs/NAME", as ProcessSummary::log_file), or "" if there is
+// not exactly one. Its summary died with it: without the name, what the host
+// said during the run (the detach's warnings) and why the outputs are
+// incomplete reached the console only (Session::print_summary).
+std::string log_left_by_worker(const std::string& output_dir) {
+    std::string found;
+    int count = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(output_dir + "/msmemscope_logs", ec), end; !ec && it != end; it.increment(ec)) {
+        std::string name = it->path().filename().string();
+        std::error_code ec2;
+        if (name.rfind("msmemscope_", 0) != 0 || it->path().extension() != ".log" || !it->is_regular_file(ec2) ||
+            it->is_symlink(ec2))
+            continue;
+        found = "msmemscope_logs/" + name;
+        ++count;
+    }
+    return count == 1 ? found : "";
+}
+
 bool write_all(int fd, const std::string& out) {
     size_t off = 0;
     while (off < out.size()) {
@@ -685,6 +706,7 @@ void run_supervised(ProcessRun& run) {
                              "; the outputs of this process are incomplete";
         if (!output_dir.empty()) {
             run.summary_.output_dir = output_dir;
+            run.summary_.log_file = log_left_by_worker(output_dir);
             // The worker that would have removed an empty plugins' log is gone.
             int dfd = open(output_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             struct stat st{};
@@ -757,7 +779,10 @@ void run_supervised(ProcessRun& run) {
             run.summary_.error = run.named_for_user(end.output_dir) + ": the pipeline " + what +
                                  (name.empty() ? " outside any plugin" : " in plugin '" + name + "'") +
                                  "; the outputs of this process are incomplete";
-            if (!end.output_dir.empty()) run.summary_.output_dir = end.output_dir;
+            if (!end.output_dir.empty()) {
+                run.summary_.output_dir = end.output_dir;
+                run.summary_.log_file = log_left_by_worker(end.output_dir);
+            }
             if (!started_before) run.notify_started(run.summary_.error);
             run.started_ = nullptr;
             return;
@@ -770,7 +795,10 @@ void run_supervised(ProcessRun& run) {
                                  "; the outputs cannot be re-run without it because the capture's read part was "
                                  "already released (" + keep_capture_hint(run.cfg_) +
                                  "); the outputs of this process are incomplete";
-            if (!end.output_dir.empty()) run.summary_.output_dir = end.output_dir;
+            if (!end.output_dir.empty()) {
+                run.summary_.output_dir = end.output_dir;
+                run.summary_.log_file = log_left_by_worker(end.output_dir);
+            }
             if (!started_before) run.notify_started(run.summary_.error);
             run.started_ = nullptr;
             return;

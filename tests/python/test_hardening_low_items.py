@@ -634,3 +634,80 @@ def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_pa
     (new_image,) = [j for name, j in summaries.items() if name.endswith("_exec1")]
     assert new_image["ended"]["text"] == "exited with code 0", new_image
     assert not list((tmp_path / "out").glob("msmemscope_*/summary.json.tmp.*"))
+
+
+def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bin, tmp_path):
+    # --live, an exec whose new image made its capture after the old image's
+    # worker had stopped waiting for it: the old image's view said "waiting
+    # for the new program's agent" until the run ended, though the new image
+    # had its agent and recorded. It now says, while the new image still
+    # runs (held on a FIFO), what the view of an exec continued in time says.
+    import queue
+    import threading
+    from conftest import CLI
+    gate, hold = tmp_path / "gate", tmp_path / "hold"
+    os.mkfifo(gate)
+    os.mkfifo(hold)
+    env = dict(os.environ, MSMS_TEST_START_GATE=str(gate))
+    env.pop("LD_PRELOAD", None)
+    prog = test_bin / "late_start"
+    with open(tmp_path / "stderr", "w") as err_file:
+        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash",
+                              "-c", f"echo start; exec {prog} {hold}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=err_file, text=True)
+    lines, seen = queue.Queue(), []
+    threading.Thread(target=lambda: [lines.put(l) for l in p.stdout] + [lines.put("")], daemon=True).start()
+
+    def next_line():
+        try:
+            line = lines.get(timeout=120)
+        except queue.Empty:
+            pytest.fail("the live view did not change:\n" + "".join(seen[-30:]))
+        assert line, "".join(seen) + (tmp_path / "stderr").read_text()
+        seen.append(line)
+        return line
+
+    def old_image(line):  # the header of the bash image's screen
+        return line.startswith("msmemscope live: pid ") and "(/usr/bin/bash -c echo start; exec " in line
+
+    waiting = (f"  [finished: replaced by exec of {prog}, waiting for the new program's agent (whether it loads "
+               "it is known when the run ends)]\n")
+    continued = "  [finished: replaced by exec (continued in the next capture of this pid)]\n"
+    released = {"gate": False, "hold": False}
+
+    def release(name, path):  # lets the program go on (a writer that opens and closes the FIFO)
+        with open(path, "w") as f:
+            released[name] = True
+            f.write("go")
+
+    try:
+        line = ""
+        while not (old_image(line) and "[finished" in line):  # its last screen; the new image is held
+            line = next_line()
+        assert line.endswith(waiting), line
+        release("gate", gate)
+        while not (old_image(line) and line.endswith(continued)):
+            line = next_line()
+            assert not (old_image(line) and "[finished" in line and not line.endswith((waiting, continued))), line
+        while "late image recording\n" not in seen:  # the new image has recorded, and is held
+            next_line()
+        (folder,) = (tmp_path / "out").glob("msmemscope_*_cpu")
+        assert json.loads((folder / "live.json").read_text())["ended"] == continued[len("  [finished: "):-2]
+        assert continued in (folder / "live.txt").read_text()
+        release("hold", hold)
+        while next_line() != "late image done\n":
+            pass
+        assert p.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()
+    finally:
+        for name, path in (("gate", gate), ("hold", hold)):
+            if not released[name]:  # a failed check: the program must not stay held
+                try:
+                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    pass
+        if p.poll() is None:
+            p.kill()
+    # the end of the run says it the same way (summary.json, the last screen)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["ended"]["text"] == "replaced by exec (continued in the next capture of this pid)", summary
+    assert continued in (folder / "live.txt").read_text()
