@@ -499,6 +499,11 @@ void ProcessRun::run_stream() {
             // steps:[3, 4]): --analyze of a copy anywhere knows what it holds
             if (steps.active() && r.ev.kind == MSMS_EV_SYSTEM && r.ev.type == MSMS_T_START_TRACE)
                 r.attrs.emplace_back("steps", steps.list_text());
+            // ... and where its dropping starts and stops (Attr
+            // step_selected, on the rows that mark steps): the views shade
+            // those spans as "not collected" from the host's own rule
+            if (r.ev.kind == MSMS_EV_SYSTEM || r.ev.kind == MSMS_EV_MSTX)
+                if (const char* change = steps.selection_change()) r.attrs.emplace_back("step_selected", change);
             pipeline.feed(r);
             // a selected step begins (the STEP row that ends the step
             // before, or its mstx range's start) after dropped events: the

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import BUILD, dump_files, process_dirs, read_dump, run_cli
+from conftest import BUILD, SOURCE, dump_files, process_dirs, read_dump, run_cli
 from sinks_common import load_trace, only, render
 from test_html_truth import device, page_data
 from test_sinks_memory_viz import load as load_snapshot, totals as snapshot_totals
@@ -219,3 +219,27 @@ def test_a_failure_in_a_step_not_selected_is_kept_and_said(tmp_path, analysis, r
     (at,) = [i for i, r in enumerate(rows) if r["Name"] == "OOM_Snapshot"]
     assert rows[at]["attr"]["allocated"] == allocated
     assert at < min(i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP")
+
+
+# ---------------------------------------------------------------- the page's shading is the host's
+MSTX_SCRIPT = SOURCE / "tests" / "programs" / "python" / "mstx_api" / "marks.py"
+
+
+def test_the_page_shades_what_the_host_dropped_with_mstx_steps(tmp_path):
+    # --steps=1 with mstx "step start" ranges: the events before the first
+    # range are step 1's (msmemscope.step() numbering until a range is seen,
+    # framework/host/step_filter.h) and are collected. Before, the page
+    # recomputed the spans with a rule of its own, which took only the kept
+    # ranges as collected: it shaded the start of the run as not collected.
+    out = tmp_path / "out"
+    run_cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--collect-mode=deferred", "--steps=1",
+             "--sinks=csv,html", f"--output={out}", "--", PY, MSTX_SCRIPT], tmp_path, env=ENV, check_rc=0)
+    d = only(process_dirs(out))
+    rows = read_dump(only(dump_files(d)))
+    # the last range end kept: step 1's (its inner range ends before it)
+    (step1_end,) = [int(r["Timestamp(ns)"]) for r in rows if r["Event"] == "MSTX"
+                    and r["Event Type"] == "Range_end"][-1:]
+    assert any(r["Event"] == "MALLOC" and int(r["Timestamp(ns)"]) < step1_end for r in rows)
+    page = page_data(only(d.glob("report_*.html")))
+    assert page["uncollected"] == [[step1_end - page["start_ns"], page["end_ns"] - page["start_ns"]]]
+    assert page["steps_selected"] == [1]
