@@ -221,6 +221,52 @@ def test_a_failure_in_a_step_not_selected_is_kept_and_said(tmp_path, analysis, r
     assert at < min(i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP")
 
 
+# ---------------------------------------------------------------- the host's rows, the trace's tracks
+@pytest.fixture(scope="module")
+def steps23(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("steps23")
+    p, d = run(tmp, "out", "--steps=2,3", "--analysis=", "--sinks=csv,trace")
+    return p, d, read_dump(only(dump_files(d)))
+
+
+def step_starts(rows, selected):
+    """The times the selected steps start: the STEP row that ends the step before."""
+    return {k: int(r["Timestamp(ns)"]) for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"
+            for k in selected if r["Name"] == str(k - 1)}
+
+
+def test_the_devices_in_use_track_moves_with_the_shadow_rows(steps23):
+    # Before: "cpu in use" had no point at step 2's start, where the shadow
+    # rows had moved the pools' tracks (PTA at 12 MiB): it caught up at the
+    # next row with `device_used`.
+    p, d, rows = steps23
+    doc = load_trace(only(d.glob("trace_*.json")))
+    base = doc["otherData"]["start_ns"]
+    tracks = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            tracks[e["name"]].append((base + round(float(e["ts"]) * 1000), e["args"]["bytes"]))
+
+    def at(name, t):
+        return ([v for x, v in sorted(tracks[name]) if x <= t] or [None])[-1]
+
+    for k, t in step_starts(rows, (2, 3)).items():
+        host, pta, in_use = at("cpu HOST allocated", t), at("cpu PTA allocated", t), at("cpu in use", t)
+        # the program's bytes in use then: the next row that says them, less its own
+        assert in_use == in_use_before_next_row(rows, t), (k, in_use)
+        # on the cpu the framework's blocks are the host heap's: in use counts
+        # each byte once, as the two pools' tracks do
+        assert pta and host and in_use == host + pta, (k, host, pta, in_use)
+
+
+def in_use_before_next_row(rows, t):
+    """The device's bytes in use just before the first row after time t that
+    carries `device_used` (the host heap's rows move it, the framework's not)."""
+    r = next(r for r in rows if int(r["Timestamp(ns)"]) > t and "device_used" in r["attr"])
+    change = int(r["attr"]["size"]) * (1 if r["Event"] == "MALLOC" else -1) if r["Event Type"] == "HOST" else 0
+    return int(r["attr"]["device_used"]) - change
+
+
 # ---------------------------------------------------------------- the page's shading is the host's
 MSTX_SCRIPT = SOURCE / "tests" / "programs" / "python" / "mstx_api" / "marks.py"
 
