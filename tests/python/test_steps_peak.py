@@ -260,6 +260,10 @@ def test_the_devices_in_use_track_moves_with_the_shadow_rows(steps23):
     # next row with `device_used`.
     p, d, rows = steps23
     doc = load_trace(only(d.glob("trace_*.json")))
+    # a few thousand samples, many at the same instants: within the budget
+    # (it said "the run is over the trace's budget ... downsampled to 2543
+    # of 2555 samples (, each keeping ...)")
+    assert doc["otherData"]["downsampled"] == {} and "over the trace's budget" not in p.stdout + p.stderr
     base = doc["otherData"]["start_ns"]
     tracks = defaultdict(list)
     for e in doc["traceEvents"]:

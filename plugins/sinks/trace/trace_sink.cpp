@@ -348,7 +348,7 @@ private:
         uint64_t left = used < max_events_ ? max_events_ - used : 0;
         uint64_t budget = std::min(std::max(left, max_events_ / 4), counter_points_max_);
         series_->fit(budget);
-        counters_downsampled_ = series_->points() < series_->samples();
+        counters_downsampled_ = series_->widened();
         for (size_t t = 0; t < series_->tracks(); ++t) {
             for (const auto& p : series_->points_of(t)) {
                 counter_event(series_->name(t), p.ts, p.value);
