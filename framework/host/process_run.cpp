@@ -433,9 +433,14 @@ void ProcessRun::run_stream() {
         return pipeline.holds_block(dev_kind, dev_id, type, virt, ptr);
     });
     // The pipeline's picture of memory made true again after dropped steps
-    // (step_gap.h): shadow rows at time ts.
+    // (step_gap.h): shadow rows at time ts. They are the host's rows, not
+    // events the program sent: counted apart (the console's "events").
+    uint64_t shadow_rows = 0;
     auto catch_up = [&](uint64_t ts) {
-        for (Record& s : gap.catch_up(ts, reader_.pid())) pipeline.feed(s);
+        for (Record& s : gap.catch_up(ts, reader_.pid())) {
+            pipeline.feed(s);
+            ++shadow_rows;
+        }
     };
     StepCounter step_count;  // for summary.json
     RawEvent raw;
@@ -461,7 +466,7 @@ void ProcessRun::run_stream() {
         if (!progress_) return;
         progress::State st;
         st.phase = phase;
-        st.events = pipeline.events();
+        st.events = pipeline.events() - shadow_rows;
         st.stacks = sym.stacks();
         st.stacks_total = reader_.stacks_defined();
         st.chunks_read = reader_.chunks_read();
@@ -499,6 +504,11 @@ void ProcessRun::run_stream() {
             // steps:[3, 4]): --analyze of a copy anywhere knows what it holds
             if (steps.active() && r.ev.kind == MSMS_EV_SYSTEM && r.ev.type == MSMS_T_START_TRACE)
                 r.attrs.emplace_back("steps", steps.list_text());
+            // ... and where its dropping starts and stops (Attr
+            // step_selected, on the rows that mark steps): the views shade
+            // those spans as "not collected" from the host's own rule
+            if (r.ev.kind == MSMS_EV_SYSTEM || r.ev.kind == MSMS_EV_MSTX)
+                if (const char* change = steps.selection_change()) r.attrs.emplace_back("step_selected", change);
             pipeline.feed(r);
             // a selected step begins (the STEP row that ends the step
             // before, or its mstx range's start) after dropped events: the
@@ -599,7 +609,8 @@ void ProcessRun::run_stream() {
     report_progress(progress::Phase::Writing);
     pipeline.finish();
     report_progress(progress::Phase::Done);
-    summary_.events = pipeline.events();
+    summary_.events = pipeline.events() - shadow_rows;
+    summary_.steps_shadow_rows = shadow_rows;
     summary_.trace_marks = pipeline.trace_marks();
     summary_.dropped = reader_.dropped();
     summary_.stragglers = reader_.stragglers();

@@ -57,6 +57,9 @@ struct ProcessSummary {
     std::string output_dir;
     uint64_t events = 0, dropped = 0, stragglers = 0, corrupt = 0;
     uint64_t trace_marks = 0;  // of the events, START_TRACE and STOP_TRACE rows (Pipeline::trace_marks)
+    // --steps: the shadow rows written as a selected step starts (step_gap.h),
+    // not among `events`: the host's, not the program's
+    uint64_t steps_shadow_rows = 0;
     bool ended_normally = false;
     bool agent_disabled = false;
     uint32_t end_kind = 0;    // capture::EndKind as the agent saw it

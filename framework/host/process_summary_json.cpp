@@ -321,6 +321,8 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     j.set("start_ns", Json(f.wall_start_ns));
     j.set("ended", ended(s, f));
     j.set("events", Json(s.events));
+    // the host's rows under --steps, apart from the program's events (0 without)
+    j.set("steps_shadow_rows", Json(s.steps_shadow_rows));
     j.set("dropped", Json(s.dropped));
     j.set("complete", Json(s.incomplete.empty()));
     j.set("incomplete", Json::from_list(s.incomplete));

@@ -920,6 +920,10 @@ std::vector<ReportLine> Session::report_lines(const ProcessSummary& s,
     std::string counts = "  events: " + std::to_string(s.events) + ", dropped: " + std::to_string(s.dropped);
     if (s.stragglers) counts += ", late: " + std::to_string(s.stragglers);
     if (s.corrupt) counts += ", corrupt records: " + std::to_string(s.corrupt);
+    // --steps: the host's own rows, apart from the events the program sent
+    if (s.steps_shadow_rows)
+        counts += ", --steps shadow rows: " + std::to_string(s.steps_shadow_rows) +
+                  " (the blocks allocated or freed in the steps left out, written as a selected step starts)";
     out(counts);
     for (auto& [dev, t] : s.totals) {
         out("  " + dev + ": peak " + human_bytes(t.peak) + ", final " + human_bytes(t.used));

@@ -17,6 +17,12 @@ std::vector<long long> StepFilter::unreached() const {
     return out;
 }
 
+const char* StepFilter::selection_change() {
+    if (steps_.empty() || in_selected_step() == said_selected_) return nullptr;
+    said_selected_ = !said_selected_;
+    return said_selected_ ? "true" : "false";
+}
+
 bool StepFilter::selected() const {
     return std::find(steps_.begin(), steps_.end(), static_cast<long long>(current_)) != steps_.end();
 }

@@ -11,6 +11,11 @@
 // An allocation that failed for lack of memory (OOM_TRIGGER) is kept in any
 // step: a run that ran out of memory outside the selected steps must not
 // look like one that did not; failures_outside() names where.
+//
+// Where the dropping starts and stops, the output is told on the rows
+// themselves (selection_change()): the sinks draw those spans as they come,
+// and a dump copied anywhere still says them to --analyze, without a second
+// copy of the numbering rule in each view.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +47,14 @@ public:
     bool saw_steps() const { return saw_steps_; }
     // The selected steps the stream never reached, in the order given.
     std::vector<long long> unreached() const;
+    // Call after keep() kept a SYSTEM or MSTX row (the rows every sink
+    // gets): the value of its Attr step_selected when whether the events
+    // belong to a selected step differs from what the last such Attr said;
+    // nullptr when it does not. "false": the events after this row are
+    // dropped; "true": kept from this row on. Before the first row a run
+    // counts as collected, as one without --steps is, so a run whose step 1
+    // is not selected says "false" on its first such row.
+    const char* selection_change();
 
 private:
     bool selected() const;
@@ -51,6 +64,7 @@ private:
     uint64_t mstx_count_ = 0, range_id_ = 0;
     uint64_t dropped_ = 0;
     bool saw_steps_ = false;
+    bool said_selected_ = true;  // what the last Attr step_selected said
     std::vector<std::string> failures_outside_;
 };
 

@@ -303,7 +303,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 672,
+static_assert(sizeof(ProcessSummary) == 680,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -314,6 +314,7 @@ std::string encode(const ProcessSummary& s) {
     w.s(s.output_dir);
     w.u(s.events);
     w.u(s.trace_marks);
+    w.u(s.steps_shadow_rows);
     w.u(s.dropped);
     w.u(s.stragglers);
     w.u(s.corrupt);
@@ -385,6 +386,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.output_dir = r.s();
     s.events = r.u();
     s.trace_marks = r.u();
+    s.steps_shadow_rows = r.u();
     s.dropped = r.u();
     s.stragglers = r.u();
     s.corrupt = r.u();

@@ -158,12 +158,13 @@ def test_analyze_of_a_steps_dump_turns_the_leak_analysis_off_as_the_run_did(tmp_
     # the dump says so itself: a copy anywhere is known for what it holds
     lines = dump.read_text().splitlines(keepends=True)
     (start,) = [i for i, l in enumerate(lines) if ",SYSTEM,START_TRACE," in l]
-    assert lines[start].rstrip("\n").endswith(',"{steps:[3, 4]}",,')
+    # (and, step 1 not being selected, that nothing is collected from its first row: step_filter.h)
+    assert lines[start].rstrip("\n").endswith(',"{steps:[3, 4],step_selected:false}",,')
     moved = tmp_path / "elsewhere" / "copy.csv"
     moved.parent.mkdir()
     moved.write_text("".join(lines))
     # a dump of an earlier build (no Attr there): its run's config.json says so
-    lines[start] = lines[start].replace('"{steps:[3, 4]}"', "")
+    lines[start] = lines[start].replace('"{steps:[3, 4],step_selected:false}"', "")
     dump.write_text("".join(lines))
     for rel, source in ((dump.relative_to(tmp_path), f"{folder.relative_to(tmp_path)}/config.json"),
                         (moved.relative_to(tmp_path), "its START_TRACE row says so")):

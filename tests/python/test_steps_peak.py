@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import BUILD, dump_files, process_dirs, read_dump, run_cli
+from conftest import BUILD, SOURCE, dump_files, process_dirs, read_dump, run_cli
 from sinks_common import load_trace, only, render
 from test_html_truth import device, page_data
 from test_sinks_memory_viz import load as load_snapshot, totals as snapshot_totals
@@ -219,3 +219,96 @@ def test_a_failure_in_a_step_not_selected_is_kept_and_said(tmp_path, analysis, r
     (at,) = [i for i, r in enumerate(rows) if r["Name"] == "OOM_Snapshot"]
     assert rows[at]["attr"]["allocated"] == allocated
     assert at < min(i for i, r in enumerate(rows) if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP")
+
+
+# ---------------------------------------------------------------- the host's rows, the trace's tracks
+@pytest.fixture(scope="module")
+def steps23(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("steps23")
+    p, d = run(tmp, "out", "--steps=2,3", "--analysis=", "--sinks=csv,trace")
+    return p, d, read_dump(only(dump_files(d)))
+
+
+def step_starts(rows, selected):
+    """The times the selected steps start: the STEP row that ends the step before."""
+    return {k: int(r["Timestamp(ns)"]) for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"
+            for k in selected if r["Name"] == str(k - 1)}
+
+
+def test_the_console_counts_the_shadow_rows_apart_from_the_events(steps23):
+    # Before: `events: 2787, dropped: 0` for a loop whose selected steps sent
+    # a few hundred: the shadow rows written as a selected step starts (one
+    # per block allocated or freed in the steps left out) were counted in.
+    p, d, rows = steps23
+    starts = set(step_starts(rows, (2, 3)).values())
+    written = [r for r in rows if r["attr"].get("shadow") == "true" and int(r["Timestamp(ns)"]) in starts]
+    assert len(written) > 1000
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["steps_shadow_rows"] == len(written)
+    # every other row is an event the program sent, but the end's shadow
+    # FREEs (the blocks live at the end), which are not counted either
+    at_end = [r for r in rows if r["Event"] == "FREE" and r["attr"].get("shadow") == "true"
+              and int(r["Timestamp(ns)"]) not in starts]
+    assert summary["events"] == len(rows) - len(written) - len(at_end)
+    assert (f"  events: {summary['events']}, dropped: 0, --steps shadow rows: {len(written)} (the blocks allocated "
+            "or freed in the steps left out, written as a selected step starts)") in p.stdout.splitlines(), p.stdout
+
+
+def test_the_devices_in_use_track_moves_with_the_shadow_rows(steps23):
+    # Before: "cpu in use" had no point at step 2's start, where the shadow
+    # rows had moved the pools' tracks (PTA at 12 MiB): it caught up at the
+    # next row with `device_used`.
+    p, d, rows = steps23
+    doc = load_trace(only(d.glob("trace_*.json")))
+    # a few thousand samples, many at the same instants: within the budget
+    # (it said "the run is over the trace's budget ... downsampled to 2543
+    # of 2555 samples (, each keeping ...)")
+    assert doc["otherData"]["downsampled"] == {} and "over the trace's budget" not in p.stdout + p.stderr
+    base = doc["otherData"]["start_ns"]
+    tracks = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            tracks[e["name"]].append((base + round(float(e["ts"]) * 1000), e["args"]["bytes"]))
+
+    def at(name, t):
+        return ([v for x, v in sorted(tracks[name]) if x <= t] or [None])[-1]
+
+    for k, t in step_starts(rows, (2, 3)).items():
+        host, pta, in_use = at("cpu HOST allocated", t), at("cpu PTA allocated", t), at("cpu in use", t)
+        # the program's bytes in use then: the next row that says them, less its own
+        assert in_use == in_use_before_next_row(rows, t), (k, in_use)
+        # on the cpu the framework's blocks are the host heap's: in use counts
+        # each byte once, as the two pools' tracks do
+        assert pta and host and in_use == host + pta, (k, host, pta, in_use)
+
+
+def in_use_before_next_row(rows, t):
+    """The device's bytes in use just before the first row after time t that
+    carries `device_used` (the host heap's rows move it, the framework's not)."""
+    r = next(r for r in rows if int(r["Timestamp(ns)"]) > t and "device_used" in r["attr"])
+    change = int(r["attr"]["size"]) * (1 if r["Event"] == "MALLOC" else -1) if r["Event Type"] == "HOST" else 0
+    return int(r["attr"]["device_used"]) - change
+
+
+# ---------------------------------------------------------------- the page's shading is the host's
+MSTX_SCRIPT = SOURCE / "tests" / "programs" / "python" / "mstx_api" / "marks.py"
+
+
+def test_the_page_shades_what_the_host_dropped_with_mstx_steps(tmp_path):
+    # --steps=1 with mstx "step start" ranges: the events before the first
+    # range are step 1's (msmemscope.step() numbering until a range is seen,
+    # framework/host/step_filter.h) and are collected. Before, the page
+    # recomputed the spans with a rule of its own, which took only the kept
+    # ranges as collected: it shaded the start of the run as not collected.
+    out = tmp_path / "out"
+    run_cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--collect-mode=deferred", "--steps=1",
+             "--sinks=csv,html", f"--output={out}", "--", PY, MSTX_SCRIPT], tmp_path, env=ENV, check_rc=0)
+    d = only(process_dirs(out))
+    rows = read_dump(only(dump_files(d)))
+    # the last range end kept: step 1's (its inner range ends before it)
+    (step1_end,) = [int(r["Timestamp(ns)"]) for r in rows if r["Event"] == "MSTX"
+                    and r["Event Type"] == "Range_end"][-1:]
+    assert any(r["Event"] == "MALLOC" and int(r["Timestamp(ns)"]) < step1_end for r in rows)
+    page = page_data(only(d.glob("report_*.html")))
+    assert page["uncollected"] == [[step1_end - page["start_ns"], page["end_ns"] - page["start_ns"]]]
+    assert page["steps_selected"] == [1]

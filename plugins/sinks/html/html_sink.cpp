@@ -244,8 +244,8 @@ public:
         run_ = run;
         // The leaks analyzer turns itself off under --steps (only those
         // steps' events come): the page must not call that "no leak".
-        leaks_off_for_steps_ = analysis_listed(run.config_json, "leaks") && steps_listed(run.config_json);
         selected_steps_ = steps_of(run.config_json);
+        leaks_off_for_steps_ = analysis_listed(run.config_json, "leaks") && !selected_steps_.empty();
         leaks_ran_ = analysis_listed(run.config_json, "leaks") && !leaks_off_for_steps_;
         ineff_listed_ = analysis_listed(run.config_json, "inefficient");
         oom_listed_ = analysis_listed(run.config_json, "oom") || analysis_listed(run.config_json, "oom:", true);
@@ -290,14 +290,8 @@ public:
             oom_block(ev);
         } else if (ev.kind == MSMS_EV_MSTX) {
             ++bounds_;
-            if (!selected_steps_.empty()) step_range(ev);
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
             ++bounds_;
-            if (!selected_steps_.empty() && step_marks_.step_end.size() < kMaxMarks) {
-                // numbered as the host's step filter numbers them
-                uint64_t n = ev.aux0 ? ev.aux0 : std::strtoull(std::string(view(ev.name)).c_str(), nullptr, 10);
-                step_marks_.step_end.emplace(n, ev.timestamp_ns);
-            }
             if (marks_.size() < kMaxMarks) marks_.emplace_back(ev.timestamp_ns, "step " + std::string(view(ev.name)));
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STOP_TRACE) {
             off_since_ = ev.timestamp_ns;
@@ -308,6 +302,9 @@ public:
             if (off_.size() < kMaxMarks) off_.emplace_back(off_since_, ev.timestamp_ns);
             off_open_ = false;
         }
+        // --steps: the host says on these rows where it dropped the program's events
+        if ((ev.kind == MSMS_EV_SYSTEM || ev.kind == MSMS_EV_MSTX) && ev.attr_count)
+            if (std::string_view v = msmemscope::attr(ev, "step_selected"); !v.empty()) uncollected_.mark(v, ev.timestamp_ns);
     }
 
     void on_annotation(uint64_t id, std::string_view key, std::string_view value) override {
@@ -398,15 +395,6 @@ private:
         std::string quoted = "\"" + std::string(name) + (prefix ? "" : "\"");
         return config.substr(a, b - a).find(quoted) != std::string_view::npos;
     }
-    // True when the run's configuration selects steps (config.json "steps":
-    // a non-empty list).
-    static bool steps_listed(std::string_view config) {
-        size_t k = config.find("\"steps\"");
-        if (k == std::string_view::npos) return false;
-        size_t a = config.find('[', k), b = config.find(']', k);
-        if (a == std::string_view::npos || b == std::string_view::npos || a > b) return false;
-        return config.substr(a + 1, b - a - 1).find_first_not_of(" \t\r\n") != std::string_view::npos;
-    }
     // The steps --steps selected (config.json "steps": [2, 3]); empty without.
     static std::vector<long long> steps_of(std::string_view config) {
         std::vector<long long> out;
@@ -426,19 +414,6 @@ private:
             p = e;
         }
         return out;
-    }
-    // A kept mstx "step start" range (under --steps only the selected ones
-    // come): its start and end bound a collected span.
-    void step_range(const msms_event& ev) {
-        std::string_view name = view(ev.name);
-        if (ev.type == MSMS_T_RANGE_START && (name == "step start" || name == "\"step start\"")) {
-            if (step_marks_.open.size() < kMaxMarks) step_marks_.open.emplace(ev.aux0, ev.timestamp_ns);
-        } else if (ev.type == MSMS_T_RANGE_END) {
-            auto it = step_marks_.open.find(ev.aux0);
-            if (it == step_marks_.open.end()) return;
-            if (step_marks_.ranges.size() < kMaxMarks) step_marks_.ranges.emplace_back(it->second, ev.timestamp_ns);
-            step_marks_.open.erase(it);
-        }
     }
     bool leaks_ran() const { return (leaks_ran_ || !leak_rows_.empty()) && !failed("leaks"); }
 
@@ -1367,13 +1342,11 @@ private:
             o += "[" + std::to_string(off_[i].first - std::min(off_[i].first, base_)) + "," +
                  std::to_string(off_[i].second - std::min(off_[i].second, base_)) + "]";
         }
-        o += "],\"uncollected\":[";  // [from, to] spans outside the steps --steps selected
-        if (!selected_steps_.empty()) {
-            auto spans = msmemscope::html::uncollected_spans(selected_steps_, step_marks_, base_, last_ts_);
-            for (size_t i = 0; i < spans.size(); ++i)
-                o += std::string(i ? "," : "") + "[" + std::to_string(spans[i].first - base_) + "," +
-                     std::to_string(spans[i].second - base_) + "]";
-        }
+        o += "],\"uncollected\":[";  // [from, to] spans --steps did not collect (the host's marks)
+        auto spans = uncollected_.spans(last_ts_);
+        for (size_t i = 0; i < spans.size(); ++i)
+            o += std::string(i ? "," : "") + "[" + std::to_string(spans[i].first - std::min(spans[i].first, base_)) +
+                 "," + std::to_string(spans[i].second - std::min(spans[i].second, base_)) + "]";
         o += "],\"steps_selected\":[";
         for (size_t i = 0; i < selected_steps_.size(); ++i)
             o += std::string(i ? "," : "") + std::to_string(selected_steps_[i]);
@@ -1502,7 +1475,7 @@ private:
     std::vector<std::pair<uint64_t, std::string>> marks_;
     std::vector<std::pair<uint64_t, uint64_t>> off_;  // stop() .. the next start()
     std::vector<long long> selected_steps_;            // --steps (config.json), empty without
-    msmemscope::html::StepMarks step_marks_;           // where the steps began and ended (under --steps)
+    msmemscope::html::UncollectedSpans uncollected_{kMaxMarks};  // --steps: where the host dropped events
     uint64_t off_since_ = 0;
     bool off_open_ = false;
     std::pair<uint64_t, uint64_t> image_ended_{0, 0};  // blocks, bytes live when the image ended (exec, _exit after fork)

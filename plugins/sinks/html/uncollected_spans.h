@@ -3,11 +3,16 @@
 // shades them as it shades collection off between stop() and start():
 // without the shading a chart reads 0 B before the first selected step and
 // a flat level after the last, where the program went on unseen.
+//
+// The host says where it stopped and started dropping, on the rows that
+// mark steps (Attr step_selected: "false" after this row, "true" from this
+// row on; before the first row the run counts as collected): the page draws
+// exactly those spans, whatever rule numbered the steps.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,44 +20,33 @@ namespace msmemscope::html {
 
 using Span = std::pair<uint64_t, uint64_t>;
 
-// The steps of a run as its rows mark them: STEP rows (msmemscope.step():
-// the row numbered N ends step N, events before the first are step 1), or
-// mstx "step start" ranges (each kept one a selected step).
-struct StepMarks {
-    std::map<uint64_t, uint64_t> step_end;  // STEP row number -> its time
-    std::vector<Span> ranges;               // kept "step start" ranges
-    std::map<uint64_t, uint64_t> open;      // range id -> its start, not yet ended
-};
+class UncollectedSpans {
+public:
+    explicit UncollectedSpans(size_t max_spans) : max_(max_spans) {}
 
-// [from, to] spans within [start, end] outside every selected step.
-inline std::vector<Span> uncollected_spans(const std::vector<long long>& selected, const StepMarks& m, uint64_t start,
-                                           uint64_t end) {
-    std::vector<Span> collected;
-    if (!m.ranges.empty() || !m.open.empty()) {
-        collected = m.ranges;
-        for (auto& [id, from] : m.open) collected.emplace_back(from, end);  // still open at the end
-    } else {
-        for (long long k : selected) {
-            if (k < 1) continue;
-            uint64_t from = start;
-            if (k > 1) {
-                auto it = m.step_end.find(static_cast<uint64_t>(k - 1));
-                if (it == m.step_end.end()) continue;  // never reached
-                from = it->second;
-            }
-            auto it = m.step_end.find(static_cast<uint64_t>(k));
-            collected.emplace_back(from, it == m.step_end.end() ? end : it->second);
+    // A row's Attr step_selected (its value), at the row's time.
+    void mark(std::string_view step_selected, uint64_t ts) {
+        if (step_selected == "false" && !dropping_) {
+            dropping_ = true;
+            since_ = ts;
+        } else if (step_selected == "true" && dropping_) {
+            dropping_ = false;
+            if (spans_.size() < max_) spans_.emplace_back(since_, ts);
         }
     }
-    std::sort(collected.begin(), collected.end());
-    std::vector<Span> out;
-    uint64_t at = start;
-    for (auto& [from, to] : collected) {
-        if (from > at) out.emplace_back(at, std::min(from, end));
-        at = std::max(at, to);
+
+    // [from, to] spans not collected, the last one still open at `end`.
+    std::vector<Span> spans(uint64_t end) const {
+        std::vector<Span> out = spans_;
+        if (dropping_ && out.size() < max_) out.emplace_back(since_, std::max(since_, end));
+        return out;
     }
-    if (at < end) out.emplace_back(at, end);
-    return out;
-}
+
+private:
+    size_t max_;
+    std::vector<Span> spans_;
+    bool dropping_ = false;
+    uint64_t since_ = 0;
+};
 
 }  // namespace msmemscope::html

@@ -24,6 +24,12 @@ uint64_t CounterSeries::count(const Bucket& b) {
     return n;
 }
 
+bool CounterSeries::widened() const {
+    for (const Track& tr : tracks_)
+        if (tr.width > 1) return true;
+    return false;
+}
+
 void CounterSeries::add(size_t t, uint64_t ts, int64_t value) {
     Track& tr = tracks_[t];
     ++samples_;

@@ -45,6 +45,11 @@ public:
     uint64_t samples(size_t t) const { return tracks_[t].samples; }
     uint64_t points(size_t t) const { return tracks_[t].points; }
     uint64_t width_ns(size_t t) const { return tracks_[t].width; }
+    // Whether the budget widened any track's buckets. Samples of the same
+    // nanosecond share a bucket from the start (--steps writes a selected
+    // step's shadow rows at its start): fewer points than samples then is
+    // no reduction a reader should be warned of.
+    bool widened() const;
     // The points of track t in time order (lowest, highest, last of each bucket).
     std::vector<CounterPoint> points_of(size_t t) const;
 

@@ -350,7 +350,7 @@ private:
         uint64_t left = used < max_events_ ? max_events_ - used : 0;
         uint64_t budget = std::min(std::max(left, max_events_ / 4), counter_points_max_);
         series_->fit(budget);
-        counters_downsampled_ = series_->points() < series_->samples();
+        counters_downsampled_ = series_->widened();
         for (size_t t = 0; t < series_->tracks(); ++t) {
             for (const auto& p : series_->points_of(t)) {
                 counter_event(series_->name(t), p.ts, p.value);
@@ -432,12 +432,25 @@ private:
         if (ev.type == MSMS_T_HOST) host_heap(ev, dev);
         else if (ev.pool_used >= 0) pool_level(dev | ev.type, ev, ev.pool_used);
         else shadow_row(dev | ev.type, ev);
-        if (ev.device_used >= 0) counter(dev | 0x10000, ev, ev.device_used + unbacked_bytes_[dev]);
+        // (count_unbacked: a Python API session's tensors made before its first start())
+        if (ev.device_used >= 0) pool_level(dev | 0x10000, ev, ev.device_used + unbacked_bytes_[dev]);
+        else if (ev.pool_used < 0 && in_device_use(ev) && msmemscope::attr(ev, "import") != "true")
+            shadow_row(dev | 0x10000, ev);  // (the imports' heap moves it itself: imports_heap_changed)
         if (ev.kind == MSMS_EV_MALLOC) {
             if (ev.allocation_id) live_[ev.allocation_id] = Block{ev.timestamp_ns, ev.size, ev.tid};
         } else if (ev.allocation_id) {
             live_.erase(ev.allocation_id);
         }
+    }
+
+    // Whether a pool's bytes count in its device's "in use" (the rows'
+    // device_used): the driver's and the host heap's pools, and a
+    // collector's own pool (abi.h: its memory is its own); not a mapping,
+    // whose memory is another block's, nor a framework's pool, which holds
+    // the driver's blocks.
+    static bool in_device_use(const msms_event& ev) {
+        return (!msms_is_framework_pool(ev.type) || msms_is_custom_pool(ev.type)) &&
+               msmemscope::attr(ev, "virtual") != "true";
     }
 
     // A pool's row with `used`: its level, which holds every shadow row before it.
@@ -451,7 +464,8 @@ private:
     // Their FREEs wait, as the html report's do: at the end they close the
     // blocks still live (the track ends at the final bytes); a later MALLOC
     // shows they were real (--steps: the blocks freed in the dropped steps,
-    // just before the shadow MALLOCs of those live then).
+    // just before the shadow MALLOCs of those live then). The device's "in
+    // use" track moves with them as its pools' tracks do.
     void shadow_row(uint64_t key, const msms_event& ev) {
         if (ev.kind == MSMS_EV_FREE) {
             shadow_frees_[key] += static_cast<int64_t>(ev.size);
@@ -484,17 +498,34 @@ private:
         }
         if (ev.kind == MSMS_EV_MALLOC) host_live_[k] = ev.size;
         else host_live_.erase(k);
-        if (ev.pool_used < 0) {
-            if (msmemscope::attr(ev, "import") == "true") imports_heap_changed(ev, dev);
-            return;
+        int64_t used = ev.pool_used;
+        if (used < 0) {
+            if (msmemscope::attr(ev, "import") == "true") return imports_heap_changed(ev, dev);
+            if (!shadow_host_level(ev, dev, used)) return;
         }
-        host_used_[dev] = ev.pool_used;
+        host_used_[dev] = used;
         if (ev.kind == MSMS_EV_MALLOC) {
             track(dev | ev.type, ev);  // before the device's track, as for every pool
-            pending_ = Pending{true, k, dev | ev.type, ev.timestamp_ns, ev.pool_used - taken, ev.device_kind, ev.device_id, ev.type};
+            pending_ = Pending{true, k, dev | ev.type, ev.timestamp_ns, used - taken, ev.device_kind, ev.device_id, ev.type};
             return;
         }
-        counter(dev | ev.type, ev, ev.pool_used - taken);
+        counter(dev | ev.type, ev, used - taken);
+    }
+    // The host heap's shadow rows (no `used`: the blocks there when
+    // collection started, --steps' blocks made or freed in the steps left
+    // out, those live at the end) move its level as the pools' do: a MALLOC
+    // at once (false: the heap's level, in `used`), a FREE at the next point
+    // (the end's FREEs never show: the track ends at the final bytes). A
+    // FREE is taken from the level now, as its block leaves the bytes a
+    // framework block took now.
+    bool shadow_host_level(const msms_event& ev, uint64_t dev, int64_t& used) {
+        auto level = host_used_.find(dev);
+        if (ev.kind == MSMS_EV_FREE) {
+            if (level != host_used_.end()) level->second -= static_cast<int64_t>(ev.size);
+            return false;
+        }
+        used = (level != host_used_.end() ? level->second : 0) + static_cast<int64_t>(ev.size);
+        return true;
     }
     // The imports' heap of a Python program (one shadow block for what the
     // interpreter's imports allocated) is written again, a FREE then a
@@ -510,11 +541,13 @@ private:
         if (ev.kind != MSMS_EV_MALLOC) return;
         int64_t by = change;
         change = 0;
-        if (auto u = host_used_.find(dev); u != host_used_.end()) {
-            u->second += by;
-            counter(dev | MSMS_T_HOST, ev, u->second - host_taken_bytes_[dev]);
-        }
-        if (auto d = counters_.find(dev | 0x10000); d != counters_.end()) counter(dev | 0x10000, ev, d->second.value + by);
+        // (from 0 when it is the device's first row, as the pipeline's
+        // figures start: --collect-mode=deferred's start() writes it first)
+        int64_t& used = host_used_[dev];
+        used += by;
+        counter(dev | MSMS_T_HOST, ev, used - host_taken_bytes_[dev]);
+        auto d = counters_.find(dev | 0x10000);
+        counter(dev | 0x10000, ev, (d != counters_.end() && d->second.value >= 0 ? d->second.value : 0) + by);
     }
     // The rows' `device_used` counts the host heap the agent saw. A Python
     // API session without the CLI puts the heap hooks in at its first

@@ -62,3 +62,18 @@ TEST_CASE("a budget below three points per track keeps three per track") {
     auto p = s.points_of(t);
     CHECK(p.back().value == 999 % 7);
 }
+
+TEST_CASE("samples of the same nanosecond are one bucket's, not a reduction") {
+    // (--steps: a selected step's shadow rows all come at its start; the
+    // trace called such a run "over the trace's budget")
+    CounterSeries s(0, 100);
+    size_t t = s.add_track("cpu in use");
+    for (int i = 1; i <= 10; ++i) s.add(t, 500, i * 10);
+    s.add(t, 600, 7);
+    s.fit(100);
+    CHECK(s.points() < s.samples());
+    CHECK_FALSE(s.widened());
+    auto p = s.points_of(t);
+    REQUIRE(p.size() == 2);  // the instant's last level, then the next sample
+    CHECK((p[0].value == 100 && p[1].value == 7));
+}
