@@ -425,7 +425,6 @@ def test_an_edited_end_record_is_reported_corrupt_not_trusted(cli, test_bin, tmp
     # The header's end record had no checksum: an edit of a saved capture
     # turned "exited with code 0" into "killed by signal 11" on --replay.
     import glob
-    import shutil
     import struct
     p = cli(["--device=cpu", "--events=alloc,free", "--analysis=", "--save-capture=true", "--output=out", "--",
              "/bin/ls", "/"], cwd=tmp_path)
@@ -568,6 +567,25 @@ def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, 
     assert f"  [finished: {words}]\n" in live and "waiting for the new program's agent" not in live, live
 
 
+def start_late_exec_live(test_bin, tmp_path, *args):
+    """The CLI with --live on bash, which execs late_start (args: its own):
+    the new image's start-up is held, before the agent's constructor, until
+    the test opens the FIFO it returns (MSMS_TEST_START_GATE). stderr goes to
+    tmp_path/stderr."""
+    from conftest import CLI
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    env = dict(os.environ, MSMS_TEST_START_GATE=str(gate))
+    env.pop("LD_PRELOAD", None)
+    prog = test_bin / "late_start"
+    command = " ".join(["echo start; exec", str(prog)] + [str(a) for a in args])
+    with open(tmp_path / "stderr", "w") as err_file:
+        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash",
+                              "-c", command], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err_file,
+                             text=True)
+    return p, gate, prog
+
+
 def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_path):
     # On a loaded machine the new image of an exec made its capture more
     # than the 2 s the worker waits for it: the table said "replaced by exec"
@@ -578,16 +596,7 @@ def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_pa
     # the live view has drawn the first image's last screen: the screen of
     # that in-between time is always drawn, and it must say the new image is
     # waited for.
-    from conftest import CLI
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
-    env = dict(os.environ, MSMS_TEST_START_GATE=str(gate))
-    env.pop("LD_PRELOAD", None)
-    prog = test_bin / "late_start"
-    with open(tmp_path / "stderr", "w") as err_file:
-        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash",
-                              "-c", f"echo start; exec {prog}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=err_file, text=True)
+    p, gate, prog = start_late_exec_live(test_bin, tmp_path)
     gate_open = False
     try:
         lines, line = [], ""
@@ -644,17 +653,9 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
     # runs (held on a FIFO), what the view of an exec continued in time says.
     import queue
     import threading
-    from conftest import CLI
-    gate, hold = tmp_path / "gate", tmp_path / "hold"
-    os.mkfifo(gate)
+    hold = tmp_path / "hold"
     os.mkfifo(hold)
-    env = dict(os.environ, MSMS_TEST_START_GATE=str(gate))
-    env.pop("LD_PRELOAD", None)
-    prog = test_bin / "late_start"
-    with open(tmp_path / "stderr", "w") as err_file:
-        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash",
-                              "-c", f"echo start; exec {prog} {hold}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=err_file, text=True)
+    p, gate, prog = start_late_exec_live(test_bin, tmp_path, hold)
     lines, seen = queue.Queue(), []
     threading.Thread(target=lambda: [lines.put(l) for l in p.stdout] + [lines.put("")], daemon=True).start()
 
