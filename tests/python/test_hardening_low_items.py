@@ -567,6 +567,15 @@ def test_exec_of_a_program_that_does_not_load_the_agent_is_named(cli, test_bin, 
     assert f"  [finished: {words}]\n" in live and "waiting for the new program's agent" not in live, live
 
 
+def let_go(fifo):
+    """Opens a FIFO the held program reads, if it has opened it yet (no
+    reader yet: nothing to let go), so that a failed check leaves nothing held."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
 def start_late_exec_live(test_bin, tmp_path, *args):
     """The CLI with --live on bash, which execs late_start (args: its own):
     the new image's start-up is held, before the agent's constructor, until
@@ -615,11 +624,8 @@ def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_pa
         out = "".join(lines) + p.stdout.read()
         p.wait(timeout=120)
     finally:
-        if not gate_open:  # a failed check: late_start must not stay held (no reader yet: nothing to let go)
-            try:
-                os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
+        if not gate_open:  # a failed check: late_start must not stay held
+            let_go(gate)
         if p.poll() is None:
             p.kill()
         p.stdout.close()
@@ -702,10 +708,7 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
     finally:
         for name, path in (("gate", gate), ("hold", hold)):
             if not released[name]:  # a failed check: the program must not stay held
-                try:
-                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-                except OSError:
-                    pass
+                let_go(path)
         if p.poll() is None:
             p.kill()
     # the end of the run says it the same way (summary.json, the last screen)
