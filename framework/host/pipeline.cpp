@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include "api_words.h"
+#include "run_processes.h"
 #include "said_once.h"
 #include "sink_lanes.h"
 
@@ -110,7 +111,18 @@ void Pipeline::destroy_plugins() {
             }
 }
 
-void Pipeline::log(int level, const std::string& text) {
+void Pipeline::set_rank(const std::string& rank) {
+    std::lock_guard<std::mutex> lk(rank_mu_);
+    rank_ = rank;
+}
+
+std::string Pipeline::process_named() const {
+    if (!run_processes::more_than_one()) return "";
+    std::lock_guard<std::mutex> lk(rank_mu_);
+    return "[pid " + std::to_string(run_.pid) + (rank_.empty() ? "" : ", rank " + rank_) + "] ";
+}
+
+void Pipeline::log(int level, const std::string& text, bool said_for_the_run) {
     // A Python API user is told in config()'s words (api_words.h), in the
     // log file as on the console.
     const std::string msg = said(cfg_, text);
@@ -119,9 +131,13 @@ void Pipeline::log(int level, const std::string& text) {
         else if (level == 1) run_.log->warn(msg);
         else run_.log->error(msg);
     }
-    if (level + 1 >= cfg_.stderr_threshold())
+    if (level + 1 >= cfg_.stderr_threshold()) {
+        // The console mixes the warnings of every process of the run; the
+        // log is this process's own and keeps upstream's words.
+        std::string who = level == 1 && !said_for_the_run ? process_named() : "";
         supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") +
-                                msg + "\n");
+                                who + msg + "\n");
+    }
 }
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc, bool sink_in_finish) {
@@ -858,6 +874,8 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
             if (self->run_.log) self->run_.log->warn(text);
             return;
         }
+        self->log(level, msg, true);
+        return;
     }
     self->log(level, msg);
 }

@@ -132,6 +132,11 @@ public:
     // which names at the end the processes that said each text.
     // Warnings about the events stay said as found.
     void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
+    // The rank the console names with the pid in a warning about the events
+    // once the run has seen another process (run_processes.h): the
+    // environment's from the start, a late one (process_rank.h) once
+    // torch.distributed has said it. "" for none.
+    void set_rank(const std::string& rank);
     std::vector<std::string> setup_warnings() const;
     // Each sink on a thread of its own (sink_lanes.h; on unless set off
     // before start()). Off: every sink is called on the pipeline's thread.
@@ -186,7 +191,12 @@ private:
     void throw_if_out_of_memory();
     // "what: <the plugin's message>" (ABI 1.1 last_error), or just what.
     std::string with_reason(const Instance& inst, const std::string& what) const;
-    void log(int level, const std::string& msg);
+    // said_for_the_run: a setup warning said once for all the processes
+    // (said_once.h), which names no process.
+    void log(int level, const std::string& msg, bool said_for_the_run = false);
+    // "[pid 4242, rank 1] " before a warning on the console once the run
+    // has seen more than one process; "" before that.
+    std::string process_named() const;
     // On sink i's thread: one item, and its finish().
     void sink_item(size_t i, const SinkItem& it);
     void sink_finish(size_t i);
@@ -225,6 +235,8 @@ private:
     // What the sinks' threads share with the pipeline's: plugin errors, the
     // log's error counts, progress, report lines.
     mutable std::mutex api_mu_;
+    mutable std::mutex rank_mu_;  // rank_: set by the run's thread, read by the sinks' threads
+    std::string rank_;
     std::vector<std::vector<std::string>> sink_reports_;  // per sink, in the report after the analyzers' in sink order
     // Plugins of this run that failed, or that the supervisor left out after
     // they crashed in an earlier pass: told to the sinks at the end

@@ -383,6 +383,7 @@ void ProcessRun::run_stream() {
         });
     }
     pipeline.set_group_setup_warnings(true);  // said once per run (said_once.h, Session::print_summary)
+    pipeline.set_rank(rank_.rank());  // the environment's, named with the pid (run_processes.h)
     pipeline.start(run);
     notify_started("");
     // --live / --live-http: the view's snapshot every second (live/live_state.h).
@@ -484,7 +485,10 @@ void ProcessRun::run_stream() {
         size_t delivered = 0;
         while (reader_.pop(raw, watermark)) {
             ++delivered;
-            if (take_rank(raw)) continue;  // the host's own row (process_rank.h)
+            if (take_rank(raw)) {  // the host's own row (process_rank.h)
+                pipeline.set_rank(rank_.rank());  // a warning from now on names it
+                continue;
+            }
             if (take_program_warning(raw, *run.log)) continue;
             if (!keep(raw)) continue;
             if (!live) note_stacks(raw);

@@ -31,6 +31,7 @@
 #include "launcher.h"
 #include "process_summary_json.h"
 #include "program_status.h"
+#include "run_processes.h"
 #include "said_once.h"
 #include "stale_sessions.h"
 #include "supervisor.h"
@@ -211,6 +212,7 @@ void publish_watch_staging(const std::string& dir, const std::string& token) {
 
 Session::Session(const Config& cfg, const Registry& registry) : cfg_(cfg), registry_(registry) {
     said_once::begin_run();  // before the first worker is forked: the page is shared
+    run_processes::begin_run();  // (the same)
 }
 
 Session::~Session() {
@@ -296,6 +298,9 @@ void Session::scan() {
         }
         seen_.insert(p);
         next_capture_seen(p);
+        // "PID.N.msmcap": before the worker is forked, so that it names its
+        // process from its first warning on when another one came first
+        run_processes::note(static_cast<uint32_t>(std::strtoul(fs::path(p).filename().c_str(), nullptr, 10)));
         Running r;
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);

@@ -250,6 +250,24 @@ def test_ranks_are_named(runs, launcher):
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
+def test_each_ranks_step_warnings_name_its_pid_and_rank(runs, launcher):
+    # Both ranks leak from step 2 on: their lines on the one console read
+    # alike but for the process named (mp.spawn's rank from torch.distributed,
+    # known before the first step); each log keeps upstream's words.
+    d, p = runs[launcher]
+    warned = [l for l in p.stderr.splitlines() if "lasted for" in l]
+    for folder, s, truth in rank_folders(d, p):
+        named = f"[msmemscope] warning: [pid {truth['pid']}, rank {truth['rank']}] "
+        mine = [l[len(named):] for l in warned if l.startswith(named)]
+        assert mine and all(l.startswith("leaks: [device cpu][step ") for l in mine), p.stderr
+        (log,) = (folder / "msmemscope_logs").glob("msmemscope_*.log")
+        logged = [l.split("[warning] ", 1)[1] for l in log.read_text().splitlines() if "lasted for" in l]
+        assert logged == mine, log.read_text()
+    assert len(warned) == sum(1 for l in warned if re.match(r"\[msmemscope\] warning: \[pid \d+, rank [01]\] ", l)), \
+        p.stderr
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
 def test_decompose_owners_are_torchs_figures(runs, launcher):
     d, p = runs[launcher]
     for folder, s, truth in rank_folders(d, p):

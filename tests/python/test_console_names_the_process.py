@@ -1,0 +1,69 @@
+"""A run of several processes says each one's warnings about its events on
+one console: with two ranks, rank 0's step leak warnings and rank 1's read
+alike (an audit found it on a gloo run). Once the run has seen a second
+process, such a line names its process: '[msmemscope] warning: [pid 4242,
+rank 1] leaks: [device cpu][step 3]: ...', the rank when its environment had
+one. Each process's log is its own and keeps upstream's words; a run of one
+process (an exec keeps the pid) keeps them on the console too."""
+import os
+import re
+
+import pytest
+
+from conftest import SOURCE, log_messages, process_dirs, run_cli
+
+pytest.importorskip("torch")
+PY = "/usr/bin/python3"
+SCRIPT = SOURCE / "tests" / "programs" / "python" / "leak_graphs.py"
+STEPS = 4
+# Each step's blocks outlive the next one: steps 3..STEPS warn.
+WARNED_STEPS = list(range(3, STEPS + 1))
+
+# Two trainers side by side, as a launcher starts them; only the second
+# has a RANK in its environment.
+PARENT = f'''
+import os, subprocess, sys
+env = {{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}}
+kids = [subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=env),
+        subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=dict(env, RANK="1"))]
+print("children", *[k.pid for k in kids], flush=True)
+sys.exit(max(k.wait() for k in kids))
+'''
+
+
+
+def console_step_warnings(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("[msmemscope] warning: ") and "lasted for" in l]
+
+
+def logged_step_warnings(out, pid):
+    """The step leak warnings in the logs of pid's folders (an exec's images
+    each have one), in upstream's words."""
+    return [m[len("[warning] "):] for d in process_dirs(out) if d.name.startswith(f"msmemscope_{pid}_")
+            for _, m in log_messages(d) if m.startswith("[warning] leaks: [device cpu][step ")]
+
+
+def test_each_step_warning_names_its_process_and_its_log_keeps_upstreams_words(tmp_path):
+    (tmp_path / "parent.py").write_text(PARENT)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "parent.py"], tmp_path,
+                env={"PYTHONPATH": ""}, check_rc=0)
+    first, second = (int(x) for x in re.search(r"^children (\d+) (\d+)$", p.stdout, re.M).groups())
+    console = console_step_warnings(p.stderr)
+    said = {first: f"[pid {first}]", second: f"[pid {second}, rank 1]"}
+    for pid in (first, second):
+        logged = logged_step_warnings(tmp_path / "out", pid)
+        steps = [int(re.match(r"leaks: \[device cpu\]\[step (\d+)\]: ", w)[1]) for w in logged]
+        assert steps == WARNED_STEPS, logged
+        # the console's line is the log's, with the process named
+        named = [l for l in console if l.startswith(f"[msmemscope] warning: {said[pid]} ")]
+        assert named == [f"[msmemscope] warning: {said[pid]} {w}" for w in logged], p.stderr
+    assert len(console) == 2 * len(WARNED_STEPS), p.stderr
+
+
+def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path):
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "/bin/sh", "-c",
+                 f"exec {PY} {SCRIPT} {STEPS}"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
+    (pid,) = {int(d.name.split("_")[1]) for d in process_dirs(tmp_path / "out")}
+    logged = logged_step_warnings(tmp_path / "out", pid)
+    assert len(logged) == len(WARNED_STEPS), logged
+    assert console_step_warnings(p.stderr) == [f"[msmemscope] warning: {w}" for w in logged], p.stderr
