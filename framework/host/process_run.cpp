@@ -61,6 +61,20 @@ std::string unrecorded_exec_words(const ProcessSummary& s) {
     return words + "(the new program's environment does not preload it, e.g. env -i)";
 }
 
+bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index) {
+    std::string base = fs::path(path).filename().string();
+    size_t a = base.find('.'), b = base.find('.', a + 1);
+    if (a == 0 || a == std::string::npos || b == std::string::npos || b == a + 1 ||
+        base.compare(b, std::string::npos, ".msmcap") != 0)
+        return false;
+    auto digits = [](const std::string& s) { return s.find_first_not_of("0123456789") == std::string::npos; };
+    std::string p = base.substr(0, a), n = base.substr(a + 1, b - a - 1);
+    if (!digits(p) || !digits(n)) return false;
+    pid = static_cast<uint32_t>(std::strtoul(p.c_str(), nullptr, 10));
+    index = static_cast<uint32_t>(std::strtoul(n.c_str(), nullptr, 10));
+    return true;
+}
+
 std::string awaited_exec_words(const ProcessSummary& s) {
     return "replaced by exec of " + escape_controls(s.exec_path) +
            ", waiting for the new program's agent (whether it loads it is known when the run ends)";
@@ -278,11 +292,8 @@ bool ProcessRun::identify(CaptureReader& reader, std::string& error) {
     summary_.pid = reader.pid();
     summary_.ppid = reader.ppid();
     summary_.command = join(reader.cmdline(), " ");
-    // <dir>/<pid>.<n>.msmcap
-    std::string base = fs::path(capture_path_).filename().string();
-    size_t a = base.find('.'), b = base.find('.', a + 1);
-    if (a != std::string::npos && b != std::string::npos && base.compare(b, std::string::npos, ".msmcap") == 0)
-        summary_.capture_index = static_cast<uint32_t>(std::strtoul(base.substr(a + 1, b - a - 1).c_str(), nullptr, 10));
+    uint32_t pid = 0, index = 0;
+    if (capture_name_parts(capture_path_, pid, index)) summary_.capture_index = index;
     return true;
 }
 

@@ -208,6 +208,9 @@ private:
 // The image was replaced by exec (its new image recorded or not, attached
 // or not): its memory went with it, nothing it held leaked.
 bool replaced_by_exec(const ProcessSummary& s);
+// A capture file's name, <dir>/<pid>.<n>.msmcap (n > 0: the images after
+// an exec of that pid): false when the name is not of that form.
+bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index);
 // How an image that exec'ed and whose new image is not recorded ended, in
 // the words of its summary line and summary.json: an attach's exec, or
 // EndKind::Exec (the agent saw the exec) when no capture of the new image

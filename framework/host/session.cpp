@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -297,10 +296,12 @@ void Session::scan() {
             break;
         }
         seen_.insert(p);
-        next_capture_seen(p);
-        // "PID.N.msmcap": before the worker is forked, so that it names its
-        // process from its first warning on when another one came first
-        run_processes::note(static_cast<uint32_t>(std::strtoul(fs::path(p).filename().c_str(), nullptr, 10)));
+        if (uint32_t pid = 0, index = 0; capture_name_parts(p, pid, index)) {
+            next_capture_seen(pid, index);
+            // before the worker is forked, so that it names its process
+            // from its first warning on when another one came first
+            run_processes::note(pid);
+        }
         Running r;
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
@@ -509,14 +510,11 @@ void Session::image_done(const ProcessSummary& s) {
     else awaited_images_[{s.pid, s.capture_index}] = s;
 }
 
-void Session::next_capture_seen(const std::string& capture) {
-    // <dir>/<pid>.<n>.msmcap
-    std::string base = fs::path(capture).filename().string();
-    unsigned long pid = 0, index = 0;
-    if (std::sscanf(base.c_str(), "%lu.%lu.msmcap", &pid, &index) != 2 || index == 0) return;
+void Session::next_capture_seen(uint32_t pid, uint32_t index) {
+    if (index == 0) return;  // a process's first image follows no exec
     std::lock_guard<std::mutex> l(awaited_mu_);
-    captures_seen_.insert({static_cast<uint32_t>(pid), static_cast<uint32_t>(index)});
-    auto earlier = awaited_images_.find({static_cast<uint32_t>(pid), static_cast<uint32_t>(index - 1)});
+    captures_seen_.insert({pid, index});
+    auto earlier = awaited_images_.find({pid, index - 1});
     if (earlier == awaited_images_.end()) return;
     show_continued(earlier->second);
     awaited_images_.erase(earlier);

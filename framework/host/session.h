@@ -94,7 +94,7 @@ private:
     // known, whichever comes first: its worker's end (image_done, on that
     // worker's thread) or the next capture seen (next_capture_seen, scan()).
     void image_done(const ProcessSummary& s);
-    void next_capture_seen(const std::string& capture);
+    void next_capture_seen(uint32_t pid, uint32_t index);  // of a capture <pid>.<index>.msmcap
     void show_continued(const ProcessSummary& s);  // under awaited_mu_
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();

@@ -309,7 +309,6 @@ private:
     }
     // What was reduced, for the log, the report and otherData ("" if nothing).
     std::string note() const {
-        const bool api = run_.config_json.find("\"python_api\": true") != std::string::npos;
         std::string n;
         if (counters_downsampled_) {
             n = "memory counters downsampled to " + std::to_string(counter_points_) + " of " +
@@ -338,8 +337,8 @@ private:
                // a Python API session (config.json "python_api": true) is told
                // the options in config()'s words, as the host tells it (api_words.h)
                (run_.config_json.find("\"aggregate\": true") != std::string::npos
-                    ? (api ? " ('aggregate': no per-event rows were kept)" : " (--aggregate: no per-event rows were kept)")
-                    : (api ? ", every event in the dump (data_format=\"db\" for indexed queries)"
+                    ? (python_api_ ? " ('aggregate': no per-event rows were kept)" : " (--aggregate: no per-event rows were kept)")
+                    : (python_api_ ? ", every event in the dump (data_format=\"db\" for indexed queries)"
                            : ", every event in the dump (--data-format=db for indexed queries)"));
     }
 
@@ -416,6 +415,13 @@ private:
         return it->second;
     }
 
+    // A track's last value; 0 before its first point (a run's first rows
+    // may be shadow rows, which carry no level of their own).
+    int64_t level_of(uint64_t key) const {
+        auto c = counters_.find(key);
+        return c != counters_.end() && c->second.value >= 0 ? c->second.value : 0;
+    }
+
     void counter(uint64_t key, const msms_event& ev, int64_t value) {
         Counter& c = track(key, ev);
         if (c.value == value) return;
@@ -476,9 +482,7 @@ private:
             freed = f->second;
             shadow_frees_.erase(f);
         }
-        auto c = counters_.find(key);
-        int64_t level = c != counters_.end() && c->second.value >= 0 ? c->second.value : 0;
-        counter(key, ev, level - freed + static_cast<int64_t>(ev.size));
+        counter(key, ev, level_of(key) - freed + static_cast<int64_t>(ev.size));
     }
 
     // The host heap's track, each byte once: its rows' `used` less the
@@ -546,8 +550,7 @@ private:
         int64_t& used = host_used_[dev];
         used += by;
         counter(dev | MSMS_T_HOST, ev, used - host_taken_bytes_[dev]);
-        auto d = counters_.find(dev | 0x10000);
-        counter(dev | 0x10000, ev, (d != counters_.end() && d->second.value >= 0 ? d->second.value : 0) + by);
+        counter(dev | 0x10000, ev, level_of(dev | 0x10000) + by);
     }
     // The rows' `device_used` counts the host heap the agent saw. A Python
     // API session without the CLI puts the heap hooks in at its first
