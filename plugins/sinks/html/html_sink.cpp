@@ -1336,17 +1336,16 @@ private:
             jstr(o, marks_[i].second);
             o += ']';
         }
-        o += "],\"off\":[";  // [from, to] spans with collection off, between two collection ranges
-        for (size_t i = 0; i < off_.size(); ++i) {
-            if (i) o += ',';
-            o += "[" + std::to_string(off_[i].first - std::min(off_[i].first, base_)) + "," +
-                 std::to_string(off_[i].second - std::min(off_[i].second, base_)) + "]";
-        }
-        o += "],\"uncollected\":[";  // [from, to] spans --steps did not collect (the host's marks)
-        auto spans = uncollected_.spans(last_ts_);
-        for (size_t i = 0; i < spans.size(); ++i)
-            o += std::string(i ? "," : "") + "[" + std::to_string(spans[i].first - std::min(spans[i].first, base_)) +
-                 "," + std::to_string(spans[i].second - std::min(spans[i].second, base_)) + "]";
+        // [from, to] spans of the run, times from its start
+        auto spans_json = [&](const std::vector<std::pair<uint64_t, uint64_t>>& spans) {
+            for (size_t i = 0; i < spans.size(); ++i)
+                o += std::string(i ? "," : "") + "[" + std::to_string(spans[i].first - std::min(spans[i].first, base_)) +
+                     "," + std::to_string(spans[i].second - std::min(spans[i].second, base_)) + "]";
+        };
+        o += "],\"off\":[";  // collection off, between two collection ranges
+        spans_json(off_);
+        o += "],\"uncollected\":[";  // --steps did not collect (the host's marks)
+        spans_json(uncollected_.spans(last_ts_));
         o += "],\"steps_selected\":[";
         for (size_t i = 0; i < selected_steps_.size(); ++i)
             o += std::string(i ? "," : "") + std::to_string(selected_steps_[i]);
