@@ -23,6 +23,10 @@ from conftest import dump_files, process_dirs, read_dump
 
 PY = "/usr/bin/python3"
 KEPT = 54321  # odd: no other block of the run has this size
+# A Python process's block without a stack: its line would name it
+# (--call-stack=python), or its C caller. (Where the package could not load,
+# the C caller alone: test_a_boot_that_cannot_load_the_package_...)
+UNKNOWN_PY = "an unknown site (collect stacks with --call-stack=python or c)"
 
 PROG = f"""\
 import ctypes
@@ -75,7 +79,7 @@ def test_without_stacks_the_interpreters_start_up_is_not_reported(cli, tmp_path)
     p, folder = run(cli, tmp_path, "out", [], [PY, "prog.py"])
     # The program's block alone; before, 745 KB more "at an unknown site"
     # (and 12664 bytes of the package's thread-locals).
-    assert leak_sites(p.stdout) == [(1, KEPT, "an unknown site (collect stacks with --call-stack=c)")], p.stdout
+    assert leak_sites(p.stdout) == [(1, KEPT, UNKNOWN_PY)], p.stdout
     leaks = json.loads((folder / "summary.json").read_text())["leaks"]
     assert leaks["bytes"] == KEPT, leaks
     assert re.search(r"^  \d+ allocation site\(s\) suppressed on device cpu \(\d+ block\(s\), \d+ bytes\): \d+ by the "
@@ -158,8 +162,7 @@ def test_an_interpreter_that_skips_the_site_hook_is_booted_by_the_agent(cli, tmp
             assert sorted((b, n, s.rpartition("/")[2]) for b, n, s in leak_sites(p.stdout)) == [
                 (1, KEPT, "prog.py(4): <module>"), (1, PYOBJ + 1, "prog.py(5): <module>")], p.stdout
         else:
-            assert leak_sites(p.stdout) == [(2, KEPT + PYOBJ + 1, "an unknown site (collect stacks with "
-                                             "--call-stack=c)")], p.stdout
+            assert leak_sites(p.stdout) == [(2, KEPT + PYOBJ + 1, UNKNOWN_PY)], p.stdout
         assert json.loads((folder / "summary.json").read_text())["leaks"]["bytes"] == KEPT + PYOBJ + 1
 
 
@@ -207,7 +210,7 @@ def test_a_start_up_that_compiles_the_standard_library_is_still_the_start_ups(cl
     for args in ([], ["--call-stack=python"]):
         p, folder = run(cli, tmp_path, "out%d%d" % (len(optimize), len(args)), args, program)
         assert "kept" in p.stdout
-        site = "prog.py(4): <module>" if args else "an unknown site (collect stacks with --call-stack=c)"
+        site = "prog.py(4): <module>" if args else UNKNOWN_PY
         assert [(b, n, s.rpartition("/")[2]) for b, n, s in leak_sites(p.stdout)] == [(1, KEPT, site)], \
             (optimize, args, p.stdout)
         assert json.loads((folder / "summary.json").read_text())["leaks"]["bytes"] == KEPT, (optimize, args)
@@ -283,7 +286,7 @@ def test_a_leak_without_a_stack_reads_the_same_in_the_db(cli, tmp_path):
     (db,) = list((folder / "device_cpu" / "dump").glob("*.db"))
     (row,) = sqlite3.connect(db).execute("SELECT * FROM msms_leaks").fetchall()
     f = json.loads(row[-1])
-    assert (f["size"], f["site"]) == (KEPT, "an unknown site (collect stacks with --call-stack=c)"), f
+    assert (f["size"], f["site"]) == (KEPT, UNKNOWN_PY), f
 
 
 def test_the_programs_own_sitecustomize_is_the_programs(cli, tmp_path):

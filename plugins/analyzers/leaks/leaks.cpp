@@ -139,6 +139,16 @@ std::string shell_of(const std::string& command_line) {
     return "";
 }
 
+// Whether the run's config.json asks for `kind` ("python", "c") stacks:
+// its "call_stack" object names the kinds taken, with their depths.
+bool stacks_asked(const std::string& config_json, const std::string& kind) {
+    size_t key = config_json.find("\"call_stack\"");
+    if (key == std::string::npos) return false;
+    size_t open = config_json.find('{', key), close = config_json.find('}', key);
+    if (open == std::string::npos || close == std::string::npos || close < open) return false;
+    return config_json.substr(open, close - open).find("\"" + kind + "\"") != std::string::npos;
+}
+
 // The first frame of a C stack outside the allocator and libc's wrappers
 // (the caller that asked for the memory); the inner ones stay in the stack.
 // The live view names sites by the same rule (util/stack_site.h).
@@ -238,6 +248,7 @@ public:
         }
         for (auto& e : load_errors_) host_.error("leaks: " + e);
         shell_ = shell_of(run.command_line);
+        asked_python_ = stacks_asked(run.config_json, "python");
         // --attach: the range ends when msmemscope detaches, not at a stop()
         attached_ = run.config_json.find("\"attach\":") != std::string::npos;
         if (steps_selected(run.config_json)) {
@@ -267,6 +278,7 @@ public:
         default: break;
         }
         track_op(ev);
+        if (ev.py_stack.size || ev.kind == MSMS_EV_PY_TRACE) python_ = true;
         // Collection ended at stop() (the Python API, or start()/stop() under
         // the CLI): what is live then is live "at stop()", not at exit. The
         // Python API's session ends with a STOP_TRACE at the interpreter's
@@ -418,6 +430,7 @@ private:
             // is memory its handle's block holds: that block is the leak.
             if (attr(ev, "virtual") == "true") return;
             const char* shadow = shadow_origin(ev);
+            if (shadow == kImport) python_ = true;  // the package's boot marks a CPython's imports
             d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
                                                   stack_of(ev), py_beside_c(ev),
                                                   shadow == kImport ? msmemscope::attr_blocks(ev) : 1u, shadow});
@@ -1103,7 +1116,7 @@ private:
         size_t g_shown = 0;
         uint64_t more_sites = 0, more_n = 0, more_bytes = 0;
         for (auto& [site, g] : sorted) {
-            std::string where = site.empty() ? "an unknown site (collect stacks with --call-stack=c)" : site;
+            std::string where = site.empty() ? unknown_host_site() : site;
             if (g_shown < max_lines_) {
                 lines.push_back("    " + std::to_string(g.n) + " block(s), " + std::to_string(g.bytes) +
                                 " bytes, allocated at: " + where);
@@ -1258,6 +1271,20 @@ private:
     uint64_t starts_ = 0;   // START_TRACEs seen: more than one, blocks made between ranges are shadows too
     bool attached_ = false;  // an --attach run (config.json "attach")
     std::string shell_;      // the process is this shell (shell_of): its heap at exit is its own
+    bool asked_python_ = false;  // the run took Python stacks (config.json "call_stack")
+    // The process runs Python with msmemscope's package loaded: its imports'
+    // heap was folded (the boot marks the imports), or an event has a Python
+    // stack or is a Python call (the Python collector's). Where the package
+    // could not load (another CPython version), Python stacks cannot be had.
+    bool python_ = false;
+    // A host block's site when it has no stack: what would have named it.
+    // A Python process without Python stacks: the program's line
+    // (--call-stack=python) or the C caller; otherwise the C caller (a
+    // block no Python frame made: the interpreter's, a library's thread).
+    std::string unknown_host_site() const {
+        return python_ && !asked_python_ ? "an unknown site (collect stacks with --call-stack=python or c)"
+                                         : "an unknown site (collect stacks with --call-stack=c)";
+    }
     std::string live_when() const {
         return !at_stop_ ? "at exit" : attached_ ? "when msmemscope detached" : "at stop()";
     }
