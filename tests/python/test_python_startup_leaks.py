@@ -354,3 +354,30 @@ def test_a_torch_training_loop_reports_its_one_leak_and_not_the_start_up(cli, tm
         if args:
             assert (1, leak) in [(b, n) for b, n, s in sites if s.endswith("train.py(15): <module>")], (args, p.stdout)
         assert json.loads((folder / "summary.json").read_text())["leaks"]["bytes"] == total, args
+
+
+def test_the_hint_of_a_site_without_a_stack_is_the_same_live_and_in_analyze(cli, tmp_path):
+    # Blocks no Python frame made (the main module's parser arenas, live at
+    # stop()) have no site in a run with Python stacks: C stacks would name
+    # them. --analyze of that run's dump has no --call-stack of its own; the
+    # dump's Python stacks say the run took them, so it names the same
+    # option (it said "--call-stack=python or c").
+    (tmp_path / "prog.py").write_text(textwrap.dedent(f"""\
+        import msmemscope
+        msmemscope.start()
+        keep = bytearray({KEPT})
+        msmemscope.stop()
+        """))
+    p, folder = run(cli, tmp_path, "out", ["--call-stack=python"], [PY, "prog.py"])
+
+    def host_sites(stdout):
+        m = re.search(r"^  Host memory still allocated at stop\(\) on device cpu: .*\n((?:    \d+ block\(s\).*\n)*)",
+                      stdout, re.M)
+        assert m, stdout
+        return re.findall(r"allocated at: (.*)$", m.group(1), re.M)
+
+    live = host_sites(p.stdout)
+    assert "an unknown site (collect stacks with --call-stack=c)" in live, p.stdout
+    assert [s for s in live if s.endswith("prog.py(3): <module>")], p.stdout
+    offline = cli(["--analyze=leaks", f"--input-path={dump_files(folder)[0]}"], tmp_path, check_rc=0)
+    assert host_sites(offline.stdout) == live, (p.stdout, offline.stdout)

@@ -248,7 +248,7 @@ public:
         }
         for (auto& e : load_errors_) host_.error("leaks: " + e);
         shell_ = shell_of(run.command_line);
-        asked_python_ = stacks_asked(run.config_json, "python");
+        took_python_ = stacks_asked(run.config_json, "python");
         // --attach: the range ends when msmemscope detaches, not at a stop()
         attached_ = run.config_json.find("\"attach\":") != std::string::npos;
         if (steps_selected(run.config_json)) {
@@ -278,7 +278,8 @@ public:
         default: break;
         }
         track_op(ev);
-        if (ev.py_stack.size || ev.kind == MSMS_EV_PY_TRACE) python_ = true;
+        if (ev.py_stack.size) python_ = took_python_ = true;
+        if (ev.kind == MSMS_EV_PY_TRACE) python_ = true;
         // Collection ended at stop() (the Python API, or start()/stop() under
         // the CLI): what is live then is live "at stop()", not at exit. The
         // Python API's session ends with a STOP_TRACE at the interpreter's
@@ -1271,7 +1272,9 @@ private:
     uint64_t starts_ = 0;   // START_TRACEs seen: more than one, blocks made between ranges are shadows too
     bool attached_ = false;  // an --attach run (config.json "attach")
     std::string shell_;      // the process is this shell (shell_of): its heap at exit is its own
-    bool asked_python_ = false;  // the run took Python stacks (config.json "call_stack")
+    // The run took Python stacks: config.json's "call_stack" asks for them,
+    // or an event has one (--analyze of a dump: the run that recorded it did).
+    bool took_python_ = false;
     // The process runs Python with msmemscope's package loaded: its imports'
     // heap was folded (the boot marks the imports), or an event has a Python
     // stack or is a Python call (the Python collector's). Where the package
@@ -1282,7 +1285,7 @@ private:
     // (--call-stack=python) or the C caller; otherwise the C caller (a
     // block no Python frame made: the interpreter's, a library's thread).
     std::string unknown_host_site() const {
-        return python_ && !asked_python_ ? "an unknown site (collect stacks with --call-stack=python or c)"
+        return python_ && !took_python_ ? "an unknown site (collect stacks with --call-stack=python or c)"
                                          : "an unknown site (collect stacks with --call-stack=c)";
     }
     std::string live_when() const {
