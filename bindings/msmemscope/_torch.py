@@ -63,7 +63,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import threading
 import weakref
@@ -195,15 +194,16 @@ def _put(table: dict, key, value) -> None:
     out of the stacks, the block a new key grew a table into named the
     program's line then running (torch's optimizer step wrapper, a module's
     __setattr__), and the leak report listed it as that line's host memory
-    still allocated at exit. So a new key goes in with the agent's hooks off:
-    no row. Every new key comes here, so the hooks never see a table's block,
-    neither made nor freed (a resize frees the old one). Inserting allocates
-    no object the garbage collector tracks: no collection can run, and free
-    the program's objects unseen, while the hooks are off."""
+    still allocated at exit. So a new key goes in with the agent's hooks off
+    (put_unrecorded: a call that allocates nothing itself, no pybind11 argument
+    vectors): no row. Every new key comes here, so the hooks never see a
+    table's block, neither made nor freed (a resize frees the old one).
+    Inserting allocates no object the garbage collector tracks: no collection
+    can run, and free the program's objects unseen, while the hooks are off."""
     if key in table:
         table[key] = value  # replacing a value never resizes
     else:
-        _ext.without_hooks(functools.partial(table.__setitem__, key, value))
+        _ext.put_unrecorded(table, key, value)
 
 
 def _forget(table: dict, key: int):
