@@ -107,7 +107,7 @@ def _op_name(func) -> str:
         # torch._ops.aten.mm.default (python/msmemscope/aten_collection.py)
         module, short = getattr(func, "__module__", None), getattr(func, "__name__", None)
         name = f"{module}.{short}" if module and short else str(func)
-        _names[func] = name
+        _put(_names, func, name)
     return name
 
 
@@ -188,6 +188,24 @@ class _OpMode(TorchDispatchMode):
             _ext.op_end(name, *dev)
 
 
+def _put(table: dict, key, value) -> None:
+    """table[key] = value, for the tables above. They are msmemscope's own
+    memory and last until the process exits; with the package's frames left
+    out of the stacks, the block a new key grew a table into named the
+    program's line then running (torch's optimizer step wrapper, a module's
+    __setattr__), and the leak report listed it as that line's host memory
+    still allocated at exit. So a new key goes in with the agent's hooks off
+    (put_unrecorded: a call that allocates nothing itself, no pybind11 argument
+    vectors): no row. Every new key comes here, so the hooks never see a
+    table's block, neither made nor freed (a resize frees the old one).
+    Inserting allocates no object the garbage collector tracks: no collection
+    can run, and free the program's objects unseen, while the hooks are off."""
+    if key in table:
+        table[key] = value  # replacing a value never resizes
+    else:
+        _ext.put_unrecorded(table, key, value)
+
+
 def _forget(table: dict, key: int):
     """A weak reference callback: drops table[key] if it is still this reference."""
     def cb(ref, table=table, key=key):
@@ -217,7 +235,7 @@ def _held(ptr: int) -> Optional[str]:
 
 def _remember(t: torch.Tensor, ptr: int, owner: str) -> None:
     try:
-        _tagged[ptr] = (owner, weakref.ref(t, _forget(_tagged, ptr)))
+        _put(_tagged, ptr, (owner, weakref.ref(t, _forget(_tagged, ptr))))
     except TypeError:  # a tensor type without weak references: tag it each time
         _tagged.pop(ptr, None)
 
@@ -253,7 +271,7 @@ def _know_param(p) -> None:
     key = id(p)
     if key not in _params:
         try:
-            _params[key] = [weakref.ref(p, _forget(_params, key)), None, 0]
+            _put(_params, key, [weakref.ref(p, _forget(_params, key)), None, 0])
         except TypeError:
             pass
 
@@ -301,7 +319,7 @@ def _weights_pre(module, inputs):
         for m in module.modules():
             key = id(m)
             if key not in _seen_modules:
-                _seen_modules[key] = weakref.ref(m, _forget(_seen_modules, key))
+                _put(_seen_modules, key, weakref.ref(m, _forget(_seen_modules, key)))
         params = list(module.parameters())
     except Exception:
         return
@@ -679,7 +697,8 @@ def disable() -> None:
     if _weight_hook is not None:
         _weight_hook.remove()
         _weight_hook = None
-    _seen_modules.clear()  # the next range looks at each module's parameters again
+    # the next range looks at each module's parameters again (its block, as _put's, unseen by the hooks)
+    _ext.without_hooks(_seen_modules.clear)
     _cuda.disable()
     _cuda_ops = False
     if _observer is not None:

@@ -676,6 +676,30 @@ py::dict memory_info() {
 
 namespace {
 
+// put_unrecorded(table, key, value): table[key] = value with the agent's
+// hooks off, positional only and, like event(), a plain CPython function
+// that allocates nothing of its own. The package's PyTorch hooks keep tables
+// (msmemscope/_torch.py) that grow with the model and last until exit: made
+// with the hooks on, a table's block named the program's line then running
+// and was listed as its host memory still allocated at exit.
+const char kPutUnrecordedDoc[] =
+    "put_unrecorded(table, key, value)\n"
+    "table[key] = value for a dict, with the agent's hooks off (positional arguments only).";
+
+PyObject* put_unrecorded_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "put_unrecorded() takes a dict, a key and a value");
+        return nullptr;
+    }
+    int rc;
+    {
+        HooksOff hooks_off;
+        rc = PyDict_SetItem(args[0], args[1], args[2]);
+    }
+    if (rc != 0) return nullptr;
+    Py_RETURN_NONE;
+}
+
 // event(kind, type, dev_kind, dev_id, ptr=0, size=0, aux0=0, aux1=0, name="", attrs=""),
 // positional only: a plain CPython function, not a pybind11 one. The
 // package's hooks call it for every tag and trace row of a step (a
@@ -846,6 +870,11 @@ PYBIND11_MODULE(_msmemscope, m) {
     static PyMethodDef event_def = {"event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&event_fast)),
                                     METH_FASTCALL, kEventDoc};
     m.add_object("event", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&event_def, nullptr, m.attr("__name__").ptr())));
+    static PyMethodDef put_def = {"put_unrecorded",
+                                  reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&put_unrecorded_fast)),
+                                  METH_FASTCALL, kPutUnrecordedDoc};
+    m.add_object("put_unrecorded",
+                 py::reinterpret_steal<py::object>(PyCFunction_NewEx(&put_def, nullptr, m.attr("__name__").ptr())));
     // Operator boundaries (the dispatch mode): also the owner context.
     // dev_kind/dev_id: the operator row's device (cpu; CUDA mode: the current device).
     m.def(

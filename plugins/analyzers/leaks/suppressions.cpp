@@ -43,7 +43,11 @@ const char* const kCPython =
     "__wcsmbs_load_conv\n"
     "tzset\n"
     "__tzfile_read\n"
-    "__tzstring\n";
+    "__tzstring\n"
+    "# libc's message-catalog domains (gettext's textdomain and bindtextdomain), named once at a\n"
+    "# program's start, as every coreutils program does after setlocale: never freed\n"
+    "textdomain\n"
+    "set_binding_values\n";
 
 }  // namespace
 
