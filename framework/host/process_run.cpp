@@ -76,8 +76,7 @@ bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index)
 }
 
 std::string awaited_exec_words(const ProcessSummary& s) {
-    return "replaced by exec of " + escape_controls(s.exec_path) +
-           ", waiting for the new program's agent (whether it loads it is known when the run ends)";
+    return "replaced by exec of " + escape_controls(s.exec_path) + ", waiting for the new program's agent";
 }
 
 std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg) {

@@ -615,8 +615,7 @@ def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_pa
             line = p.stdout.readline()
             assert line, "".join(lines) + (tmp_path / "stderr").read_text()
             lines.append(line)
-        waiting = (f"  [finished: replaced by exec of {prog}, waiting for the new program's agent (whether it loads "
-                   "it is known when the run ends)]\n")
+        waiting = f"  [finished: replaced by exec of {prog}, waiting for the new program's agent]\n"
         assert line.endswith(waiting), line
         with open(gate, "w") as g:  # lets the new image start
             gate_open = True
@@ -677,8 +676,7 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
     def old_image(line):  # the header of the bash image's screen
         return line.startswith("msmemscope live: pid ") and "(/usr/bin/bash -c echo start; exec " in line
 
-    waiting = (f"  [finished: replaced by exec of {prog}, waiting for the new program's agent (whether it loads "
-               "it is known when the run ends)]\n")
+    waiting = f"  [finished: replaced by exec of {prog}, waiting for the new program's agent]\n"
     continued = "  [finished: replaced by exec (continued in the next capture of this pid)]\n"
     released = {"gate": False, "hold": False}
 
