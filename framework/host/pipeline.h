@@ -133,7 +133,7 @@ public:
     // Warnings about the events stay said as found.
     void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
     // The rank the console names with the pid in a warning about the events
-    // once the run has seen another process (run_processes.h): the
+    // once the console names processes (run_processes.h): the
     // environment's from the start, a late one (process_rank.h) once
     // torch.distributed has said it. "" for none.
     void set_rank(const std::string& rank);
@@ -194,8 +194,9 @@ private:
     // said_for_the_run: a setup warning said once for all the processes
     // (said_once.h), which names no process.
     void log(int level, const std::string& msg, bool said_for_the_run = false);
-    // "[pid 4242, rank 1] " before a warning on the console once the run
-    // has seen more than one process; "" before that.
+    // "[pid 4242, rank 1] " before a warning on the console once the
+    // console names processes (run_processes.h); "" before that. Notes
+    // that this process has a line to say.
     std::string process_named() const;
     // On sink i's thread: one item, and its finish().
     void sink_item(size_t i, const SinkItem& it);

@@ -162,6 +162,9 @@ private:
     std::string named_for_user(const std::string& output_dir) const;
     // A rank row of the Python collector (process_rank.h): noted, not delivered.
     bool take_rank(const RawEvent& e);
+    // The rank known now, handed to the pipeline (named with the pid on the
+    // console) and to the run's record of ranks (run_processes.h).
+    void name_rank(Pipeline& pipeline) const;
     // A kProgramWarningEventName row: said in the log now and in the
     // summary's warnings, not delivered.
     bool take_program_warning(const RawEvent& e, spdlog::logger& log);

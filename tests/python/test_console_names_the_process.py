@@ -4,7 +4,11 @@ alike (an audit found it on a gloo run). Once the run has seen a second
 process, such a line names its process: '[msmemscope] warning: [pid 4242,
 rank 1] leaks: [device cpu][step 3]: ...', the rank when its environment had
 one. Each process's log is its own and keeps upstream's words; a run of one
-process (an exec keeps the pid) keeps them on the console too."""
+process (an exec keeps the pid) keeps them on the console too.
+
+Naming turns on once it helps the reader (run_processes.h): a process other
+than the run's first has a rank, or a second process has a line to say. A
+one-process program's short helpers (`uname -p`, `true`) name nothing."""
 import os
 import re
 
@@ -64,6 +68,27 @@ def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path)
     p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "/bin/sh", "-c",
                  f"exec {PY} {SCRIPT} {STEPS}"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
     (pid,) = {int(d.name.split("_")[1]) for d in process_dirs(tmp_path / "out")}
+    logged = logged_step_warnings(tmp_path / "out", pid)
+    assert len(logged) == len(WARNED_STEPS), logged
+    assert console_step_warnings(p.stderr) == [f"[msmemscope] warning: {w}" for w in logged], p.stderr
+
+
+# A one-process training script that runs a helper first (as
+# platform.processor() runs `uname -p`, or a script its `git rev-parse`).
+WITH_HELPER = f'''
+import runpy, subprocess, sys
+subprocess.run(["true"], check=True)
+sys.argv = [{str(SCRIPT)!r}, "{STEPS}"]
+runpy.run_path({str(SCRIPT)!r}, run_name="__main__")
+'''
+
+
+def test_a_helper_the_program_runs_names_nothing(tmp_path):
+    (tmp_path / "train.py").write_text(WITH_HELPER)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "train.py"], tmp_path,
+                env={"PYTHONPATH": ""}, check_rc=0)
+    assert "msmemscope: 2 processes" in p.stdout, p.stdout  # `true` is profiled too
+    pid = int(re.search(rf"^msmemscope: pid (\d+) \({PY} train.py\)", p.stdout, re.M)[1])
     logged = logged_step_warnings(tmp_path / "out", pid)
     assert len(logged) == len(WARNED_STEPS), logged
     assert console_step_warnings(p.stderr) == [f"[msmemscope] warning: {w}" for w in logged], p.stderr
