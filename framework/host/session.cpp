@@ -25,6 +25,7 @@
 #include <spdlog/logger.h>
 
 #include "api_words.h"
+#include "capture_reader.h"
 #include "console_notes.h"
 #include "device_check.h"
 #include "launcher.h"
@@ -846,6 +847,27 @@ int Session::replay(const std::string& capture) {
         for (auto& why : s.incomplete) why = capture + ": " + why;
     summaries_.push_back(s);
     return 0;
+}
+
+void Session::note_replayed_processes(const std::vector<std::string>& captures) {
+    struct Noted {
+        uint64_t started;
+        uint32_t pid;
+        bool ranked;
+    };
+    std::vector<Noted> noted;
+    for (auto& capture : captures) {
+        CaptureReader reader;
+        std::string error;
+        if (!reader.open(capture, error)) continue;  // its replay says why
+        noted.push_back({reader.wall_start(), reader.pid(), !valid_rank(reader.rank()).empty()});
+    }
+    // In the order the run saw them (the names sort pids as text): the
+    // first is the program the run started, whose own rank names nothing.
+    std::stable_sort(noted.begin(), noted.end(), [](const Noted& a, const Noted& b) { return a.started < b.started; });
+    for (auto& n : noted) run_processes::note(n.pid);
+    for (auto& n : noted)
+        if (n.ranked) run_processes::note_rank(n.pid);
 }
 
 namespace {

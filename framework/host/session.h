@@ -50,6 +50,12 @@ public:
     int attach(pid_t pid);
     // Re-runs analyzers and sinks on a saved capture.
     int replay(const std::string& capture);
+    // --replay of several captures, before the first is replayed: their
+    // processes and the ranks their environments had, as a run notes them
+    // (run_processes.h), so that the console names the processes of a
+    // replay as it named them in the run. (One after another, the first
+    // capture would be replayed before the second was noted.)
+    void note_replayed_processes(const std::vector<std::string>& captures);
 
     // Prints the summary (the tool's own errors on stderr); returns 0 when
     // every output is complete, 70 when one is not, 71 when a plugin was

@@ -9,7 +9,8 @@ process (an exec keeps the pid) keeps them on the console too.
 Naming turns on once it helps the reader (run_processes.h): a process other
 than the run's first has a rank, or a second process has a line to say. A
 one-process program's short helpers (`uname -p`, `true`) name nothing.
-Errors and what a plugin's finish() says are named alike."""
+Errors and what a plugin's finish() says are named alike; --replay of the
+run's captures names them as the run did."""
 import os
 import re
 
@@ -50,8 +51,8 @@ def logged_step_warnings(out, pid):
 
 def test_each_step_warning_names_its_process_and_its_log_keeps_upstreams_words(tmp_path):
     (tmp_path / "parent.py").write_text(PARENT)
-    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "parent.py"], tmp_path,
-                env={"PYTHONPATH": ""}, check_rc=0)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--save-capture=true", "--output=out", "--", PY, "parent.py"],
+                tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
     first, second = (int(x) for x in re.search(r"^children (\d+) (\d+)$", p.stdout, re.M).groups())
     console = console_step_warnings(p.stderr)
     said = {first: f"[pid {first}]", second: f"[pid {second}, rank 1]"}
@@ -64,14 +65,18 @@ def test_each_step_warning_names_its_process_and_its_log_keeps_upstreams_words(t
         assert named == [f"[msmemscope] warning: {said[pid]} {w}" for w in logged], p.stderr
     assert len(console) == 2 * len(WARNED_STEPS), p.stderr
 
-
-def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path):
-    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "/bin/sh", "-c",
-                 f"exec {PY} {SCRIPT} {STEPS}"], tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
-    (pid,) = {int(d.name.split("_")[1]) for d in process_dirs(tmp_path / "out")}
-    logged = logged_step_warnings(tmp_path / "out", pid)
-    assert len(logged) == len(WARNED_STEPS), logged
-    assert console_step_warnings(p.stderr) == [f"[msmemscope] warning: {w}" for w in logged], p.stderr
+    # --replay of the run's captures names the processes as the run did
+    # (it named none: each capture was replayed before the next was seen)
+    r = run_cli(["--replay=out/msmemscope_*/capture_*.msmcap", "--analysis=leaks", "--output=replayed"], tmp_path,
+                check_rc=0)
+    assert "msmemscope: --replay: 3 captures match 'out/msmemscope_*/capture_*.msmcap'" in r.stdout, r.stdout
+    replayed = console_step_warnings(r.stderr)
+    for pid in (first, second):
+        logged = logged_step_warnings(tmp_path / "replayed", pid)
+        assert len(logged) == len(WARNED_STEPS), logged
+        named = [l for l in replayed if l.startswith(f"[msmemscope] warning: {said[pid]} ")]
+        assert named == [f"[msmemscope] warning: {said[pid]} {w}" for w in logged], r.stderr
+    assert len(replayed) == 2 * len(WARNED_STEPS), r.stderr
 
 
 # A one-process training script that runs a helper first (as
