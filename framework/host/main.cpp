@@ -217,6 +217,7 @@ int run_main(int argc, char** argv) {
         // (in each process's log too: said before any of them opened)
         say_out("msmemscope: --replay: " + std::to_string(cfg.replays.size()) + " captures match '" + cfg.replay + "'");
         code = 0;
+        session.note_replayed_processes(cfg.replays);  // named on the console as in the run
         for (auto& capture : cfg.replays)
             if (int rc = session.replay(capture); rc && !code) code = rc;
         if (code == 2 && !session.summaries().empty()) code = 70;  // some were replayed, not all

@@ -117,7 +117,8 @@ void Pipeline::set_rank(const std::string& rank) {
 }
 
 std::string Pipeline::process_named() const {
-    if (!run_processes::more_than_one()) return "";
+    run_processes::note_line(run_.pid);  // (a second process with a line turns naming on: run_processes.h)
+    if (!run_processes::naming()) return "";
     std::lock_guard<std::mutex> lk(rank_mu_);
     return "[pid " + std::to_string(run_.pid) + (rank_.empty() ? "" : ", rank " + rank_) + "] ";
 }
@@ -126,18 +127,19 @@ void Pipeline::log(int level, const std::string& text, bool said_for_the_run) {
     // A Python API user is told in config()'s words (api_words.h), in the
     // log file as on the console.
     const std::string msg = said(cfg_, text);
+    const bool shown = level + 1 >= cfg_.stderr_threshold();
+    // The console mixes the warnings and errors of every process of the
+    // run; the log is this process's own and keeps upstream's words. (Noted
+    // as said before the log has it, as plugin_failed does.)
+    const std::string who = shown && level >= 1 && !said_for_the_run ? process_named() : "";
     if (run_.log) {
         if (level == 0) run_.log->info(msg);
         else if (level == 1) run_.log->warn(msg);
         else run_.log->error(msg);
     }
-    if (level + 1 >= cfg_.stderr_threshold()) {
-        // The console mixes the warnings of every process of the run; the
-        // log is this process's own and keeps upstream's words.
-        std::string who = level == 1 && !said_for_the_run ? process_named() : "";
+    if (shown)
         supervisor::host_stderr(std::string("[msmemscope] ") + (level >= 2 ? "error: " : level == 1 ? "warning: " : "") +
                                 who + msg + "\n");
-    }
 }
 
 void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc, bool sink_in_finish) {
@@ -156,8 +158,10 @@ void Pipeline::plugin_failed(Instance& inst, const std::string& what, int rc, bo
     plugin_errors_.push_back(msg);
     failures_.push_back({inst.name, plugin_kind_name(inst.d ? inst.d->kind : 0), what + (oom ? " (out of memory)" : "")});
     failure_count_ = failures_.size();
+    // (noted as said before the log has it: the log is what a reader sees first)
+    const std::string who = process_named();
     if (run_.log) run_.log->error(said(cfg_, msg));
-    supervisor::host_stderr("msmemscope: error: " + said(cfg_, msg) + "\n");
+    supervisor::host_stderr("msmemscope: error: " + who + said(cfg_, msg) + "\n");
 }
 
 std::string Pipeline::with_reason(const Instance& inst, const std::string& what) const {
@@ -789,7 +793,6 @@ void Pipeline::finish() {
         host_peak_pending_ = nullptr;
     }
     if (finished_) return;
-    events_flowing_ = false;
     for (size_t i = 0; i < analyzers_.size(); ++i) {
         Instance& a = analyzers_[i];
         if (!a.alive || !a.d->finish) continue;

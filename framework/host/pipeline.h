@@ -125,15 +125,16 @@ public:
     bool holds_block(uint16_t dev_kind, int16_t dev_id, uint16_t type, bool virt, uint64_t ptr) const;
     // A run of several processes (a DataLoader's workers) heard each
     // plugin's warnings about its setup once per process. With this on, the
-    // plugins' warnings said while no event flows (in create, begin and
-    // finish: the same words in every process) reach the console at once
-    // from the first process of the run to say them (said_once.h), and only
-    // the log from the others; setup_warnings() hands them to the session,
-    // which names at the end the processes that said each text.
-    // Warnings about the events stay said as found.
+    // plugins' warnings said before events flow (in create and begin: the
+    // same words in every process) reach the console at once from the first
+    // process of the run to say them (said_once.h), and only the log from
+    // the others; setup_warnings() hands them to the session, which names at
+    // the end the processes that said each text. Warnings about the events,
+    // those of finish() included (what this process's events held: counts,
+    // operators that never ran in it), stay said as found.
     void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
     // The rank the console names with the pid in a warning about the events
-    // once the run has seen another process (run_processes.h): the
+    // once the console names processes (run_processes.h): the
     // environment's from the start, a late one (process_rank.h) once
     // torch.distributed has said it. "" for none.
     void set_rank(const std::string& rank);
@@ -194,8 +195,9 @@ private:
     // said_for_the_run: a setup warning said once for all the processes
     // (said_once.h), which names no process.
     void log(int level, const std::string& msg, bool said_for_the_run = false);
-    // "[pid 4242, rank 1] " before a warning on the console once the run
-    // has seen more than one process; "" before that.
+    // "[pid 4242, rank 1] " before a warning or an error on the console
+    // once the console names processes (run_processes.h); "" before that.
+    // Notes that this process has a line to say.
     std::string process_named() const;
     // On sink i's thread: one item, and its finish().
     void sink_item(size_t i, const SinkItem& it);
@@ -258,7 +260,7 @@ private:
     size_t live_told_ = 0;
     void tell_live_of_failures();
     bool group_setup_warnings_ = false;
-    std::atomic<bool> events_flowing_{false};  // from the end of start() to finish()
+    std::atomic<bool> events_flowing_{false};  // from the end of start() on (finish() included)
     std::vector<std::string> setup_warnings_;  // in the order said, each text once
     bool accounting_ = true;
     bool oom_fatal_ = false;

@@ -30,6 +30,7 @@
 #include "plugin_cli.h"
 #include "process_summary_json.h"
 #include "program_status.h"
+#include "run_processes.h"
 #include "step_filter.h"
 #include "step_gap.h"
 #include "util/json.h"
@@ -76,8 +77,7 @@ bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index)
 }
 
 std::string awaited_exec_words(const ProcessSummary& s) {
-    return "replaced by exec of " + escape_controls(s.exec_path) +
-           ", waiting for the new program's agent (whether it loads it is known when the run ends)";
+    return "replaced by exec of " + escape_controls(s.exec_path) + ", waiting for the new program's agent";
 }
 
 std::shared_ptr<spdlog::logger> make_process_log(int fd, const Config& cfg) {
@@ -191,6 +191,12 @@ std::string ProcessRun::folder_name(const std::string& ts, const std::string& ra
     // The same pid again after exec: its own folder, never shared files.
     if (summary_.capture_index > 0) name += "_exec" + std::to_string(summary_.capture_index);
     return name;
+}
+
+void ProcessRun::name_rank(Pipeline& pipeline) const {
+    std::string rank = rank_.rank();
+    pipeline.set_rank(rank);
+    if (!rank.empty()) run_processes::note_rank(reader_.pid());  // ranks are told apart on the console
 }
 
 bool ProcessRun::take_rank(const RawEvent& e) {
@@ -394,7 +400,7 @@ void ProcessRun::run_stream() {
         });
     }
     pipeline.set_group_setup_warnings(true);  // said once per run (said_once.h, Session::print_summary)
-    pipeline.set_rank(rank_.rank());  // the environment's, named with the pid (run_processes.h)
+    name_rank(pipeline);  // the environment's
     pipeline.start(run);
     notify_started("");
     // --live / --live-http: the view's snapshot every second (live/live_state.h).
@@ -497,7 +503,7 @@ void ProcessRun::run_stream() {
         while (reader_.pop(raw, watermark)) {
             ++delivered;
             if (take_rank(raw)) {  // the host's own row (process_rank.h)
-                pipeline.set_rank(rank_.rank());  // a warning from now on names it
+                name_rank(pipeline);  // a warning from now on names it
                 continue;
             }
             if (take_program_warning(raw, *run.log)) continue;

@@ -162,6 +162,9 @@ private:
     std::string named_for_user(const std::string& output_dir) const;
     // A rank row of the Python collector (process_rank.h): noted, not delivered.
     bool take_rank(const RawEvent& e);
+    // The rank known now, handed to the pipeline (named with the pid on the
+    // console) and to the run's record of ranks (run_processes.h).
+    void name_rank(Pipeline& pipeline) const;
     // A kProgramWarningEventName row: said in the log now and in the
     // summary's warnings, not delivered.
     bool take_program_warning(const RawEvent& e, spdlog::logger& log);
@@ -217,10 +220,11 @@ bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index)
 // followed. "" for any other end.
 std::string unrecorded_exec_words(const ProcessSummary& s);
 // --live: an image whose exec kept the agent, and whose next image had not
-// made its capture when its worker stopped waiting for it. Whether that
-// image loads the agent (late, on a loaded machine) or not (a static
-// program) is known only when the session ends: until then the live view
-// says it is waited for, not that it runs without the agent.
+// made its capture when its worker stopped waiting for it. That image may
+// load the agent yet (late, on a loaded machine) or never (a static
+// program): the live view says it is waited for, not that it runs without
+// the agent, until the session sees its capture (Session::show_continued)
+// or the run ends.
 std::string awaited_exec_words(const ProcessSummary& s);
 // EndKind::Returned in the words of the summary line and summary.json: the
 // stream ended before the process had an exit status (the Python API's

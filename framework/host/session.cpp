@@ -25,6 +25,7 @@
 #include <spdlog/logger.h>
 
 #include "api_words.h"
+#include "capture_reader.h"
 #include "console_notes.h"
 #include "device_check.h"
 #include "launcher.h"
@@ -455,22 +456,49 @@ void Session::join_all() {
     });
 }
 
-void Session::rewrite_continued_exec(ProcessSummary& s) const {
-    // Only an exec the agent noted: its memory was released as an exec's
-    // already, so only the words were wrong. summary.json must have been
-    // written the first time (else the summary says why not).
-    if (s.facts.exec_replaced || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec)) return;
+// Only an exec the agent noted: its memory was released as an exec's
+// already, so only the words were wrong. summary.json must have been written
+// the first time (else the summary says why not).
+static bool summary_awaits_next_image(const ProcessSummary& s) {
+    if (s.output_dir.empty() || s.facts.exec_replaced || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec))
+        return false;
     std::string file = s.output_dir + "/summary.json";
     for (auto& line : s.incomplete)
-        if (line.rfind(file + ":", 0) == 0) return;
-    s.facts.exec_replaced = true;
+        if (line.rfind(file + ":", 0) == 0) return false;
+    return true;
+}
+
+// The image as the run's end says it once its next image has recorded
+// (join_all: replaced_by_exec, then rewrite_continued_exec's exec_replaced).
+static ProcessSummary continued_in_next_capture(const ProcessSummary& s) {
+    ProcessSummary continued = s;
+    continued.replaced_by_exec = true;
+    continued.facts.exec_replaced = true;
+    return continued;
+}
+
+// The image's summary.json as an exec continued in the next capture says it
+// ("" once written, else why not).
+std::string Session::write_continued_summary(const ProcessSummary& s) const {
+    const ProcessSummary continued = continued_in_next_capture(s);
     std::string why;
     Fd root = open_output_root(cfg_.output, why);
     Fd dir(root ? files::open_dir(root.get(), fs::path(s.output_dir).filename().string(), false, why) : -1);
-    if (!dir || !files::replace(dir.get(), "summary.json", process_summary_json(s, s.facts), why)) {
-        s.incomplete.push_back(file + ": cannot write it again (its next image's capture came late): " + why +
-                               "; it says the exec went on without the agent");
+    if (dir && files::replace(dir.get(), "summary.json", process_summary_json(continued, continued.facts), why))
+        return "";
+    return why.empty() ? "cannot open its folder" : why;
+}
+
+void Session::rewrite_continued_exec(ProcessSummary& s) {
+    if (!summary_awaits_next_image(s)) return;
+    s.facts.exec_replaced = true;
+    {
+        std::lock_guard<std::mutex> l(awaited_mu_);
+        if (continued_written_.count(s.output_dir)) return;  // as soon as the next capture was seen (show_continued)
     }
+    if (std::string why = write_continued_summary(s); !why.empty())
+        s.incomplete.push_back(s.output_dir + "/summary.json: cannot write it again (its next image's capture came "
+                               "late): " + why + "; it says the exec went on without the agent");
 }
 
 // The end a process folder's live view says (its last screen, live.txt, and
@@ -504,7 +532,7 @@ void Session::settle_live_ended(const ProcessSummary& s) const {
 }
 
 void Session::image_done(const ProcessSummary& s) {
-    if (s.live_ended.empty() || s.output_dir.empty() || s.live_ended != awaited_exec_words(s)) return;
+    if (!summary_awaits_next_image(s)) return;
     std::lock_guard<std::mutex> l(awaited_mu_);
     if (captures_seen_.count({s.pid, s.capture_index + 1})) show_continued(s);
     else awaited_images_[{s.pid, s.capture_index}] = s;
@@ -521,11 +549,11 @@ void Session::next_capture_seen(uint32_t pid, uint32_t index) {
 }
 
 void Session::show_continued(const ProcessSummary& s) {
-    // As the run's end will say it (join_all: replaced_by_exec, then
-    // rewrite_continued_exec's exec_replaced).
-    ProcessSummary continued = s;
-    continued.replaced_by_exec = true;
-    continued.facts.exec_replaced = true;
+    // summary.json now, for whoever reads it while the run goes on; a
+    // failure is said at the end, when join_all writes it again.
+    if (write_continued_summary(s).empty()) continued_written_.insert(s.output_dir);
+    if (s.live_ended.empty() || s.live_ended != awaited_exec_words(s)) return;  // no view waits
+    const ProcessSummary continued = continued_in_next_capture(s);
     std::string now = ended_text(continued, continued.facts);
     replace_live_ended(cfg_.output, s.output_dir, s.live_ended, now);
     live_shown_[s.output_dir] = now;
@@ -819,6 +847,27 @@ int Session::replay(const std::string& capture) {
         for (auto& why : s.incomplete) why = capture + ": " + why;
     summaries_.push_back(s);
     return 0;
+}
+
+void Session::note_replayed_processes(const std::vector<std::string>& captures) {
+    struct Noted {
+        uint64_t started;
+        uint32_t pid;
+        bool ranked;
+    };
+    std::vector<Noted> noted;
+    for (auto& capture : captures) {
+        CaptureReader reader;
+        std::string error;
+        if (!reader.open(capture, error)) continue;  // its replay says why
+        noted.push_back({reader.wall_start(), reader.pid(), !valid_rank(reader.rank()).empty()});
+    }
+    // In the order the run saw them (the names sort pids as text): the
+    // first is the program the run started, whose own rank names nothing.
+    std::stable_sort(noted.begin(), noted.end(), [](const Noted& a, const Noted& b) { return a.started < b.started; });
+    for (auto& n : noted) run_processes::note(n.pid);
+    for (auto& n : noted)
+        if (n.ranked) run_processes::note_rank(n.pid);
 }
 
 namespace {

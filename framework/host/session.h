@@ -50,6 +50,12 @@ public:
     int attach(pid_t pid);
     // Re-runs analyzers and sinks on a saved capture.
     int replay(const std::string& capture);
+    // --replay of several captures, before the first is replayed: their
+    // processes and the ranks their environments had, as a run notes them
+    // (run_processes.h), so that the console names the processes of a
+    // replay as it named them in the run. (One after another, the first
+    // capture would be replayed before the second was noted.)
+    void note_replayed_processes(const std::vector<std::string>& captures);
 
     // Prints the summary (the tool's own errors on stderr); returns 0 when
     // every output is complete, 70 when one is not, 71 when a plugin was
@@ -80,19 +86,22 @@ private:
     void join_all();
     // An image whose exec kept the agent, and whose next image made its
     // capture only after the worker had stopped waiting for it (a loaded
-    // machine): the worker's summary.json said "without the agent". Written
-    // again once the session has seen the next capture.
-    void rewrite_continued_exec(ProcessSummary& s) const;
+    // machine, a new program slow to start): the worker's summary.json said
+    // "without the agent". Written again as soon as both the worker's end
+    // and the next capture are known (show_continued), else here at the end.
+    void rewrite_continued_exec(ProcessSummary& s);
+    std::string write_continued_summary(const ProcessSummary& s) const;
     // --live: the view's last screen and snapshot (live.txt, live.json) of
     // an image say how it ended as the session knows it now, not as its
     // worker knew it (an exec's next image waited for, or come late).
     void settle_live_ended(const ProcessSummary& s) const;
-    // --live, an exec whose next image came after its worker stopped waiting
-    // for it: the image's view said "waiting for the new program's agent"
-    // until the run ended, while the new image recorded. Its view now says
-    // what any exec continued in a next capture says, as soon as both are
-    // known, whichever comes first: its worker's end (image_done, on that
-    // worker's thread) or the next capture seen (next_capture_seen, scan()).
+    // An exec whose next image came after its worker stopped waiting for
+    // it: the image's summary.json said the new program did not load the
+    // agent, and its --live view "waiting for the new program's agent",
+    // until the run ended, while the new image recorded. Both now say what
+    // any exec continued in a next capture says, as soon as both are known,
+    // whichever comes first: its worker's end (image_done, on that worker's
+    // thread) or the next capture seen (next_capture_seen, scan()).
     void image_done(const ProcessSummary& s);
     void next_capture_seen(uint32_t pid, uint32_t index);  // of a capture <pid>.<index>.msmcap
     void show_continued(const ProcessSummary& s);  // under awaited_mu_
@@ -131,9 +140,10 @@ private:
     std::vector<ReportLine> said_during_run_;
     // (image_done, next_capture_seen) Keyed by (pid, capture index).
     std::mutex awaited_mu_;
-    std::map<std::pair<uint32_t, uint32_t>, ProcessSummary> awaited_images_;  // views that say "waiting"
+    std::map<std::pair<uint32_t, uint32_t>, ProcessSummary> awaited_images_;  // summary.json (and view) not yet "continued"
     std::set<std::pair<uint32_t, uint32_t>> captures_seen_;
     std::map<std::string, std::string> live_shown_;  // process folder -> the end its view says now
+    std::set<std::string> continued_written_;  // process folders whose summary.json says "continued" already
 };
 
 }  // namespace msms

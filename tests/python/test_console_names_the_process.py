@@ -4,13 +4,19 @@ alike (an audit found it on a gloo run). Once the run has seen a second
 process, such a line names its process: '[msmemscope] warning: [pid 4242,
 rank 1] leaks: [device cpu][step 3]: ...', the rank when its environment had
 one. Each process's log is its own and keeps upstream's words; a run of one
-process (an exec keeps the pid) keeps them on the console too."""
+process (an exec keeps the pid) keeps them on the console too.
+
+Naming turns on once it helps the reader (run_processes.h): a process other
+than the run's first has a rank, or a second process has a line to say. A
+one-process program's short helpers (`uname -p`, `true`) name nothing.
+Errors and what a plugin's finish() says are named alike; --replay of the
+run's captures names them as the run did."""
 import os
 import re
 
 import pytest
 
-from conftest import SOURCE, log_messages, process_dirs, run_cli
+from conftest import BUILD, SOURCE, log_messages, process_dirs, run_cli
 
 pytest.importorskip("torch")
 PY = "/usr/bin/python3"
@@ -45,8 +51,8 @@ def logged_step_warnings(out, pid):
 
 def test_each_step_warning_names_its_process_and_its_log_keeps_upstreams_words(tmp_path):
     (tmp_path / "parent.py").write_text(PARENT)
-    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "parent.py"], tmp_path,
-                env={"PYTHONPATH": ""}, check_rc=0)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--save-capture=true", "--output=out", "--", PY, "parent.py"],
+                tmp_path, env={"PYTHONPATH": ""}, check_rc=0)
     first, second = (int(x) for x in re.search(r"^children (\d+) (\d+)$", p.stdout, re.M).groups())
     console = console_step_warnings(p.stderr)
     said = {first: f"[pid {first}]", second: f"[pid {second}, rank 1]"}
@@ -58,6 +64,86 @@ def test_each_step_warning_names_its_process_and_its_log_keeps_upstreams_words(t
         named = [l for l in console if l.startswith(f"[msmemscope] warning: {said[pid]} ")]
         assert named == [f"[msmemscope] warning: {said[pid]} {w}" for w in logged], p.stderr
     assert len(console) == 2 * len(WARNED_STEPS), p.stderr
+
+    # --replay of the run's captures names the processes as the run did
+    # (it named none: each capture was replayed before the next was seen)
+    r = run_cli(["--replay=out/msmemscope_*/capture_*.msmcap", "--analysis=leaks", "--output=replayed"], tmp_path,
+                check_rc=0)
+    assert "msmemscope: --replay: 3 captures match 'out/msmemscope_*/capture_*.msmcap'" in r.stdout, r.stdout
+    replayed = console_step_warnings(r.stderr)
+    for pid in (first, second):
+        logged = logged_step_warnings(tmp_path / "replayed", pid)
+        assert len(logged) == len(WARNED_STEPS), logged
+        named = [l for l in replayed if l.startswith(f"[msmemscope] warning: {said[pid]} ")]
+        assert named == [f"[msmemscope] warning: {said[pid]} {w}" for w in logged], r.stderr
+    assert len(replayed) == 2 * len(WARNED_STEPS), r.stderr
+
+
+# A one-process training script that runs a helper first (as
+# platform.processor() runs `uname -p`, or a script its `git rev-parse`).
+WITH_HELPER = f'''
+import runpy, subprocess, sys
+subprocess.run(["true"], check=True)
+sys.argv = [{str(SCRIPT)!r}, "{STEPS}"]
+runpy.run_path({str(SCRIPT)!r}, run_name="__main__")
+'''
+
+
+def test_a_helper_the_program_runs_names_nothing(tmp_path):
+    (tmp_path / "train.py").write_text(WITH_HELPER)
+    p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "train.py"], tmp_path,
+                env={"PYTHONPATH": ""}, check_rc=0)
+    assert "msmemscope: 2 processes" in p.stdout, p.stdout  # `true` is profiled too
+    pid = int(re.search(rf"^msmemscope: pid (\d+) \({PY} train.py\)", p.stdout, re.M)[1])
+    logged = logged_step_warnings(tmp_path / "out", pid)
+    assert len(logged) == len(WARNED_STEPS), logged
+    assert console_step_warnings(p.stderr) == [f"[msmemscope] warning: {w}" for w in logged], p.stderr
+
+
+FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
+WATCH = "aten::adm,aten::mse_loss"  # a start operator that never runs: watch's finish() says so
+FAILED = "plugin 'throws_in_event': failed on event {}: throws_in_event: on purpose; continuing without it"
+
+# The parent says its error first (its own log has it) and only then starts
+# the two trainers: a second process to say a line turns naming on.
+SPEAKS_FIRST = f'''
+import glob, os, subprocess, sys, time
+mine = f"out/msmemscope_{{os.getpid()}}_*/msmemscope_logs/*.log"
+while not any("throws_in_event" in open(f).read() for f in glob.glob(mine)):
+    time.sleep(0.01)  # (a barrier: polled, not a guess at how long it takes)
+env = {{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}}
+kids = [subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=env),
+        subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=dict(env, RANK="1"))]
+print("children", *[k.pid for k in kids], flush=True)
+sys.exit(max(k.wait() for k in kids))
+'''
+
+
+def test_errors_and_finish_warnings_name_their_process(tmp_path):
+    (tmp_path / "parent.py").write_text(SPEAKS_FIRST)
+    p = run_cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--analysis=throws_in_event", f"--watch={WATCH}",
+                 "--output=out", "--", PY, "parent.py"], tmp_path, env={"PYTHONPATH": ""}, check_rc=71)
+    first, second = (int(x) for x in re.search(r"^children (\d+) (\d+)$", p.stdout, re.M).groups())
+    (parent,) = {int(d.name.split("_")[1]) for d in process_dirs(tmp_path / "out")} - {first, second}
+    said = {parent: "", first: f"[pid {first}] ", second: f"[pid {second}, rank 1] "}
+    errors = [l for l in p.stderr.splitlines() if "throws_in_event" in l]
+    assert len(errors) == 3, p.stderr
+    for pid, who in said.items():
+        (d,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{pid}_")]
+        messages = [m for _, m in log_messages(d)]
+        # the log keeps upstream's words; the console names the process (not
+        # the parent's line: it was the run's only one then)
+        (error,) = [m[len("[error] "):] for m in messages if m.startswith("[error] plugin 'throws_in_event'")]
+        assert re.fullmatch(re.escape(FAILED).replace(r"\{\}", r"\d+"), error), error
+        assert f"msmemscope: error: {who}{error}" in errors, p.stderr
+        watched = [m[len("[warning] "):] for m in messages if m.startswith("[warning] watch: ")]
+        if pid == parent:  # it ran no operator
+            assert watched == [], watched
+            continue
+        (warning,) = watched
+        assert warning.startswith(f"watch: --watch={WATCH} wrote no checkpoint: its start operator aten::adm never "
+                                  "ran in this process ("), warning
+        assert f"[msmemscope] warning: {who}{warning}" in p.stderr.splitlines(), p.stderr
 
 
 def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path):

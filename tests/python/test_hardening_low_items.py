@@ -576,11 +576,11 @@ def let_go(fifo):
         pass
 
 
-def start_late_exec_live(test_bin, tmp_path, *args):
-    """The CLI with --live on bash, which execs late_start (args: its own):
-    the new image's start-up is held, before the agent's constructor, until
-    the test opens the FIFO it returns (MSMS_TEST_START_GATE). stderr goes to
-    tmp_path/stderr."""
+def start_late_exec_live(test_bin, tmp_path, *args, live=True):
+    """The CLI with --live (unless live=False) on bash, which execs
+    late_start (args: its own): the new image's start-up is held, before the
+    agent's constructor, until the test opens the FIFO it returns
+    (MSMS_TEST_START_GATE). stderr goes to tmp_path/stderr."""
     from conftest import CLI
     gate = tmp_path / "gate"
     os.mkfifo(gate)
@@ -589,9 +589,9 @@ def start_late_exec_live(test_bin, tmp_path, *args):
     prog = test_bin / "late_start"
     command = " ".join(["echo start; exec", str(prog)] + [str(a) for a in args])
     with open(tmp_path / "stderr", "w") as err_file:
-        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks", "--live", "--output=out", "--", "bash",
-                              "-c", command], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err_file,
-                             text=True)
+        p = subprocess.Popen([str(CLI), "--device=cpu", "--analysis=leaks"] + (["--live"] if live else []) +
+                             ["--output=out", "--", "bash", "-c", command], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=err_file, text=True)
     return p, gate, prog
 
 
@@ -615,8 +615,7 @@ def test_exec_whose_next_image_starts_late_is_not_called_static(test_bin, tmp_pa
             line = p.stdout.readline()
             assert line, "".join(lines) + (tmp_path / "stderr").read_text()
             lines.append(line)
-        waiting = (f"  [finished: replaced by exec of {prog}, waiting for the new program's agent (whether it loads "
-                   "it is known when the run ends)]\n")
+        waiting = f"  [finished: replaced by exec of {prog}, waiting for the new program's agent]\n"
         assert line.endswith(waiting), line
         with open(gate, "w") as g:  # lets the new image start
             gate_open = True
@@ -677,8 +676,7 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
     def old_image(line):  # the header of the bash image's screen
         return line.startswith("msmemscope live: pid ") and "(/usr/bin/bash -c echo start; exec " in line
 
-    waiting = (f"  [finished: replaced by exec of {prog}, waiting for the new program's agent (whether it loads "
-               "it is known when the run ends)]\n")
+    waiting = f"  [finished: replaced by exec of {prog}, waiting for the new program's agent]\n"
     continued = "  [finished: replaced by exec (continued in the next capture of this pid)]\n"
     released = {"gate": False, "hold": False}
 
@@ -701,6 +699,7 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
         (folder,) = (tmp_path / "out").glob("msmemscope_*_cpu")
         assert json.loads((folder / "live.json").read_text())["ended"] == continued[len("  [finished: "):-2]
         assert continued in (folder / "live.txt").read_text()
+        assert json.loads((folder / "summary.json").read_text())["ended"] == CONTINUED_ENDED  # (written first)
         release("hold", hold)
         while next_line() != "late image done\n":
             pass
@@ -715,3 +714,56 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["ended"]["text"] == "replaced by exec (continued in the next capture of this pid)", summary
     assert continued in (folder / "live.txt").read_text()
+
+
+CONTINUED_ENDED = {"how": "exec", "code": None, "text": "replaced by exec (continued in the next capture of this pid)"}
+
+
+def test_summary_of_an_exec_says_continued_once_the_late_image_records(test_bin, tmp_path):
+    # An exec whose new image made its capture after the old image's worker
+    # had stopped waiting for it: the old image's summary.json said the new
+    # program did not load the agent until the run ended, though the new
+    # image had its agent and recorded; a user or tool polling summary.json
+    # during a long run read it so. It is written again as soon as the next
+    # capture is seen: read here while the new image still runs (held on a
+    # FIFO), without --live.
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    p, gate, prog = start_late_exec_live(test_bin, tmp_path, hold, live=False)
+    summary_file = lambda: next((tmp_path / "out").glob("msmemscope_*_cpu/summary.json"), None)  # the bash image's
+    released = {"gate": False, "hold": False}
+
+    def release(name, path):  # lets the program go on (a writer that opens and closes the FIFO)
+        with open(path, "w") as f:
+            released[name] = True
+            f.write("go")
+
+    def ended():
+        try:
+            return json.loads(summary_file().read_text())["ended"]
+        except (AttributeError, FileNotFoundError, ValueError):
+            return None
+
+    try:
+        # the old image's worker is done with it (its summary.json is written)
+        # while the new image cannot have started: what it knew then
+        _wait_for(lambda: ended() is not None, "the bash image's summary.json")
+        assert ended()["text"].startswith(f"replaced by exec of {prog} without the agent"), ended()
+        release("gate", gate)
+        assert p.stdout.readline() == "start\n"
+        assert p.stdout.readline() == "late image recording\n"  # the new image has recorded, and is held
+        _wait_for(lambda: ended() == CONTINUED_ENDED, f"summary.json still says {ended()}")
+        assert p.poll() is None  # (still held)
+        release("hold", hold)
+        out = p.stdout.read()
+        assert p.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()
+    finally:
+        for name, path in (("gate", gate), ("hold", hold)):
+            if not released[name]:  # a failed check: the program must not stay held
+                let_go(path)
+        if p.poll() is None:
+            p.kill()
+        p.stdout.close()
+    assert out.startswith("late image done\n"), out
+    # the end of the run says it the same way
+    assert json.loads(summary_file().read_text())["ended"] == CONTINUED_ENDED
