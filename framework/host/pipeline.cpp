@@ -400,7 +400,8 @@ bool Pipeline::account(Record& r) {
             // The same address again without a FREE in between: the earlier
             // block was released where we could not see it (a shadow FREE).
             shadow_before_.push_back(shadow_free(ev.device_kind, ev.device_id, ev.type, ev.ptr,
-                                                 it->second.allocation_id, it->second.size, ev.timestamp_ns, ev.pid));
+                                                 it->second.allocation_id, it->second.size, ev.timestamp_ns, ev.pid,
+                                                 key.virt));
             delta -= static_cast<int64_t>(it->second.size);
             it->second = LiveBlock{ev.allocation_id, ev.size};
         }
@@ -549,7 +550,7 @@ void Pipeline::shadow_frees_at_end(size_t first_consumer, bool image_ended) {
     for (auto& [key, blocks] : live_)
         for (auto& [ptr, b] : blocks)
             frees.emplace_back(b.allocation_id, shadow_free(key.dev_kind, key.dev_id, key.type, ptr, b.allocation_id,
-                                                            b.size, last_ts_, run_.pid, image_ended));
+                                                            b.size, last_ts_, run_.pid, key.virt, image_ended));
     std::sort(frees.begin(), frees.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [id, r] : frees) {  // synthetic: not counted as events
         r.ev.id = ++next_id_;

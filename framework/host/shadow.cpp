@@ -7,7 +7,7 @@
 namespace msms {
 
 Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t ptr, uint64_t allocation_id,
-                   uint64_t size, uint64_t ts, uint32_t pid, bool image_ended) {
+                   uint64_t size, uint64_t ts, uint32_t pid, bool mapping, bool image_ended) {
     Record r;
     msms_event& ev = r.ev;
     ev.kind = MSMS_EV_FREE;
@@ -26,6 +26,7 @@ Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t pt
                {"addr", addr},
                {"size", std::to_string(size)},
                {"shadow", "true"}};
+    if (mapping) r.attrs.emplace_back("virtual", "true");
     if (image_ended) r.attrs.emplace_back("image_ended", "true");
     r.complete_attrs = true;
     return r;

@@ -21,11 +21,15 @@
 namespace msms {
 
 // A FREE with shadow:true of a block (allocation_id, ptr, size) of pool
-// `type` on the device, at time ts. image_ended: the process image ended
-// with the block live (exec, or _exit after fork) and its memory went with
-// it (Attr image_ended:true): no leak, but live when the image ended.
+// `type` on the device, at time ts. mapping: the block is a mapping of
+// memory another block holds (its MALLOC said Attr virtual:true, cuMemMap);
+// the FREE says so too (virtual:true), since a shadow row carries no
+// device_used and the views count a device's bytes by that Attr. image_ended:
+// the process image ended with the block live (exec, or _exit after fork)
+// and its memory went with it (Attr image_ended:true): no leak, but live
+// when the image ended.
 Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t ptr, uint64_t allocation_id,
-                   uint64_t size, uint64_t ts, uint32_t pid, bool image_ended = false);
+                   uint64_t size, uint64_t ts, uint32_t pid, bool mapping, bool image_ended = false);
 // Whether the source marked the event a shadow (Attr shadow:true).
 bool is_shadow(const Record& r);
 // A shadow FREE saying the image ended with the block (Attr image_ended:true).

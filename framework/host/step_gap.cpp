@@ -76,6 +76,8 @@ std::vector<Record> StepGap::catch_up(uint64_t ts, uint32_t pid) {
         r.ev.timestamp_ns = ts;
         r.ev.pid = r.ev.tid = pid;
         r.attrs.emplace_back("shadow", "true");
+        // a mapping's rows say so, its FREE as its MALLOC (shadow.h shadow_free)
+        if (kind == MSMS_EV_FREE && pool.virt) r.attrs.emplace_back("virtual", "true");
         return r;
     };
     std::vector<std::pair<uint64_t, Record>> frees, mallocs;

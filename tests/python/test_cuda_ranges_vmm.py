@@ -19,7 +19,8 @@ import re
 
 import pytest
 
-from conftest import parse_attr
+from conftest import dump_files, parse_attr, read_dump
+from sinks_common import load_trace
 from test_python_api_ranges import CUDA_ENV, CUDA_VMM_PRELUDE, run_between_ranges, two_ranges
 
 MiB = 1 << 20
@@ -187,3 +188,74 @@ def test_a_mapping_made_while_off_is_kept_when_the_agent_has_no_room_for_its_tex
     assert mem[3][3]["device_used"] == "0", mem
     assert "  0/HAL: peak 2.0 MiB, final 0 B" in p.stdout.splitlines(), p.stdout
     assert "could not be remembered" not in p.stderr and "never recorded" not in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------- --steps: a mapping unmapped in a dropped step
+# --steps=1,3 drops step 2, where m1 is unmapped, h1 mapped again as m2 and
+# blk allocated; step 3 starts with their shadow rows (framework/host/
+# step_gap.h), then runs out of memory at once. The program holds then h1
+# (2 MiB) and blk (1 MiB): 3 MiB, its mappings being h1's memory.
+STEPS_PROG = """
+import ctypes
+import msmemscope
+
+""" + CUDA_VMM_PRELUDE.lstrip("\n") + """def mmap(label, at, h):
+    assert cu.cuMemMap(ctypes.c_uint64(at), ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
+    print(f"{{label}} 0x{{at:016x}}", flush=True)
+va = ctypes.c_uint64()
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(2 * MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
+                              ctypes.c_ulonglong(0)) == 0
+va = va.value
+msmemscope.start()
+h1 = create("h1")                      # step 1
+mmap("m1", va, h1)
+msmemscope.step()
+assert cu.cuMemUnmap(ctypes.c_uint64(va), ctypes.c_size_t(MB2)) == 0   # step 2 (not selected)
+mmap("m2", va + MB2, h1)
+blk = ctypes.c_uint64()
+assert cu.cuMemAlloc_v2(ctypes.byref(blk), ctypes.c_size_t(1 << 20)) == 0
+print(f"blk 0x{{blk.value:016x}}", flush=True)
+msmemscope.step()
+big = ctypes.c_uint64()                # step 3: out of memory
+assert cu.cuMemAlloc_v2(ctypes.byref(big), ctypes.c_size_t(1 << 40)) == 2
+h3 = create("h3")
+msmemscope.step()
+msmemscope.stop()
+"""
+OOM_LINE = "[msmemscope] warning: oom: cuMemAlloc_v2 of 1099511627776 bytes failed on device 0 with {} bytes allocated"
+
+
+@pytest.mark.parametrize("analysis", ["leaks", "oom"])
+def test_a_mappings_shadow_free_says_virtual_and_the_device_keeps_its_bytes(tmp_path, analysis):
+    # Before: the shadow FREE of m1 (unmapped in step 2) said shadow:true
+    # alone, where m1's MALLOC said virtual:true: the views that count a
+    # device's bytes by that Attr took m1's 2 MiB off the device at step 3's
+    # start. The trace's "cuda:0 in use" read 1 MiB there, and the failure
+    # at once "with 1048576 bytes allocated" (the OOM_Snapshot row that the
+    # host writes without --analysis=oom), where the run without --steps
+    # says 3145728. With --analysis=oom both runs said 5242880: the oom
+    # analysis counted m2 beside h1, whose memory it is.
+    (tmp_path / "full").mkdir()
+    whole, _, _ = run_between_ranges(tmp_path / "full", STEPS_PROG, False, "cuda", CUDA_ENV, analysis=analysis,
+                                     cli_extra=["--sinks=csv"])
+    p, procdir, names = run_between_ranges(tmp_path, STEPS_PROG, False, "cuda", CUDA_ENV, analysis=analysis,
+                                           cli_extra=["--steps=1,3", "--sinks=csv,trace"])
+    assert "  0/HAL: peak 5.0 MiB, final 5.0 MiB" in whole.stdout.splitlines(), whole.stdout
+    rows = read_dump(dump_files(procdir, "0")[0])
+    shadow_frees = [(names[int(r["Ptr"], 16)], r["attr"]) for r in rows
+                    if r["Event"] == "FREE" and r["attr"].get("shadow") == "true"]
+    # m1 at step 3's start; at the end the blocks still live, m2 among them
+    assert [n for n, a in shadow_frees] == ["m1", "h1", "m2", "blk", "h3"], shadow_frees
+    assert {n: a.get("virtual") for n, a in shadow_frees} == {"m1": "true", "m2": "true", "h1": None, "blk": None,
+                                                              "h3": None}
+    # the failure's numbers are the program's, as in the run of every step
+    assert OOM_LINE.format(3 * MiB) in whole.stderr.splitlines(), whole.stderr
+    assert OOM_LINE.format(3 * MiB) in p.stderr.splitlines(), p.stderr
+    (snapshot,) = [r for r in rows if r["Name"] == "OOM_Snapshot"]
+    assert snapshot["attr"]["allocated"] == str(3 * MiB), snapshot
+    if analysis == "oom":  # the largest live blocks: h1's memory once (m2 is a view of it), then blk
+        assert [names[int(r["attr"]["ptr"], 16)] for r in rows if r["Event Type"] == "OOM_TOP_ALLOC"] == ["h1", "blk"]
+    # the device's in-use track: h1, then h1 and blk from step 3's start, then h3
+    doc = load_trace(next(procdir.glob("trace_*.json")))
+    in_use = [e["args"]["bytes"] for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "cuda:0 in use"]
+    assert in_use == [2 * MiB, 3 * MiB, 5 * MiB], in_use

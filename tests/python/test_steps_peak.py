@@ -128,7 +128,10 @@ def test_the_pools_figures_are_the_programs_during_the_selected_steps(full, tmp_
     # selected step, between two apart (2,5), after the last (it said 0 B
     # before step 2 and drew a flat level after step 3, where the program
     # went on unseen)
-    ends = {int(m[1].split()[1]): m[0] for m in page["marks"]}  # "step N": the row that ends step N
+    # each msmemscope.step() is marked where it ends its step, and says so
+    # (it read "step 1" at step 2's start)
+    assert [m[1] for m in page["marks"]] == [f"end of step {k}" for k in range(1, 7)]
+    ends = {int(m[1].rsplit(" ", 1)[1]): m[0] for m in page["marks"]}
     spans, at = [], 0
     for k in sorted(selected):
         if ends[k - 1] > at:

@@ -86,3 +86,21 @@ TEST_CASE("a block freed twice unseen is freed once; a mapping keeps its pool") 
     CHECK(rows[2].ev.ptr == 0x5000);
     CHECK(attr(rows[2], "virtual") == "true");
 }
+
+// A mapping (cuMemMap: Attr virtual:true on its MALLOC) is memory another
+// block holds. Its shadow FREE carries no device_used, so the views count
+// the device's bytes by its Attr: without virtual:true the trace's "in use"
+// track and the oom analysis took its bytes off the device at the step's start.
+TEST_CASE("the shadow FREE of a mapping unmapped unseen says virtual:true, a plain block's not") {
+    StepGap g([](uint16_t, int16_t, uint16_t type, bool virt, uint64_t ptr) {
+        return type == MSMS_T_HAL && ((virt && ptr == 0x6000) || (!virt && ptr == 0xa001));
+    });
+    g.dropped(event(MSMS_EV_FREE, MSMS_T_HAL, 0x6000));  // cuMemUnmap of the pipeline's mapping
+    g.dropped(event(MSMS_EV_FREE, MSMS_T_HAL, 0xa001));  // its handle's memory given back
+    auto rows = g.catch_up(1, 1);
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0].ev.ptr == 0x6000);
+    CHECK(attr(rows[0], "virtual") == "true");
+    CHECK(rows[1].ev.ptr == 0xa001);
+    CHECK(attr(rows[1], "virtual") == "");
+}

@@ -155,6 +155,7 @@ private:
         bool taken = false;  // a host heap block that a framework block took over
         bool fold = false;   // the imports' heap: many blocks as one, listed never
         bool shadow = false; // there when collection started: allocated when, is not known
+        bool mapping = false; // Attr virtual:true: its handle's memory, counted and listed there
     };
     struct Device {
         std::unordered_map<BlockKey, Block, BlockKeyHash> live;
@@ -252,11 +253,19 @@ private:
         if (d.peak_pending && !framework_malloc) d.peak = std::max(d.peak, d.allocated);
         d.peak_pending = false;
         BlockKey k = block_key(ev);
-        if (ev.kind == MSMS_EV_MALLOC) {
+        if (ev.kind == MSMS_EV_MALLOC && has_true(ev, "virtual")) {
+            // Each byte once (DESIGN §8): a mapping (cuMemMap of a
+            // cuMemCreate handle) is memory its handle's block holds, which
+            // counts and is listed; the mapping is kept so that its FREE
+            // takes nothing off (the host counts the device's bytes so too).
             auto old = d.live.find(k);
-            if (old != d.live.end() && !old->second.taken) d.allocated -= static_cast<int64_t>(old->second.size);
-            if (old != d.live.end() && fw) d.fw_allocated -= static_cast<int64_t>(old->second.size);
-            if (old != d.live.end() && !fw) d.driver_bytes[ev.type] -= static_cast<int64_t>(old->second.size);
+            if (old != d.live.end()) forget_bytes(d, ev.type, old->second);
+            Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid, {}, {}};
+            b.mapping = true;
+            d.live[k] = std::move(b);
+        } else if (ev.kind == MSMS_EV_MALLOC) {
+            auto old = d.live.find(k);
+            if (old != d.live.end()) forget_bytes(d, ev.type, old->second);
             if (!fw) d.driver_bytes[ev.type] += static_cast<int64_t>(ev.size);
             Block b{ev.size, ev.timestamp_ns, ev.id, steps_.current(), launches_[dev_key(ev)], ev.pid,
                     std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
@@ -286,14 +295,22 @@ private:
         } else {
             auto it = d.live.find(k);
             if (it != d.live.end()) {
-                if (!it->second.taken) d.allocated -= static_cast<int64_t>(it->second.size);
-                if (fw) d.fw_allocated -= static_cast<int64_t>(it->second.size);
-                else d.driver_bytes[ev.type] -= static_cast<int64_t>(it->second.size);
+                forget_bytes(d, ev.type, it->second);
                 d.live.erase(it);
             }
         }
         remember_reserved(d, ev, fw);
         if (ev.device_used >= 0) d.device_used = ev.device_used;
+    }
+
+    // A live block of pool `type` goes (freed, or its address allocated
+    // again): its bytes leave the device's numbers it counted in.
+    static void forget_bytes(Device& d, uint16_t type, const Block& b) {
+        if (b.mapping) return;
+        const int64_t size = static_cast<int64_t>(b.size);
+        if (!b.taken) d.allocated -= size;
+        if (!driver_pool(type)) d.fw_allocated -= size;
+        else d.driver_bytes[type] -= size;
     }
 
     int64_t allocated_now(const Device& d) const {
@@ -543,7 +560,7 @@ private:
         std::vector<Item> all;
         all.reserve(d.live.size());
         for (auto& [k, b] : d.live)
-            if (!b.taken && !b.fold) all.emplace_back(&k, &b);
+            if (!b.taken && !b.fold && !b.mapping) all.emplace_back(&k, &b);
         // the recent ones among the blocks whose allocation was seen (a
         // shadow block's row was written when collection started)
         std::vector<Item> seen;

@@ -292,7 +292,11 @@ public:
             ++bounds_;
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
             ++bounds_;
-            if (marks_.size() < kMaxMarks) marks_.emplace_back(ev.timestamp_ns, "step " + std::string(view(ev.name)));
+            // msmemscope.step() ends a step (COMPAT §2, §4: its row's Name is the
+            // step that ended; the next one begins there): the label says
+            // which, so "step 3" at the line is not read as step 3's start
+            if (marks_.size() < kMaxMarks)
+                marks_.emplace_back(ev.timestamp_ns, "end of step " + std::string(view(ev.name)));
         } else if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STOP_TRACE) {
             off_since_ = ev.timestamp_ns;
             off_open_ = true;

@@ -214,6 +214,32 @@ TEST_CASE("the imports' heap (one shadow block for many, at a made-up address) c
     CHECK(h.emitted[0].attr("allocated") == std::to_string(1010 + (64 << 20)));
 }
 
+TEST_CASE("a mapping (virtual:true) is its handle's memory: counted once, listed never, its unmap takes nothing off") {
+    // cuMemCreate h (2000 B), cuMemMap m of h (2000 B, virtual:true), then
+    // cuMemAlloc b (1000 B): the device holds 3000 B, as the host's
+    // device_used says. It said 5000, and listed m beside h.
+    auto on_cuda = [](EventBuilder b) { return b.device(MSMS_DEV_CUDA, 0); };
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "3"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(on_cuda(EventBuilder::malloc(0xa001, 2000, MSMS_T_HAL).at(100)));
+    h.feed(on_cuda(EventBuilder::malloc(0x6000, 2000, MSMS_T_HAL).at(200).attr("virtual", "true")));
+    h.feed(on_cuda(EventBuilder::malloc(0x7000, 1000, MSMS_T_HAL).at(300)));
+    h.feed(on_cuda(trigger(1 << 30)).at(400));
+    h.feed(on_cuda(EventBuilder::free(0x6000, MSMS_T_HAL)).at(500));  // unmapped: h still holds the memory
+    REQUIRE(h.finish() == MSMS_OK);
+    REQUIRE(h.emitted.size() >= 2);
+    CHECK(h.emitted[0].name == "OOM_Snapshot");
+    CHECK(h.emitted[0].attr("allocated") == "3000");
+    CHECK(h.emitted[0].attr("max_allocated") == "3000");
+    std::vector<std::string> listed;
+    for (auto type : {MSMS_T_OOM_RECENT_ALLOC, MSMS_T_OOM_TOP_ALLOC})
+        for (auto& e : of_type(h, type)) listed.push_back(e.attr("ptr"));
+    CHECK(listed == std::vector<std::string>{"0x7000", "0xa001", "0xa001", "0x7000"});
+    CHECK(h.emitted.back().name == "OOM_Snapshot_After");
+    CHECK(h.emitted.back().attr("allocated") == "3000");
+}
+
 TEST_CASE("a block there when collection started is among the largest, never among the most recent") {
     // start(): the blocks already live are written then as shadow MALLOCs;
     // when they were allocated is not known, so an OOM right after start()
