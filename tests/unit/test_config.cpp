@@ -405,6 +405,18 @@ TEST_CASE("options for a plugin that is not selected warn (#17)") {
     CHECK(run({"--plugin-option=inefficient.idle_threshold=5", "--analysis=inefficient", "--", "p"}).cfg.warnings.empty());
 }
 
+TEST_CASE("--analyze says views and formats asked beside it are not used: it runs no sink") {
+    auto r = run({"--analyze=leaks", "--input=d.csv", "--sinks=trace", "--format=db"});
+    REQUIRE(r.ok);
+    CHECK(r.cfg.warnings ==
+          std::vector<std::string>{"--sinks: not used with --analyze, which writes its results into the input file and on "
+                                   "the console (a capture's --replay writes the views)",
+                                   "--format: not used with --analyze, which writes its results into the input file and "
+                                   "on the console (a capture's --replay writes the views)"});
+    CHECK(run({"--analyze=leaks", "--input=d.csv"}).cfg.warnings.empty());
+    CHECK(run({"--sinks=trace", "--", "p"}).cfg.warnings.empty());
+}
+
 TEST_CASE("events an analysis adds are said once per event, the analyses as one value the user would set") {
     auto cli = run({"--events=alloc", "--analysis=leaks,decompose", "--", "p"});
     REQUIRE(cli.cfg.warnings.size() == 1);

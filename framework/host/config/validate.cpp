@@ -788,6 +788,13 @@ bool validate(const RawConfig& raw_given, const Catalog& catalog, Config& cfg, s
     } else if (get("input")) {
         errors.push_back("--input: only valid together with --compare");
     }
+    // --analyze runs no sink (its findings go back into the input and to
+    // the console): views asked for beside it would not appear, unsaid.
+    if (cfg.analyze)
+        for (const char* key : {"sinks", "data-format"})
+            if (auto v = get(key))
+                cfg.warnings.push_back(v->origin + ": not used with --analyze, which writes its results into the input "
+                                                   "file and on the console (a capture's --replay writes the views)");
     if (cfg.compare && cfg.inputs.size() == 2)
         for (auto& in : cfg.inputs) {
             struct stat st;
