@@ -187,7 +187,7 @@ def test_trace_matches_dump_summary_and_torch(tmp_path):
     steps = [e for e in ev if e["ph"] == "i" and e["cat"] == "step"]
     step_rows = [r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"]
     assert [(e["name"], ns(doc, e["ts"])) for e in steps] == \
-        [(f"step {r['Name']}", int(r["Timestamp(ns)"])) for r in step_rows]
+        [(f"end of step {r['Name']}", int(r["Timestamp(ns)"])) for r in step_rows]
     assert len(steps) == 5
     pta = sorted(counters["cpu PTA allocated"].items())
     floor = truth["params"] + truth["grads"] + truth["state"]

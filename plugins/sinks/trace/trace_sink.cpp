@@ -133,7 +133,9 @@ public:
             break;
         case MSMS_EV_PY_TRACE: python(ev); break;
         case MSMS_EV_SYSTEM:
-            if (ev.type == MSMS_T_STEP) instant(ev, "step", "step " + std::string(view(ev.name)), 'g');
+            // A STEP row ends the step its Name numbers (COMPAT §2): the
+            // mark says so, as the html page's line does.
+            if (ev.type == MSMS_T_STEP) instant(ev, "step", "end of step " + std::string(view(ev.name)), 'g');
             else instant(ev, "system", msms_event_type_name(ev.type) ? msms_event_type_name(ev.type) : "SYSTEM", 'p');
             break;
         case MSMS_EV_SNAPSHOT: instant(ev, "memory", name_or(ev, "SNAPSHOT"), 'p'); break;
