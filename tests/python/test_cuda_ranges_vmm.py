@@ -25,16 +25,20 @@ from test_python_api_ranges import CUDA_ENV, CUDA_VMM_PRELUDE, run_between_range
 
 MiB = 1 << 20
 
+# The simulated driver's prelude, and mmap(label, at, h): maps h's 2 MiB at
+# `at` and prints where (the programs' format strings double their braces).
+PRELUDE_WITH_MMAP = CUDA_VMM_PRELUDE.lstrip("\n") + """def mmap(label, at, h):
+    assert cu.cuMemMap(ctypes.c_uint64(at), ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
+    print(f"{{label}} 0x{{at:016x}}", flush=True)
+"""
+
 PROG = """
 import ctypes
 import msmemscope
 
 if {api!r}:
     msmemscope.config(device="cuda", analysis="leaks,decompose", sinks="csv,html", output={out!r})
-""" + CUDA_VMM_PRELUDE.lstrip("\n") + """def mmap(label, at, h):
-    assert cu.cuMemMap(ctypes.c_uint64(at), ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
-    print(f"{{label}} 0x{{at:016x}}", flush=True)
-va = ctypes.c_uint64()
+""" + PRELUDE_WITH_MMAP + """va = ctypes.c_uint64()
 assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(4 * MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
                               ctypes.c_ulonglong(0)) == 0
 va = va.value
@@ -199,10 +203,7 @@ STEPS_PROG = """
 import ctypes
 import msmemscope
 
-""" + CUDA_VMM_PRELUDE.lstrip("\n") + """def mmap(label, at, h):
-    assert cu.cuMemMap(ctypes.c_uint64(at), ctypes.c_size_t(MB2), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
-    print(f"{{label}} 0x{{at:016x}}", flush=True)
-va = ctypes.c_uint64()
+""" + PRELUDE_WITH_MMAP + """va = ctypes.c_uint64()
 assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(2 * MB2), ctypes.c_size_t(0), ctypes.c_uint64(0),
                               ctypes.c_ulonglong(0)) == 0
 va = va.value

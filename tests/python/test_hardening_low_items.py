@@ -576,6 +576,28 @@ def let_go(fifo):
         pass
 
 
+class HeldFifos:
+    """The FIFOs a held program reads, by name: release() lets it go on (a
+    writer that opens and closes the FIFO); let_go_rest(p), in a finally,
+    lets go those not released and kills the program if it still runs, so
+    that a failed check leaves nothing held."""
+
+    def __init__(self, **fifos):
+        self.fifos, self.released = fifos, set()
+
+    def release(self, name):
+        with open(self.fifos[name], "w") as f:
+            self.released.add(name)
+            f.write("go")
+
+    def let_go_rest(self, p):
+        for name, path in self.fifos.items():
+            if name not in self.released:
+                let_go(path)
+        if p.poll() is None:
+            p.kill()
+
+
 def start_late_exec_live(test_bin, tmp_path, *args, live=True):
     """The CLI with --live (unless live=False) on bash, which execs
     late_start (args: its own): the new image's start-up is held, before the
@@ -678,19 +700,14 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
 
     waiting = f"  [finished: replaced by exec of {prog}, waiting for the new program's agent]\n"
     continued = "  [finished: replaced by exec (continued in the next capture of this pid)]\n"
-    released = {"gate": False, "hold": False}
-
-    def release(name, path):  # lets the program go on (a writer that opens and closes the FIFO)
-        with open(path, "w") as f:
-            released[name] = True
-            f.write("go")
+    held = HeldFifos(gate=gate, hold=hold)
 
     try:
         line = ""
         while not (old_image(line) and "[finished" in line):  # its last screen; the new image is held
             line = next_line()
         assert line.endswith(waiting), line
-        release("gate", gate)
+        held.release("gate")
         while not (old_image(line) and line.endswith(continued)):
             line = next_line()
             assert not (old_image(line) and "[finished" in line and not line.endswith((waiting, continued))), line
@@ -700,16 +717,12 @@ def test_live_view_of_an_exec_says_continued_once_the_late_image_records(test_bi
         assert json.loads((folder / "live.json").read_text())["ended"] == continued[len("  [finished: "):-2]
         assert continued in (folder / "live.txt").read_text()
         assert json.loads((folder / "summary.json").read_text())["ended"] == CONTINUED_ENDED  # (written first)
-        release("hold", hold)
+        held.release("hold")
         while next_line() != "late image done\n":
             pass
         assert p.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()
     finally:
-        for name, path in (("gate", gate), ("hold", hold)):
-            if not released[name]:  # a failed check: the program must not stay held
-                let_go(path)
-        if p.poll() is None:
-            p.kill()
+        held.let_go_rest(p)
     # the end of the run says it the same way (summary.json, the last screen)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["ended"]["text"] == "replaced by exec (continued in the next capture of this pid)", summary
@@ -731,12 +744,7 @@ def test_summary_of_an_exec_says_continued_once_the_late_image_records(test_bin,
     os.mkfifo(hold)
     p, gate, prog = start_late_exec_live(test_bin, tmp_path, hold, live=False)
     summary_file = lambda: next((tmp_path / "out").glob("msmemscope_*_cpu/summary.json"), None)  # the bash image's
-    released = {"gate": False, "hold": False}
-
-    def release(name, path):  # lets the program go on (a writer that opens and closes the FIFO)
-        with open(path, "w") as f:
-            released[name] = True
-            f.write("go")
+    held = HeldFifos(gate=gate, hold=hold)
 
     def ended():
         try:
@@ -749,20 +757,16 @@ def test_summary_of_an_exec_says_continued_once_the_late_image_records(test_bin,
         # while the new image cannot have started: what it knew then
         _wait_for(lambda: ended() is not None, "the bash image's summary.json")
         assert ended()["text"].startswith(f"replaced by exec of {prog} without the agent"), ended()
-        release("gate", gate)
+        held.release("gate")
         assert p.stdout.readline() == "start\n"
         assert p.stdout.readline() == "late image recording\n"  # the new image has recorded, and is held
         _wait_for(lambda: ended() == CONTINUED_ENDED, f"summary.json still says {ended()}")
         assert p.poll() is None  # (still held)
-        release("hold", hold)
+        held.release("hold")
         out = p.stdout.read()
         assert p.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()
     finally:
-        for name, path in (("gate", gate), ("hold", hold)):
-            if not released[name]:  # a failed check: the program must not stay held
-                let_go(path)
-        if p.poll() is None:
-            p.kill()
+        held.let_go_rest(p)
         p.stdout.close()
     assert out.startswith("late image done\n"), out
     # the end of the run says it the same way
