@@ -119,7 +119,7 @@ def test_trace_rich_stream(tmp_path):
     assert lin["ts"] < mm["ts"] and mm["ts"] + mm["dur"] < lin["ts"] + lin["dur"]
     instants = [(e["cat"], e["name"]) for e in ev if e["ph"] == "i"]
     assert ("kernel", "MatMul_kernel") in instants and ("mstx", "checkpoint saved") in instants
-    assert [n for c, n in instants if c == "step"] == ["step 1", "step 2", "step 3"]
+    assert [n for c, n in instants if c == "step"] == ["end of step 1", "end of step 2", "end of step 3"]
     assert ("system", "START_TRACE") in instants and ("memory", "Memory Snapshot") in instants
     tracks = {e["name"] for e in ev if e["ph"] == "C"}
     assert tracks == {"npu:0 HAL allocated", "npu:0 PTA allocated", "npu:0 in use", "cpu HOST allocated", "cpu in use"}
@@ -151,7 +151,7 @@ def test_trace_over_its_budget_downsamples_counters_never_the_structure(tmp_path
     ev = doc["traceEvents"]
     ops = [e for e in ev if e["ph"] == "X" and e["cat"] == "op"]
     assert len(ops) == 400 and {e["name"] for e in ops} == {"aten::addmm"}
-    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "step"] == [f"step {i}" for i in range(1, 9)]
+    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "step"] == [f"end of step {i}" for i in range(1, 9)]
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mstx"] == [f"step {i} done" for i in range(1, 9)]
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "leak"] == ["leak 204800 B"]
     assert len([e for e in ev if e["ph"] == "X" and e["cat"] == "python"]) == 800
