@@ -69,15 +69,22 @@ def attach(pid, out, *extra, user=None, device="cpu"):
                             cwd="/")
 
 
-def wait_attached(host, pid):
-    """msmemscope's own barrier: its 'attached' line on stderr."""
+def wait_attached(host, pid, prog=None):
+    """msmemscope's own barrier: its 'attached' line on stderr. prog: the
+    target's Popen, whose end (a signal: negative) a failure then says."""
     seen = []
     for line in host.stderr:
         seen.append(line)
         if line.startswith(f"msmemscope: attached to pid {pid};"):
             return seen
     out, err = host.communicate(timeout=60)
-    pytest.fail(f"no attach (rc {host.returncode}):\n{''.join(seen)}{err}\n{out}")
+    ended = ""
+    if prog is not None:
+        try:
+            ended = f"; the target's returncode: {prog.wait(timeout=10)}"
+        except subprocess.TimeoutExpired:
+            ended = "; the target still runs"
+    pytest.fail(f"no attach (rc {host.returncode}{ended}):\n{''.join(seen)}{err}\n{out}")
 
 
 def finish(host):
@@ -407,7 +414,7 @@ def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
     prog, pid = start_loop(tmp_path, "--threads")
     try:
         host = attach(pid, tmp_path / "out", "--aggregate")  # millions of events a second: no per-event rows
-        wait_attached(host, pid)
+        wait_attached(host, pid, prog)  # (it failed once under load: the target exited during the attach)
         say(prog, "leak 4")
         assert prog.stdout.readline() == "leaked 4\n"
         host.send_signal(signal.SIGINT)
@@ -455,7 +462,7 @@ def test_attached_program_that_ends_ends_the_run(tmp_path):
         assert (prog.returncode, rest) == (0, "done\n")
         rc, out, err = finish(host)  # no signal: the program's end ends the run
         assert rc == 0, err + out
-        assert f") exited with code 0\n" in out, out
+        assert ") exited with code 0\n" in out, out
     finally:
         if prog.poll() is None:
             prog.kill()
