@@ -11,7 +11,6 @@ than the run's first has a rank, or a second process has a line to say. A
 one-process program's short helpers (`uname -p`, `true`) name nothing.
 Errors and what a plugin's finish() says are named alike; --replay of the
 run's captures names them as the run did."""
-import os
 import re
 
 import pytest
@@ -27,14 +26,14 @@ WARNED_STEPS = list(range(3, STEPS + 1))
 
 # Two trainers side by side, as a launcher starts them; only the second
 # has a RANK in its environment.
-PARENT = f'''
-import os, subprocess, sys
+LAUNCH_TWO = f'''
 env = {{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}}
 kids = [subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=env),
         subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=dict(env, RANK="1"))]
 print("children", *[k.pid for k in kids], flush=True)
 sys.exit(max(k.wait() for k in kids))
 '''
+PARENT = "import os, subprocess, sys" + LAUNCH_TWO
 
 
 
@@ -106,17 +105,12 @@ FAILED = "plugin 'throws_in_event': failed on event {}: throws_in_event: on purp
 
 # The parent says its error first (its own log has it) and only then starts
 # the two trainers: a second process to say a line turns naming on.
-SPEAKS_FIRST = f'''
+SPEAKS_FIRST = '''
 import glob, os, subprocess, sys, time
-mine = f"out/msmemscope_{{os.getpid()}}_*/msmemscope_logs/*.log"
+mine = f"out/msmemscope_{os.getpid()}_*/msmemscope_logs/*.log"
 while not any("throws_in_event" in open(f).read() for f in glob.glob(mine)):
     time.sleep(0.01)  # (a barrier: polled, not a guess at how long it takes)
-env = {{k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}}
-kids = [subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=env),
-        subprocess.Popen([sys.executable, {str(SCRIPT)!r}, "{STEPS}"], env=dict(env, RANK="1"))]
-print("children", *[k.pid for k in kids], flush=True)
-sys.exit(max(k.wait() for k in kids))
-'''
+''' + LAUNCH_TWO
 
 
 def test_errors_and_finish_warnings_name_their_process(tmp_path):
