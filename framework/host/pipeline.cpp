@@ -117,10 +117,8 @@ void Pipeline::set_rank(const std::string& rank) {
 }
 
 std::string Pipeline::process_named() const {
-    run_processes::note_line(run_.pid);  // (a second process with a line turns naming on: run_processes.h)
-    if (!run_processes::naming()) return "";
     std::lock_guard<std::mutex> lk(rank_mu_);
-    return "[pid " + std::to_string(run_.pid) + (rank_.empty() ? "" : ", rank " + rank_) + "] ";
+    return run_processes::named(run_.pid, rank_);  // (a second process with a line turns naming on)
 }
 
 void Pipeline::log(int level, const std::string& text, bool said_for_the_run) {

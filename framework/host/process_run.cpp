@@ -196,7 +196,7 @@ std::string ProcessRun::folder_name(const std::string& ts, const std::string& ra
 void ProcessRun::name_rank(Pipeline& pipeline) const {
     std::string rank = rank_.rank();
     pipeline.set_rank(rank);
-    if (!rank.empty()) run_processes::note_rank(reader_.pid());  // ranks are told apart on the console
+    run_processes::note_rank(reader_.pid(), rank);  // ranks are told apart on the console
 }
 
 bool ProcessRun::take_rank(const RawEvent& e) {

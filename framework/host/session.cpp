@@ -170,6 +170,21 @@ CaptureState capture_state(const std::string& path) {
     return st;
 }
 
+// A ready capture's parent and environment's rank (its header's), for
+// run_processes::note; 0 and "" when the header cannot be read.
+void header_parent_and_rank(const std::string& path, uint32_t& ppid, std::string& rank) {
+    ppid = 0;
+    rank.clear();
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char text[sizeof(capture::CaptureHeader::rank)] = {};
+    if (pread(fd, &ppid, sizeof(ppid), offsetof(capture::CaptureHeader, ppid)) != static_cast<ssize_t>(sizeof(ppid)))
+        ppid = 0;
+    if (pread(fd, text, sizeof(text), offsetof(capture::CaptureHeader, rank)) == static_cast<ssize_t>(sizeof(text)))
+        rank = valid_rank(std::string(text, strnlen(text, sizeof(text))));
+    close(fd);
+}
+
 // Watch staging (issue #29, plugins/analyzers/watch/README.md): the target
 // stages full-content dumps in the session folder under names carrying a
 // random per-session token; the watch analyzer moves only such files, and
@@ -301,7 +316,10 @@ void Session::scan() {
             next_capture_seen(pid, index);
             // before the worker is forked, so that it names its process
             // from its first warning on when another one came first
-            run_processes::note(pid);
+            uint32_t ppid = 0;
+            std::string rank;
+            header_parent_and_rank(p, ppid, rank);
+            run_processes::note(pid, ppid, rank);
         }
         Running r;
         r.capture = p;
@@ -852,22 +870,20 @@ int Session::replay(const std::string& capture) {
 void Session::note_replayed_processes(const std::vector<std::string>& captures) {
     struct Noted {
         uint64_t started;
-        uint32_t pid;
-        bool ranked;
+        uint32_t pid, ppid;
+        std::string rank;
     };
     std::vector<Noted> noted;
     for (auto& capture : captures) {
         CaptureReader reader;
         std::string error;
         if (!reader.open(capture, error)) continue;  // its replay says why
-        noted.push_back({reader.wall_start(), reader.pid(), !valid_rank(reader.rank()).empty()});
+        noted.push_back({reader.wall_start(), reader.pid(), reader.ppid(), valid_rank(reader.rank())});
     }
-    // In the order the run saw them (the names sort pids as text): the
-    // first is the program the run started, whose own rank names nothing.
+    // In the order the run saw them (the names sort pids as text): an
+    // exec's later image replaces what its earlier one said.
     std::stable_sort(noted.begin(), noted.end(), [](const Noted& a, const Noted& b) { return a.started < b.started; });
-    for (auto& n : noted) run_processes::note(n.pid);
-    for (auto& n : noted)
-        if (n.ranked) run_processes::note_rank(n.pid);
+    for (auto& n : noted) run_processes::note(n.pid, n.ppid, n.rank);
 }
 
 namespace {

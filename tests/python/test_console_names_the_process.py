@@ -6,9 +6,10 @@ rank 1] leaks: [device cpu][step 3]: ...', the rank when its environment had
 one. Each process's log is its own and keeps upstream's words; a run of one
 process (an exec keeps the pid) keeps them on the console too.
 
-Naming turns on once it helps the reader (run_processes.h): a process other
-than the run's first has a rank, or a second process has a line to say. A
-one-process program's short helpers (`uname -p`, `true`) name nothing.
+Naming turns on once it helps the reader (run_processes.h): a rank tells two
+processes apart (two ranks differ, or a process has a rank its parent had
+not), or a second process has a line to say. A one-process program's short
+helpers (`uname -p`, `true`) name nothing, also when they inherit its RANK.
 Errors and what a plugin's finish() says are named alike; --replay of the
 run's captures names them as the run did."""
 import re
@@ -88,10 +89,13 @@ runpy.run_path({str(SCRIPT)!r}, run_name="__main__")
 '''
 
 
-def test_a_helper_the_program_runs_names_nothing(tmp_path):
+# Users export RANK and LOCAL_RANK in their shells and job scripts: the
+# helper inherits the program's rank, which tells no two processes apart.
+@pytest.mark.parametrize("ranks", [{}, {"RANK": "0", "LOCAL_RANK": "0"}], ids=["no_rank", "inherited_rank"])
+def test_a_helper_the_program_runs_names_nothing(tmp_path, ranks):
     (tmp_path / "train.py").write_text(WITH_HELPER)
     p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "train.py"], tmp_path,
-                env={"PYTHONPATH": ""}, check_rc=0)
+                env={"PYTHONPATH": "", **ranks}, check_rc=0)
     assert "msmemscope: 2 processes" in p.stdout, p.stdout  # `true` is profiled too
     pid = int(re.search(rf"^msmemscope: pid (\d+) \({PY} train.py\)", p.stdout, re.M)[1])
     logged = logged_step_warnings(tmp_path / "out", pid)
