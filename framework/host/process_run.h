@@ -102,8 +102,9 @@ struct ProcessSummary {
     // An analyzer was dropped (crashed, threw): the CLI exits with 71.
     bool plugin_dropped = false;
     std::vector<std::string> warnings;  // printed once on stderr
-    // Its plugins' warnings about their setup (Pipeline::setup_warnings):
-    // the session names the processes that said each text.
+    // Its plugins' warnings about their setup and those of the end
+    // (Pipeline::setup_warnings): the session names the processes that said
+    // each text.
     std::vector<std::string> setup_warnings;
     // Its rank (process_rank.h: the environment's, else torch.distributed's),
     // "" when none.

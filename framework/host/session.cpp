@@ -1064,9 +1064,10 @@ int Session::print_summary(std::ostream& out) const {
     return status;
 }
 
-// The plugins' warnings about their setup were said once for the run, when
-// the first process said them (said_once.h): a DataLoader with 4 workers made
-// the leak analysis say that --steps turns it off 5 times. A text said by
+// The plugins' warnings about their setup, and those of the end, were said
+// once for the run, when the first process said them (said_once.h,
+// Pipeline::set_group_setup_warnings): a DataLoader with 4 workers made the
+// leak analysis say that --steps turns it off 5 times. A text said by
 // several processes is named once more at the end with how many and which
 // (each process's log has its own copy, said when it was).
 void Session::say_setup_warnings() const {

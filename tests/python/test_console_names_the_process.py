@@ -10,8 +10,10 @@ Naming turns on once it helps the reader (run_processes.h): a rank tells two
 processes apart (two ranks differ, or a process has a rank its parent had
 not), or a second process has a line to say. A one-process program's short
 helpers (`uname -p`, `true`) name nothing, also when they inherit its RANK.
-Errors and what a plugin's finish() says are named alike; --replay of the
-run's captures names them as the run did."""
+Errors and what a plugin's finish() says are named alike (a finish()
+warning that several processes say alike is said once, and the end lists the
+processes that said it); --replay of the run's captures names them as the
+run did."""
 import re
 
 import pytest
@@ -126,6 +128,7 @@ def test_errors_and_finish_warnings_name_their_process(tmp_path):
     said = {parent: "", first: f"[pid {first}] ", second: f"[pid {second}, rank 1] "}
     errors = [l for l in p.stderr.splitlines() if "throws_in_event" in l]
     assert len(errors) == 3, p.stderr
+    warned = {}  # text: the pids that said it
     for pid, who in said.items():
         (d,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{pid}_")]
         messages = [m for _, m in log_messages(d)]
@@ -141,7 +144,15 @@ def test_errors_and_finish_warnings_name_their_process(tmp_path):
         (warning,) = watched
         assert warning.startswith(f"watch: --watch={WATCH} wrote no checkpoint: its start operator aten::adm never "
                                   "ran in this process ("), warning
-        assert f"[msmemscope] warning: {who}{warning}" in p.stderr.splitlines(), p.stderr
+        warned.setdefault(warning, []).append(pid)
+    # Both trainers say it alike (the same program: the same operators):
+    # it is said once, named as the first to say it, and the processes that
+    # said it are listed at the end.
+    ((warning, pids),) = warned.items()
+    assert [l for l in p.stderr.splitlines() if l.endswith(f" {warning}")] in [
+        [f"[msmemscope] warning: {said[pid]}{warning}"] for pid in pids], p.stderr
+    assert (f'[msmemscope] warning: (the warning above, "{warning}", was said by 2 processes: pids '
+            f'{min(pids)}, {max(pids)})') in p.stderr.splitlines(), p.stderr
 
 
 def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path):
