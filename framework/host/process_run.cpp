@@ -197,6 +197,7 @@ void ProcessRun::name_rank(Pipeline& pipeline) const {
     std::string rank = rank_.rank();
     pipeline.set_rank(rank);
     run_processes::note_rank(reader_.pid(), rank);  // ranks are told apart on the console
+    supervisor::name_process(reader_.pid(), rank);   // (and named by the line after a crash)
 }
 
 bool ProcessRun::take_rank(const RawEvent& e) {
