@@ -62,6 +62,11 @@ std::string unrecorded_exec_words(const ProcessSummary& s) {
     return words + "(the new program's environment does not preload it, e.g. env -i)";
 }
 
+bool end_unrecorded(const ProcessSummary& s) {
+    return s.end_kind == static_cast<uint32_t>(capture::EndKind::Unknown) && !s.end_corrupt && !s.ended_normally &&
+           !s.attach_exec && !s.facts.exec_replaced;
+}
+
 bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index) {
     std::string base = fs::path(path).filename().string();
     size_t a = base.find('.'), b = base.find('.', a + 1);

@@ -366,6 +366,12 @@ void Session::scan() {
     }
 }
 
+// After the leak analysis's report of an image whose exec the agent did not
+// see (end_unrecorded): it took the end for an exit.
+const char kUnrecordedExecLeaks[] =
+    "leaks: not judged at its end: it was replaced by an exec that the agent did not record (a later capture of "
+    "this pid followed), and what it held then, reported above as still allocated at exit, went with the exec";
+
 const char kEndCorrupt[] = "end record corrupt (it fails its checksum: how the process ended is not known)";
 
 // How a profiled process ended, from what its agent recorded (the CLI knows
@@ -458,6 +464,8 @@ void Session::join_all() {
     for (auto& a : summaries_)
         for (auto& b : summaries_)
             if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty() && !a.replaced_by_exec) {
+                if (end_unrecorded(a) && a.facts.leaks_ran && judged_at_exit(a.report))
+                    a.report.push_back(kUnrecordedExecLeaks);
                 a.replaced_by_exec = true;
                 rewrite_continued_exec(a);
             }
@@ -474,11 +482,15 @@ void Session::join_all() {
     });
 }
 
-// Only an exec the agent noted: its memory was released as an exec's
-// already, so only the words were wrong. summary.json must have been written
-// the first time (else the summary says why not).
+// An exec the agent noted (its memory was released as an exec's already, so
+// only the words were wrong), or an end it did not record (end_unrecorded:
+// an exec it did not see, once the next image records; what the image held
+// was judged as at an exit, which summary.json then no longer counts).
+// summary.json must have been written the first time (else the summary says
+// why not).
 static bool summary_awaits_next_image(const ProcessSummary& s) {
-    if (s.output_dir.empty() || s.facts.exec_replaced || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec))
+    if (s.output_dir.empty() || s.facts.exec_replaced ||
+        (s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec) && !end_unrecorded(s)))
         return false;
     std::string file = s.output_dir + "/summary.json";
     for (auto& line : s.incomplete)
