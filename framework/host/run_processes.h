@@ -27,9 +27,9 @@
 // worker as it reads, maybe after the child's rank.)
 //
 // The session notes each capture's pid, parent and rank before it forks the
-// capture's worker; the record is a page shared with the workers, so that the first
-// process's worker learns of the second one while it runs. An exec's new
-// image (the same pid) is not another process.
+// capture's worker; the record is a page shared with the workers, so that
+// the first process's worker learns of the second one while it runs. An
+// exec's new image (the same pid) is not another process.
 #pragma once
 
 #include <cstdint>
