@@ -117,10 +117,8 @@ void Pipeline::set_rank(const std::string& rank) {
 }
 
 std::string Pipeline::process_named() const {
-    run_processes::note_line(run_.pid);  // (a second process with a line turns naming on: run_processes.h)
-    if (!run_processes::naming()) return "";
     std::lock_guard<std::mutex> lk(rank_mu_);
-    return "[pid " + std::to_string(run_.pid) + (rank_.empty() ? "" : ", rank " + rank_) + "] ";
+    return run_processes::named(run_.pid, rank_);  // (a second process with a line turns naming on)
 }
 
 void Pipeline::log(int level, const std::string& text, bool said_for_the_run) {
@@ -794,6 +792,7 @@ void Pipeline::finish() {
         host_peak_pending_ = nullptr;
     }
     if (finished_) return;
+    finishing_ = true;
     for (size_t i = 0; i < analyzers_.size(); ++i) {
         Instance& a = analyzers_[i];
         if (!a.alive || !a.d->finish) continue;
@@ -868,7 +867,8 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
     }
     // (the live view is the pipeline thread's: a sink's thread does not reach it)
     if (t_sink < 0 && self->live_view_) self->live_view_->on_log(static_cast<HostApi*>(h)->plugin, level, msg);
-    if (level == 1 && self->group_setup_warnings_ && !self->events_flowing_) {
+    const bool setup = !self->events_flowing_;
+    if (level == 1 && self->group_setup_warnings_ && (setup || self->finishing_)) {
         // The first process of the run to say it says it at once; the others
         // keep it in their log (the session names them all at the end).
         const std::string text = said(self->cfg_, msg);
@@ -878,7 +878,8 @@ void Pipeline::api_log(void* h, int level, msms_str m) {
             if (self->run_.log) self->run_.log->warn(text);
             return;
         }
-        self->log(level, msg, true);
+        // (the end's warning names its process: no other may say it)
+        self->log(level, msg, setup);
         return;
     }
     self->log(level, msg);

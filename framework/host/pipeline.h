@@ -129,9 +129,13 @@ public:
     // same words in every process) reach the console at once from the first
     // process of the run to say them (said_once.h), and only the log from
     // the others; setup_warnings() hands them to the session, which names at
-    // the end the processes that said each text. Warnings about the events,
-    // those of finish() included (what this process's events held: counts,
-    // operators that never ran in it), stay said as found.
+    // the end the processes that said each text. The warnings of the end
+    // (said from finish() on: what this process's events held, counts,
+    // operators that never ran in it) are said so too, a text that several
+    // processes say alike once (a DataLoader's 4 workers and their trainer
+    // said the same line 5 times), named as the console names processes
+    // (run_processes.h): it may be this process's alone. Warnings about the
+    // events before the end stay said as found.
     void set_group_setup_warnings(bool on) { group_setup_warnings_ = on; }
     // The rank the console names with the pid in a warning about the events
     // once the console names processes (run_processes.h): the
@@ -261,6 +265,7 @@ private:
     void tell_live_of_failures();
     bool group_setup_warnings_ = false;
     std::atomic<bool> events_flowing_{false};  // from the end of start() on (finish() included)
+    std::atomic<bool> finishing_{false};       // from the start of finish() on
     std::vector<std::string> setup_warnings_;  // in the order said, each text once
     bool accounting_ = true;
     bool oom_fatal_ = false;

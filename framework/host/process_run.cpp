@@ -62,6 +62,11 @@ std::string unrecorded_exec_words(const ProcessSummary& s) {
     return words + "(the new program's environment does not preload it, e.g. env -i)";
 }
 
+bool end_unrecorded(const ProcessSummary& s) {
+    return s.end_kind == static_cast<uint32_t>(capture::EndKind::Unknown) && !s.end_corrupt && !s.ended_normally &&
+           !s.attach_exec && !s.facts.exec_replaced;
+}
+
 bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index) {
     std::string base = fs::path(path).filename().string();
     size_t a = base.find('.'), b = base.find('.', a + 1);
@@ -196,7 +201,8 @@ std::string ProcessRun::folder_name(const std::string& ts, const std::string& ra
 void ProcessRun::name_rank(Pipeline& pipeline) const {
     std::string rank = rank_.rank();
     pipeline.set_rank(rank);
-    if (!rank.empty()) run_processes::note_rank(reader_.pid());  // ranks are told apart on the console
+    run_processes::note_rank(reader_.pid(), rank);  // ranks are told apart on the console
+    supervisor::name_process(reader_.pid(), rank);   // (and named by the line after a crash)
 }
 
 bool ProcessRun::take_rank(const RawEvent& e) {

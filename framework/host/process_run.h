@@ -102,8 +102,9 @@ struct ProcessSummary {
     // An analyzer was dropped (crashed, threw): the CLI exits with 71.
     bool plugin_dropped = false;
     std::vector<std::string> warnings;  // printed once on stderr
-    // Its plugins' warnings about their setup (Pipeline::setup_warnings):
-    // the session names the processes that said each text.
+    // Its plugins' warnings about their setup and those of the end
+    // (Pipeline::setup_warnings): the session names the processes that said
+    // each text.
     std::vector<std::string> setup_warnings;
     // Its rank (process_rank.h: the environment's, else torch.distributed's),
     // "" when none.
@@ -219,6 +220,12 @@ bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index)
 // EndKind::Exec (the agent saw the exec) when no capture of the new image
 // followed. "" for any other end.
 std::string unrecorded_exec_words(const ProcessSummary& s);
+// An image whose capture ended without an end record, whose worker did not
+// take it for an exec (no next capture of its pid within its wait, the same
+// command line): killed by SIGKILL or the OOM killer, or replaced by an exec
+// that the agent did not see (a raw syscall(SYS_execve), a static program
+// that exec'ed in turn). A later capture of the pid says it was the exec.
+bool end_unrecorded(const ProcessSummary& s);
 // --live: an image whose exec kept the agent, and whose next image had not
 // made its capture when its worker stopped waiting for it. That image may
 // load the agent yet (late, on a loaded machine) or never (a static

@@ -305,6 +305,17 @@ Json ended(const ProcessSummary& s, const SummaryFacts& f) {
 
 }  // namespace
 
+bool judged_at_exit(const std::vector<std::string>& report) {
+    for (auto& raw : report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos) continue;
+        if (raw.compare(first, 38, "Host memory still allocated at exit on") == 0 ||
+            raw.compare(first, 40, "Driver memory still allocated at exit on") == 0)
+            return true;
+    }
+    return false;
+}
+
 std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f) {
     Json j = Json::object();
     j.set("format", Json("msmemscope-process-summary"));
@@ -376,6 +387,8 @@ std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f)
     j.set("steps", Json(f.steps));
     Json top = Json::array();
     for (auto& site : report_sites(s.report)) {
+        // (an exec the agent did not see, taken for an exit: end_unrecorded)
+        if (site.kind == "live_at_exit" && (f.exec_replaced || replaced_by_exec(s))) continue;
         Json t = Json::object();
         t.set("kind", Json(site.kind));
         t.set("device", Json(site.device));

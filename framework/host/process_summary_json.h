@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <msmemscope/abi.h>
 
@@ -39,6 +40,10 @@ private:
     uint64_t steps_ = 0;
 };
 
+// Whether the leak analysis's report holds blocks still allocated at exit
+// ("Host memory still allocated at exit on device ...", the driver's alike):
+// it took the end of the image for an exit.
+bool judged_at_exit(const std::vector<std::string>& report);
 // How the process ended, in summary.json's words ("ended"."text"), e.g.
 // "exited with code 0", "killed by signal 11 (SIGSEGV)".
 std::string ended_text(const ProcessSummary& s, const SummaryFacts& f);

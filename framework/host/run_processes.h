@@ -8,23 +8,32 @@
 // line and in its error lines (Pipeline::log); until then the console keeps
 // upstream's words.
 //
-// The rule: the console names processes once a process other than the
-// run's first has a rank (its environment's when its capture began, or
-// torch.distributed's later), or once a second process has a line for the
-// console. A second process alone is not enough: a one-process program's
-// short helpers (platform.processor()'s `uname -p`, a `git rev-parse`, a
-// subprocess.run(["true"])) are profiled processes too, and they say
-// nothing; naming the program's own warnings for them only changed its
-// words. A helper that inherits RANK is taken for a rank (a one-process
-// program with RANK set in its environment then names its lines).
+// The rule: the console names processes once a second process has a line
+// for the console, or once a rank tells two processes apart: two processes
+// of the run have different ranks (torchrun's, or torch.distributed's
+// learned late), or a process has a rank that its parent, a process of the
+// run too, had not in its environment (a launcher without a rank that
+// starts ranked trainers). A second process alone is not enough: a
+// one-process program's short helpers (platform.processor()'s `uname -p`, a
+// `git rev-parse`, a subprocess.run(["true"])) are profiled processes too,
+// and they say nothing; naming the program's own warnings for them only
+// changed its words. Nor is a rank that a helper inherits: users export
+// RANK or LOCAL_RANK in their shells and job scripts, and a program run
+// with RANK=0 hands it to every helper, which has its parent's rank. (The
+// run's first process has no parent in the run: its own rank names
+// nothing. A parent's rank is its environment's, which the session reads
+// from the capture's header in the order the captures appear, whichever of
+// parent and child comes first: a late one is learned by the parent's
+// worker as it reads, maybe after the child's rank.)
 //
-// The session notes each capture's pid before it forks the capture's
-// worker; the record is a page shared with the workers, so that the first
-// process's worker learns of the second one while it runs. An exec's new
-// image (the same pid) is not another process.
+// The session notes each capture's pid, parent and rank before it forks the
+// capture's worker; the record is a page shared with the workers, so that
+// the first process's worker learns of the second one while it runs. An
+// exec's new image (the same pid) is not another process.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace msms {
 namespace run_processes {
@@ -32,10 +41,14 @@ namespace run_processes {
 // Main process, before any worker is forked: maps the page (once) and
 // forgets what an earlier run saw.
 void begin_run();
-// Main process: a capture of pid was found (before its worker is forked).
-void note(uint32_t pid);
-// Any process: pid has a rank (its environment's or a late one).
-void note_rank(uint32_t pid);
+// Main process: a capture of pid was found (before its worker is forked),
+// from its header: ppid, the parent when the capture began, and rank, its
+// environment's (valid_rank's text, "" for none). An exec's new image (the
+// same pid) replaces what its earlier one said.
+void note(uint32_t pid, uint32_t ppid = 0, const std::string& rank = "");
+// Any process: pid has a rank (valid_rank's text: its environment's or a
+// late one).
+void note_rank(uint32_t pid, const std::string& rank);
 // Any process: pid is about to say a line on the console (a warning about
 // its events, an error): a second process to do so turns naming on, that
 // line included.
@@ -43,6 +56,10 @@ void note_line(uint32_t pid);
 // Any process: whether the console names processes now. False without a
 // page.
 bool naming();
+// Any process: note_line(pid), then what goes before the line on the
+// console: "[pid 4242, rank 1] " once the console names processes (rank
+// "": "[pid 4242] "), "" until then.
+std::string named(uint32_t pid, const std::string& rank);
 
 }  // namespace run_processes
 }  // namespace msms

@@ -2,9 +2,10 @@
 //
 // A run of several profiled processes (a DataLoader's workers) has one
 // pipeline worker per process (supervisor.h), and each says its plugins'
-// warnings about their setup: the same words, once per process. The first
-// worker to say a text says it at once; the others keep it in their log only
-// (the session names them all at the end: Session::say_setup_warnings).
+// warnings about their setup, and often those of the end alike: the same
+// words, once per process. The first worker to say a text says it at once;
+// the others keep it in their log only (the session names them all at the
+// end: Session::say_setup_warnings).
 //
 // The record is a page shared with the workers, mapped by the session before
 // the first worker is forked; a worker re-run after a crash sees what the

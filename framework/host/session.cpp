@@ -170,6 +170,21 @@ CaptureState capture_state(const std::string& path) {
     return st;
 }
 
+// A ready capture's parent and environment's rank (its header's), for
+// run_processes::note; 0 and "" when the header cannot be read.
+void header_parent_and_rank(const std::string& path, uint32_t& ppid, std::string& rank) {
+    ppid = 0;
+    rank.clear();
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char text[sizeof(capture::CaptureHeader::rank)] = {};
+    if (pread(fd, &ppid, sizeof(ppid), offsetof(capture::CaptureHeader, ppid)) != static_cast<ssize_t>(sizeof(ppid)))
+        ppid = 0;
+    if (pread(fd, text, sizeof(text), offsetof(capture::CaptureHeader, rank)) == static_cast<ssize_t>(sizeof(text)))
+        rank = valid_rank(std::string(text, strnlen(text, sizeof(text))));
+    close(fd);
+}
+
 // Watch staging (issue #29, plugins/analyzers/watch/README.md): the target
 // stages full-content dumps in the session folder under names carrying a
 // random per-session token; the watch analyzer moves only such files, and
@@ -301,7 +316,10 @@ void Session::scan() {
             next_capture_seen(pid, index);
             // before the worker is forked, so that it names its process
             // from its first warning on when another one came first
-            run_processes::note(pid);
+            uint32_t ppid = 0;
+            std::string rank;
+            header_parent_and_rank(p, ppid, rank);
+            run_processes::note(pid, ppid, rank);
         }
         Running r;
         r.capture = p;
@@ -347,6 +365,12 @@ void Session::scan() {
         running_.push_back(std::move(r));
     }
 }
+
+// After the leak analysis's report of an image whose exec the agent did not
+// see (end_unrecorded): it took the end for an exit.
+const char kUnrecordedExecLeaks[] =
+    "leaks: not judged at its end: it was replaced by an exec that the agent did not record (a later capture of "
+    "this pid followed), and what it held then, reported above as still allocated at exit, went with the exec";
 
 const char kEndCorrupt[] = "end record corrupt (it fails its checksum: how the process ended is not known)";
 
@@ -440,6 +464,8 @@ void Session::join_all() {
     for (auto& a : summaries_)
         for (auto& b : summaries_)
             if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty() && !a.replaced_by_exec) {
+                if (end_unrecorded(a) && a.facts.leaks_ran && judged_at_exit(a.report))
+                    a.report.push_back(kUnrecordedExecLeaks);
                 a.replaced_by_exec = true;
                 rewrite_continued_exec(a);
             }
@@ -456,11 +482,15 @@ void Session::join_all() {
     });
 }
 
-// Only an exec the agent noted: its memory was released as an exec's
-// already, so only the words were wrong. summary.json must have been written
-// the first time (else the summary says why not).
+// An exec the agent noted (its memory was released as an exec's already, so
+// only the words were wrong), or an end it did not record (end_unrecorded:
+// an exec it did not see, once the next image records; what the image held
+// was judged as at an exit, which summary.json then no longer counts).
+// summary.json must have been written the first time (else the summary says
+// why not).
 static bool summary_awaits_next_image(const ProcessSummary& s) {
-    if (s.output_dir.empty() || s.facts.exec_replaced || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec))
+    if (s.output_dir.empty() || s.facts.exec_replaced ||
+        (s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec) && !end_unrecorded(s)))
         return false;
     std::string file = s.output_dir + "/summary.json";
     for (auto& line : s.incomplete)
@@ -852,22 +882,20 @@ int Session::replay(const std::string& capture) {
 void Session::note_replayed_processes(const std::vector<std::string>& captures) {
     struct Noted {
         uint64_t started;
-        uint32_t pid;
-        bool ranked;
+        uint32_t pid, ppid;
+        std::string rank;
     };
     std::vector<Noted> noted;
     for (auto& capture : captures) {
         CaptureReader reader;
         std::string error;
         if (!reader.open(capture, error)) continue;  // its replay says why
-        noted.push_back({reader.wall_start(), reader.pid(), !valid_rank(reader.rank()).empty()});
+        noted.push_back({reader.wall_start(), reader.pid(), reader.ppid(), valid_rank(reader.rank())});
     }
-    // In the order the run saw them (the names sort pids as text): the
-    // first is the program the run started, whose own rank names nothing.
+    // In the order the run saw them (the names sort pids as text): an
+    // exec's later image replaces what its earlier one said.
     std::stable_sort(noted.begin(), noted.end(), [](const Noted& a, const Noted& b) { return a.started < b.started; });
-    for (auto& n : noted) run_processes::note(n.pid);
-    for (auto& n : noted)
-        if (n.ranked) run_processes::note_rank(n.pid);
+    for (auto& n : noted) run_processes::note(n.pid, n.ppid, n.rank);
 }
 
 namespace {
@@ -1048,9 +1076,10 @@ int Session::print_summary(std::ostream& out) const {
     return status;
 }
 
-// The plugins' warnings about their setup were said once for the run, when
-// the first process said them (said_once.h): a DataLoader with 4 workers made
-// the leak analysis say that --steps turns it off 5 times. A text said by
+// The plugins' warnings about their setup, and those of the end, were said
+// once for the run, when the first process said them (said_once.h,
+// Pipeline::set_group_setup_warnings): a DataLoader with 4 workers made the
+// leak analysis say that --steps turns it off 5 times. A text said by
 // several processes is named once more at the end with how many and which
 // (each process's log has its own copy, said when it was).
 void Session::say_setup_warnings() const {

@@ -29,6 +29,7 @@
 #include <set>
 
 #include "process_run.h"
+#include "run_processes.h"
 
 namespace fs = std::filesystem;
 
@@ -66,6 +67,10 @@ struct WorkerPage {
     std::atomic<uint32_t> released{0};
     char names[kMaxSlots][kNameSize];
     char output_dir[4096];
+    // The process the worker reads and its rank known now (name_process):
+    // the line after a crash names them as the worker's lines do.
+    std::atomic<uint32_t> pid{0};
+    char rank[16];
 };
 
 WorkerPage* g_page = nullptr;
@@ -170,6 +175,12 @@ uint32_t register_plugin(const std::string& name) {
     snprintf(g_page->names[n], kNameSize, "%s", name.c_str());
     g_page->slots.store(n + 1, std::memory_order_release);
     return n + 1;
+}
+
+void name_process(uint32_t pid, const std::string& rank) {
+    if (!g_page) return;
+    snprintf(g_page->rank, sizeof(g_page->rank), "%s", rank.c_str());
+    g_page->pid.store(pid, std::memory_order_release);
 }
 
 void writing_into(const std::string& output_dir) {
@@ -490,6 +501,8 @@ struct WorkerEnd {
     std::string plugin;     // the plugin whose call was running, or empty
     PluginCall call{};
     std::string output_dir;
+    uint32_t pid = 0;   // the process it read (0: not known yet)
+    std::string rank;   // and its rank then
     bool pipeline_started = false;
     bool released = false;  // the worker released read parts of the capture
     unsigned over_budget_s = 0;  // the watchdog killed it: the budget the call exceeded
@@ -617,6 +630,8 @@ bool run_worker(const std::vector<std::string>& excluded, const std::vector<std:
     if (slot > 0 && slot <= page->slots.load(std::memory_order_acquire))
         end.plugin.assign(page->names[slot - 1], strnlen(page->names[slot - 1], supervisor::kNameSize));
     end.output_dir.assign(page->output_dir, strnlen(page->output_dir, sizeof(page->output_dir)));
+    end.pid = page->pid.load(std::memory_order_acquire);
+    end.rank.assign(page->rank, strnlen(page->rank, sizeof(page->rank)));
     end.pipeline_started = page->started.load(std::memory_order_acquire) != 0;
     end.released = page->released.load(std::memory_order_acquire) != 0;
     page->~WorkerPage();
@@ -805,9 +820,10 @@ void run_supervised(ProcessRun& run) {
             run.started_ = nullptr;
             return;
         }
-        // (a Python API session's user is told in config()'s words: api_words.h)
-        std::cerr << "msmemscope: error: " << (run.cfg_.serve_session.empty() ? msg : api_words(msg))
-                  << "; re-running the outputs without it\n";
+        // (a Python API session's user is told in config()'s words: api_words.h;
+        // the process named as its worker's lines are: run_processes.h)
+        std::cerr << "msmemscope: error: " << (end.pid ? run_processes::named(end.pid, end.rank) : "")
+                  << (run.cfg_.serve_session.empty() ? msg : api_words(msg)) << "; re-running the outputs without it\n";
         notes.push_back(msg + "; the outputs were re-run without it");
         excluded.push_back(name);
         // What the crashed worker wrote goes; the next one writes it afresh.

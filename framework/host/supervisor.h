@@ -65,6 +65,10 @@ const std::vector<std::string>& exclusion_notes();
 std::string exclusion_reason(const std::string& name);
 // Gives an instance a slot number for the crash report (0 outside a worker).
 uint32_t register_plugin(const std::string& name);
+// The worker reads pid's capture, whose rank is rank ("" for none) now: the
+// supervisor's line after a crash names them once the console names
+// processes (run_processes.h).
+void name_process(uint32_t pid, const std::string& rank);
 // The worker writes into output_dir (called before any plugin runs): a
 // re-run removes that folder first.
 void writing_into(const std::string& output_dir);

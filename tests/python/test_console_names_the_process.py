@@ -6,11 +6,14 @@ rank 1] leaks: [device cpu][step 3]: ...', the rank when its environment had
 one. Each process's log is its own and keeps upstream's words; a run of one
 process (an exec keeps the pid) keeps them on the console too.
 
-Naming turns on once it helps the reader (run_processes.h): a process other
-than the run's first has a rank, or a second process has a line to say. A
-one-process program's short helpers (`uname -p`, `true`) name nothing.
-Errors and what a plugin's finish() says are named alike; --replay of the
-run's captures names them as the run did."""
+Naming turns on once it helps the reader (run_processes.h): a rank tells two
+processes apart (two ranks differ, or a process has a rank its parent had
+not), or a second process has a line to say. A one-process program's short
+helpers (`uname -p`, `true`) name nothing, also when they inherit its RANK.
+Errors, the line after a plugin crashed and what a plugin's finish() says
+are named alike (a finish() warning that several processes say alike is said
+once, and the end lists the processes that said it); --replay of the run's
+captures names them as the run did."""
 import re
 
 import pytest
@@ -88,10 +91,13 @@ runpy.run_path({str(SCRIPT)!r}, run_name="__main__")
 '''
 
 
-def test_a_helper_the_program_runs_names_nothing(tmp_path):
+# Users export RANK and LOCAL_RANK in their shells and job scripts: the
+# helper inherits the program's rank, which tells no two processes apart.
+@pytest.mark.parametrize("ranks", [{}, {"RANK": "0", "LOCAL_RANK": "0"}], ids=["no_rank", "inherited_rank"])
+def test_a_helper_the_program_runs_names_nothing(tmp_path, ranks):
     (tmp_path / "train.py").write_text(WITH_HELPER)
     p = run_cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", PY, "train.py"], tmp_path,
-                env={"PYTHONPATH": ""}, check_rc=0)
+                env={"PYTHONPATH": "", **ranks}, check_rc=0)
     assert "msmemscope: 2 processes" in p.stdout, p.stdout  # `true` is profiled too
     pid = int(re.search(rf"^msmemscope: pid (\d+) \({PY} train.py\)", p.stdout, re.M)[1])
     logged = logged_step_warnings(tmp_path / "out", pid)
@@ -103,14 +109,29 @@ FIXTURES = BUILD / "tests" / "lib" / "bad_plugins"
 WATCH = "aten::adm,aten::mse_loss"  # a start operator that never runs: watch's finish() says so
 FAILED = "plugin 'throws_in_event': failed on event {}: throws_in_event: on purpose; continuing without it"
 
-# The parent says its error first (its own log has it) and only then starts
-# the two trainers: a second process to say a line turns naming on.
-SPEAKS_FIRST = '''
+
+
+def speaks_first(text):
+    """The parent says its line first (its own log has text) and only then
+    starts the two trainers: a second process to say a line turns naming
+    on."""
+    return f'''
 import glob, os, subprocess, sys, time
-mine = f"out/msmemscope_{os.getpid()}_*/msmemscope_logs/*.log"
-while not any("throws_in_event" in open(f).read() for f in glob.glob(mine)):
+mine = f"out/msmemscope_{{os.getpid()}}_*/msmemscope_logs/*.log"
+def said():
+    for f in glob.glob(mine):
+        try:
+            if {text!r} in open(f).read():
+                return True
+        except FileNotFoundError:
+            pass  # (a crashed worker's folder goes)
+    return False
+while not said():
     time.sleep(0.01)  # (a barrier: polled, not a guess at how long it takes)
 ''' + LAUNCH_TWO
+
+
+SPEAKS_FIRST = speaks_first("throws_in_event")
 
 
 def test_errors_and_finish_warnings_name_their_process(tmp_path):
@@ -122,6 +143,7 @@ def test_errors_and_finish_warnings_name_their_process(tmp_path):
     said = {parent: "", first: f"[pid {first}] ", second: f"[pid {second}, rank 1] "}
     errors = [l for l in p.stderr.splitlines() if "throws_in_event" in l]
     assert len(errors) == 3, p.stderr
+    warned = {}  # text: the pids that said it
     for pid, who in said.items():
         (d,) = [d for d in process_dirs(tmp_path / "out") if d.name.startswith(f"msmemscope_{pid}_")]
         messages = [m for _, m in log_messages(d)]
@@ -137,7 +159,15 @@ def test_errors_and_finish_warnings_name_their_process(tmp_path):
         (warning,) = watched
         assert warning.startswith(f"watch: --watch={WATCH} wrote no checkpoint: its start operator aten::adm never "
                                   "ran in this process ("), warning
-        assert f"[msmemscope] warning: {who}{warning}" in p.stderr.splitlines(), p.stderr
+        warned.setdefault(warning, []).append(pid)
+    # Both trainers say it alike (the same program: the same operators):
+    # it is said once, named as the first to say it, and the processes that
+    # said it are listed at the end.
+    ((warning, pids),) = warned.items()
+    assert [l for l in p.stderr.splitlines() if l.endswith(f" {warning}")] in [
+        [f"[msmemscope] warning: {said[pid]}{warning}"] for pid in pids], p.stderr
+    assert (f'[msmemscope] warning: (the warning above, "{warning}", was said by 2 processes: pids '
+            f'{min(pids)}, {max(pids)})') in p.stderr.splitlines(), p.stderr
 
 
 def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path):
@@ -147,3 +177,18 @@ def test_an_exec_is_no_other_process_the_console_keeps_upstreams_words(tmp_path)
     logged = logged_step_warnings(tmp_path / "out", pid)
     assert len(logged) == len(WARNED_STEPS), logged
     assert console_step_warnings(p.stderr) == [f"[msmemscope] warning: {w}" for w in logged], p.stderr
+
+
+# The supervisor's line after a plugin crashed (said by the session, not by
+# the worker that crashed) names the process as its worker's lines do; the
+# parent's came while it was the run's only one.
+def test_the_line_after_a_plugin_crash_names_its_process(tmp_path):
+    (tmp_path / "parent.py").write_text(speaks_first("segv_in_event"))
+    p = run_cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--analysis=segv_in_event", "--output=out", "--",
+                 PY, "parent.py"], tmp_path, env={"PYTHONPATH": ""}, check_rc=71)
+    first, second = (int(x) for x in re.search(r"^children (\d+) (\d+)$", p.stdout, re.M).groups())
+    crashed = "plugin 'segv_in_event' crashed (SIGSEGV) in on_event; re-running the outputs without it"
+    lines = [l for l in p.stderr.splitlines() if "segv_in_event" in l]
+    assert lines[0] == f"msmemscope: error: {crashed}", p.stderr
+    assert sorted(lines[1:]) == sorted([f"msmemscope: error: [pid {first}] {crashed}",
+                                        f"msmemscope: error: [pid {second}, rank 1] {crashed}"]), p.stderr

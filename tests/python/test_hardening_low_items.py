@@ -526,6 +526,56 @@ def test_exec_by_descriptor_is_named_as_any_exec(cli, test_bin, tmp_path, how):
         "exited with code 0", "replaced by exec (continued in the next capture of this pid)"], summaries
 
 
+# An exec the agent does not see (a raw syscall(SYS_execve)), into an image
+# without the agent (as a static program would be) that execs in turn with it:
+# the second image records only after the first image's worker has written
+# its summary.json (a barrier), which took the unrecorded end for a SIGKILL
+# and what it held then for leaks at exit.
+UNSEEN_EXEC = """
+import ctypes, glob, os, sys, time
+stage = os.environ.get("STAGE", "0")
+if stage == "0":
+    held = bytearray(3 << 20)  # held at the exec
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env.update(STAGE="1", PRELOAD_AGAIN=os.environ["LD_PRELOAD"])
+    argv = [a.encode() for a in [sys.executable] + sys.argv] + [None]
+    envp = [f"{k}={v}".encode() for k, v in env.items()] + [None]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall(59, sys.executable.encode(), (ctypes.c_char_p * len(argv))(*argv),
+                 (ctypes.c_char_p * len(envp))(*envp))  # SYS_execve: not through the PLT
+    sys.exit("execve: " + os.strerror(ctypes.get_errno()))
+if stage == "1":
+    while not glob.glob(f"out/msmemscope_{os.getpid()}_*/summary.json"):
+        time.sleep(0.01)  # (a barrier: polled, not a guess at how long it takes)
+    os.execve(sys.executable, [sys.executable] + sys.argv,
+              dict(os.environ, STAGE="2", LD_PRELOAD=os.environ["PRELOAD_AGAIN"]))
+print("second image", os.getpid(), flush=True)
+"""
+
+
+def test_an_exec_the_agent_did_not_see_is_said_once_the_next_image_records(cli, tmp_path):
+    # Its summary.json kept 'ended without an end record (killed by SIGKILL
+    # or the OOM killer)' and the held block as a leak at exit, while the
+    # console said 'replaced by exec (continued in the next capture of this
+    # pid)' once the next image had recorded.
+    (tmp_path / "unseen.py").write_text(UNSEEN_EXEC)
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "/usr/bin/python3", "unseen.py"], cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    pid = int(re.search(r"^second image (\d+)$", p.stdout, re.M)[1])
+    continued = "replaced by exec (continued in the next capture of this pid)"
+    assert f"msmemscope: pid {pid} (/usr/bin/python3 unseen.py) {continued}" in p.stdout.splitlines(), p.stdout
+    assert ("leaks: not judged at its end: it was replaced by an exec that the agent did not record (a later "
+            "capture of this pid followed), and what it held then, reported above as still allocated at exit, went "
+            "with the exec") in p.stdout.splitlines(), p.stdout
+    summaries = {f.parent.name: json.loads(f.read_text()) for f in (tmp_path / "out").glob("msmemscope_*/summary.json")}
+    (first,) = [j for name, j in summaries.items() if not name.endswith("_exec1")]
+    assert first["ended"] == {"how": "exec", "code": None, "text": continued}, first
+    assert first["leaks"]["allocations"] == 0 and first["leaks"]["exit_judged"] is False, first
+    assert not [t for t in first["top_sites"] if t["kind"] == "live_at_exit"], first
+    (second,) = [j for name, j in summaries.items() if name.endswith("_exec1")]
+    assert second["ended"]["text"] == "exited with code 0", second
+
+
 def test_exec_by_descriptor_that_fails_is_taken_back(cli, test_bin, tmp_path):
     # The exec is noted before it is made; one that fails is taken back: the
     # program goes on, its exit and its leak are its own.

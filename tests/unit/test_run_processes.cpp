@@ -60,23 +60,68 @@ TEST_CASE("a second process with a line to say turns naming on, for its own line
     CHECK(run_processes::naming());
 }
 
-TEST_CASE("a rank turns naming on, unless it is the first process's own") {
+// torchrun: a launcher without a rank and its trainers, ranks 0 and 1.
+TEST_CASE("a launcher's ranked children turn naming on, whichever capture is found first") {
     run_processes::begin_run();
     run_processes::note(100);
-    run_processes::note_rank(100);  // a rank 0 that starts the others, before any of them
-    run_processes::note(101);
-    CHECK_FALSE(run_processes::naming());
-    run_processes::note(102);
-    run_processes::note_rank(102);
+    run_processes::note(101, 100, "0");  // a launcher's one trainer: its rank alone tells it from its parent
     CHECK(run_processes::naming());
+    run_processes::begin_run();
+    run_processes::note(101, 100, "1");  // (one scan sorts the names by pid as text)
+    CHECK_FALSE(run_processes::naming());
+    run_processes::note(100, 1);
+    CHECK(run_processes::naming());
+}
+
+// A one-process program run with RANK=0 (exported in the user's shell or
+// job script): its helpers inherit it.
+TEST_CASE("a helper that inherits its parent's rank names nothing") {
+    run_processes::begin_run();
+    run_processes::note(100, 1, "0");
+    run_processes::note(101, 100, "0");  // subprocess.run(["true"])
+    run_processes::note(102, 101, "0");  // and its own helper
+    run_processes::note_rank(100, "0");  // its worker, as it starts
+    run_processes::note_rank(101, "0");
+    CHECK_FALSE(run_processes::naming());
+    run_processes::note(103, 100);  // a helper run with a clean environment
+    CHECK_FALSE(run_processes::naming());
+    run_processes::note(104, 100, "1");  // a rank of its own
+    CHECK(run_processes::naming());
+}
+
+// torch.multiprocessing.spawn: no rank in any environment; each rank learns
+// its own from init_process_group (process_rank.h), in its worker.
+TEST_CASE("two processes with different ranks turn naming on, the first process's own rank included") {
+    run_processes::begin_run();
+    run_processes::note(100);
+    run_processes::note(101, 100);
+    run_processes::note(102, 100);
+    run_processes::note_rank(101, "0");
+    run_processes::note_rank(101, "0");
+    CHECK_FALSE(run_processes::naming());
+    run_processes::note_rank(102, "1");
+    CHECK(run_processes::naming());
+    run_processes::begin_run();
+    run_processes::note(100, 1, "0");  // the first process's own rank, and another's
+    run_processes::note(200, 1, "1");
+    CHECK(run_processes::naming());
+}
+
+TEST_CASE("a process named on the console: its pid, and its rank when it has one") {
+    run_processes::begin_run();
+    run_processes::note(100);
+    run_processes::note(101, 100);
+    CHECK(run_processes::named(101, "") == "");  // the first to speak, while it is the only one
+    CHECK(run_processes::named(100, "3") == "[pid 100, rank 3] ");
+    CHECK(run_processes::named(101, "") == "[pid 101] ");
 }
 
 TEST_CASE("an exec's new image is the same process") {
     run_processes::begin_run();
-    run_processes::note(100);
+    run_processes::note(100, 1, "0");
     run_processes::note_line(100);
-    run_processes::note(100);
-    run_processes::note_rank(100);
+    run_processes::note(100, 1, "1");  // `RANK=1 exec ...`
+    run_processes::note_rank(100, "1");
     run_processes::note_line(100);
     CHECK_FALSE(run_processes::naming());
 }
@@ -84,8 +129,7 @@ TEST_CASE("an exec's new image is the same process") {
 TEST_CASE("a new run names nothing yet") {
     run_processes::begin_run();
     run_processes::note(100);
-    run_processes::note(101);
-    run_processes::note_rank(101);
+    run_processes::note(101, 100, "1");
     REQUIRE(run_processes::naming());
     run_processes::begin_run();
     run_processes::note(101);
