@@ -699,9 +699,13 @@ def test_attach_errors_static_program_left_untouched(tmp_path):
             p.kill()
 
 
-def test_attach_errors_process_exits_during_the_attach(tmp_path):
+@pytest.mark.parametrize("end", ["stdin", "exit 10", "SIGTERM"])
+def test_attach_errors_process_exits_during_the_attach(tmp_path, end):
     # --block: the program waits in read(2) and never enters malloc, so gdb
-    # holds on; once it is traced (TracerPid), its stdin ends and it exits.
+    # holds on; once it is traced (TracerPid), it ends: its stdin's end
+    # (_exit(0)), an 'x' (_exit(10), which gdb writes "012") or a SIGTERM
+    # that gdb passes on. How it ended is said: "exited during the attach"
+    # alone hid the SIGABRT that the hooks' start-up pool caused (above).
     prog, pid = start_loop(tmp_path, "--block")
     host = attach(pid, tmp_path / "out")
     deadline = time.monotonic() + 120
@@ -709,12 +713,19 @@ def test_attach_errors_process_exits_during_the_attach(tmp_path):
         assert host.poll() is None, host.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    prog.stdin.close()
+    if end == "stdin":
+        prog.stdin.close()
+    elif end == "exit 10":
+        say(prog, "x")
+    else:
+        os.kill(pid, signal.SIGTERM)
     prog.wait(timeout=60)
     rc, out, err = finish(host)
     assert rc == 2
-    assert f"msmemscope: error: pid {pid} exited during the attach (nothing was collected)\n" in err, err
-    assert prog.returncode == 0
+    how = {"stdin": "exited with code 0", "exit 10": "exited with code 10",
+           "SIGTERM": "was killed by signal 15 (SIGTERM)"}[end]
+    assert f"msmemscope: error: pid {pid} {how} during the attach (nothing was collected)\n" in err, err
+    assert prog.returncode == {"stdin": 0, "exit 10": 10, "SIGTERM": -signal.SIGTERM}[end]
 
 
 def assert_left_untouched(prog, pid):

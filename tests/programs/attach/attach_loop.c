@@ -16,7 +16,8 @@
  * is deterministic (the test compares it with a run without attach).
  * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
  * its end, calling nothing of the malloc family (an attach never gets in)
- * unless it reads an 'm': then one malloc and free, and "m" on stdout.
+ * unless it reads an 'm': then one malloc and free, and "m" on stdout;
+ * an 'x': _exit(10) (an exit code that gdb writes in octal, "012").
  * --undumpable: prctl(PR_SET_DUMPABLE, 0) first (not traceable by its own
  * user, as a setuid program).
  * --threads: four more threads allocate and free without pause until
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
         char c;
         attach_write_ready(argv[1]);
         while (read(0, &c, 1) > 0) {
+            if (c == 'x') _exit(10);
             if (c == 'm') {
                 /* asked for a malloc-family call: the process still makes
                  * them after an attach that gave up (no breakpoint left) */
