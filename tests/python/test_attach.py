@@ -452,6 +452,37 @@ def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
             prog.kill()
 
 
+def test_attach_while_the_heap_hooks_first_look_up_is_held_leaves_the_threads_allocating(tmp_path):
+    # The flake above made certain: attach_loop_held holds the host heap
+    # hooks' look-up of the real malloc at its own dlsym while its four
+    # threads go on allocating (for ever once the hooks are in its slots).
+    # The look-up came at the hooks' first call: the threads' calls were
+    # served from the 64 KiB start-up pool until it ran out, malloc returned
+    # NULL and the program aborted ("pid N was killed by signal 6 (SIGABRT)
+    # during the attach", or just after the "attached" line). Now it comes
+    # while the library loads, before any slot points at the hooks.
+    prog, pid = start_loop(tmp_path, "--threads", program="attach_loop_held")
+    try:
+        host = attach(pid, tmp_path / "out", "--aggregate")
+        wait_attached(host, pid, prog)
+        try:
+            say(prog, "leak 4")
+            line = prog.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        assert line == "leaked 4\n", f"the program ended after the attach: returncode {prog.wait(timeout=60)}"
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        assert ") detached (it goes on running)" in out
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "look-up held\ndone\n")  # (the hold happened)
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 def test_attach_for_seconds_detaches_by_itself(tmp_path):
     prog, pid = start_loop(tmp_path)
     try:
