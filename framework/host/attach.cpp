@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -385,6 +386,27 @@ std::string killed_gdb(pid_t pid, const GdbRun& r) {
     return head + "it left no breakpoint: not attached, " + p + " runs on";
 }
 
+// How the process ended while gdb held it, in the words of the run's
+// summary ("exited with code 0", "killed by signal 6 (SIGABRT)"), from what
+// gdb said of it; "" if gdb said nothing.
+std::string ended_under_gdb(const std::string& o) {
+    const std::string killed = "\nProgram terminated with signal SIG";
+    if (size_t at = o.find(killed); at != std::string::npos) {
+        size_t b = at + killed.size(), e = o.find_first_of(",\n", b);
+        std::string name = o.substr(b, e == std::string::npos ? std::string::npos : e - b);
+        for (int sig = 1; sig < NSIG; ++sig)
+            if (const char* abbrev = sigabbrev_np(sig); abbrev && name == abbrev) return killed_by_signal(sig);
+        return "killed by signal SIG" + escape_controls(name);
+    }
+    if (o.find(") exited normally]") != std::string::npos) return "exited with code 0";
+    const std::string code = ") exited with code ";  // (gdb writes it in octal: 012 is 10)
+    if (size_t at = o.find(code); at != std::string::npos) {
+        unsigned long n = strtoul(o.c_str() + at + code.size(), nullptr, 8);
+        return "exited with code " + std::to_string(n);
+    }
+    return "";
+}
+
 // What went wrong, from gdb's output (before our marker lines).
 std::string gdb_failure(pid_t pid, const GdbRun& r) {
     const std::string& o = r.out;
@@ -392,8 +414,11 @@ std::string gdb_failure(pid_t pid, const GdbRun& r) {
     if (std::string k = killed_gdb(pid, r); !k.empty()) return "cannot attach to " + k;
     if (o.find("ptrace: Operation not permitted") != std::string::npos)
         return "cannot attach to " + p + ": ptrace is not permitted; " + ptrace_hint();
-    if (o.find("ptrace: No such process") != std::string::npos || !alive(pid))
+    if (o.find("ptrace: No such process") != std::string::npos || !alive(pid)) {
+        if (std::string how = ended_under_gdb(o); !how.empty())
+            return p + (how.rfind("killed", 0) == 0 ? " was " : " ") + how + " during the attach (nothing was collected)";
         return p + " exited during the attach (nothing was collected)";
+    }
     if (o.find("MSMS_CALL_INTERRUPTED") != std::string::npos)
         return "cannot attach to " + p + ": loading the agent into it did not finish within the attach timeout "
                "(MSMEMSCOPE_ATTACH_TIMEOUT_S); the call was left running in it";

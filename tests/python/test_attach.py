@@ -408,13 +408,31 @@ def test_a_warning_of_the_attached_pythons_package_reaches_the_console_and_the_l
             prog.kill()
 
 
+def test_heap_hooks_loaded_into_a_running_process_serve_every_thread_from_their_first_call():
+    # The cause of the flake below ("pid N exited during the attach", the
+    # program killed by SIGABRT): the hooks looked the real malloc up at
+    # their first call, and while that thread was in dlsym every other
+    # thread's malloc was served from a 64 KiB start-up pool, then failed
+    # (NULL: the program's abort()). heap_hooks_first_call holds the first
+    # call's look-up, should it come, at its own dlsym (a barrier, not luck)
+    # while its main thread allocates 64 blocks of 4000 bytes.
+    hook = BUILD / "lib" / "msmemscope" / "agent" / "libmsms_host_heap_hook.so"
+    r = subprocess.run([str(TEST_BIN / "heap_hooks_first_call"), str(hook)], capture_output=True, text=True,
+                       env=clean_env(), timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "first call held in its look-up: no; 64 block(s): 64 from the heap, 0 from the hooks' start-up pool, "
+           "0 failed\n", ""), r
+
+
 def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
     # four threads allocate and free without pause: the hooks go in and the
     # capture goes away while they are inside malloc, free and realloc
     prog, pid = start_loop(tmp_path, "--threads")
     try:
         host = attach(pid, tmp_path / "out", "--aggregate")  # millions of events a second: no per-event rows
-        wait_attached(host, pid, prog)  # (it failed once under load: the target exited during the attach)
+        # (it failed under load, the target killed by SIGABRT during the attach: the hooks' start-up
+        # pool ran out, the test above)
+        wait_attached(host, pid, prog)
         say(prog, "leak 4")
         assert prog.stdout.readline() == "leaked 4\n"
         host.send_signal(signal.SIGINT)
@@ -429,6 +447,37 @@ def test_attach_and_detach_while_threads_are_inside_malloc(tmp_path):
         say(prog, "quit")
         rest, _ = prog.communicate(timeout=60)
         assert (prog.returncode, rest) == (0, "done\n")
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
+def test_attach_while_the_heap_hooks_first_look_up_is_held_leaves_the_threads_allocating(tmp_path):
+    # The flake above made certain: attach_loop_held holds the host heap
+    # hooks' look-up of the real malloc at its own dlsym while its four
+    # threads go on allocating (for ever once the hooks are in its slots).
+    # The look-up came at the hooks' first call: the threads' calls were
+    # served from the 64 KiB start-up pool until it ran out, malloc returned
+    # NULL and the program aborted ("pid N was killed by signal 6 (SIGABRT)
+    # during the attach", or just after the "attached" line). Now it comes
+    # while the library loads, before any slot points at the hooks.
+    prog, pid = start_loop(tmp_path, "--threads", program="attach_loop_held")
+    try:
+        host = attach(pid, tmp_path / "out", "--aggregate")
+        wait_attached(host, pid, prog)
+        try:
+            say(prog, "leak 4")
+            line = prog.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        assert line == "leaked 4\n", f"the program ended after the attach: returncode {prog.wait(timeout=60)}"
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        assert ") detached (it goes on running)" in out
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert (prog.returncode, rest) == (0, "look-up held\ndone\n")  # (the hold happened)
     finally:
         if prog.poll() is None:
             prog.kill()
@@ -681,9 +730,13 @@ def test_attach_errors_static_program_left_untouched(tmp_path):
             p.kill()
 
 
-def test_attach_errors_process_exits_during_the_attach(tmp_path):
+@pytest.mark.parametrize("end", ["stdin", "exit 10", "SIGTERM"])
+def test_attach_errors_process_exits_during_the_attach(tmp_path, end):
     # --block: the program waits in read(2) and never enters malloc, so gdb
-    # holds on; once it is traced (TracerPid), its stdin ends and it exits.
+    # holds on; once it is traced (TracerPid), it ends: its stdin's end
+    # (_exit(0)), an 'x' (_exit(10), which gdb writes "012") or a SIGTERM
+    # that gdb passes on. How it ended is said: "exited during the attach"
+    # alone hid the SIGABRT that the hooks' start-up pool caused (above).
     prog, pid = start_loop(tmp_path, "--block")
     host = attach(pid, tmp_path / "out")
     deadline = time.monotonic() + 120
@@ -691,12 +744,19 @@ def test_attach_errors_process_exits_during_the_attach(tmp_path):
         assert host.poll() is None, host.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    prog.stdin.close()
+    if end == "stdin":
+        prog.stdin.close()
+    elif end == "exit 10":
+        say(prog, "x")
+    else:
+        os.kill(pid, signal.SIGTERM)
     prog.wait(timeout=60)
     rc, out, err = finish(host)
     assert rc == 2
-    assert f"msmemscope: error: pid {pid} exited during the attach (nothing was collected)\n" in err, err
-    assert prog.returncode == 0
+    how = {"stdin": "exited with code 0", "exit 10": "exited with code 10",
+           "SIGTERM": "was killed by signal 15 (SIGTERM)"}[end]
+    assert f"msmemscope: error: pid {pid} {how} during the attach (nothing was collected)\n" in err, err
+    assert prog.returncode == {"stdin": 0, "exit 10": 10, "SIGTERM": -signal.SIGTERM}[end]
 
 
 def assert_left_untouched(prog, pid):

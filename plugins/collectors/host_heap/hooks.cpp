@@ -112,6 +112,18 @@ inline bool ready() {
     return true;
 }
 
+// The real functions are looked up while the library loads, not at the
+// first call of a hook. Loaded into a running process (--attach, the Python
+// API's start()), the library is called from every thread as soon as the
+// GOT slots point at it: the first caller looked the functions up with
+// dlsym while the others' calls were served from the 64 KiB pool, which
+// threads allocating without pause used up within microseconds; malloc then
+// returned NULL and the program aborted (test_attach.py's four threads in
+// malloc, under load: "pid N exited during the attach"). Here, inside
+// dlopen, no slot points at the hooks yet. (Preloaded, the program's first
+// malloc has looked them up already.)
+__attribute__((constructor)) void resolve_at_load() { ready(); }
+
 // While collection is off the agent only remembers the block (a shadow
 // MALLOC when collection starts: agent.h).
 inline void record_alloc(void* p, size_t n) {

@@ -16,12 +16,24 @@
  * is deterministic (the test compares it with a run without attach).
  * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
  * its end, calling nothing of the malloc family (an attach never gets in)
- * unless it reads an 'm': then one malloc and free, and "m" on stdout.
+ * unless it reads an 'm': then one malloc and free, and "m" on stdout;
+ * an 'x': _exit(10) (an exit code that gdb writes in octal, "012").
  * --undumpable: prctl(PR_SET_DUMPABLE, 0) first (not traceable by its own
  * user, as a setuid program).
  * --threads: four more threads allocate and free without pause until
  * "quit" (the attach and the detach happen while threads are inside
- * malloc and free). */
+ * malloc and free).
+ *
+ * Built as attach_loop_held (ATTACH_HOLD_LOOKUP), the program exports a
+ * dlsym that the host heap hooks' calls reach first, and holds their look-up
+ * of the real malloc (dlsym(RTLD_NEXT, "malloc")) while its threads go on:
+ * until they made 1000 more turns if none of the program's own slots of the
+ * malloc family points at the hooks yet, for ever if one does (the hooks are
+ * in, and their first call is still looking up: the other threads' calls are
+ * served from the hooks' start-up pool until it runs out). "quit" then says
+ * "look-up held" before "done". */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -36,6 +48,65 @@
 #include "attach_common.h"
 
 static atomic_int stop_workers;
+static atomic_long worker_turns;
+
+#ifdef ATTACH_HOLD_LOOKUP
+#include <link.h>
+#include <sched.h>
+
+typedef void* (*dlsym_fn)(void*, const char*);
+static atomic_int lookup_armed = 1, lookup_held;
+
+static int in_hooks(const void* p) {
+    Dl_info in;
+    return p && dladdr(p, &in) && in.dli_fname && strstr(in.dli_fname, "libmsms_host_heap_hook");
+}
+
+/* Whether one of this program's PLT slots of the malloc family points at
+ * the host heap's hooks (the first object dl_iterate_phdr shows is the
+ * program). */
+static int hooked_slot(struct dl_phdr_info* info, size_t size, void* arg) {
+    (void)size;
+    const ElfW(Dyn)* dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; ++i)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn)*)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    const ElfW(Sym)* sym = NULL;
+    const char* str = NULL;
+    const ElfW(Rela)* rel = NULL;
+    size_t bytes = 0;
+    for (; dyn && dyn->d_tag != DT_NULL; ++dyn) {
+        uintptr_t v = dyn->d_un.d_ptr < info->dlpi_addr ? dyn->d_un.d_ptr + info->dlpi_addr : dyn->d_un.d_ptr;
+        if (dyn->d_tag == DT_SYMTAB) sym = (const ElfW(Sym)*)v;
+        if (dyn->d_tag == DT_STRTAB) str = (const char*)v;
+        if (dyn->d_tag == DT_JMPREL) rel = (const ElfW(Rela)*)v;
+        if (dyn->d_tag == DT_PLTRELSZ) bytes = dyn->d_un.d_val;
+    }
+    for (size_t i = 0; sym && str && rel && i < bytes / sizeof(ElfW(Rela)); ++i) {
+        const char* name = str + sym[ELF64_R_SYM(rel[i].r_info)].st_name;
+        if ((!strcmp(name, "malloc") || !strcmp(name, "free") || !strcmp(name, "calloc") ||
+             !strcmp(name, "realloc")) &&
+            in_hooks(*(void**)(info->dlpi_addr + rel[i].r_offset)))
+            *(int*)arg = 1;
+    }
+    return 1; /* the program only */
+}
+
+__attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) {
+    static dlsym_fn libc_dlsym;
+    if (!libc_dlsym) libc_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!libc_dlsym) libc_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (handle == RTLD_NEXT && strcmp(name, "malloc") == 0 && in_hooks(__builtin_return_address(0)) &&
+        atomic_exchange(&lookup_armed, 0)) {
+        int hooked = 0;
+        dl_iterate_phdr(hooked_slot, &hooked);
+        long until = atomic_load(&worker_turns) + 1000;
+        while (hooked || atomic_load(&worker_turns) < until) sched_yield();
+        atomic_store(&lookup_held, 1);
+    }
+    return libc_dlsym(handle, name);
+}
+#endif
 
 static void* worker(void* arg) {
     unsigned long n = (unsigned long)arg, sum = 0;
@@ -50,6 +121,7 @@ static void* worker(void* arg) {
         keep[n % 16] = realloc(old, size / 2 + 1);
         free(p);
         ++n;
+        atomic_fetch_add(&worker_turns, 1);
     }
     for (int i = 0; i < 16; ++i) free(keep[i]);
     return (void*)sum;
@@ -74,6 +146,7 @@ int main(int argc, char** argv) {
         char c;
         attach_write_ready(argv[1]);
         while (read(0, &c, 1) > 0) {
+            if (c == 'x') _exit(10);
             if (c == 'm') {
                 /* asked for a malloc-family call: the process still makes
                  * them after an attach that gave up (no breakpoint left) */
@@ -139,6 +212,9 @@ int main(int argc, char** argv) {
     atomic_store(&stop_workers, 1);
     for (int i = 0; i < nworkers; ++i) pthread_join(workers[i], NULL);
     for (int i = 0; i < nkept; ++i) free(kept[i]);
+#ifdef ATTACH_HOLD_LOOKUP
+    if (atomic_load(&lookup_held)) printf("look-up held\n");
+#endif
     printf("done\n");
     (void)checksum;
     return 0;
