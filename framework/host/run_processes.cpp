@@ -73,6 +73,14 @@ void note(uint32_t pid, uint32_t ppid, const std::string& rank) {
 void note_rank(uint32_t pid, const std::string& rank) {
     const int64_t r = rank_number(rank);
     if (!g_seen || pid == 0 || r == kNoRank) return;
+    // A late rank (torch.distributed's, in a worker) against the parent's
+    // environment's: mp.spawn's trainers have ranks their launcher had not.
+    // A worker holds the main process's record as it was when the worker was
+    // forked, which has the parent when its capture was found first.
+    if (auto me = noted().find(pid); me != noted().end() && me->second.ppid != pid) {
+        auto parent = noted().find(me->second.ppid);
+        if (parent != noted().end() && told_apart(Noted{me->second.ppid, r}, parent->second)) g_seen->naming.store(true);
+    }
     const uint64_t mine = uint64_t{pid} << 32 | static_cast<uint32_t>(r);
     uint64_t first = 0;
     if (g_seen->first_ranked.compare_exchange_strong(first, mine)) return;

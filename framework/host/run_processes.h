@@ -23,8 +23,10 @@
 // run's first process has no parent in the run: its own rank names
 // nothing. A parent's rank is its environment's, which the session reads
 // from the capture's header in the order the captures appear, whichever of
-// parent and child comes first: a late one is learned by the parent's
-// worker as it reads, maybe after the child's rank.)
+// parent and child comes first. A child's rank learned late, from
+// torch.distributed in its worker (mp.spawn's trainers), is compared with
+// its parent's as the worker's copy of the record has it: the parent's
+// capture is found before the child's.)
 //
 // The session notes each capture's pid, parent and rank before it forks the
 // capture's worker; the record is a page shared with the workers, so that

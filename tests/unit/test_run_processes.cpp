@@ -90,13 +90,27 @@ TEST_CASE("a helper that inherits its parent's rank names nothing") {
 }
 
 // torch.multiprocessing.spawn: no rank in any environment; each rank learns
-// its own from init_process_group (process_rank.h), in its worker.
-TEST_CASE("two processes with different ranks turn naming on, the first process's own rank included") {
+// its own from init_process_group (process_rank.h), in its worker. Rank 0's
+// first step warning may come before rank 1 learns its rank: its late rank,
+// which its launcher had not, names it at once (it once came unnamed).
+TEST_CASE("a trainer's late rank that its launcher had not turns naming on at once") {
     run_processes::begin_run();
     run_processes::note(100);
     run_processes::note(101, 100);
     run_processes::note(102, 100);
     run_processes::note_rank(101, "0");
+    CHECK(run_processes::naming());
+    run_processes::begin_run();  // a helper of a RANK=0 program that learns the same rank late
+    run_processes::note(100, 1, "0");
+    run_processes::note(101, 100);
+    run_processes::note_rank(101, "0");
+    CHECK_FALSE(run_processes::naming());
+}
+
+TEST_CASE("two processes with different ranks turn naming on, the first process's own rank included") {
+    run_processes::begin_run();
+    run_processes::note(100);
+    run_processes::note_rank(101, "0");  // processes whose parents were not found
     run_processes::note_rank(101, "0");
     CHECK_FALSE(run_processes::naming());
     run_processes::note_rank(102, "1");
