@@ -30,8 +30,8 @@
 #include "plugin_cli.h"
 #include "process_summary_json.h"
 #include "program_status.h"
-#include "run_processes.h"
 #include "provisional_step.h"
+#include "run_processes.h"
 #include "step_filter.h"
 #include "step_gap.h"
 #include "util/json.h"
@@ -511,7 +511,8 @@ void ProcessRun::run_stream() {
         // The rows held after a provisional step mark (provisional_step.h)
         // come first when ready; all of them once the stream ended.
         bool from_held = false;
-        while ((from_held = held.next(r)) || reader_.pop(raw, watermark) || (gone && held.end() && (from_held = held.next(r)))) {
+        while ((from_held = held.next(r)) || reader_.pop(raw, watermark) ||
+               (gone && held.end() && (from_held = held.next(r)))) {
             if (!from_held) {
                 ++delivered;
                 if (take_rank(raw)) {  // the host's own row (process_rank.h)
