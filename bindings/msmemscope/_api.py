@@ -207,9 +207,7 @@ def stop() -> None:
         return  # nothing to stop: never started, or ended by finish()
     watcher.range_stopped()
     _collect.disable_for_range()
-    if _shared.auto_hold == "held":
-        _ext.step()  # the optimizer's held mark: no msmemscope.step() came
-    _shared.auto_hold = ""
+    _shared.auto_hold = ""  # a provisional optimizer mark stands: no msmemscope.step() came
     _ext.stop()
 
 
@@ -240,13 +238,21 @@ def step() -> int:
     steps marked (its other API calls keep them); its first step() call
     ends the iteration the last optimizer step ended (no second mark) and
     marks from then on. After the program's start() (before any optimizer
-    mark) the optimizer's first mark waits for this call until the next
+    mark) the optimizer's first mark is provisional until the next
     optimizer step: step() right after opt.step(), upstream's pattern,
     marks every step itself."""
     _session.session("msmemscope.step()").refuse_if_finished("msmemscope.step()")
     _shared.own_steps = True
-    _shared.auto_hold = ""  # a held optimizer mark is this call's (below)
+    held = _shared.auto_hold == "held"
+    _shared.auto_hold = ""
     taken_over = _shared.auto_step
+    if held:
+        # The optimizer's provisional mark (this iteration's) is this call's:
+        # a row of its number at this time takes it over (the host drops the
+        # provisional row; framework/host/provisional_step.h).
+        _shared.auto_step = None
+        _cuda.flush()
+        return int(_ext.step_with("takes_over:true", True))
     if taken_over is not None:
         # The optimizer marked the steps until this first call (a plain
         # script under the CLI): this call ends the iteration its last

@@ -34,10 +34,12 @@ own_steps = False  # the program called msmemscope.step(): it marks its steps it
 auto_step: Optional[int] = None
 # The program's start() under the CLI before the optimizer marked a step
 # (upstream's API pattern: msmemscope.step() right after opt.step()): the
-# optimizer's first mark waits for the program's own step(). "hold" until
-# the first optimizer step, then "held" until the program's step() (which
-# marks the step itself) or the next optimizer step (which writes the held
-# mark, then its own); "" otherwise.
+# optimizer's first mark is written provisional (Attr provisional:true) and
+# the host holds the events after it (framework/host/provisional_step.h).
+# "hold" until the first optimizer step, then "held" until the program's
+# step() (a STEP row of the same number that takes the provisional one over)
+# or the next optimizer step or stop() (the provisional mark stands); ""
+# otherwise.
 auto_hold = ""
 booted = False     # the CLI's interpreter-start hook joined the session
 step_on = False    # --step-on named the functions that end the steps

@@ -395,13 +395,14 @@ def _wrap_step(cls) -> None:
             if _optimizer_depth == 0 and _shared.auto_steps():
                 _cuda.flush()  # the caching allocator's blocks of this step before its mark
                 # a script under the CLI that marks no steps: the optimizer marks them
+                n = None
                 if _shared.auto_hold == "hold":
-                    _shared.auto_hold = "held"  # the program's msmemscope.step() may follow
+                    # the program's msmemscope.step() may follow: it takes this mark over
+                    n = _ext.step_with("provisional:true", False)
+                    _shared.auto_hold = "held" if n is not None else ""
                 else:
-                    if _shared.auto_hold == "held":
-                        _ext.step()  # no msmemscope.step() came: the held mark first
-                    _shared.auto_hold = ""
-                    _shared.auto_step = _ext.step()
+                    _shared.auto_hold = ""  # no msmemscope.step() came: the provisional mark stands
+                _shared.auto_step = _ext.step() if n is None else n
 
     step_wrapper._msmemscope_wrapped = True
     step_wrapper.__wrapped__ = step

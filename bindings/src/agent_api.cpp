@@ -58,6 +58,7 @@ std::string load_agent(const std::string& path) {
     resolve(handle, "msms_agent_collecting_flag", a.collecting_flag);
     resolve(handle, "msms_agent_stream_generation", a.stream_generation);
     resolve(handle, "msms_agent_mstx_steps_seen", a.mstx_steps_seen);
+    resolve(handle, "msms_agent_step_with", a.step_with);
     resolve(handle, "msms_agent_import_enter", a.import_enter);
     resolve(handle, "msms_agent_import_leave", a.import_leave);
     resolve(handle, "msms_agent_import_finalizing", a.import_finalizing);

@@ -44,6 +44,7 @@ struct AgentApi {
     const unsigned char* (*collecting_flag)();
     uint32_t (*stream_generation)();  // optional: ids change with it
     int (*mstx_steps_seen)();         // optional: an mstx "step start" range began
+    uint64_t (*step_with)(const char* attrs, int again);  // optional: a STEP row with an Attr
     void (*import_enter)();           // optional: host-heap import scopes
     void (*import_leave)();
     void (*import_finalizing)();

@@ -817,6 +817,14 @@ PYBIND11_MODULE(_msmemscope, m) {
         need_agent();
         return g_agent.step();
     });
+    // A STEP row with Attr attrs ("provisional:true"); again: the last
+    // step's number once more (framework/host/provisional_step.h). None when
+    // the agent is older than this package.
+    m.def("step_with", [](const std::string& attrs, bool again) -> py::object {
+        need_agent();
+        if (!g_agent.step_with) return py::none();
+        return py::int_(g_agent.step_with(attrs.c_str(), again ? 1 : 0));
+    });
     m.def("collecting", [] { return g_agent_loaded && g_agent.collecting(); });
     // Whether the program marks its steps with mstx "step start" ranges
     // (then the optimizer's steps are not marked as well: _shared.auto_steps).

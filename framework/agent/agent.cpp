@@ -809,21 +809,26 @@ __attribute__((visibility("default"))) void msms_agent_set_shadow_host_observer(
     g_shadow_host_observer.store(fn, std::memory_order_release);
 }
 
-__attribute__((visibility("default"))) uint64_t msms_agent_step(void) {
+// A STEP row with Attr attrs (nullptr: none). again: the row says the last
+// step's number once more, a row that takes a provisional one over (the
+// Python package's optimizer marks: framework/host/provisional_step.h).
+__attribute__((visibility("default"))) uint64_t msms_agent_step_with(const char* attrs, int again) {
     // Outside a collection range (before start(), after stop()) a step marks
     // nothing, as upstream's step() (a row ahead of START_TRACE, steps that
     // summary.json counted): the last step's number is returned.
     if (!g_collecting.load()) return g_step.load();
-    uint64_t n = g_step.fetch_add(1) + 1;
+    uint64_t n = again ? g_step.load() : g_step.fetch_add(1) + 1;
     if (!channel_is_open() || !attach_step_allowed()) return n;
     Tls& t = tls();
     Guard g(t);
     char name[24];
     snprintf(name, sizeof(name), "%llu", static_cast<unsigned long long>(n));
-    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STEP, MSMS_DEV_NA, -1, 0, 0, n, 0, name, nullptr);
-    attach_step_done(n);  // --attach-steps (attach.h)
+    msms_agent_event(MSMS_EV_SYSTEM, MSMS_T_STEP, MSMS_DEV_NA, -1, 0, 0, n, 0, name, attrs);
+    if (!again) attach_step_done(n);  // --attach-steps (attach.h)
     return n;
 }
+
+__attribute__((visibility("default"))) uint64_t msms_agent_step(void) { return msms_agent_step_with(nullptr, 0); }
 
 __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider(msms_stack_provider fn) {
     g_py_provider.store(fn);

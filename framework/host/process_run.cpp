@@ -30,6 +30,7 @@
 #include "plugin_cli.h"
 #include "process_summary_json.h"
 #include "program_status.h"
+#include "provisional_step.h"
 #include "run_processes.h"
 #include "step_filter.h"
 #include "step_gap.h"
@@ -466,6 +467,7 @@ void ProcessRun::run_stream() {
             ++shadow_rows;
         }
     };
+    ProvisionalStep held;  // the optimizer's provisional step mark (provisional_step.h)
     StepCounter step_count;  // for summary.json
     RawEvent raw;
     Record r;  // reused: its strings keep their storage from event to event
@@ -506,17 +508,24 @@ void ProcessRun::run_stream() {
         uint64_t watermark = reader_.poll_ordered(kWindowNs, n, kBarrierEveryNs);
         bool gone = watermark == UINT64_MAX;
         size_t delivered = 0;
-        while (reader_.pop(raw, watermark)) {
-            ++delivered;
-            if (take_rank(raw)) {  // the host's own row (process_rank.h)
-                name_rank(pipeline);  // a warning from now on names it
-                continue;
+        // The rows held after a provisional step mark (provisional_step.h)
+        // come first when ready; all of them once the stream ended.
+        bool from_held = false;
+        while ((from_held = held.next(r)) || reader_.pop(raw, watermark) ||
+               (gone && held.end() && (from_held = held.next(r)))) {
+            if (!from_held) {
+                ++delivered;
+                if (take_rank(raw)) {  // the host's own row (process_rank.h)
+                    name_rank(pipeline);  // a warning from now on names it
+                    continue;
+                }
+                if (take_program_warning(raw, *run.log)) continue;
+                if (!keep(raw)) continue;
+                if (!live) note_stacks(raw);
+                r.reset();
+                convert(raw, r, sym);
+                if (held.take(r)) continue;
             }
-            if (take_program_warning(raw, *run.log)) continue;
-            if (!keep(raw)) continue;
-            if (!live) note_stacks(raw);
-            r.reset();
-            convert(raw, r, sym);
             step_count.feed(r.ev, r.name);
             if (!steps.keep(r.ev, r.name)) {  // --steps
                 gap.dropped(r);

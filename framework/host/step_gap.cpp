@@ -1,16 +1,24 @@
 #include "step_gap.h"
 
 #include <algorithm>
+#include <cstdlib>
+
+#include "shadow.h"
 
 namespace msms {
 
 namespace {
 constexpr size_t kMaxExtras = 4096;  // distinct extras lists kept; past it a shadow row carries none
 
-bool attr_is(const Record& r, const char* key, const char* value) {
+const std::string* attr_of(const Record& r, const char* key) {
     for (auto& a : r.attrs)
-        if (a.first == key) return a.second == value;
-    return false;
+        if (a.first == key) return &a.second;
+    return nullptr;
+}
+
+bool attr_is(const Record& r, const char* key, const char* value) {
+    const std::string* v = attr_of(r, key);
+    return v && *v == value;
 }
 }  // namespace
 
@@ -29,7 +37,15 @@ void StepGap::dropped_malloc(const Record& r) {
     // The address allocated again: a block the pipeline holds there was
     // released unseen (emplace keeps the first: it is freed once).
     pipeline_block_gone(pool, ev.ptr);
-    made_[pool][ev.ptr] = Made{ev.size, ++order_, extras_of(r)};
+    // When it was allocated: the row's time; a row that stands for an
+    // earlier event says so (its own allocated_at), a shadow row of the
+    // agent's (collection started) knows no time.
+    uint64_t at = ev.timestamp_ns;
+    if (is_shadow(r)) {
+        const std::string* a = attr_of(r, "allocated_at");
+        at = a ? std::strtoull(a->c_str(), nullptr, 10) : 0;
+    }
+    made_[pool][ev.ptr] = Made{ev.size, ++order_, extras_of(r), at};
 }
 
 void StepGap::dropped_free(const Record& r) {
@@ -54,7 +70,7 @@ void StepGap::dropped_free(const Record& r) {
 uint32_t StepGap::extras_of(const Record& r) {
     std::vector<std::pair<std::string, std::string>> extras;
     for (auto& a : r.attrs)
-        if (a.first != "shadow") extras.push_back(a);
+        if (a.first != "shadow" && a.first != "allocated_at") extras.push_back(a);
     if (extras.empty()) return 0;
     auto it = extras_index_.find(extras);
     if (it != extras_index_.end()) return it->second;
@@ -88,6 +104,7 @@ std::vector<Record> StepGap::catch_up(uint64_t ts, uint32_t pid) {
         for (auto& [ptr, b] : blocks) {
             Record r = row(MSMS_EV_MALLOC, pool, ptr);
             r.ev.size = b.size;
+            if (b.at) r.attrs.emplace_back("allocated_at", std::to_string(b.at));
             for (auto& a : extras_[b.extras]) r.attrs.push_back(a);
             if (pool.virt && !attr_is(r, "virtual", "true")) r.attrs.emplace_back("virtual", "true");
             mallocs.emplace_back(b.order, std::move(r));

@@ -8,7 +8,11 @@
 //  * a FREE with Attr shadow:true for each block the pipeline holds live
 //    that was freed (or whose address was allocated again) unseen;
 //  * a MALLOC with Attr shadow:true, no stacks, for each block allocated
-//    unseen and still live, with the extras its MALLOC carried.
+//    unseen and still live, with the extras its MALLOC carried and Attr
+//    allocated_at, the time its MALLOC happened (the analyses tell its step
+//    from that by their own numbering: the STEP rows are all kept). A block
+//    whose MALLOC was itself a shadow of the agent's (there when collection
+//    started: time not known) has none.
 // The FREEs come first (an address freed and allocated again in between is
 // the old block's FREE, then the new one's MALLOC), each group in the order
 // its events happened, so allocation_ids grow with the MALLOCs' order as
@@ -52,6 +56,7 @@ private:
         uint64_t size;
         uint64_t order;   // when its MALLOC came among the dropped events
         uint32_t extras;  // index into extras_ (0: none)
+        uint64_t at;      // when it was allocated (its MALLOC's time; 0: not known)
     };
     void dropped_malloc(const Record& r);
     void dropped_free(const Record& r);

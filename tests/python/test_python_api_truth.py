@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, clean_env as env_for, dump_files, process_dirs
+from conftest import BUILD, clean_env as env_for, dump_files, process_dirs, read_dump
 
 PY = "/usr/bin/python3"
 
@@ -64,11 +64,13 @@ print("trained", flush=True)
 
 @pytest.mark.parametrize("mode,steps", [
     ("plain", range(2, 8)), ("config", range(2, 8)), ("snapshot", range(2, 8)),
-    # after start() the optimizer's first mark waits one optimizer step for
-    # a msmemscope.step() (then written with the next one's): the first
-    # iteration is warm-up with the rest
-    ("start", range(3, 8)),
-    # step() right after opt.step() (upstream's pattern) marks every step
+    # after start() the optimizer's first mark is provisional until a
+    # msmemscope.step() or the next optimizer step: the steps are the
+    # optimizer's all the same (they were the first two iterations in step
+    # 1, then an empty step 2)
+    ("start", range(2, 8)),
+    # step() after opt.step() (upstream's pattern) marks every step, the
+    # leak between them in the step its step() closes
     ("start_step", range(2, 8))])
 def test_api_calls_other_than_step_keep_the_optimizer_steps_under_the_cli(tmp_path, mode, steps):
     # A config() or take_snapshot() call (any API call) turned the optimizer's
@@ -80,6 +82,28 @@ def test_api_calls_other_than_step_keep_the_optimizer_steps_under_the_cli(tmp_pa
     leaks = re.findall(r"^Direct Pytorch Caching memory pool leak of 0\.125000 Mb\(s\) at 0x[0-9a-f]+ in kernel_\d+ "
                        r"at step (\d+)\.$", p.stdout, re.M)
     assert leaks == [str(s) for s in steps], p.stdout
+    # The dump's STEP rows are the program's: 1..8 in order, no row of the
+    # host's provisional mark (its Attr, a second row of a number) left.
+    rows = read_dump(dump_files(only_dir(tmp_path / "out"))[0])
+    marks = [r for r in rows if r["Event"] == "SYSTEM" and r["Event Type"] == "STEP"]
+    assert [r["Name"] for r in marks] == [str(n) for n in range(1, 9)], marks
+    assert all(r["attr"] == {} for r in marks), marks
+    ids = [int(r["ID"]) for r in rows]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    times = [int(r["Timestamp(ns)"]) for r in marks]
+    assert times == sorted(times)
+    if mode.startswith("start"):
+        # each iteration's leak lies in its own step: before the STEP row
+        # that ends it (step(), or the optimizer's next mark)
+        kept = [r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"
+                and r["attr"].get("size") == "131072"]
+        assert len(kept) == 8
+        bounds = [0] + [int(m["ID"]) for m in marks] + [int(rows[-1]["ID"]) + 1]
+        # iteration k's leak: after opt.step()'s mark (STEP k+1, "start"), or
+        # before step()'s (STEP k+1, "start_step")
+        first = 1 if mode == "start" else 0
+        for k, r in enumerate(kept):
+            assert bounds[k + first] < int(r["ID"]) < bounds[k + first + 1], (k, r["ID"], bounds)
 
 
 # ---------------------------------------------------------------- 2. start()'s own work is not the program's

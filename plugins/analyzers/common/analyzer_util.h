@@ -4,13 +4,17 @@
 
 #include <msmemscope/plugin.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace msms_an {
 
@@ -95,6 +99,30 @@ public:
     // Feeds one event; tells whether a step ended and/or a new one began.
     // `ended` receives the number of the step that ended.
     Boundary feed(const msms_event& ev, uint64_t& ended) {
+        uint64_t before = current_;
+        Boundary b = boundary(ev, ended);
+        if (current_ != before) starts_.emplace_back(ev.timestamp_ns, current_);
+        return b;
+    }
+    uint64_t current() const { return current_; }
+    // The step that was current at time ts (an event's timestamp_ns), by
+    // the boundaries fed so far: a row that stands for an event of the past
+    // (a --steps shadow MALLOC's Attr allocated_at, framework/host/
+    // step_gap.h) is told its step by the same numbering as the others.
+    uint64_t at(uint64_t ts) const {
+        auto it = std::upper_bound(starts_.begin(), starts_.end(), ts,
+                                   [](uint64_t t, const std::pair<uint64_t, uint64_t>& s) { return t < s.first; });
+        return it == starts_.begin() ? 0 : std::prev(it)->second;
+    }
+    bool conflicting(const msms_event& ev) const {
+        if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) return source_ == Source::Mstx;
+        if (ev.kind == MSMS_EV_MSTX && ev.type == MSMS_T_RANGE_START)
+            return source_ == Source::Python && (view(ev.name) == "step start" || view(ev.name) == "\"step start\"");
+        return false;
+    }
+
+private:
+    Boundary boundary(const msms_event& ev, uint64_t& ended) {
         if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) {
             if (source_ == Source::Mstx) return Boundary::None;
             source_ = Source::Python;
@@ -123,19 +151,12 @@ public:
         }
         return Boundary::None;
     }
-    uint64_t current() const { return current_; }
-    bool conflicting(const msms_event& ev) const {
-        if (ev.kind == MSMS_EV_SYSTEM && ev.type == MSMS_T_STEP) return source_ == Source::Mstx;
-        if (ev.kind == MSMS_EV_MSTX && ev.type == MSMS_T_RANGE_START)
-            return source_ == Source::Python && (view(ev.name) == "step start" || view(ev.name) == "\"step start\"");
-        return false;
-    }
 
-private:
     enum class Source { None, Python, Mstx };
     Source source_ = Source::None;
     uint64_t current_ = 0, mstx_count_ = 0, range_id_ = 0;
     bool in_range_ = false;
+    std::vector<std::pair<uint64_t, uint64_t>> starts_;  // (timestamp, the step current from then), in time order
 };
 
 // True when the run's config_json lists --steps (analyses that need every

@@ -33,7 +33,10 @@
 // snapshot's numbers and is never listed as a recent or a large block. A
 // block that was there when collection started (its MALLOC written then,
 // shadow:true) is listed among the largest, with that row's timestamp, but
-// not among the recent: when it was allocated is not known.
+// not among the recent: when it was allocated is not known. A block --steps
+// carried over from a step not selected (a shadow MALLOC with Attr
+// allocated_at: framework/host/step_gap.h) is listed with that time and
+// the step it was then, as any other block.
 // Each byte once (DESIGN §8): a framework
 // block at the address of a live host heap block (a CPU tensor's storage)
 // is listed and counted under the framework only. The rows of a failure
@@ -271,6 +274,15 @@ private:
                     std::string(view(ev.py_stack)), std::string(view(ev.c_stack))};
             b.shadow = has_true(ev, "shadow");
             b.fold = b.shadow && has_true(ev, "import");
+            // --steps: a block allocated in a step not selected, still live
+            // when a selected one starts, is written then (shadow MALLOC,
+            // framework/host/step_gap.h) with the time its MALLOC happened:
+            // listed with that time and the step it was then
+            if (uint64_t at = b.shadow ? to_u64(msmemscope::attr(ev, "allocated_at")) : 0) {
+                b.ts = at;
+                b.step = steps_.at(at);
+                b.shadow = false;  // when it was allocated is known
+            }
             d.live[k] = std::move(b);
             d.allocated += static_cast<int64_t>(ev.size);
             if (fw) {

@@ -468,3 +468,36 @@ TEST_CASE("--analyze of a dump (no sink but the write-back of annotations): the 
           std::vector<std::string>{"oom: 1 out-of-memory failure(s), an OOM_Snapshot row each; --analysis=oom adds "
                                    "the failing call and the most recent and largest live blocks (OOM_DETAIL rows)"});
 }
+
+TEST_CASE("--steps: a block carried over from a step not selected is listed with the time and step it was allocated") {
+    // --steps=3: the weights allocated in step 1 (before the first STEP row,
+    // step 0 as upstream numbers it) and a tensor of step 2 reach the
+    // analysis as shadow MALLOCs when step 3 starts (framework/host/
+    // step_gap.h), with the time their MALLOC happened: they were said to be
+    // allocated in step 3, at the shadow rows' time.
+    PluginHarness h(plugin());
+    REQUIRE(h.create({{"K", "3"}}) == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    h.feed(EventBuilder::step(1).at(100));
+    h.feed(EventBuilder::step(2).at(200));
+    h.feed(EventBuilder::malloc(0x10, 1 << 20).at(200).attr("shadow", "true").attr("allocated_at", "50"));
+    h.feed(EventBuilder::malloc(0x20, 1 << 10).at(200).attr("shadow", "true").attr("allocated_at", "150"));
+    h.feed(EventBuilder::malloc(0x30, 64).at(250));
+    h.feed(trigger(1 << 30).at(300));
+    REQUIRE(h.finish() == MSMS_OK);
+    auto top = of_type(h, MSMS_T_OOM_TOP_ALLOC);
+    REQUIRE(top.size() == 3);
+    CHECK(top[0].attr("ptr") == "0x10");
+    CHECK(top[0].attr("timestamp") == "50");
+    CHECK(top[0].attr("step") == "0");
+    CHECK(top[1].attr("ptr") == "0x20");
+    CHECK(top[1].attr("timestamp") == "150");
+    CHECK(top[1].attr("step") == "2");
+    CHECK(top[2].attr("step") == "3");
+    // their time is known: they are listed among the recent as well, by it
+    auto recent = of_type(h, MSMS_T_OOM_RECENT_ALLOC);
+    REQUIRE(recent.size() == 3);
+    CHECK(recent[0].attr("ptr") == "0x30");
+    CHECK(recent[1].attr("ptr") == "0x20");
+    CHECK(recent[2].attr("ptr") == "0x10");
+}
