@@ -312,8 +312,16 @@ void Session::scan() {
             break;
         }
         seen_.insert(p);
+        bool follows = false;  // an image after an exec (set_follows_exec)
         if (uint32_t pid = 0, index = 0; capture_name_parts(p, pid, index)) {
-            next_capture_seen(pid, index);
+            CaptureIdentity id = capture_identity(p);
+            follows = index > 0 && id.forked_from == 0;
+            {
+                std::lock_guard<std::mutex> l(awaited_mu_);
+                if (auto before = captures_seen_.find({pid, index - 1}); follows && before != captures_seen_.end())
+                    follows = continues(before->second.start_ticks, id);
+            }
+            next_capture_seen(pid, index, id);
             // before the worker is forked, so that it names its process
             // from its first warning on when another one came first
             uint32_t ppid = 0;
@@ -325,6 +333,7 @@ void Session::scan() {
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
         ProcessRun* raw = r.run.get();
+        raw->set_follows_exec(follows);
         r.progress = progress::acquire();  // before the worker is forked: the page is shared
         raw->set_progress(r.progress);
         // Python mode: the lines of the ready pipe, for the capture of the
@@ -463,7 +472,8 @@ void Session::join_all() {
     running_.clear();
     for (auto& a : summaries_)
         for (auto& b : summaries_)
-            if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty() && !a.replaced_by_exec) {
+            if (a.pid == b.pid && b.capture_index == a.capture_index + 1 && !a.output_dir.empty() && !a.replaced_by_exec &&
+                continues(a.start_ticks, {b.start_ticks, b.forked_from})) {
                 if (end_unrecorded(a) && a.facts.leaks_ran && judged_at_exit(a.report))
                     a.report.push_back(kUnrecordedExecLeaks);
                 a.replaced_by_exec = true;
@@ -564,16 +574,22 @@ void Session::settle_live_ended(const ProcessSummary& s) const {
 void Session::image_done(const ProcessSummary& s) {
     if (!summary_awaits_next_image(s)) return;
     std::lock_guard<std::mutex> l(awaited_mu_);
-    if (captures_seen_.count({s.pid, s.capture_index + 1})) show_continued(s);
-    else awaited_images_[{s.pid, s.capture_index}] = s;
+    auto next = captures_seen_.find({s.pid, s.capture_index + 1});
+    if (next == captures_seen_.end()) awaited_images_[{s.pid, s.capture_index}] = s;
+    else if (continues(s.start_ticks, next->second)) show_continued(s);
+    // (else another process that was given its pid: it ended there)
 }
 
-void Session::next_capture_seen(uint32_t pid, uint32_t index) {
-    if (index == 0) return;  // a process's first image follows no exec
+void Session::next_capture_seen(uint32_t pid, uint32_t index, const CaptureIdentity& id) {
     std::lock_guard<std::mutex> l(awaited_mu_);
-    captures_seen_.insert({pid, index});
+    captures_seen_[{pid, index}] = id;
+    if (index == 0) return;  // a process's first image follows no exec
     auto earlier = awaited_images_.find({pid, index - 1});
     if (earlier == awaited_images_.end()) return;
+    if (!continues(earlier->second.start_ticks, id)) {  // the pid reused, not an exec
+        awaited_images_.erase(earlier);
+        return;
+    }
     show_continued(earlier->second);
     awaited_images_.erase(earlier);
 }

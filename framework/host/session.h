@@ -103,7 +103,8 @@ private:
     // whichever comes first: its worker's end (image_done, on that worker's
     // thread) or the next capture seen (next_capture_seen, scan()).
     void image_done(const ProcessSummary& s);
-    void next_capture_seen(uint32_t pid, uint32_t index);  // of a capture <pid>.<index>.msmcap
+    // of a capture <pid>.<index>.msmcap, what its header says of its process
+    void next_capture_seen(uint32_t pid, uint32_t index, const CaptureIdentity& id);
     void show_continued(const ProcessSummary& s);  // under awaited_mu_
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
@@ -141,7 +142,7 @@ private:
     // (image_done, next_capture_seen) Keyed by (pid, capture index).
     std::mutex awaited_mu_;
     std::map<std::pair<uint32_t, uint32_t>, ProcessSummary> awaited_images_;  // summary.json (and view) not yet "continued"
-    std::set<std::pair<uint32_t, uint32_t>> captures_seen_;
+    std::map<std::pair<uint32_t, uint32_t>, CaptureIdentity> captures_seen_;  // (continues)
     std::map<std::string, std::string> live_shown_;  // process folder -> the end its view says now
     std::set<std::string> continued_written_;  // process folders whose summary.json says "continued" already
 };
