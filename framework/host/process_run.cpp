@@ -45,7 +45,8 @@ namespace fs = std::filesystem;
 namespace msms {
 
 bool replaced_by_exec(const ProcessSummary& s) {
-    return s.replaced_by_exec || s.attach_exec || s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
+    return s.replaced_by_exec || s.attach_exec || s.exec_unfollowed ||
+           s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
 }
 
 const char kEndStatusUnknown[] =
@@ -54,6 +55,9 @@ const char kEndStatusUnknown[] =
 
 std::string unrecorded_exec_words(const ProcessSummary& s) {
     if (s.attach_exec) return "replaced by exec, which an attach does not follow (the new image runs on unrecorded)";
+    if (s.exec_unfollowed && !s.replaced_by_exec)
+        return "replaced by exec without the agent (an exec the agent did not record, and no later capture of this "
+               "pid came: a static or set-user-ID program, or an environment that does not preload the agent)";
     if (s.replaced_by_exec || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec)) return "";
     std::string words = "replaced by exec of " + escape_controls(s.exec_path) + " without the agent ";
     if (s.end_code == capture::kExecKeepsAgent)

@@ -81,6 +81,10 @@ struct ProcessSummary {
     // Profiled by --attach, and the image exec'ed: an attach does not follow
     // an exec (the new image has no agent), its capture ends there.
     bool attach_exec = false;
+    // Set by the session at the run's end: its worker took a new command
+    // line of the pid for an exec that the agent did not record, and no
+    // later capture of the pid came (the new image did not load the agent).
+    bool exec_unfollowed = false;
     // A child forked from a profiled process (same program and command, no
     // exec) that ended with _exit(): what it still held went with it, as
     // with exec, so nothing is "still allocated at exit" (issue #27 item 8).

@@ -479,6 +479,19 @@ void Session::join_all() {
                 a.replaced_by_exec = true;
                 rewrite_continued_exec(a);
             }
+    // Its worker took a new command line of the pid for an exec the agent did
+    // not record, and wrote "continued in the next capture of this pid"; no
+    // later capture of the pid came: the new image did not load the agent.
+    for (auto& a : summaries_) {
+        if (a.replaced_by_exec || !a.facts.exec_replaced || a.output_dir.empty() ||
+            a.end_kind != static_cast<uint32_t>(capture::EndKind::Unknown))
+            continue;
+        a.facts.exec_replaced = false;
+        a.exec_unfollowed = true;
+        if (std::string why = write_summary_again(a); !why.empty())
+            a.incomplete.push_back(a.output_dir + "/summary.json: cannot write it again (no later capture of its pid "
+                                   "came): " + why + "; it says the exec was continued in the next capture");
+    }
     std::lock_guard<std::mutex> l(awaited_mu_);  // (no worker's thread is left; live_shown_ is read under it all the same)
     for (auto& s : summaries_) {
         s.ended = how_ended(s);
@@ -520,12 +533,14 @@ static ProcessSummary continued_in_next_capture(const ProcessSummary& s) {
 // The image's summary.json as an exec continued in the next capture says it
 // ("" once written, else why not).
 std::string Session::write_continued_summary(const ProcessSummary& s) const {
-    const ProcessSummary continued = continued_in_next_capture(s);
+    return write_summary_again(continued_in_next_capture(s));
+}
+
+std::string Session::write_summary_again(const ProcessSummary& s) const {
     std::string why;
     Fd root = open_output_root(cfg_.output, why);
     Fd dir(root ? files::open_dir(root.get(), fs::path(s.output_dir).filename().string(), false, why) : -1);
-    if (dir && files::replace(dir.get(), "summary.json", process_summary_json(continued, continued.facts), why))
-        return "";
+    if (dir && files::replace(dir.get(), "summary.json", process_summary_json(s, s.facts), why)) return "";
     return why.empty() ? "cannot open its folder" : why;
 }
 

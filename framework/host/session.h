@@ -91,6 +91,7 @@ private:
     // and the next capture are known (show_continued), else here at the end.
     void rewrite_continued_exec(ProcessSummary& s);
     std::string write_continued_summary(const ProcessSummary& s) const;
+    std::string write_summary_again(const ProcessSummary& s) const;  // "" once written, else why not
     // --live: the view's last screen and snapshot (live.txt, live.json) of
     // an image say how it ended as the session knows it now, not as its
     // worker knew it (an exec's next image waited for, or come late).

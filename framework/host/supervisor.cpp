@@ -343,6 +343,7 @@ std::string encode(const ProcessSummary& s) {
     w.u(s.replaced_by_exec);
     w.s(s.live_ended);
     w.u(s.attach_exec);
+    w.u(s.exec_unfollowed);
     w.u(s.exit_after_fork);
     w.u(s.leaks_ran);
     w.u(s.interrupted);
@@ -417,6 +418,7 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.replaced_by_exec = r.u() != 0;
     s.live_ended = r.s();
     s.attach_exec = r.u() != 0;
+    s.exec_unfollowed = r.u() != 0;
     s.exit_after_fork = r.u() != 0;
     s.leaks_ran = r.u() != 0;
     s.interrupted = r.u() != 0;

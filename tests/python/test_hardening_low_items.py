@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -578,6 +579,58 @@ def test_an_exec_the_agent_did_not_see_is_said_once_the_next_image_records(cli, 
     assert not [t for t in first["top_sites"] if t["kind"] == "live_at_exit"], first
     (second,) = [j for name, j in summaries.items() if name.endswith("_exec1")]
     assert second["ended"]["text"] == "exited with code 0", second
+
+
+# An exec the agent does not see (a raw syscall(SYS_execve)) into a static
+# program (attach_static: it writes its pid to READY, then waits for the end
+# of stdin), which never loads the agent: no later capture of the pid comes.
+UNSEEN_STATIC_EXEC = """
+import ctypes, os, sys
+held = bytearray(3 << 20)  # held at the exec
+prog, ready = sys.argv[1], sys.argv[2]
+argv = [prog.encode(), ready.encode(), None]
+envp = [f"{k}={v}".encode() for k, v in os.environ.items()] + [None]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(59, prog.encode(), (ctypes.c_char_p * 3)(*argv), (ctypes.c_char_p * len(envp))(*envp))
+sys.exit("execve: " + os.strerror(ctypes.get_errno()))
+"""
+
+
+def test_an_unrecorded_exec_that_no_capture_follows_is_said_so_at_the_end(cli, test_bin, tmp_path):
+    # The worker took the pid's new command line for an exec and wrote
+    # 'replaced by exec (continued in the next capture of this pid)' in
+    # summary.json; no later capture came (a static program), and it still
+    # said so after the run (the console: "exited with code 0").
+    (tmp_path / "unseen.py").write_text(UNSEEN_STATIC_EXEC)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    p = subprocess.Popen([str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--analysis=leaks", "--output=out", "--",
+                          "/usr/bin/python3", "unseen.py", str(test_bin / "attach_static"), "ready"],
+                         cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        ready = tmp_path / "ready"
+        while not ready.exists() or not ready.read_text():  # the static image runs
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.01)
+        pid = int(ready.read_text())
+        while not list((tmp_path / "out").glob(f"msmemscope_{pid}_*/summary.json")):  # its worker decided
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.01)  # (a barrier: polled, not a guess at how long it takes)
+        out, err = p.communicate("", timeout=300)  # the end of stdin: the static program exits 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, out + err
+    words = ("replaced by exec without the agent (an exec the agent did not record, and no later capture of this pid "
+             "came: a static or set-user-ID program, or an environment that does not preload the agent)")
+    command = f"/usr/bin/python3 unseen.py {test_bin / 'attach_static'} ready"
+    assert f"msmemscope: pid {pid} ({command}) {words}; then exited with code 0" in out.splitlines(), out
+    assert "continued in the next capture" not in out and "still allocated" not in out, out
+    (folder,) = (tmp_path / "out").glob(f"msmemscope_{pid}_*")
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
+    assert summary["leaks"]["allocations"] == 0 and summary["leaks"]["exit_judged"] is False, summary
 
 
 PID_REUSE = SOURCE / "tests" / "programs" / "python" / "pid_reuse.py"
