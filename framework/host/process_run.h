@@ -138,9 +138,12 @@ public:
     void set_progress(progress::Slot* slot) { progress_ = slot; }
     // Whether this capture is an image after an exec of the process of the
     // pid's previous capture, as the session knows from the start times of
-    // both (same_process). Not set (a replay): any capture after the first.
+    // both (same_process). Not set (a replay): any capture after the first
+    // that the fork handler did not open (continues).
     void set_follows_exec(bool follows) { follows_exec_ = follows ? 1 : 0; }
-    bool follows_exec() const { return follows_exec_ < 0 ? summary_.capture_index > 0 : follows_exec_ == 1; }
+    bool follows_exec() const {
+        return follows_exec_ < 0 ? summary_.capture_index > 0 && summary_.forked_from == 0 : follows_exec_ == 1;
+    }
     // Milliseconds of reorder window: events are delivered once they are this
     // old, so that records of all threads can be merged in time order.
     static constexpr uint64_t kWindowNs = 50'000'000;
