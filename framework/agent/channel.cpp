@@ -889,6 +889,28 @@ static void fill_cmdline(CaptureHeader* h) {
     h->exe[sizeof(h->exe) - 1] = 0;
 }
 
+// The process's start time, field 22 of /proc/self/stat (0: not known).
+static uint64_t start_ticks() {
+    char text[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = 0;
+    const char* p = strrchr(text, ')');  // the command may hold spaces and parentheses
+    if (!p) return 0;
+    ++p;
+    for (int field = 2; field < 22; ++field) {  // p is at the space before field 3, ...
+        while (*p == ' ') ++p;
+        if (field < 21)
+            while (*p && *p != ' ') ++p;
+    }
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; ++p) v = v * 10 + static_cast<uint64_t>(*p - '0');
+    return v;
+}
+
 int channel_open(const char* session_dir, uint32_t forked_from) {
     if (channel_is_open()) return EALREADY;
     // Every name below is relative to the session folder, opened once without
@@ -988,6 +1010,7 @@ int channel_open(const char* session_dir, uint32_t forked_from) {
         h->ns_per_tick_q32 = static_cast<uint64_t>(ns_per_tick * 4294967296.0);
     }
     fill_cmdline(h);
+    h->start_ticks = start_ticks();
     // Exact cross-thread ordering (capture_format.h): the host may issue
     // global expedited barriers that reach this process.
     h->ordering = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 ? 1 : 0;

@@ -1,7 +1,10 @@
 // GOT patching (see got_patch.h). Walks every loaded object with
 // dl_iterate_phdr, reads its dynamic section (symbol table, string table,
 // PLT and GLOB_DAT relocations) and overwrites the slots of the hooked
-// symbols. RELRO pages are made writable first. No malloc: fixed tables.
+// symbols. A slot's page is made writable for the write and then given back
+// the protection it had: RELRO pages (PT_GNU_RELRO, read-only once the loader
+// relocated the object: all of .got under -z now) stay read-only for the rest
+// of the process, and after an --attach's detach. No malloc: fixed tables.
 #include "got_patch.h"
 
 #include <dlfcn.h>
@@ -90,11 +93,94 @@ uintptr_t dyn_ptr(uintptr_t base, uintptr_t v) {
     return v < base ? v + base : v;
 }
 
-bool make_writable(uintptr_t addr) {
+// The read-only mappings of the process (/proc/self/maps), read once per walk
+// when a first slot is to be written: which pages must get their protection
+// back after the write. A page not found here (no /proc, a table too small,
+// an object mapped after the read) was writable or is treated as such: it is
+// left writable, as it was before protections were restored (safe for an
+// object the loader is still relocating: its RELRO pages are writable then).
+constexpr uint32_t kMaxReadOnly = 8192;
+struct ReadOnly {
+    uintptr_t start, end;
+    int prot;
+};
+ReadOnly g_read_only[kMaxReadOnly];
+uint32_t g_read_only_count = 0;
+bool g_read_only_known = false;  // read during this walk
+
+uintptr_t parse_hex(const char*& p, const char* end) {
+    uintptr_t v = 0;
+    for (; p < end; ++p) {
+        char c = *p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) break;
+        v = v * 16 + static_cast<uintptr_t>(d);
+    }
+    return v;
+}
+
+// One line of /proc/self/maps: "start-end perms offset dev inode path".
+void read_only_line(const char* p, const char* end) {
+    uintptr_t start = parse_hex(p, end);
+    if (p >= end || *p != '-') return;
+    ++p;
+    uintptr_t stop = parse_hex(p, end);
+    if (end - p < 5 || *p != ' ') return;
+    const char* perms = p + 1;
+    if (perms[1] == 'w' || g_read_only_count >= kMaxReadOnly) return;
+    int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[2] == 'x' ? PROT_EXEC : 0);
+    g_read_only[g_read_only_count++] = {start, stop, prot};
+}
+
+void read_read_only() {
+    g_read_only_known = true;
+    g_read_only_count = 0;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[8192];
+    size_t have = 0;
+    bool rest_of_line = false;  // the tail of a line longer than the buffer (its path)
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof(buf) - have);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        have += static_cast<size_t>(n);
+        size_t from = 0;
+        for (size_t i = 0; i < have; ++i)
+            if (buf[i] == '\n') {
+                if (!rest_of_line) read_only_line(buf + from, buf + i);
+                rest_of_line = false;
+                from = i + 1;
+            }
+        if (from == 0 && have == sizeof(buf)) {
+            if (!rest_of_line) read_only_line(buf, buf + have);  // its addresses and perms are in
+            rest_of_line = true;
+            from = have;
+        }
+        memmove(buf, buf + from, have - from);
+        have -= from;
+    }
+    close(fd);
+}
+
+// The protection the page at `start` had (-1: writable, or unknown).
+int page_protection(uintptr_t start) {
+    if (!g_read_only_known) read_read_only();
+    for (uint32_t i = 0; i < g_read_only_count; ++i)
+        if (start >= g_read_only[i].start && start < g_read_only[i].end) return g_read_only[i].prot;
+    return -1;
+}
+
+// Writes one GOT slot; a page that was not writable gets its protection back.
+bool write_slot(void** slot, void* value) {
     static long page = 0;
     if (!page) page = sysconf(_SC_PAGESIZE);
-    uintptr_t start = addr & ~static_cast<uintptr_t>(page - 1);
-    return mprotect(reinterpret_cast<void*>(start), static_cast<size_t>(page), PROT_READ | PROT_WRITE) == 0;
+    uintptr_t start = reinterpret_cast<uintptr_t>(slot) & ~static_cast<uintptr_t>(page - 1);
+    int before = page_protection(start);
+    if (mprotect(reinterpret_cast<void*>(start), static_cast<size_t>(page), PROT_READ | PROT_WRITE) != 0) return false;
+    *slot = value;
+    if (before >= 0) mprotect(reinterpret_cast<void*>(start), static_cast<size_t>(page), before);
+    return true;
 }
 
 bool is_slot_type(uint32_t t) {
@@ -146,8 +232,7 @@ int patch_object(const struct dl_phdr_info* info, const HookSet& s) {
                 if (strcmp(name, s.names[h]) != 0) continue;
                 void** slot = reinterpret_cast<void**>(base + r[i].r_offset);
                 if (*slot != s.replacement[h]) {
-                    if (!make_writable(reinterpret_cast<uintptr_t>(slot))) break;
-                    *slot = s.replacement[h];
+                    if (!write_slot(slot, s.replacement[h])) break;
                     ++written;
                 }
                 break;
@@ -192,6 +277,7 @@ int on_object(struct dl_phdr_info* info, size_t, void* arg) {
 
 int refresh_locked() {
     WalkState st{0};
+    g_read_only_known = false;  // the mappings of now, read if a slot is written
     dl_iterate_phdr(on_object, &st);
     return st.written;
 }

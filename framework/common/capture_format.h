@@ -81,8 +81,10 @@ constexpr uint32_t kFormatMajor = 4;
 // end record's checksum; captures of minor 0 and 1 have none and are read as
 // before, their end record trusted as it is). Minor 3: EndKind::Exec for every
 // exec, end_code kExecKeepsAgent when the new environment preloads the agent
-// (minor 2 noted only the others).
-constexpr uint32_t kFormatMinor = 3;
+// (minor 2 noted only the others). Minor 4: CaptureHeader::start_ticks (the
+// process's start time: an exec keeps it, another process given the same pid
+// has its own).
+constexpr uint32_t kFormatMinor = 4;
 // The oldest major this build still reads (format 2: ns timestamps, varint
 // heap records only; read as a format 3 capture with kClockMonotonic; format
 // 3: no staging slots, read as format 4).
@@ -196,6 +198,12 @@ struct CaptureHeader {
     std::atomic<uint64_t> end_sum;
     // EndKind::Exec: the program given to exec (NUL-terminated, truncated).
     char exec_path[256];
+    // ---- format 4.4: written before the magic, covered by fixed_sum (zero,
+    // and not summed, in older captures). The process's start time, field 22
+    // of /proc/self/stat (clock ticks after boot) when the capture began (0:
+    // not known). An exec keeps it: two captures of one pid with different
+    // start times are two processes (the pid was reused), not an exec.
+    uint64_t start_ticks;
 };
 static_assert(sizeof(CaptureHeader) <= kHeaderSize, "header too large");
 constexpr size_t kFixedBegin = offsetof(CaptureHeader, pid);
@@ -203,9 +211,14 @@ constexpr size_t kFixedEnd = offsetof(CaptureHeader, fixed_sum);
 constexpr size_t kClockBegin = offsetof(CaptureHeader, tsc_start);
 constexpr size_t kClockEnd = offsetof(CaptureHeader, ns_per_tick_q32) + sizeof(uint64_t);
 constexpr size_t kForkBegin = offsetof(CaptureHeader, forked_from);
+constexpr size_t kStartTicks = offsetof(CaptureHeader, start_ticks);
 // Whether a header has the fields of format 4.2 (end_sum).
 inline bool has_end_sum(const CaptureHeader* h) {
     return h->format_major > 4 || (h->format_major == 4 && h->format_minor >= 2);
+}
+// Whether a header has the fields of format 4.4 (start_ticks).
+inline bool has_start_ticks(const CaptureHeader* h) {
+    return h->format_major > 4 || (h->format_major == 4 && h->format_minor >= 4);
 }
 // Whether a header has the fields of format 4.1 (forked_from).
 inline bool has_forked_from(const CaptureHeader* h) {
@@ -326,6 +339,8 @@ inline uint64_t fixed_sum(const CaptureHeader* h) {
         seed ^= checksum(reinterpret_cast<const char*>(h) + kClockBegin, kClockEnd - kClockBegin, h->format_major);
     if (has_forked_from(h))
         seed ^= checksum(reinterpret_cast<const char*>(h) + kForkBegin, sizeof(uint32_t), h->format_minor);
+    if (has_start_ticks(h))
+        seed ^= checksum(reinterpret_cast<const char*>(h) + kStartTicks, sizeof(uint64_t), h->format_minor);
     return checksum(reinterpret_cast<const char*>(h) + kFixedBegin, kFixedEnd - kFixedBegin, seed);
 }
 

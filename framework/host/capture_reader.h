@@ -116,6 +116,11 @@ public:
     uint32_t forked_from() const {
         return capture::has_forked_from(&header_copy_) ? header_copy_.forked_from : 0;
     }
+    // The process's start time (/proc/PID/stat field 22; 0: not known, as in
+    // captures before format 4.4).
+    uint64_t start_ticks() const {
+        return capture::has_start_ticks(&header_copy_) ? header_copy_.start_ticks : 0;
+    }
     int64_t wall_offset() const { return static_cast<int64_t>(header_copy_.wall_start_ns - header_copy_.mono_start_ns); }
     uint64_t wall_start() const { return header_copy_.wall_start_ns; }
     // NUL-terminated within the field (format 2), read bounded all the same.

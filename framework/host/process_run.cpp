@@ -46,7 +46,8 @@ namespace fs = std::filesystem;
 namespace msms {
 
 bool replaced_by_exec(const ProcessSummary& s) {
-    return s.replaced_by_exec || s.attach_exec || s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
+    return s.replaced_by_exec || s.attach_exec || s.exec_unfollowed ||
+           s.end_kind == static_cast<uint32_t>(capture::EndKind::Exec);
 }
 
 const char kEndStatusUnknown[] =
@@ -55,6 +56,9 @@ const char kEndStatusUnknown[] =
 
 std::string unrecorded_exec_words(const ProcessSummary& s) {
     if (s.attach_exec) return "replaced by exec, which an attach does not follow (the new image runs on unrecorded)";
+    if (s.exec_unfollowed && !s.replaced_by_exec)
+        return "replaced by exec without the agent (an exec the agent did not record, and no later capture of this "
+               "pid came: a static or set-user-ID program, or an environment that does not preload the agent)";
     if (s.replaced_by_exec || s.end_kind != static_cast<uint32_t>(capture::EndKind::Exec)) return "";
     std::string words = "replaced by exec of " + escape_controls(s.exec_path) + " without the agent ";
     if (s.end_code == capture::kExecKeepsAgent)
@@ -80,6 +84,22 @@ bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index)
     pid = static_cast<uint32_t>(std::strtoul(p.c_str(), nullptr, 10));
     index = static_cast<uint32_t>(std::strtoul(n.c_str(), nullptr, 10));
     return true;
+}
+
+CaptureIdentity capture_identity(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return {};
+    capture::CaptureHeader h;
+    memset(static_cast<void*>(&h), 0, sizeof(h));
+    ssize_t n = pread(fd, static_cast<void*>(&h), sizeof(h), 0);
+    close(fd);
+    if (n != static_cast<ssize_t>(sizeof(h)) || memcmp(h.magic, capture::kMagic, sizeof(capture::kMagic)) != 0 ||
+        h.fixed_sum != capture::fixed_sum(&h))
+        return {};
+    CaptureIdentity id;
+    if (capture::has_start_ticks(&h)) id.start_ticks = h.start_ticks;
+    if (capture::has_forked_from(&h)) id.forked_from = h.forked_from;
+    return id;
 }
 
 std::string awaited_exec_words(const ProcessSummary& s) {
@@ -195,7 +215,8 @@ std::string ProcessRun::folder_name(const std::string& ts, const std::string& ra
     // Only a number may become part of a folder name (valid_rank).
     if (!rank.empty()) name += "_rank" + rank;
     // The same pid again after exec: its own folder, never shared files.
-    if (summary_.capture_index > 0) name += "_exec" + std::to_string(summary_.capture_index);
+    // (Another process given the same pid: its own name, made fresh.)
+    if (follows_exec()) name += "_exec" + std::to_string(summary_.capture_index);
     return name;
 }
 
@@ -307,6 +328,8 @@ bool ProcessRun::identify(CaptureReader& reader, std::string& error) {
     summary_.command = join(reader.cmdline(), " ");
     uint32_t pid = 0, index = 0;
     if (capture_name_parts(capture_path_, pid, index)) summary_.capture_index = index;
+    summary_.start_ticks = reader.start_ticks();
+    summary_.forked_from = reader.forked_from();
     return true;
 }
 
@@ -621,7 +644,7 @@ void ProcessRun::run_stream() {
     if (exec_replaced || exec_noted || summary_.attach_exec) pipeline.release_all_by_exec();
     // A child forked without exec that ended with _exit() (Python's
     // multiprocessing and DataLoader workers): its memory went with it.
-    if (reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::QuickExit) && summary_.capture_index == 0 &&
+    if (reader_.end_kind() == static_cast<uint32_t>(capture::EndKind::QuickExit) && !follows_exec() &&
         forked_without_exec()) {
         pipeline.release_all_by_exec();
         summary_.exit_after_fork = true;
@@ -921,7 +944,10 @@ bool ProcessRun::replaced_by_exec(bool capture_only) const {
     for (;;) {
         // The next image's capture keeps its name until the session ends
         // (also when that image has already exited).
-        if (access(next.c_str(), F_OK) == 0 || access((next + ".part").c_str(), F_OK) == 0) return true;
+        // Unless it is another process's: its pid was this one's (it ended
+        // without an end record, SIGKILL) and the kernel gave it again.
+        if (access(next.c_str(), F_OK) == 0) return continues(summary_.start_ticks, capture_identity(next));
+        if (access((next + ".part").c_str(), F_OK) == 0 && summary_.start_ticks == 0) return true;
         std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
         std::string line;
         if (!std::getline(stat, line)) return false;
@@ -929,6 +955,15 @@ bool ProcessRun::replaced_by_exec(bool capture_only) const {
         if (paren == std::string::npos || paren + 2 >= line.size()) return false;
         char state = line[paren + 2];
         if (state == 'Z' || state == 'X') return false;
+        // Another process with this pid (field 22, its start time, is not this one's).
+        uint64_t started = 0;
+        {
+            std::istringstream fields(line.substr(paren + 2));
+            std::string field;
+            for (int i = 3; i <= 22 && (fields >> field); ++i)
+                if (i == 22) started = std::strtoull(field.c_str(), nullptr, 10);
+        }
+        if (!same_process(summary_.start_ticks, started)) return false;
         std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
         std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
         std::replace(args.begin(), args.end(), '\0', ' ');

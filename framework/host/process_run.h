@@ -73,12 +73,18 @@ struct ProcessSummary {
     // The oom_kill count of a memory cgroup the process was seen in grew
     // while it ran (read from /proc/<pid>/cgroup while it lives).
     bool oom_kill_seen = false;
-    uint32_t capture_index = 0;  // n of <pid>.<n>.msmcap: > 0 after exec
+    uint32_t capture_index = 0;  // n of <pid>.<n>.msmcap: > 0 after exec (or a reused pid)
+    uint64_t start_ticks = 0;    // the process's start time (capture format 4.4; 0: not known)
+    uint32_t forked_from = 0;    // the capture was opened by the fork handler in a child of this pid (4.1)
     bool exact_order = false;    // membarrier ordering (no reorder window)
     bool replaced_by_exec = false;  // set by the session: a later capture has this pid
     // Profiled by --attach, and the image exec'ed: an attach does not follow
     // an exec (the new image has no agent), its capture ends there.
     bool attach_exec = false;
+    // Set by the session at the run's end: its worker took a new command
+    // line of the pid for an exec that the agent did not record, and no
+    // later capture of the pid came (the new image did not load the agent).
+    bool exec_unfollowed = false;
     // A child forked from a profiled process (same program and command, no
     // exec) that ended with _exit(): what it still held went with it, as
     // with exec, so nothing is "still allocated at exit" (issue #27 item 8).
@@ -130,6 +136,14 @@ public:
     const ProcessSummary& summary() const { return summary_; }
     // Where this run reports its progress (progress.h); nullptr: nowhere.
     void set_progress(progress::Slot* slot) { progress_ = slot; }
+    // Whether this capture is an image after an exec of the process of the
+    // pid's previous capture, as the session knows from the start times of
+    // both (same_process). Not set (a replay): any capture after the first
+    // that the fork handler did not open (continues).
+    void set_follows_exec(bool follows) { follows_exec_ = follows ? 1 : 0; }
+    bool follows_exec() const {
+        return follows_exec_ < 0 ? summary_.capture_index > 0 && summary_.forked_from == 0 : follows_exec_ == 1;
+    }
     // Milliseconds of reorder window: events are delivered once they are this
     // old, so that records of all threads can be merged in time order.
     static constexpr uint64_t kWindowNs = 50'000'000;
@@ -190,6 +204,7 @@ private:
     std::string rewrite_config_json();
     bool replaced_by_exec(bool capture_only) const;
     bool forked_without_exec() const;
+    int follows_exec_ = -1;
 
     const Config& cfg_;
     const Registry& registry_;
@@ -215,6 +230,28 @@ bool replaced_by_exec(const ProcessSummary& s);
 // A capture file's name, <dir>/<pid>.<n>.msmcap (n > 0: the images after
 // an exec of that pid): false when the name is not of that form.
 bool capture_name_parts(const std::string& path, uint32_t& pid, uint32_t& index);
+// What a capture's header says of the process it records: its start time
+// (CaptureHeader::start_ticks; 0: not known, e.g. a capture before format
+// 4.4 or a header not complete) and the pid it was forked from (0: it began
+// with exec, or not known).
+struct CaptureIdentity {
+    uint64_t start_ticks = 0;
+    uint32_t forked_from = 0;
+};
+CaptureIdentity capture_identity(const std::string& path);
+// Whether two captures of one pid, by their start times, can be one
+// process (its exec): an exec keeps the start time; a pid given to another
+// process (pid reuse, e.g. after a SIGKILL) comes with another one (in
+// clock ticks: 10 ms). Either not known: they can.
+inline bool same_process(uint64_t start_ticks_a, uint64_t start_ticks_b) {
+    return start_ticks_a == 0 || start_ticks_b == 0 || start_ticks_a == start_ticks_b;
+}
+// Whether a later capture of a pid is the image after an exec of the
+// process an earlier capture recorded: the same process, and not a capture
+// that the fork handler opened (a forked child's first image, exactly).
+inline bool continues(uint64_t earlier_start_ticks, const CaptureIdentity& later) {
+    return later.forked_from == 0 && same_process(earlier_start_ticks, later.start_ticks);
+}
 // How an image that exec'ed and whose new image is not recorded ended, in
 // the words of its summary line and summary.json: an attach's exec, or
 // EndKind::Exec (the agent saw the exec) when no capture of the new image

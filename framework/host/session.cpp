@@ -312,8 +312,16 @@ void Session::scan() {
             break;
         }
         seen_.insert(p);
+        bool follows = false;  // an image after an exec (set_follows_exec)
         if (uint32_t pid = 0, index = 0; capture_name_parts(p, pid, index)) {
-            next_capture_seen(pid, index);
+            CaptureIdentity id = capture_identity(p);
+            follows = index > 0 && id.forked_from == 0;
+            {
+                std::lock_guard<std::mutex> l(awaited_mu_);
+                if (auto before = captures_seen_.find({pid, index - 1}); follows && before != captures_seen_.end())
+                    follows = continues(before->second.start_ticks, id);
+            }
+            next_capture_seen(pid, index, id);
             // before the worker is forked, so that it names its process
             // from its first warning on when another one came first
             uint32_t ppid = 0;
@@ -325,6 +333,7 @@ void Session::scan() {
         r.capture = p;
         r.run = std::make_unique<ProcessRun>(cfg_, registry_, p);
         ProcessRun* raw = r.run.get();
+        raw->set_follows_exec(follows);
         r.progress = progress::acquire();  // before the worker is forked: the page is shared
         raw->set_progress(r.progress);
         // Python mode: the lines of the ready pipe, for the capture of the
@@ -463,12 +472,26 @@ void Session::join_all() {
     running_.clear();
     for (auto& a : summaries_)
         for (auto& b : summaries_)
-            if (a.pid == b.pid && b.capture_index > a.capture_index && !a.output_dir.empty() && !a.replaced_by_exec) {
+            if (a.pid == b.pid && b.capture_index == a.capture_index + 1 && !a.output_dir.empty() && !a.replaced_by_exec &&
+                continues(a.start_ticks, {b.start_ticks, b.forked_from})) {
                 if (end_unrecorded(a) && a.facts.leaks_ran && judged_at_exit(a.report))
                     a.report.push_back(kUnrecordedExecLeaks);
                 a.replaced_by_exec = true;
                 rewrite_continued_exec(a);
             }
+    // Its worker took a new command line of the pid for an exec the agent did
+    // not record, and wrote "continued in the next capture of this pid"; no
+    // later capture of the pid came: the new image did not load the agent.
+    for (auto& a : summaries_) {
+        if (a.replaced_by_exec || !a.facts.exec_replaced || a.output_dir.empty() ||
+            a.end_kind != static_cast<uint32_t>(capture::EndKind::Unknown))
+            continue;
+        a.facts.exec_replaced = false;
+        a.exec_unfollowed = true;
+        if (std::string why = write_summary_again(a); !why.empty())
+            a.incomplete.push_back(a.output_dir + "/summary.json: cannot write it again (no later capture of its pid "
+                                   "came): " + why + "; it says the exec was continued in the next capture");
+    }
     std::lock_guard<std::mutex> l(awaited_mu_);  // (no worker's thread is left; live_shown_ is read under it all the same)
     for (auto& s : summaries_) {
         s.ended = how_ended(s);
@@ -510,12 +533,14 @@ static ProcessSummary continued_in_next_capture(const ProcessSummary& s) {
 // The image's summary.json as an exec continued in the next capture says it
 // ("" once written, else why not).
 std::string Session::write_continued_summary(const ProcessSummary& s) const {
-    const ProcessSummary continued = continued_in_next_capture(s);
+    return write_summary_again(continued_in_next_capture(s));
+}
+
+std::string Session::write_summary_again(const ProcessSummary& s) const {
     std::string why;
     Fd root = open_output_root(cfg_.output, why);
     Fd dir(root ? files::open_dir(root.get(), fs::path(s.output_dir).filename().string(), false, why) : -1);
-    if (dir && files::replace(dir.get(), "summary.json", process_summary_json(continued, continued.facts), why))
-        return "";
+    if (dir && files::replace(dir.get(), "summary.json", process_summary_json(s, s.facts), why)) return "";
     return why.empty() ? "cannot open its folder" : why;
 }
 
@@ -564,16 +589,22 @@ void Session::settle_live_ended(const ProcessSummary& s) const {
 void Session::image_done(const ProcessSummary& s) {
     if (!summary_awaits_next_image(s)) return;
     std::lock_guard<std::mutex> l(awaited_mu_);
-    if (captures_seen_.count({s.pid, s.capture_index + 1})) show_continued(s);
-    else awaited_images_[{s.pid, s.capture_index}] = s;
+    auto next = captures_seen_.find({s.pid, s.capture_index + 1});
+    if (next == captures_seen_.end()) awaited_images_[{s.pid, s.capture_index}] = s;
+    else if (continues(s.start_ticks, next->second)) show_continued(s);
+    // (else another process that was given its pid: it ended there)
 }
 
-void Session::next_capture_seen(uint32_t pid, uint32_t index) {
-    if (index == 0) return;  // a process's first image follows no exec
+void Session::next_capture_seen(uint32_t pid, uint32_t index, const CaptureIdentity& id) {
     std::lock_guard<std::mutex> l(awaited_mu_);
-    captures_seen_.insert({pid, index});
+    captures_seen_[{pid, index}] = id;
+    if (index == 0) return;  // a process's first image follows no exec
     auto earlier = awaited_images_.find({pid, index - 1});
     if (earlier == awaited_images_.end()) return;
+    if (!continues(earlier->second.start_ticks, id)) {  // the pid reused, not an exec
+        awaited_images_.erase(earlier);
+        return;
+    }
     show_continued(earlier->second);
     awaited_images_.erase(earlier);
 }

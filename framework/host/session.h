@@ -91,6 +91,7 @@ private:
     // and the next capture are known (show_continued), else here at the end.
     void rewrite_continued_exec(ProcessSummary& s);
     std::string write_continued_summary(const ProcessSummary& s) const;
+    std::string write_summary_again(const ProcessSummary& s) const;  // "" once written, else why not
     // --live: the view's last screen and snapshot (live.txt, live.json) of
     // an image say how it ended as the session knows it now, not as its
     // worker knew it (an exec's next image waited for, or come late).
@@ -103,7 +104,8 @@ private:
     // whichever comes first: its worker's end (image_done, on that worker's
     // thread) or the next capture seen (next_capture_seen, scan()).
     void image_done(const ProcessSummary& s);
-    void next_capture_seen(uint32_t pid, uint32_t index);  // of a capture <pid>.<index>.msmcap
+    // of a capture <pid>.<index>.msmcap, what its header says of its process
+    void next_capture_seen(uint32_t pid, uint32_t index, const CaptureIdentity& id);
     void show_continued(const ProcessSummary& s);  // under awaited_mu_
     void dispose_capture(const ProcessRun& run, const std::string& capture);
     bool all_done();
@@ -141,7 +143,7 @@ private:
     // (image_done, next_capture_seen) Keyed by (pid, capture index).
     std::mutex awaited_mu_;
     std::map<std::pair<uint32_t, uint32_t>, ProcessSummary> awaited_images_;  // summary.json (and view) not yet "continued"
-    std::set<std::pair<uint32_t, uint32_t>> captures_seen_;
+    std::map<std::pair<uint32_t, uint32_t>, CaptureIdentity> captures_seen_;  // (continues)
     std::map<std::string, std::string> live_shown_;  // process folder -> the end its view says now
     std::set<std::string> continued_written_;  // process folders whose summary.json says "continued" already
 };

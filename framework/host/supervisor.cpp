@@ -314,7 +314,7 @@ struct Reader {
 
 // Every field of ProcessSummary crosses the pipe. A new field must be added
 // to encode() and decode() (the size check below is there to say so).
-static_assert(sizeof(ProcessSummary) == 680,
+static_assert(sizeof(ProcessSummary) == 696,
               "ProcessSummary changed: add the new field to encode()/decode() in supervisor.cpp, then update this size");
 
 std::string encode(const ProcessSummary& s) {
@@ -337,10 +337,13 @@ std::string encode(const ProcessSummary& s) {
     w.s(s.exec_path);
     w.u(s.oom_kill_seen);
     w.u(s.capture_index);
+    w.u(s.start_ticks);
+    w.u(s.forked_from);
     w.u(s.exact_order);
     w.u(s.replaced_by_exec);
     w.s(s.live_ended);
     w.u(s.attach_exec);
+    w.u(s.exec_unfollowed);
     w.u(s.exit_after_fork);
     w.u(s.leaks_ran);
     w.u(s.interrupted);
@@ -409,10 +412,13 @@ bool decode(const std::string& in, ProcessSummary& s) {
     s.exec_path = r.s();
     s.oom_kill_seen = r.u() != 0;
     s.capture_index = static_cast<uint32_t>(r.u());
+    s.start_ticks = r.u();
+    s.forked_from = static_cast<uint32_t>(r.u());
     s.exact_order = r.u() != 0;
     s.replaced_by_exec = r.u() != 0;
     s.live_ended = r.s();
     s.attach_exec = r.u() != 0;
+    s.exec_unfollowed = r.u() != 0;
     s.exit_after_fork = r.u() != 0;
     s.leaks_ran = r.u() != 0;
     s.interrupted = r.u() != 0;

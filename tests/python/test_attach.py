@@ -483,6 +483,40 @@ def test_attach_while_the_heap_hooks_first_look_up_is_held_leaves_the_threads_al
             prog.kill()
 
 
+def test_attach_leaves_the_programs_relro_pages_read_only(tmp_path):
+    # The heap hooks are written in the program's GOT slots; linked with
+    # -z now, those are in its RELRO pages, which the loader made read-only.
+    # Each page gets its protection back after the write: while attached
+    # and after the detach, no RELRO page is writable (they all were).
+    prog, pid = start_loop(tmp_path)
+    try:
+        say(prog, "relro")
+        read_only = re.compile(r"relro read-only \(\d+ objects\)\n")  # (the agent's libraries are more)
+        before = prog.stdout.readline()
+        assert read_only.fullmatch(before), before
+        host = attach(pid, tmp_path / "out")
+        wait_attached(host, pid)
+        say(prog, "leak 1")  # the hooks serve the program's calls
+        assert prog.stdout.readline() == "leaked 1\n"
+        say(prog, "relro")
+        line = prog.stdout.readline()
+        assert read_only.fullmatch(line), line
+        host.send_signal(signal.SIGINT)
+        rc, out, err = finish(host)
+        assert rc == 0, err + out
+        assert ") detached (it goes on running)" in out, out
+        wait_threads(pid, 1)
+        say(prog, "relro")
+        line = prog.stdout.readline()
+        assert read_only.fullmatch(line), line
+        say(prog, "quit")
+        rest, _ = prog.communicate(timeout=60)
+        assert prog.returncode == 0 and rest == "done\n", rest
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+
+
 def test_attach_for_seconds_detaches_by_itself(tmp_path):
     prog, pid = start_loop(tmp_path)
     try:

@@ -6,10 +6,11 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, SOURCE
 
 
 def _py(body, tmp_path, env=None):
@@ -384,9 +385,10 @@ def test_a_program_in_a_pid_namespace_of_its_own_is_recorded_to_its_end(tmp_path
     assert events >= 2000000 and dropped == 0, p.stdout
 
 
-# framework/common/capture_format.h, format 4.2: CaptureHeader offsets.
+# framework/common/capture_format.h, format 4.4: CaptureHeader offsets.
 END_KIND_OFFSET, END_CODE_OFFSET, END_SUM_OFFSET, FORMAT_MINOR_OFFSET = 1676, 1680, 1736, 12
 FIXED_BEGIN, FIXED_SUM_OFFSET, CLOCK_BEGIN, CLOCK_END, FORK_BEGIN = 24, 1624, 1712, 1728, 1728
+START_TICKS_OFFSET = 2000
 M64 = (1 << 64) - 1
 
 
@@ -418,6 +420,8 @@ def _fixed_sum(hdr):
     seed = major ^ _checksum(bytes(hdr[CLOCK_BEGIN:CLOCK_END]), major)
     if minor >= 1:
         seed ^= _checksum(bytes(hdr[FORK_BEGIN:FORK_BEGIN + 4]), minor)
+    if minor >= 4:
+        seed ^= _checksum(bytes(hdr[START_TICKS_OFFSET:START_TICKS_OFFSET + 8]), minor)
     return _checksum(bytes(hdr[FIXED_BEGIN:FIXED_SUM_OFFSET]), seed)
 
 
@@ -431,7 +435,8 @@ def test_an_edited_end_record_is_reported_corrupt_not_trusted(cli, test_bin, tmp
     assert p.returncode == 0, p.stderr
     [cap] = glob.glob(str(tmp_path / "out" / "*" / "*.msmcap"))
     raw = bytearray(open(cap, "rb").read())
-    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 3  # 4.3: every exec noted
+    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 4  # 4.4: the process's start time
+    assert struct.unpack_from("<Q", raw, START_TICKS_OFFSET)[0] != 0
     assert struct.unpack_from("<Ii", raw, END_KIND_OFFSET) == (1, 0)  # EndKind::Exit, code 0
     assert struct.unpack_from("<Q", raw, END_SUM_OFFSET)[0] != 0
     assert struct.unpack_from("<Q", raw, FIXED_SUM_OFFSET)[0] == _fixed_sum(raw)  # the port below is right
@@ -574,6 +579,87 @@ def test_an_exec_the_agent_did_not_see_is_said_once_the_next_image_records(cli, 
     assert not [t for t in first["top_sites"] if t["kind"] == "live_at_exit"], first
     (second,) = [j for name, j in summaries.items() if name.endswith("_exec1")]
     assert second["ended"]["text"] == "exited with code 0", second
+
+
+# An exec the agent does not see (a raw syscall(SYS_execve)) into a static
+# program (attach_static: it writes its pid to READY, then waits for the end
+# of stdin), which never loads the agent: no later capture of the pid comes.
+UNSEEN_STATIC_EXEC = """
+import ctypes, os, sys
+held = bytearray(3 << 20)  # held at the exec
+prog, ready = sys.argv[1], sys.argv[2]
+argv = [prog.encode(), ready.encode(), None]
+envp = [f"{k}={v}".encode() for k, v in os.environ.items()] + [None]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(59, prog.encode(), (ctypes.c_char_p * 3)(*argv), (ctypes.c_char_p * len(envp))(*envp))
+sys.exit("execve: " + os.strerror(ctypes.get_errno()))
+"""
+
+
+def test_an_unrecorded_exec_that_no_capture_follows_is_said_so_at_the_end(cli, test_bin, tmp_path):
+    # The worker took the pid's new command line for an exec and wrote
+    # 'replaced by exec (continued in the next capture of this pid)' in
+    # summary.json; no later capture came (a static program), and it still
+    # said so after the run (the console: "exited with code 0").
+    (tmp_path / "unseen.py").write_text(UNSEEN_STATIC_EXEC)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    p = subprocess.Popen([str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--analysis=leaks", "--output=out", "--",
+                          "/usr/bin/python3", "unseen.py", str(test_bin / "attach_static"), "ready"],
+                         cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        ready = tmp_path / "ready"
+        while not ready.exists() or not ready.read_text():  # the static image runs
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.01)
+        pid = int(ready.read_text())
+        while not list((tmp_path / "out").glob(f"msmemscope_{pid}_*/summary.json")):  # its worker decided
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.01)  # (a barrier: polled, not a guess at how long it takes)
+        out, err = p.communicate("", timeout=300)  # the end of stdin: the static program exits 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, out + err
+    words = ("replaced by exec without the agent (an exec the agent did not record, and no later capture of this pid "
+             "came: a static or set-user-ID program, or an environment that does not preload the agent)")
+    command = f"/usr/bin/python3 unseen.py {test_bin / 'attach_static'} ready"
+    assert f"msmemscope: pid {pid} ({command}) {words}; then exited with code 0" in out.splitlines(), out
+    assert "continued in the next capture" not in out and "still allocated" not in out, out
+    (folder,) = (tmp_path / "out").glob(f"msmemscope_{pid}_*")
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["ended"] == {"how": "exec", "code": None, "text": words}, summary
+    assert summary["leaks"]["allocations"] == 0 and summary["leaks"]["exit_judged"] is False, summary
+
+
+PID_REUSE = SOURCE / "tests" / "programs" / "python" / "pid_reuse.py"
+
+
+def test_a_pid_given_to_another_process_of_the_run_is_not_taken_for_an_exec(cli, tmp_path):
+    # A process killed by SIGKILL (no end record) whose pid a later process
+    # of the run gets (pid_reuse.py: in a pid namespace, at once): the
+    # second capture of the pid was taken for the first one's exec image
+    # (its folder "_exec1", the first "replaced by exec (continued in the
+    # next capture of this pid)", its held block no leak). The agent records
+    # the process's start time; a forked child's capture is a first image.
+    p = cli(["--device=cpu", "--analysis=leaks", "--output=out", "--", "/usr/bin/python3", str(PID_REUSE)],
+            cwd=tmp_path)
+    if p.returncode == 4 and "no pid namespace:" in p.stdout:
+        pytest.skip(p.stdout.strip())
+    assert p.returncode == 0, p.stdout + p.stderr
+    pid = int(re.search(r"^reused (\d+)$", p.stdout, re.M)[1])
+    command = f"/usr/bin/python3 {PID_REUSE}"
+    lines = p.stdout.splitlines()
+    assert (f"msmemscope: pid {pid} ({command}) ended without an end record (killed by SIGKILL or the OOM killer)"
+            in lines), p.stdout
+    assert f"msmemscope: pid {pid} ({command}) exited with code 0 (_exit after fork)" in lines, p.stdout
+    assert "replaced by exec" not in p.stdout, p.stdout
+    folders = sorted((tmp_path / "out").glob(f"msmemscope_{pid}_*"))
+    assert len(folders) == 2 and not [f for f in folders if "_exec" in f.name], folders
+    ended = sorted(json.loads((f / "summary.json").read_text())["ended"]["text"] for f in folders)
+    assert ended == ["ended without an end record (killed by SIGKILL or the OOM killer)",
+                     "exited with code 0 (_exit after fork)"], ended
 
 
 def test_exec_by_descriptor_that_fails_is_taken_back(cli, test_bin, tmp_path):

@@ -112,6 +112,30 @@ def test_config_aggregate_takes_the_command_lines_spellings(tmp_path, value):
     assert dump_files(d) == []
 
 
+RELRO_PAGES = Path(__file__).resolve().parents[1] / "programs" / "python" / "relro_pages.py"
+
+
+@pytest.mark.parametrize("how", ["api", "cli"])
+def test_heap_hooks_leave_the_relro_pages_read_only(tmp_path, how):
+    # The package writes the heap hooks in the GOT slots of every loaded
+    # object; Debian's libraries (-z now) have them in their RELRO pages,
+    # which the loader made read-only. Each page gets its protection back
+    # after the write: libexpat, libsqlite3, libcrypto... stayed writable
+    # for the rest of the process (api). Under the CLI, as a guard.
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.pop("MSMEMSCOPE_SESSION", None)
+    e["PYTHONPATH"] = str(BUILD / "python")
+    cmd = [PY, str(RELRO_PAGES)] + (["api"] if how == "api" else [])
+    if how == "cli":
+        cmd = [str(BUILD / "bin" / "msmemscope"), "--device=cpu", "--output=out", "--"] + cmd
+    p = subprocess.run(cmd, cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    said = [line for line in p.stdout.splitlines() if line.split(":")[0] in ("before", "collecting", "after")]
+    assert said == ["before: read-only", "collecting: read-only", "after: read-only"], p.stdout
+    assert len(process_dirs(tmp_path / "out")) == 1
+
+
 def test_config_unknown_analyzer_and_sink_name_the_plugins():
     with pytest.raises(ValueError) as e:
         msmemscope.config(analysis="leeks")

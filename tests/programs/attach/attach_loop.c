@@ -12,6 +12,12 @@
  *   "quit\n"    free the kept blocks, print the checksum, exit 0
  *   "exec PROG ARG\n"  exec PROG with the one argument ARG (the same
  *               stdin and stdout; "exec failed" on stdout if it returns)
+ *   "relro\n"   whether the pages the loader made read-only after the
+ *               relocations (each object's PT_GNU_RELRO, rounded as the
+ *               loader does) are still read-only in /proc/self/maps:
+ *               "relro read-only (N objects)", or one line "relro writable:
+ *               NAME" per object that has a writable one (the program is
+ *               linked with -z now: its malloc slots are in RELRO)
  * READY_FILE is created (holding the pid) once the loop runs. Its stdout
  * is deterministic (the test compares it with a run without attach).
  * --block: write READY_FILE, then wait in read(2) on stdin and _exit(0) at
@@ -108,6 +114,51 @@ __attribute__((visibility("default"))) void* dlsym(void* handle, const char* nam
 }
 #endif
 
+#include <link.h>
+
+struct relro_state {
+    int objects, writable;
+};
+
+/* Whether a mapping of /proc/self/maps with 'w' overlaps [start, end). */
+static int writable_in_maps(unsigned long start, unsigned long end) {
+    FILE* f = fopen("/proc/self/maps", "r");
+    char line[4352];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof(line), f)) {
+        unsigned long a, b;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3 && a < end && b > start && perms[1] == 'w') found = 1;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+static int relro_object(struct dl_phdr_info* info, size_t size, void* arg) {
+    (void)size;
+    struct relro_state* st = arg;
+    unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        if (info->dlpi_phdr[i].p_type != PT_GNU_RELRO) continue;
+        unsigned long start = (info->dlpi_addr + info->dlpi_phdr[i].p_vaddr) & ~(page - 1);
+        unsigned long end = (info->dlpi_addr + info->dlpi_phdr[i].p_vaddr + info->dlpi_phdr[i].p_memsz) & ~(page - 1);
+        if (start >= end) continue;
+        ++st->objects;
+        if (writable_in_maps(start, end)) {
+            ++st->writable;
+            printf("relro writable: %s\n", info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "(the program)");
+        }
+    }
+    return 0;
+}
+
+static void relro_report(void) {
+    struct relro_state st = {0, 0};
+    dl_iterate_phdr(relro_object, &st);
+    if (!st.writable) printf("relro read-only (%d objects)\n", st.objects);
+    fflush(stdout);
+}
+
 static void* worker(void* arg) {
     unsigned long n = (unsigned long)arg, sum = 0;
     void* keep[16] = {0};
@@ -194,6 +245,8 @@ int main(int argc, char** argv) {
         if (line && strncmp(line, "leak ", 5) == 0) {
             to_leak = atoi(line + 5);
             leak_total = to_leak;
+        } else if (line && strcmp(line, "relro") == 0) {
+            relro_report();
         } else if (line && strcmp(line, "quit") == 0) {
             break;
         } else if (line && strncmp(line, "exec ", 5) == 0) {
