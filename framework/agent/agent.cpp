@@ -41,6 +41,11 @@ std::atomic<bool> g_off_tracking{false};
 std::atomic<uint64_t> g_step{0};
 std::atomic<msms_stack_provider> g_py_provider{nullptr};
 std::atomic<msms_stack_provider_named> g_py_provider_named{nullptr};  // takes the plain one's place
+// A Python stack provider was registered in this process: with Python
+// stacks and no C ones, its HOST blocks get their allocator's caller
+// (heap_record) also where no provider is registered now (after the
+// package turned it off at exit: what the interpreter's teardown allocates).
+std::atomic<bool> g_py_seen{false};
 // The Python package's provider for out-of-memory failures only
 // (oom_stacks): registered in every Python process that loads the
 // package, whatever --call-stack says, and consulted at a failure only.
@@ -150,10 +155,15 @@ void heap_record_stacks(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
     commit(w, p);
 }
 
-inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size) {
+// `caller`, `caller_sp`: the malloc hook's return address and the stack
+// pointer at the hooked call (msms_agent_alloc_host), else 0 and nullptr.
+inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* size, uint64_t caller = 0,
+                        const uint64_t* caller_sp = nullptr) {
     ThreadWriter* w = writer_for(capture::kMaxFixedRecord);
     if (!w) return count_drop();
-    if (__builtin_expect(!want_stacks(), 1) &&
+    const bool caller_wanted = size && caller && options().c_depth == 0 && options().py_depth > 0 &&
+                               g_py_seen.load(std::memory_order_relaxed);
+    if (__builtin_expect(!want_stacks(), 1) && __builtin_expect(!caller_wanted, 1) &&
         __builtin_expect(!size || g_startup_left.load(std::memory_order_relaxed) == 0, 1)) {
         uint64_t ts = stamp(w);
         uint64_t dt = ts - w->last_ts;
@@ -199,6 +209,11 @@ inline void heap_record(uint8_t tag_with_stacks, uint64_t ptr, const uint64_t* s
     uint64_t cs = 0, ps = 0;
     if (size && options().c_depth < kStartupDepth && g_startup_left.load(std::memory_order_relaxed) != 0) {
         cs = startup_c_stack(w);
+        ps = py_stack_for(w);
+    } else if (caller_wanted) {
+        // Python stacks without C ones: the allocator's caller too (kind 4,
+        // for the leak analysis only: stacks.h capture_caller_stack).
+        cs = capture_caller_stack(w, caller, caller_sp);
         ps = py_stack_for(w);
     } else {
         stacks_for(w, cs, ps);
@@ -487,6 +502,12 @@ __attribute__((visibility("default"))) void msms_agent_alloc(uint16_t type, uint
         return;
     }
     msms_agent_event(MSMS_EV_MALLOC, type, dev_kind, dev_id, ptr, size, aux0, 0, nullptr, attrs);
+}
+
+__attribute__((visibility("default"))) void msms_agent_alloc_host(uint64_t ptr, uint64_t size, uint64_t caller,
+                                                                  const uint64_t* caller_sp) {
+    if (import_fold::alloc(ptr, size)) return;  // inside a Python import (import_fold.h)
+    heap_record(capture::kHeapMallocS, ptr, &size, caller, caller_sp);
 }
 
 __attribute__((visibility("default"))) void msms_agent_alloc_loader(uint64_t ptr, uint64_t size) {
@@ -831,6 +852,7 @@ __attribute__((visibility("default"))) uint64_t msms_agent_step_with(const char*
 __attribute__((visibility("default"))) uint64_t msms_agent_step(void) { return msms_agent_step_with(nullptr, 0); }
 
 __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider(msms_stack_provider fn) {
+    if (fn) g_py_seen.store(true, std::memory_order_relaxed);
     g_py_provider.store(fn);
 }
 
@@ -839,6 +861,7 @@ __attribute__((visibility("default"))) void msms_agent_set_python_oom_stack_prov
 }
 
 __attribute__((visibility("default"))) void msms_agent_set_python_stack_provider_named(msms_stack_provider_named fn) {
+    if (fn) g_py_seen.store(true, std::memory_order_relaxed);
     g_py_provider_named.store(fn);
 }
 

@@ -43,6 +43,12 @@ struct ThreadWriter {
     uint64_t py_last_id;
     uint64_t py_last_token;  // the provider's name for py_last (0: none; see msms_stack_provider_named)
     uint64_t py_last[kPyLast];
+    // The last allocator's caller stack this thread interned
+    // (capture_caller_stack): a loop allocates from the same caller.
+    // caller_last_n 0: none.
+    uint32_t caller_last_n;
+    uint64_t caller_last_id;
+    uint64_t caller_last[2];
 };
 
 struct Tls {

@@ -67,6 +67,69 @@ bool is_tool_name(const char* name) {
            strncmp(base, "_torch_observer.", 16) == 0;
 }
 
+// libstdc++'s operator new (_Znwm) and operator new[] (_Znam): a HOST
+// block's caller stack (capture_caller_stack) holds their caller too. Found
+// in the library's dynamic symbol table when the module scan meets it;
+// `k`: where the caller's return address sits on the stack, in words from
+// the hooked call's stack pointer (kUncalibrated until the first block
+// allocated through it, kNoOffset when the one unwind did not find it).
+constexpr int kUncalibrated = -2;
+constexpr int kNoOffset = -1;
+constexpr int kMaxOffset = 16;  // words: the stack above a call is always mapped this far
+struct NewRange {
+    std::atomic<uintptr_t> lo{0}, len{0};
+    std::atomic<int> k{kUncalibrated};
+};
+NewRange g_new[2];
+
+// The dynamic symbol table of a loaded object (from its PT_DYNAMIC, in
+// memory: no lock, no allocation), searched for operator new's two forms.
+void find_operator_new(const struct dl_phdr_info* info) {
+    const ElfW(Dyn)* dyn = nullptr;
+    for (int i = 0; i < info->dlpi_phnum; ++i)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn) return;
+    // ld.so relocates these entries in place (x86-64); an offset if not.
+    auto at = [&](ElfW(Addr) a) { return a < info->dlpi_addr ? a + info->dlpi_addr : a; };
+    const ElfW(Sym)* symtab = nullptr;
+    const char* strtab = nullptr;
+    const uint32_t *gnu = nullptr, *sysv = nullptr;
+    for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; ++d) {
+        if (d->d_tag == DT_SYMTAB) symtab = reinterpret_cast<const ElfW(Sym)*>(at(d->d_un.d_ptr));
+        else if (d->d_tag == DT_STRTAB) strtab = reinterpret_cast<const char*>(at(d->d_un.d_ptr));
+        else if (d->d_tag == DT_GNU_HASH) gnu = reinterpret_cast<const uint32_t*>(at(d->d_un.d_ptr));
+        else if (d->d_tag == DT_HASH) sysv = reinterpret_cast<const uint32_t*>(at(d->d_un.d_ptr));
+    }
+    if (!symtab || !strtab) return;
+    uint32_t count = 0;
+    if (sysv) {
+        count = sysv[1];  // nchain: the number of symbols
+    } else if (gnu) {
+        // The highest symbol a bucket starts at, then to the end of its chain.
+        uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_words = gnu[2];
+        const uint32_t* buckets = reinterpret_cast<const uint32_t*>(gnu + 4 + bloom_words * (sizeof(ElfW(Addr)) / 4));
+        const uint32_t* chain = buckets + nbuckets;
+        uint32_t last = 0;
+        for (uint32_t b = 0; b < nbuckets; ++b)
+            if (buckets[b] > last) last = buckets[b];
+        if (last < symoffset) return;
+        while (!(chain[last - symoffset] & 1)) ++last;
+        count = last + 1;
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+        const ElfW(Sym)& s = symtab[i];
+        if (s.st_value == 0 || s.st_size == 0 || ELF64_ST_TYPE(s.st_info) != STT_FUNC) continue;
+        const char* name = strtab + s.st_name;
+        int which = !strcmp(name, "_Znwm") ? 0 : !strcmp(name, "_Znam") ? 1 : -1;
+        if (which < 0 || g_new[which].lo.load(std::memory_order_relaxed) == info->dlpi_addr + s.st_value) continue;
+        g_new[which].len.store(0, std::memory_order_relaxed);
+        g_new[which].k.store(kUncalibrated, std::memory_order_relaxed);
+        g_new[which].lo.store(info->dlpi_addr + s.st_value, std::memory_order_relaxed);
+        g_new[which].len.store(s.st_size, std::memory_order_release);
+    }
+}
+
 struct ScanCtx {
     ThreadWriter** w;
     uint64_t ts;
@@ -98,6 +161,11 @@ int on_module(struct dl_phdr_info* info, size_t, void* arg) {
         ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
         exe[len > 0 ? len : 0] = 0;
         name = exe;
+    }
+    {
+        const char* base = strrchr(name, '/');
+        base = base ? base + 1 : name;
+        if (strncmp(base, "libstdc++.so", 12) == 0) find_operator_new(info);
     }
     g_modules[n] = Module{lo, hi, is_tool_name(name)};
     g_module_count.store(n + 1, std::memory_order_release);
@@ -209,7 +277,8 @@ SharedSlot* shared_table() {
 inline uint64_t gen_tag() { return static_cast<uint64_t>(g_generation.load(std::memory_order_relaxed) & 0xffffff) << 40; }
 
 // Writes a kStack record (kind 0 = C addresses, 1 = Python string ids, 2 = C
-// addresses of a start-up stack, capture_format.h) unless
+// addresses of a start-up stack, 3 of a loader's block, 4 a block's
+// allocator caller, capture_format.h) unless
 // this stack is known in this stream already (any thread); returns the id.
 uint64_t intern_stack(ThreadWriter*& w, uint8_t kind, const uint64_t* frames, uint32_t n) {
     if (n == 0) return 0;
@@ -357,6 +426,68 @@ uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, uint8_t kind) {
     n -= first;
     if (n > depth) n = depth;
     return intern_stack(w, kind, frames + first, n);
+}
+
+namespace {
+
+// The return addresses of up to `max` frames from here (the unwinder that
+// capture_c_stack falls back on).
+uint32_t unwind_frames(uint64_t* frames, uint32_t max) {
+    if (g_unw_backtrace && g_mode != 1) {
+        int r = g_unw_backtrace(reinterpret_cast<void**>(frames), static_cast<int>(max));
+        return r > 0 ? static_cast<uint32_t>(r) : 0;
+    }
+    UnwindState s{frames, 0, max};
+    _Unwind_Backtrace(on_frame, &s);
+    return s.n;
+}
+
+// Where operator new's caller's return address is on the stack, learnt
+// from the first block operator new allocates: one unwind (its frames are
+// the truth) and a look at the words above the hooked call. kNoOffset when
+// the unwind does not show operator new, or the words do not hold its caller.
+int calibrate_new(NewRange& r, uint64_t ret, const uint64_t* caller_sp) {
+    uint64_t frames[64];
+    uint32_t n = unwind_frames(frames, 64);
+    int k = kNoOffset;
+    for (uint32_t j = 0; j + 1 < n; ++j) {
+        if (frames[j] != ret) continue;
+        for (int i = 0; i < kMaxOffset; ++i)
+            if (caller_sp[i] == frames[j + 1]) {
+                k = i;
+                break;
+            }
+        break;
+    }
+    int expected = kUncalibrated;
+    r.k.compare_exchange_strong(expected, k, std::memory_order_relaxed);
+    return r.k.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+uint64_t capture_caller_stack(ThreadWriter*& w, uint64_t ret, const uint64_t* caller_sp) {
+    uint64_t frames[2] = {ret, 0};
+    uint32_t n = 1;
+    for (NewRange& r : g_new) {
+        uintptr_t len = r.len.load(std::memory_order_acquire);
+        if (ret - r.lo.load(std::memory_order_relaxed) >= len) continue;
+        int k = r.k.load(std::memory_order_relaxed);
+        if (k == kUncalibrated && caller_sp) k = calibrate_new(r, ret, caller_sp);
+        if (k >= 0 && caller_sp) frames[n++] = caller_sp[k];
+        break;
+    }
+    if (n == w->caller_last_n && frames[0] == w->caller_last[0] && (n == 1 || frames[1] == w->caller_last[1]))
+        return w->caller_last_id;
+    // intern_stack may move to another writer (a fresh one has no memo).
+    uint64_t id = intern_stack(w, 4, frames, n);
+    if (id) {
+        w->caller_last_n = n;
+        w->caller_last[0] = frames[0];
+        w->caller_last[1] = frames[1];
+        w->caller_last_id = id;
+    }
+    return id;
 }
 
 namespace {

@@ -21,6 +21,13 @@ void stacks_init();
 // stacks (capture_format.h kStack: the host gives their frames no source
 // lines, and a last line that says what they are).
 uint64_t capture_c_stack(ThreadWriter*& w, uint32_t depth, uint8_t kind = 0);
+// The native code that called the allocator, for a HOST block of a run that
+// asked for Python stacks and no C ones (kStack kind 4, capture_format.h):
+// `ret`, the malloc hook's return address, and when that is in libstdc++'s
+// operator new, operator new's own caller, read from the caller's stack
+// (`caller_sp`: the stack pointer at the hooked call) at an offset learnt
+// once per process by one unwind. No walk on the hot path.
+uint64_t capture_caller_stack(ThreadWriter*& w, uint64_t ret, const uint64_t* caller_sp);
 // Same for the Python stack given by the provider.
 uint64_t capture_py_stack(ThreadWriter*& w, msms_stack_provider provider, uint32_t depth);
 // Same, from a provider that names its answers: an answer named as the

@@ -83,8 +83,10 @@ constexpr uint32_t kFormatMajor = 4;
 // exec, end_code kExecKeepsAgent when the new environment preloads the agent
 // (minor 2 noted only the others). Minor 4: CaptureHeader::start_ticks (the
 // process's start time: an exec keeps it, another process given the same pid
-// has its own).
-constexpr uint32_t kFormatMinor = 4;
+// has its own). Minor 5: kStack kind 4 (a HOST block's allocator caller: in
+// the cstack field of a heap record of a run with Python stacks and no C
+// ones; older hosts would read it as a C stack).
+constexpr uint32_t kFormatMinor = 5;
 // The oldest major this build still reads (format 2: ns timestamps, varint
 // heap records only; read as a format 3 capture with kClockMonotonic; format
 // 3: no staging slots, read as format 4).
@@ -272,8 +274,11 @@ enum Tag : uint8_t {
                        // the event + 1, its row's `total`; 0: not given)
     kString = 6,       // id, len, bytes
     kStack = 7,        // id, kind(0 c,1 py,2 c of a CPython process's start-up, 3 c of a
-                       // block the dynamic loader allocated; 2 and 3 taken without C
-                       // stacks asked for: symbolized without source lines),
+                       // block the dynamic loader allocated, 4 the native code that
+                       // called the allocator for a HOST block of a run with Python
+                       // stacks and no C ones: its return address, then operator
+                       // new's caller when that is it (format 4.5); 2, 3 and 4 taken
+                       // without C stacks asked for: symbolized without source lines),
                        // n, frames (c: addresses; py: string ids)
     kModule = 8,       // ts, load bias, extent (end of the highest PT_LOAD), path string id
     kEnd = 9,          // ts, exit code (zigzag): the process finished normally

@@ -446,8 +446,8 @@ bool Pipeline::account(Record& r) {
         ev.pool_used = ev.device_used = ev.process_used = -1;
         r.c_stack.clear();
         r.py_stack.clear();
-        r.c_ref = r.py_ref = std::string_view();
-        ev.c_stack_id = ev.py_stack_id = 0;
+        r.c_ref = r.py_ref = r.caller_ref = std::string_view();
+        ev.c_stack_id = ev.py_stack_id = ev.alloc_caller_id = 0;
     }
     return true;
 }
@@ -688,6 +688,7 @@ void Pipeline::build_views(Record& r) {
     std::string_view py = r.py_text(), c = r.c_text();
     r.ev.py_stack = {py.data(), static_cast<uint32_t>(py.size())};
     r.ev.c_stack = {c.data(), static_cast<uint32_t>(c.size())};
+    r.ev.alloc_caller = {r.caller_ref.data(), static_cast<uint32_t>(r.caller_ref.size())};
 }
 
 void Pipeline::dispatch(Record& r, size_t first_analyzer, size_t end_analyzer, bool to_sinks) {
@@ -978,6 +979,8 @@ int Pipeline::api_emit(void* h, const msms_event* ev) {
     r.complete_attrs = true;
     r.py_stack = to_s(ev->py_stack);
     r.c_stack = to_s(ev->c_stack);
+    r.ev.alloc_caller = {};  // (a view of the caller's event; not an emitted row's)
+    r.ev.alloc_caller_id = 0;
     if (r.ev.timestamp_ns == 0 || r.ev.timestamp_ns < p->last_ts_) r.ev.timestamp_ns = p->last_ts_;
     r.ev.id = ++p->next_id_;
     if (r.ev.pid == 0) r.ev.pid = p->run_.pid;

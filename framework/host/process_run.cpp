@@ -289,7 +289,16 @@ void ProcessRun::convert(const RawEvent& e, Record& r, Symbolizer& sym) {
     }
     ev.c_stack_id = e.cstack;
     ev.py_stack_id = e.pystack;
-    if (e.cstack) r.c_ref = sym.text(e.cstack);
+    const StackDef* cdef = e.cstack ? reader_.stack(e.cstack) : nullptr;
+    if (cdef && cdef->kind == 4) {
+        // The allocator's caller, not a C stack (capture_format.h kStack):
+        // for analyses only, never written as the row's C stack.
+        ev.c_stack_id = 0;
+        ev.alloc_caller_id = e.cstack;
+        r.caller_ref = sym.text(e.cstack);
+    } else if (e.cstack) {
+        r.c_ref = sym.text(e.cstack);
+    }
     if (e.pystack) r.py_ref = sym.text(e.pystack);
 }
 

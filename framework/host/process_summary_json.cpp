@@ -94,67 +94,6 @@ std::vector<Site> report_sites(const std::vector<std::string>& report) {
     return sites;
 }
 
-// Leaked bytes and blocks as the leak analysis reported them: upstream's
-// "====== SUMMARY: X Mb(s) leaked in N allocation(s) ======" per device (in
-// bytes where its own line "Leaked blocks on device D by site, largest
-// first: N block(s), B bytes" gives them exactly), the driver blocks ("...: N
-// block(s), X Mb(s):") and the host blocks ("...: N block(s), B bytes, ...")
-// still allocated at exit. False when the report has none of them.
-bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint64_t& blocks) {
-    std::vector<std::pair<long double, uint64_t>> upstream, exact;
-    long double total = 0;
-    uint64_t n_total = 0;
-    bool any = false;
-    for (auto& raw : report) {
-        size_t first = raw.find_first_not_of(' ');
-        if (first == std::string::npos) continue;
-        std::string line = raw.substr(first);
-        char* end = nullptr;
-        if (starts_with(line, "====== SUMMARY: ")) {
-            const char* p = line.c_str() + 16;
-            long double mb = strtold(p, &end);
-            if (end != p && strncmp(end, " Mb(s) leaked in ", 17) == 0)
-                upstream.emplace_back(mb * 1024.0L * 1024.0L, strtoull(end + 17, nullptr, 10));
-            continue;
-        }
-        if (starts_with(line, "Leaked blocks on device ")) {
-            size_t at = line.find(" largest first: ");
-            if (at == std::string::npos) continue;
-            const char* p = line.c_str() + at + 16;
-            uint64_t n = strtoull(p, &end, 10);
-            if (strncmp(end, " block(s), ", 11) != 0) continue;
-            exact.emplace_back(static_cast<long double>(strtoull(end + 11, nullptr, 10)), n);
-            continue;
-        }
-        for (const char* kind : {"Driver memory still allocated at exit on device ",
-                                 "Host memory still allocated at exit on device ",
-                                 "Driver memory still allocated at stop() on device ",
-                                 "Host memory still allocated at stop() on device "}) {
-            if (!starts_with(line, kind)) continue;
-            size_t colon = line.find(": ", strlen(kind));
-            if (colon == std::string::npos) continue;
-            const char* p = line.c_str() + colon + 2;
-            uint64_t n = strtoull(p, &end, 10);
-            if (strncmp(end, " block(s), ", 11) != 0) continue;
-            const char* q = end + 11;
-            long double v = strtold(q, &end);
-            if (strncmp(end, " Mb(s)", 6) == 0) v *= 1024.0L * 1024.0L;
-            total += v;
-            n_total += n;
-            any = true;
-        }
-    }
-    // One "Leaked blocks" line per SUMMARY line, in the same device order.
-    auto& step = exact.size() == upstream.size() ? exact : upstream;
-    for (auto& [b, n] : step) {
-        total += b;
-        n_total += n;
-        any = true;
-    }
-    bytes = static_cast<uint64_t>(std::llround(static_cast<double>(total)));
-    blocks = n_total;
-    return any;
-}
 
 // The blocks the leak analysis did not judge because they were there when
 // collection started (plugins/analyzers/leaks), summed over the devices:
@@ -314,6 +253,68 @@ bool judged_at_exit(const std::vector<std::string>& report) {
             return true;
     }
     return false;
+}
+
+// Leaked bytes and blocks as the leak analysis reported them: upstream's
+// "====== SUMMARY: X Mb(s) leaked in N allocation(s) ======" per device (in
+// bytes where its own line "Leaked blocks on device D by site, largest
+// first: N block(s), B bytes" gives them exactly), the driver blocks ("...: N
+// block(s), X Mb(s):") and the host blocks ("...: N block(s), B bytes, ...")
+// still allocated at exit. False when the report has none of them.
+bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint64_t& blocks) {
+    std::vector<std::pair<long double, uint64_t>> upstream, exact;
+    long double total = 0;
+    uint64_t n_total = 0;
+    bool any = false;
+    for (auto& raw : report) {
+        size_t first = raw.find_first_not_of(' ');
+        if (first == std::string::npos) continue;
+        std::string line = raw.substr(first);
+        char* end = nullptr;
+        if (starts_with(line, "====== SUMMARY: ")) {
+            const char* p = line.c_str() + 16;
+            long double mb = strtold(p, &end);
+            if (end != p && strncmp(end, " Mb(s) leaked in ", 17) == 0)
+                upstream.emplace_back(mb * 1024.0L * 1024.0L, strtoull(end + 17, nullptr, 10));
+            continue;
+        }
+        if (starts_with(line, "Leaked blocks on device ")) {
+            size_t at = line.find(" largest first: ");
+            if (at == std::string::npos) continue;
+            const char* p = line.c_str() + at + 16;
+            uint64_t n = strtoull(p, &end, 10);
+            if (strncmp(end, " block(s), ", 11) != 0) continue;
+            exact.emplace_back(static_cast<long double>(strtoull(end + 11, nullptr, 10)), n);
+            continue;
+        }
+        for (const char* kind : {"Driver memory still allocated at exit on device ",
+                                 "Host memory still allocated at exit on device ",
+                                 "Driver memory still allocated at stop() on device ",
+                                 "Host memory still allocated at stop() on device "}) {
+            if (!starts_with(line, kind)) continue;
+            size_t colon = line.find(": ", strlen(kind));
+            if (colon == std::string::npos) continue;
+            const char* p = line.c_str() + colon + 2;
+            uint64_t n = strtoull(p, &end, 10);
+            if (strncmp(end, " block(s), ", 11) != 0) continue;
+            const char* q = end + 11;
+            long double v = strtold(q, &end);
+            if (strncmp(end, " Mb(s)", 6) == 0) v *= 1024.0L * 1024.0L;
+            total += v;
+            n_total += n;
+            any = true;
+        }
+    }
+    // One "Leaked blocks" line per SUMMARY line, in the same device order.
+    auto& step = exact.size() == upstream.size() ? exact : upstream;
+    for (auto& [b, n] : step) {
+        total += b;
+        n_total += n;
+        any = true;
+    }
+    bytes = static_cast<uint64_t>(std::llround(static_cast<double>(total)));
+    blocks = n_total;
+    return any;
 }
 
 std::string process_summary_json(const ProcessSummary& s, const SummaryFacts& f) {

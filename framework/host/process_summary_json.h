@@ -16,6 +16,11 @@
 
 namespace msms {
 
+// Leaked bytes and blocks as the leak analysis reported them (its report's
+// lines, exact bytes where they give them): summary.json's "leaks" and the
+// run index's "leaked" column. False when the report has none of them.
+bool report_leaks(const std::vector<std::string>& report, uint64_t& bytes, uint64_t& blocks);
+
 // Counts the steps of a process as the analyses see them: msmemscope.step()
 // / optimizer steps (SYSTEM STEP rows) or mstx "step start" ranges, whichever
 // comes first (the other source is then ignored, as the leaks analyzer does).

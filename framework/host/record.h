@@ -23,6 +23,9 @@ struct Record {
     // event): used instead of py_stack / c_stack when set, so the host does
     // not copy every row's stack (2.4 GB for 1M rows with c:32 stacks).
     std::string_view py_ref, c_ref;
+    // The allocator's caller (msms_event.alloc_caller: a capture's kStack
+    // kind 4), from the symbolizer's cache; empty when none.
+    std::string_view caller_ref;
     std::string_view py_text() const { return py_ref.data() ? py_ref : std::string_view(py_stack); }
     std::string_view c_text() const { return c_ref.data() ? c_ref : std::string_view(c_stack); }
     bool complete_attrs = false;
@@ -44,7 +47,7 @@ struct Record {
         added.clear();
         py_stack.clear();
         c_stack.clear();
-        py_ref = c_ref = std::string_view();
+        py_ref = c_ref = caller_ref = std::string_view();
         complete_attrs = false;
     }
 };

@@ -1,5 +1,7 @@
 #include "run_index.h"
 
+#include "process_summary_json.h"
+
 #include "util/output_dir.h"
 #include "util/text.h"
 
@@ -147,47 +149,14 @@ bool shell_heap_left_out(const ProcessSummary& s) {
 }  // namespace
 
 long double leaked_bytes(const ProcessSummary& s, uint64_t& allocations) {
-    // The leaks analyzer's lines: upstream's "====== SUMMARY: X Mb(s) leaked in
-    // N allocation(s) ======" (step leaks), then ours for what is live at
-    // exit: "Driver memory still allocated at exit on device D: N block(s), X
-    // Mb(s):" and "Host memory still allocated at exit on device D: N
-    // block(s), B bytes, ...". (A shell's own heap has a line of its own,
-    // "Host memory of the shell still allocated ...": in no total.)
-    long double total = -1;
+    // As summary.json says it (process_summary_json.h report_leaks): the
+    // leak analysis's report, in exact bytes where its lines give them, not
+    // upstream's "X Mb(s)" rounded to six decimals (96000 bytes read back as
+    // 95999.6, "93.7 KiB" here beside the summary's 96000).
+    uint64_t bytes = 0;
     allocations = 0;
-    auto add = [&](long double b, uint64_t n) {
-        total = (total < 0 ? 0 : total) + b;
-        allocations += n;
-    };
-    for (auto& raw : s.report) {
-        size_t first = raw.find_first_not_of(' ');
-        if (first == std::string::npos) continue;
-        std::string line = raw.substr(first);
-        char* end = nullptr;
-        if (line.rfind("====== SUMMARY: ", 0) == 0) {
-            const char* p = line.c_str() + 16;
-            long double mb = strtold(p, &end);
-            if (end != p && strncmp(end, " Mb(s) leaked in ", 17) == 0)
-                add(mb * 1024.0L * 1024.0L, strtoull(end + 17, nullptr, 10));
-            continue;
-        }
-        for (const char* kind : {"Driver memory still allocated at exit on device ",
-                                 "Host memory still allocated at exit on device ",
-                                 "Driver memory still allocated at stop() on device ",
-                                 "Host memory still allocated at stop() on device "}) {
-            if (line.rfind(kind, 0) != 0) continue;
-            size_t colon = line.find(": ", strlen(kind));
-            if (colon == std::string::npos) continue;
-            const char* p = line.c_str() + colon + 2;
-            uint64_t n = strtoull(p, &end, 10);
-            if (strncmp(end, " block(s), ", 11) != 0) continue;
-            const char* q = end + 11;
-            long double v = strtold(q, &end);
-            if (strncmp(end, " Mb(s)", 6) == 0) v *= 1024.0L * 1024.0L;
-            add(v, n);
-        }
-    }
-    return total;
+    if (!report_leaks(s.report, bytes, allocations)) return -1;
+    return static_cast<long double>(bytes);
 }
 
 std::string rank_of(const ProcessSummary& s) {

@@ -27,6 +27,8 @@ static_assert(MSMS_ABI_MINOR < 1 || sizeof(msms_plugin_descriptor) >= 144, "desc
 static_assert(MSMS_ABI_MINOR < 2 || sizeof(msms_host_api) >= 72, "host API size of ABI 1.2");
 // ABI 1.3 appended msms_run_info.output_dir_fd (and reserved2).
 static_assert(MSMS_ABI_MINOR < 3 || sizeof(msms_run_info) >= 88, "run info size of ABI 1.3");
+// ABI 1.4 appended msms_event.alloc_caller and alloc_caller_id.
+static_assert(MSMS_ABI_MINOR < 4 || sizeof(msms_event) >= 216, "event size of ABI 1.4");
 static_assert(sizeof(msms_plugin_descriptor) >= 136 && sizeof(msms_event) >= 192 && sizeof(msms_host_api) >= 64 &&
               sizeof(msms_run_info) >= 80);
 static_assert(sizeof(msms_str) == 16 && sizeof(msms_kv) == 32 && sizeof(msms_error) == 512);
@@ -82,6 +84,10 @@ static_assert(sizeof(msms_kv) == 32, "msms_kv is used in arrays: changing it is 
     static_assert(offsetof(msms_event, c_stack) == 160);
     static_assert(offsetof(msms_event, py_stack_id) == 176);
     static_assert(offsetof(msms_event, c_stack_id) == 184);
+#if MSMS_ABI_MINOR >= 4
+    static_assert(offsetof(msms_event, alloc_caller) == 192);
+    static_assert(offsetof(msms_event, alloc_caller_id) == 208);
+#endif
     static_assert(offsetof(msms_host_api, struct_size) == 0);
     static_assert(offsetof(msms_host_api, host) == 8);
     static_assert(offsetof(msms_host_api, log) == 16);

@@ -317,7 +317,7 @@ def test_each_replayed_process_log_says_which_captures_the_pattern_matched(tmp_p
 
 
 BAD_PLUGINS = BUILD / "tests" / "lib" / "bad_plugins"
-WRONG_ABI = f"{BAD_PLUGINS}/libmsmemscope_plugin_wrong_abi.so: wrong ABI version: got 2.0, supported 1.3"
+WRONG_ABI = f"{BAD_PLUGINS}/libmsmemscope_plugin_wrong_abi.so: wrong ABI version: got 2.0, supported 1.4"
 
 
 class RecordedRun:

@@ -435,7 +435,7 @@ def test_an_edited_end_record_is_reported_corrupt_not_trusted(cli, test_bin, tmp
     assert p.returncode == 0, p.stderr
     [cap] = glob.glob(str(tmp_path / "out" / "*" / "*.msmcap"))
     raw = bytearray(open(cap, "rb").read())
-    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 4  # 4.4: the process's start time
+    assert struct.unpack_from("<I", raw, FORMAT_MINOR_OFFSET)[0] == 5  # 4.4: the process's start time; 4.5: callers (kStack kind 4)
     assert struct.unpack_from("<Q", raw, START_TICKS_OFFSET)[0] != 0
     assert struct.unpack_from("<Ii", raw, END_KIND_OFFSET) == (1, 0)  # EndKind::Exit, code 0
     assert struct.unpack_from("<Q", raw, END_SUM_OFFSET)[0] != 0

@@ -49,9 +49,14 @@ def test_thread_tls_is_not_the_programs_leak(tmp_path, stack):
     p = run_cli(args + ["--", PY, prog], tmp_path, check_rc=0)
     found = sites(p.stdout)
     assert not [s for s in found if "threads.py" in s or "threading.py" in s], p.stdout
-    # what is left: torch's 8 bytes allocated by its exit handler, no stack
-    assert re.search(r"still allocated at exit on device cpu: [01] block\(s\), (8|0) bytes", p.stdout) \
-        or "no leak" in p.stdout, p.stdout
+    if stack == "none":
+        # what is left: torch's 8 bytes allocated by its exit handler, no stack
+        assert re.search(r"still allocated at exit on device cpu: [01] block\(s\), (8|0) bytes", p.stdout) \
+            or "no leak" in p.stdout, p.stdout
+    else:
+        # nothing: those 8 bytes (c10's PyInterpreter::disarm) are torch's set-up, known by their
+        # allocator's caller (test_leaks_torch_setup.py)
+        assert "still allocated at exit on device cpu" not in p.stdout, p.stdout
     rows = read_dump(dump_files(process_dirs(tmp_path / "out")[0])[0])
     tls = [r for r in rows if r["Event"] == "MALLOC" and "__tls_get_addr" in r["Call Stack(C)"]]
     assert tls, "no row of libtorch's thread-local block"

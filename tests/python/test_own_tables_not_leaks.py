@@ -43,7 +43,9 @@ def exit_sites(console):
     """The sites of the report's "Host memory still allocated at exit" list."""
     lines = console.splitlines()
     heads = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu:")]
-    assert len(heads) == 1, console
+    assert len(heads) <= 1, console
+    if not heads:
+        return []
     sites = []
     for line in lines[heads[0] + 1:]:
         m = re.match(r"    \d+ block\(s\), \d+ bytes, allocated at: (.*)", line)
@@ -61,6 +63,8 @@ def test_the_packages_tables_are_not_host_memory_still_allocated_at_exit(tmp_pat
     assert m and int(m.group(1)) >= 300 and int(m.group(2)) == 80, p.stdout  # the tables did grow
     sites = exit_sites(p.stdout)
     assert not [s for s in sites if "torch/optim/" in s or "torch/nn/modules/" in s], sites
-    # what is left is torch's own one-time set-up (cpuinfo, the hooks' registry), a few hundred bytes
+    # and nothing else: what was left, torch's own one-time set-up (cpuinfo, the hooks' registry, a few
+    # hundred bytes), is known by its allocator's caller (test_leaks_torch_setup.py)
+    assert sites == [], p.stdout
     leaks = json.loads((only(process_dirs(tmp_path / "out")) / "summary.json").read_text())["leaks"]
-    assert leaks["bytes"] < 1024, (leaks, sites)
+    assert leaks["bytes"] == 0, (leaks, sites)

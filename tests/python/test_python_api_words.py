@@ -680,7 +680,7 @@ def test_the_upstream_config_class_tells_given_parameters_from_defaults(recorded
 # for an analyzer not found), not "unknown analyzer".
 @pytest.mark.parametrize("name,reason", [
     ("no_entry", "no entry symbol 'msmemscope_plugin'"),
-    ("wrong_abi", "wrong ABI version: got 2.0, supported 1.3"),
+    ("wrong_abi", "wrong ABI version: got 2.0, supported 1.4"),
 ])
 def test_analyze_says_why_a_plugin_of_the_users_folder_was_refused(recorded, name, reason):
     # Before: "raised ValueError: msmemscope.analyze: unknown analyzer 'no_entry' (available: ...)"

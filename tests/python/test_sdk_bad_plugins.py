@@ -48,7 +48,7 @@ def test_list_plugins_names_each_refusal(cli, tmp_path):
         "file: No such file or directory",
         f"refused: {fixture('no_entry')}: no entry symbol 'msmemscope_plugin'",
         f"refused: {fixture('null_descriptor')}: the entry returned no descriptor",
-        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.3",
+        f"refused: {fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.4",
     ]
     others = [line for line in refused if "duplicate_csv" not in line and "asan_built" not in line]
     assert others == expected
@@ -78,7 +78,7 @@ def test_refusals_in_a_plugin_path_folder_are_not_warned_on_every_run(cli, tmp_p
     p = cli(["--plugin-path", str(FIXTURES), "--device=cpu", "--events=alloc,free", "--analysis=", "-v",
              "--output", str(tmp_path / "out2"), "--"] + PROGRAM, cwd=tmp_path, check_rc=0)
     assert (f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: "
-            "wrong ABI version: got 2.0, supported 1.3") in p.stderr.splitlines()
+            "wrong ABI version: got 2.0, supported 1.4") in p.stderr.splitlines()
     assert (f"msmemscope: warning: plugin {fixture('no_entry')} refused: "
             "no entry symbol 'msmemscope_plugin'") in p.stderr.splitlines()
     # ... and selected by name, it is an error that drops it (71), said once.
@@ -98,7 +98,7 @@ def test_offline_analysis_names_a_refused_plugin_of_a_plugin_path_folder(cli, tm
     dump.write_text("ID,Event,Event Type,Name,Timestamp(ns),Process Id,Thread Id,Device Id,Ptr,Attr,"
                     "Call Stack(Python),Call Stack(C)\n"
                     '1,MALLOC,PTA,N/A,1000,7,7,0,0x1000,"{allocation_id:1,addr:0x1000,size:512}",,\n')
-    why = f"{fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.3"
+    why = f"{fixture('wrong_abi')}: wrong ABI version: got 2.0, supported 1.4"
 
     def errors(p):
         return [line for line in p.stderr.splitlines() if line.startswith("msmemscope: error: ")]
@@ -116,7 +116,7 @@ def test_offline_analysis_names_a_refused_plugin_of_a_plugin_path_folder(cli, tm
     assert "refused" not in p.stderr, p.stderr
     p = cli(["--plugin-path", str(FIXTURES), "--analyze=leaks", f"--input={dump}", f"--output={tmp_path / 'o3'}",
              "-v"], cwd=tmp_path, check_rc=0)
-    assert f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: wrong ABI version: got 2.0, supported 1.3" in \
+    assert f"msmemscope: warning: plugin {fixture('wrong_abi')} refused: wrong ABI version: got 2.0, supported 1.4" in \
         p.stderr.splitlines(), p.stderr
 
 
@@ -209,7 +209,7 @@ def test_conformance_rejects_the_bad_fixtures_with_precise_reasons():
     assert p.returncode == 1, p.stdout + p.stderr
     lines, result = verdicts(p.stdout)
     assert result[fixture("wrong_abi")] == "FAIL"
-    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.3"]
+    assert lines[fixture("wrong_abi")] == ["FAIL  load: wrong ABI version: got 2.0, supported 1.4"]
     assert lines[fixture("no_entry")] == ["FAIL  load: no entry symbol 'msmemscope_plugin'"]
     assert lines[fixture("null_descriptor")] == ["FAIL  load: the entry returned no descriptor"]
     assert lines[fixture("bad_name")] == [

@@ -155,10 +155,11 @@ TORCH_LOOP = SOURCE / "tests" / "programs" / "python" / "sgd_keep.py"
 
 
 def _at_exit_sites(stdout):
-    """The number of allocation sites the at-exit report names."""
-    [n] = re.findall(r"^  Host memory still allocated at exit on device cpu: .*, from (\d+) allocation site\(s\):$",
-                     stdout, re.M)
-    return int(n)
+    """The number of allocation sites the at-exit report names (0: it names none)."""
+    found = re.findall(r"^  Host memory still allocated at exit on device cpu: .*, from (\d+) allocation site\(s\):$",
+                       stdout, re.M)
+    assert len(found) <= 1, stdout
+    return int(found[0]) if found else 0
 
 
 def _own_memory_left_out(tmp_path, call_stack, ours, env=None, recorded=True):
@@ -171,15 +172,18 @@ def _own_memory_left_out(tmp_path, call_stack, ours, env=None, recorded=True):
     p = _run(args + ["--output=out", "--", "/usr/bin/python3", "loop.py"], tmp_path, env=env)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    [start] = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
-    sites = [l for l in lines[start + 1:] if l.startswith("    ")]
-    assert sites and not [l for l in sites if re.search(ours, l)], sites
+    # (none at all, now that torch's one-time set-up, all that was left, is known by the
+    # allocator's caller too: test_leaks_torch_setup.py)
+    heads = [i for i, l in enumerate(lines) if l.startswith("  Host memory still allocated at exit on device cpu")]
+    assert len(heads) <= 1, p.stdout
+    sites = [l for l in lines[heads[0] + 1:] if l.startswith("    ")] if heads else []
+    assert not [l for l in sites if re.search(ours, l)], sites
     summary = [l for l in lines if " allocation site(s) suppressed on device cpu " in l]
     # each site is counted under one list: the parts add up to the sites left out
     for l in summary:
         total = int(re.match(r"^  (\d+) allocation site\(s\)", l).group(1))
         assert sum(int(n) for n in re.findall(r"(?:: |, )(\d+) by ", l)) == total, l
-    own = re.search(r"[:,] (\d+) by msmemscope's own modules \(the profiler's memory\)$", "".join(summary))
+    own = re.search(r"[:,] (\d+) by msmemscope's own modules \(the profiler's memory\)(?:$|, )", "".join(summary))
     # Not `recorded`: the start-up hook's import of the package itself may
     # still leave a block the list names as msmemscope's; what must not be
     # recorded is checked without the lists below.

@@ -43,7 +43,7 @@ TEST_CASE("check_descriptor refuses a missing descriptor") {
 
 TEST_CASE("a plugin declaring ABI major 2 is refused") {
     Registry reg;
-    CHECK(refusal(reg, fixture("wrong_abi")) == "wrong ABI version: got 2.0, supported 1.3");
+    CHECK(refusal(reg, fixture("wrong_abi")) == "wrong ABI version: got 2.0, supported 1.4");
     CHECK(reg.plugins().empty());
 }
 

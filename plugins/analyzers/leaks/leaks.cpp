@@ -349,6 +349,7 @@ private:
         uint32_t py_stack;   // the Python stack beside a C one, else 0
         uint32_t blocks;     // the blocks it stands for (the imports' heap: its Attr blocks), else 1
         const char* shadow;  // a shadow MALLOC (no stack): kBeforeStart or kImport; else nullptr
+        uint32_t caller = 0;  // the allocator's caller (msms_event.alloc_caller: Python stacks only), else 0
     };
     struct Device {
         std::unordered_map<BlockKey, PoolBlock, BlockKeyHash> pool;
@@ -367,6 +368,15 @@ private:
     // The Python stack of an event that also has a C one (stack_of took the C one).
     uint32_t py_beside_c(const msms_event& ev) {
         return ev.c_stack.size && ev.py_stack.size ? stacks_.intern(ev.py_stack_id, 1, view(ev.py_stack)) : 0;
+    }
+
+    // The allocator's caller of a host block with a Python stack only (ABI
+    // 1.4, msms_event.alloc_caller), interned; 0 when none.
+    uint32_t caller_of(const msms_event& ev) {
+        if (ev.struct_size < offsetof(msms_event, alloc_caller_id) + sizeof(ev.alloc_caller_id) ||
+            !ev.alloc_caller.size || ev.c_stack.size)
+            return 0;
+        return stacks_.intern(ev.alloc_caller_id, 0, view(ev.alloc_caller));
     }
 
     uint32_t stack_of(const msms_event& ev) {
@@ -434,7 +444,8 @@ private:
             if (shadow == kImport) python_ = true;  // the package's boot marks a CPython's imports
             d.exit.put(block_key(ev), ExitBlock{ev.size, steps_.current(), kernel_of(ev), ev.id, ev.timestamp_ns,
                                                   stack_of(ev), py_beside_c(ev),
-                                                  shadow == kImport ? msmemscope::attr_blocks(ev) : 1u, shadow});
+                                                  shadow == kImport ? msmemscope::attr_blocks(ev) : 1u, shadow,
+                                                  caller_of(ev)});
         }
     }
 
@@ -639,10 +650,13 @@ private:
         std::set<std::string> counted;                       // every site in `sites`, once
         bool take(msms_leaks::Suppressions& s, const std::string& stack, const std::string& site, uint64_t size) {
             msms_leaks::Suppressions::Rule* r = s.match(stack, site);
-            if (!r) return false;
+            return r && took(*r, site, size);
+        }
+        // Counts a block rule `r` took out, by its site.
+        bool took(const msms_leaks::Suppressions::Rule& r, const std::string& site, uint64_t size) {
             ++blocks;
             bytes += size;
-            std::string origin = r->origin.substr(0, r->origin.rfind(':'));
+            std::string origin = r.origin.substr(0, r.origin.rfind(':'));
             // each site under one list (the first that took a block of it):
             // the counts add up to the sites left out
             if (!counted.count(site)) {
@@ -669,6 +683,8 @@ private:
                                      ? std::string("the built-in list of one-time set-up (the interpreter, the imports' heap, the loader, libc's locale tables; --default-suppressions=false shows them)")
                                  : origin == msms_leaks::kOwnOrigin
                                      ? std::string("msmemscope's own modules (the profiler's memory)")
+                                 : origin == msms_leaks::kTorchOrigin
+                                     ? std::string("the built-in list of torch's one-time set-up (cpuinfo's tables, libgomp's threads, c10's hooks registries; --default-suppressions=false shows them)")
                                      : origin));
             }
             std::string text = std::to_string(all.size()) + " allocation site(s) suppressed on device " + device + " (" +
@@ -679,10 +695,10 @@ private:
     };
     std::map<DevKey, Suppressed> suppressed_;
 
-    bool suppressed(const DevKey& dk, uint32_t stack, uint32_t py_stack, uint64_t size) {
+    bool suppressed(const DevKey& dk, uint32_t stack, uint32_t py_stack, uint64_t size, uint32_t caller = 0) {
         const std::string& st = stacks_.text(stack);
         const std::string& py = stacks_.text(py_stack);
-        if (st.empty() && py.empty()) return false;
+        if (st.empty() && py.empty()) return caller && suppressed_by_caller(dk, caller, size);
         const std::string py_site = first_frame(py);
         std::string site = !st.empty() && st != py ? site_of(st) : py_site;
         // A Python object's block has the interpreter as its C site whatever
@@ -690,7 +706,22 @@ private:
         // the built-in list judges (the import system's frames stay set-up).
         if (!py.empty() && site != py_site && msms_leaks::interpreter_frame(site)) site = py_site;
         std::string all = py.empty() || st == py ? st : st.empty() ? py : st + "\n" + py;
-        return suppressed_[dk].take(suppressions_, all, site, size);
+        if (suppressed_[dk].take(suppressions_, all, site, size)) return true;
+        return caller && suppressed_by_caller(dk, caller, size);
+    }
+
+    // A host block with a Python stack only: its line is the program's, but
+    // the native code that called the allocator may be a library's one-time
+    // set-up (torch's cpuinfo tables, libgomp's thread state, c10's hooks
+    // registries) that the built-in list knows by that site, as it would
+    // with a C stack. The interpreter as the caller is no such site: a
+    // Python object's block, whose line stays the site.
+    bool suppressed_by_caller(const DevKey& dk, uint32_t caller, uint64_t size) {
+        if (!builtin_) return false;
+        std::string site = site_of(stacks_.text(caller));
+        if (site.empty() || msms_leaks::interpreter_frame(site)) return false;
+        msms_leaks::Suppressions::Rule* r = suppressions_.match_builtin_site(site);
+        return r && suppressed_[dk].took(*r, site, size);
     }
 
     // One stack of a block that has both (innermost first): its C frames
@@ -1001,7 +1032,7 @@ private:
                 before_bytes += b.size;
                 continue;
             }
-            if (suppressed(dk, b.stack, b.py_stack, b.size)) continue;
+            if (suppressed(dk, b.stack, b.py_stack, b.size, b.caller)) continue;
             if (b.shadow == kImport && builtin_) {
                 suppressed_[dk].take_imports(b.blocks, b.size);
                 continue;

@@ -8,7 +8,8 @@
 //
 // The built-in list covers the CPython interpreter's own one-time allocations
 // (its arenas, interned strings and types, the import system, the loader's
-// and libc's tables set up at start): memory every Python run holds until
+// and libc's tables set up at start), and torch's (cpuinfo's tables, libgomp's
+// thread state, c10's hooks registries): memory every such run holds until
 // exit by design. Built-in rules match the allocation site only.
 #pragma once
 
@@ -25,6 +26,11 @@ constexpr const char* kBuiltinOrigin = "built-in (CPython)";
 // util/own_memory.h, every frame of the stack for its modules, the
 // allocation site for its interpreter-start hook).
 constexpr const char* kOwnOrigin = "built-in (msmemscope)";
+
+// The origin of the rules for torch's own one-time set-up (add_builtin:
+// matched against the allocation site only, a C site, or with Python stacks
+// alone the allocator's caller, msms_event.alloc_caller).
+constexpr const char* kTorchOrigin = "built-in (torch)";
 
 // '*', '^...', '...$' matching of one pattern against one frame.
 bool pattern_matches(std::string_view pattern, std::string_view frame);
@@ -50,6 +56,9 @@ public:
     // The rule that suppresses a stack ('\n'-separated frames) whose
     // allocation site (first frame past the allocator) is `site`, or nullptr.
     Rule* match(std::string_view stack, std::string_view site);
+    // The built-in rule that suppresses a block by its native site alone
+    // (the allocator's caller of a block with a Python stack only), or nullptr.
+    Rule* match_builtin_site(std::string_view site);
     bool empty() const { return rules_.empty(); }
     const std::vector<Rule>& rules() const { return rules_; }
 

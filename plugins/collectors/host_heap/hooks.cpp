@@ -124,11 +124,22 @@ inline bool ready() {
 // malloc has looked them up already.)
 __attribute__((constructor)) void resolve_at_load() { ready(); }
 
+// Who called a hook: its return address and the stack pointer at the call
+// (the word above the return address), taken in the exported hook itself
+// (frame pointers: -fno-omit-frame-pointer), for the agent's caller stacks
+// (msms_agent_alloc_host). Two register reads.
+struct Caller {
+    const void* ret;
+    const uint64_t* sp;
+};
+#define MSMS_HH_CALLER() \
+    Caller { __builtin_return_address(0), static_cast<const uint64_t*>(__builtin_frame_address(0)) + 2 }
+
 // While collection is off the agent only remembers the block (a shadow
 // MALLOC when collection starts: agent.h).
-inline void record_alloc(void* p, size_t n) {
+inline void record_alloc(void* p, size_t n, Caller c) {
     if (msms_agent_enter()) {
-        msms_agent_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n, 0, nullptr);
+        msms_agent_alloc_host(reinterpret_cast<uint64_t>(p), n, reinterpret_cast<uint64_t>(c.ret), c.sp);
         msms_agent_leave();
     } else {
         msms_agent_off_alloc(MSMS_T_HOST, MSMS_DEV_CPU, -1, reinterpret_cast<uint64_t>(p), n);
@@ -163,9 +174,9 @@ void record_failure(const char* func, size_t n, int err) {
     }
 }
 
-inline void* after(void* p, size_t n, const char* func) {
+inline void* after(void* p, size_t n, const char* func, Caller c) {
     if (__builtin_expect(p != nullptr, 1))
-        record_alloc(p, n);
+        record_alloc(p, n, c);
     else if (n)
         record_failure(func, n, ENOMEM);
     return p;
@@ -182,7 +193,7 @@ __attribute__((visibility("default"))) void* malloc(size_t n) {
         record_loader_alloc(p, n);
         return p;
     }
-    return after(p, n, "malloc");
+    return after(p, n, "malloc", MSMS_HH_CALLER());
 }
 
 __attribute__((visibility("default"))) void free(void* p) {
@@ -203,7 +214,7 @@ __attribute__((visibility("default"))) void* calloc(size_t n, size_t size) {
         record_loader_alloc(p, n * size);
         return p;
     }
-    return after(p, n * size, "calloc");
+    return after(p, n * size, "calloc", MSMS_HH_CALLER());
 }
 
 __attribute__((visibility("default"))) void* realloc(void* old, size_t n) {
@@ -215,7 +226,7 @@ __attribute__((visibility("default"))) void* realloc(void* old, size_t n) {
         }
         return p;
     }
-    if (!old) return after(g_real.realloc(nullptr, n), n, "realloc");
+    if (!old) return after(g_real.realloc(nullptr, n), n, "realloc", MSMS_HH_CALLER());
     if (n == 0) {
         record_free(old);
         return g_real.realloc(old, 0);
@@ -224,12 +235,12 @@ __attribute__((visibility("default"))) void* realloc(void* old, size_t n) {
     record_free(old);
     void* p = g_real.realloc(old, n);
     if (!p) {
-        record_alloc(old, old_size);  // the old block lives on
+        record_alloc(old, old_size, MSMS_HH_CALLER());  // the old block lives on
         record_failure("realloc", n, ENOMEM);
         return nullptr;
     }
     if (__builtin_expect(from_loader(__builtin_return_address(0)), 0)) record_loader_alloc(p, n);
-    else record_alloc(p, n);
+    else record_alloc(p, n, MSMS_HH_CALLER());
     return p;
 }
 
@@ -249,7 +260,7 @@ __attribute__((visibility("default"))) int posix_memalign(void** out, size_t ali
     }
     int rc = g_real.posix_memalign(out, align, n);
     if (rc == 0)
-        record_alloc(*out, n);
+        record_alloc(*out, n, MSMS_HH_CALLER());
     else if (rc == ENOMEM)
         record_failure("posix_memalign", n, rc);
     return rc;
@@ -257,22 +268,22 @@ __attribute__((visibility("default"))) int posix_memalign(void** out, size_t ali
 
 __attribute__((visibility("default"))) void* aligned_alloc(size_t align, size_t n) {
     if (!ready()) return pool_alloc(n, align);
-    return after(g_real.aligned_alloc(align, n), n, "aligned_alloc");
+    return after(g_real.aligned_alloc(align, n), n, "aligned_alloc", MSMS_HH_CALLER());
 }
 
 __attribute__((visibility("default"))) void* memalign(size_t align, size_t n) {
     if (!ready()) return pool_alloc(n, align);
-    return after(g_real.memalign(align, n), n, "memalign");
+    return after(g_real.memalign(align, n), n, "memalign", MSMS_HH_CALLER());
 }
 
 __attribute__((visibility("default"))) void* valloc(size_t n) {
     if (!ready()) return pool_alloc(n, 4096);
-    return after(g_real.valloc(n), n, "valloc");
+    return after(g_real.valloc(n), n, "valloc", MSMS_HH_CALLER());
 }
 
 __attribute__((visibility("default"))) void* pvalloc(size_t n) {
     if (!ready()) return pool_alloc(n, 4096);
-    return after(g_real.pvalloc ? g_real.pvalloc(n) : g_real.valloc(n), n, "pvalloc");
+    return after(g_real.pvalloc ? g_real.pvalloc(n) : g_real.valloc(n), n, "pvalloc", MSMS_HH_CALLER());
 }
 
 }  // extern "C"

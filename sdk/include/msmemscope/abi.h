@@ -25,8 +25,10 @@ extern "C" {
 /* 1.1: msms_plugin_descriptor.last_error (older plugins load unchanged).
  * 1.2: msms_host_api.progress (optional for plugins: older ones load and
  *      run unchanged, never calling it).
- * 1.3: msms_run_info.output_dir_fd (older plugins load and run unchanged). */
-#define MSMS_ABI_MINOR 3u
+ * 1.3: msms_run_info.output_dir_fd (older plugins load and run unchanged).
+ * 1.4: msms_event.alloc_caller, alloc_caller_id (older plugins load and run
+ *      unchanged, never reading them). */
+#define MSMS_ABI_MINOR 4u
 
 /* Name of the one exported entry, in either of two forms (the host tells
  * them apart by the ELF symbol type, see msmemscope/entry.hpp):
@@ -190,6 +192,15 @@ typedef struct msms_event {
     msms_str c_stack;
     uint64_t py_stack_id;   /* interned ids: equal ids = equal stacks */
     uint64_t c_stack_id;
+    /* ABI 1.4 (an event of a 1.0-1.3 host ends before it: check
+     * struct_size). A HOST MALLOC of a run that took Python stacks and no C
+     * ones: the native code that called the allocator (its caller, then
+     * operator new's caller when that was it), one frame per line as in
+     * c_stack, without source lines; empty otherwise. For analyses that
+     * judge a block by its native site (the leak analysis's built-in list of
+     * one-time set-up); not a C stack, and sinks do not write it. */
+    msms_str alloc_caller;
+    uint64_t alloc_caller_id;
 } msms_event;
 
 /* Exact strings of the CSV (COMPAT §4); NULL for an unknown value. */

@@ -75,6 +75,15 @@ void msms_agent_alloc(uint16_t type, uint16_t device_kind, int16_t device_id, ui
  * knows it as the loader's and not as a leak of the program's line that
  * started the thread. (Newer agents only: look it up with dlsym.) */
 void msms_agent_alloc_loader(uint64_t ptr, uint64_t size);
+/* A HOST block of the malloc family's hooks: recorded as msms_agent_alloc(
+ * MSMS_T_HOST, MSMS_DEV_CPU, -1, ptr, size, 0, NULL) does, plus the hook's
+ * caller: `caller` its return address, `caller_sp` the stack pointer at the
+ * hooked call (the word above the return address; NULL if not known). With
+ * Python stacks and no C ones, the block's record then names the native
+ * code that asked for it, so that the leak analysis tells a library's
+ * one-time set-up from the program's own leak at the same Python line.
+ * (Newer agents only: look it up with dlsym.) */
+void msms_agent_alloc_host(uint64_t ptr, uint64_t size, uint64_t caller, const uint64_t* caller_sp);
 /* A block is about to be freed (record before the real call). */
 void msms_agent_free(uint16_t type, uint16_t device_kind, int16_t device_id, uint64_t ptr);
 

@@ -35,6 +35,7 @@ namespace msmemscope::testing {
 struct OwnedEvent {
     msms_event ev{};
     std::string name, py_stack, c_stack;
+    std::string alloc_caller;  // ABI 1.4 (msms_event.alloc_caller)
     std::vector<std::pair<std::string, std::string>> attrs;
     mutable std::vector<msms_kv> kv;
 
@@ -52,6 +53,7 @@ struct OwnedEvent {
         e.name = str(name);
         e.py_stack = str(py_stack);
         e.c_stack = str(c_stack);
+        e.alloc_caller = str(alloc_caller);
         return ev;
     }
     std::string attr(const std::string& key) const {
@@ -124,6 +126,12 @@ public:
     EventBuilder& attr(const std::string& k, const std::string& v) { e_.attrs.emplace_back(k, v); return *this; }
     EventBuilder& py_stack(const std::string& s) { e_.py_stack = s; return *this; }
     EventBuilder& c_stack(const std::string& s) { e_.c_stack = s; return *this; }
+    // The allocator's caller of a host block with a Python stack only (ABI 1.4).
+    EventBuilder& alloc_caller(const std::string& s, uint64_t id = 0) {
+        e_.alloc_caller = s;
+        e_.ev.alloc_caller_id = id;
+        return *this;
+    }
     OwnedEvent build() const { return e_; }
     operator OwnedEvent() const { return e_; }
 
@@ -137,6 +145,12 @@ inline OwnedEvent own(const msms_event& ev) {
     o.name = std::string(view(ev.name));
     o.py_stack = std::string(view(ev.py_stack));
     o.c_stack = std::string(view(ev.c_stack));
+    if (ev.struct_size >= offsetof(msms_event, alloc_caller_id) + sizeof(ev.alloc_caller_id)) {
+        o.alloc_caller = std::string(view(ev.alloc_caller));
+    } else {
+        o.ev.alloc_caller = msms_str{};
+        o.ev.alloc_caller_id = 0;
+    }
     for (uint32_t i = 0; i < ev.attr_count; ++i)
         o.attrs.emplace_back(std::string(view(ev.attrs[i].key)), std::string(view(ev.attrs[i].value)));
     return o;

@@ -484,6 +484,80 @@ TEST_CASE("the built-in list takes the interpreter's own sites only, and can be 
     CHECK(has_line(off.reports, "  Host memory still allocated at exit on device cpu: 3 block(s), 262808 bytes, from 3 allocation site(s):"));
 }
 
+TEST_CASE("the built-in list knows torch's one-time set-up by its native site, and nothing of the program's") {
+    msms_leaks::Suppressions s;
+    s.add_builtin();
+    auto origin = [&](const std::string& site) -> std::string {
+        msms_leaks::Suppressions::Rule* r = s.match_builtin_site(site);
+        return r ? r->origin.substr(0, r->origin.rfind(':')) : "";
+    };
+    // the sites torch's set-up has (Debian's torch 1.13: libcpuinfo and libgomp have no symbols)
+    CHECK(origin("0x64a8 in /lib/x86_64-linux-gnu/libcpuinfo.so.0") == msms_leaks::kTorchOrigin);
+    CHECK(origin("cpuinfo_x86_linux_init+0x40 in /opt/torch/lib/libtorch_cpu.so") == msms_leaks::kTorchOrigin);
+    CHECK(origin("0xd09d in /lib/x86_64-linux-gnu/libgomp.so.1") == msms_leaks::kTorchOrigin);
+    CHECK(origin("0xd09d in /site-packages/torch.libs/libgomp-a34b3233.so.1") == msms_leaks::kTorchOrigin);
+    CHECK(origin("gomp_malloc+0x12 in /usr/lib/libgomp.so.1") == msms_leaks::kTorchOrigin);
+    CHECK(origin("at::CUDAHooksRegistry[abi:cxx11]()+0x4a in /lib/x86_64-linux-gnu/libtorch_cpu.so.1.13") ==
+          msms_leaks::kTorchOrigin);
+    CHECK(origin("at::detail::getCUDAHooks()+0x232 in /lib/x86_64-linux-gnu/libtorch_cpu.so.1.13") ==
+          msms_leaks::kTorchOrigin);
+    CHECK(origin("c10::impl::PyInterpreter::disarm()+0x45 in /lib/x86_64-linux-gnu/libc10.so.1.13") ==
+          msms_leaks::kTorchOrigin);
+    // the program's own: a ctypes malloc (libffi), an extension, a Python line, torch's operators
+    CHECK(origin("0x6f7a in /lib/x86_64-linux-gnu/libffi.so.8") == "");
+    CHECK(origin("leaky_fn+0x10 in /tmp/leaky.cpython-311-x86_64-linux-gnu.so") == "");
+    CHECK(origin("/home/u/libgomp_test.py(3): <module>") == "");
+    CHECK(origin("/home/u/cpuinfo_probe.py(3): <module>") == "");
+    CHECK(origin("at::native::empty_cpu(c10::ArrayRef<long>)+0x10 in /lib/x86_64-linux-gnu/libtorch_cpu.so.1.13") == "");
+    CHECK(origin("my_get_cpuinfo_copy+0x10 in /tmp/ext.so") == "");
+}
+
+TEST_CASE("with Python stacks alone, a host block whose allocator's caller is torch's set-up is no leak; "
+          "the program's own at the same line stay") {
+    const std::string line = "/tmp/prog.py(6): <module>";
+    auto feed = [&](PluginHarness& h) {
+        // cpuinfo's tables at the program's first operator (two sites: two callers)
+        h.feed(EventBuilder::malloc(0x1000, 160).py_stack(line).alloc_caller("0x64a8 in /usr/lib/libcpuinfo.so.0", 7));
+        h.feed(EventBuilder::malloc(0x1100, 272).py_stack(line).alloc_caller("0x6784 in /usr/lib/libcpuinfo.so.0", 8));
+        // c10's hooks registry, through operator new (its caller's frame second)
+        h.feed(EventBuilder::malloc(0x1200, 216)
+                   .py_stack("/usr/lib/python3/dist-packages/torch/autograd/__init__.py(197): backward")
+                   .alloc_caller("operator new(unsigned long)+0x1c in /usr/lib/libstdc++.so.6\n"
+                                 "at::CUDAHooksRegistry[abi:cxx11]()+0x4a in /usr/lib/libtorch_cpu.so.1.13",
+                                 9));
+        // torch's tag at the interpreter's exit: no Python stack at all
+        h.feed(EventBuilder::malloc(0x1300, 8).alloc_caller(
+            "operator new(unsigned long)+0x1c in /usr/lib/libstdc++.so.6\n"
+            "c10::impl::PyInterpreter::disarm()+0x45 in /usr/lib/libc10.so.1.13",
+            10));
+        // the program's: a ctypes malloc at the same line (libffi), a Python object (the interpreter)
+        h.feed(EventBuilder::malloc(0x2000, 4321).py_stack(line).alloc_caller("0x6f7a in /usr/lib/libffi.so.8", 11));
+        h.feed(EventBuilder::malloc(0x3000, 5001).py_stack(line).alloc_caller("0x4fb809 in /usr/bin/python3.11", 12));
+    };
+    PluginHarness h(plugin());
+    REQUIRE(h.create() == MSMS_OK);
+    REQUIRE(h.begin() == MSMS_OK);
+    feed(h);
+    REQUIRE(h.finish() == MSMS_OK);
+    CHECK(h.reports == std::vector<std::string>{
+                           "leaks: msmemscope's details (not in upstream's report):",
+                           "  Host memory still allocated at exit on device cpu: 2 block(s), 9322 bytes, from 1 allocation site(s):",
+                           "    2 block(s), 9322 bytes, allocated at: /tmp/prog.py(6): <module>",
+                           "  4 allocation site(s) suppressed on device cpu (4 block(s), 656 bytes): 4 by the built-in list of "
+                           "torch's one-time set-up (cpuinfo's tables, libgomp's threads, c10's hooks registries; "
+                           "--default-suppressions=false shows them)"});
+    // without the built-in list every block is the program's line's, as before
+    PluginHarness off(plugin());
+    REQUIRE(off.create({{"default_suppressions", "false"}}) == MSMS_OK);
+    REQUIRE(off.begin() == MSMS_OK);
+    feed(off);
+    REQUIRE(off.finish() == MSMS_OK);
+    CHECK(has_line(off.reports, "    4 block(s), 9754 bytes, allocated at: /tmp/prog.py(6): <module>"));
+    CHECK(has_line(off.reports, "    1 block(s), 216 bytes, allocated at: "
+                                "/usr/lib/python3/dist-packages/torch/autograd/__init__.py(197): backward"));
+    CHECK(has_line(off.reports, "    1 block(s), 8 bytes, allocated at: an unknown site (collect stacks with --call-stack=c)"));
+}
+
 TEST_CASE("suppression patterns: '*', '^' and '$'") {
     using msms_leaks::pattern_matches;
     CHECK(pattern_matches("cache", "make_cache (prog.c:40)"));
