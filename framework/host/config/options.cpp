@@ -63,7 +63,7 @@ const std::vector<OptionDef>& options() {
          "'*', '^' and '$' as in heaptrack/LSan; '#' comments); matching sites leave the leak report "
          "(several files: a,b)"},
         {"default-suppressions", 0, true, nullptr, kAnalysis, false, "<BOOL>",
-         "false: report the CPython interpreter's own one-time allocations too [default: true]"},
+         "false: report the interpreter's and torch's own one-time set-up allocations too [default: true]"},
         {"merge", 0, true, nullptr, kAnalysis, false, "<DIR>",
          "combine runs of several nodes: --merge=<folder>[,<folder>...] reads each msmemscope_*/summary.json and "
          "writes one cross-rank table (merge.csv, merge_imbalance.csv, merge.db, index.html) into --output "

@@ -212,7 +212,7 @@ public:
              "leak suppression files, comma-separated (heaptrack/LSan format: one 'leak:PATTERN' or PATTERN per "
              "line, '#' comments); CLI --suppress, YAML suppress"},
             {"default_suppressions", MSMS_OPT_BOOL, "true", nullptr, 0, 0,
-             "suppress the CPython interpreter's own one-time allocations (CLI --default-suppressions)"},
+             "suppress the interpreter's and torch's own one-time set-up allocations (CLI --default-suppressions)"},
         };
         count = sizeof(specs) / sizeof(specs[0]);
         return specs;
