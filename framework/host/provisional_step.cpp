@@ -8,12 +8,6 @@
 namespace msms {
 
 namespace {
-bool has_attr(const Record& r, const char* key) {
-    for (auto& a : r.attrs)
-        if (a.first == key) return a.second == "true";
-    return false;
-}
-
 void drop_attr(Record& r, const char* key) {
     r.attrs.erase(std::remove_if(r.attrs.begin(), r.attrs.end(), [&](auto& a) { return a.first == key; }),
                   r.attrs.end());
@@ -33,7 +27,7 @@ bool ProvisionalStep::take(Record& r) {
     const bool step = r.ev.kind == MSMS_EV_SYSTEM && r.ev.type == MSMS_T_STEP;
     if (holding_) {
         const Record& mark = rows_[ready_];
-        if (step && has_attr(r, "takes_over") && r.ev.aux0 == mark.ev.aux0) {
+        if (step && attr_true(r, "takes_over") && r.ev.aux0 == mark.ev.aux0) {
             drop_attr(r, "takes_over");
             settle(true);
         } else if (r.ev.kind == MSMS_EV_SYSTEM &&
@@ -48,8 +42,8 @@ bool ProvisionalStep::take(Record& r) {
     }
     // A takes_over row with no provisional one held: the mark stood (settled
     // before), its step is marked already.
-    if (step && has_attr(r, "takes_over")) return true;
-    if (step && has_attr(r, "provisional")) {
+    if (step && attr_true(r, "takes_over")) return true;
+    if (step && attr_true(r, "provisional")) {
         holding_ = true;  // rows_[ready_] is this row
         rows_.push_back(std::move(r));
         return true;

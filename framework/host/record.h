@@ -52,5 +52,16 @@ struct Record {
     }
 };
 
+// The value of the record's Attr `key`; nullptr when it has none.
+inline const std::string* attr_of(const Record& r, std::string_view key) {
+    for (auto& a : r.attrs)
+        if (a.first == key) return &a.second;
+    return nullptr;
+}
+// Whether the record's Attr `key` is "true".
+inline bool attr_true(const Record& r, std::string_view key) {
+    const std::string* v = attr_of(r, key);
+    return v && *v == "true";
+}
 
 }  // namespace msms

@@ -32,15 +32,6 @@ Record shadow_free(uint16_t dev_kind, int16_t dev_id, uint16_t type, uint64_t pt
     return r;
 }
 
-namespace {
-// Attr `key` of the record is "true".
-bool attr_true(const Record& r, const char* key) {
-    for (auto& a : r.attrs)
-        if (a.first == key) return a.second == "true";
-    return false;
-}
-}  // namespace
-
 bool is_shadow(const Record& r) { return attr_true(r, "shadow"); }
 
 bool is_image_ended_free(const Record& r) {

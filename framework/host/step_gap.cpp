@@ -10,16 +10,6 @@ namespace msms {
 namespace {
 constexpr size_t kMaxExtras = 4096;  // distinct extras lists kept; past it a shadow row carries none
 
-const std::string* attr_of(const Record& r, const char* key) {
-    for (auto& a : r.attrs)
-        if (a.first == key) return &a.second;
-    return nullptr;
-}
-
-bool attr_is(const Record& r, const char* key, const char* value) {
-    const std::string* v = attr_of(r, key);
-    return v && *v == value;
-}
 }  // namespace
 
 void StepGap::dropped(const Record& r) {
@@ -33,7 +23,7 @@ void StepGap::pipeline_block_gone(const Pool& pool, uint64_t ptr) {
 
 void StepGap::dropped_malloc(const Record& r) {
     const msms_event& ev = r.ev;
-    Pool pool{ev.device_kind, ev.device_id, ev.type, attr_is(r, "virtual", "true")};
+    Pool pool{ev.device_kind, ev.device_id, ev.type, attr_true(r, "virtual")};
     // The address allocated again: a block the pipeline holds there was
     // released unseen (emplace keeps the first: it is freed once).
     pipeline_block_gone(pool, ev.ptr);
@@ -106,7 +96,7 @@ std::vector<Record> StepGap::catch_up(uint64_t ts, uint32_t pid) {
             r.ev.size = b.size;
             if (b.at) r.attrs.emplace_back("allocated_at", std::to_string(b.at));
             for (auto& a : extras_[b.extras]) r.attrs.push_back(a);
-            if (pool.virt && !attr_is(r, "virtual", "true")) r.attrs.emplace_back("virtual", "true");
+            if (pool.virt && !attr_true(r, "virtual")) r.attrs.emplace_back("virtual", "true");
             mallocs.emplace_back(b.order, std::move(r));
         }
     auto by_order = [](const auto& a, const auto& b) { return a.first < b.first; };
